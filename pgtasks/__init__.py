@@ -1,0 +1,54 @@
+"""pgtasks: Celery-style background tasks whose only infrastructure is PostgreSQL."""
+
+from __future__ import annotations
+
+from ._app import App
+from ._errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    EmbeddedUnavailableError,
+    JobNotFoundError,
+    NaiveDatetimeError,
+    PayloadError,
+    PayloadNotSerializableError,
+    PayloadTooLargeError,
+    PgTasksError,
+    SchemaError,
+    SchemaNotMigratedError,
+    SchemaTooNewError,
+    TaskRegistrationError,
+    UnknownTaskError,
+)
+from ._handle import JobHandle
+from ._jobs import JobContext, JobRow, JobSpec, JobStatus
+from ._tasks import Task, TaskOptions
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "ConfigurationError",
+    "DatabaseError",
+    "DatabaseUnavailableError",
+    "EmbeddedUnavailableError",
+    "JobContext",
+    "JobHandle",
+    "JobNotFoundError",
+    "JobRow",
+    "JobSpec",
+    "JobStatus",
+    "NaiveDatetimeError",
+    "PayloadError",
+    "PayloadNotSerializableError",
+    "PayloadTooLargeError",
+    "PgTasksError",
+    "SchemaError",
+    "SchemaNotMigratedError",
+    "SchemaTooNewError",
+    "Task",
+    "TaskOptions",
+    "TaskRegistrationError",
+    "UnknownTaskError",
+    "__version__",
+]

@@ -1,0 +1,489 @@
+"""App: configuration, the task registry, connection pools and the enqueue paths."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar, overload
+
+import psycopg
+import tenacity
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP035
+
+from . import _db
+from ._embedded import embedded_dsn
+from ._errors import (
+    ConfigurationError,
+    JobNotFoundError,
+    TaskRegistrationError,
+    UnknownTaskError,
+)
+from ._handle import JobHandle
+from ._jobs import InsertedJob, JobContext, JobSpec
+from ._migrate import Migrator, check_version
+from ._payload import DEFAULT_MAX_PAYLOAD_BYTES
+from ._store import Store
+from ._tasks import Task, TaskSettings
+from .sql import Migration
+
+logger = logging.getLogger("pgtasks")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+#: Schema names: letters, digits and underscores (any case, reserved words allowed).
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
+
+#: Rows per INSERT statement in bulk enqueues (several statements share one transaction).
+BULK_CHUNK = 5000
+
+
+def validate_schema_name(schema: object) -> str:
+    if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+        raise ConfigurationError(
+            f"invalid schema name {schema!r}: use 1-48 letters, digits or underscores,"
+            " not starting with a digit"
+        )
+    if schema.lower().startswith("pg_"):
+        raise ConfigurationError(f"invalid schema name {schema!r}: the pg_ prefix is reserved")
+    return schema
+
+
+def _positive_seconds(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigurationError(f"{name}= must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _is_connection_failure(error: BaseException) -> bool:
+    """Errors worth a retry on a fresh connection: the connection broke, not the query."""
+    if not isinstance(error, psycopg.OperationalError) or isinstance(error, PoolTimeout):
+        return False
+    state = error.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+class App:
+    """A pgtasks application: tasks, configuration and the database connection.
+
+    ``dsn`` resolution: ``App(dsn=...)`` > ``PGTASKS_DSN`` > ``DATABASE_URL`` > the
+    embedded PostgreSQL in ``./.pgtasks`` (development only; needs ``pgtasks[embedded]``).
+    Pools are created on first use and closed by :meth:`close` or ``with app:``.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "pgtasks",
+        embedded_dir: str | os.PathLike[str] | None = None,
+        default_queue: str = "default",
+        default_max_attempts: int = 5,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        pool_min_size: int = 1,
+        pool_max_size: int = 10,
+        connect_timeout: float = 5.0,
+        connect_attempts: int = 3,
+        lease_timeout: float = 30.0,
+        heartbeat_interval: float = 5.0,
+        rescue_interval: float = 5.0,
+        poll_interval: float = 1.0,
+    ) -> None:
+        self.schema = validate_schema_name(schema)
+        self._configured_dsn = _db.resolve_dsn(dsn)
+        self.embedded_dir: Path = _db.embedded_data_dir(embedded_dir)
+        if not isinstance(default_queue, str) or not default_queue:
+            raise ConfigurationError(
+                f"default_queue= must be a non-empty string, got {default_queue!r}"
+            )
+        self.default_queue = default_queue
+        if (
+            isinstance(default_max_attempts, bool)
+            or not isinstance(default_max_attempts, int)
+            or default_max_attempts < 1
+        ):
+            raise ConfigurationError(
+                f"default_max_attempts= must be an int >= 1, got {default_max_attempts!r}"
+            )
+        self.default_max_attempts = default_max_attempts
+        if not isinstance(max_payload_bytes, int) or max_payload_bytes < 64:
+            raise ConfigurationError(
+                f"max_payload_bytes= must be an int >= 64, got {max_payload_bytes!r}"
+            )
+        self.max_payload_bytes = max_payload_bytes
+        if not 0 <= pool_min_size <= pool_max_size or pool_max_size < 1:
+            raise ConfigurationError(
+                "need 0 <= pool_min_size <= pool_max_size and pool_max_size >= 1"
+            )
+        self.pool_min_size = pool_min_size
+        self.pool_max_size = pool_max_size
+        self.connect_timeout = _positive_seconds("connect_timeout", connect_timeout)
+        if not isinstance(connect_attempts, int) or connect_attempts < 1:
+            raise ConfigurationError(
+                f"connect_attempts= must be an int >= 1, got {connect_attempts!r}"
+            )
+        self.connect_attempts = connect_attempts
+        self.lease_timeout = _positive_seconds("lease_timeout", lease_timeout)
+        self.heartbeat_interval = _positive_seconds("heartbeat_interval", heartbeat_interval)
+        self.rescue_interval = _positive_seconds("rescue_interval", rescue_interval)
+        self.poll_interval = _positive_seconds("poll_interval", poll_interval)
+        if self.heartbeat_interval >= self.lease_timeout:
+            raise ConfigurationError(
+                f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"
+                f" lease_timeout ({self.lease_timeout:g} s), or live workers would be rescued"
+            )
+        self.store = Store(self.schema)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self._lock = threading.Lock()
+        self._dsn: str | None = None
+        self._pool: ConnectionPool[Any] | None = None
+        self._pool_pid = 0
+        self._apool: AsyncConnectionPool[Any] | None = None
+        self._apool_loop: asyncio.AbstractEventLoop | None = None
+        self._schema_checked = False
+
+    def __repr__(self) -> str:
+        return f"<App schema={self.schema} tasks={len(self.tasks)}>"
+
+    # -- configuration ---------------------------------------------------------------------------
+    @property
+    def dsn(self) -> str:
+        """The DSN in use; starts the embedded server when none is configured."""
+        if self._dsn is None:
+            self._dsn = self._configured_dsn or embedded_dsn(self.embedded_dir)
+        return self._dsn
+
+    @property
+    def uses_embedded(self) -> bool:
+        return self._configured_dsn is None
+
+    def describe_database(self) -> str:
+        """Where the app connects, for logs (never the password)."""
+        return _db.describe_dsn(self.dsn)
+
+    # -- tasks -------------------------------------------------------------------------------------
+    @overload
+    def task(self, function: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, *, bind: Literal[True], **options: Unpack[TaskSettings]
+    ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
+
+    @overload
+    def task(
+        self, *, bind: Literal[False] = False, **options: Unpack[TaskSettings]
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(self, *functions: Callable[..., Any], bind: bool = False, **options: Any) -> Any:
+        """Register a function as a task: ``@app.task`` or ``@app.task(queue=..., ...)``."""
+
+        def register(function: Callable[..., Any]) -> Task[Any, Any]:
+            if isinstance(function, Task):
+                raise TaskRegistrationError(f"{function!r} is already a task")
+            task: Task[Any, Any] = Task(self, function, bind=bind, **options)
+            with self._lock:
+                if task.name in self.tasks:
+                    raise TaskRegistrationError(
+                        f"a task named {task.name!r} is already registered; pass name= to"
+                        " register another function under a different name"
+                    )
+                self.tasks[task.name] = task
+            return task
+
+        if len(functions) > 1:
+            raise TypeError("@app.task takes one function")
+        if functions:
+            function = functions[0]
+            if options or bind:
+                raise TypeError("use @app.task or @app.task(**options), not both")
+            return register(function)
+        return register
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise UnknownTaskError(
+                f"no task named {name!r} is registered with this app (known: {known})"
+            ) from None
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> JobHandle[Any]:
+        """Enqueue a registered task by name (``apply_async`` options accepted)."""
+        return self.get_task(name).apply_async(args, kwargs, **options)
+
+    # -- pools -------------------------------------------------------------------------------------
+    def _get_pool(self) -> ConnectionPool[Any]:
+        with self._lock:
+            pid = os.getpid()
+            if self._pool is None or self._pool_pid != pid:
+                # A pool inherited through fork() belongs to the parent: never reuse or close it.
+                pool: ConnectionPool[Any] = ConnectionPool(
+                    self.dsn,
+                    min_size=self.pool_min_size,
+                    max_size=self.pool_max_size,
+                    kwargs=_db.pool_kwargs(),
+                    timeout=self.connect_timeout,
+                    name=f"pgtasks-{self.schema}",
+                    open=False,
+                )
+                pool.open(wait=False)
+                self._pool, self._pool_pid = pool, pid
+            return self._pool
+
+    async def _get_apool(self) -> AsyncConnectionPool[Any]:
+        loop = asyncio.get_running_loop()
+        if self._apool is None or self._apool_loop is not loop:
+            apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                self.dsn,
+                min_size=self.pool_min_size,
+                max_size=self.pool_max_size,
+                kwargs=_db.pool_kwargs(),
+                timeout=self.connect_timeout,
+                name=f"pgtasks-{self.schema}-async",
+                open=False,
+            )
+            await apool.open(wait=False)
+            self._apool, self._apool_loop = apool, loop
+        return self._apool
+
+    def _unavailable(self, cause: BaseException | None) -> Exception:
+        if isinstance(cause, PoolTimeout) or cause is None:
+            cause = _db.probe_connection_error(self.dsn, self.connect_timeout) or cause
+        return _db.unavailable_error(self.dsn, cause, self.connect_timeout)
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection (autocommit) with the schema checked, for your own queries."""
+        pool = self._get_pool()
+        try:
+            connection_context = pool.connection(timeout=self.connect_timeout)
+            conn = connection_context.__enter__()
+        except PoolTimeout as error:
+            raise self._unavailable(error) from None
+        try:
+            self._check_schema(conn)
+            yield conn
+        except BaseException as error:
+            if not connection_context.__exit__(type(error), error, error.__traceback__):
+                raise
+        else:
+            connection_context.__exit__(None, None, None)
+
+    @asynccontextmanager
+    async def aconnection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        pool = await self._get_apool()
+        try:
+            connection_context = pool.connection(timeout=self.connect_timeout)
+            conn = await connection_context.__aenter__()
+        except PoolTimeout as error:
+            raise self._unavailable(error) from None
+        try:
+            await self._acheck_schema(conn)
+            yield conn
+        except BaseException as error:
+            if not await connection_context.__aexit__(type(error), error, error.__traceback__):
+                raise
+        else:
+            await connection_context.__aexit__(None, None, None)
+
+    def _retrying(self) -> dict[str, Any]:
+        return {
+            "stop": tenacity.stop_after_attempt(self.connect_attempts),
+            "wait": tenacity.wait_exponential(multiplier=0.1, max=2.0),
+            "retry": tenacity.retry_if_exception(_is_connection_failure),
+            "reraise": True,
+        }
+
+    def _run(self, operation: Callable[[psycopg.Connection[Any]], T], *, describe: str) -> T:
+        """Run ``operation`` on a pooled connection, retrying broken connections."""
+
+        def attempt() -> T:
+            with self.connection() as conn:
+                return operation(conn)
+
+        try:
+            return tenacity.Retrying(**self._retrying())(attempt)
+        except psycopg.OperationalError as error:
+            if _is_connection_failure(error):
+                raise self._unavailable(error) from None
+            raise
+
+    async def _arun(
+        self,
+        operation: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+        *,
+        describe: str,
+    ) -> T:
+        async def attempt() -> T:
+            async with self.aconnection() as conn:
+                return await operation(conn)
+
+        try:
+            return await tenacity.AsyncRetrying(**self._retrying())(attempt)
+        except psycopg.OperationalError as error:
+            if _is_connection_failure(error):
+                raise self._unavailable(error) from None
+            raise
+
+    # -- schema ------------------------------------------------------------------------------------
+    def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
+        if not self._schema_checked:
+            check_version(self.schema, self.store.get_schema_version(conn))
+            self._schema_checked = True
+
+    async def _acheck_schema(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if not self._schema_checked:
+            check_version(self.schema, await self.store.aget_schema_version(conn))
+            self._schema_checked = True
+
+    def migrate(self) -> list[Migration]:
+        """Create or upgrade the schema; safe to run concurrently and repeatedly."""
+        pool = self._get_pool()
+        try:
+            with pool.connection(timeout=self.connect_timeout) as conn:
+                applied = Migrator(self.store).migrate(conn)
+        except PoolTimeout as error:
+            raise self._unavailable(error) from None
+        self._schema_checked = True
+        return applied
+
+    def check_schema(self) -> None:
+        """Raise SchemaNotMigratedError / SchemaTooNewError unless the schema is current."""
+        self._schema_checked = False
+        with self.connection():
+            pass
+
+    # -- enqueue -----------------------------------------------------------------------------------
+    def _insert(self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]) -> list[InsertedJob]:
+        if len(specs) <= BULK_CHUNK:
+            return self.store.insert_jobs(conn, specs)
+        inserted: list[InsertedJob] = []
+        with conn.transaction():
+            for start in range(0, len(specs), BULK_CHUNK):
+                inserted += self.store.insert_jobs(conn, specs[start : start + BULK_CHUNK])
+        return inserted
+
+    async def _ainsert(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        if len(specs) <= BULK_CHUNK:
+            return await self.store.ainsert_jobs(conn, specs)
+        inserted: list[InsertedJob] = []
+        async with conn.transaction():
+            for start in range(0, len(specs), BULK_CHUNK):
+                inserted += await self.store.ainsert_jobs(conn, specs[start : start + BULK_CHUNK])
+        return inserted
+
+    def _handles(self, inserted: list[InsertedJob]) -> list[JobHandle[Any]]:
+        return [JobHandle(self, job.id, existed=job.existed) for job in inserted]
+
+    def enqueue_many(
+        self, specs: Sequence[JobSpec], *, connection: psycopg.Connection[Any] | None = None
+    ) -> list[JobHandle[Any]]:
+        """Insert built JobSpecs (see Task.build_spec); all or none are written."""
+        if not specs:
+            return []
+        if connection is not None:
+            self._check_schema(connection)
+            return self._handles(self._insert(connection, specs))
+        return self._handles(self._run(lambda conn: self._insert(conn, specs), describe="enqueue"))
+
+    def enqueue(
+        self, spec: JobSpec, *, connection: psycopg.Connection[Any] | None = None
+    ) -> JobHandle[Any]:
+        return self.enqueue_many([spec], connection=connection)[0]
+
+    async def aenqueue_many(
+        self, specs: Sequence[JobSpec], *, connection: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[JobHandle[Any]]:
+        if not specs:
+            return []
+        if connection is not None:
+            await self._acheck_schema(connection)
+            return self._handles(await self._ainsert(connection, specs))
+        return self._handles(
+            await self._arun(lambda conn: self._ainsert(conn, specs), describe="enqueue")
+        )
+
+    async def aenqueue(
+        self, spec: JobSpec, *, connection: psycopg.AsyncConnection[Any] | None = None
+    ) -> JobHandle[Any]:
+        return (await self.aenqueue_many([spec], connection=connection))[0]
+
+    # -- jobs --------------------------------------------------------------------------------------
+    def get_job(self, job_id: int) -> JobHandle[Any]:
+        """A handle for an existing job; JobNotFoundError when there is none."""
+        if (
+            self._run(lambda conn: self.store.get_job_status(conn, job_id), describe="get_job")
+            is None
+        ):
+            raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
+        return JobHandle(self, job_id)
+
+    async def aget_job(self, job_id: int) -> JobHandle[Any]:
+        status = await self._arun(
+            lambda conn: self.store.aget_job_status(conn, job_id), describe="get_job"
+        )
+        if status is None:
+            raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
+        return JobHandle(self, job_id)
+
+    # -- lifetime ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close this process's connection pools (the async one only from its own loop)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pool_pid == os.getpid():
+            pool.close()
+        apool, self._apool = self._apool, None
+        if apool is not None:
+            loop = self._apool_loop
+            self._apool_loop = None
+            if loop is not None and not loop.is_closed() and not loop.is_running():
+                loop.run_until_complete(apool.close())
+
+    async def aclose(self) -> None:
+        apool, self._apool = self._apool, None
+        self._apool_loop = None
+        if apool is not None:
+            await apool.close()
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()

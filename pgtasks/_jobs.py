@@ -1,0 +1,124 @@
+"""Job values: what is inserted (JobSpec), what is read back (JobRow), statuses.
+
+Pure module: no I/O, no database imports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+
+class JobStatus(str, enum.Enum):
+    """The life cycle of a job (see docs/explanation/state-machine.md)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_finished(self) -> bool:
+        return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """A job to insert: arguments already encoded as JSON text.
+
+    Exactly one of ``run_at`` (absolute, aware) and ``delay_seconds`` (relative to the
+    database's clock) may be set; with neither, the job is due at the database's now().
+    """
+
+    task_name: str
+    queue: str
+    priority: int
+    args_json: str
+    kwargs_json: str
+    max_attempts: int
+    run_at: datetime | None = None
+    delay_seconds: float | None = None
+    idempotency_key: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class InsertedJob:
+    """The outcome of inserting one JobSpec."""
+
+    id: int
+    existed: bool
+
+
+JOB_COLUMNS = (
+    "id",
+    "task_name",
+    "queue",
+    "priority",
+    "args",
+    "kwargs",
+    "status",
+    "attempts",
+    "max_attempts",
+    "run_at",
+    "locked_at",
+    "locked_by",
+    "last_error",
+    "result",
+    "idempotency_key",
+    "created_at",
+    "updated_at",
+    "finished_at",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRow:
+    """A snapshot of one row of the jobs table."""
+
+    id: int
+    task_name: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    locked_at: datetime | None
+    locked_by: int | None
+    last_error: str | None
+    result: Any
+    idempotency_key: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobRow:
+        values = {name: row[name] for name in JOB_COLUMNS}
+        values["status"] = JobStatus(values["status"])
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobContext:
+    """What a ``bind=True`` task receives as its first argument.
+
+    When a bound task is called directly (``task(...)``, not through a worker) the
+    job fields are ``None`` and ``attempt`` is 1.
+    """
+
+    job_id: int | None
+    task_name: str
+    attempt: int
+    max_attempts: int
+    worker_id: int | None
+    queue: str

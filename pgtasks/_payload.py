@@ -1,0 +1,113 @@
+"""JSON encoding of task arguments and results, with the size limit.
+
+Pure module: no I/O. PostgreSQL's jsonb is stricter than Python's json module
+(no NaN or Infinity, no NUL characters), so both are rejected here, before
+anything reaches the database, with a message that names the bad argument.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._errors import PayloadNotSerializableError, PayloadTooLargeError
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=True
+)
+
+
+def _dumps(value: Any) -> str:
+    text = _ENCODER.encode(value)
+    if "\\u0000" in text:
+        raise ValueError("contains a NUL character (\\u0000), which PostgreSQL's jsonb rejects")
+    return text
+
+
+def _explain(value: Any, error: Exception) -> str:
+    if isinstance(error, TypeError):
+        return f"{type(value).__name__} is not JSON-serializable"
+    return str(error)
+
+
+def encode_arguments(
+    task_name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    parameter_names: Sequence[str] = (),
+) -> tuple[str, str]:
+    """Encode a task's arguments as two JSON texts (an array and an object).
+
+    Raises PayloadNotSerializableError (a TypeError) naming the argument that is not
+    JSON, and PayloadTooLargeError (a ValueError) when the two texts together exceed
+    ``max_bytes`` in UTF-8.
+    """
+    try:
+        args_json = _dumps(list(args))
+        kwargs_json = _dumps(dict(kwargs))
+    except (TypeError, ValueError):
+        _raise_for_culprit(task_name, args, kwargs, parameter_names)
+        raise  # pragma: no cover - _raise_for_culprit always raises
+    size = len(args_json) + len(kwargs_json)
+    # Characters are at most 4 bytes in UTF-8: encode only when the limit may be passed.
+    if size * 4 > max_bytes:
+        size = len(args_json.encode()) + len(kwargs_json.encode())
+        if size > max_bytes:
+            raise PayloadTooLargeError(
+                f"arguments of task {task_name!r} encode to {size} bytes of JSON, over the "
+                f"limit of {max_bytes} bytes (App(max_payload_bytes=...)); store large data "
+                "elsewhere and pass a reference"
+            )
+    return args_json, kwargs_json
+
+
+def _raise_for_culprit(
+    task_name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    parameter_names: Sequence[str],
+) -> None:
+    for index, value in enumerate(args):
+        try:
+            _dumps(value)
+        except (TypeError, ValueError) as error:
+            label = (
+                f"argument {parameter_names[index]!r} (position {index})"
+                if index < len(parameter_names)
+                else f"positional argument {index}"
+            )
+            raise PayloadNotSerializableError(
+                f"{label} of task {task_name!r} cannot be stored as JSON: "
+                f"{_explain(value, error)}; pass JSON types (str, int, float, bool, None, "
+                "list, dict with str keys)"
+            ) from error
+    for key, value in kwargs.items():
+        if not isinstance(key, str):
+            raise PayloadNotSerializableError(
+                f"keyword argument names of task {task_name!r} must be strings, got {key!r}"
+            )
+        try:
+            _dumps(value)
+        except (TypeError, ValueError) as error:
+            raise PayloadNotSerializableError(
+                f"argument {key!r} of task {task_name!r} cannot be stored as JSON: "
+                f"{_explain(value, error)}; pass JSON types (str, int, float, bool, None, "
+                "list, dict with str keys)"
+            ) from error
+    raise PayloadNotSerializableError(f"arguments of task {task_name!r} cannot be stored as JSON")
+
+
+def encode_result(task_name: str, value: Any) -> str:
+    """Encode a task's return value as JSON text, or raise PayloadNotSerializableError."""
+    try:
+        return _dumps(value)
+    except (TypeError, ValueError) as error:
+        raise PayloadNotSerializableError(
+            f"the return value of task {task_name!r} cannot be stored as JSON: "
+            f"{_explain(value, error)}"
+        ) from error

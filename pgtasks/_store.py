@@ -1,0 +1,277 @@
+"""Store: the only module that runs SQL.
+
+Each public method runs one named query from ``sql/queries.sql`` (the method's
+name is the query's name). Statements are composed once per App with the schema
+as a ``psycopg.sql.Identifier``. Producer-facing methods have an ``a``-prefixed
+async twin; both build their parameters with the same pure helper, so the logic
+is written once and the twins only differ in how they await the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from ._errors import SchemaNotMigratedError
+from ._jobs import InsertedJob, JobRow, JobSpec, JobStatus
+from .sql import Migration, load_queries
+
+Params = Mapping[str, Any]
+Row = dict[str, Any]
+
+#: First key of every advisory lock pgtasks takes ("pgtk"); the second is per purpose.
+ADVISORY_LOCK_CLASS_MIGRATE = 0x7067746B
+
+
+def notification_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's jobs."""
+    return f"pgtasks.{schema}"
+
+
+@contextlib.contextmanager
+def translate_errors(schema: str) -> Iterator[None]:
+    """Turn "relation does not exist"-style errors into an actionable SchemaNotMigratedError."""
+    try:
+        yield
+    except (
+        pg_errors.UndefinedTable,
+        pg_errors.InvalidSchemaName,
+        pg_errors.UndefinedColumn,
+        pg_errors.UndefinedFunction,
+    ) as error:
+        raise SchemaNotMigratedError(
+            f"the pgtasks schema {schema!r} is missing or out of date"
+            f" ({error.diag.message_primary}):"
+            " run `pgtasks migrate -A module:app` (or app.migrate())"
+        ) from error
+
+
+class Store:
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.channel = notification_channel(schema)
+        self._identifier = sql.Identifier(schema)
+        self._statements: dict[str, bytes] = {
+            name: self._render(query.text) for name, query in load_queries().items()
+        }
+
+    def _render(self, text: str) -> bytes:
+        composed = sql.SQL(text).format(schema=self._identifier, channel=sql.Literal(self.channel))
+        return composed.as_string(None).encode()
+
+    # -- executors -------------------------------------------------------------------------
+    def _rows(self, conn: psycopg.Connection[Any], name: str, params: Params | None) -> list[Row]:
+        with translate_errors(self.schema), conn.cursor(row_factory=dict_row) as cursor:
+            cursor.execute(self._statements[name], params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+    async def _arows(
+        self, conn: psycopg.AsyncConnection[Any], name: str, params: Params | None
+    ) -> list[Row]:
+        with translate_errors(self.schema):
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(self._statements[name], params)
+                return await cursor.fetchall() if cursor.description is not None else []
+
+    # -- migrations --------------------------------------------------------------------------
+    def create_migrations_table(self, conn: psycopg.Connection[Any]) -> None:
+        self._rows(conn, "create_migrations_table", None)
+
+    def lock_migrations(self, conn: psycopg.Connection[Any]) -> None:
+        params = {"lock_class": ADVISORY_LOCK_CLASS_MIGRATE, "schema": self.schema}
+        self._rows(conn, "lock_migrations", params)
+
+    def get_applied_migrations(self, conn: psycopg.Connection[Any]) -> set[int]:
+        return {row["version"] for row in self._rows(conn, "get_applied_migrations", None)}
+
+    def record_migration(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
+        params = {"version": migration.version, "name": migration.name}
+        self._rows(conn, "record_migration", params)
+
+    def apply_migration(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
+        """Run a migration file's statements (several per file, so no parameters)."""
+        with translate_errors(self.schema):
+            conn.execute(self._render(migration.text))
+
+    def get_schema_version(self, conn: psycopg.Connection[Any]) -> int:
+        return int(self._rows(conn, "get_schema_version", None)[0]["version"])
+
+    async def aget_schema_version(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        return int((await self._arows(conn, "get_schema_version", None))[0]["version"])
+
+    # -- enqueue -------------------------------------------------------------------------------
+    @staticmethod
+    def _insert_jobs_plan(specs: Sequence[JobSpec]) -> tuple[Params, list[int]]:
+        """Columns for ``insert_jobs``; duplicate keys within the batch are sent once.
+
+        Returns the parameters and, for every spec, the index of the row that answers it.
+        """
+        columns: dict[str, list[Any]] = {
+            name: []
+            for name in (
+                "task_name",
+                "queue",
+                "priority",
+                "args",
+                "kwargs",
+                "max_attempts",
+                "run_at",
+                "delay",
+                "idempotency_key",
+            )
+        }
+        first_row_of_key: dict[str, int] = {}
+        answer: list[int] = []
+        for spec in specs:
+            key = spec.idempotency_key
+            if key is not None and key in first_row_of_key:
+                answer.append(first_row_of_key[key])
+                continue
+            row = len(columns["task_name"])
+            if key is not None:
+                first_row_of_key[key] = row
+            answer.append(row)
+            columns["task_name"].append(spec.task_name)
+            columns["queue"].append(spec.queue)
+            columns["priority"].append(spec.priority)
+            columns["args"].append(spec.args_json)
+            columns["kwargs"].append(spec.kwargs_json)
+            columns["max_attempts"].append(spec.max_attempts)
+            columns["run_at"].append(spec.run_at)
+            columns["delay"].append(spec.delay_seconds)
+            columns["idempotency_key"].append(key)
+        return columns, answer
+
+    @staticmethod
+    def _inserted(rows: list[Row], answer: list[int]) -> list[InsertedJob]:
+        results: list[InsertedJob] = []
+        sent = set()
+        for row_index in answer:
+            row = rows[row_index]
+            # A key repeated within the batch: the later specs find the job existing.
+            existed = bool(row["existed"]) or row_index in sent
+            sent.add(row_index)
+            results.append(InsertedJob(id=row["id"], existed=existed))
+        return results
+
+    def insert_jobs(
+        self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        params, answer = self._insert_jobs_plan(specs)
+        return self._inserted(self._rows(conn, "insert_jobs", params), answer)
+
+    async def ainsert_jobs(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        params, answer = self._insert_jobs_plan(specs)
+        return self._inserted(await self._arows(conn, "insert_jobs", params), answer)
+
+    # -- reading jobs --------------------------------------------------------------------------
+    def get_job(self, conn: psycopg.Connection[Any], job_id: int) -> JobRow | None:
+        rows = self._rows(conn, "get_job", {"id": job_id})
+        return JobRow.from_row(rows[0]) if rows else None
+
+    async def aget_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> JobRow | None:
+        rows = await self._arows(conn, "get_job", {"id": job_id})
+        return JobRow.from_row(rows[0]) if rows else None
+
+    def get_job_status(self, conn: psycopg.Connection[Any], job_id: int) -> JobStatus | None:
+        rows = self._rows(conn, "get_job_status", {"id": job_id})
+        return JobStatus(rows[0]["status"]) if rows else None
+
+    async def aget_job_status(
+        self, conn: psycopg.AsyncConnection[Any], job_id: int
+    ) -> JobStatus | None:
+        rows = await self._arows(conn, "get_job_status", {"id": job_id})
+        return JobStatus(rows[0]["status"]) if rows else None
+
+    # -- workers -------------------------------------------------------------------------------
+    def register_worker(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        hostname: str,
+        pid: int,
+        queues: Sequence[str] | None,
+        concurrency: int,
+    ) -> int:
+        params = {
+            "hostname": hostname,
+            "pid": pid,
+            "queues": list(queues) if queues is not None else None,
+            "concurrency": concurrency,
+        }
+        return int(self._rows(conn, "register_worker", params)[0]["id"])
+
+    def heartbeat_worker(self, conn: psycopg.Connection[Any], worker_id: int) -> bool:
+        """Refresh the heartbeat; False when the registration is gone."""
+        return bool(self._rows(conn, "heartbeat_worker", {"worker_id": worker_id}))
+
+    def deregister_worker(self, conn: psycopg.Connection[Any], worker_id: int) -> None:
+        self._rows(conn, "deregister_worker", {"worker_id": worker_id})
+
+    def claim_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        worker_id: int,
+        queues: Sequence[str] | None,
+        limit: int,
+    ) -> list[Row]:
+        params = {
+            "worker_id": worker_id,
+            "queues": list(queues) if queues is not None else None,
+            "limit": limit,
+        }
+        rows = self._rows(conn, "claim_jobs", params)
+        # UPDATE … RETURNING does not keep the CTE's order: restore the claim order.
+        rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
+        return rows
+
+    def finish_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        worker_id: int,
+        outcomes: Sequence[tuple[int, int, str, str | None, str | None, float]],
+    ) -> set[int]:
+        """Write outcomes ``(id, attempt, status, result_json, error, delay)``, fenced.
+
+        Returns the ids whose write took effect; the others had lost their lease.
+        """
+        params: dict[str, Any] = {"worker_id": worker_id}
+        for index, column in enumerate(("id", "attempt", "status", "result", "error", "delay")):
+            params[column] = [outcome[index] for outcome in outcomes]
+        return {row["id"] for row in self._rows(conn, "finish_jobs", params)}
+
+    def release_jobs(
+        self, conn: psycopg.Connection[Any], *, worker_id: int, leases: Sequence[tuple[int, int]]
+    ) -> set[int]:
+        """Give ``(id, attempt)`` leases back as pending without using up the attempt."""
+        params = {
+            "worker_id": worker_id,
+            "id": [job_id for job_id, _ in leases],
+            "attempt": [attempt for _, attempt in leases],
+        }
+        return {row["id"] for row in self._rows(conn, "release_jobs", params)}
+
+    def rescue_jobs(self, conn: psycopg.Connection[Any], *, lease_timeout: float) -> list[Row]:
+        return self._rows(conn, "rescue_jobs", {"lease_timeout": lease_timeout})
+
+    def delete_dead_workers(
+        self, conn: psycopg.Connection[Any], *, lease_timeout: float
+    ) -> list[Row]:
+        return self._rows(conn, "delete_dead_workers", {"lease_timeout": lease_timeout})
+
+    def notify_queue(self, conn: psycopg.Connection[Any], queue: str) -> None:
+        self._rows(conn, "notify_queue", {"queue": queue})
+
+    def listen(self, conn: psycopg.Connection[Any]) -> None:
+        """LISTEN on the schema's channel (an identifier, composed, never interpolated)."""
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))

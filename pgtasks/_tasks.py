@@ -1,0 +1,335 @@
+"""Task: a registered function plus its options; builds job rows (JobSpec) to enqueue."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
+
+import psycopg
+from typing_extensions import ParamSpec, Unpack
+
+from ._errors import NaiveDatetimeError, TaskRegistrationError
+from ._handle import JobHandle
+from ._jobs import JobContext, JobSpec
+from ._payload import encode_arguments
+
+if TYPE_CHECKING:
+    from ._app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+class TaskSettings(TypedDict, total=False):
+    """Options of ``@app.task(...)`` other than ``bind``; every one may be omitted."""
+
+    #: Stable name stored in job rows (default ``module.qualname``).
+    name: str
+    #: Queue the task's jobs go to unless ``apply_async(queue=...)`` says otherwise.
+    queue: str
+    #: Higher runs first within what one claim sees.
+    priority: int
+    #: Attempts before the job is failed (the first run counts).
+    max_attempts: int
+    #: Backoff base in seconds: attempt n waits about base * 2**(n-1).
+    retry_backoff: float
+    #: Backoff cap in seconds.
+    retry_backoff_max: float
+    #: Randomise each delay (full jitter between half and the whole delay).
+    retry_jitter: bool
+    #: Exceptions that fail the job at once instead of retrying.
+    dont_retry: tuple[type[BaseException], ...]
+    #: Seconds before a running attempt counts as failed.
+    timeout: float | None
+
+
+class TaskOptions(TaskSettings, total=False):
+    """Every option of ``@app.task(...)``."""
+
+    #: Pass a JobContext as the first argument.
+    bind: bool
+
+
+def _positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise TaskRegistrationError(f"task option {name}= must be a positive number, got {value!r}")
+
+
+def validate_priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"priority must be an int, got {value!r}")
+    if not PRIORITY_RANGE[0] <= value <= PRIORITY_RANGE[1]:
+        raise ValueError(f"priority must fit in a 32-bit integer, got {value}")
+    return value
+
+
+def validate_queue(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"queue must be a non-empty string, got {value!r}")
+    return value
+
+
+def validate_max_attempts(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_attempts must be an int >= 1, got {value!r}")
+    return value
+
+
+def aware(moment: datetime, what: str) -> datetime:
+    if moment.tzinfo is None or moment.tzinfo.utcoffset(moment) is None:
+        raise NaiveDatetimeError(
+            f"{what} is a naive datetime ({moment.isoformat()}): pgtasks cannot tell which"
+            " time zone it is in; pass an aware datetime, e.g."
+            " datetime.now(timezone.utc) + timedelta(minutes=5), or a timedelta"
+        )
+    return moment
+
+
+class Task(Generic[P, R]):
+    """A function registered with ``@app.task``.
+
+    Calling the task runs the function here and now; ``delay`` and friends enqueue a job
+    that a worker runs later.
+    """
+
+    def __init__(
+        self, app: App, function: Callable[..., Any], **options: Unpack[TaskOptions]
+    ) -> None:
+        self.app = app
+        self.function = function
+        self.name: str = options.get("name") or f"{function.__module__}.{function.__qualname__}"
+        self.queue: str = validate_queue(options.get("queue", app.default_queue))
+        self.priority: int = validate_priority(options.get("priority", 0))
+        self.max_attempts: int = validate_max_attempts(
+            options.get("max_attempts", app.default_max_attempts)
+        )
+        self.bind: bool = bool(options.get("bind", False))
+        self.retry_backoff: float = options.get("retry_backoff", 1.0)
+        self.retry_backoff_max: float = options.get("retry_backoff_max", 600.0)
+        self.retry_jitter: bool = bool(options.get("retry_jitter", True))
+        self.dont_retry: tuple[type[BaseException], ...] = tuple(options.get("dont_retry", ()))
+        self.timeout: float | None = options.get("timeout")
+        _positive("retry_backoff", self.retry_backoff)
+        _positive("retry_backoff_max", self.retry_backoff_max)
+        _positive("timeout", self.timeout, allow_none=True)
+        for exception_type in self.dont_retry:
+            if not (isinstance(exception_type, type) and issubclass(exception_type, BaseException)):
+                raise TaskRegistrationError(
+                    f"dont_retry= must hold exception classes, got {exception_type!r}"
+                )
+        self.is_async = inspect.iscoroutinefunction(function)
+        self.signature = inspect.signature(function)
+        parameters = list(self.signature.parameters.values())
+        if self.bind:
+            if not parameters:
+                raise TaskRegistrationError(
+                    f"task {self.name!r} has bind=True but takes no context argument"
+                )
+            self.signature = self.signature.replace(parameters=parameters[1:])
+        self.parameter_names = tuple(
+            parameter.name
+            for parameter in self.signature.parameters.values()
+            if parameter.kind
+            in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        )
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function directly, in this process, without a job."""
+        if self.bind:
+            context = JobContext(
+                job_id=None,
+                task_name=self.name,
+                attempt=1,
+                max_attempts=self.max_attempts,
+                worker_id=None,
+                queue=self.queue,
+            )
+            return self.function(context, *args, **kwargs)  # type: ignore[no-any-return]
+        return self.function(*args, **kwargs)  # type: ignore[no-any-return]
+
+    # -- building job rows ---------------------------------------------------------------------
+    def build_spec(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | timedelta | None = None,
+        eta: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> JobSpec:
+        """Validate and encode one job; raises before anything is written."""
+        kwargs = {} if kwargs is None else kwargs
+        if not isinstance(args, (list, tuple)):
+            raise TypeError(f"args must be a list or tuple, got {type(args).__name__}")
+        if not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a mapping, got {type(kwargs).__name__}")
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise TypeError(f"arguments do not match task {self.name!r}: {error}") from None
+        if countdown is not None and eta is not None:
+            raise ValueError("pass countdown= or eta=, not both")
+        run_at: datetime | None = None
+        delay: float | None = None
+        if eta is not None:
+            if isinstance(eta, timedelta):
+                delay = eta.total_seconds()
+            elif isinstance(eta, datetime):
+                run_at = aware(eta, "eta")
+            else:
+                raise TypeError(f"eta must be an aware datetime or a timedelta, got {eta!r}")
+        if countdown is not None:
+            if isinstance(countdown, timedelta):
+                delay = countdown.total_seconds()
+            elif isinstance(countdown, (int, float)) and not isinstance(countdown, bool):
+                delay = float(countdown)
+            else:
+                raise TypeError(f"countdown must be seconds or a timedelta, got {countdown!r}")
+        if idempotency_key is not None and (
+            not isinstance(idempotency_key, str) or not idempotency_key
+        ):
+            raise ValueError(f"idempotency_key must be a non-empty string, got {idempotency_key!r}")
+        args_json, kwargs_json = encode_arguments(
+            self.name,
+            args,
+            kwargs,
+            max_bytes=self.app.max_payload_bytes,
+            parameter_names=self.parameter_names,
+        )
+        return JobSpec(
+            task_name=self.name,
+            queue=self.queue if queue is None else validate_queue(queue),
+            priority=self.priority if priority is None else validate_priority(priority),
+            args_json=args_json,
+            kwargs_json=kwargs_json,
+            max_attempts=self.max_attempts
+            if max_attempts is None
+            else validate_max_attempts(max_attempts),
+            run_at=run_at,
+            delay_seconds=delay,
+            idempotency_key=idempotency_key,
+        )
+
+    @staticmethod
+    def _when(when: datetime | timedelta) -> dict[str, Any]:
+        if isinstance(when, timedelta):
+            return {"countdown": when}
+        if isinstance(when, datetime):
+            return {"eta": aware(when, "when")}
+        raise TypeError(f"when must be an aware datetime or a timedelta, got {when!r}")
+
+    def _many_specs(self, items: Iterable[Any]) -> list[JobSpec]:
+        specs = []
+        for item in items:
+            if isinstance(item, Mapping):
+                specs.append(self.build_spec((), item))
+            elif isinstance(item, tuple) and len(item) == 2:
+                specs.append(self.build_spec(item[0], item[1]))
+            else:
+                raise TypeError(
+                    "delay_many items must be a kwargs dict or an (args, kwargs) pair,"
+                    f" got {item!r}"
+                )
+        return specs
+
+    # -- enqueue (sync) --------------------------------------------------------------------------
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        """Enqueue a job to run as soon as a worker is free."""
+        return self.app.enqueue(self.build_spec(args, kwargs))
+
+    def apply_at(
+        self, when: datetime | timedelta, *args: P.args, **kwargs: P.kwargs
+    ) -> JobHandle[R]:
+        """Enqueue a job to run at ``when`` (aware datetime) or after ``when`` (timedelta)."""
+        return self.app.enqueue(self.build_spec(args, kwargs, **self._when(when)))
+
+    def apply_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | timedelta | None = None,
+        eta: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+        connection: psycopg.Connection[Any] | None = None,
+    ) -> JobHandle[R]:
+        """Enqueue with every option; with ``connection=`` the row joins its transaction."""
+        spec = self.build_spec(
+            args,
+            kwargs,
+            countdown=countdown,
+            eta=eta,
+            priority=priority,
+            queue=queue,
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+        )
+        return self.app.enqueue(spec, connection=connection)
+
+    def delay_many(
+        self,
+        items: Iterable[Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]],
+        *,
+        connection: psycopg.Connection[Any] | None = None,
+    ) -> list[JobHandle[R]]:
+        """Enqueue many jobs in one round trip per batch; handles come back in order."""
+        return self.app.enqueue_many(self._many_specs(items), connection=connection)
+
+    # -- enqueue (async) -------------------------------------------------------------------------
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        return await self.app.aenqueue(self.build_spec(args, kwargs))
+
+    async def aapply_at(
+        self, when: datetime | timedelta, *args: P.args, **kwargs: P.kwargs
+    ) -> JobHandle[R]:
+        return await self.app.aenqueue(self.build_spec(args, kwargs, **self._when(when)))
+
+    async def aapply_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | timedelta | None = None,
+        eta: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+    ) -> JobHandle[R]:
+        spec = self.build_spec(
+            args,
+            kwargs,
+            countdown=countdown,
+            eta=eta,
+            priority=priority,
+            queue=queue,
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+        )
+        return await self.app.aenqueue(spec, connection=connection)
+
+    async def adelay_many(
+        self,
+        items: Iterable[Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]],
+        *,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[JobHandle[R]]:
+        return await self.app.aenqueue_many(self._many_specs(items), connection=connection)

@@ -1,0 +1,85 @@
+"""The SQL pgtasks runs: named queries (queries.sql) and numbered migrations.
+
+Pure module: reads the package's own files, composes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from importlib import resources
+from typing import Literal, cast
+
+Cardinality = Literal["one", "many", "exec", "execrows"]
+
+_HEADER = re.compile(r"^-- name: (?P<name>\w+) :(?P<cardinality>one|many|exec|execrows)\s*$")
+_MIGRATION_FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>\w+)\.sql$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    name: str
+    cardinality: Cardinality
+    description: str
+    text: str = dataclasses.field(repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    text: str = dataclasses.field(repr=False)
+
+
+def parse_queries(source: str) -> dict[str, Query]:
+    """Split a queries file on its ``-- name:`` headers."""
+    queries: dict[str, Query] = {}
+    current: tuple[str, Cardinality] | None = None
+    lines: list[str] = []
+
+    def flush() -> None:
+        if current is None:
+            return
+        name, cardinality = current
+        comments = [line for line in lines if line.startswith("--")]
+        body = "\n".join(line for line in lines if line.strip()).strip()
+        description = comments[0][2:].strip() if comments else ""
+        queries[name] = Query(name, cardinality, description, body)
+
+    for line in source.splitlines():
+        match = _HEADER.match(line)
+        if match:
+            flush()
+            name = match["name"]
+            if name in queries:
+                raise ValueError(f"query {name!r} is defined twice")
+            current = (name, cast(Cardinality, match["cardinality"]))
+            lines = []
+        elif current is not None:
+            lines.append(line)
+    flush()
+    return queries
+
+
+@functools.cache
+def load_queries() -> dict[str, Query]:
+    source = resources.files(__package__).joinpath("queries.sql").read_text("utf-8")
+    return parse_queries(source)
+
+
+@functools.cache
+def load_migrations() -> tuple[Migration, ...]:
+    folder = resources.files(__package__).joinpath("migrations")
+    migrations = []
+    for entry in folder.iterdir():
+        match = _MIGRATION_FILE.match(entry.name)
+        if match:
+            migrations.append(
+                Migration(int(match["version"]), match["name"], entry.read_text("utf-8"))
+            )
+    migrations.sort(key=lambda migration: migration.version)
+    versions = [migration.version for migration in migrations]
+    if versions != list(range(1, len(versions) + 1)):
+        raise RuntimeError(f"migration versions must be 1..n without gaps, got {versions}")
+    return tuple(migrations)

@@ -1,0 +1,180 @@
+-- Every statement pgtasks runs at run time. Each starts with a header
+--   -- name: <name> :<one|many|exec|execrows>
+-- and a one-line description. Placeholders: {schema} (identifier), {channel} (literal).
+-- Parameters are named (%(name)s); time comes from the server (now()).
+
+-- name: create_migrations_table :exec
+-- Create the schema and the migration version table if they are missing.
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: lock_migrations :exec
+-- Serialise migrators of one schema until the end of the transaction.
+SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(schema)s));
+
+-- name: get_applied_migrations :many
+-- Versions applied so far.
+SELECT version FROM {schema}.migrations ORDER BY version;
+
+-- name: record_migration :exec
+-- Record a version before applying it (a concurrent migrator then waits on the lock).
+INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: get_schema_version :one
+-- The highest applied migration version.
+SELECT coalesce(max(version), 0) AS version FROM {schema}.migrations;
+
+-- name: insert_jobs :many
+-- Insert a batch of jobs in order; a job whose idempotency key exists returns that row.
+WITH input AS (
+    SELECT *
+    FROM unnest(
+        %(task_name)s::text[], %(queue)s::text[], %(priority)s::int[],
+        %(args)s::jsonb[], %(kwargs)s::jsonb[], %(max_attempts)s::int[],
+        %(run_at)s::timestamptz[], %(delay)s::float8[], %(idempotency_key)s::text[]
+    ) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts,
+                           run_at, delay, idempotency_key, ord)
+)
+INSERT INTO {schema}.jobs AS jobs
+    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key)
+SELECT task_name, queue, priority, args, kwargs, max_attempts,
+       -- Relative delays use the server's clock, never the caller's.
+       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+       idempotency_key
+FROM input
+ORDER BY ord
+-- The no-op update makes RETURNING yield the existing row (one round trip, no error
+-- to parse); xmax is non-zero only for a row that was updated rather than inserted.
+ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
+
+-- name: get_job :one
+-- One job by id.
+SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
+       run_at, locked_at, locked_by, last_error, result, idempotency_key,
+       created_at, updated_at, finished_at
+FROM {schema}.jobs
+WHERE id = %(id)s;
+
+-- name: get_job_status :one
+-- The status of one job by id.
+SELECT status FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: register_worker :one
+-- Register a worker; its id is the lease owner written to the jobs it claims.
+INSERT INTO {schema}.workers (hostname, pid, queues, concurrency)
+VALUES (%(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
+RETURNING id;
+
+-- name: heartbeat_worker :one
+-- Refresh a worker's heartbeat; no row means the registration was removed as dead.
+UPDATE {schema}.workers SET heartbeat_at = now() WHERE id = %(worker_id)s RETURNING id;
+
+-- name: deregister_worker :exec
+-- Remove a worker's registration at shutdown.
+DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
+
+-- name: claim_jobs :many
+-- Claim up to %(limit)s due jobs of the given queues (NULL: all queues) for one worker.
+WITH picked AS (
+    -- Due pending jobs in claim order, read through jobs_claim_idx. Rows another
+    -- claimer has locked are skipped, so claimers never wait for or share a row.
+    SELECT id
+    FROM {schema}.jobs
+    WHERE status = 'pending'
+      AND run_at <= now()
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+-- The CTE is a fence: the UPDATE touches exactly the rows locked above. The new
+-- lease is (locked_by, attempts); every finishing write is conditional on it.
+UPDATE {schema}.jobs AS jobs
+SET status = 'running',
+    attempts = jobs.attempts + 1,
+    locked_by = %(worker_id)s,
+    locked_at = now(),
+    updated_at = now()
+FROM picked
+WHERE jobs.id = picked.id
+RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kwargs,
+          jobs.attempts, jobs.max_attempts, jobs.run_at, jobs.created_at,
+          clock_timestamp() AS claimed_at;
+
+-- name: finish_jobs :many
+-- Record a batch of outcomes (done, retry, failed), each fenced by its lease.
+UPDATE {schema}.jobs AS jobs
+SET status = outcome.status,
+    result = outcome.result,
+    last_error = coalesce(outcome.error, jobs.last_error),
+    run_at = CASE WHEN outcome.status = 'pending'
+                  THEN now() + make_interval(secs => outcome.delay)
+                  ELSE jobs.run_at END,
+    finished_at = CASE WHEN outcome.status = 'pending' THEN NULL ELSE now() END,
+    updated_at = now()
+FROM unnest(
+    %(id)s::bigint[], %(attempt)s::int[], %(status)s::text[], %(result)s::jsonb[],
+    %(error)s::text[], %(delay)s::float8[]
+) AS outcome(id, attempt, status, result, error, delay)
+WHERE jobs.id = outcome.id
+  -- The fence: still running under the lease this worker took.
+  AND jobs.status = 'running'
+  AND jobs.locked_by = %(worker_id)s
+  AND jobs.attempts = outcome.attempt
+RETURNING jobs.id;
+
+-- name: release_jobs :many
+-- Put a stopping worker's unfinished jobs back to pending without using up an attempt.
+WITH released AS (
+    UPDATE {schema}.jobs AS jobs
+    SET status = 'pending',
+        attempts = jobs.attempts - 1,
+        run_at = now(),
+        updated_at = now()
+    FROM unnest(%(id)s::bigint[], %(attempt)s::int[]) AS lease(id, attempt)
+    WHERE jobs.id = lease.id
+      AND jobs.status = 'running'
+      AND jobs.locked_by = %(worker_id)s
+      AND jobs.attempts = lease.attempt
+    RETURNING jobs.id, jobs.queue
+)
+SELECT released.id, pg_notify({channel}, released.queue) IS NULL AS notified
+FROM released;
+
+-- name: rescue_jobs :many
+-- Jobs running under a worker that is gone or silent past the lease: back to pending,
+-- or failed when out of attempts. Live workers' long jobs are never touched.
+WITH lost AS (
+    SELECT jobs.id
+    FROM {schema}.jobs AS jobs
+    LEFT JOIN {schema}.workers AS workers ON workers.id = jobs.locked_by
+    WHERE jobs.status = 'running'
+      AND (workers.id IS NULL
+           OR workers.heartbeat_at < now() - make_interval(secs => %(lease_timeout)s))
+    FOR UPDATE OF jobs SKIP LOCKED
+)
+UPDATE {schema}.jobs AS jobs
+SET status = CASE WHEN jobs.attempts >= jobs.max_attempts THEN 'failed' ELSE 'pending' END,
+    last_error = format('worker %%s was lost (no heartbeat within %%s s) during attempt %%s',
+                        jobs.locked_by, %(lease_timeout)s, jobs.attempts),
+    run_at = now(),
+    finished_at = CASE WHEN jobs.attempts >= jobs.max_attempts THEN now() END,
+    updated_at = now()
+FROM lost
+WHERE jobs.id = lost.id
+RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue;
+
+-- name: delete_dead_workers :many
+-- Remove registrations silent past the lease (their jobs are rescued first).
+DELETE FROM {schema}.workers
+WHERE heartbeat_at < now() - make_interval(secs => %(lease_timeout)s)
+RETURNING id, hostname, pid;
+
+-- name: notify_queue :exec
+-- Wake workers of a queue (after releasing or rescuing jobs).
+SELECT pg_notify({channel}, %(queue)s);
