@@ -22,7 +22,9 @@ from ._errors import (
 )
 from ._handle import JobHandle
 from ._jobs import JobContext, JobRow, JobSpec, JobStatus
+from ._retry import Discard, Retry
 from ._tasks import Task, TaskOptions
+from ._worker import Worker
 
 __version__ = "0.1.0"
 
@@ -31,6 +33,7 @@ __all__ = [
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailableError",
+    "Discard",
     "EmbeddedUnavailableError",
     "JobContext",
     "JobHandle",
@@ -43,6 +46,7 @@ __all__ = [
     "PayloadNotSerializableError",
     "PayloadTooLargeError",
     "PgTasksError",
+    "Retry",
     "SchemaError",
     "SchemaNotMigratedError",
     "SchemaTooNewError",
@@ -50,5 +54,6 @@ __all__ = [
     "TaskOptions",
     "TaskRegistrationError",
     "UnknownTaskError",
+    "Worker",
     "__version__",
 ]

@@ -27,7 +27,7 @@ from ._errors import (
     UnknownTaskError,
 )
 from ._handle import JobHandle
-from ._jobs import InsertedJob, JobContext, JobSpec
+from ._jobs import InsertedJob, JobContext, JobRow, JobSpec
 from ._migrate import Migrator, check_version
 from ._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from ._store import Store
@@ -154,7 +154,7 @@ class App:
     def __repr__(self) -> str:
         return f"<App schema={self.schema} tasks={len(self.tasks)}>"
 
-    # -- configuration ---------------------------------------------------------------------------
+    # -- configuration --
     @property
     def dsn(self) -> str:
         """The DSN in use; starts the embedded server when none is configured."""
@@ -170,7 +170,7 @@ class App:
         """Where the app connects, for logs (never the password)."""
         return _db.describe_dsn(self.dsn)
 
-    # -- tasks -------------------------------------------------------------------------------------
+    # -- tasks --
     @overload
     def task(self, function: Callable[P, R], /) -> Task[P, R]: ...
 
@@ -228,7 +228,7 @@ class App:
         """Enqueue a registered task by name (``apply_async`` options accepted)."""
         return self.get_task(name).apply_async(args, kwargs, **options)
 
-    # -- pools -------------------------------------------------------------------------------------
+    # -- pools --
     def _get_pool(self) -> ConnectionPool[Any]:
         with self._lock:
             pid = os.getpid()
@@ -342,7 +342,7 @@ class App:
                 raise self._unavailable(error) from None
             raise
 
-    # -- schema ------------------------------------------------------------------------------------
+    # -- schema --
     def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
         if not self._schema_checked:
             check_version(self.schema, self.store.get_schema_version(conn))
@@ -370,7 +370,7 @@ class App:
         with self.connection():
             pass
 
-    # -- enqueue -----------------------------------------------------------------------------------
+    # -- enqueue --
     def _insert(self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]) -> list[InsertedJob]:
         if len(specs) <= BULK_CHUNK:
             return self.store.insert_jobs(conn, specs)
@@ -427,7 +427,7 @@ class App:
     ) -> JobHandle[Any]:
         return (await self.aenqueue_many([spec], connection=connection))[0]
 
-    # -- jobs --------------------------------------------------------------------------------------
+    # -- jobs --
     def get_job(self, job_id: int) -> JobHandle[Any]:
         """A handle for an existing job; JobNotFoundError when there is none."""
         if (
@@ -445,7 +445,16 @@ class App:
             raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
         return JobHandle(self, job_id)
 
-    # -- lifetime ----------------------------------------------------------------------------------
+    def get_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
+        """Snapshots of the jobs with these ids, in id order (missing ids are skipped)."""
+        ids = list(job_ids)
+        return self._run(lambda conn: self.store.get_jobs(conn, ids), describe="get_jobs")
+
+    async def aget_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
+        ids = list(job_ids)
+        return await self._arun(lambda conn: self.store.aget_jobs(conn, ids), describe="get_jobs")
+
+    # -- lifetime --
     def close(self) -> None:
         """Close this process's connection pools (the async one only from its own loop)."""
         with self._lock:

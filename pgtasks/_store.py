@@ -65,7 +65,7 @@ class Store:
         composed = sql.SQL(text).format(schema=self._identifier, channel=sql.Literal(self.channel))
         return composed.as_string(None).encode()
 
-    # -- executors -------------------------------------------------------------------------
+    # -- executors --
     def _rows(self, conn: psycopg.Connection[Any], name: str, params: Params | None) -> list[Row]:
         with translate_errors(self.schema), conn.cursor(row_factory=dict_row) as cursor:
             cursor.execute(self._statements[name], params)
@@ -79,7 +79,7 @@ class Store:
                 await cursor.execute(self._statements[name], params)
                 return await cursor.fetchall() if cursor.description is not None else []
 
-    # -- migrations --------------------------------------------------------------------------
+    # -- migrations --
     def create_migrations_table(self, conn: psycopg.Connection[Any]) -> None:
         self._rows(conn, "create_migrations_table", None)
 
@@ -105,7 +105,7 @@ class Store:
     async def aget_schema_version(self, conn: psycopg.AsyncConnection[Any]) -> int:
         return int((await self._arows(conn, "get_schema_version", None))[0]["version"])
 
-    # -- enqueue -------------------------------------------------------------------------------
+    # -- enqueue --
     @staticmethod
     def _insert_jobs_plan(specs: Sequence[JobSpec]) -> tuple[Params, list[int]]:
         """Columns for ``insert_jobs``; duplicate keys within the batch are sent once.
@@ -172,7 +172,7 @@ class Store:
         params, answer = self._insert_jobs_plan(specs)
         return self._inserted(await self._arows(conn, "insert_jobs", params), answer)
 
-    # -- reading jobs --------------------------------------------------------------------------
+    # -- reading jobs --
     def get_job(self, conn: psycopg.Connection[Any], job_id: int) -> JobRow | None:
         rows = self._rows(conn, "get_job", {"id": job_id})
         return JobRow.from_row(rows[0]) if rows else None
@@ -180,6 +180,16 @@ class Store:
     async def aget_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> JobRow | None:
         rows = await self._arows(conn, "get_job", {"id": job_id})
         return JobRow.from_row(rows[0]) if rows else None
+
+    def get_jobs(self, conn: psycopg.Connection[Any], job_ids: Sequence[int]) -> list[JobRow]:
+        rows = self._rows(conn, "get_jobs", {"ids": list(job_ids)})
+        return [JobRow.from_row(row) for row in rows]
+
+    async def aget_jobs(
+        self, conn: psycopg.AsyncConnection[Any], job_ids: Sequence[int]
+    ) -> list[JobRow]:
+        rows = await self._arows(conn, "get_jobs", {"ids": list(job_ids)})
+        return [JobRow.from_row(row) for row in rows]
 
     def get_job_status(self, conn: psycopg.Connection[Any], job_id: int) -> JobStatus | None:
         rows = self._rows(conn, "get_job_status", {"id": job_id})
@@ -191,7 +201,7 @@ class Store:
         rows = await self._arows(conn, "get_job_status", {"id": job_id})
         return JobStatus(rows[0]["status"]) if rows else None
 
-    # -- workers -------------------------------------------------------------------------------
+    # -- workers --
     def register_worker(
         self,
         conn: psycopg.Connection[Any],
@@ -223,11 +233,14 @@ class Store:
         worker_id: int,
         queues: Sequence[str] | None,
         limit: int,
+        task_names: Sequence[str] | None = None,
     ) -> list[Row]:
+        """Claim up to ``limit`` due jobs; ``task_names`` restricts to known tasks."""
         params = {
             "worker_id": worker_id,
             "queues": list(queues) if queues is not None else None,
             "limit": limit,
+            "task_names": list(task_names) if task_names is not None else None,
         }
         rows = self._rows(conn, "claim_jobs", params)
         # UPDATE … RETURNING does not keep the CTE's order: restore the claim order.

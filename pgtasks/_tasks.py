@@ -158,7 +158,7 @@ class Task(Generic[P, R]):
             return self.function(context, *args, **kwargs)  # type: ignore[no-any-return]
         return self.function(*args, **kwargs)  # type: ignore[no-any-return]
 
-    # -- building job rows ---------------------------------------------------------------------
+    # -- building job rows --
     def build_spec(
         self,
         args: Sequence[Any] = (),
@@ -246,7 +246,7 @@ class Task(Generic[P, R]):
                 )
         return specs
 
-    # -- enqueue (sync) --------------------------------------------------------------------------
+    # -- enqueue (sync) --
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue a job to run as soon as a worker is free."""
         return self.app.enqueue(self.build_spec(args, kwargs))
@@ -292,7 +292,7 @@ class Task(Generic[P, R]):
         """Enqueue many jobs in one round trip per batch; handles come back in order."""
         return self.app.enqueue_many(self._many_specs(items), connection=connection)
 
-    # -- enqueue (async) -------------------------------------------------------------------------
+    # -- enqueue (async) --
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         return await self.app.aenqueue(self.build_spec(args, kwargs))
 

@@ -76,6 +76,93 @@ def migrate(app_path: str, log_level: str) -> None:
         click.echo(f"schema {app.schema!r} is up to date")
 
 
+@main.command()
+@app_option
+@click.option("-Q", "--queues", default=None, help="Comma-separated queues (default: all).")
+@click.option("-c", "--concurrency", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--shutdown-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds running jobs get to finish after SIGTERM/SIGINT before they are released.",
+)
+@click.option(
+    "--lease-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds without heartbeat before a worker's jobs are rescued [app: 30].",
+)
+@click.option(
+    "--heartbeat-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds between heartbeats [app: 5].",
+)
+@click.option(
+    "--rescue-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds between rescue passes [app: 5].",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds between claims when no notification arrives [app: 1].",
+)
+@click.option(
+    "--ignore-unknown",
+    is_flag=True,
+    help="Leave jobs of tasks this worker does not know pending instead of failing them.",
+)
+@log_level_option
+def worker(
+    app_path: str,
+    queues: str | None,
+    concurrency: int,
+    shutdown_timeout: float,
+    lease_timeout: float | None,
+    heartbeat_interval: float | None,
+    rescue_interval: float | None,
+    poll_interval: float | None,
+    ignore_unknown: bool,
+    log_level: str,
+) -> None:
+    """Claim and run jobs until SIGTERM/SIGINT (a second signal releases running jobs now)."""
+    from ._worker import Worker
+
+    configure_logging(log_level)
+    app = load_app(app_path)
+    try:
+        job_worker = Worker(
+            app,
+            queues=queues.split(",") if queues else None,
+            concurrency=concurrency,
+            shutdown_timeout=shutdown_timeout,
+            lease_timeout=lease_timeout,
+            heartbeat_interval=heartbeat_interval,
+            rescue_interval=rescue_interval,
+            poll_interval=poll_interval,
+            ignore_unknown=ignore_unknown,
+        )
+        job_worker.run(install_signal_handlers=True)
+    except PgTasksError as error:
+        click.echo(f"error: {error}", err=True)
+        _exit(1)
+    app.close()
+    # Threads of tasks that outlived the shutdown deadline must not keep the process alive:
+    # their jobs were released and will run elsewhere.
+    _exit(0)
+
+
+def _exit(code: int) -> None:
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 @main.group()
 def embedded() -> None:
     """The embedded development PostgreSQL (./.pgtasks)."""

@@ -60,6 +60,15 @@ SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attem
 FROM {schema}.jobs
 WHERE id = %(id)s;
 
+-- name: get_jobs :many
+-- Jobs by id (missing ids are absent from the result).
+SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
+       run_at, locked_at, locked_by, last_error, result, idempotency_key,
+       created_at, updated_at, finished_at
+FROM {schema}.jobs
+WHERE id = ANY(%(ids)s::bigint[])
+ORDER BY id;
+
 -- name: get_job_status :one
 -- The status of one job by id.
 SELECT status FROM {schema}.jobs WHERE id = %(id)s;
@@ -88,6 +97,8 @@ WITH picked AS (
     WHERE status = 'pending'
       AND run_at <= now()
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      -- Workers started with --ignore-unknown claim only the tasks they know.
+      AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

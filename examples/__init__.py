@@ -1,0 +1,1 @@
+"""Runnable examples: ``python3 dev.py demo`` runs :mod:`examples.demo`."""

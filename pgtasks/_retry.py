@@ -1,0 +1,117 @@
+"""Retry decisions: backoff delays and what an attempt's ending means for its job.
+
+Pure module: no I/O. The backoff is tenacity's exponential wait strategy (base * 2**(n-1),
+capped), scaled by "equal jitter": a uniform factor in [0.5, 1.0], so retries of many
+jobs that failed together spread out while each delay stays at least half the nominal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import traceback
+from datetime import timedelta
+from typing import Literal
+
+import tenacity
+
+from ._errors import PayloadNotSerializableError
+
+
+class Retry(Exception):
+    """Raise in a task to run it again after ``delay`` (seconds or a timedelta).
+
+    The attempt counts towards ``max_attempts``; when none are left the job fails.
+    """
+
+    def __init__(self, delay: float | timedelta = 0.0, reason: str | None = None) -> None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        if seconds < 0:
+            raise ValueError(f"Retry delay must not be negative, got {delay!r}")
+        self.delay = seconds
+        self.reason = reason
+        super().__init__(reason or f"retry requested in {seconds:g} s")
+
+
+class Discard(Exception):
+    """Raise in a task to fail its job at once, without further attempts."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    base: float = 1.0
+    cap: float = 600.0
+    jitter: bool = True
+
+
+def backoff(attempt: int, policy: RetryPolicy, rng: random.Random | None = None) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+    state = tenacity.RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
+    state.attempt_number = max(1, attempt)
+    nominal = float(tenacity.wait_exponential(multiplier=policy.base, max=policy.cap)(state))
+    if not policy.jitter:
+        return nominal
+    return nominal * (rng or random).uniform(0.5, 1.0)
+
+
+OutcomeKind = Literal["done", "retry", "failed", "discarded", "timeout", "lost"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended, ready to be written (fenced) by the worker.
+
+    ``status`` is the job's next status: done, pending (a retry after ``delay`` s) or failed.
+    """
+
+    kind: OutcomeKind
+    status: Literal["done", "pending", "failed"]
+    result_json: str | None = None
+    error: str | None = None
+    delay: float = 0.0
+
+    @property
+    def summary(self) -> str:
+        if self.kind == "retry":
+            return f"retry in {self.delay:.3g} s"
+        return self.kind
+
+
+def done(result_json: str) -> Outcome:
+    return Outcome("done", "done", result_json=result_json)
+
+
+def describe_error(error: BaseException) -> str:
+    """``Type: message`` plus the traceback, as stored in ``last_error``."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return text.strip()
+
+
+def after_error(
+    error: BaseException,
+    *,
+    attempt: int,
+    max_attempts: int,
+    policy: RetryPolicy,
+    dont_retry: tuple[type[BaseException], ...] = (),
+) -> Outcome:
+    """The outcome of an attempt that raised ``error``."""
+    text = describe_error(error)
+    if isinstance(error, Discard) or (dont_retry and isinstance(error, dont_retry)):
+        return Outcome("discarded", "failed", error=text)
+    if isinstance(error, PayloadNotSerializableError):
+        return Outcome("failed", "failed", error=text)
+    if attempt >= max_attempts:
+        return Outcome("failed", "failed", error=text)
+    delay = error.delay if isinstance(error, Retry) else backoff(attempt, policy)
+    return Outcome("retry", "pending", error=text, delay=delay)
+
+
+def after_timeout(
+    timeout: float, *, attempt: int, max_attempts: int, policy: RetryPolicy
+) -> Outcome:
+    """The outcome of an attempt that passed its ``timeout``."""
+    message = f"TimeoutError: the task did not finish within its timeout of {timeout:g} s"
+    if attempt >= max_attempts:
+        return Outcome("timeout", "failed", error=message)
+    return Outcome("timeout", "pending", error=message, delay=backoff(attempt, policy))

@@ -1,0 +1,533 @@
+"""Worker: the claim loop, slots, wake-ups, fenced completions and graceful shutdown.
+
+One thread runs the loop below on its own connection; jobs run on the Executor;
+Heartbeat, Rescuer and Listener run beside it (see _services).
+
+    loop:  write finished outcomes (one fenced statement per batch)
+           time out sync attempts past their deadline
+           claim up to the free slots (one statement, FOR UPDATE SKIP LOCKED)
+           wait for: a finished job, a notification, the poll interval, stop()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ._errors import ConfigurationError
+from ._executor import ClaimedJob, Executor, Running
+from ._retry import Outcome
+from ._services import ErrorLog, Heartbeat, Listener, Rescuer, connect
+
+if TYPE_CHECKING:
+    from ._app import App
+
+logger = logging.getLogger("pgtasks.worker")
+
+MAX_BACKOFF = 2.0
+
+
+def _seconds(name: str, value: float | None, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigurationError(f"{name}= must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+class Worker:
+    """Claims and runs jobs of ``queues`` (None: every queue) until stopped.
+
+    ``run()`` blocks; ``stop()`` (thread-safe) stops claiming, lets running jobs finish
+    for up to ``shutdown_timeout`` seconds, releases the rest back to pending without
+    using up their attempt, and deregisters.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 10,
+        lease_timeout: float | None = None,
+        heartbeat_interval: float | None = None,
+        rescue_interval: float | None = None,
+        poll_interval: float | None = None,
+        shutdown_timeout: float = 30.0,
+        ignore_unknown: bool = False,
+    ) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"concurrency= must be an int >= 1, got {concurrency!r}")
+        if queues is not None:
+            queues = [queue_name.strip() for queue_name in queues if queue_name.strip()]
+            if not queues:
+                raise ConfigurationError("queues= must name at least one queue (or be None)")
+        self.app = app
+        self.queues: list[str] | None = list(queues) if queues is not None else None
+        self.concurrency = concurrency
+        self.lease_timeout = _seconds("lease_timeout", lease_timeout, app.lease_timeout)
+        self.heartbeat_interval = _seconds(
+            "heartbeat_interval", heartbeat_interval, app.heartbeat_interval
+        )
+        self.rescue_interval = _seconds("rescue_interval", rescue_interval, app.rescue_interval)
+        self.poll_interval = _seconds("poll_interval", poll_interval, app.poll_interval)
+        self.shutdown_timeout = _seconds("shutdown_timeout", shutdown_timeout, 30.0)
+        if self.heartbeat_interval >= self.lease_timeout:
+            raise ConfigurationError(
+                f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"
+                f" lease_timeout ({self.lease_timeout:g} s)"
+            )
+        self.ignore_unknown = ignore_unknown
+        self.hostname = socket.gethostname()
+        self.pid = os.getpid()
+        self.name = f"{self.hostname}:{self.pid}"
+        #: The current registration id (the lease owner of new claims); None until run().
+        self.worker_id: int | None = None
+        self._id_lock = threading.Lock()
+        self._wake_event = threading.Event()
+        self._notified = True  # claim at once on start
+        self._finished: queue.SimpleQueue[tuple[Running, Outcome]] = queue.SimpleQueue()
+        self._in_flight: dict[int, Running] = {}
+        self._unwritten: list[tuple[Running, Outcome]] = []
+        self._stop_requested = threading.Event()
+        self._stop_deadline: float | None = None
+        self._stopped = threading.Event()
+        self._run_thread: threading.Thread | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        self._errors = ErrorLog(f"claim loop of worker {self.name}")
+        self._maybe_more = True
+        #: time.monotonic() when a job we rescheduled becomes due (claim then, not at the poll).
+        self._next_due = float("inf")
+        self._executor = Executor(app, concurrency=concurrency, on_finished=self._on_finished)
+        self._services: list[Heartbeat | Rescuer | Listener] = []
+        #: Counters since start (read by tests and the demo).
+        self.counts: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.name} id={self.worker_id} queues={self.queues or 'all'}>"
+
+    # -- public control --
+    def stop(self, timeout: float | None = None, *, wait: bool = True) -> None:
+        """Stop gracefully; running jobs get ``timeout`` (default shutdown_timeout) seconds.
+
+        ``timeout=0`` releases running jobs at once. With ``wait`` (and when called from
+        another thread than ``run()``'s) this returns once the worker has stopped.
+        """
+        grace = self.shutdown_timeout if timeout is None else max(0.0, float(timeout))
+        deadline = time.monotonic() + grace
+        if self._stop_deadline is None or deadline < self._stop_deadline:
+            self._stop_deadline = deadline
+        self._stop_requested.set()
+        self._wake_event.set()
+        if (
+            wait
+            and self._run_thread is not None
+            and threading.current_thread() is not self._run_thread
+        ):
+            self._stopped.wait(grace + 15.0)
+
+    @property
+    def running_jobs(self) -> int:
+        return len(self._in_flight)
+
+    def wake(self, *, notified: bool = False) -> None:
+        if notified:
+            self._notified = True
+        self._wake_event.set()
+
+    # -- registration (also called by the services) --
+    def _register(self, conn: psycopg.Connection[Any]) -> int:
+        worker_id = self.app.store.register_worker(
+            conn,
+            hostname=self.hostname,
+            pid=self.pid,
+            queues=self.queues,
+            concurrency=self.concurrency,
+        )
+        with self._id_lock:
+            self.worker_id = worker_id
+        return worker_id
+
+    def heartbeat(self, conn: psycopg.Connection[Any]) -> None:
+        worker_id = self.worker_id
+        if worker_id is None or self._stopped.is_set():
+            return
+        if self.app.store.heartbeat_worker(conn, worker_id):
+            return
+        if self._stop_requested.is_set():
+            return
+        new_id = self._register(conn)
+        logger.warning(
+            "worker %s: registration %d was removed (presumed dead after %g s without a"
+            " heartbeat); re-registered as %d. Jobs it held may have been rescued; their late"
+            " outcomes will be discarded.",
+            self.name,
+            worker_id,
+            self.lease_timeout,
+            new_id,
+            extra={"worker_id": new_id},
+        )
+
+    def rescue(self, conn: psycopg.Connection[Any]) -> None:
+        store = self.app.store
+        rescued = store.rescue_jobs(conn, lease_timeout=self.lease_timeout)
+        for row in rescued:
+            logger.warning(
+                "rescued job %d (attempt %d) from lost worker %s: now %s",
+                row["id"],
+                row["attempts"],
+                row["locked_by"],
+                row["status"],
+                extra={"job_id": row["id"], "attempt": row["attempts"]},
+            )
+        for row in store.delete_dead_workers(conn, lease_timeout=self.lease_timeout):
+            logger.warning(
+                "removed registration of dead worker %d (%s:%d)",
+                row["id"],
+                row["hostname"],
+                row["pid"],
+            )
+        for queue_name in {row["queue"] for row in rescued if row["status"] == "pending"}:
+            store.notify_queue(conn, queue_name)
+        self._count("rescued", len(rescued))
+
+    # -- the loop --
+    def run(self, *, install_signal_handlers: bool = False) -> None:
+        """Run until stopped. Raises SchemaNotMigratedError before claiming on an old schema."""
+        self._run_thread = threading.current_thread()
+        self.app.check_schema()
+        self._conn = connect(self)
+        worker_id = self._register(self._conn)
+        previous_handlers = self._install_signal_handlers() if install_signal_handlers else {}
+        self._executor = Executor(
+            self.app, concurrency=self.concurrency, on_finished=self._on_finished
+        )
+        logger.info(
+            "worker %d (%s) started: queues=%s concurrency=%d database=%s lease=%gs"
+            " heartbeat=%gs rescue=%gs poll=%gs",
+            worker_id,
+            self.name,
+            ",".join(self.queues) if self.queues else "*",
+            self.concurrency,
+            self.app.describe_database(),
+            self.lease_timeout,
+            self.heartbeat_interval,
+            self.rescue_interval,
+            self.poll_interval,
+            extra={"worker_id": worker_id},
+        )
+        self._services = [
+            Heartbeat(self, self.heartbeat_interval),
+            Rescuer(self, self.rescue_interval),
+            Listener(self),
+        ]
+        for service in self._services:
+            service.start()
+        try:
+            self._loop()
+        finally:
+            try:
+                self._shutdown()
+            finally:
+                for signum, handler in previous_handlers.items():
+                    signal.signal(signum, handler)
+                self._stopped.set()
+
+    def _loop(self) -> None:
+        next_poll = 0.0
+        failures = 0
+        while not self._stop_requested.is_set():
+            self._wake_event.clear()
+            try:
+                self._write_outcomes()
+                self._expire()
+                now = time.monotonic()
+                free = self.concurrency - len(self._in_flight)
+                due = now >= next_poll or now >= self._next_due
+                if free > 0 and (self._notified or self._maybe_more or due):
+                    self._notified = False
+                    if now >= self._next_due:
+                        self._next_due = float("inf")
+                    claimed = self._claim(free)
+                    self._maybe_more = claimed == free
+                    next_poll = time.monotonic() + self.poll_interval
+                failures = 0
+                self._errors.recovered()
+            except psycopg.Error as error:
+                failures += 1
+                self._errors.failed(error)
+                self._drop_connection()
+                self._wake_event.wait(min(MAX_BACKOFF, 0.05 * 2**failures))
+                continue
+            self._wake_event.wait(self._wait_time(next_poll))
+
+    def _wait_time(self, next_poll: float) -> float:
+        now = time.monotonic()
+        wait = max(0.0, min(next_poll, self._next_due) - now)
+        for running in self._in_flight.values():
+            if running.deadline is not None and not running.abandoned:
+                wait = min(wait, max(0.0, running.deadline - now))
+        return wait
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self)
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    def _claim(self, limit: int) -> int:
+        worker_id = self.worker_id
+        if worker_id is None:
+            raise RuntimeError("the worker is not registered")
+        rows = self.app.store.claim_jobs(
+            self._connection(),
+            worker_id=worker_id,
+            queues=self.queues,
+            limit=limit,
+            task_names=sorted(self.app.tasks) if self.ignore_unknown else None,
+        )
+        for row in rows:
+            running = self._executor.submit(ClaimedJob.from_row(row, worker_id))
+            self._in_flight[running.token] = running
+        self._count("claimed", len(rows))
+        return len(rows)
+
+    def _on_finished(self, running: Running, outcome: Outcome) -> None:
+        """Called on the job's thread (or the event loop): hand over to the loop."""
+        self._finished.put((running, outcome))
+        self._wake_event.set()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for running in list(self._in_flight.values()):
+            if running.deadline is not None and not running.abandoned and now >= running.deadline:
+                self._unwritten.append((running, self._executor.expire(running)))
+
+    def _collect(self) -> None:
+        """Move finished attempts from the queue; free their slots."""
+        while True:
+            try:
+                running, outcome = self._finished.get_nowait()
+            except queue.Empty:
+                return
+            self._in_flight.pop(running.token, None)
+            if running.abandoned:
+                logger.debug(
+                    "job %d: abandoned attempt %d returned", running.job.id, running.job.attempt
+                )
+                continue
+            self._unwritten.append((running, outcome))
+
+    def _write_outcomes(self) -> None:
+        """Write every finished outcome, fenced, one statement per lease owner."""
+        self._collect()
+        if not self._unwritten:
+            return
+        batch = self._unwritten
+        by_owner: dict[int, list[tuple[Running, Outcome]]] = {}
+        for running, outcome in batch:
+            by_owner.setdefault(running.job.worker_id, []).append((running, outcome))
+        conn = self._connection()
+        written: set[int] = set()
+        for owner, items in by_owner.items():
+            accepted = self.app.store.finish_jobs(
+                conn,
+                worker_id=owner,
+                outcomes=[
+                    (
+                        running.job.id,
+                        running.job.attempt,
+                        outcome.status,
+                        outcome.result_json,
+                        outcome.error,
+                        outcome.delay,
+                    )
+                    for running, outcome in items
+                ],
+            )
+            written.update(running.token for running, _ in items if running.job.id in accepted)
+        self._unwritten = []
+        for running, outcome in batch:
+            self._log_outcome(running, outcome, written=running.token in written)
+            if outcome.status == "pending" and running.token in written:
+                # A retry due before the next poll: claim it on time.
+                self._next_due = min(self._next_due, time.monotonic() + outcome.delay)
+
+    def _log_outcome(self, running: Running, outcome: Outcome, *, written: bool) -> None:
+        job = running.job
+        extra = {
+            "job_id": job.id,
+            "task": job.task_name,
+            "attempt": job.attempt,
+            "worker_id": job.worker_id,
+            "outcome": outcome.kind,
+        }
+        duration = time.monotonic() - running.started
+        if not written:
+            self._count("lease_lost")
+            logger.warning(
+                "job %d %s attempt %d: lease lost (the job was rescued or released meanwhile);"
+                " outcome %s discarded",
+                job.id,
+                job.task_name,
+                job.attempt,
+                outcome.summary,
+                extra=extra,
+            )
+            return
+        self._count(outcome.kind)
+        level = logging.INFO if outcome.kind in ("done", "retry") else logging.WARNING
+        first_line = ""
+        if outcome.error and outcome.kind != "done":
+            first_line = ": " + outcome.error.strip().splitlines()[-1][:200]
+        logger.log(
+            level,
+            "job %d %s attempt %d/%d %s in %.3f s%s",
+            job.id,
+            job.task_name,
+            job.attempt,
+            job.max_attempts,
+            outcome.summary,
+            duration,
+            first_line,
+            extra=extra,
+        )
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + amount
+
+    # -- shutdown --
+    def _active(self) -> list[Running]:
+        return [running for running in self._in_flight.values() if not running.abandoned]
+
+    def _shutdown(self) -> None:
+        deadline = self._stop_deadline if self._stop_deadline is not None else time.monotonic()
+        if self._active():
+            logger.info(
+                "worker %s stopping: waiting up to %.1f s for %d running job(s)",
+                self.name,
+                max(0.0, deadline - time.monotonic()),
+                len(self._active()),
+            )
+        while self._active() and time.monotonic() < (self._stop_deadline or 0.0):
+            self._wake_event.wait(
+                max(0.0, min(0.5, (self._stop_deadline or 0.0) - time.monotonic()))
+            )
+            self._wake_event.clear()
+            self._expire()
+            self._try_write()
+        self._collect()
+        leftovers = self._active()
+        if leftovers:
+            self._release(leftovers)
+        self._try_write()
+        self._executor.cancel_async()
+        for service in self._services:
+            service.stop()
+        self._deregister()
+        self._executor.shutdown()
+        self._drop_connection()
+        logger.info("worker %s stopped (%s)", self.name, self._summary())
+
+    def _try_write(self) -> None:
+        for attempt in range(3):
+            try:
+                self._write_outcomes()
+                return
+            except psycopg.Error as error:
+                self._errors.failed(error)
+                self._drop_connection()
+                if attempt < 2:
+                    time.sleep(0.2 * (attempt + 1))
+        if self._unwritten:
+            logger.warning(
+                "worker %s: could not record %d outcome(s); those jobs will be rescued and run"
+                " again",
+                self.name,
+                len(self._unwritten),
+            )
+            self._unwritten = []
+
+    def _release(self, leftovers: list[Running]) -> None:
+        by_owner: dict[int, list[Running]] = {}
+        for running in leftovers:
+            running.abandoned = True
+            by_owner.setdefault(running.job.worker_id, []).append(running)
+        released: set[int] = set()
+        for attempt in range(3):
+            try:
+                conn = self._connection()
+                for owner, items in by_owner.items():
+                    released |= self.app.store.release_jobs(
+                        conn,
+                        worker_id=owner,
+                        leases=[(running.job.id, running.job.attempt) for running in items],
+                    )
+                break
+            except psycopg.Error as error:
+                self._errors.failed(error)
+                self._drop_connection()
+                if attempt < 2:
+                    time.sleep(0.2 * (attempt + 1))
+        self._count("released", len(released))
+        logger.warning(
+            "worker %s: shutdown deadline reached; released %d running job(s) back to pending"
+            " (attempt not used up): %s",
+            self.name,
+            len(released),
+            ", ".join(str(job_id) for job_id in sorted(released)) or "none",
+        )
+
+    def _deregister(self) -> None:
+        worker_id = self.worker_id
+        if worker_id is None:
+            return
+        try:
+            self.app.store.deregister_worker(self._connection(), worker_id)
+        except psycopg.Error as error:
+            logger.warning("worker %s: could not deregister: %s", self.name, error)
+
+    def _summary(self) -> str:
+        return ", ".join(f"{name}={count}" for name, count in sorted(self.counts.items())) or "idle"
+
+    # -- signals --
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        signals_seen = 0
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            name = signal.Signals(signum).name
+            if signals_seen == 1:
+                logger.info(
+                    "worker %s: %s received, stopping (running jobs get %g s; send it again to"
+                    " release them at once)",
+                    self.name,
+                    name,
+                    self.shutdown_timeout,
+                )
+                self.stop(wait=False)
+            else:
+                logger.info("worker %s: second %s, releasing running jobs now", self.name, name)
+                self.stop(timeout=0, wait=False)
+
+        previous: dict[int, Any] = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, handle)
+        return previous
