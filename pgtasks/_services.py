@@ -39,6 +39,9 @@ def connect(worker: Worker) -> psycopg.Connection[Any]:
         keepalives_interval=2,
         keepalives_count=3,
         application_name=f"pgtasks worker {worker.name}",
+        # Queue tables' statistics are always stale, and a generic plan of the claim
+        # cannot fold its optional filters: plan each execution for its own parameters.
+        options="-c plan_cache_mode=force_custom_plan",
     )
 
 

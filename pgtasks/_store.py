@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -226,6 +227,35 @@ class Store:
     def deregister_worker(self, conn: psycopg.Connection[Any], worker_id: int) -> None:
         self._rows(conn, "deregister_worker", {"worker_id": worker_id})
 
+    @staticmethod
+    def _claim_params(
+        worker_id: int,
+        queues: Sequence[str] | None,
+        limit: int,
+        task_names: Sequence[str] | None,
+    ) -> dict[str, Any]:
+        return {
+            "worker_id": worker_id,
+            "queues": list(queues) if queues is not None else None,
+            "limit": limit,
+            "task_names": list(task_names) if task_names is not None else None,
+        }
+
+    @staticmethod
+    def _finish_params(
+        worker_id: int, outcomes: Sequence[tuple[int, int, str, str | None, str | None, float]]
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"worker_id": worker_id}
+        for index, column in enumerate(("id", "attempt", "status", "result", "error", "delay")):
+            params[column] = [outcome[index] for outcome in outcomes]
+        return params
+
+    @staticmethod
+    def _in_claim_order(rows: list[Row]) -> list[Row]:
+        # UPDATE … RETURNING does not keep the CTE's order: restore the claim order.
+        rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
+        return rows
+
     def claim_jobs(
         self,
         conn: psycopg.Connection[Any],
@@ -236,16 +266,8 @@ class Store:
         task_names: Sequence[str] | None = None,
     ) -> list[Row]:
         """Claim up to ``limit`` due jobs; ``task_names`` restricts to known tasks."""
-        params = {
-            "worker_id": worker_id,
-            "queues": list(queues) if queues is not None else None,
-            "limit": limit,
-            "task_names": list(task_names) if task_names is not None else None,
-        }
-        rows = self._rows(conn, "claim_jobs", params)
-        # UPDATE … RETURNING does not keep the CTE's order: restore the claim order.
-        rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
-        return rows
+        params = self._claim_params(worker_id, queues, limit, task_names)
+        return self._in_claim_order(self._rows(conn, "claim_jobs", params))
 
     def finish_jobs(
         self,
@@ -258,10 +280,42 @@ class Store:
 
         Returns the ids whose write took effect; the others had lost their lease.
         """
-        params: dict[str, Any] = {"worker_id": worker_id}
-        for index, column in enumerate(("id", "attempt", "status", "result", "error", "delay")):
-            params[column] = [outcome[index] for outcome in outcomes]
+        params = self._finish_params(worker_id, outcomes)
         return {row["id"] for row in self._rows(conn, "finish_jobs", params)}
+
+    def finish_and_claim_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        finished: Sequence[
+            tuple[int, Sequence[tuple[int, int, str, str | None, str | None, float]]]
+        ],
+        worker_id: int,
+        queues: Sequence[str] | None,
+        limit: int,
+        task_names: Sequence[str] | None = None,
+    ) -> tuple[set[int], list[Row]]:
+        """``finish_jobs`` for each ``(lease owner, outcomes)`` then ``claim_jobs`` (when
+        ``limit`` > 0): one transaction, one network round trip (pipeline mode).
+        """
+        cursors = []
+        with translate_errors(self.schema), conn.pipeline(), conn.transaction():
+            for owner, outcomes in finished:
+                cursor = conn.cursor(row_factory=dict_row)
+                cursor.execute(
+                    self._statements["finish_jobs"], self._finish_params(owner, outcomes)
+                )
+                cursors.append(cursor)
+            claim_cursor = None
+            if limit > 0:
+                claim_cursor = conn.cursor(row_factory=dict_row)
+                claim_cursor.execute(
+                    self._statements["claim_jobs"],
+                    self._claim_params(worker_id, queues, limit, task_names),
+                )
+        accepted = {row["id"] for cursor in cursors for row in cursor.fetchall()}
+        claimed = self._in_claim_order(claim_cursor.fetchall()) if claim_cursor else []
+        return accepted, claimed
 
     def release_jobs(
         self, conn: psycopg.Connection[Any], *, worker_id: int, leases: Sequence[tuple[int, int]]
@@ -273,6 +327,12 @@ class Store:
             "attempt": [attempt for _, attempt in leases],
         }
         return {row["id"] for row in self._rows(conn, "release_jobs", params)}
+
+    def release_orphaned_jobs(
+        self, conn: psycopg.Connection[Any], *, worker_id: int, known_ids: Sequence[int]
+    ) -> set[int]:
+        params = {"worker_id": worker_id, "known_ids": list(known_ids)}
+        return {row["id"] for row in self._rows(conn, "release_orphaned_jobs", params)}
 
     def rescue_jobs(self, conn: psycopg.Connection[Any], *, lease_timeout: float) -> list[Row]:
         return self._rows(conn, "rescue_jobs", {"lease_timeout": lease_timeout})

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("pgtasks.worker")
 
 MAX_BACKOFF = 2.0
+#: Seconds the loop waits for more completions before writing a small batch.
+LINGER = 0.001
 
 
 def _seconds(name: str, value: float | None, default: float) -> float:
@@ -250,18 +252,24 @@ class Worker:
         while not self._stop_requested.is_set():
             self._wake_event.clear()
             try:
-                self._write_outcomes()
+                if failures:
+                    self._recover_leases()
+                self._collect()
+                self._linger()
                 self._expire()
                 now = time.monotonic()
                 free = self.concurrency - len(self._in_flight)
                 due = now >= next_poll or now >= self._next_due
-                if free > 0 and (self._notified or self._maybe_more or due):
+                claim = free > 0 and (self._notified or self._maybe_more or due)
+                if claim:
                     self._notified = False
                     if now >= self._next_due:
                         self._next_due = float("inf")
-                    claimed = self._claim(free)
-                    self._maybe_more = claimed == free
-                    next_poll = time.monotonic() + self.poll_interval
+                if claim or self._unwritten:
+                    claimed = self._exchange(free if claim else 0)
+                    if claim:
+                        self._maybe_more = claimed == free
+                        next_poll = time.monotonic() + self.poll_interval
                 failures = 0
                 self._errors.recovered()
             except psycopg.Error as error:
@@ -271,6 +279,17 @@ class Worker:
                 self._wake_event.wait(min(MAX_BACKOFF, 0.05 * 2**failures))
                 continue
             self._wake_event.wait(self._wait_time(next_poll))
+
+    def _linger(self) -> None:
+        """With most slots still busy and few outcomes ready, wait a moment for more.
+
+        Writing outcomes costs one round trip whatever their number: a millisecond of
+        patience turns a trickle of single completions into batches.
+        """
+        busy = len(self._in_flight)
+        if self._unwritten and busy and len(self._unwritten) < busy and busy * 2 > self.concurrency:
+            time.sleep(LINGER)
+            self._collect()
 
     def _wait_time(self, next_poll: float) -> float:
         now = time.monotonic()
@@ -291,22 +310,67 @@ class Worker:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
 
-    def _claim(self, limit: int) -> int:
+    def _exchange(self, limit: int) -> int:
+        """Write finished outcomes and claim up to ``limit`` jobs in one round trip."""
         worker_id = self.worker_id
         if worker_id is None:
             raise RuntimeError("the worker is not registered")
-        rows = self.app.store.claim_jobs(
+        batch = self._unwritten
+        by_owner: dict[int, list[tuple[Running, Outcome]]] = {}
+        for running, outcome in batch:
+            by_owner.setdefault(running.job.worker_id, []).append((running, outcome))
+        accepted, rows = self.app.store.finish_and_claim_jobs(
             self._connection(),
+            finished=[
+                (owner, [self._outcome_row(running, outcome) for running, outcome in items])
+                for owner, items in by_owner.items()
+            ],
             worker_id=worker_id,
             queues=self.queues,
             limit=limit,
             task_names=sorted(self.app.tasks) if self.ignore_unknown else None,
         )
+        self._unwritten = []
+        self._after_write(batch, accepted)
         for row in rows:
             running = self._executor.submit(ClaimedJob.from_row(row, worker_id))
             self._in_flight[running.token] = running
         self._count("claimed", len(rows))
         return len(rows)
+
+    @staticmethod
+    def _outcome_row(
+        running: Running, outcome: Outcome
+    ) -> tuple[int, int, str, str | None, str | None, float]:
+        return (
+            running.job.id,
+            running.job.attempt,
+            outcome.status,
+            outcome.result_json,
+            outcome.error,
+            outcome.delay,
+        )
+
+    def _recover_leases(self) -> None:
+        """After a connection failure: release jobs we claimed but never received.
+
+        A claim can commit and its reply be lost with the connection; those jobs are
+        running under our (heartbeating) registration, so no rescuer would free them.
+        """
+        worker_id = self.worker_id
+        if worker_id is None:
+            return
+        known = [running.job.id for running in self._in_flight.values()]
+        released = self.app.store.release_orphaned_jobs(
+            self._connection(), worker_id=worker_id, known_ids=known
+        )
+        if released:
+            logger.warning(
+                "worker %s: released %d job(s) claimed by a reply lost with the connection: %s",
+                self.name,
+                len(released),
+                ", ".join(str(job_id) for job_id in sorted(released)),
+            )
 
     def _on_finished(self, running: Running, outcome: Outcome) -> None:
         """Called on the job's thread (or the event loop): hand over to the loop."""
@@ -335,37 +399,16 @@ class Worker:
             self._unwritten.append((running, outcome))
 
     def _write_outcomes(self) -> None:
-        """Write every finished outcome, fenced, one statement per lease owner."""
+        """Write every finished outcome, fenced (used while stopping)."""
         self._collect()
-        if not self._unwritten:
-            return
-        batch = self._unwritten
-        by_owner: dict[int, list[tuple[Running, Outcome]]] = {}
+        if self._unwritten:
+            self._exchange(0)
+
+    def _after_write(self, batch: list[tuple[Running, Outcome]], accepted: set[int]) -> None:
         for running, outcome in batch:
-            by_owner.setdefault(running.job.worker_id, []).append((running, outcome))
-        conn = self._connection()
-        written: set[int] = set()
-        for owner, items in by_owner.items():
-            accepted = self.app.store.finish_jobs(
-                conn,
-                worker_id=owner,
-                outcomes=[
-                    (
-                        running.job.id,
-                        running.job.attempt,
-                        outcome.status,
-                        outcome.result_json,
-                        outcome.error,
-                        outcome.delay,
-                    )
-                    for running, outcome in items
-                ],
-            )
-            written.update(running.token for running, _ in items if running.job.id in accepted)
-        self._unwritten = []
-        for running, outcome in batch:
-            self._log_outcome(running, outcome, written=running.token in written)
-            if outcome.status == "pending" and running.token in written:
+            written = running.job.id in accepted
+            self._log_outcome(running, outcome, written=written)
+            if outcome.status == "pending" and written:
                 # A retry due before the next poll: claim it on time.
                 self._next_due = min(self._next_due, time.monotonic() + outcome.delay)
 

@@ -157,6 +157,19 @@ WITH released AS (
 SELECT released.id, pg_notify({channel}, released.queue) IS NULL AS notified
 FROM released;
 
+-- name: release_orphaned_jobs :many
+-- Release jobs running under this worker that it does not know it holds (a claim whose
+-- reply was lost with the connection); they never started, so the attempt is returned.
+UPDATE {schema}.jobs AS jobs
+SET status = 'pending',
+    attempts = jobs.attempts - 1,
+    run_at = now(),
+    updated_at = now()
+WHERE jobs.status = 'running'
+  AND jobs.locked_by = %(worker_id)s
+  AND jobs.id <> ALL(%(known_ids)s::bigint[])
+RETURNING jobs.id;
+
 -- name: rescue_jobs :many
 -- Jobs running under a worker that is gone or silent past the lease: back to pending,
 -- or failed when out of attempts. Live workers' long jobs are never touched.
