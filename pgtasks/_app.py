@@ -77,6 +77,7 @@ class App:
 
     ``dsn`` resolution: ``App(dsn=...)`` > ``PGTASKS_DSN`` > ``DATABASE_URL`` > the
     embedded PostgreSQL in ``./.pgtasks`` (development only; needs ``pgtasks[embedded]``).
+    ``schema``: ``App(schema=...)`` > ``PGTASKS_SCHEMA`` > ``"pgtasks"``.
     Pools are created on first use and closed by :meth:`close` or ``with app:``.
     """
 
@@ -98,7 +99,7 @@ class App:
         rescue_interval: float = 5.0,
         poll_interval: float = 1.0,
     ) -> None:
-        self.schema = validate_schema_name(schema)
+        self.schema = validate_schema_name(schema or os.environ.get("PGTASKS_SCHEMA") or "pgtasks")
         self._configured_dsn = _db.resolve_dsn(dsn)
         self.embedded_dir: Path = _db.embedded_data_dir(embedded_dir)
         if not isinstance(default_queue, str) or not default_queue:

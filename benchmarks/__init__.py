@@ -1,0 +1,1 @@
+"""pgtasks benchmarks: ``python3 dev.py bench`` (or ``python -m benchmarks``)."""

@@ -1,0 +1,382 @@
+"""Run the pgtasks benchmarks and print a table (and JSON).
+
+    python -m benchmarks [--dsn DSN] [--jobs N] [--runs R] [--quick] [--json PATH]
+
+Each figure is the median of R runs (min and max shown). Processing runs a real
+`pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
+the database's own timestamps (first claim to last finish), so process start-up is not
+counted. Every execution is checked: a run with a job not done exactly once is reported.
+The raw-SQL baseline runs the same claim and finish statements in a plain psycopg loop,
+so the framework's overhead shows as a ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = "pgtasks_bench"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--dsn", help="PostgreSQL to use (default: the embedded server)")
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs per processing run")
+    parser.add_argument("--runs", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one run (smoke test)")
+    parser.add_argument(
+        "--json", default=str(ROOT / "benchmarks" / "results" / "latest.json"), help="output"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.jobs, args.runs = 200, 1
+    return args
+
+
+def resolve_dsn(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    from pgtasks._embedded import embedded_dsn
+
+    return embedded_dsn(ROOT / ".pgtasks-bench")
+
+
+def reset_schema(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
+    os.environ["PGTASKS_SCHEMA"] = SCHEMA
+    os.environ["PGTASKS_DSN"] = dsn
+    from benchmarks.app import app
+
+    app.close()
+    app._schema_checked = False
+    app.migrate()
+
+
+def server_facts(dsn: str) -> dict[str, str]:
+    names = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {name: str(conn.execute(f"SHOW {name}").fetchone()[0]) for name in names}  # type: ignore[index]
+
+
+class Figure:
+    def __init__(self, name: str, unit: str, values: list[float], note: str = "") -> None:
+        self.name, self.unit, self.values, self.note = name, unit, values, note
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "median": self.median,
+            "min": min(self.values),
+            "max": max(self.values),
+            "runs": self.values,
+            "note": self.note,
+        }
+
+    def row(self) -> str:
+        fmt = "{:,.2f}" if self.unit == "ms" else "{:,.0f}"
+        median, low, high = (
+            fmt.format(v) for v in (self.median, min(self.values), max(self.values))
+        )
+        return f"{self.name:52} {median:>10} {self.unit:6} [{low} .. {high}] {self.note}"
+
+
+def repeat(runs: int, measure: Callable[[], float]) -> list[float]:
+    return [measure() for _ in range(runs)]
+
+
+# -- enqueue -------------------------------------------------------------------------------------
+def enqueue_one_by_one(dsn: str, count: int) -> float:
+    reset_schema(dsn)
+    from benchmarks.app import noop
+
+    started = time.perf_counter()
+    for _ in range(count):
+        noop.delay()
+    return count / (time.perf_counter() - started)
+
+
+def enqueue_bulk(dsn: str, count: int) -> float:
+    reset_schema(dsn)
+    from benchmarks.app import noop
+
+    batches = max(1, count // 1000)
+    started = time.perf_counter()
+    for _ in range(batches):
+        noop.delay_many([{}] * 1000)
+    return batches * 1000 / (time.perf_counter() - started)
+
+
+def enqueue_transactional(dsn: str, count: int) -> float:
+    reset_schema(dsn)
+    from benchmarks.app import noop
+
+    transactions = max(1, count // 100)
+    with psycopg.connect(dsn) as conn:
+        started = time.perf_counter()
+        for _ in range(transactions):
+            with conn.transaction():
+                for _ in range(100):
+                    noop.apply_async(connection=conn)
+        elapsed = time.perf_counter() - started
+    return transactions * 100 / elapsed
+
+
+# -- processing ----------------------------------------------------------------------------------
+@contextmanager
+def worker_processes(count: int, *arguments: str) -> Iterator[list[subprocess.Popen[bytes]]]:
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pgtasks",
+                "worker",
+                "-A",
+                "benchmarks.app:app",
+                "--log-level",
+                "WARNING",
+                *arguments,
+            ],
+            cwd=ROOT,
+            env=os.environ.copy(),
+        )
+        for _ in range(count)
+    ]
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def job_counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {}.jobs").format(
+            sql.Identifier(SCHEMA)
+        )
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def processing(
+    dsn: str, jobs: int, concurrency: int, *, task: str = "noop", workers: int = 1
+) -> float:
+    reset_schema(dsn)
+    from benchmarks import app as bench
+
+    target = bench.anoop if task == "anoop" else bench.noop
+    for start in range(0, jobs, 5000):
+        target.delay_many([{}] * min(5000, jobs - start))
+    deadline = time.monotonic() + 600
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        worker_processes(workers, "--concurrency", str(concurrency)),
+    ):
+        while job_counts(conn)[0] < jobs:
+            if time.monotonic() > deadline:
+                raise RuntimeError("processing did not finish in 600 s")
+            time.sleep(0.05)
+        row = conn.execute(
+            sql.SQL(
+                "SELECT extract(epoch FROM max(finished_at) - min(locked_at)),"
+                " count(*) FILTER (WHERE attempts <> 1) FROM {}.jobs"
+            ).format(sql.Identifier(SCHEMA))
+        ).fetchone()
+    assert row is not None
+    seconds, not_once = float(row[0]), int(row[1])
+    if not_once:
+        print(f"  !! {not_once} job(s) ran more than once", file=sys.stderr)
+    return jobs / seconds
+
+
+def raw_sql_ceiling(dsn: str, jobs: int, batch: int) -> float:
+    """The worker's own claim and finish statements in a bare loop (no tasks, no threads)."""
+    reset_schema(dsn)
+    from benchmarks.app import app, noop
+
+    for start in range(0, jobs, 5000):
+        noop.delay_many([{}] * min(5000, jobs - start))
+    store = app.store
+    with psycopg.connect(
+        dsn, autocommit=True, options="-c plan_cache_mode=force_custom_plan"
+    ) as conn:
+        worker_id = store.register_worker(
+            conn, hostname="bench", pid=0, queues=None, concurrency=batch
+        )
+        done = 0
+        finished: list[tuple[int, int, str, str | None, str | None, float]] = []
+        started = time.perf_counter()
+        while True:
+            _, rows = store.finish_and_claim_jobs(
+                conn,
+                finished=[(worker_id, finished)] if finished else [],
+                worker_id=worker_id,
+                queues=None,
+                limit=batch,
+            )
+            done += len(finished)
+            if not rows:
+                break
+            finished = [(row["id"], row["attempts"], "done", "null", None, 0.0) for row in rows]
+        elapsed = time.perf_counter() - started
+    return done / elapsed
+
+
+# -- latency ---------------------------------------------------------------------------------------
+def idle_latency(dsn: str, count: int, gap: float) -> tuple[float, float, float]:
+    reset_schema(dsn)
+    from benchmarks.app import noop
+
+    with psycopg.connect(dsn, autocommit=True) as conn, worker_processes(1, "--concurrency", "10"):
+        # Wait until the worker is registered and idle.
+        deadline = time.monotonic() + 30
+        while not conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.workers").format(sql.Identifier(SCHEMA))
+        ).fetchone()[0]:  # type: ignore[index]
+            if time.monotonic() > deadline:
+                raise RuntimeError("worker did not start")
+            time.sleep(0.05)
+        time.sleep(0.5)
+        for _ in range(count):
+            noop.delay()
+            time.sleep(gap)
+        while job_counts(conn)[0] < count:
+            time.sleep(0.05)
+        rows = conn.execute(
+            sql.SQL("SELECT extract(epoch FROM locked_at - created_at) * 1000 FROM {}.jobs").format(
+                sql.Identifier(SCHEMA)
+            )
+        ).fetchall()
+    latencies = sorted(float(row[0]) for row in rows)
+
+    def percentile(p: float) -> float:
+        return latencies[min(len(latencies) - 1, round(p / 100 * (len(latencies) - 1)))]
+
+    return percentile(50), percentile(95), percentile(99)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    dsn = resolve_dsn(args.dsn)
+    facts = server_facts(dsn)
+    print(
+        f"machine: {os.cpu_count()} cores, {platform.platform()},"
+        f" Python {platform.python_version()}"
+    )
+    print("postgres: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
+    print(f"jobs per processing run: {args.jobs}; runs per figure: {args.runs} (median)\n")
+    runs = args.runs
+    small = max(200, args.jobs // 10)
+    figures: list[Figure] = []
+
+    def add(figure: Figure) -> None:
+        figures.append(figure)
+        print(figure.row(), flush=True)
+
+    add(
+        Figure(
+            "enqueue one by one (delay)",
+            "jobs/s",
+            repeat(runs, lambda: enqueue_one_by_one(dsn, small)),
+        )
+    )
+    add(
+        Figure(
+            "enqueue bulk (delay_many x1000)",
+            "jobs/s",
+            repeat(runs, lambda: enqueue_bulk(dsn, args.jobs)),
+        )
+    )
+    add(
+        Figure(
+            "enqueue transactional (100 per txn)",
+            "jobs/s",
+            repeat(runs, lambda: enqueue_transactional(dsn, small)),
+        )
+    )
+    add(
+        Figure(
+            "raw SQL claim+finish loop (batch 10)",
+            "jobs/s",
+            repeat(runs, lambda: raw_sql_ceiling(dsn, args.jobs, 10)),
+            "baseline",
+        )
+    )
+    add(
+        Figure(
+            "raw SQL claim+finish loop (batch 50)",
+            "jobs/s",
+            repeat(runs, lambda: raw_sql_ceiling(dsn, args.jobs, 50)),
+            "baseline",
+        )
+    )
+    for concurrency in (1, 10, 50):
+        add(
+            Figure(
+                f"worker, 1 process, concurrency {concurrency}",
+                "jobs/s",
+                repeat(runs, lambda c=concurrency: processing(dsn, args.jobs, c)),
+            )
+        )
+    add(
+        Figure(
+            "worker, 1 process, async task, concurrency 50",
+            "jobs/s",
+            repeat(runs, lambda: processing(dsn, args.jobs, 50, task="anoop")),
+        )
+    )
+    add(
+        Figure(
+            "worker, 2 processes, concurrency 50",
+            "jobs/s",
+            repeat(runs, lambda: processing(dsn, args.jobs, 50, workers=2)),
+        )
+    )
+    latency_runs = [idle_latency(dsn, 200 if not args.quick else 20, 0.02) for _ in range(runs)]
+    for index, label in enumerate(("p50", "p95", "p99")):
+        add(Figure(f"idle pickup latency {label}", "ms", [run[index] for run in latency_runs]))
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(
+        json.dumps(
+            {
+                "machine": {"cores": os.cpu_count()},
+                "postgres": facts,
+                "figures": [figure.as_dict() for figure in figures],
+            },
+            indent=2,
+        )
+    )
+    print(f"\nwritten: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""Tasks the benchmarks run. The schema comes from PGTASKS_SCHEMA (set by the runner)."""
+
+from __future__ import annotations
+
+from pgtasks import App
+
+app = App(pool_max_size=4)
+
+
+@app.task
+def noop() -> None:
+    """Does nothing: measures the framework, not the work."""
+
+
+@app.task
+async def anoop() -> None:
+    """An ``async def`` no-op."""

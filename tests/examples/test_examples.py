@@ -1,0 +1,71 @@
+"""Every file in examples/ runs: the demo end to end against the test server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import drop_schema, new_schema_name
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.fixture
+def example_env(dsn: str) -> Iterator[dict[str, str]]:
+    schema = new_schema_name()
+    yield {**os.environ, "PGTASKS_DSN": dsn, "PGTASKS_SCHEMA": schema}
+    drop_schema(dsn, schema)
+
+
+def test_demo_runs_every_kind_of_job_to_the_end(example_env: dict[str, str]) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.demo"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "1035 jobs finished" in out
+    assert "flaky (succeeds on attempt 3)        5     5      0       5" in out
+    assert "always failing                       2     0      2       2" in out
+    assert "'account 0 synced on attempt 3'" in out
+    assert "ValueError: card 4000-0000 declined" in out
+    assert "worker stopped with exit code 0" in out
+
+
+def test_example_app_imports_and_enqueues_each_task(example_env: dict[str, str]) -> None:
+    script = """
+from datetime import timedelta
+from examples.app import (app, charge_card, fetch_exchange_rate, resize_image,
+                          send_welcome_email, sync_with_partner)
+app.migrate()
+jobs = [
+    send_welcome_email.delay("a@example.com", name="A"),
+    resize_image.apply_at(timedelta(seconds=60), image_id=1),
+    sync_with_partner.delay(account_id=7),
+    charge_card.delay(card="4000"),
+    fetch_exchange_rate.delay("USD"),
+]
+print(sorted({job.status().value for job in jobs}), len({job.id for job in jobs}))
+app.close()
+"""
+    completed = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "['pending'] 5"
