@@ -53,6 +53,10 @@ def validate_schema_name(schema: object) -> str:
             f"invalid schema name {schema!r}: use 1-48 letters, digits or underscores,"
             " not starting with a digit"
         )
+    if schema.lower() in ("public", "information_schema"):
+        raise ConfigurationError(
+            f"invalid schema name {schema!r}: pgtasks keeps its tables in a schema of its own"
+        )
     if schema.lower().startswith("pg_"):
         raise ConfigurationError(f"invalid schema name {schema!r}: the pg_ prefix is reserved")
     return schema
@@ -85,7 +89,7 @@ class App:
         self,
         dsn: str | None = None,
         *,
-        schema: str = "pgtasks",
+        schema: str | None = None,
         embedded_dir: str | os.PathLike[str] | None = None,
         default_queue: str = "default",
         default_max_attempts: int = 5,
@@ -260,7 +264,13 @@ class App:
                 name=f"pgtasks-{self.schema}-async",
                 open=False,
             )
-            await apool.open(wait=False)
+            try:
+                # Waiting for the first connection keeps no connection attempt running in
+                # the background when a short-lived loop (asyncio.run) ends.
+                await apool.open(wait=True, timeout=self.connect_timeout)
+            except PoolTimeout as error:
+                await apool.close()
+                raise self._unavailable(error) from None
             self._apool, self._apool_loop = apool, loop
         return self._apool
 
@@ -360,6 +370,7 @@ class App:
         try:
             with pool.connection(timeout=self.connect_timeout) as conn:
                 applied = Migrator(self.store).migrate(conn)
+                check_version(self.schema, self.store.get_schema_version(conn))
         except PoolTimeout as error:
             raise self._unavailable(error) from None
         self._schema_checked = True

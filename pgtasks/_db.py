@@ -22,7 +22,7 @@ T = TypeVar("T")
 #: Environment variables consulted, in order, when App(dsn=...) is not given.
 DSN_ENVIRONMENT = ("PGTASKS_DSN", "DATABASE_URL")
 
-_URL_PASSWORD = re.compile(r"(?P<head>postgres(?:ql)?://[^:/@?#]*:)(?P<password>[^@/?#]*)(?=@)")
+_URL_PASSWORD = re.compile(r"(?P<head>postgres(?:ql)?://[^:/@?#]*:)(?P<password>[^@/]*)(?=@)")
 _KEYWORD_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<password>'(?:[^'\\]|\\.)*'|\S+)")
 
 
@@ -100,6 +100,7 @@ def unavailable_error(dsn: str, cause: BaseException | None, timeout: float) -> 
     """A DatabaseUnavailableError naming the server (never the password) and the cause."""
     password = dsn_password(dsn)
     detail = redact(str(cause), (password,) if password else ()) if cause else "no connection"
+    detail = " ".join(detail.split())  # libpq's messages span lines; keep errors on one
     return DatabaseUnavailableError(
         f"cannot reach PostgreSQL at {describe_dsn(dsn)} within {timeout:g} s: {detail.strip()}"
         " (is the server running, and is PGTASKS_DSN right?)"

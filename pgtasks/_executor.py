@@ -223,7 +223,11 @@ class Executor:
                 def run() -> None:
                     asyncio.set_event_loop(loop)
                     loop.call_soon(ready.set)
-                    loop.run_forever()
+                    try:
+                        loop.run_forever()
+                    finally:
+                        loop.run_until_complete(loop.shutdown_asyncgens())
+                        loop.close()
 
                 thread = threading.Thread(target=run, name="pgtasks-async", daemon=True)
                 thread.start()
@@ -247,6 +251,7 @@ class Executor:
     def shutdown(self) -> None:
         """Stop accepting work; running threads are not waited for (the worker decides)."""
         self._threads.shutdown(wait=False, cancel_futures=True)
-        loop = self._loop
-        if loop is not None:
+        loop, thread = self._loop, self._loop_thread
+        if loop is not None and thread is not None:
             loop.call_soon_threadsafe(loop.stop)
+            thread.join(5.0)

@@ -8,6 +8,7 @@ anything reaches the database, with a message that names the bad argument.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,15 +21,36 @@ _ENCODER = json.JSONEncoder(
 )
 
 
+#: An escaped NUL: \\u0000 preceded by an even number of backslashes.
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _check_keys(value: Any) -> None:
+    """json would turn non-str dict keys into strings silently: refuse them instead."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"dict key {key!r} is not a string (JSON keys are strings)")
+            _check_keys(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_keys(item)
+
+
 def _dumps(value: Any) -> str:
     text = _ENCODER.encode(value)
-    if "\\u0000" in text:
+    if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise ValueError("contains a NUL character (\\u0000), which PostgreSQL's jsonb rejects")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains a lone surrogate character, which is not valid UTF-8") from None
+    _check_keys(value)
     return text
 
 
 def _explain(value: Any, error: Exception) -> str:
-    if isinstance(error, TypeError):
+    if isinstance(error, TypeError) and "is not a string" not in str(error):
         return f"{type(value).__name__} is not JSON-serializable"
     return str(error)
 

@@ -8,6 +8,7 @@ jobs that failed together spread out while each delay stays at least half the no
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import traceback
 from datetime import timedelta
@@ -16,6 +17,9 @@ from typing import Literal
 import tenacity
 
 from ._errors import PayloadNotSerializableError
+
+#: Longest explicit retry delay: about 31 years.
+MAX_RETRY_DELAY = 1e9
 
 
 class Retry(Exception):
@@ -26,8 +30,10 @@ class Retry(Exception):
 
     def __init__(self, delay: float | timedelta = 0.0, reason: str | None = None) -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        if seconds < 0:
-            raise ValueError(f"Retry delay must not be negative, got {delay!r}")
+        if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_RETRY_DELAY:
+            raise ValueError(
+                f"Retry delay must be a finite number of seconds in [0, 1e9], got {delay!r}"
+            )
         self.delay = seconds
         self.reason = reason
         super().__init__(reason or f"retry requested in {seconds:g} s")
@@ -84,7 +90,8 @@ def done(result_json: str) -> Outcome:
 def describe_error(error: BaseException) -> str:
     """``Type: message`` plus the traceback, as stored in ``last_error``."""
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    return text.strip()
+    # PostgreSQL text cannot hold NUL characters: show them escaped.
+    return text.strip().replace("\x00", "\\x00")
 
 
 def after_error(
@@ -97,14 +104,17 @@ def after_error(
 ) -> Outcome:
     """The outcome of an attempt that raised ``error``."""
     text = describe_error(error)
+    if isinstance(error, Retry):
+        if attempt >= max_attempts:
+            return Outcome("failed", "failed", error=text)
+        return Outcome("retry", "pending", error=text, delay=error.delay)
     if isinstance(error, Discard) or (dont_retry and isinstance(error, dont_retry)):
         return Outcome("discarded", "failed", error=text)
     if isinstance(error, PayloadNotSerializableError):
         return Outcome("failed", "failed", error=text)
     if attempt >= max_attempts:
         return Outcome("failed", "failed", error=text)
-    delay = error.delay if isinstance(error, Retry) else backoff(attempt, policy)
-    return Outcome("retry", "pending", error=text, delay=delay)
+    return Outcome("retry", "pending", error=text, delay=backoff(attempt, policy))
 
 
 def after_timeout(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
@@ -69,16 +70,34 @@ def validate_priority(value: object) -> int:
     return value
 
 
-def validate_queue(value: object) -> str:
+def validate_text(what: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"queue must be a non-empty string, got {value!r}")
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters, got {value!r}")
     return value
+
+
+def validate_queue(value: object) -> str:
+    return validate_text("queue", value)
 
 
 def validate_max_attempts(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"max_attempts must be an int >= 1, got {value!r}")
+    if value > PRIORITY_RANGE[1]:
+        raise ValueError(f"max_attempts must fit in a 32-bit integer, got {value}")
     return value
+
+
+#: Longest accepted countdown: about 31 years.
+MAX_DELAY_SECONDS = 1e9
+
+
+def validate_delay(what: str, seconds: float) -> float:
+    if not math.isfinite(seconds) or abs(seconds) > MAX_DELAY_SECONDS:
+        raise ValueError(f"{what} must be a finite number of seconds within ±1e9, got {seconds!r}")
+    return seconds
 
 
 def aware(moment: datetime, what: str) -> datetime:
@@ -103,12 +122,24 @@ class Task(Generic[P, R]):
     ) -> None:
         self.app = app
         self.function = function
-        self.name: str = options.get("name") or f"{function.__module__}.{function.__qualname__}"
-        self.queue: str = validate_queue(options.get("queue", app.default_queue))
-        self.priority: int = validate_priority(options.get("priority", 0))
-        self.max_attempts: int = validate_max_attempts(
-            options.get("max_attempts", app.default_max_attempts)
-        )
+        unknown = set(options) - set(TaskOptions.__optional_keys__)
+        if unknown:
+            raise TaskRegistrationError(
+                f"unknown task option(s) {', '.join(sorted(unknown))}; accepted:"
+                f" {', '.join(sorted(TaskOptions.__optional_keys__))}"
+            )
+        name = options.get("name")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise TaskRegistrationError(f"task name= must be a non-empty string, got {name!r}")
+        self.name: str = name or f"{function.__module__}.{function.__qualname__}"
+        try:
+            self.queue: str = validate_queue(options.get("queue", app.default_queue))
+            self.priority: int = validate_priority(options.get("priority", 0))
+            self.max_attempts: int = validate_max_attempts(
+                options.get("max_attempts", app.default_max_attempts)
+            )
+        except (TypeError, ValueError) as error:
+            raise TaskRegistrationError(f"task {self.name!r}: {error}") from error
         self.bind: bool = bool(options.get("bind", False))
         self.retry_backoff: float = options.get("retry_backoff", 1.0)
         self.retry_backoff_max: float = options.get("retry_backoff_max", 600.0)
@@ -187,22 +218,20 @@ class Task(Generic[P, R]):
         delay: float | None = None
         if eta is not None:
             if isinstance(eta, timedelta):
-                delay = eta.total_seconds()
+                delay = validate_delay("eta", eta.total_seconds())
             elif isinstance(eta, datetime):
                 run_at = aware(eta, "eta")
             else:
                 raise TypeError(f"eta must be an aware datetime or a timedelta, got {eta!r}")
         if countdown is not None:
             if isinstance(countdown, timedelta):
-                delay = countdown.total_seconds()
+                delay = validate_delay("countdown", countdown.total_seconds())
             elif isinstance(countdown, (int, float)) and not isinstance(countdown, bool):
-                delay = float(countdown)
+                delay = validate_delay("countdown", float(countdown))
             else:
                 raise TypeError(f"countdown must be seconds or a timedelta, got {countdown!r}")
-        if idempotency_key is not None and (
-            not isinstance(idempotency_key, str) or not idempotency_key
-        ):
-            raise ValueError(f"idempotency_key must be a non-empty string, got {idempotency_key!r}")
+        if idempotency_key is not None:
+            validate_text("idempotency_key", idempotency_key)
         args_json, kwargs_json = encode_arguments(
             self.name,
             args,

@@ -97,6 +97,7 @@ class Worker:
         #: The current registration id (the lease owner of new claims); None until run().
         self.worker_id: int | None = None
         self._id_lock = threading.Lock()
+        self._reregister_lock = threading.Lock()
         self._wake_event = threading.Event()
         self._notified = True  # claim at once on start
         self._finished: queue.SimpleQueue[tuple[Running, Outcome]] = queue.SimpleQueue()
@@ -167,9 +168,11 @@ class Worker:
             return
         if self.app.store.heartbeat_worker(conn, worker_id):
             return
-        if self._stop_requested.is_set():
-            return
-        new_id = self._register(conn)
+        with self._reregister_lock:
+            # The heartbeat and the rescuer both get here: only the first re-registers.
+            if self.worker_id != worker_id or self._stop_requested.is_set():
+                return
+            new_id = self._register(conn)
         logger.warning(
             "worker %s: registration %d was removed (presumed dead after %g s without a"
             " heartbeat); re-registered as %d. Jobs it held may have been rescued; their late"
@@ -273,12 +276,45 @@ class Worker:
                 failures = 0
                 self._errors.recovered()
             except psycopg.Error as error:
+                if self._conn is not None and not self._conn.broken and self._unwritten:
+                    # The server refused the batch itself (not the connection): find and
+                    # fail the outcome it cannot store, so one bad job cannot stop the loop.
+                    self._write_one_by_one(error)
+                    continue
                 failures += 1
                 self._errors.failed(error)
                 self._drop_connection()
                 self._wake_event.wait(min(MAX_BACKOFF, 0.05 * 2**failures))
                 continue
             self._wake_event.wait(self._wait_time(next_poll))
+
+    def _write_one_by_one(self, batch_error: psycopg.Error) -> None:
+        batch, self._unwritten = self._unwritten, []
+        for index, (running, outcome) in enumerate(batch):
+            self._unwritten = [(running, outcome)]
+            try:
+                self._exchange(0)
+                continue
+            except psycopg.Error as error:
+                if self._conn is None or self._conn.broken:
+                    self._unwritten = batch[index:]
+                    raise
+                replacement = Outcome(
+                    "failed",
+                    "failed",
+                    error=f"pgtasks could not record this attempt's outcome ({outcome.kind}):"
+                    f" {type(error).__name__}: {error}".replace("\x00", "\\x00"),
+                )
+            self._unwritten = [(running, replacement)]
+            try:
+                self._exchange(0)
+            except psycopg.Error:
+                self._unwritten = []
+                logger.exception(
+                    "job %d: cannot record any outcome (%s); it will be rescued",
+                    running.job.id,
+                    batch_error,
+                )
 
     def _linger(self) -> None:
         """With most slots still busy and few outcomes ready, wait a moment for more.
@@ -360,7 +396,10 @@ class Worker:
         worker_id = self.worker_id
         if worker_id is None:
             return
+        self._collect()
+        # Jobs still running here, and finished ones whose outcome is not written yet.
         known = [running.job.id for running in self._in_flight.values()]
+        known += [running.job.id for running, _ in self._unwritten]
         released = self.app.store.release_orphaned_jobs(
             self._connection(), worker_id=worker_id, known_ids=known
         )

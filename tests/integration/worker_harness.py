@@ -1,0 +1,122 @@
+"""Run an in-process Worker in a thread for a test, and read its jobs back.
+
+Shared by test_worker.py and test_worker_failures.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgtasks import App, JobHandle, JobRow, Worker
+from tests.helpers import wait_until
+
+#: Worker options that keep tests fast; a test overrides what it is about.
+FAST: dict[str, Any] = {
+    "concurrency": 2,
+    "poll_interval": 0.1,
+    "lease_timeout": 5.0,
+    "heartbeat_interval": 1.0,
+    "rescue_interval": 1.0,
+    "shutdown_timeout": 2.0,
+}
+
+
+@contextlib.contextmanager
+def running_worker(app: App, **options: Any) -> Iterator[Worker]:
+    """A Worker running ``run()`` in a thread, registered when yielded, always stopped after."""
+    worker = Worker(app, **{**FAST, **options})
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=run, name="test-worker", daemon=True)
+    thread.start()
+    wait_until(
+        lambda: worker.worker_id is not None or not thread.is_alive(),
+        message="the worker to register",
+    )
+    if failures:
+        raise failures[0]
+    try:
+        yield worker
+    finally:
+        worker.stop(timeout=1.0)
+        thread.join(10)
+    assert not thread.is_alive(), "the worker thread did not end after stop()"
+    if failures:
+        raise failures[0]
+
+
+class Gates:
+    """Events that hold tasks; ``open_all()`` (at teardown) leaves no thread blocked."""
+
+    def __init__(self) -> None:
+        self._events: list[threading.Event] = []
+
+    def __call__(self) -> threading.Event:
+        event = threading.Event()
+        self._events.append(event)
+        return event
+
+    def open_all(self) -> None:
+        for event in self._events:
+            event.set()
+
+
+def finished(handle: JobHandle[Any], timeout: float = 10.0) -> JobRow:
+    """Wait until the job is done, failed or cancelled; return its row."""
+    wait_until(lambda: handle.status().is_finished, timeout=timeout, message=f"job {handle.id}")
+    return handle.fetch()
+
+
+def stays_true(predicate: Callable[[], Any], seconds: float) -> bool:
+    """Watch ``predicate`` for ``seconds``: False as soon as it is false once."""
+    deadline = time.monotonic() + seconds
+    outcome = wait_until(
+        lambda: (not predicate() and "broken") or (time.monotonic() >= deadline and "held"),
+        timeout=seconds + 10.0,
+    )
+    return bool(outcome == "held")
+
+
+def select(
+    conn: psycopg.Connection[Any], app: App, query: str, params: Any = None
+) -> list[tuple[Any, ...]]:
+    """Run ``query`` with ``{schema}`` as the app's schema; return its rows."""
+    statement = sql.SQL(query).format(schema=sql.Identifier(app.schema))
+    return conn.execute(statement, params).fetchall()
+
+
+def execute(conn: psycopg.Connection[Any], app: App, query: str, params: Any = None) -> int:
+    """Run a statement with ``{schema}`` as the app's schema; return the rows it changed."""
+    statement = sql.SQL(query).format(schema=sql.Identifier(app.schema))
+    return conn.execute(statement, params).rowcount
+
+
+def registered_workers(conn: psycopg.Connection[Any], app: App) -> list[int]:
+    return [row[0] for row in select(conn, app, "SELECT id FROM {schema}.workers ORDER BY id")]
+
+
+def running_job_count(conn: psycopg.Connection[Any], app: App) -> int:
+    rows = select(conn, app, "SELECT count(*) FROM {schema}.jobs WHERE status = 'running'")
+    return int(rows[0][0])
+
+
+def is_listening(conn: psycopg.Connection[Any], app: App) -> bool:
+    """True once some session has run LISTEN on the app's channel."""
+    listen = sql.SQL("LISTEN {}").format(sql.Identifier(app.store.channel)).as_string(conn)
+    rows = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE query = %s", [listen]
+    ).fetchall()
+    return bool(rows[0][0])
