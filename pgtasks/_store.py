@@ -1,84 +1,34 @@
 """Store: the only module that runs SQL.
 
-Each public method runs one named query from ``sql/queries.sql`` (the method's
-name is the query's name). Statements are composed once per App with the schema
-as a ``psycopg.sql.Identifier``. Producer-facing methods have an ``a``-prefixed
-async twin; both build their parameters with the same pure helper, so the logic
-is written once and the twins only differ in how they await the driver.
+Each public method runs one named query from ``sql/*.sql`` (the method's name is
+the query's name). Areas with many queries keep them in a mixin of their own
+(``_store_<area>.py`` + ``sql/<area>.sql``) that Store inherits. Statements are
+composed once per App with the schema as a ``psycopg.sql.Identifier``.
+Producer-facing methods have an ``a``-prefixed async twin; both build their
+parameters with the same pure helper, so the logic is written once and the twins
+only differ in how they await the driver.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from ._errors import SchemaNotMigratedError
 from ._jobs import InsertedJob, JobRow, JobSpec, JobStatus
-from .sql import Migration, load_queries
-
-Params = Mapping[str, Any]
-Row = dict[str, Any]
-
-#: First key of every advisory lock pgtasks takes ("pgtk"); the second is per purpose.
-ADVISORY_LOCK_CLASS_MIGRATE = 0x7067746B
+from ._store_base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
+from ._store_base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
+from ._store_base import Params, Row, StoreBase, translate_errors
+from ._store_base import notification_channel as notification_channel
+from .sql import Migration
 
 
-def notification_channel(schema: str) -> str:
-    """The LISTEN/NOTIFY channel of a schema's jobs."""
-    return f"pgtasks.{schema}"
-
-
-@contextlib.contextmanager
-def translate_errors(schema: str) -> Iterator[None]:
-    """Turn "relation does not exist"-style errors into an actionable SchemaNotMigratedError."""
-    try:
-        yield
-    except (
-        pg_errors.UndefinedTable,
-        pg_errors.InvalidSchemaName,
-        pg_errors.UndefinedColumn,
-        pg_errors.UndefinedFunction,
-    ) as error:
-        raise SchemaNotMigratedError(
-            f"the pgtasks schema {schema!r} is missing or out of date"
-            f" ({error.diag.message_primary}):"
-            " run `pgtasks migrate -A module:app` (or app.migrate())"
-        ) from error
-
-
-class Store:
-    def __init__(self, schema: str) -> None:
-        self.schema = schema
-        self.channel = notification_channel(schema)
-        self._identifier = sql.Identifier(schema)
-        self._statements: dict[str, bytes] = {
-            name: self._render(query.text) for name, query in load_queries().items()
-        }
-
-    def _render(self, text: str) -> bytes:
-        composed = sql.SQL(text).format(schema=self._identifier, channel=sql.Literal(self.channel))
-        return composed.as_string(None).encode()
-
-    # -- executors --
-    def _rows(self, conn: psycopg.Connection[Any], name: str, params: Params | None) -> list[Row]:
-        with translate_errors(self.schema), conn.cursor(row_factory=dict_row) as cursor:
-            cursor.execute(self._statements[name], params)
-            return cursor.fetchall() if cursor.description is not None else []
-
-    async def _arows(
-        self, conn: psycopg.AsyncConnection[Any], name: str, params: Params | None
-    ) -> list[Row]:
-        with translate_errors(self.schema):
-            async with conn.cursor(row_factory=dict_row) as cursor:
-                await cursor.execute(self._statements[name], params)
-                return await cursor.fetchall() if cursor.description is not None else []
+class Store(StoreBase):
+    """Every named query pgtasks runs, one method each."""
 
     # -- migrations --
     def create_migrations_table(self, conn: psycopg.Connection[Any]) -> None:

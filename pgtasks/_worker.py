@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ._errors import ConfigurationError
+from ._events import WorkerEvents
 from ._executor import ClaimedJob, Executor, Running
 from ._retry import Outcome
 from ._services import ErrorLog, Heartbeat, Listener, Rescuer, connect
@@ -68,6 +69,7 @@ class Worker:
         poll_interval: float | None = None,
         shutdown_timeout: float = 30.0,
         ignore_unknown: bool = False,
+        observers: Sequence[WorkerEvents] = (),
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency= must be an int >= 1, got {concurrency!r}")
@@ -91,6 +93,7 @@ class Worker:
                 f" lease_timeout ({self.lease_timeout:g} s)"
             )
         self.ignore_unknown = ignore_unknown
+        self.observers: list[WorkerEvents] = list(observers)
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.name = f"{self.hostname}:{self.pid}"
@@ -239,6 +242,7 @@ class Worker:
         ]
         for service in self._services:
             service.start()
+        self._notify("worker_started", self)
         try:
             self._loop()
         finally:
@@ -369,7 +373,9 @@ class Worker:
         self._unwritten = []
         self._after_write(batch, accepted)
         for row in rows:
-            running = self._executor.submit(ClaimedJob.from_row(row, worker_id))
+            job = ClaimedJob.from_row(row, worker_id)
+            self._notify("job_started", job)
+            running = self._executor.submit(job)
             self._in_flight[running.token] = running
         self._count("claimed", len(rows))
         return len(rows)
@@ -474,6 +480,7 @@ class Worker:
             )
             return
         self._count(outcome.kind)
+        self._notify("job_finished", job, outcome.kind, duration)
         level = logging.INFO if outcome.kind in ("done", "retry") else logging.WARNING
         first_line = ""
         if outcome.error and outcome.kind != "done":
@@ -490,6 +497,13 @@ class Worker:
             first_line,
             extra=extra,
         )
+
+    def _notify(self, event: str, *arguments: Any) -> None:
+        for observer in self.observers:
+            try:
+                getattr(observer, event)(*arguments)
+            except Exception:
+                logger.exception("worker observer %r failed on %s", observer, event)
 
     def _count(self, name: str, amount: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + amount
@@ -525,6 +539,7 @@ class Worker:
         self._deregister()
         self._executor.shutdown()
         self._drop_connection()
+        self._notify("worker_stopped", self)
         logger.info("worker %s stopped (%s)", self.name, self._summary())
 
     def _try_write(self) -> None:

@@ -64,8 +64,18 @@ def parse_queries(source: str) -> dict[str, Query]:
 
 @functools.cache
 def load_queries() -> dict[str, Query]:
-    source = resources.files(__package__).joinpath("queries.sql").read_text("utf-8")
-    return parse_queries(source)
+    """Every named query of the package: ``queries.sql`` and the other ``*.sql`` files here."""
+    queries: dict[str, Query] = {}
+    files = sorted(
+        (entry for entry in resources.files(__package__).iterdir() if entry.name.endswith(".sql")),
+        key=lambda entry: (entry.name != "queries.sql", entry.name),
+    )
+    for entry in files:
+        for name, query in parse_queries(entry.read_text("utf-8")).items():
+            if name in queries:
+                raise ValueError(f"query {name!r} is defined twice ({entry.name})")
+            queries[name] = query
+    return queries
 
 
 @functools.cache

@@ -19,13 +19,18 @@ UNUSUAL_SCHEMAS = ("MySchema", "select", "order_2", "Order", "_x1")
 
 
 def store_query_usages() -> list[tuple[str, str]]:
-    """(method name, query name) for every ``self._rows(conn, "<name>", …)`` in Store."""
-    tree = ast.parse(STORE_SOURCE.read_text())
-    store_class = next(
-        node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Store"
-    )
+    """(method name, query name) for every ``self._rows(conn, "<name>", …)`` in Store.
+
+    Store's methods live in ``_store.py`` and its per-area mixins ``_store_*.py``.
+    """
+    methods = []
+    for source in sorted(STORE_SOURCE.parent.glob("_store*.py")):
+        tree = ast.parse(source.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                methods.extend(node.body)
     usages = []
-    for method in store_class.body:
+    for method in methods:
         if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for node in ast.walk(method):
