@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ._app import App
+from ._beat import Beat
+from ._cron import PeriodicOptions, Schedule
 from ._errors import (
     ConfigurationError,
     DatabaseError,
@@ -30,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "Beat",
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailableError",
@@ -45,8 +48,10 @@ __all__ = [
     "PayloadError",
     "PayloadNotSerializableError",
     "PayloadTooLargeError",
+    "PeriodicOptions",
     "PgTasksError",
     "Retry",
+    "Schedule",
     "SchemaError",
     "SchemaNotMigratedError",
     "SchemaTooNewError",

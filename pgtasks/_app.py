@@ -19,6 +19,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP035
 
 from . import _db
+from ._beat import build_schedule
+from ._cron import PeriodicOptions, Schedule
 from ._embedded import embedded_dsn
 from ._errors import (
     ConfigurationError,
@@ -39,6 +41,7 @@ logger = logging.getLogger("pgtasks")
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+TaskT = TypeVar("TaskT", bound="Task[Any, Any]")
 
 #: Schema names: letters, digits and underscores (any case, reserved words allowed).
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
@@ -148,6 +151,8 @@ class App:
             )
         self.store = Store(self.schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
+        self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
         self._dsn: str | None = None
         self._pool: ConnectionPool[Any] | None = None
@@ -232,6 +237,33 @@ class App:
     ) -> JobHandle[Any]:
         """Enqueue a registered task by name (``apply_async`` options accepted)."""
         return self.get_task(name).apply_async(args, kwargs, **options)
+
+    # -- periodic schedules --
+    def periodic(self, **options: Unpack[PeriodicOptions]) -> Callable[[TaskT], TaskT]:
+        """Run a task on a schedule: ``@app.periodic(cron="*/5 * * * *")`` above ``@app.task``.
+
+        See :class:`pgtasks.PeriodicOptions`; ``pgtasks beat`` enqueues the jobs.
+        """
+
+        def register(task: TaskT) -> TaskT:
+            self.add_periodic(task, **options)
+            return task
+
+        return register
+
+    def add_periodic(
+        self, task: Task[Any, Any] | str, **options: Unpack[PeriodicOptions]
+    ) -> Schedule:
+        """Declare a schedule for a registered task (or task name) at run time."""
+        schedule = build_schedule(self, task, **options)
+        with self._lock:
+            if schedule.name in self.schedules:
+                raise TaskRegistrationError(
+                    f"a schedule named {schedule.name!r} already exists; pass name= to"
+                    " declare another schedule of the same task and expression"
+                )
+            self.schedules[schedule.name] = schedule
+        return schedule
 
     # -- pools --
     def _get_pool(self) -> ConnectionPool[Any]:

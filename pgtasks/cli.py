@@ -6,6 +6,7 @@ import importlib
 import logging
 import os
 import sys
+import threading
 from typing import Any
 
 import click
@@ -116,6 +117,9 @@ def migrate(app_path: str, log_level: str) -> None:
     is_flag=True,
     help="Leave jobs of tasks this worker does not know pending instead of failing them.",
 )
+@click.option(
+    "--beat", "with_beat", is_flag=True, help="Also run the periodic scheduler in this process."
+)
 @log_level_option
 def worker(
     app_path: str,
@@ -127,9 +131,11 @@ def worker(
     rescue_interval: float | None,
     poll_interval: float | None,
     ignore_unknown: bool,
+    with_beat: bool,
     log_level: str,
 ) -> None:
     """Claim and run jobs until SIGTERM/SIGINT (a second signal releases running jobs now)."""
+    from ._beat import Beat
     from ._worker import Worker
 
     configure_logging(log_level)
@@ -146,7 +152,15 @@ def worker(
             poll_interval=poll_interval,
             ignore_unknown=ignore_unknown,
         )
-        job_worker.run(install_signal_handlers=True)
+        scheduler = Beat(app) if with_beat else None
+        if scheduler is not None:
+            # The worker's signal handlers stay in charge; beat stops after the worker.
+            threading.Thread(target=scheduler.run, name="pgtasks-beat", daemon=True).start()
+        try:
+            job_worker.run(install_signal_handlers=True)
+        finally:
+            if scheduler is not None:
+                scheduler.stop(timeout=5)
     except PgTasksError as error:
         click.echo(f"error: {error}", err=True)
         _exit(1)
@@ -161,6 +175,42 @@ def _exit(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+@main.command()
+@app_option
+@click.option(
+    "--grace",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds a tick may be late and still be enqueued whatever its catch-up policy.",
+)
+@log_level_option
+def beat(app_path: str, grace: float, log_level: str) -> None:
+    """Enqueue periodic jobs until SIGTERM/SIGINT (run several: one is active at a time)."""
+    from ._beat import Beat
+
+    configure_logging(log_level)
+    app = load_app(app_path)
+    if not app.schedules:
+        logging.getLogger("pgtasks.beat").warning("app %s declares no schedules", app_path)
+    scheduler = Beat(app, grace=grace)
+    with app:
+        _guard(lambda: scheduler.run(install_signal_handlers=True))
+
+
+@main.command()
+@app_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def schedules(app_path: str, as_json: bool) -> None:
+    """List schedules: next run (in their zone and UTC) and last enqueued tick."""
+    from ._beat import format_schedules, schedule_statuses, schedules_as_json
+
+    app = load_app(app_path)
+    with app:
+        now, statuses = _guard(lambda: schedule_statuses(app))
+    click.echo(schedules_as_json(now, statuses) if as_json else format_schedules(now, statuses))
 
 
 @main.group()
