@@ -1,13 +1,16 @@
 """Run the pgtasks benchmarks and print a table (and JSON).
 
-    python -m benchmarks [--dsn DSN] [--jobs N] [--runs R] [--quick] [--json PATH]
+    python -m benchmarks [--dsn DSN] [--jobs N] [--runs R] [--quick] [--json PATH] [--no-peers]
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
 the database's own timestamps (first claim to last finish), so process start-up is not
 counted. Every execution is checked: a run with a job not done exactly once is reported.
 The raw-SQL baseline runs the same claim and finish statements in a plain psycopg loop,
-so the framework's overhead shows as a ratio.
+so the framework's overhead shows as a ratio. With the ``bench`` extra installed
+(``pip install 'pgtasks[bench]'``), PgQueuer and Procrastinate run beside pgtasks on the
+same server, each in its own database (see benchmarks/peers/), and a side-by-side table
+closes the run.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per processing run")
     parser.add_argument("--runs", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one run (smoke test)")
+    parser.add_argument(
+        "--peers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run PgQueuer and Procrastinate (default: when the bench extra is installed)",
+    )
     parser.add_argument(
         "--json", default=str(ROOT / "benchmarks" / "results" / "latest.json"), help="output"
     )
@@ -187,7 +196,13 @@ def job_counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
 
 
 def processing(
-    dsn: str, jobs: int, concurrency: int, *, task: str = "noop", workers: int = 1
+    dsn: str,
+    jobs: int,
+    concurrency: int,
+    *,
+    task: str = "noop",
+    workers: int = 1,
+    worker_flags: tuple[str, ...] = (),
 ) -> float:
     reset_schema(dsn)
     from benchmarks import app as bench
@@ -198,12 +213,13 @@ def processing(
     deadline = time.monotonic() + 600
     with (
         psycopg.connect(dsn, autocommit=True) as conn,
-        worker_processes(workers, "--concurrency", str(concurrency)),
+        worker_processes(workers, "--concurrency", str(concurrency), *worker_flags),
     ):
         while job_counts(conn)[0] < jobs:
             if time.monotonic() > deadline:
                 raise RuntimeError("processing did not finish in 600 s")
             time.sleep(0.05)
+        PGTASKS_CHECKS.append(pgtasks_integrity(conn, jobs))
         row = conn.execute(
             sql.SQL(
                 "SELECT extract(epoch FROM max(finished_at) - min(locked_at)),"
@@ -226,7 +242,11 @@ def raw_sql_ceiling(dsn: str, jobs: int, batch: int) -> float:
         noop.delay_many([{}] * min(5000, jobs - start))
     store = app.store
     with psycopg.connect(
-        dsn, autocommit=True, options="-c plan_cache_mode=force_custom_plan"
+        dsn,
+        autocommit=True,
+        # The worker's connection settings (pgtasks._services.connect).
+        options="-c plan_cache_mode=force_custom_plan -c enable_bitmapscan=off"
+        " -c enable_seqscan=off",
     ) as conn:
         worker_id = store.register_worker(
             conn, hostname="bench", pid=0, queues=None, concurrency=batch
@@ -253,7 +273,7 @@ def raw_sql_ceiling(dsn: str, jobs: int, batch: int) -> float:
 # -- latency ---------------------------------------------------------------------------------------
 def idle_latency(dsn: str, count: int, gap: float) -> tuple[float, float, float]:
     reset_schema(dsn)
-    from benchmarks.app import noop
+    from benchmarks.app import pickup
 
     with psycopg.connect(dsn, autocommit=True) as conn, worker_processes(1, "--concurrency", "10"):
         # Wait until the worker is registered and idle.
@@ -266,12 +286,14 @@ def idle_latency(dsn: str, count: int, gap: float) -> tuple[float, float, float]
             time.sleep(0.05)
         time.sleep(0.5)
         for _ in range(count):
-            noop.delay()
+            # Measured like the peers: the producer's clock just before the enqueue call to
+            # the start of the task body (one machine, one clock).
+            pickup.delay(time.time())
             time.sleep(gap)
         while job_counts(conn)[0] < count:
             time.sleep(0.05)
         rows = conn.execute(
-            sql.SQL("SELECT extract(epoch FROM locked_at - created_at) * 1000 FROM {}.jobs").format(
+            sql.SQL("SELECT (result::text)::float8 * 1000 FROM {}.jobs").format(
                 sql.Identifier(SCHEMA)
             )
         ).fetchall()
@@ -281,6 +303,158 @@ def idle_latency(dsn: str, count: int, gap: float) -> tuple[float, float, float]
         return latencies[min(len(latencies) - 1, round(p / 100 * (len(latencies) - 1)))]
 
     return percentile(50), percentile(95), percentile(99)
+
+
+# -- peers, side by side ---------------------------------------------------------------------------
+PGTASKS_CHECKS: list[tuple[int, int]] = []  # (duplicates, lost) of each pgtasks processing run
+
+
+def pgtasks_integrity(conn: psycopg.Connection[Any], jobs: int) -> tuple[int, int]:
+    """Executions beyond one per job (claims counted by ``attempts``), and jobs never done."""
+    row = conn.execute(
+        sql.SQL(
+            "SELECT coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0),"
+            " count(*) FILTER (WHERE status = 'done') FROM {}.jobs"
+        ).format(sql.Identifier(SCHEMA))
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), jobs - int(row[1])
+
+
+def add_integrity_figures(
+    prefix: str, checks: list[tuple[int, int]], add: Callable[[Figure], None]
+) -> None:
+    """Duplicates and losses of every processing run, one value per run (the note: total)."""
+    if not checks:
+        return
+    for index, label in enumerate(("duplicates", "lost jobs")):
+        values = [float(check[index]) for check in checks]
+        add(
+            Figure(
+                f"{prefix}{label} (processing runs)",
+                "jobs",
+                values,
+                f"total {sum(values):,.0f} over {len(values)} runs",
+            )
+        )
+
+
+def run_peers(
+    dsn: str, args: argparse.Namespace, add: Callable[[Figure], None], *, explicit: bool
+) -> None:
+    """Each installed peer's figures, on the same server, each in its own database."""
+    from benchmarks.peers import INSTALL_HINT, PEERS
+
+    for peer in PEERS:
+        if not peer.available():
+            print(f"{peer.name}: not installed ({INSTALL_HINT})", flush=True)
+            continue
+        if peer.installed_version() != peer.version:
+            print(
+                f"{peer.name}: {peer.installed_version()} installed (the extra pins {peer.version})"
+            )
+        prefix = f"{peer.name}: "
+        checks: list[tuple[int, int]] = []
+        try:
+            peer_figures(peer.load(), prefix, dsn, args, add, checks)
+        except Exception as error:  # one peer failing must not lose the other figures
+            print(f"{peer.name}: failed: {error!r}", file=sys.stderr, flush=True)
+            if explicit:
+                raise
+        add_integrity_figures(prefix, checks, add)
+
+
+def peer_figures(
+    bench: Any,
+    prefix: str,
+    dsn: str,
+    args: argparse.Namespace,
+    add: Callable[[Figure], None],
+    checks: list[tuple[int, int]],
+) -> None:
+    """The peer's rows: the same sizes as pgtasks' (``bench`` is its module in peers/)."""
+    from functools import partial
+
+    small = max(200, args.jobs // 10)
+
+    def drain(concurrency: int) -> float:
+        rate, duplicates, lost = bench.processing(dsn, args.jobs, concurrency)
+        checks.append((duplicates, lost))
+        return float(rate)
+
+    one_by_one = partial(bench.enqueue_one_by_one, dsn, small)
+    add(Figure(f"{prefix}enqueue one by one", "jobs/s", repeat(args.runs, one_by_one)))
+    bulk = partial(bench.enqueue_bulk, dsn, args.jobs)
+    add(Figure(f"{prefix}enqueue bulk (x1000)", "jobs/s", repeat(args.runs, bulk)))
+    for concurrency in (10, 50):
+        add(
+            Figure(
+                f"{prefix}worker, concurrency {concurrency}",
+                "jobs/s",
+                repeat(args.runs, partial(drain, concurrency)),
+                bench.worker_note(concurrency),
+            )
+        )
+    latency_jobs = 20 if args.quick else 200
+    latency = [bench.idle_latency(dsn, latency_jobs, 0.02) for _ in range(args.runs)]
+    for index, label in enumerate(("p50", "p95", "p99")):
+        add(Figure(f"{prefix}idle pickup latency {label}", "ms", [run[index] for run in latency]))
+
+
+SUMMARY_COLUMNS = (
+    # key, pgtasks figure, peer figure (after "<peer>: ")
+    ("enqueue_one_by_one", "enqueue one by one (delay)", "enqueue one by one"),
+    ("enqueue_bulk", "enqueue bulk (delay_many x1000)", "enqueue bulk (x1000)"),
+    ("processing_c10", "worker, 1 process, concurrency 10", "worker, concurrency 10"),
+    ("processing_c50", "worker, 1 process, concurrency 50", "worker, concurrency 50"),
+    ("latency_p50_ms", "idle pickup latency p50", "idle pickup latency p50"),
+    ("latency_p95_ms", "idle pickup latency p95", "idle pickup latency p95"),
+    ("latency_p99_ms", "idle pickup latency p99", "idle pickup latency p99"),
+)
+
+
+def side_by_side(figures: list[Figure], runs: int) -> list[dict[str, Any]]:
+    """Print one row per system (medians; duplicates and lost summed) and return the rows."""
+    from benchmarks.peers import PEERS, installed_version
+
+    by_name = {figure.name: figure for figure in figures}
+    systems = [("pgtasks", "", installed_version("pgtasks") or "")] + [
+        (peer.name, f"{peer.name}: ", peer.installed_version() or "")
+        for peer in PEERS
+        if any(name.startswith(f"{peer.name}: ") for name in by_name)
+    ]
+    rows: list[dict[str, Any]] = []
+    for system, prefix, version in systems:
+        row: dict[str, Any] = {"system": system, "version": version}
+        for key, own, peer_name in SUMMARY_COLUMNS:
+            figure = by_name.get(own if not prefix else prefix + peer_name)
+            row[key] = figure.median if figure else None
+        for key, label in (("duplicates", "duplicates"), ("lost", "lost jobs")):
+            figure = by_name.get(f"{prefix}{label} (processing runs)")
+            row[key] = int(sum(figure.values)) if figure else None
+        rows.append(row)
+
+    def number(value: float | None, fmt: str = "{:,.0f}") -> str:
+        return "—" if value is None else fmt.format(value)
+
+    print(f"\nside by side (median of {runs} run(s), same server, same run; jobs/s unless ms)")
+    header = (
+        f"{'system':22} {'enqueue 1-by-1':>14} {'bulk x1000':>11} {'c10':>7} {'c50':>7}"
+        f" {'idle p50 / p95 / p99 ms':>25} {'dup / lost':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        latency = " / ".join(
+            number(row[f"latency_{p}_ms"], "{:.1f}") for p in ("p50", "p95", "p99")
+        )
+        name = f"{row['system']} {row['version']}".strip()
+        print(
+            f"{name:22} {number(row['enqueue_one_by_one']):>14} {number(row['enqueue_bulk']):>11}"
+            f" {number(row['processing_c10']):>7} {number(row['processing_c50']):>7}"
+            f" {latency:>25} {number(row['duplicates']) + ' / ' + number(row['lost']):>11}"
+        )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -360,9 +534,28 @@ def main(argv: list[str] | None = None) -> int:
             repeat(runs, lambda: processing(dsn, args.jobs, 50, workers=2)),
         )
     )
+    for children in (1, 2):
+        # The no-op sync task on the process executor: a pipe round trip per job.
+        add(
+            Figure(
+                f"worker, 1 process, --pool process --processes {children}",
+                "jobs/s",
+                repeat(
+                    runs,
+                    lambda c=children: processing(
+                        dsn, args.jobs, 1, worker_flags=("--pool", "process", "--processes", str(c))
+                    ),
+                ),
+                "process executor",
+            )
+        )
     latency_runs = [idle_latency(dsn, 200 if not args.quick else 20, 0.02) for _ in range(runs)]
     for index, label in enumerate(("p50", "p95", "p99")):
         add(Figure(f"idle pickup latency {label}", "ms", [run[index] for run in latency_runs]))
+    add_integrity_figures("", PGTASKS_CHECKS, add)
+    if args.peers is not False:
+        run_peers(dsn, args, add, explicit=args.peers is True)
+    summary = side_by_side(figures, runs)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(
         json.dumps(
@@ -370,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
                 "machine": {"cores": os.cpu_count()},
                 "postgres": facts,
                 "figures": [figure.as_dict() for figure in figures],
+                "summary": summary,
             },
             indent=2,
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pgtasks import App
 
 app = App(pool_max_size=4)
@@ -15,3 +17,9 @@ def noop() -> None:
 @app.task
 async def anoop() -> None:
     """An ``async def`` no-op."""
+
+
+@app.task
+def pickup(sent: float) -> float:
+    """Seconds from just before the producer's enqueue call to the start of this task."""
+    return time.time() - sent

@@ -10,6 +10,7 @@ from ._errors import (
     DatabaseError,
     DatabaseUnavailableError,
     EmbeddedUnavailableError,
+    JobCancelled,
     JobNotFoundError,
     NaiveDatetimeError,
     PayloadError,
@@ -19,11 +20,16 @@ from ._errors import (
     SchemaError,
     SchemaNotMigratedError,
     SchemaTooNewError,
+    SoftTimeLimitExceeded,
+    TaskFailed,
     TaskRegistrationError,
     UnknownTaskError,
 )
+from ._events import WorkerEvents
 from ._handle import JobHandle
-from ._jobs import JobContext, JobRow, JobSpec, JobStatus
+from ._jobs import CancelResult, JobContext, JobRow, JobSpec, JobStatus
+from ._logging import JsonFormatter
+from ._metrics import WorkerMetrics
 from ._retry import Discard, Retry
 from ._tasks import Task, TaskOptions
 from ._worker import Worker
@@ -33,17 +39,20 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "Beat",
+    "CancelResult",
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailableError",
     "Discard",
     "EmbeddedUnavailableError",
+    "JobCancelled",
     "JobContext",
     "JobHandle",
     "JobNotFoundError",
     "JobRow",
     "JobSpec",
     "JobStatus",
+    "JsonFormatter",
     "NaiveDatetimeError",
     "PayloadError",
     "PayloadNotSerializableError",
@@ -55,10 +64,14 @@ __all__ = [
     "SchemaError",
     "SchemaNotMigratedError",
     "SchemaTooNewError",
+    "SoftTimeLimitExceeded",
     "Task",
+    "TaskFailed",
     "TaskOptions",
     "TaskRegistrationError",
     "UnknownTaskError",
     "Worker",
+    "WorkerEvents",
+    "WorkerMetrics",
     "__version__",
 ]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import re
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP03
 from . import _db
 from ._beat import build_schedule
 from ._cron import PeriodicOptions, Schedule
+from ._eager import arun_eagerly, run_eagerly
 from ._embedded import embedded_dsn
 from ._errors import (
     ConfigurationError,
@@ -29,9 +32,11 @@ from ._errors import (
     UnknownTaskError,
 )
 from ._handle import JobHandle
-from ._jobs import InsertedJob, JobContext, JobRow, JobSpec
+from ._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from ._migrate import Migrator, check_version
+from ._operations import retention_seconds
 from ._payload import DEFAULT_MAX_PAYLOAD_BYTES
+from ._results import ResultListener
 from ._store import Store
 from ._tasks import Task, TaskSettings
 from .sql import Migration
@@ -48,6 +53,32 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
 
 #: Rows per INSERT statement in bulk enqueues (several statements share one transaction).
 BULK_CHUNK = 5000
+
+#: Every App of this process, so that a forked child can let go of what it inherited.
+_apps: weakref.WeakSet[App] = weakref.WeakSet()
+#: In a forked child: the parent's pools and listeners, kept (never used, closed or
+#: garbage-collected, whose finalizers would act on the parent's connections).
+_inherited: list[object] = []
+
+
+def _forget_inherited_connections() -> None:
+    """``os.fork()`` hook (child side): drop the parent's pools without closing them.
+
+    Their sockets are the parent's sessions: closing or using them from the child would
+    break the parent. The child's first query opens pools of its own.
+    """
+    for app in list(_apps):
+        _inherited.extend(
+            resource for resource in (app._pool, app._apool, app._results) if resource is not None
+        )
+        app._lock = threading.Lock()  # another thread may have held it during the fork
+        app._pool, app._pool_pid = None, 0
+        app._apool, app._apool_loop = None, None
+        app._results, app._results_pid = None, 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_inherited_connections)
 
 
 def validate_schema_name(schema: object) -> str:
@@ -105,6 +136,10 @@ class App:
         heartbeat_interval: float = 5.0,
         rescue_interval: float = 5.0,
         poll_interval: float = 1.0,
+        prune_done_after: float | None = 86400.0,
+        prune_failed_after: float | None = 7 * 86400.0,
+        prune_interval: float = 60.0,
+        eager: bool = False,
     ) -> None:
         self.schema = validate_schema_name(schema or os.environ.get("PGTASKS_SCHEMA") or "pgtasks")
         self._configured_dsn = _db.resolve_dsn(dsn)
@@ -144,6 +179,11 @@ class App:
         self.heartbeat_interval = _positive_seconds("heartbeat_interval", heartbeat_interval)
         self.rescue_interval = _positive_seconds("rescue_interval", rescue_interval)
         self.poll_interval = _positive_seconds("poll_interval", poll_interval)
+        # Retention of finished jobs in seconds (None: never pruned); cancelled jobs use
+        # the failed retention. Workers prune every prune_interval seconds.
+        self.prune_done_after = retention_seconds("prune_done_after", prune_done_after)
+        self.prune_failed_after = retention_seconds("prune_failed_after", prune_failed_after)
+        self.prune_interval = _positive_seconds("prune_interval", prune_interval)
         if self.heartbeat_interval >= self.lease_timeout:
             raise ConfigurationError(
                 f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"
@@ -160,6 +200,12 @@ class App:
         self._apool: AsyncConnectionPool[Any] | None = None
         self._apool_loop: asyncio.AbstractEventLoop | None = None
         self._schema_checked = False
+        self._eager: contextvars.ContextVar[bool] = contextvars.ContextVar(
+            f"pgtasks_eager_{id(self)}", default=eager
+        )
+        self._results: ResultListener | None = None
+        self._results_pid = 0
+        _apps.add(self)
 
     def __repr__(self) -> str:
         return f"<App schema={self.schema} tasks={len(self.tasks)}>"
@@ -218,6 +264,21 @@ class App:
                 raise TypeError("use @app.task or @app.task(**options), not both")
             return register(function)
         return register
+
+    # -- eager mode --
+    @property
+    def is_eager(self) -> bool:
+        """True when ``delay()`` runs tasks inline (``App(eager=True)`` or ``app.eager()``)."""
+        return self._eager.get()
+
+    @contextmanager
+    def eager(self, enabled: bool = True) -> Iterator[None]:
+        """Run tasks inline on ``delay()`` within this block (this thread / async context)."""
+        token = self._eager.set(enabled)
+        try:
+            yield
+        finally:
+            self._eager.reset(token)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:
@@ -444,6 +505,8 @@ class App:
         """Insert built JobSpecs (see Task.build_spec); all or none are written."""
         if not specs:
             return []
+        if self.is_eager:
+            return run_eagerly(self, specs)
         if connection is not None:
             self._check_schema(connection)
             return self._handles(self._insert(connection, specs))
@@ -459,6 +522,8 @@ class App:
     ) -> list[JobHandle[Any]]:
         if not specs:
             return []
+        if self.is_eager:
+            return await arun_eagerly(self, specs)
         if connection is not None:
             await self._acheck_schema(connection)
             return self._handles(await self._ainsert(connection, specs))
@@ -489,6 +554,29 @@ class App:
             raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
         return JobHandle(self, job_id)
 
+    def cancel(self, job_id: int) -> CancelResult:
+        """Cancel a job: pending → cancelled (never runs); running → flagged, its worker is
+        told, and it ends cancelled (async tasks get CancelledError, bound sync tasks see
+        ``ctx.cancelled()``); finished → nothing changes (``outcome == "already_finished"``).
+        """
+        row = self._run(lambda conn: self.store.cancel_job(conn, job_id), describe="cancel")
+        if row is None:
+            raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
+        return CancelResult.from_row(job_id, row)
+
+    async def acancel(self, job_id: int) -> CancelResult:
+        row = await self._arun(lambda conn: self.store.acancel_job(conn, job_id), describe="cancel")
+        if row is None:
+            raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
+        return CancelResult.from_row(job_id, row)
+
+    def result_listener(self) -> ResultListener:
+        """This process's listener for finished jobs (started by the first ``get()``)."""
+        with self._lock:
+            if self._results is None or self._results_pid != os.getpid():
+                self._results, self._results_pid = ResultListener(self), os.getpid()
+            return self._results
+
     def get_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
         """Snapshots of the jobs with these ids, in id order (missing ids are skipped)."""
         ids = list(job_ids)
@@ -501,6 +589,9 @@ class App:
     # -- lifetime --
     def close(self) -> None:
         """Close this process's connection pools (the async one only from its own loop)."""
+        results, self._results = self._results, None
+        if results is not None and self._results_pid == os.getpid():
+            results.close()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None and self._pool_pid == os.getpid():

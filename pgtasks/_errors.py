@@ -21,7 +21,13 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     │   ├── PayloadNotSerializableError (+ TypeError)  an argument is not JSON
     │   └── PayloadTooLargeError (+ ValueError)        encoded payload over the limit
     ├── NaiveDatetimeError (+ ValueError)              a datetime without tzinfo
-    └── JobNotFoundError (+ LookupError)               no job with that id
+    ├── JobNotFoundError (+ LookupError)               no job with that id
+    ├── TaskFailed                    job.get(): the job failed (remote type, message, traceback)
+    └── JobCancelled                  job.get(): the job was cancelled
+
+Outside the tree, like ``Retry`` and ``Discard``, one control-flow signal raised *inside*
+task code: ``SoftTimeLimitExceeded`` (an ``Exception``, so ``except Exception`` in a
+task catches it: clean up, then return or re-raise).
 """
 
 from __future__ import annotations
@@ -98,3 +104,39 @@ class JobNotFoundError(PgTasksError, LookupError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class TaskFailed(PgTasksError):
+    """The job failed: ``exc_type``, ``message`` and ``traceback`` describe the remote error."""
+
+    def __init__(self, job_id: int | None = None, last_error: str | None = None) -> None:
+        self.job_id = job_id
+        self.traceback = (last_error or "").strip()
+        last_line = self.traceback.splitlines()[-1] if self.traceback else ""
+        head, separator, rest = last_line.partition(": ")
+        if separator and head and " " not in head:
+            self.exc_type, self.message = head, rest
+        else:
+            self.exc_type, self.message = (last_line or "Error"), ""
+        summary = f"{self.exc_type}: {self.message}" if self.message else self.exc_type
+        super().__init__(f"job {job_id if job_id is not None else '?'} failed: {summary}")
+
+
+class JobCancelled(PgTasksError):
+    """The job was cancelled."""
+
+    def __init__(self, job_id: int | None = None) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id if job_id is not None else '?'} was cancelled")
+
+
+class SoftTimeLimitExceeded(Exception):
+    """The task ran past its ``soft_timeout``: clean up and stop.
+
+    Raised inside a sync task's code (thread or process executor). Not a PgTasksError:
+    the task is expected to catch it, or let it fail the attempt (the retry policy
+    applies). See docs/howto/executors.md for how it is delivered and its limits.
+    """
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or "the task ran past its soft time limit (soft_timeout=)")

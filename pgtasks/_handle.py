@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, TypeVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._errors import JobNotFoundError
-from ._jobs import JobRow, JobStatus
+from ._jobs import CancelResult, JobRow, JobStatus
+from ._results import await_result, wait_for_result
 
 if TYPE_CHECKING:
     from ._app import App
@@ -16,12 +18,14 @@ R = TypeVar("R")
 class JobHandle(Generic[R]):
     """A job by id. ``existed`` is True when an idempotency key matched an existing job."""
 
-    __slots__ = ("app", "existed", "id")
+    __slots__ = ("app", "existed", "id", "row")
 
     def __init__(self, app: App, job_id: int, *, existed: bool = False) -> None:
         self.app = app
         self.id = job_id
         self.existed = existed
+        #: The last snapshot read by refresh() (None until then).
+        self.row: JobRow | None = None
 
     def __repr__(self) -> str:
         return f"<JobHandle id={self.id}{' existed' if self.existed else ''}>"
@@ -66,3 +70,61 @@ class JobHandle(Generic[R]):
         if row is None:
             raise self._missing()
         return row
+
+    # -- results --
+    def get(self, timeout: float | None = None) -> R:
+        """Wait for the job and return its result.
+
+        Raises TaskFailed (remote type, message, traceback) when it failed, JobCancelled
+        when cancelled, TimeoutError after ``timeout`` seconds, JobNotFoundError when the
+        job does not exist (or was pruned while waiting).
+        """
+        return wait_for_result(self.app, self.id, timeout)  # type: ignore[no-any-return]
+
+    async def aget(self, timeout: float | None = None) -> R:
+        return await await_result(self.app, self.id, timeout)  # type: ignore[no-any-return]
+
+    # -- cancellation --
+    def cancel(self) -> CancelResult:
+        """Cancel the job (see App.cancel)."""
+        return self.app.cancel(self.id)
+
+    async def acancel(self) -> CancelResult:
+        return await self.app.acancel(self.id)
+
+    # -- snapshot --
+    def refresh(self) -> JobHandle[R]:
+        """Read the job's row now; the properties below show this snapshot."""
+        self.row = self.fetch()
+        return self
+
+    async def arefresh(self) -> JobHandle[R]:
+        self.row = await self.afetch()
+        return self
+
+    def _snapshot(self) -> JobRow:
+        return self.row if self.row is not None else self.refresh().row  # type: ignore[return-value]
+
+    @property
+    def attempts(self) -> int:
+        return self._snapshot().attempts
+
+    @property
+    def last_error(self) -> str | None:
+        return self._snapshot().last_error
+
+    @property
+    def result(self) -> Any:
+        return self._snapshot().result
+
+    @property
+    def run_at(self) -> datetime:
+        return self._snapshot().run_at
+
+    @property
+    def created_at(self) -> datetime:
+        return self._snapshot().created_at
+
+    @property
+    def finished_at(self) -> datetime | None:
+        return self._snapshot().finished_at

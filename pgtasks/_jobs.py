@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import threading
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -122,3 +123,47 @@ class JobContext:
     max_attempts: int
     worker_id: int | None
     queue: str
+    _cancel_event: threading.Event | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
+
+    def cancelled(self) -> bool:
+        """True once ``cancel()`` was called for this job: stop early and return.
+
+        Long-running sync tasks should poll it between units of work; whatever the task
+        then returns or raises, the job is recorded as cancelled.
+        """
+        return self._cancel_event is not None and self._cancel_event.is_set()
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelResult:
+    """What ``cancel()`` did.
+
+    ``outcome``: ``"cancelled"`` (it was pending and will never run), ``"requested"``
+    (it is running: its worker was told, and it will end cancelled), or
+    ``"already_finished"`` (done, failed or cancelled before: nothing changed).
+    """
+
+    job_id: int
+    outcome: str
+    status: JobStatus
+
+    def __str__(self) -> str:
+        if self.outcome == "cancelled":
+            return f"job {self.job_id} cancelled"
+        if self.outcome == "requested":
+            return f"job {self.job_id} is running: cancellation requested"
+        return f"job {self.job_id} already finished ({self.status}): nothing to cancel"
+
+    @classmethod
+    def from_row(cls, job_id: int, row: Mapping[str, Any]) -> CancelResult:
+        previous = JobStatus(row["previous_status"])
+        status = JobStatus(row["status"])
+        if previous is JobStatus.PENDING:
+            outcome = "cancelled"
+        elif previous is JobStatus.RUNNING:
+            outcome = "requested"
+        else:
+            outcome = "already_finished"
+        return cls(job_id, outcome, status)

@@ -41,11 +41,16 @@ def _dumps(value: Any) -> str:
     text = _ENCODER.encode(value)
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise ValueError("contains a NUL character (\\u0000), which PostgreSQL's jsonb rejects")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("contains a lone surrogate character, which is not valid UTF-8") from None
-    _check_keys(value)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                "contains a lone surrogate character, which is not valid UTF-8"
+            ) from None
+    # Only a text with an object in it can hold a non-str key (json converts them silently).
+    if "{" in text:
+        _check_keys(value)
     return text
 
 
@@ -70,8 +75,8 @@ def encode_arguments(
     ``max_bytes`` in UTF-8.
     """
     try:
-        args_json = _dumps(list(args))
-        kwargs_json = _dumps(dict(kwargs))
+        args_json = _dumps(list(args)) if args else "[]"
+        kwargs_json = _dumps(dict(kwargs)) if kwargs else "{}"
     except (TypeError, ValueError):
         _raise_for_culprit(task_name, args, kwargs, parameter_names)
         raise  # pragma: no cover - _raise_for_culprit always raises

@@ -23,6 +23,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("pgtasks.worker")
 
+#: Session settings of a worker's own connections. Queue tables' statistics are always
+#: stale (a bulk enqueue of thousands of jobs is "15 rows" until autovacuum analyzes it),
+#: and a generic plan of the claim cannot fold its optional filters. So: plan each
+#: execution for its own parameters, and keep the planner on index scans, so a stale
+#: estimate never turns the claim into a bitmap scan that sorts every pending row (4 ms
+#: instead of 0.1 ms at 20k pending). Every statement of these connections is an indexed
+#: lookup by design.
+WORKER_CONNECTION_OPTIONS = (
+    "-c plan_cache_mode=force_custom_plan -c enable_bitmapscan=off -c enable_seqscan=off"
+)
+
 #: Seconds between repeated log lines about one continuing database problem.
 ERROR_LOG_INTERVAL = 10.0
 MAX_BACKOFF = 2.0
@@ -39,9 +50,7 @@ def connect(worker: Worker) -> psycopg.Connection[Any]:
         keepalives_interval=2,
         keepalives_count=3,
         application_name=f"pgtasks worker {worker.name}",
-        # Queue tables' statistics are always stale, and a generic plan of the claim
-        # cannot fold its optional filters: plan each execution for its own parameters.
-        options="-c plan_cache_mode=force_custom_plan",
+        options=WORKER_CONNECTION_OPTIONS,
     )
 
 
@@ -146,6 +155,7 @@ class Heartbeat(Service):
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         self.worker.heartbeat(conn)
+        self.worker.poll_cancel_requests(conn)
 
 
 class Rescuer(Service):
@@ -176,13 +186,17 @@ class Listener(Service):
         return 0.0
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
-        self.worker.app.store.listen(conn)
+        store = self.worker.app.store
+        store.listen(conn, store.channel, store.cancel_channel)
         self.worker.wake(notified=True)
         self.errors.recovered()
         self.last_success = time.monotonic()
         queues = self.worker.queues
         while not self.stopping.is_set():
-            for notify in conn.notifies(timeout=0.5):
-                if queues is None or notify.payload in queues:
+            for notify in conn.notifies(timeout=0.2):
+                if notify.channel == store.cancel_channel:
+                    if notify.payload.isdigit():
+                        self.worker.cancel_jobs({int(notify.payload)})
+                elif queues is None or notify.payload in queues:
                     self.worker.wake(notified=True)
             self.last_success = time.monotonic()

@@ -24,10 +24,13 @@ from ._store_base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
 from ._store_base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
 from ._store_base import Params, Row, StoreBase, translate_errors
 from ._store_base import notification_channel as notification_channel
+from ._store_doctor import DoctorQueries
+from ._store_metrics import MetricsQueries
+from ._store_operations import OperationsQueries
 from .sql import Migration
 
 
-class Store(StoreBase):
+class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
     """Every named query pgtasks runs, one method each."""
 
     # -- migrations --
@@ -114,14 +117,34 @@ class Store(StoreBase):
     def insert_jobs(
         self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
+        """Insert jobs in order; an existing idempotency key answers with its job."""
         params, answer = self._insert_jobs_plan(specs)
+        if params["idempotency_key"].count(None) == len(answer):
+            return self.insert_new_jobs(conn, params)
         return self._inserted(self._rows(conn, "insert_jobs", params), answer)
 
     async def ainsert_jobs(
         self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
         params, answer = self._insert_jobs_plan(specs)
+        if params["idempotency_key"].count(None) == len(answer):
+            return await self.ainsert_new_jobs(conn, params)
         return self._inserted(await self._arows(conn, "insert_jobs", params), answer)
+
+    @staticmethod
+    def _new_jobs_params(params: Params) -> Params:
+        return {name: values for name, values in params.items() if name != "idempotency_key"}
+
+    def insert_new_jobs(self, conn: psycopg.Connection[Any], params: Params) -> list[InsertedJob]:
+        """The fast path of insert_jobs: no spec has a key (plain INSERT, no arbitration)."""
+        rows = self._rows(conn, "insert_new_jobs", self._new_jobs_params(params))
+        return [InsertedJob(id=row["id"], existed=False) for row in rows]
+
+    async def ainsert_new_jobs(
+        self, conn: psycopg.AsyncConnection[Any], params: Params
+    ) -> list[InsertedJob]:
+        rows = await self._arows(conn, "insert_new_jobs", self._new_jobs_params(params))
+        return [InsertedJob(id=row["id"], existed=False) for row in rows]
 
     # -- reading jobs --
     def get_job(self, conn: psycopg.Connection[Any], job_id: int) -> JobRow | None:
@@ -225,13 +248,14 @@ class Store(StoreBase):
         *,
         worker_id: int,
         outcomes: Sequence[tuple[int, int, str, str | None, str | None, float]],
-    ) -> set[int]:
+    ) -> dict[int, str]:
         """Write outcomes ``(id, attempt, status, result_json, error, delay)``, fenced.
 
-        Returns the ids whose write took effect; the others had lost their lease.
+        Returns the status written per id whose write took effect (``cancelled`` when a
+        cancellation was requested); the other ids had lost their lease.
         """
         params = self._finish_params(worker_id, outcomes)
-        return {row["id"] for row in self._rows(conn, "finish_jobs", params)}
+        return {row["id"]: row["status"] for row in self._rows(conn, "finish_jobs", params)}
 
     def finish_and_claim_jobs(
         self,
@@ -244,7 +268,7 @@ class Store(StoreBase):
         queues: Sequence[str] | None,
         limit: int,
         task_names: Sequence[str] | None = None,
-    ) -> tuple[set[int], list[Row]]:
+    ) -> tuple[dict[int, str], list[Row]]:
         """``finish_jobs`` for each ``(lease owner, outcomes)`` then ``claim_jobs`` (when
         ``limit`` > 0): one transaction, one network round trip (pipeline mode).
         """
@@ -263,7 +287,7 @@ class Store(StoreBase):
                     self._statements["claim_jobs"],
                     self._claim_params(worker_id, queues, limit, task_names),
                 )
-        accepted = {row["id"] for cursor in cursors for row in cursor.fetchall()}
+        accepted = {row["id"]: row["status"] for cursor in cursors for row in cursor.fetchall()}
         claimed = self._in_claim_order(claim_cursor.fetchall()) if claim_cursor else []
         return accepted, claimed
 
@@ -295,9 +319,37 @@ class Store(StoreBase):
     def notify_queue(self, conn: psycopg.Connection[Any], queue: str) -> None:
         self._rows(conn, "notify_queue", {"queue": queue})
 
-    def listen(self, conn: psycopg.Connection[Any]) -> None:
-        """LISTEN on the schema's channel (an identifier, composed, never interpolated)."""
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+    def listen(self, conn: psycopg.Connection[Any], *channels: str) -> None:
+        """LISTEN on channels (default: enqueues); identifiers composed, never interpolated."""
+        for channel in channels or (self.channel,):
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+    # -- results and cancellation --
+    def cancel_job(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
+        """``previous_status`` and ``status`` of the job, or None when it does not exist."""
+        rows = self._rows(conn, "cancel_job", {"id": job_id})
+        return rows[0] if rows else None
+
+    async def acancel_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Row | None:
+        rows = await self._arows(conn, "cancel_job", {"id": job_id})
+        return rows[0] if rows else None
+
+    def get_cancel_requests(self, conn: psycopg.Connection[Any], worker_id: int) -> set[int]:
+        return {
+            row["id"] for row in self._rows(conn, "get_cancel_requests", {"worker_id": worker_id})
+        }
+
+    def get_job_outcome(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
+        rows = self._rows(conn, "get_job_outcome", {"id": job_id})
+        return rows[0] if rows else None
+
+    async def aget_job_outcome(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Row | None:
+        rows = await self._arows(conn, "get_job_outcome", {"id": job_id})
+        return rows[0] if rows else None
+
+    def notify_done(self, conn: psycopg.Connection[Any], job_ids: Sequence[int]) -> None:
+        if job_ids:
+            self._rows(conn, "notify_done", {"ids": ",".join(str(job_id) for job_id in job_ids)})
 
     # -- beat --
     def configure_beat_session(

@@ -56,13 +56,22 @@ class StoreBase:
     def __init__(self, schema: str) -> None:
         self.schema = schema
         self.channel = notification_channel(schema)
+        #: Finished jobs (payload "id,id,…"): result waiters listen here.
+        self.done_channel = f"{self.channel}.done"
+        #: Cancellation requests for running jobs (payload: the id): workers listen here.
+        self.cancel_channel = f"{self.channel}.cancel"
         self._identifier = sql.Identifier(schema)
         self._statements: dict[str, bytes] = {
             name: self._render(query.text) for name, query in load_queries().items()
         }
 
     def _render(self, text: str) -> bytes:
-        composed = sql.SQL(text).format(schema=self._identifier, channel=sql.Literal(self.channel))
+        composed = sql.SQL(text).format(
+            schema=self._identifier,
+            channel=sql.Literal(self.channel),
+            done_channel=sql.Literal(self.done_channel),
+            cancel_channel=sql.Literal(self.cancel_channel),
+        )
         return composed.as_string(None).encode()
 
     # -- executors --

@@ -6,7 +6,7 @@ import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar
 
 import psycopg
 from typing_extensions import ParamSpec, Unpack
@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+#: Where a task's code runs: the worker's thread pool, its process pool, or its event loop.
+ExecutorName = Literal["thread", "process", "async"]
+EXECUTOR_NAMES: tuple[ExecutorName, ...] = ("thread", "process", "async")
 
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 
@@ -44,8 +48,13 @@ class TaskSettings(TypedDict, total=False):
     retry_jitter: bool
     #: Exceptions that fail the job at once instead of retrying.
     dont_retry: tuple[type[BaseException], ...]
-    #: Seconds before a running attempt counts as failed.
+    #: Seconds before a running attempt counts as failed (a process-executor task's child
+    #: is killed; a coroutine is cancelled; a thread is abandoned, see docs/howto/executors.md).
     timeout: float | None
+    #: Seconds after which SoftTimeLimitExceeded is raised inside a sync task.
+    soft_timeout: float | None
+    #: "thread", "process" or "async" (default: async for ``async def``, else the worker's).
+    executor: ExecutorName | None
 
 
 class TaskOptions(TaskSettings, total=False):
@@ -110,6 +119,27 @@ def aware(moment: datetime, what: str) -> datetime:
     return moment
 
 
+def schedule_of(
+    countdown: float | timedelta | None, eta: datetime | timedelta | None
+) -> tuple[datetime | None, float | None]:
+    """``(run_at, delay)``: an absolute aware time, or seconds after the database's now."""
+    if countdown is not None and eta is not None:
+        raise ValueError("pass countdown= or eta=, not both")
+    if eta is not None:
+        if isinstance(eta, timedelta):
+            return None, validate_delay("eta", eta.total_seconds())
+        if isinstance(eta, datetime):
+            return aware(eta, "eta"), None
+        raise TypeError(f"eta must be an aware datetime or a timedelta, got {eta!r}")
+    if countdown is not None:
+        if isinstance(countdown, timedelta):
+            return None, validate_delay("countdown", countdown.total_seconds())
+        if isinstance(countdown, (int, float)) and not isinstance(countdown, bool):
+            return None, validate_delay("countdown", float(countdown))
+        raise TypeError(f"countdown must be seconds or a timedelta, got {countdown!r}")
+    return None, None
+
+
 class Task(Generic[P, R]):
     """A function registered with ``@app.task``.
 
@@ -155,6 +185,10 @@ class Task(Generic[P, R]):
                     f"dont_retry= must hold exception classes, got {exception_type!r}"
                 )
         self.is_async = inspect.iscoroutinefunction(function)
+        self.soft_timeout: float | None = options.get("soft_timeout")
+        _positive("soft_timeout", self.soft_timeout, allow_none=True)
+        self.executor: ExecutorName | None = options.get("executor")
+        self._check_executor()
         self.signature = inspect.signature(function)
         parameters = list(self.signature.parameters.values())
         if self.bind:
@@ -169,8 +203,39 @@ class Task(Generic[P, R]):
             if parameter.kind
             in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         )
+        self._valid_shapes: set[tuple[int, frozenset[str]]] = set()
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
+
+    def _check_executor(self) -> None:
+        """Reject option combinations no executor can honour, naming the fix."""
+        executor = self.executor
+        if executor is not None and executor not in EXECUTOR_NAMES:
+            raise TaskRegistrationError(
+                f"task {self.name!r}: executor= must be one of {', '.join(EXECUTOR_NAMES)},"
+                f" got {executor!r}"
+            )
+        if self.is_async and executor in ("thread", "process"):
+            raise TaskRegistrationError(
+                f"task {self.name!r} is an async def and runs on the worker's event loop:"
+                f" executor={executor!r} needs a plain def (omit executor= or use 'async')"
+            )
+        if not self.is_async and executor == "async":
+            raise TaskRegistrationError(
+                f"task {self.name!r}: executor='async' needs an async def function"
+                " (use 'thread' or 'process' for a plain def)"
+            )
+        if self.soft_timeout is not None:
+            if self.is_async:
+                raise TaskRegistrationError(
+                    f"task {self.name!r}: soft_timeout= applies to sync tasks; an async"
+                    " task is cancelled at its timeout= (CancelledError is its soft signal)"
+                )
+            if self.timeout is not None and self.soft_timeout >= self.timeout:
+                raise TaskRegistrationError(
+                    f"task {self.name!r}: soft_timeout= ({self.soft_timeout:g} s) must be"
+                    f" shorter than timeout= ({self.timeout:g} s)"
+                )
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
@@ -208,28 +273,17 @@ class Task(Generic[P, R]):
             raise TypeError(f"args must be a list or tuple, got {type(args).__name__}")
         if not isinstance(kwargs, Mapping):
             raise TypeError(f"kwargs must be a mapping, got {type(kwargs).__name__}")
-        try:
-            self.signature.bind(*args, **kwargs)
-        except TypeError as error:
-            raise TypeError(f"arguments do not match task {self.name!r}: {error}") from None
-        if countdown is not None and eta is not None:
-            raise ValueError("pass countdown= or eta=, not both")
-        run_at: datetime | None = None
-        delay: float | None = None
-        if eta is not None:
-            if isinstance(eta, timedelta):
-                delay = validate_delay("eta", eta.total_seconds())
-            elif isinstance(eta, datetime):
-                run_at = aware(eta, "eta")
-            else:
-                raise TypeError(f"eta must be an aware datetime or a timedelta, got {eta!r}")
-        if countdown is not None:
-            if isinstance(countdown, timedelta):
-                delay = validate_delay("countdown", countdown.total_seconds())
-            elif isinstance(countdown, (int, float)) and not isinstance(countdown, bool):
-                delay = validate_delay("countdown", float(countdown))
-            else:
-                raise TypeError(f"countdown must be seconds or a timedelta, got {countdown!r}")
+        # Whether arguments bind depends only on their count and keyword names: check each
+        # shape once (bulk enqueues repeat one shape thousands of times).
+        shape = (len(args), frozenset(kwargs))
+        if shape not in self._valid_shapes:
+            try:
+                self.signature.bind(*args, **kwargs)
+            except TypeError as error:
+                raise TypeError(f"arguments do not match task {self.name!r}: {error}") from None
+            if len(self._valid_shapes) < 1024:
+                self._valid_shapes.add(shape)
+        run_at, delay = schedule_of(countdown, eta)
         if idempotency_key is not None:
             validate_text("idempotency_key", idempotency_key)
         args_json, kwargs_json = encode_arguments(

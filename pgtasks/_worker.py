@@ -19,17 +19,19 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
 from ._errors import ConfigurationError
 from ._events import WorkerEvents
-from ._executor import ClaimedJob, Executor, Running
+from ._executor import ClaimedJob, Executor, ExecutorOptions, PoolName, Running
+from ._process_pool import StartMethod
+from ._pruner import Pruner
 from ._retry import Outcome
-from ._services import ErrorLog, Heartbeat, Listener, Rescuer, connect
+from ._services import ErrorLog, Heartbeat, Listener, Rescuer, Service, connect
 
 if TYPE_CHECKING:
     from ._app import App
@@ -70,6 +72,14 @@ class Worker:
         shutdown_timeout: float = 30.0,
         ignore_unknown: bool = False,
         observers: Sequence[WorkerEvents] = (),
+        pool: str = "thread",
+        processes: int | None = None,
+        queue_executors: Mapping[str, str] | None = None,
+        process_start_method: str = "spawn",
+        app_path: str | None = None,
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: float | None = None,
+        loop_lag_threshold: float | None = 0.5,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency= must be an int >= 1, got {concurrency!r}")
@@ -115,8 +125,20 @@ class Worker:
         self._maybe_more = True
         #: time.monotonic() when a job we rescheduled becomes due (claim then, not at the poll).
         self._next_due = float("inf")
-        self._executor = Executor(app, concurrency=concurrency, on_finished=self._on_finished)
-        self._services: list[Heartbeat | Rescuer | Listener] = []
+        #: Executors (see docs/howto/executors.md): ``pool`` is the default of sync tasks.
+        self._executor_options = ExecutorOptions(
+            concurrency=concurrency,
+            pool=cast(PoolName, pool),
+            processes=processes,
+            queue_executors=cast("dict[str, PoolName]", dict(queue_executors or {})),
+            process_start_method=cast(StartMethod, process_start_method),
+            app_path=app_path,
+            max_tasks_per_child=max_tasks_per_child,
+            max_memory_per_child=max_memory_per_child,
+            loop_lag_threshold=loop_lag_threshold or None,
+        )
+        self._executor = Executor(app, self._executor_options, on_finished=self._on_finished)
+        self._services: list[Service] = []
         #: Counters since start (read by tests and the demo).
         self.counts: dict[str, int] = {}
 
@@ -146,6 +168,11 @@ class Worker:
     @property
     def running_jobs(self) -> int:
         return len(self._in_flight)
+
+    @property
+    def child_pids(self) -> list[int]:
+        """Pids of the process pool's children serving jobs (empty without a pool)."""
+        return self._executor.process_pids()
 
     def wake(self, *, notified: bool = False) -> None:
         if notified:
@@ -187,6 +214,28 @@ class Worker:
             extra={"worker_id": new_id},
         )
 
+    def cancel_jobs(self, job_ids: set[int]) -> None:
+        """Ask running attempts of these jobs to stop (called from the service threads)."""
+        for running in list(self._in_flight.values()):
+            if running.job.id in job_ids and not running.cancel_event.is_set():
+                logger.info(
+                    "job %d %s attempt %d: cancellation requested",
+                    running.job.id,
+                    running.job.task_name,
+                    running.job.attempt,
+                    extra={"job_id": running.job.id, "task": running.job.task_name},
+                )
+                self._executor.cancel(running)
+
+    def poll_cancel_requests(self, conn: psycopg.Connection[Any]) -> None:
+        """Heartbeat-time check for cancellations whose notification was missed."""
+        worker_id = self.worker_id
+        if worker_id is None or not self._in_flight:
+            return
+        requested = self.app.store.get_cancel_requests(conn, worker_id)
+        if requested:
+            self.cancel_jobs(requested)
+
     def rescue(self, conn: psycopg.Connection[Any]) -> None:
         store = self.app.store
         rescued = store.rescue_jobs(conn, lease_timeout=self.lease_timeout)
@@ -208,26 +257,37 @@ class Worker:
             )
         for queue_name in {row["queue"] for row in rescued if row["status"] == "pending"}:
             store.notify_queue(conn, queue_name)
+        store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])
         self._count("rescued", len(rescued))
 
     # -- the loop --
     def run(self, *, install_signal_handlers: bool = False) -> None:
         """Run until stopped. Raises SchemaNotMigratedError before claiming on an old schema."""
         self._run_thread = threading.current_thread()
-        self.app.check_schema()
-        self._conn = connect(self)
-        worker_id = self._register(self._conn)
+        try:
+            self.app.check_schema()
+            self._executor = Executor(
+                self.app, self._executor_options, on_finished=self._on_finished
+            )
+            self._executor.start()  # process pool children import the app before any claim
+            try:
+                self._conn = connect(self)
+                worker_id = self._register(self._conn)
+            except BaseException:
+                self._executor.shutdown()
+                raise
+        except BaseException:
+            self._stopped.set()  # stop() must not wait for a worker that never started
+            raise
         previous_handlers = self._install_signal_handlers() if install_signal_handlers else {}
-        self._executor = Executor(
-            self.app, concurrency=self.concurrency, on_finished=self._on_finished
-        )
         logger.info(
-            "worker %d (%s) started: queues=%s concurrency=%d database=%s lease=%gs"
-            " heartbeat=%gs rescue=%gs poll=%gs",
+            "worker %d (%s) started: queues=%s concurrency=%d executors=%s database=%s"
+            " lease=%gs heartbeat=%gs rescue=%gs poll=%gs",
             worker_id,
             self.name,
             ",".join(self.queues) if self.queues else "*",
             self.concurrency,
+            self._executor.describe(),
             self.app.describe_database(),
             self.lease_timeout,
             self.heartbeat_interval,
@@ -239,6 +299,7 @@ class Worker:
             Heartbeat(self, self.heartbeat_interval),
             Rescuer(self, self.rescue_interval),
             Listener(self),
+            Pruner(self, self.app.prune_interval),
         ]
         for service in self._services:
             service.start()
@@ -265,7 +326,7 @@ class Worker:
                 self._linger()
                 self._expire()
                 now = time.monotonic()
-                free = self.concurrency - len(self._in_flight)
+                free = self._executor.capacity - len(self._in_flight)
                 due = now >= next_poll or now >= self._next_due
                 claim = free > 0 and (self._notified or self._maybe_more or due)
                 if claim:
@@ -327,7 +388,8 @@ class Worker:
         patience turns a trickle of single completions into batches.
         """
         busy = len(self._in_flight)
-        if self._unwritten and busy and len(self._unwritten) < busy and busy * 2 > self.concurrency:
+        capacity = self._executor.capacity
+        if self._unwritten and busy and len(self._unwritten) < busy and busy * 2 > capacity:
             time.sleep(LINGER)
             self._collect()
 
@@ -449,9 +511,11 @@ class Worker:
         if self._unwritten:
             self._exchange(0)
 
-    def _after_write(self, batch: list[tuple[Running, Outcome]], accepted: set[int]) -> None:
+    def _after_write(self, batch: list[tuple[Running, Outcome]], accepted: dict[int, str]) -> None:
         for running, outcome in batch:
             written = running.job.id in accepted
+            if written and accepted[running.job.id] == "cancelled":
+                outcome = Outcome("cancelled", "failed", error=outcome.error)
             self._log_outcome(running, outcome, written=written)
             if outcome.status == "pending" and written:
                 # A retry due before the next poll: claim it on time.
@@ -514,6 +578,10 @@ class Worker:
 
     def _shutdown(self) -> None:
         deadline = self._stop_deadline if self._stop_deadline is not None else time.monotonic()
+        unstarted = self._executor.take_unstarted()
+        if unstarted:
+            # Claimed, waiting for a slot of their executor: they never ran, so release now.
+            self._release(unstarted, why="stopping before they started")
         if self._active():
             logger.info(
                 "worker %s stopping: waiting up to %.1f s for %d running job(s)",
@@ -529,6 +597,10 @@ class Worker:
             self._expire()
             self._try_write()
         self._collect()
+        if self._active():
+            # Children running jobs are terminated first: a released job must not still run.
+            self._executor.stop_processes()
+            self._collect()
         leftovers = self._active()
         if leftovers:
             self._release(leftovers)
@@ -561,7 +633,7 @@ class Worker:
             )
             self._unwritten = []
 
-    def _release(self, leftovers: list[Running]) -> None:
+    def _release(self, leftovers: list[Running], *, why: str = "shutdown deadline reached") -> None:
         by_owner: dict[int, list[Running]] = {}
         for running in leftovers:
             running.abandoned = True
@@ -584,9 +656,9 @@ class Worker:
                     time.sleep(0.2 * (attempt + 1))
         self._count("released", len(released))
         logger.warning(
-            "worker %s: shutdown deadline reached; released %d running job(s) back to pending"
-            " (attempt not used up): %s",
+            "worker %s: %s; released %d running job(s) back to pending (attempt not used up): %s",
             self.name,
+            why,
             len(released),
             ", ".join(str(job_id) for job_id in sorted(released)) or "none",
         )

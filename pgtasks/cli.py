@@ -7,12 +7,16 @@ import logging
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ._app import App
+from ._cli_executors import executor_options, worker_executor_options
 from ._errors import PgTasksError
+
+if TYPE_CHECKING:
+    from ._metrics import WorkerMetrics
 
 APP_HELP = "The app as module:attribute (or PGTASKS_APP), e.g. myproj.tasks:app."
 
@@ -36,12 +40,10 @@ def load_app(path: str) -> App:
     raise click.UsageError(f"{path!r} does not name a pgtasks App (looked for {candidates})")
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def configure_logging(level: str, log_format: str = "text") -> None:
+    from ._logging import configure_logging as configure
+
+    configure(level, log_format, sys.stderr)
 
 
 app_option = click.option(
@@ -52,6 +54,13 @@ log_level_option = click.option(
     default="INFO",
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+log_format_option = click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="json: one JSON object per line (time, level, logger, message, job_id, task, …).",
 )
 
 
@@ -64,9 +73,10 @@ def main() -> None:
 @main.command()
 @app_option
 @log_level_option
-def migrate(app_path: str, log_level: str) -> None:
+@log_format_option
+def migrate(app_path: str, log_level: str, log_format: str) -> None:
     """Create or upgrade the pgtasks schema (safe to run concurrently and repeatedly)."""
-    configure_logging(log_level)
+    configure_logging(log_level, log_format)
     app = load_app(app_path)
     with app:
         applied = _guard(app.migrate)
@@ -120,7 +130,28 @@ def migrate(app_path: str, log_level: str) -> None:
 @click.option(
     "--beat", "with_beat", is_flag=True, help="Also run the periodic scheduler in this process."
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (needs pgtasks[metrics]).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics server binds (0.0.0.0: every interface).",
+)
+@click.option(
+    "--metrics-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=15.0,
+    show_default=True,
+    help="Seconds between queue-depth samples for the metrics.",
+)
+@executor_options
 @log_level_option
+@log_format_option
 def worker(
     app_path: str,
     queues: str | None,
@@ -132,15 +163,23 @@ def worker(
     poll_interval: float | None,
     ignore_unknown: bool,
     with_beat: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_interval: float,
     log_level: str,
+    log_format: str,
+    **executor_flags: Any,
 ) -> None:
     """Claim and run jobs until SIGTERM/SIGINT (a second signal releases running jobs now)."""
     from ._beat import Beat
     from ._worker import Worker
 
-    configure_logging(log_level)
+    configure_logging(log_level, log_format)
     app = load_app(app_path)
+    metrics = None
     try:
+        if metrics_port is not None:
+            metrics = _worker_metrics(metrics_port, metrics_host, metrics_interval)
         job_worker = Worker(
             app,
             queues=queues.split(",") if queues else None,
@@ -151,6 +190,8 @@ def worker(
             rescue_interval=rescue_interval,
             poll_interval=poll_interval,
             ignore_unknown=ignore_unknown,
+            observers=[metrics] if metrics is not None else (),
+            **worker_executor_options(app_path, app, executor_flags),
         )
         scheduler = Beat(app) if with_beat else None
         if scheduler is not None:
@@ -161,6 +202,8 @@ def worker(
         finally:
             if scheduler is not None:
                 scheduler.stop(timeout=5)
+            if metrics is not None:
+                metrics.close()
     except PgTasksError as error:
         click.echo(f"error: {error}", err=True)
         _exit(1)
@@ -168,6 +211,15 @@ def worker(
     # Threads of tasks that outlived the shutdown deadline must not keep the process alive:
     # their jobs were released and will run elsewhere.
     _exit(0)
+
+
+def _worker_metrics(port: int, host: str, interval: float) -> WorkerMetrics:
+    """A WorkerMetrics served on ``host:port``; ConfigurationError without the extra."""
+    from ._metrics import WorkerMetrics
+
+    metrics = WorkerMetrics(queue_depth_interval=interval)
+    metrics.serve(port, host)
+    return metrics
 
 
 def _exit(code: int) -> None:
@@ -187,11 +239,12 @@ def _exit(code: int) -> None:
     help="Seconds a tick may be late and still be enqueued whatever its catch-up policy.",
 )
 @log_level_option
-def beat(app_path: str, grace: float, log_level: str) -> None:
+@log_format_option
+def beat(app_path: str, grace: float, log_level: str, log_format: str) -> None:
     """Enqueue periodic jobs until SIGTERM/SIGINT (run several: one is active at a time)."""
     from ._beat import Beat
 
-    configure_logging(log_level)
+    configure_logging(log_level, log_format)
     app = load_app(app_path)
     if not app.schedules:
         logging.getLogger("pgtasks.beat").warning("app %s declares no schedules", app_path)
@@ -244,3 +297,6 @@ def _guard(function: Any) -> Any:
     except PgTasksError as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)
+
+
+from . import _cli_doctor, _cli_operations  # noqa: E402,F401  (register their commands)

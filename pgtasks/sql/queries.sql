@@ -52,6 +52,20 @@ ORDER BY ord
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
 
+-- name: insert_new_jobs :many
+-- Insert a batch of jobs that carry no idempotency key (no conflict arbitration needed).
+INSERT INTO {schema}.jobs AS jobs
+    (task_name, queue, priority, args, kwargs, max_attempts, run_at)
+SELECT task_name, queue, priority, args, kwargs, max_attempts,
+       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0)))
+FROM unnest(
+    %(task_name)s::text[], %(queue)s::text[], %(priority)s::int[],
+    %(args)s::jsonb[], %(kwargs)s::jsonb[], %(max_attempts)s::int[],
+    %(run_at)s::timestamptz[], %(delay)s::float8[]
+) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts, run_at, delay, ord)
+ORDER BY ord
+RETURNING jobs.id, false AS existed;
+
 -- name: get_job :one
 -- One job by id.
 SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
@@ -118,34 +132,50 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
           clock_timestamp() AS claimed_at;
 
 -- name: finish_jobs :many
--- Record a batch of outcomes (done, retry, failed), each fenced by its lease.
-UPDATE {schema}.jobs AS jobs
-SET status = outcome.status,
-    result = outcome.result,
-    last_error = coalesce(outcome.error, jobs.last_error),
-    run_at = CASE WHEN outcome.status = 'pending'
-                  THEN now() + make_interval(secs => outcome.delay)
-                  ELSE jobs.run_at END,
-    finished_at = CASE WHEN outcome.status = 'pending' THEN NULL ELSE now() END,
-    updated_at = now()
-FROM unnest(
-    %(id)s::bigint[], %(attempt)s::int[], %(status)s::text[], %(result)s::jsonb[],
-    %(error)s::text[], %(delay)s::float8[]
-) AS outcome(id, attempt, status, result, error, delay)
-WHERE jobs.id = outcome.id
-  -- The fence: still running under the lease this worker took.
-  AND jobs.status = 'running'
-  AND jobs.locked_by = %(worker_id)s
-  AND jobs.attempts = outcome.attempt
-RETURNING jobs.id;
+-- Record a batch of outcomes (done, retry, failed), each fenced by its lease; a job whose
+-- cancellation was requested meanwhile ends cancelled. Waiters hear of finished jobs.
+WITH finished AS (
+    UPDATE {schema}.jobs AS jobs
+    SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE outcome.status END,
+        result = CASE WHEN jobs.cancel_requested THEN NULL ELSE outcome.result END,
+        last_error = coalesce(outcome.error, jobs.last_error),
+        run_at = CASE WHEN outcome.status = 'pending' AND NOT jobs.cancel_requested
+                      THEN now() + make_interval(secs => outcome.delay)
+                      ELSE jobs.run_at END,
+        finished_at = CASE WHEN outcome.status = 'pending' AND NOT jobs.cancel_requested
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM unnest(
+        %(id)s::bigint[], %(attempt)s::int[], %(status)s::text[], %(result)s::jsonb[],
+        %(error)s::text[], %(delay)s::float8[]
+    ) AS outcome(id, attempt, status, result, error, delay)
+    WHERE jobs.id = outcome.id
+      -- The fence: still running under the lease this worker took.
+      AND jobs.status = 'running'
+      AND jobs.locked_by = %(worker_id)s
+      AND jobs.attempts = outcome.attempt
+    RETURNING jobs.id, jobs.status
+),
+notified AS (
+    -- One notification per 500 finished jobs, payload "id,id,…" (under the 8 kB limit).
+    SELECT pg_notify({done_channel}, string_agg(id::text, ','))
+    FROM (SELECT id, (row_number() OVER ()) / 500 AS chunk
+          FROM finished WHERE status <> 'pending') AS ended
+    GROUP BY chunk
+)
+-- Selecting "sent" keeps the join (and so the notifications) from being optimised away.
+SELECT finished.id, finished.status, notifications.sent
+FROM finished
+LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true;
 
 -- name: release_jobs :many
 -- Put a stopping worker's unfinished jobs back to pending without using up an attempt.
 WITH released AS (
     UPDATE {schema}.jobs AS jobs
-    SET status = 'pending',
+    SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'pending' END,
         attempts = jobs.attempts - 1,
         run_at = now(),
+        finished_at = CASE WHEN jobs.cancel_requested THEN now() END,
         updated_at = now()
     FROM unnest(%(id)s::bigint[], %(attempt)s::int[]) AS lease(id, attempt)
     WHERE jobs.id = lease.id
@@ -183,11 +213,14 @@ WITH lost AS (
     FOR UPDATE OF jobs SKIP LOCKED
 )
 UPDATE {schema}.jobs AS jobs
-SET status = CASE WHEN jobs.attempts >= jobs.max_attempts THEN 'failed' ELSE 'pending' END,
-    last_error = format('worker %%s was lost (no heartbeat within %%s s) during attempt %%s',
-                        jobs.locked_by, %(lease_timeout)s, jobs.attempts),
+SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled'
+                  WHEN jobs.attempts >= jobs.max_attempts THEN 'failed'
+                  ELSE 'pending' END,
+    last_error = format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
+                        ' during attempt %%s', jobs.locked_by, %(lease_timeout)s, jobs.attempts),
     run_at = now(),
-    finished_at = CASE WHEN jobs.attempts >= jobs.max_attempts THEN now() END,
+    finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
+                       THEN now() END,
     updated_at = now()
 FROM lost
 WHERE jobs.id = lost.id
@@ -198,6 +231,42 @@ RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue;
 DELETE FROM {schema}.workers
 WHERE heartbeat_at < now() - make_interval(secs => %(lease_timeout)s)
 RETURNING id, hostname, pid;
+
+-- name: cancel_job :one
+-- Cancel a job: pending becomes cancelled; running is flagged and its worker notified;
+-- a finished job is left as it is. Returns the status before and after.
+WITH target AS (
+    SELECT id, status FROM {schema}.jobs WHERE id = %(id)s FOR UPDATE
+),
+cancelled AS (
+    UPDATE {schema}.jobs AS jobs
+    SET status = CASE WHEN target.status = 'pending' THEN 'cancelled' ELSE jobs.status END,
+        cancel_requested = true,
+        finished_at = CASE WHEN target.status = 'pending' THEN now() ELSE jobs.finished_at END,
+        updated_at = now()
+    FROM target
+    WHERE jobs.id = target.id AND target.status IN ('pending', 'running')
+    RETURNING jobs.id, jobs.status
+)
+SELECT target.status AS previous_status,
+       coalesce(cancelled.status, target.status) AS status,
+       CASE WHEN cancelled.status = 'running' THEN pg_notify({cancel_channel}, target.id::text)
+            WHEN cancelled.status = 'cancelled' THEN pg_notify({done_channel}, target.id::text)
+       END IS NULL AS notified
+FROM target LEFT JOIN cancelled ON cancelled.id = target.id;
+
+-- name: get_cancel_requests :many
+-- Jobs running under a worker whose cancellation was requested.
+SELECT id FROM {schema}.jobs
+WHERE status = 'running' AND locked_by = %(worker_id)s AND cancel_requested;
+
+-- name: get_job_outcome :one
+-- What a waiter needs of one job: status, result and last error.
+SELECT id, status, result, last_error FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: notify_done :exec
+-- Tell result waiters that these jobs ended (payload "id,id,…").
+SELECT pg_notify({done_channel}, %(ids)s);
 
 -- name: notify_queue :exec
 -- Wake workers of a queue (after releasing or rescuing jobs).

@@ -69,3 +69,19 @@ app.close()
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "['pending'] 5"
+
+
+def test_cancellation_example_stops_a_running_export(example_env: dict[str, str]) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.cancellation"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "is running: cancellation requested" in completed.stdout
+    assert "export: cancellation seen after" in completed.stdout
+    assert "was cancelled" in completed.stdout
+    assert "final status: cancelled" in completed.stdout

@@ -114,9 +114,12 @@ def running_job_count(conn: psycopg.Connection[Any], app: App) -> int:
 
 
 def is_listening(conn: psycopg.Connection[Any], app: App) -> bool:
-    """True once some session has run LISTEN on the app's channel."""
-    listen = sql.SQL("LISTEN {}").format(sql.Identifier(app.store.channel)).as_string(conn)
+    """True once some session has run LISTEN on the app's channels (its last statement)."""
+    statements = [
+        sql.SQL("LISTEN {}").format(sql.Identifier(channel)).as_string(conn)
+        for channel in (app.store.channel, app.store.cancel_channel)
+    ]
     rows = conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE query = %s", [listen]
+        "SELECT count(*) FROM pg_stat_activity WHERE query = ANY(%s)", [statements]
     ).fetchall()
     return bool(rows[0][0])

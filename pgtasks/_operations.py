@@ -1,0 +1,459 @@
+"""Operations values and their rendering: durations, stats, job and worker listings.
+
+Pure module: no I/O, no database imports. The Store's operations queries return rows;
+the functions here turn them into values (``QueueStats``, ``WorkerInfo``, …) and those
+into the text tables and JSON documents that ``pgtasks stats|jobs|workers|prune`` print.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ._errors import ConfigurationError
+from ._jobs import JobRow, JobStatus
+
+#: What ``parse_duration`` accepts, for error messages and help texts.
+DURATION_FORMS = "seconds (90, 1.5) or a number with a unit s, m, h, d or w (30s, 15m, 12h, 1d, 2w)"
+#: The word that turns one retention class off in ``pgtasks prune``.
+NEVER = "never"
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[smhdw]?)\s*$")
+
+#: Job statuses in life-cycle order (table columns, JSON keys).
+STATUSES = tuple(status.value for status in JobStatus)
+#: Statuses ``pgtasks jobs retry`` accepts.
+RETRYABLE = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+
+
+# -- durations ------------------------------------------------------------------------------------
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: ``90``, ``1.5``, ``30s``, ``15m``, ``12h``, ``1d`` or ``2w``.
+
+    Raises ValueError naming the accepted forms.
+    """
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"invalid duration {text!r}: use {DURATION_FORMS}")
+    return float(match["number"]) * _UNITS[match["unit"] or "s"]
+
+
+def format_duration(seconds: float | None) -> str:
+    """A short human duration: ``0.4s``, ``45s``, ``2m05s``, ``1h``, ``3h12m``, ``2d04h``."""
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        (count, rest), unit, next_unit = divmod(whole, 60), "m", "s"
+    elif whole < 86400:
+        (count, rest), unit, next_unit = divmod(whole // 60, 60), "h", "m"
+    else:
+        (count, rest), unit, next_unit = divmod(whole // 3600, 24), "d", "h"
+    return f"{count}{unit}{rest:02d}{next_unit}" if rest else f"{count}{unit}"
+
+
+def retention_seconds(name: str, value: float | None) -> float | None:
+    """Validate an ``App(prune_*_after=)`` option: seconds > 0, or 0/None for "never"."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigurationError(
+            f"{name}= must be a number of seconds >= 0 (0 or None: never prune), got {value!r}"
+        )
+    return float(value) or None
+
+
+# -- tables and JSON ------------------------------------------------------------------------------
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Columns padded to their widest cell; numeric columns right-aligned."""
+    values = [list(row) for row in rows]
+    numeric = [
+        bool(values) and all(isinstance(row[index], (int, float)) for row in values)
+        for index in range(len(headers))
+    ]
+    cells = [[str(cell) for cell in row] for row in values]
+    widths = [
+        max([len(header), *(len(row[index]) for row in cells)])
+        for index, header in enumerate(headers)
+    ]
+
+    def line(row: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(width) if numeric[index] else cell.ljust(width)
+            for index, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(row) for row in cells)])
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, JobStatus):
+        return value.value
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def to_json(document: object) -> str:
+    """Indented JSON with datetimes as ISO 8601 strings."""
+    return json.dumps(document, default=_json_default, indent=2, ensure_ascii=False)
+
+
+def _timestamp(value: datetime | None) -> str:
+    return value.isoformat(sep=" ", timespec="seconds") if value is not None else "-"
+
+
+def _ago(now: datetime, value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    delta = (now - value).total_seconds()
+    return f"{format_duration(delta)} ago" if delta >= 0 else f"in {format_duration(-delta)}"
+
+
+def _one_line(text: str | None, width: int = 60) -> str:
+    """The last non-empty line of an error (the exception, after a traceback), shortened."""
+    if not text:
+        return ""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return last if len(last) <= width else last[: width - 1] + "…"
+
+
+# -- stats ----------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class QueueStats:
+    """Counts of one queue (or of all queues: ``queue`` is None)."""
+
+    queue: str | None
+    pending: int = 0
+    due: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    #: Seconds the oldest due pending job has waited past its run_at (None: none due).
+    oldest_due_age: float | None = None
+    finished_last_minute: int = 0
+    finished_last_hour: int = 0
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> QueueStats:
+        return cls(**{field.name: row[field.name] for field in dataclasses.fields(cls)})
+
+    @property
+    def scheduled(self) -> int:
+        """Pending jobs whose run_at is still in the future."""
+        return self.pending - self.due
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.running + self.done + self.failed + self.cancelled
+
+    def as_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {status: getattr(self, status) for status in STATUSES}
+        document.update(
+            due=self.due,
+            scheduled=self.scheduled,
+            total=self.total,
+            oldest_due_age=self.oldest_due_age,
+            finished_last_minute=self.finished_last_minute,
+            finished_last_hour=self.finished_last_hour,
+        )
+        return document
+
+
+def total_stats(queues: Sequence[QueueStats]) -> QueueStats:
+    ages = [queue.oldest_due_age for queue in queues if queue.oldest_due_age is not None]
+    counts = {
+        name: sum(getattr(queue, name) for queue in queues)
+        for name in (*STATUSES, "due", "finished_last_minute", "finished_last_hour")
+    }
+    return QueueStats(None, oldest_due_age=max(ages) if ages else None, **counts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """What ``pgtasks stats`` shows."""
+
+    now: datetime
+    queues: list[QueueStats]
+    live_workers: int
+    #: Registered workers silent past the lease, not yet removed by a rescuer.
+    silent_workers: int
+    lease_timeout: float
+
+    @property
+    def total(self) -> QueueStats:
+        return total_stats(self.queues)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "now": self.now,
+            "queues": {queue.queue: queue.as_json() for queue in self.queues},
+            "total": self.total.as_json(),
+            "workers": {
+                "live": self.live_workers,
+                "silent": self.silent_workers,
+                "lease_timeout": self.lease_timeout,
+            },
+        }
+
+
+def format_stats(stats: Stats) -> str:
+    headers = (
+        "QUEUE",
+        "PENDING",
+        "DUE",
+        "RUNNING",
+        "DONE",
+        "FAILED",
+        "CANCELLED",
+        "OLDEST DUE",
+        "FINISHED 1M",
+        "FINISHED 1H",
+    )
+
+    def row(queue: QueueStats, name: str) -> list[object]:
+        return [
+            name,
+            queue.pending,
+            queue.due,
+            queue.running,
+            queue.done,
+            queue.failed,
+            queue.cancelled,
+            format_duration(queue.oldest_due_age),
+            queue.finished_last_minute,
+            queue.finished_last_hour,
+        ]
+
+    if stats.queues:
+        rows = [row(queue, queue.queue or "") for queue in stats.queues]
+        rows.append(row(stats.total, "(all)"))
+        table = format_table(headers, rows)
+    else:
+        table = "no jobs"
+    workers = f"workers: {stats.live_workers} live"
+    if stats.silent_workers:
+        workers += f", {stats.silent_workers} silent past the lease (not yet rescued)"
+    workers += f" (lease {format_duration(stats.lease_timeout)})"
+    legend = (
+        "DUE: pending and due now; OLDEST DUE: wait of the oldest due job;"
+        " FINISHED 1M/1H: done, failed or cancelled in the last minute/hour"
+    )
+    return "\n".join([f"at {_timestamp(stats.now)}", table, workers, legend])
+
+
+# -- jobs -----------------------------------------------------------------------------------------
+def job_as_json(job: JobRow) -> dict[str, Any]:
+    """Every field of a job row."""
+    return {field.name: getattr(job, field.name) for field in dataclasses.fields(job)}
+
+
+def format_jobs(now: datetime | None, jobs: Sequence[JobRow]) -> str:
+    if not jobs or now is None:
+        return "no jobs"
+    headers = ("ID", "TASK", "QUEUE", "STATUS", "ATTEMPTS", "CREATED", "WHEN", "LAST ERROR")
+    rows = [
+        [
+            job.id,
+            job.task_name,
+            job.queue,
+            job.status.value,
+            f"{job.attempts}/{job.max_attempts}",
+            _ago(now, job.created_at),
+            _when(now, job),
+            _one_line(job.last_error),
+        ]
+        for job in jobs
+    ]
+    return format_table(headers, rows)
+
+
+def _when(now: datetime, job: JobRow) -> str:
+    """Due (pending), started (running) or ended (finished), relative to ``now``."""
+    if job.status is JobStatus.PENDING:
+        return f"due {_ago(now, job.run_at)}"
+    if job.status is JobStatus.RUNNING:
+        return f"started {_ago(now, job.locked_at)}"
+    return f"ended {_ago(now, job.finished_at)}"
+
+
+def format_job(job: JobRow, now: datetime | None = None) -> str:
+    """Every field of one job, then its last error (with the traceback) in full."""
+
+    def when(value: datetime | None) -> str:
+        if value is None:
+            return "-"
+        return _timestamp(value) + (f" ({_ago(now, value)})" if now is not None else "")
+
+    def encoded(value: object) -> str:
+        return json.dumps(value, ensure_ascii=False, default=_json_default)
+
+    fields = [
+        ("task", job.task_name),
+        ("queue", job.queue),
+        ("status", job.status.value),
+        ("priority", str(job.priority)),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("args", encoded(job.args)),
+        ("kwargs", encoded(job.kwargs)),
+        ("result", encoded(job.result)),
+        ("idempotency key", job.idempotency_key or "-"),
+        ("run at", when(job.run_at)),
+        ("created at", when(job.created_at)),
+        ("updated at", when(job.updated_at)),
+        ("locked at", when(job.locked_at)),
+        ("locked by", f"worker {job.locked_by}" if job.locked_by is not None else "-"),
+        ("finished at", when(job.finished_at)),
+    ]
+    width = max(len(name) for name, _ in fields) + 1
+    lines = [f"job {job.id}"]
+    lines += [f"  {(name + ':').ljust(width)} {value}" for name, value in fields]
+    if job.last_error:
+        lines.append("last error:")
+        lines += [f"  {line}" for line in job.last_error.rstrip().splitlines()]
+    else:
+        lines.append("last error: -")
+    return "\n".join(lines)
+
+
+# -- workers --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """One worker as ``pgtasks workers`` shows it.
+
+    ``state``: ``live`` (heartbeat within the lease), ``silent`` (registered but past
+    the lease: dead, not yet removed by a rescuer), ``stopped`` (deregistered at a
+    clean shutdown), ``lost`` (removed by a rescuer after a lease without heartbeat) or
+    ``unknown`` (holds running jobs but is in neither table).
+    """
+
+    id: int
+    state: str
+    hostname: str | None
+    pid: int | None
+    queues: list[str] | None
+    concurrency: int | None
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    heartbeat_age: float | None
+    removed_at: datetime | None
+    running_job_ids: list[int]
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], *, lease_timeout: float) -> WorkerInfo:
+        return cls(
+            id=row["id"],
+            state=worker_state(row, lease_timeout=lease_timeout),
+            hostname=row["hostname"],
+            pid=row["pid"],
+            queues=row["queues"],
+            concurrency=row["concurrency"],
+            started_at=row["started_at"],
+            heartbeat_at=row["heartbeat_at"],
+            heartbeat_age=row["heartbeat_age"],
+            removed_at=row["removed_at"],
+            running_job_ids=list(row["running_job_ids"]),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def worker_state(row: Mapping[str, Any], *, lease_timeout: float) -> str:
+    if row["hostname"] is None:
+        return "unknown"
+    if row["removed_at"] is None:
+        return "live" if row["heartbeat_age"] <= lease_timeout else "silent"
+    # A clean stop deregisters within a heartbeat interval (shorter than the lease) of
+    # the last heartbeat; a rescuer removes a worker only after a lease of silence.
+    return "lost" if row["silence"] >= lease_timeout else "stopped"
+
+
+def format_workers(now: datetime, workers: Sequence[WorkerInfo]) -> str:
+    if not workers:
+        return "no workers"
+    headers = ("ID", "STATE", "HOST:PID", "QUEUES", "BUSY", "HEARTBEAT", "REMOVED", "RUNNING JOBS")
+    rows = [
+        [
+            worker.id,
+            worker.state,
+            f"{worker.hostname}:{worker.pid}" if worker.hostname is not None else "-",
+            ",".join(worker.queues) if worker.queues else "*",
+            f"{len(worker.running_job_ids)}/{worker.concurrency}"
+            if worker.concurrency is not None
+            else str(len(worker.running_job_ids)),
+            _ago(now, worker.heartbeat_at),
+            _ago(now, worker.removed_at),
+            _job_ids(worker.running_job_ids),
+        ]
+        for worker in workers
+    ]
+    return format_table(headers, rows)
+
+
+def _job_ids(ids: Sequence[int], limit: int = 10) -> str:
+    if not ids:
+        return "-"
+    shown = ", ".join(str(job_id) for job_id in ids[:limit])
+    return shown + (f" (+{len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+# -- pruning --------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class PruneResult:
+    """Rows deleted by one pruning pass, by job status, and worker history rows."""
+
+    deleted: dict[str, int] = dataclasses.field(
+        default_factory=lambda: {status: 0 for status in ("done", "failed", "cancelled")}
+    )
+    worker_history: int = 0
+    batches: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.deleted.values())
+
+    def add(self, status: str, count: int) -> None:
+        self.deleted[status] = self.deleted.get(status, 0) + count
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "deleted": dict(self.deleted),
+            "total": self.total,
+            "worker_history": self.worker_history,
+            "batches": self.batches,
+        }
+
+
+def format_retention(seconds: float | None) -> str:
+    if seconds is None:
+        return "kept"
+    return "0s (all)" if seconds == 0 else format_duration(seconds)
+
+
+def format_prune(
+    result: PruneResult, *, done_after: float | None, failed_after: float | None
+) -> str:
+    counts = ", ".join(f"{status} {count}" for status, count in result.deleted.items())
+    lines = [
+        f"pruned {result.total} finished job(s): {counts}"
+        f" (retention: done {format_retention(done_after)},"
+        f" failed and cancelled {format_retention(failed_after)})"
+    ]
+    if result.worker_history:
+        lines.append(f"forgot {result.worker_history} removed worker(s) older than a day")
+    return "\n".join(lines)

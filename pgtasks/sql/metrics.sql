@@ -1,0 +1,24 @@
+-- Statements of metrics and test helpers (loaded with queries.sql; same header rules).
+
+-- name: get_queue_depths :many
+-- Per queue: pending jobs that are due now, and running jobs (no SKIP LOCKED: held rows count).
+SELECT queue,
+       count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'running') AS running
+FROM {schema}.jobs
+-- Both branches are served by the partial indexes jobs_claim_idx and jobs_running_idx.
+WHERE ((status = 'pending' AND run_at <= now()) OR status = 'running')
+  AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
+GROUP BY queue
+ORDER BY queue;
+
+-- name: count_scheduled_jobs :one
+-- Pending jobs not due yet (scheduled, or retries waiting for their backoff).
+SELECT count(*) AS scheduled
+FROM {schema}.jobs
+WHERE status = 'pending' AND run_at > now()
+  AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]));
+
+-- name: drop_schema :exec
+-- Drop the schema and all it holds (used only for pgtasks.testing's throwaway schemas).
+DROP SCHEMA IF EXISTS {schema} CASCADE;

@@ -1,0 +1,117 @@
+"""The benchmark runner, end to end on a tiny N, with the peers when the bench extra is there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.peers import PEERS, Peer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PGTASKS_FIGURES = {
+    "enqueue one by one (delay)",
+    "enqueue bulk (delay_many x1000)",
+    "enqueue transactional (100 per txn)",
+    "raw SQL claim+finish loop (batch 10)",
+    "raw SQL claim+finish loop (batch 50)",
+    "worker, 1 process, concurrency 1",
+    "worker, 1 process, concurrency 10",
+    "worker, 1 process, concurrency 50",
+    "worker, 1 process, async task, concurrency 50",
+    "worker, 2 processes, concurrency 50",
+    "idle pickup latency p50",
+    "idle pickup latency p95",
+    "idle pickup latency p99",
+    "duplicates (processing runs)",
+    "lost jobs (processing runs)",
+}
+PEER_FIGURES = (
+    "enqueue one by one",
+    "enqueue bulk (x1000)",
+    "worker, concurrency 10",
+    "worker, concurrency 50",
+    "idle pickup latency p50",
+    "idle pickup latency p95",
+    "idle pickup latency p99",
+    "duplicates (processing runs)",
+    "lost jobs (processing runs)",
+)
+SUMMARY_NUMBERS = (
+    "enqueue_one_by_one",
+    "enqueue_bulk",
+    "processing_c10",
+    "processing_c50",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "latency_p99_ms",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_benchmark_runs_end_to_end_with_the_installed_peers(dsn: str, tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--dsn", dsn, "--json", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert elapsed < 120, f"the quick benchmark took {elapsed:.0f} s"
+
+    report: dict[str, Any] = json.loads(output.read_text())
+    figures = {figure["name"]: figure for figure in report["figures"]}
+    installed = [peer for peer in PEERS if peer.available()]
+    expected = set(PGTASKS_FIGURES)
+    for peer in installed:
+        expected |= {f"{peer.name}: {name}" for name in PEER_FIGURES}
+    assert expected <= figures.keys(), sorted(expected - figures.keys())
+    for peer in PEERS:
+        if peer not in installed:
+            assert f"{peer.name}: not installed" in result.stdout
+    for figure in figures.values():
+        assert figure["min"] <= figure["median"] <= figure["max"], figure
+        if figure["unit"] in ("jobs/s", "ms"):
+            assert figure["min"] > 0, figure
+
+    summary = {row["system"]: row for row in report["summary"]}
+    assert list(summary) == ["pgtasks"] + [peer.name for peer in installed]
+    assert summary["pgtasks"]["duplicates"] == 0
+    assert summary["pgtasks"]["lost"] == 0
+    for row in summary.values():
+        assert all(isinstance(row[key], float) for key in SUMMARY_NUMBERS), row
+        # Reported, whatever they are: a peer's duplicates or losses are a finding, not a crash.
+        assert isinstance(row["duplicates"], int) and isinstance(row["lost"], int), row
+    assert "side by side" in result.stdout
+
+
+def test_a_peer_that_is_not_installed_is_named_with_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    import benchmarks.peers
+    from benchmarks.__main__ import Figure, run_peers
+
+    missing = Peer("NoSuchQueue", "1.0", "no_such_queue_library", "benchmarks.peers.nothing")
+    monkeypatch.setattr(benchmarks.peers, "PEERS", (missing,))
+    added: list[Figure] = []
+    arguments = argparse.Namespace(jobs=200, runs=1, quick=True)
+
+    run_peers("dbname=unused", arguments, added.append, explicit=False)
+
+    assert added == []
+    assert "NoSuchQueue: not installed (pip install 'pgtasks[bench]')" in capsys.readouterr().out
