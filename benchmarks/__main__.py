@@ -520,6 +520,20 @@ def main(argv: list[str] | None = None) -> int:
                 repeat(runs, lambda c=concurrency: processing(dsn, args.jobs, c)),
             )
         )
+    for concurrency in (10, 50):
+        add(
+            Figure(
+                f"worker, 1 process, concurrency {concurrency}, prefetch {concurrency}",
+                "jobs/s",
+                repeat(
+                    runs,
+                    lambda c=concurrency: processing(
+                        dsn, args.jobs, c, worker_flags=("--prefetch", str(c))
+                    ),
+                ),
+                "best setting for no-op jobs",
+            )
+        )
     add(
         Figure(
             "worker, 1 process, async task, concurrency 50",

@@ -28,6 +28,7 @@ from ._embedded import embedded_dsn
 from ._errors import (
     ConfigurationError,
     JobNotFoundError,
+    PoolExhaustedError,
     TaskRegistrationError,
     UnknownTaskError,
 )
@@ -141,7 +142,10 @@ class App:
         prune_interval: float = 60.0,
         eager: bool = False,
     ) -> None:
-        self.schema = validate_schema_name(schema or os.environ.get("PGTASKS_SCHEMA") or "pgtasks")
+        # An explicit schema="" is an error, not a request for the default.
+        self.schema = validate_schema_name(
+            schema if schema is not None else os.environ.get("PGTASKS_SCHEMA") or "pgtasks"
+        )
         self._configured_dsn = _db.resolve_dsn(dsn)
         self.embedded_dir: Path = _db.embedded_data_dir(embedded_dir)
         if not isinstance(default_queue, str) or not default_queue:
@@ -369,7 +373,16 @@ class App:
 
     def _unavailable(self, cause: BaseException | None) -> Exception:
         if isinstance(cause, PoolTimeout) or cause is None:
-            cause = _db.probe_connection_error(self.dsn, self.connect_timeout) or cause
+            probed = _db.probe_connection_error(self.dsn, self.connect_timeout)
+            if probed is None and isinstance(cause, PoolTimeout):
+                # The server answers: the pool is exhausted, not the database down.
+                return PoolExhaustedError(
+                    f"no free connection in this process's pool within"
+                    f" {self.connect_timeout:g} s: all {self.pool_max_size} (pool_max_size)"
+                    " are in use. Is a task or caller holding connections (a leaked or"
+                    f" long transaction)? The server at {self.describe_database()} is reachable."
+                )
+            cause = probed or cause
         return _db.unavailable_error(self.dsn, cause, self.connect_timeout)
 
     @contextmanager

@@ -281,7 +281,7 @@ def run_job(
         max_attempts=message.max_attempts,
         worker_id=message.worker_id,
         queue=message.queue,
-        _cancel_event=cancel_event,
+        _cancelled=cancel_event.is_set,
     )
     arguments = [context, *message.args] if task.bind else list(message.args)
     try:

@@ -12,6 +12,7 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     │   └── EmbeddedUnavailableError  no DSN set and the embedded extra is not installed
     ├── DatabaseError
     │   ├── DatabaseUnavailableError  the server cannot be reached (after bounded retries)
+    │   ├── PoolExhaustedError        every pooled connection stayed in use (leaked ones?)
     │   └── SchemaError
     │       ├── SchemaNotMigratedError   schema missing or behind the code
     │       └── SchemaTooNewError        schema ahead of the code
@@ -58,6 +59,10 @@ class DatabaseError(PgTasksError):
 
 class DatabaseUnavailableError(DatabaseError):
     """The PostgreSQL server could not be reached."""
+
+
+class PoolExhaustedError(DatabaseError):
+    """No connection of the app's pool became free in time; the server itself answers."""
 
 
 class SchemaError(DatabaseError):

@@ -25,6 +25,7 @@ import dataclasses
 import itertools
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -106,7 +107,11 @@ class Running:
     #: Set when the outcome was decided without the code (timeout); its late end is ignored.
     abandoned: bool = False
     #: Set when cancellation of the job was requested (JobContext.cancelled() reads it).
-    cancel_event: threading.Event = dataclasses.field(default_factory=threading.Event)
+    cancel_requested: bool = False
+
+    def is_cancel_requested(self) -> bool:
+        return self.cancel_requested
+
     #: The asyncio task of an ``async def`` job, to cancel it.
     async_task: asyncio.Task[Outcome] | None = None
     #: Where it runs: "thread", "process", "async" (None: unknown task, no code to run).
@@ -173,6 +178,57 @@ class ExecutorOptions:
         return self.processes or os.cpu_count() or 1
 
 
+class JobThreads:
+    """``size`` daemon threads running submitted calls in order.
+
+    Leaner than a ThreadPoolExecutor on the hot path: no Future, lock or condition per
+    call, one C-level queue. Slot accounting stays with the Executor, so a call never
+    waits here for long. Daemon threads: a task that outlives its job (past a timeout, or
+    after shutdown released it) cannot keep the process alive.
+    """
+
+    def __init__(self, size: int, *, name: str) -> None:
+        self.size = size
+        self.name = name
+        self._calls: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, function: Callable[..., None], *arguments: Any) -> None:
+        if len(self._threads) < self.size:
+            self._grow()
+        self._calls.put((function, arguments))
+
+    def _grow(self) -> None:
+        with self._lock:
+            if len(self._threads) < self.size:
+                thread = threading.Thread(
+                    target=self._run, name=f"{self.name}_{len(self._threads)}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+
+    def _run(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            function, arguments = call
+            function(*arguments)
+
+    def shutdown(self) -> None:
+        """Let every thread end after its current call (queued calls are dropped)."""
+        while True:
+            try:
+                self._calls.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._calls.put(None)
+
+
 class Executor:
     """Runs jobs and reports each ending through ``on_finished(running, outcome)``."""
 
@@ -187,9 +243,7 @@ class Executor:
         self.options = options or ExecutorOptions()
         self.concurrency = self.options.concurrency
         self.on_finished = on_finished
-        self._threads = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.concurrency, thread_name_prefix="pgtasks-job"
-        )
+        self._threads = JobThreads(self.concurrency, name="pgtasks-job")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._lag_monitor: LoopLagMonitor | None = None
@@ -321,7 +375,7 @@ class Executor:
 
     def _start_local(self, running: Running, task: Task[Any, Any]) -> None:
         running.started = time.monotonic()
-        if running.cancel_event.is_set():
+        if running.cancel_requested:
             future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
             future.set_result(CANCELLED_BEFORE_START)
         elif running.executor == "async":
@@ -331,9 +385,19 @@ class Executor:
         else:
             if task.timeout:
                 running.deadline = running.started + task.timeout
-            future = self._threads.submit(self._run_sync, running, task)
+            self._threads.submit(self._thread_job, running, task)
+            return
         running.future = future
         future.add_done_callback(lambda done: self._finished(running, done))
+
+    def _thread_job(self, running: Running, task: Task[Any, Any]) -> None:
+        """A sync job on a job thread: no Future per job, the outcome goes straight on."""
+        try:
+            outcome = self._run_sync(running, task)
+        except BaseException as error:  # _run_sync catches everything; a last resort
+            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+        self._free_local_slot()
+        self.on_finished(running, outcome)
 
     def _submit_to_pool(self, running: Running, task: Task[Any, Any]) -> None:
         if self._pool is None:
@@ -424,7 +488,7 @@ class Executor:
             max_attempts=job.max_attempts,
             worker_id=job.worker_id,
             queue=job.queue,
-            _cancel_event=running.cancel_event,
+            _cancelled=running.is_cancel_requested,
         )
 
     def _call_arguments(self, running: Running, task: Task[Any, Any]) -> list[Any]:
@@ -433,7 +497,7 @@ class Executor:
 
     def cancel(self, running: Running) -> None:
         """Ask a running attempt to stop: the flag for sync tasks, cancel() for coroutines."""
-        running.cancel_event.set()
+        running.cancel_requested = True
         loop, async_task = self._loop, running.async_task
         if loop is not None and async_task is not None:
             loop.call_soon_threadsafe(async_task.cancel)
@@ -457,7 +521,7 @@ class Executor:
 
     async def _run_async(self, running: Running, task: Task[Any, Any]) -> Outcome:
         running.async_task = asyncio.current_task()
-        if running.cancel_event.is_set():
+        if running.cancel_requested:
             return CANCELLED_BEFORE_START
         with self._lock:
             self._async_jobs.add(running)
@@ -477,7 +541,7 @@ class Executor:
             else:
                 value = await coroutine
         except asyncio.CancelledError as error:
-            if running.cancel_event.is_set():
+            if running.cancel_requested:
                 return Outcome("cancelled", "failed", error="CancelledError: the job was cancelled")
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
         except asyncio.TimeoutError as error:
@@ -566,7 +630,7 @@ class Executor:
 
     def shutdown(self) -> None:
         """Stop accepting work; running threads are not waited for (the worker decides)."""
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._threads.shutdown()
         self._soft_limits.stop()
         if self._lag_monitor is not None:
             self._lag_monitor.stop()

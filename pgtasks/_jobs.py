@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -123,7 +122,7 @@ class JobContext:
     max_attempts: int
     worker_id: int | None
     queue: str
-    _cancel_event: threading.Event | None = dataclasses.field(
+    _cancelled: Callable[[], bool] | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
 
@@ -133,7 +132,7 @@ class JobContext:
         Long-running sync tasks should poll it between units of work; whatever the task
         then returns or raises, the job is recorded as cancelled.
         """
-        return self._cancel_event is not None and self._cancel_event.is_set()
+        return self._cancelled is not None and self._cancelled()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,6 +41,14 @@ logger = logging.getLogger("pgtasks.worker")
 MAX_BACKOFF = 2.0
 #: Seconds the loop waits for more completions before writing a small batch.
 LINGER = 0.001
+#: Longest a stopping worker waits for each of its final database steps (release and
+#: last outcomes, deregistration), and for its background services to end, so that an
+#: unresponsive database cannot keep it from exiting.
+SHUTDOWN_WRITE_BOUND = 3.0
+SHUTDOWN_SERVICES_BOUND = 2.0
+#: Seconds past the shutdown timeout after which a signalled worker that is still stuck
+#: (in a database call that never returns) ends its process anyway.
+HARD_EXIT_MARGIN = 8.0
 
 
 def _seconds(name: str, value: float | None, default: float) -> float:
@@ -71,6 +79,7 @@ class Worker:
         poll_interval: float | None = None,
         shutdown_timeout: float = 30.0,
         ignore_unknown: bool = False,
+        prefetch: int = 0,
         observers: Sequence[WorkerEvents] = (),
         pool: str = "thread",
         processes: int | None = None,
@@ -103,6 +112,12 @@ class Worker:
                 f" lease_timeout ({self.lease_timeout:g} s)"
             )
         self.ignore_unknown = ignore_unknown
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ConfigurationError(f"prefetch= must be an int >= 0, got {prefetch!r}")
+        #: Jobs claimed beyond the free slots, waiting in this worker to start as slots free
+        #: up: the next batch's round trip overlaps the current one's work. They are held
+        #: (leased and heartbeated) while other workers might be idle: keep it for short jobs.
+        self.prefetch = prefetch
         self.observers: list[WorkerEvents] = list(observers)
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
@@ -217,7 +232,7 @@ class Worker:
     def cancel_jobs(self, job_ids: set[int]) -> None:
         """Ask running attempts of these jobs to stop (called from the service threads)."""
         for running in list(self._in_flight.values()):
-            if running.job.id in job_ids and not running.cancel_event.is_set():
+            if running.job.id in job_ids and not running.cancel_requested:
                 logger.info(
                     "job %d %s attempt %d: cancellation requested",
                     running.job.id,
@@ -326,7 +341,7 @@ class Worker:
                 self._linger()
                 self._expire()
                 now = time.monotonic()
-                free = self._executor.capacity - len(self._in_flight)
+                free = self._executor.capacity + self.prefetch - len(self._in_flight)
                 due = now >= next_poll or now >= self._next_due
                 claim = free > 0 and (self._notified or self._maybe_more or due)
                 if claim:
@@ -349,6 +364,10 @@ class Worker:
                 failures += 1
                 self._errors.failed(error)
                 self._drop_connection()
+                # The wake-up that led here was spent on a failed claim, and notifications
+                # may be lost with the listener's connection: claim at once on recovery
+                # instead of waiting for the next poll.
+                self._maybe_more = True
                 self._wake_event.wait(min(MAX_BACKOFF, 0.05 * 2**failures))
                 continue
             self._wake_event.wait(self._wait_time(next_poll))
@@ -482,7 +501,8 @@ class Worker:
     def _on_finished(self, running: Running, outcome: Outcome) -> None:
         """Called on the job's thread (or the event loop): hand over to the loop."""
         self._finished.put((running, outcome))
-        self._wake_event.set()
+        if not self._wake_event.is_set():  # spare the lock when the loop is already awake
+            self._wake_event.set()
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -602,17 +622,41 @@ class Worker:
             self._executor.stop_processes()
             self._collect()
         leftovers = self._active()
-        if leftovers:
-            self._release(leftovers)
-        self._try_write()
+
+        def release_and_write() -> None:
+            if leftovers:
+                self._release(leftovers)
+            self._try_write()
+
+        # A database that stopped answering (a partition, a hung server) must not hold the
+        # process past its deadline: unfinished writes are left to the rescuer.
+        self._bounded("release and final writes", release_and_write, SHUTDOWN_WRITE_BOUND)
         self._executor.cancel_async()
         for service in self._services:
-            service.stop()
-        self._deregister()
+            service.stopping.set()
+        services_deadline = time.monotonic() + SHUTDOWN_SERVICES_BOUND
+        for service in self._services:
+            service.stop(timeout=max(0.0, services_deadline - time.monotonic()))
+        self._bounded("deregistration", self._deregister, SHUTDOWN_WRITE_BOUND)
         self._executor.shutdown()
         self._drop_connection()
         self._notify("worker_stopped", self)
         logger.info("worker %s stopped (%s)", self.name, self._summary())
+
+    def _bounded(self, what: str, function: Any, seconds: float) -> None:
+        """Run a shutdown step on a helper thread; give up on it after ``seconds``."""
+        thread = threading.Thread(target=function, name=f"pgtasks-shutdown-{what}", daemon=True)
+        thread.start()
+        thread.join(seconds)
+        if thread.is_alive():
+            logger.warning(
+                "worker %s: %s did not complete within %g s (database unresponsive); giving"
+                " up: jobs still held will be rescued after the lease expires",
+                self.name,
+                what,
+                seconds,
+            )
+            self._conn = None  # still in use by the abandoned step: never shared again
 
     def _try_write(self) -> None:
         for attempt in range(3):
@@ -676,6 +720,24 @@ class Worker:
         return ", ".join(f"{name}={count}" for name, count in sorted(self.counts.items())) or "idle"
 
     # -- signals --
+    def _exit_if_stuck(self, seconds: float) -> None:
+        """After a stop signal: end the process if the loop is stuck in a database call.
+
+        A database that accepts packets but never answers (a hung server, a blackholing
+        proxy) can block a read forever; the jobs this process holds are rescued after
+        the lease like those of a crashed worker.
+        """
+        if self._stopped.wait(seconds):
+            return
+        logger.error(
+            "worker %s did not stop within %g s of the signal (database unresponsive);"
+            " exiting now: the jobs it holds will be rescued after the lease expires",
+            self.name,
+            seconds,
+        )
+        logging.shutdown()
+        os._exit(1)
+
     def _install_signal_handlers(self) -> dict[int, Any]:
         signals_seen = 0
 
@@ -692,6 +754,12 @@ class Worker:
                     self.shutdown_timeout,
                 )
                 self.stop(wait=False)
+                threading.Thread(
+                    target=self._exit_if_stuck,
+                    args=(self.shutdown_timeout + HARD_EXIT_MARGIN,),
+                    name="pgtasks-exit-watchdog",
+                    daemon=True,
+                ).start()
             else:
                 logger.info("worker %s: second %s, releasing running jobs now", self.name, name)
                 self.stop(timeout=0, wait=False)

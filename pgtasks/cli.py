@@ -131,6 +131,13 @@ def migrate(app_path: str, log_level: str, log_format: str) -> None:
     "--beat", "with_beat", is_flag=True, help="Also run the periodic scheduler in this process."
 )
 @click.option(
+    "--prefetch",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Jobs claimed beyond the free slots, to start as slots free up (short jobs only).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(min=0, max=65535),
     default=None,
@@ -163,6 +170,7 @@ def worker(
     poll_interval: float | None,
     ignore_unknown: bool,
     with_beat: bool,
+    prefetch: int,
     metrics_port: int | None,
     metrics_host: str,
     metrics_interval: float,
@@ -190,6 +198,7 @@ def worker(
             rescue_interval=rescue_interval,
             poll_interval=poll_interval,
             ignore_unknown=ignore_unknown,
+            prefetch=prefetch,
             observers=[metrics] if metrics is not None else (),
             **worker_executor_options(app_path, app, executor_flags),
         )

@@ -196,7 +196,9 @@ def test_three_beat_processes_enqueue_exactly_one_job_per_tick(
     print(
         f"\n3 beats, {len(found)} ticks: lag created_at - tick p50 {p50:.1f} ms, p99 {p99:.1f} ms"
     )
-    assert p99 < 250, (p50, p99, worst)
+    # Not a performance bound (benchmarks measure lag): a beat that followed a wrong clock or
+    # doubled ticks would be off by seconds or more; 2 s leaves room for a loaded CI machine.
+    assert p99 < 2000, (p50, p99, worst)
 
 
 def test_a_standby_takes_over_when_the_active_beat_is_killed(
@@ -239,7 +241,7 @@ def test_beat_with_a_skewed_clock_follows_the_database_clock(
     found = assert_one_job_per_tick(admin, app.schema)
     assert all(now - 5 * SECOND < tick <= now for tick in found), (now, found)
     _, p99, _ = lag_figures(admin, app.schema)
-    assert p99 < 250
+    assert p99 < 2000  # a skew-following beat would be off by hours; see above
     # The process's wall clock really was off: its log timestamps show the skew.
     stamp = re.search(
         r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ INFO pgtasks.beat: beat starting", beat.log(), re.M

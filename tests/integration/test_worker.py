@@ -417,3 +417,28 @@ def test_refuses_to_run_on_a_schema_that_is_not_migrated(make_app: Callable[...,
 
     with pytest.raises(SchemaNotMigratedError, match="pgtasks migrate"):
         Worker(unmigrated).run()
+
+
+def test_prefetch_claims_beyond_the_slots_and_runs_every_job_once(app: App) -> None:
+    from pgtasks import Worker
+
+    runs: list[int] = []
+    lock = threading.Lock()
+
+    @app.task
+    def counted(number: int) -> None:
+        with lock:
+            runs.append(number)
+
+    counted.delay_many([{"number": n} for n in range(200)])
+    with running_worker(app, concurrency=2, prefetch=4) as worker:
+        assert isinstance(worker, Worker) and worker.prefetch == 4
+        wait_until(lambda: len(runs) == 200, timeout=30, message="every job to run")
+    assert sorted(runs) == list(range(200))
+
+
+def test_prefetch_must_be_a_non_negative_int(app: App) -> None:
+    from pgtasks import ConfigurationError, Worker
+
+    with pytest.raises(ConfigurationError, match="prefetch"):
+        Worker(app, prefetch=-1)

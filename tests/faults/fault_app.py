@@ -1,0 +1,123 @@
+"""The app the fault suite runs in real ``pgtasks worker`` and ``pgtasks beat`` processes.
+
+Configured from the environment: ``PGTASKS_DSN`` and ``PGTASKS_TEST_SCHEMA``. Intervals
+come from the CLI flags the harness passes. Every task records each execution (job id,
+attempt, worker id, pid, started, finished) in ``<schema>.executions`` on its own
+connection (the Recorder of ``tests.apps.worker_app``), so invariants can be checked in
+SQL after any fault.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pgtasks import App, JobContext
+from tests.apps.worker_app import Recorder, register_tasks
+
+#: The per-second schedule beats of the fault suite run.
+EVERY_SECOND = "fault-every-second"
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultTasks:
+    noop: Any
+    sleep: Any
+    wait_for_file: Any
+    poison: Any
+    fail_after_file: Any
+    payload: Any
+    leak_transaction: Any
+    enqueue_noop: Any
+    tick: Any
+
+
+def register_fault_tasks(app: App) -> FaultTasks:
+    """Register every task under fixed names (``worker_app.*`` and ``fault_app.*``)."""
+    base = register_tasks(app)
+    recorder = Recorder(app)
+
+    @app.task(bind=True, name="fault_app.poison", max_attempts=3)
+    def poison(context: JobContext) -> None:
+        """Kill the whole worker process, every time (a segfaulting extension, an OOM kill)."""
+        recorder.instant(context)
+        os._exit(137)
+
+    @app.task(bind=True, name="fault_app.fail_after_file")
+    def fail_after_file(context: JobContext, path: str, timeout: float = 30.0) -> None:
+        """Wait for ``path``, then raise (a failure outcome written late)."""
+        execution_id = recorder.started(context)
+        deadline = time.monotonic() + timeout
+        while not Path(path).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        recorder.finished(execution_id)
+        raise RuntimeError("failing on purpose after the file appeared")
+
+    @app.task(bind=True, name="fault_app.payload")
+    def payload(context: JobContext, blob: str) -> int:
+        recorder.instant(context)
+        return len(blob)
+
+    @app.task(bind=True, name="fault_app.leak_transaction")
+    def leak_transaction(context: JobContext, seconds: float) -> None:
+        """Take every pooled connection, open a transaction on each and hold them."""
+        recorder.instant(context)
+        held = []
+        for _ in range(app.pool_max_size):
+            manager = app.connection()
+            conn = manager.__enter__()
+            conn.execute("SELECT 1")  # inside a transaction the task never ends
+            held.append((manager, conn))
+        time.sleep(seconds)
+
+    @app.task(bind=True, name="fault_app.enqueue_noop", max_attempts=1)
+    def enqueue_noop(context: JobContext) -> int:
+        """Enqueue another job through the app's pool (fails clearly when it is exhausted)."""
+        recorder.instant(context)
+        return int(base.noop.delay().id)
+
+    @app.periodic(every=timedelta(seconds=1), name=EVERY_SECOND)
+    @app.task(bind=True, name="fault_app.tick")
+    def tick(context: JobContext) -> None:
+        recorder.instant(context)
+
+    return FaultTasks(
+        noop=base.noop,
+        sleep=base.sleep,
+        wait_for_file=base.wait_for_file,
+        poison=poison,
+        fail_after_file=fail_after_file,
+        payload=payload,
+        leak_transaction=leak_transaction,
+        enqueue_noop=enqueue_noop,
+        tick=tick,
+    )
+
+
+def build_app() -> App:
+    app = App(
+        os.environ["PGTASKS_DSN"],
+        schema=os.environ["PGTASKS_TEST_SCHEMA"],
+        connect_timeout=float(os.environ.get("PGTASKS_TEST_CONNECT_TIMEOUT", "2")),
+        pool_max_size=int(os.environ.get("PGTASKS_TEST_POOL_MAX", "4")),
+        prune_interval=float(os.environ.get("PGTASKS_TEST_PRUNE_INTERVAL", "60")),
+    )
+    register_fault_tasks(app)
+    return app
+
+
+_app: App | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` is built on first access, so importing this module needs no environment."""
+    global _app
+    if name == "app":
+        if _app is None:
+            _app = build_app()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,218 @@
+"""The claim and rescue statements under contention, on real sessions (scenarios 2, 3 and
+6 of the fault suite; see docs/guarantees.md)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgtasks._services import WORKER_CONNECTION_OPTIONS
+from tests.faults.harness import FaultEnv, assert_invariants
+from tests.helpers import wait_until
+
+T = TypeVar("T")
+
+
+@pytest.fixture
+def sessions(env: FaultEnv) -> Iterator[Callable[[], psycopg.Connection[Any]]]:
+    """Connections configured like a worker's (autocommit, worker session options)."""
+    opened: list[psycopg.Connection[Any]] = []
+
+    def open_session(autocommit: bool = True) -> psycopg.Connection[Any]:
+        opened.append(
+            psycopg.connect(env.dsn, autocommit=autocommit, options=WORKER_CONNECTION_OPTIONS)
+        )
+        return opened[-1]
+
+    yield open_session
+    for conn in opened:
+        conn.close()
+
+
+def together(first: Callable[[], T], second: Callable[[], T]) -> tuple[T, T]:
+    """Run both on two threads released at the same moment by a barrier."""
+    barrier = threading.Barrier(2)
+
+    def released(function: Callable[[], T]) -> T:
+        barrier.wait(5)
+        return function()
+
+    with ThreadPoolExecutor(2) as pool:
+        one, two = pool.submit(released, first), pool.submit(released, second)
+        return one.result(10), two.result(10)
+
+
+def test_two_claimers_released_together_get_disjoint_jobs_covering_all(
+    env: FaultEnv, sessions: Callable[..., psycopg.Connection[Any]]
+) -> None:
+    store = env.app.store
+    one, two = sessions(), sessions()
+    ids = [
+        store.register_worker(one, hostname="race", pid=n, queues=None, concurrency=8)
+        for n in (1, 2)
+    ]
+    for round_number in range(200):
+        queue = f"race{round_number}"
+        with env.app.connection() as conn:
+            jobs = [env.tasks.noop.apply_async(queue=queue, connection=conn).id for _ in range(12)]
+        first, second = together(
+            lambda queue=queue: store.claim_jobs(one, worker_id=ids[0], queues=[queue], limit=8),
+            lambda queue=queue: store.claim_jobs(two, worker_id=ids[1], queues=[queue], limit=8),
+        )
+        got_first = {row["id"] for row in first}
+        got_second = {row["id"] for row in second}
+        assert not got_first & got_second, (round_number, got_first & got_second)
+        assert got_first | got_second == set(jobs), round_number
+    owners = env.probe.rows(
+        "SELECT count(*) AS n, count(DISTINCT id) AS jobs FROM {schema}.jobs"
+        " WHERE status = 'running' AND attempts = 1"
+    )
+    assert owners == [{"n": 2400, "jobs": 2400}]
+
+
+def test_claim_among_200000_finished_jobs_touches_only_what_it_returns(
+    env: FaultEnv, sessions: Callable[..., psycopg.Connection[Any]]
+) -> None:
+    schema = sql.Identifier(env.schema)
+    admin = sessions()
+    admin.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (task_name, queue, args, kwargs, status, attempts,"
+            " max_attempts, finished_at, result)"
+            " SELECT 'worker_app.noop', 'default', '[]', '{{}}',"
+            " (ARRAY['done', 'failed', 'cancelled'])[1 + n % 3], 1, 1, now(), 'null'"
+            " FROM generate_series(1, 200000) AS n"
+        ).format(schema)
+    )
+    pending = [handle.id for handle in env.tasks.noop.delay_many([{}] * 1000)]
+    admin.execute(sql.SQL("ANALYZE {}.jobs").format(schema))
+    store = env.app.store
+    worker_id = store.register_worker(admin, hostname="plan", pid=1, queues=None, concurrency=50)
+
+    conn = sessions(autocommit=False)
+    params: dict[str, Any] = store._claim_params(worker_id, None, 50, None)
+    plan = "\n".join(
+        row[0]
+        for row in conn.execute(
+            b"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + store._statements["claim_jobs"], params
+        )
+    )
+    conn.rollback()
+    print(f"\n[fault 3] claim of 50 among 200,000 finished and 1,000 pending:\n{plan}")
+    assert "Index Scan using jobs_claim_idx" in plan, plan
+    assert "Seq Scan" not in plan and "Sort" not in plan and "Bitmap" not in plan, plan
+    # The index walk stops after the 50 rows it returns: it reads no finished row (they
+    # are not in the partial index) and no pending row beyond the limit.
+    scan = next(line for line in plan.splitlines() if "jobs_claim_idx" in line)
+    assert re.search(r"rows=50(\.00)? loops=1", scan), scan
+    assert "Rows Removed by Filter" not in plan, plan
+
+    # Claim everything, 50 at a time, as a worker would; finish each batch.
+    claimed: list[int] = []
+    while batch := store.claim_jobs(admin, worker_id=worker_id, queues=None, limit=50):
+        claimed += [row["id"] for row in batch]
+        store.finish_jobs(
+            admin,
+            worker_id=worker_id,
+            outcomes=[(row["id"], row["attempts"], "done", "null", None, 0.0) for row in batch],
+        )
+    assert sorted(claimed) == sorted(pending)
+    assert env.probe.rows(
+        "SELECT count(*) AS n FROM {schema}.jobs WHERE attempts > max_attempts"
+    ) == [{"n": 0}]
+    assert_invariants(env.probe, pending, executed=False)
+
+
+class RescueRace:
+    """One worker registration whose job is claimed, then presumed dead (stale heartbeat)."""
+
+    def __init__(self, env: FaultEnv, conn: psycopg.Connection[Any]) -> None:
+        self.env = env
+        self.store = env.app.store
+        self.conn = conn
+        self.rounds = 0
+        self.worker_id = self.store.register_worker(
+            conn, hostname="stale", pid=1, queues=None, concurrency=1
+        )
+
+    def claimed_job(self) -> int:
+        self.rounds += 1
+        queue = f"rescue{self.rounds}"  # a job released by an earlier round is not claimed
+        job_id: int = self.env.tasks.noop.apply_async(queue=queue).id
+        rows = self.store.claim_jobs(self.conn, worker_id=self.worker_id, queues=[queue], limit=1)
+        assert [row["id"] for row in rows] == [job_id]
+        self.conn.execute(
+            sql.SQL(
+                "UPDATE {}.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = %s"
+            ).format(sql.Identifier(self.env.schema)),
+            (self.worker_id,),
+        )
+        return job_id
+
+    def finish(self, conn: psycopg.Connection[Any], job_id: int) -> dict[int, str]:
+        outcome = (job_id, 1, "done", '"ok"', None, 0.0)
+        return self.store.finish_jobs(conn, worker_id=self.worker_id, outcomes=[outcome])
+
+    def rescue(self, conn: psycopg.Connection[Any]) -> list[int]:
+        return [row["id"] for row in self.store.rescue_jobs(conn, lease_timeout=2.0)]
+
+    def status(self, job_id: int) -> str:
+        status: str = self.env.probe.job(job_id)["status"]
+        return status
+
+
+def test_a_rescue_racing_a_completion_never_returns_a_completed_job_to_pending(
+    env: FaultEnv, sessions: Callable[..., psycopg.Connection[Any]]
+) -> None:
+    race = RescueRace(env, sessions())
+    rescuer = sessions()
+
+    # 1. The completing transaction holds the row: the rescue skips it, the job ends done.
+    job_id = race.claimed_job()
+    completing = sessions(autocommit=False)
+    assert race.finish(completing, job_id) == {job_id: "done"}
+    assert race.rescue(rescuer) == []
+    completing.commit()
+    assert race.rescue(rescuer) == []
+    assert race.status(job_id) == "done"
+
+    # 2. The rescue holds the row: the completion waits, then finds its lease gone.
+    job_id = race.claimed_job()
+    rescuing = sessions(autocommit=False)
+    assert race.rescue(rescuing) == [job_id]
+    with ThreadPoolExecutor(1) as pool:
+        completion = pool.submit(race.finish, sessions(), job_id)
+        wait_until(
+            lambda: (
+                env.probe.rows(
+                    "SELECT count(*) AS n FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE '%%finished AS%%'"
+                )
+                == [{"n": 1}]
+            ),
+            message="the completion to wait for the rescue's row lock",
+        )
+        rescuing.commit()
+        assert completion.result(10) == {}  # fenced out: nothing written
+    assert race.status(job_id) == "pending"
+
+    # 3. Both released together, 200 times: exactly one of them wins, and a job whose
+    # completion was accepted is never pending afterwards.
+    outcomes = {"completed": 0, "rescued": 0}
+    finisher = sessions()
+    for _ in range(200):
+        job_id = race.claimed_job()
+        finished, rescued = together(
+            lambda job_id=job_id: race.finish(finisher, job_id), lambda: race.rescue(rescuer)
+        )
+        assert bool(finished) != bool(rescued), (job_id, finished, rescued)
+        assert race.status(job_id) == ("done" if finished else "pending")
+        outcomes["completed" if finished else "rescued"] += 1
+    print(f"\n[fault 6] 200 rescue/completion races: {outcomes}")
