@@ -436,7 +436,18 @@ class App:
                 return operation(conn)
 
         try:
-            return tenacity.Retrying(**self._retrying())(attempt)
+            # The first try goes without tenacity: building its machinery costs more than
+            # the round trip of a one-job enqueue. Broken connections retry through it.
+            return attempt()
+        except psycopg.OperationalError as error:
+            if not _is_connection_failure(error) or self.connect_attempts < 2:
+                if _is_connection_failure(error):
+                    raise self._unavailable(error) from None
+                raise
+        retrying = self._retrying()
+        retrying["stop"] = tenacity.stop_after_attempt(self.connect_attempts - 1)
+        try:
+            return tenacity.Retrying(**retrying)(attempt)
         except psycopg.OperationalError as error:
             if _is_connection_failure(error):
                 raise self._unavailable(error) from None
