@@ -1,0 +1,70 @@
+-- Normalised description of a migrated pgtasks schema ({schema} = its name).
+-- Regenerate with: python3 scripts/dump-schema
+column jobs.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
+column jobs.task_name text NOT NULL
+column jobs.queue text NOT NULL
+column jobs.priority integer NOT NULL DEFAULT 0
+column jobs.args jsonb NOT NULL
+column jobs.kwargs jsonb NOT NULL
+column jobs.status text NOT NULL DEFAULT 'pending'::text
+column jobs.attempts integer NOT NULL DEFAULT 0
+column jobs.max_attempts integer NOT NULL
+column jobs.run_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs.locked_at timestamp with time zone
+column jobs.locked_by bigint
+column jobs.last_error text
+column jobs.result jsonb
+column jobs.idempotency_key text
+column jobs.created_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs.finished_at timestamp with time zone
+column jobs.cancel_requested boolean NOT NULL DEFAULT false
+column migrations.version integer NOT NULL
+column migrations.name text NOT NULL
+column migrations.applied_at timestamp with time zone NOT NULL DEFAULT now()
+column periodic.name text NOT NULL
+column periodic.processed_until timestamp with time zone NOT NULL
+column periodic.last_tick timestamp with time zone
+column periodic.last_job_id bigint
+column periodic.created_at timestamp with time zone NOT NULL DEFAULT now()
+column periodic.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column worker_history.worker_id bigint NOT NULL
+column worker_history.hostname text NOT NULL
+column worker_history.pid integer NOT NULL
+column worker_history.queues text[]
+column worker_history.concurrency integer NOT NULL
+column worker_history.started_at timestamp with time zone NOT NULL
+column worker_history.heartbeat_at timestamp with time zone NOT NULL
+column worker_history.removed_at timestamp with time zone NOT NULL DEFAULT now()
+column workers.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
+column workers.hostname text NOT NULL
+column workers.pid integer NOT NULL
+column workers.queues text[]
+column workers.concurrency integer NOT NULL
+column workers.started_at timestamp with time zone NOT NULL DEFAULT now()
+column workers.heartbeat_at timestamp with time zone NOT NULL DEFAULT now()
+constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
+constraint jobs.jobs_idempotency_key_key UNIQUE (idempotency_key)
+constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
+constraint jobs.jobs_pkey PRIMARY KEY (id)
+constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
+constraint migrations.migrations_pkey PRIMARY KEY (version)
+constraint periodic.periodic_pkey PRIMARY KEY (name)
+constraint worker_history.worker_history_pkey PRIMARY KEY (worker_id)
+constraint workers.workers_pkey PRIMARY KEY (id)
+index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
+index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
+index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key)
+index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
+index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
+index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
+index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
+index CREATE UNIQUE INDEX worker_history_pkey ON {schema}.worker_history USING btree (worker_id)
+index CREATE INDEX worker_history_removed_at_idx ON {schema}.worker_history USING btree (removed_at)
+index CREATE UNIQUE INDEX workers_pkey ON {schema}.workers USING btree (id)
+storage jobs fillfactor=80, autovacuum_vacuum_scale_factor=0.02, autovacuum_analyze_scale_factor=0.02
+storage periodic fillfactor=50
+trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_jobs_inserted()
+trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
+function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
+function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
