@@ -30,6 +30,7 @@ interval since 1970-01-01T00:00:00Z, so every beat process computes the same tic
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -158,21 +159,22 @@ def tick_key(schedule_name: str, tick: datetime) -> str:
     return f"pgtasks.periodic:{schedule_name}@{format_tick(tick)}"
 
 
-class Trigger:
+class Trigger(abc.ABC):
     """When a schedule ticks. Ticks are aware UTC datetimes."""
 
     zone: tzinfo = UTC
 
+    @abc.abstractmethod
     def describe(self) -> str:
-        raise NotImplementedError
+        """The schedule as users wrote it (``cron 30 2 * * * Europe/Berlin``, ``every 5s``)."""
 
+    @abc.abstractmethod
     def ascending(self, after: datetime, until: datetime) -> Iterator[datetime]:
         """Ticks in ``(after, until]``, oldest first."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def descending(self, after: datetime, until: datetime) -> Iterator[datetime]:
         """Ticks in ``(after, until]``, newest first."""
-        raise NotImplementedError
 
     def next_tick(self, after: datetime, horizon: timedelta = NEXT_TICK_HORIZON) -> datetime | None:
         """The first tick after ``after`` (None when there is none within ``horizon``)."""
