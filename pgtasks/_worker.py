@@ -112,6 +112,7 @@ class Worker:
                 f" lease_timeout ({self.lease_timeout:g} s)"
             )
         self.ignore_unknown = ignore_unknown
+        self._task_names: list[str] | None = None
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ConfigurationError(f"prefetch= must be an int >= 0, got {prefetch!r}")
         #: Jobs claimed beyond the free slots, waiting in this worker to start as slots free
@@ -449,7 +450,7 @@ class Worker:
             worker_id=worker_id,
             queues=self.queues,
             limit=limit,
-            task_names=sorted(self.app.tasks) if self.ignore_unknown else None,
+            task_names=self._known_task_names() if self.ignore_unknown else None,
         )
         self._unwritten = []
         self._after_write(batch, accepted)
@@ -460,6 +461,12 @@ class Worker:
             self._in_flight[running.token] = running
         self._count("claimed", len(rows))
         return len(rows)
+
+    def _known_task_names(self) -> list[str]:
+        """The app's task names for --ignore-unknown claims, sorted once per change."""
+        if self._task_names is None or len(self._task_names) != len(self.app.tasks):
+            self._task_names = sorted(self.app.tasks)
+        return self._task_names
 
     @staticmethod
     def _outcome_row(
