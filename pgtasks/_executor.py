@@ -194,6 +194,7 @@ class JobThreads:
             queue.SimpleQueue()
         )
         self._threads: list[threading.Thread] = []
+        self._busy: set[threading.Thread] = set()
         self._lock = threading.Lock()
 
     def submit(self, function: Callable[..., None], *arguments: Any) -> None:
@@ -211,15 +212,26 @@ class JobThreads:
                 self._threads.append(thread)
 
     def _run(self) -> None:
+        me = threading.current_thread()
+        busy = self._busy
         while True:
             call = self._calls.get()
             if call is None:
                 return
             function, arguments = call
-            function(*arguments)
+            busy.add(me)
+            try:
+                function(*arguments)
+            finally:
+                busy.discard(me)
 
-    def shutdown(self) -> None:
-        """Let every thread end after its current call (queued calls are dropped)."""
+    def shutdown(self, idle_join: float = 1.0) -> None:
+        """Let every thread end after its current call (queued calls are dropped).
+
+        Idle threads are joined (up to ``idle_join`` seconds in all), so a stopped
+        worker leaves none behind; a thread still inside a call (a task that outlived
+        its released job) is not waited for.
+        """
         while True:
             try:
                 self._calls.get_nowait()
@@ -227,6 +239,11 @@ class JobThreads:
                 break
         for _ in self._threads:
             self._calls.put(None)
+        deadline = time.monotonic() + idle_join
+        for thread in self._threads:
+            if thread in self._busy or thread is threading.current_thread():
+                continue
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class Executor:
