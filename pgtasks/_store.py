@@ -30,6 +30,24 @@ from ._store_operations import OperationsQueries
 from .sql import Migration
 
 
+#: Where a claim stopped in claim order: (priority, run_at, id) of the last job it took.
+ClaimPosition = tuple[int, datetime, int]
+
+
+def claim_position(row: Row) -> ClaimPosition:
+    """The position of a claimed row (the last of a claim, in claim order)."""
+    return (row["priority"], row["run_at"], row["id"])
+
+
+def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """True when the next statement on ``conn`` runs as a transaction of its own.
+
+    ``insert_new_job`` sets a transaction-local flag that silences the notify trigger:
+    inside a longer transaction it would silence the caller's later inserts too.
+    """
+    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+
+
 class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
     """Every named query pgtasks runs, one method each."""
 
@@ -206,13 +224,19 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
         queues: Sequence[str] | None,
         limit: int,
         task_names: Sequence[str] | None,
-    ) -> dict[str, Any]:
-        return {
+        after: ClaimPosition | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """The claim statement's name and parameters (``claim_jobs_after`` from a position)."""
+        params = {
             "worker_id": worker_id,
             "queues": list(queues) if queues is not None else None,
             "limit": limit,
             "task_names": list(task_names) if task_names is not None else None,
         }
+        if after is None:
+            return "claim_jobs", params
+        params["after_priority"], params["after_run_at"], params["after_id"] = after
+        return "claim_jobs_after", params
 
     @staticmethod
     def _finish_params(
@@ -221,6 +245,7 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
         params: dict[str, Any] = {"worker_id": worker_id}
         for index, column in enumerate(("id", "attempt", "status", "result", "error", "delay")):
             params[column] = [outcome[index] for outcome in outcomes]
+        params["held"] = ["running"] * len(outcomes)
         return params
 
     @staticmethod
@@ -239,8 +264,23 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
         task_names: Sequence[str] | None = None,
     ) -> list[Row]:
         """Claim up to ``limit`` due jobs; ``task_names`` restricts to known tasks."""
-        params = self._claim_params(worker_id, queues, limit, task_names)
+        _, params = self._claim_params(worker_id, queues, limit, task_names)
         return self._in_claim_order(self._rows(conn, "claim_jobs", params))
+
+    def claim_jobs_after(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        after: ClaimPosition,
+        worker_id: int,
+        queues: Sequence[str] | None,
+        limit: int,
+        task_names: Sequence[str] | None = None,
+    ) -> list[Row]:
+        """``claim_jobs`` reading on from ``after``, the :func:`claim_position` of the last
+        job a previous claim took (jobs of its priority sorting before it are not read)."""
+        _, params = self._claim_params(worker_id, queues, limit, task_names, after)
+        return self._in_claim_order(self._rows(conn, "claim_jobs_after", params))
 
     def finish_jobs(
         self,
@@ -268,9 +308,11 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
         queues: Sequence[str] | None,
         limit: int,
         task_names: Sequence[str] | None = None,
+        after: ClaimPosition | None = None,
     ) -> tuple[dict[int, str], list[Row]]:
         """``finish_jobs`` for each ``(lease owner, outcomes)`` then ``claim_jobs`` (when
-        ``limit`` > 0): one transaction, one network round trip (pipeline mode).
+        ``limit`` > 0; from ``after`` when given): one transaction, one network round trip
+        (pipeline mode).
         """
         cursors = []
         with translate_errors(self.schema), conn.pipeline(), conn.transaction():
@@ -283,10 +325,8 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
             claim_cursor = None
             if limit > 0:
                 claim_cursor = conn.cursor(row_factory=dict_row)
-                claim_cursor.execute(
-                    self._statements["claim_jobs"],
-                    self._claim_params(worker_id, queues, limit, task_names),
-                )
+                name, params = self._claim_params(worker_id, queues, limit, task_names, after)
+                claim_cursor.execute(self._statements[name], params)
         accepted = {row["id"]: row["status"] for cursor in cursors for row in cursor.fetchall()}
         claimed = self._in_claim_order(claim_cursor.fetchall()) if claim_cursor else []
         return accepted, claimed

@@ -32,6 +32,7 @@ from ._process_pool import StartMethod
 from ._pruner import Pruner
 from ._retry import Outcome
 from ._services import ErrorLog, Heartbeat, Listener, Rescuer, Service, connect
+from ._store import ClaimPosition, claim_position
 
 if TYPE_CHECKING:
     from ._app import App
@@ -139,6 +140,11 @@ class Worker:
         self._conn: psycopg.Connection[Any] | None = None
         self._errors = ErrorLog(f"claim loop of worker {self.name}")
         self._maybe_more = True
+        #: Where the last claim stopped (claim order), and when the next claim must read
+        #: from the start again: between those, claims read on from the position instead
+        #: of walking the index entries of jobs already claimed (see claim_jobs_after).
+        self._position: ClaimPosition | None = None
+        self._next_full_claim = 0.0
         #: time.monotonic() when a job we rescheduled becomes due (claim then, not at the poll).
         self._next_due = float("inf")
         #: Executors (see docs/howto/executors.md): ``pool`` is the default of sync tasks.
@@ -441,6 +447,7 @@ class Worker:
         by_owner: dict[int, list[tuple[Running, Outcome]]] = {}
         for running, outcome in batch:
             by_owner.setdefault(running.job.worker_id, []).append((running, outcome))
+        after = self._claim_from() if limit else None
         accepted, rows = self.app.store.finish_and_claim_jobs(
             self._connection(),
             finished=[
@@ -451,8 +458,13 @@ class Worker:
             queues=self.queues,
             limit=limit,
             task_names=self._known_task_names() if self.ignore_unknown else None,
+            after=after,
         )
         self._unwritten = []
+        if limit:
+            # Rows come back in claim order. An empty claim (idle, or nothing left past the
+            # position) makes the next claim read from the start.
+            self._position = claim_position(rows[-1]) if rows else None
         self._after_write(batch, accepted)
         for row in rows:
             job = ClaimedJob.from_row(row, worker_id)
@@ -461,6 +473,19 @@ class Worker:
             self._in_flight[running.token] = running
         self._count("claimed", len(rows))
         return len(rows)
+
+    def _claim_from(self) -> ClaimPosition | None:
+        """The position the next claim reads on from, or None to read from the start.
+
+        From the start at least once per poll interval, and after an empty claim: a job
+        that sorts before the position (run_at in the past, released or rescued while
+        this worker went on) waits at most that long.
+        """
+        now = time.monotonic()
+        if self._position is None or now >= self._next_full_claim:
+            self._next_full_claim = now + self.poll_interval
+            return None
+        return self._position
 
     def _known_task_names(self) -> list[str]:
         """The app's task names for --ignore-unknown claims, sorted once per change."""

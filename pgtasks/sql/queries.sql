@@ -131,6 +131,67 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
           jobs.attempts, jobs.max_attempts, jobs.run_at, jobs.created_at,
           clock_timestamp() AS claimed_at;
 
+-- name: claim_jobs_after :many
+-- claim_jobs from a worker's position: the (priority, run_at, id) of the last job its
+-- previous claim took. Jobs of that priority sorting before it are not read again, so a
+-- claim does not walk the index entries of jobs already claimed (entries that vacuum
+-- cannot remove while an old snapshot pins the xmin horizon). Higher priorities are read
+-- from their start; lower ones only when this priority has no more due jobs. A job that
+-- sorts before the position (run_at in the past, a job released meanwhile) is claimed by
+-- the worker's next claim_jobs, at most one poll interval later.
+WITH picked AS (
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs
+        WHERE status = 'pending'
+          AND priority > %(after_priority)s
+          AND run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+        ORDER BY priority DESC, run_at, id
+        FOR UPDATE SKIP LOCKED
+    ) AS higher_priority
+    UNION ALL
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs
+        WHERE status = 'pending'
+          AND priority = %(after_priority)s
+          AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)
+          AND run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+        ORDER BY priority DESC, run_at, id
+        FOR UPDATE SKIP LOCKED
+    ) AS same_priority
+    UNION ALL
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs
+        WHERE status = 'pending'
+          AND priority < %(after_priority)s
+          AND run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+        ORDER BY priority DESC, run_at, id
+        FOR UPDATE SKIP LOCKED
+    ) AS lower_priority
+    -- The branches run in order and each locks only the rows pulled from it: the limit
+    -- stops the scan (and the locking) as soon as it is reached.
+    LIMIT %(limit)s
+)
+UPDATE {schema}.jobs AS jobs
+SET status = 'running',
+    attempts = jobs.attempts + 1,
+    locked_by = %(worker_id)s,
+    locked_at = now(),
+    updated_at = now()
+FROM picked
+WHERE jobs.id = picked.id
+RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kwargs,
+          jobs.attempts, jobs.max_attempts, jobs.run_at, jobs.created_at,
+          clock_timestamp() AS claimed_at;
+
 -- name: finish_jobs :many
 -- Record a batch of outcomes (done, retry, failed), each fenced by its lease; a job whose
 -- cancellation was requested meanwhile ends cancelled. Waiters hear of finished jobs.
@@ -147,11 +208,15 @@ WITH finished AS (
         updated_at = now()
     FROM unnest(
         %(id)s::bigint[], %(attempt)s::int[], %(status)s::text[], %(result)s::jsonb[],
-        %(error)s::text[], %(delay)s::float8[]
-    ) AS outcome(id, attempt, status, result, error, delay)
+        %(error)s::text[], %(delay)s::float8[], %(held)s::text[]
+    ) AS outcome(id, attempt, status, result, error, delay, held)
     WHERE jobs.id = outcome.id
-      -- The fence: still running under the lease this worker took.
-      AND jobs.status = 'running'
+      -- The fence: still running under the lease this worker took. The expected status
+      -- comes with each outcome ('running') rather than as a constant, so the planner
+      -- cannot pick jobs_running_idx for this join: it reaches each job by its primary
+      -- key. (While an old snapshot pins the xmin horizon, jobs_running_idx keeps an
+      -- entry for every job finished since; a scan of it grows with each of them.)
+      AND jobs.status = outcome.held
       AND jobs.locked_by = %(worker_id)s
       AND jobs.attempts = outcome.attempt
     RETURNING jobs.id, jobs.status

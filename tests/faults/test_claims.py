@@ -97,7 +97,7 @@ def test_claim_among_200000_finished_jobs_touches_only_what_it_returns(
     worker_id = store.register_worker(admin, hostname="plan", pid=1, queues=None, concurrency=50)
 
     conn = sessions(autocommit=False)
-    params: dict[str, Any] = store._claim_params(worker_id, None, 50, None)
+    _, params = store._claim_params(worker_id, None, 50, None)
     plan = "\n".join(
         row[0]
         for row in conn.execute(

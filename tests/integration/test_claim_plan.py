@@ -1,13 +1,20 @@
-"""The claim's query plan: an ordered walk of jobs_claim_idx, even with stale statistics."""
+"""The claim's query plans: ordered walks of jobs_claim_idx, even with stale statistics,
+and a claim from a worker's position that skips the entries of jobs already claimed."""
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from typing import Any
 
 import psycopg
 
 from pgtasks import App
 from pgtasks._services import WORKER_CONNECTION_OPTIONS
+from pgtasks._store import ClaimPosition, claim_position
+from tests.helpers import wait_until
+
+WORKER = 10**9
 
 
 def test_claim_walks_the_pending_index_in_order_even_with_stale_statistics(
@@ -20,6 +27,7 @@ def test_claim_walks_the_pending_index_in_order_even_with_stale_statistics(
     # Statistics taken on an empty table, then 5,000 pending jobs: the estimate is wrong.
     admin.execute(f'ANALYZE "{app.schema}".jobs')
     noop.delay_many([{}] * 5000)
+    position: ClaimPosition = (0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
 
     for queues in (None, ["default"]):
         plan = explain_claim(app, dsn, queues)
@@ -27,15 +35,157 @@ def test_claim_walks_the_pending_index_in_order_even_with_stale_statistics(
         assert "Sort" not in plan, plan
         assert "Bitmap" not in plan, plan
 
+        plan = explain_claim(app, dsn, queues, after=position)
+        # Three ordered walks (higher, same, lower priority); the same-priority one starts
+        # at the position inside the index.
+        assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
+        assert "ROW(run_at, id) > ROW(" in plan, plan
+        assert "Sort" not in plan, plan
+        assert "Bitmap" not in plan, plan
 
-def explain_claim(app: App, dsn: str, queues: list[str] | None) -> str:
-    """EXPLAIN ANALYZE the claim on a worker-configured connection, rolled back."""
+
+def test_a_claim_from_the_position_does_not_read_the_entries_of_claimed_jobs(
+    app: App, dsn: str, admin: psycopg.Connection[Any]
+) -> None:
+    """With the xmin horizon pinned, claimed jobs' index entries cannot be removed: a
+    claim from the start reads all of them, a claim from the position does not."""
+
+    @app.task
+    def noop() -> None:
+        return None
+
+    noop.delay_many([{}] * 6000)
+    with psycopg.connect(dsn) as pin:
+        pin.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        pin.execute(f'SELECT count(*) FROM "{app.schema}".jobs').fetchone()
+        with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
+            last: dict[str, Any] = {}
+            for _ in range(100):
+                rows = app.store.claim_jobs(conn, worker_id=WORKER, queues=None, limit=50)
+                last = rows[-1]
+            position = claim_position(last)
+
+            from_start = index_buffers(explain_claim(app, dsn, None))
+            from_position = index_buffers(explain_claim(app, dsn, None, after=position))
+            finish_plan = explain(
+                app,
+                conn,
+                "finish_jobs",
+                app.store._finish_params(
+                    WORKER, [(last["id"], last["attempts"], "done", "null", None, 0.0)]
+                ),
+            )
+        pin.rollback()
+
+    # The fenced finish reaches its job by primary key, never through jobs_running_idx
+    # (which holds a dead entry for each of the 5,000 jobs claimed above).
+    assert "Index Scan using jobs_pkey" in finish_plan, finish_plan
+    assert "jobs_running_idx" not in finish_plan, finish_plan
+
+    # 5,000 dead-but-unremovable entries (and their heap rows) against a few pages.
+    assert from_start > 100, from_start
+    assert from_position < 40, from_position
+    assert from_position * 5 < from_start
+
+
+def explain_claim(
+    app: App, dsn: str, queues: list[str] | None, *, after: ClaimPosition | None = None
+) -> str:
+    """EXPLAIN ANALYZE a claim on a worker-configured connection, rolled back."""
     plan: list[str] = []
     with psycopg.connect(dsn, options=WORKER_CONNECTION_OPTIONS) as conn:
-        params: dict[str, Any] = app.store._claim_params(10**9, queues, 50, None)
+        name, params = app.store._claim_params(WORKER, queues, 50, None, after)
         rows = conn.execute(
-            b"EXPLAIN (ANALYZE, COSTS OFF) " + app.store._statements["claim_jobs"], params
+            b"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + app.store._statements[name], params
         ).fetchall()
         plan = [row[0] for row in rows]
         conn.rollback()
     return "\n".join(plan)
+
+
+def explain(app: App, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> str:
+    """EXPLAIN ANALYZE a named statement inside a transaction that is rolled back."""
+    with conn.transaction(force_rollback=True):
+        rows = conn.execute(
+            b"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + app.store._statements[name], params
+        ).fetchall()
+    return "\n".join(row[0] for row in rows)
+
+
+def index_buffers(plan: str) -> int:
+    """Shared buffers (hit + read) the plan's scans of jobs_claim_idx touched."""
+    total, in_scan = 0, False
+    for line in plan.splitlines():
+        line = line.strip()
+        if line.startswith("->"):
+            in_scan = "Index Scan using jobs_claim_idx" in line
+        elif in_scan and line.startswith("Buffers: shared"):
+            total += sum(
+                int(value)
+                for key, _, value in (part.partition("=") for part in line.split()[2:])
+                if key in ("hit", "read")
+            )
+    return total
+
+
+def test_a_claim_from_the_position_takes_higher_priorities_then_the_rest_of_its_own_then_lower(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task
+    def noop() -> None:
+        return None
+
+    first = [noop.apply_async(priority=0) for _ in range(3)]
+    position = claim_position(
+        app.store.claim_jobs(admin, worker_id=WORKER, queues=None, limit=2)[-1]
+    )
+    assert position[2] == first[1].id
+    past = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
+    behind = noop.apply_at(past)  # priority 0, sorts before the position
+    urgent = noop.apply_async(priority=5)
+    later = noop.apply_async(priority=0)
+    low = noop.apply_async(priority=-5)
+
+    rows = app.store.claim_jobs_after(
+        admin, after=position, worker_id=WORKER, queues=None, limit=10
+    )
+
+    assert [row["id"] for row in rows] == [urgent.id, first[2].id, later.id, low.id]
+    # Read from the start, the job behind the position is claimed.
+    rows = app.store.claim_jobs(admin, worker_id=WORKER, queues=None, limit=10)
+    assert [row["id"] for row in rows] == [behind.id]
+
+
+def test_a_worker_busy_with_a_backlog_claims_a_job_that_sorts_behind_it_within_a_poll(
+    app: App,
+) -> None:
+    from tests.integration.worker_harness import running_worker
+
+    @app.task
+    def step() -> None:
+        time.sleep(0.005)
+
+    step.delay_many([{}] * 3000)
+    with running_worker(app, concurrency=4, poll_interval=0.2) as worker:
+        wait_until(lambda: worker_done(app) >= 200, timeout=30, message="the backlog to start")
+        straggler = step.apply_at(dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1))
+        enqueued = time.monotonic()
+        wait_until(
+            lambda: straggler.status().value == "done",
+            timeout=10,
+            message="the job sorting behind the worker's position to run",
+        )
+        waited = time.monotonic() - enqueued
+        pending_left = 3000 - worker_done(app)
+    # It did not wait for the backlog to drain (the claim from the start, every poll
+    # interval, found it).
+    assert pending_left > 0 or waited < 2.0, (pending_left, waited)
+
+
+def worker_done(app: App) -> int:
+    with app.connection() as conn:
+        row = conn.execute(
+            f"SELECT count(*) FROM \"{app.schema}\".jobs WHERE status = 'done'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
