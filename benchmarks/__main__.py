@@ -1,6 +1,7 @@
 """Run the pgtasks benchmarks and print a table (and JSON).
 
     python -m benchmarks [--dsn DSN] [--jobs N] [--runs R] [--quick] [--json PATH] [--no-peers]
+    python -m benchmarks --bloat [--quick] [...]   (bloat resilience: benchmarks/bloat.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -458,6 +459,12 @@ def side_by_side(figures: list[Figure], runs: int) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if "--bloat" in arguments:
+        # The bloat resilience run has options of its own (benchmarks/bloat.py).
+        from benchmarks import bloat
+
+        return bloat.main([argument for argument in arguments if argument != "--bloat"])
     args = parse_args(argv)
     dsn = resolve_dsn(args.dsn)
     facts = server_facts(dsn)

@@ -5,7 +5,7 @@ open transaction pins the xmin horizon.
                                [--window 20] [--concurrency 50] [--prefetch 50] [--quick]
 
 Jobs flow the whole time: one ``pgtasks worker`` process drains while a feeder in this
-process keeps 15,000–25,000 jobs pending (``delay_many`` in batches of 5,000), as a
+process keeps 15,000 to 25,000 jobs pending (``delay_many`` in batches of 5,000), as a
 steady production load would. Throughput is read from the database: jobs whose
 ``finished_at`` falls in each one-second slice (the slices trail the clock by one second
 so that every finish in them has committed). Phases, on one table, in one run:
@@ -147,7 +147,8 @@ def pinned_xmin(dsn: str) -> Iterator[int]:
             ).fetchone()
             assert row is not None
             backend_xmin = conn.execute(
-                "SELECT backend_xmin::text::bigint FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+                "SELECT backend_xmin::text::bigint FROM pg_stat_activity"
+                " WHERE pid = pg_backend_pid()"
             ).fetchone()
             yield int(backend_xmin[0]) if backend_xmin and backend_xmin[0] else 0
 
@@ -235,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             pinned_table = table_facts(conn)
         pinned = sum(c for _, c in pinned_slices) / max(1, len(pinned_slices))
         results["pinned"] = {
+            "xmin": xmin,
             "seconds": args.pin_seconds,
             "rate": pinned,
             "windows": pinned_windows,

@@ -227,7 +227,7 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
         after: ClaimPosition | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """The claim statement's name and parameters (``claim_jobs_after`` from a position)."""
-        params = {
+        params: dict[str, Any] = {
             "worker_id": worker_id,
             "queues": list(queues) if queues is not None else None,
             "limit": limit,

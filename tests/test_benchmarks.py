@@ -115,3 +115,34 @@ def test_a_peer_that_is_not_installed_is_named_with_the_extra_to_install(
 
     assert added == []
     assert "NoSuchQueue: not installed (pip install 'pgtasks[bench]')" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(180)
+def test_bloat_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
+    output = tmp_path / "bloat.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--bloat", "--quick"),
+            *("--dsn", dsn, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    report: dict[str, Any] = json.loads(output.read_text())
+    for phase in ("fresh", "after_through", "pinned"):
+        assert report[phase]["rate"] > 0, report[phase]
+    assert report["after_through"]["jobs_done"] >= 20_000
+    assert report["pinned"]["windows"], report["pinned"]
+    assert report["released"]["windows"], report["released"]
+    # The pinning transaction really held a snapshot (its backend_xmin) during the phase.
+    assert report["pinned"]["xmin"] > 0
+    assert report["duplicates"] == 0
+    assert "bloat resilience" in result.stdout
+    assert "xmin pinned" in result.stdout

@@ -166,7 +166,7 @@ def test_a_worker_busy_with_a_backlog_claims_a_job_that_sorts_behind_it_within_a
         time.sleep(0.005)
 
     step.delay_many([{}] * 3000)
-    with running_worker(app, concurrency=4, poll_interval=0.2) as worker:
+    with running_worker(app, concurrency=4, poll_interval=0.2):
         wait_until(lambda: worker_done(app) >= 200, timeout=30, message="the backlog to start")
         straggler = step.apply_at(dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1))
         enqueued = time.monotonic()
