@@ -345,9 +345,22 @@ class App:
                     name=f"pgtasks-{self.schema}",
                     open=False,
                 )
-                pool.open(wait=False)
-                self._pool, self._pool_pid = pool, pid
-            return self._pool
+                try:
+                    # Wait for the first connection(s): a first request that had to wait
+                    # would make the pool open one more connection at once, and a
+                    # one-by-one producer would then alternate between two server
+                    # processes for the pool's max_idle (about 20 µs more per enqueue).
+                    pool.open(wait=True, timeout=self.connect_timeout)
+                except PoolTimeout as error:  # the pool closed itself
+                    timeout: PoolTimeout | None = error
+                else:
+                    timeout = None
+                    self._pool, self._pool_pid = pool, pid
+            else:
+                return self._pool
+        if timeout is not None:
+            raise self._unavailable(timeout) from None
+        return pool
 
     async def _get_apool(self) -> AsyncConnectionPool[Any]:
         loop = asyncio.get_running_loop()
@@ -432,8 +445,24 @@ class App:
         """Run ``operation`` on a pooled connection, retrying broken connections."""
 
         def attempt() -> T:
-            with self.connection() as conn:
-                return operation(conn)
+            # What ``with self.connection()`` does, without its two generator context
+            # managers: a one-job enqueue pays for every microsecond spent here.
+            pool = self._pool
+            if pool is None or self._pool_pid != os.getpid():
+                pool = self._get_pool()
+            try:
+                conn = pool.getconn(timeout=self.connect_timeout)
+            except PoolTimeout as error:
+                raise self._unavailable(error) from None
+            try:
+                # Commits (or rolls back) what is left open, as pool.connection() does:
+                # a pooled connection may have been taken out of autocommit by its user.
+                with conn:
+                    if not self._schema_checked:
+                        self._check_schema(conn)
+                    return operation(conn)
+            finally:
+                pool.putconn(conn)  # replaces a broken connection
 
         try:
             # The first try goes without tenacity: building its machinery costs more than
@@ -464,7 +493,17 @@ class App:
                 return await operation(conn)
 
         try:
-            return await tenacity.AsyncRetrying(**self._retrying())(attempt)
+            # As in _run: the first try goes without tenacity's machinery.
+            return await attempt()
+        except psycopg.OperationalError as error:
+            if not _is_connection_failure(error) or self.connect_attempts < 2:
+                if _is_connection_failure(error):
+                    raise self._unavailable(error) from None
+                raise
+        retrying = self._retrying()
+        retrying["stop"] = tenacity.stop_after_attempt(self.connect_attempts - 1)
+        try:
+            return await tenacity.AsyncRetrying(**retrying)(attempt)
         except psycopg.OperationalError as error:
             if _is_connection_failure(error):
                 raise self._unavailable(error) from None
@@ -521,7 +560,7 @@ class App:
         return inserted
 
     def _handles(self, inserted: list[InsertedJob]) -> list[JobHandle[Any]]:
-        return [JobHandle(self, job.id, existed=job.existed) for job in inserted]
+        return [JobHandle(self, job_id, existed=existed) for job_id, existed in inserted]
 
     def enqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.Connection[Any] | None = None
@@ -539,7 +578,15 @@ class App:
     def enqueue(
         self, spec: JobSpec, *, connection: psycopg.Connection[Any] | None = None
     ) -> JobHandle[Any]:
-        return self.enqueue_many([spec], connection=connection)[0]
+        """Insert one built JobSpec (the path of ``delay`` and ``apply_async``)."""
+        if self.is_eager:
+            return run_eagerly(self, [spec])[0]
+        if connection is not None:
+            self._check_schema(connection)
+            job = self.store.insert_job(connection, spec)
+        else:
+            job = self._run(lambda conn: self.store.insert_job(conn, spec), describe="enqueue")
+        return JobHandle(self, job.id, existed=job.existed)
 
     async def aenqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.AsyncConnection[Any] | None = None
@@ -558,7 +605,16 @@ class App:
     async def aenqueue(
         self, spec: JobSpec, *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> JobHandle[Any]:
-        return (await self.aenqueue_many([spec], connection=connection))[0]
+        if self.is_eager:
+            return (await arun_eagerly(self, [spec]))[0]
+        if connection is not None:
+            await self._acheck_schema(connection)
+            job = await self.store.ainsert_job(connection, spec)
+        else:
+            job = await self._arun(
+                lambda conn: self.store.ainsert_job(conn, spec), describe="enqueue"
+            )
+        return JobHandle(self, job.id, existed=job.existed)
 
     # -- jobs --
     def get_job(self, job_id: int) -> JobHandle[Any]:

@@ -9,7 +9,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class JobStatus(str, enum.Enum):
@@ -48,9 +48,8 @@ class JobSpec:
     idempotency_key: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class InsertedJob:
-    """The outcome of inserting one JobSpec."""
+class InsertedJob(NamedTuple):
+    """The outcome of inserting one JobSpec (a tuple: built once per job on hot paths)."""
 
     id: int
     existed: bool

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import dict_row
 
 from ._jobs import InsertedJob, JobRow, JobSpec, JobStatus
@@ -28,7 +29,6 @@ from ._store_doctor import DoctorQueries
 from ._store_metrics import MetricsQueries
 from ._store_operations import OperationsQueries
 from .sql import Migration
-
 
 #: Where a claim stopped in claim order: (priority, run_at, id) of the last job it took.
 ClaimPosition = tuple[int, datetime, int]
@@ -45,7 +45,13 @@ def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
     ``insert_new_job`` sets a transaction-local flag that silences the notify trigger:
     inside a longer transaction it would silence the caller's later inserts too.
     """
-    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+    pgconn = conn.pgconn
+    return (
+        conn.autocommit
+        and pgconn.transaction_status == TransactionStatus.IDLE
+        # In pipeline mode, the statements up to the next sync share one transaction.
+        and pgconn.pipeline_status == PipelineStatus.OFF
+    )
 
 
 class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
@@ -79,90 +85,132 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
 
     # -- enqueue --
     @staticmethod
+    def _job_params(spec: JobSpec) -> Params:
+        """Parameters of ``insert_job`` / ``insert_new_job`` (the latter ignores the key)."""
+        return {
+            "task_name": spec.task_name,
+            "queue": spec.queue,
+            "priority": spec.priority,
+            "args": spec.args_json,
+            "kwargs": spec.kwargs_json,
+            "max_attempts": spec.max_attempts,
+            "run_at": spec.run_at,
+            "delay": spec.delay_seconds,
+            "idempotency_key": spec.idempotency_key,
+        }
+
+    def insert_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
+        """Insert one job; an existing idempotency key answers with its job."""
+        if spec.idempotency_key is None and _own_transaction(conn):
+            return InsertedJob(self.insert_new_job(conn, spec), False)
+        row = self._rows(conn, "insert_job", self._job_params(spec), tuples=True)[0]
+        return InsertedJob(row[0], row[1])
+
+    async def ainsert_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> InsertedJob:
+        if spec.idempotency_key is None and _own_transaction(conn):
+            return InsertedJob(await self.ainsert_new_job(conn, spec), False)
+        row = (await self._arows(conn, "insert_job", self._job_params(spec), tuples=True))[0]
+        return InsertedJob(row[0], row[1])
+
+    def insert_new_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> int:
+        """The id of a new job for a spec without an idempotency key.
+
+        Only for a statement that is a transaction of its own (see ``_own_transaction``):
+        it notifies by itself and switches the notify trigger off until its commit.
+        """
+        row = self._rows(conn, "insert_new_job", self._job_params(spec), tuples=True)[0]
+        return int(row[0])
+
+    async def ainsert_new_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> int:
+        row = (await self._arows(conn, "insert_new_job", self._job_params(spec), tuples=True))[0]
+        return int(row[0])
+
+    @staticmethod
+    def _new_jobs_params(specs: Sequence[JobSpec]) -> Params:
+        """Columns of ``insert_new_jobs``: one list per column, built column by column;
+        args and kwargs as one JSON array text each (every element is valid JSON already).
+        """
+        return {
+            "task_name": [spec.task_name for spec in specs],
+            "queue": [spec.queue for spec in specs],
+            "priority": [spec.priority for spec in specs],
+            "args": "[" + ",".join([spec.args_json for spec in specs]) + "]",
+            "kwargs": "[" + ",".join([spec.kwargs_json for spec in specs]) + "]",
+            "max_attempts": [spec.max_attempts for spec in specs],
+            "run_at": [spec.run_at for spec in specs],
+            "delay": [spec.delay_seconds for spec in specs],
+        }
+
+    @staticmethod
     def _insert_jobs_plan(specs: Sequence[JobSpec]) -> tuple[Params, list[int]]:
         """Columns for ``insert_jobs``; duplicate keys within the batch are sent once.
 
         Returns the parameters and, for every spec, the index of the row that answers it.
         """
-        columns: dict[str, list[Any]] = {
-            name: []
-            for name in (
-                "task_name",
-                "queue",
-                "priority",
-                "args",
-                "kwargs",
-                "max_attempts",
-                "run_at",
-                "delay",
-                "idempotency_key",
-            )
-        }
         first_row_of_key: dict[str, int] = {}
         answer: list[int] = []
+        sent: list[JobSpec] = []
         for spec in specs:
             key = spec.idempotency_key
             if key is not None and key in first_row_of_key:
                 answer.append(first_row_of_key[key])
                 continue
-            row = len(columns["task_name"])
             if key is not None:
-                first_row_of_key[key] = row
-            answer.append(row)
-            columns["task_name"].append(spec.task_name)
-            columns["queue"].append(spec.queue)
-            columns["priority"].append(spec.priority)
-            columns["args"].append(spec.args_json)
-            columns["kwargs"].append(spec.kwargs_json)
-            columns["max_attempts"].append(spec.max_attempts)
-            columns["run_at"].append(spec.run_at)
-            columns["delay"].append(spec.delay_seconds)
-            columns["idempotency_key"].append(key)
-        return columns, answer
+                first_row_of_key[key] = len(sent)
+            answer.append(len(sent))
+            sent.append(spec)
+        params = dict(Store._new_jobs_params(sent))
+        params["idempotency_key"] = [spec.idempotency_key for spec in sent]
+        return params, answer
 
     @staticmethod
-    def _inserted(rows: list[Row], answer: list[int]) -> list[InsertedJob]:
+    def _inserted(rows: list[tuple[Any, ...]], answer: list[int]) -> list[InsertedJob]:
         results: list[InsertedJob] = []
         sent = set()
         for row_index in answer:
             row = rows[row_index]
             # A key repeated within the batch: the later specs find the job existing.
-            existed = bool(row["existed"]) or row_index in sent
+            existed = bool(row[1]) or row_index in sent
             sent.add(row_index)
-            results.append(InsertedJob(id=row["id"], existed=existed))
+            results.append(InsertedJob(row[0], existed))
         return results
 
     def insert_jobs(
         self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
         """Insert jobs in order; an existing idempotency key answers with its job."""
+        if len(specs) == 1:
+            return [self.insert_job(conn, specs[0])]
+        if all(spec.idempotency_key is None for spec in specs):
+            return self.insert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
-        if params["idempotency_key"].count(None) == len(answer):
-            return self.insert_new_jobs(conn, params)
-        return self._inserted(self._rows(conn, "insert_jobs", params), answer)
+        rows = self._rows(conn, "insert_jobs", params, binary=True, tuples=True)
+        return self._inserted(rows, answer)
 
     async def ainsert_jobs(
         self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
+        if len(specs) == 1:
+            return [await self.ainsert_job(conn, specs[0])]
+        if all(spec.idempotency_key is None for spec in specs):
+            return await self.ainsert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
-        if params["idempotency_key"].count(None) == len(answer):
-            return await self.ainsert_new_jobs(conn, params)
-        return self._inserted(await self._arows(conn, "insert_jobs", params), answer)
-
-    @staticmethod
-    def _new_jobs_params(params: Params) -> Params:
-        return {name: values for name, values in params.items() if name != "idempotency_key"}
+        rows = await self._arows(conn, "insert_jobs", params, binary=True, tuples=True)
+        return self._inserted(rows, answer)
 
     def insert_new_jobs(self, conn: psycopg.Connection[Any], params: Params) -> list[InsertedJob]:
-        """The fast path of insert_jobs: no spec has a key (plain INSERT, no arbitration)."""
-        rows = self._rows(conn, "insert_new_jobs", self._new_jobs_params(params))
-        return [InsertedJob(id=row["id"], existed=False) for row in rows]
+        """The fast path of insert_jobs: no spec has a key (plain INSERT, no arbitration).
+
+        ``params`` holds one list per column (see ``_new_jobs_params``), sent in binary.
+        """
+        rows = self._rows(conn, "insert_new_jobs", params, binary=True, tuples=True)
+        return [InsertedJob(row[0], False) for row in rows]
 
     async def ainsert_new_jobs(
         self, conn: psycopg.AsyncConnection[Any], params: Params
     ) -> list[InsertedJob]:
-        rows = await self._arows(conn, "insert_new_jobs", self._new_jobs_params(params))
-        return [InsertedJob(id=row["id"], existed=False) for row in rows]
+        rows = await self._arows(conn, "insert_new_jobs", params, binary=True, tuples=True)
+        return [InsertedJob(row[0], False) for row in rows]
 
     # -- reading jobs --
     def get_job(self, conn: psycopg.Connection[Any], job_id: int) -> JobRow | None:

@@ -30,12 +30,15 @@ SELECT coalesce(max(version), 0) AS version FROM {schema}.migrations;
 
 -- name: insert_jobs :many
 -- Insert a batch of jobs in order; a job whose idempotency key exists returns that row.
+-- Columns come as arrays, but args and kwargs as one JSON array each (the texts joined
+-- by the client: cheaper to send than an array of texts); ROWS FROM zips them by position.
 WITH input AS (
     SELECT *
-    FROM unnest(
-        %(task_name)s::text[], %(queue)s::text[], %(priority)s::int[],
-        %(args)s::jsonb[], %(kwargs)s::jsonb[], %(max_attempts)s::int[],
-        %(run_at)s::timestamptz[], %(delay)s::float8[], %(idempotency_key)s::text[]
+    FROM ROWS FROM (
+        unnest(%(task_name)s::text[]), unnest(%(queue)s::text[]), unnest(%(priority)s::int[]),
+        jsonb_array_elements(%(args)s::jsonb), jsonb_array_elements(%(kwargs)s::jsonb),
+        unnest(%(max_attempts)s::int[]), unnest(%(run_at)s::timestamptz[]),
+        unnest(%(delay)s::float8[]), unnest(%(idempotency_key)s::text[])
     ) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts,
                            run_at, delay, idempotency_key, ord)
 )
@@ -53,18 +56,55 @@ ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempoten
 RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
 
 -- name: insert_new_jobs :many
--- Insert a batch of jobs that carry no idempotency key (no conflict arbitration needed).
+-- Insert a batch of jobs that carry no idempotency key (no conflict arbitration needed);
+-- parameters as in insert_jobs.
 INSERT INTO {schema}.jobs AS jobs
     (task_name, queue, priority, args, kwargs, max_attempts, run_at)
 SELECT task_name, queue, priority, args, kwargs, max_attempts,
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0)))
-FROM unnest(
-    %(task_name)s::text[], %(queue)s::text[], %(priority)s::int[],
-    %(args)s::jsonb[], %(kwargs)s::jsonb[], %(max_attempts)s::int[],
-    %(run_at)s::timestamptz[], %(delay)s::float8[]
+FROM ROWS FROM (
+    unnest(%(task_name)s::text[]), unnest(%(queue)s::text[]), unnest(%(priority)s::int[]),
+    jsonb_array_elements(%(args)s::jsonb), jsonb_array_elements(%(kwargs)s::jsonb),
+    unnest(%(max_attempts)s::int[]), unnest(%(run_at)s::timestamptz[]),
+    unnest(%(delay)s::float8[])
 ) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts, run_at, delay, ord)
 ORDER BY ord
 RETURNING jobs.id, false AS existed;
+
+-- name: insert_job :one
+-- Insert one job; when its idempotency key exists, return that job instead.
+INSERT INTO {schema}.jobs AS jobs
+    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key)
+VALUES (
+    %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+    %(max_attempts)s,
+    coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
+    %(idempotency_key)s
+)
+ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
+
+-- name: insert_new_job :one
+-- Insert one job without an idempotency key, as a transaction of its own (autocommit
+-- only: see migration 0005). The statement wakes the workers of a due job itself, and
+-- the transaction-local setting tells the notify trigger to skip it: pg_notify is cheaper
+-- than the trigger's transition table. The notification is sent at commit, as ever.
+WITH self_notified AS (
+    SELECT set_config('pgtasks.self_notified', 'on', true)
+), inserted AS (
+    INSERT INTO {schema}.jobs AS jobs
+        (task_name, queue, priority, args, kwargs, max_attempts, run_at)
+    -- Selecting from self_notified sets the flag before the row (and the trigger's check).
+    SELECT %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+           %(max_attempts)s,
+           coalesce(%(run_at)s::timestamptz,
+                    now() + make_interval(secs => coalesce(%(delay)s::float8, 0)))
+    FROM self_notified
+    RETURNING jobs.id, jobs.queue, jobs.run_at <= now() AS due
+)
+-- What the trigger sends: the queue name, for a job that is due now.
+SELECT id, CASE WHEN due THEN pg_notify({channel}, queue)::text END AS notified
+FROM inserted;
 
 -- name: get_job :one
 -- One job by id.
