@@ -33,6 +33,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pgtasks._services import WORKER_CONNECTION_OPTIONS
+from pgtasks._store import ClaimPosition, claim_position
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "pgtasks_bench"
 
@@ -246,26 +249,33 @@ def raw_sql_ceiling(dsn: str, jobs: int, batch: int) -> float:
         dsn,
         autocommit=True,
         # The worker's connection settings (pgtasks._services.connect).
-        options="-c plan_cache_mode=force_custom_plan -c enable_bitmapscan=off"
-        " -c enable_seqscan=off",
+        options=WORKER_CONNECTION_OPTIONS,
     ) as conn:
         worker_id = store.register_worker(
             conn, hostname="bench", pid=0, queues=None, concurrency=batch
         )
         done = 0
         finished: list[tuple[int, int, str, str | None, str | None, float]] = []
+        # Like the worker: read on from the last claim's position, from the start once a
+        # second (see Worker._claim_from).
+        position: ClaimPosition | None = None
+        next_full = 0.0
         started = time.perf_counter()
         while True:
+            if time.monotonic() >= next_full:
+                position, next_full = None, time.monotonic() + 1.0
             _, rows = store.finish_and_claim_jobs(
                 conn,
                 finished=[(worker_id, finished)] if finished else [],
                 worker_id=worker_id,
                 queues=None,
                 limit=batch,
+                after=position,
             )
             done += len(finished)
             if not rows:
                 break
+            position = claim_position(rows[-1])
             finished = [(row["id"], row["attempts"], "done", "null", None, 0.0) for row in rows]
         elapsed = time.perf_counter() - started
     return done / elapsed

@@ -4,6 +4,7 @@ and a claim from a worker's position that skips the entries of jobs already clai
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from typing import Any
 
@@ -189,3 +190,55 @@ def worker_done(app: App) -> int:
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_worker_connections_plan_the_claims_and_the_finish_once_with_the_same_shape(
+    app: App, dsn: str
+) -> None:
+    """Worker connections use generic plans (planned once per connection): each must be
+    the same ordered index walk or primary-key lookup as the planned-per-call one."""
+
+    @app.task
+    def noop() -> None:
+        return None
+
+    noop.delay_many([{}] * 2000)
+    position: ClaimPosition = (0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
+    for queues in (None, ["default"]):
+        plan = generic_plan(app, dsn, *app.store._claim_params(WORKER, queues, 50, None))
+        assert plan.count("Index Scan using jobs_claim_idx") == 1, plan
+        assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
+
+        plan = generic_plan(app, dsn, *app.store._claim_params(WORKER, queues, 50, None, position))
+        assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
+        assert "ROW(run_at, id) > ROW(" in plan, plan
+        assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
+
+    outcomes = [(1, 1, "done", "null", None, 0.0)]
+    plan = generic_plan(app, dsn, "finish_jobs", app.store._finish_params(WORKER, outcomes))
+    assert "Index Scan using jobs_pkey" in plan, plan
+    assert "jobs_running_idx" not in plan and "Seq Scan" not in plan, plan
+
+
+def generic_plan(app: App, dsn: str, name: str, params: dict[str, Any]) -> str:
+    """The plan a worker connection runs ``name`` with: prepared by psycopg as the worker's
+    statements are, then EXPLAIN EXECUTE of that prepared statement (values inlined)."""
+    statement = app.store._statements[name]
+    order = list(dict.fromkeys(re.findall(rb"%\((\w+)\)s", statement)))
+    with psycopg.connect(dsn, options=WORKER_CONNECTION_OPTIONS) as conn:
+        conn.execute(statement, params, prepare=True)
+        row = conn.execute(
+            "SELECT name, generic_plans FROM pg_prepared_statements WHERE NOT from_sql"
+        ).fetchone()
+        assert row is not None
+        prepared, generic_plans = row
+        assert generic_plans == 1, "the worker's statement was not planned generically"
+        cursor = psycopg.ClientCursor(conn)
+        values = [params[key.decode()] for key in order]
+        cursor.execute(
+            f"EXPLAIN (COSTS OFF) EXECUTE {prepared}({', '.join(['%s'] * len(values))})",
+            values,
+        )
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+        conn.rollback()
+    return plan
