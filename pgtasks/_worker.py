@@ -27,6 +27,7 @@ import psycopg
 
 from ._errors import ConfigurationError
 from ._events import WorkerEvents
+from ._exchange import BackgroundExchanger, Exchange, OutcomeRow
 from ._executor import ClaimedJob, Executor, ExecutorOptions, PoolName, Running
 from ._process_pool import StartMethod
 from ._pruner import Pruner
@@ -145,6 +146,13 @@ class Worker:
         #: of walking the index entries of jobs already claimed (see claim_jobs_after).
         self._position: ClaimPosition | None = None
         self._next_full_claim = 0.0
+        #: The second round trip in flight (see _exchange.py), the number of jobs it is
+        #: claiming, whether a lost reply of it may have left claims to recover, and until
+        #: when it rests after its connection failed.
+        self._background: BackgroundExchanger | None = None
+        self._claiming = 0
+        self._recover_needed = False
+        self._background_rest_until = 0.0
         #: time.monotonic() when a job we rescheduled becomes due (claim then, not at the poll).
         self._next_due = float("inf")
         #: Executors (see docs/howto/executors.md): ``pool`` is the default of sync tasks.
@@ -339,29 +347,25 @@ class Worker:
     def _loop(self) -> None:
         next_poll = 0.0
         failures = 0
+        if self._executor.capacity + self.prefetch >= 2:
+            self._background = BackgroundExchanger(
+                lambda: connect(self),
+                self._run_exchange,
+                self._wake_event.set,
+                name=f"pgtasks-exchange-{self.name}",
+            )
         while not self._stop_requested.is_set():
             self._wake_event.clear()
             try:
-                if failures:
+                self._take_background()
+                if failures or self._recover_needed:
+                    self._settle_background()
                     self._recover_leases()
-                self._collect()
-                self._linger()
-                self._expire()
-                now = time.monotonic()
-                free = self._executor.capacity + self.prefetch - len(self._in_flight)
-                due = now >= next_poll or now >= self._next_due
-                claim = free > 0 and (self._notified or self._maybe_more or due)
-                if claim:
-                    self._notified = False
-                    if now >= self._next_due:
-                        self._next_due = float("inf")
-                if claim or self._unwritten:
-                    claimed = self._exchange(free if claim else 0)
-                    if claim:
-                        self._maybe_more = claimed == free
-                        next_poll = time.monotonic() + self.poll_interval
+                    self._recover_needed = False
+                next_poll = self._step(next_poll)
                 failures = 0
-                self._errors.recovered()
+                if not self._recover_needed:
+                    self._errors.recovered()
             except psycopg.Error as error:
                 if self._conn is not None and not self._conn.broken and self._unwritten:
                     # The server refused the batch itself (not the connection): find and
@@ -378,6 +382,37 @@ class Worker:
                 self._wake_event.wait(min(MAX_BACKOFF, 0.05 * 2**failures))
                 continue
             self._wake_event.wait(self._wait_time(next_poll))
+
+    def _step(self, next_poll: float) -> float:
+        """Collect outcomes; write them and claim when there is reason to. Returns the
+        time of the next poll."""
+        self._collect()
+        self._linger()
+        self._expire()
+        now = time.monotonic()
+        free = self._executor.capacity + self.prefetch - len(self._in_flight) - self._claiming
+        due = now >= next_poll or now >= self._next_due
+        claim = free > 0 and (self._notified or self._maybe_more or due)
+        if self._batch_more(free if claim else 0):
+            claim = False  # the round trip in flight is back soon: batch up meanwhile
+        elif claim:
+            self._notified = False
+            if now >= self._next_due:
+                self._next_due = float("inf")
+        if not claim and (not self._unwritten or self._batch_more(0)):
+            return next_poll
+        limit = free if claim else 0
+        background = self._background
+        if background is not None and self._can_overlap(now):
+            # Busy: start this round trip on the second connection and go on; its result
+            # is applied when it is back (_take_background).
+            background.submit(self._prepare_exchange(limit))
+            self._claiming = limit
+        else:
+            claimed = self._exchange(limit)
+            if claim:
+                self._maybe_more = claimed == limit
+        return time.monotonic() + self.poll_interval if claim else next_poll
 
     def _write_one_by_one(self, batch_error: psycopg.Error) -> None:
         batch, self._unwritten = self._unwritten, []
@@ -422,6 +457,10 @@ class Worker:
     def _wait_time(self, next_poll: float) -> float:
         now = time.monotonic()
         wait = max(0.0, min(next_poll, self._next_due) - now)
+        if self._background is not None and self._background.busy:
+            # A poll or a due retry waits for the round trip in flight: its return wakes
+            # the loop (and a claim right after it reads from the start if due).
+            wait = self.poll_interval
         for running in self._in_flight.values():
             if running.deadline is not None and not running.abandoned:
                 wait = min(wait, max(0.0, running.deadline - now))
@@ -440,39 +479,121 @@ class Worker:
 
     def _exchange(self, limit: int) -> int:
         """Write finished outcomes and claim up to ``limit`` jobs in one round trip."""
+        exchange = self._prepare_exchange(limit)
+        try:
+            self._run_exchange(self._connection(), exchange)
+        except BaseException:
+            self._unwritten = exchange.batch + self._unwritten
+            raise
+        return self._apply_exchange(exchange)
+
+    def _prepare_exchange(self, limit: int) -> Exchange:
+        """Take the unwritten outcomes into a round trip that claims up to ``limit`` jobs."""
+        batch, self._unwritten = self._unwritten, []
+        by_owner: dict[int, list[OutcomeRow]] = {}
+        for running, outcome in batch:
+            by_owner.setdefault(running.job.worker_id, []).append(
+                self._outcome_row(running, outcome)
+            )
+        return Exchange(
+            batch=batch,
+            finished=list(by_owner.items()),
+            limit=limit,
+            after=self._claim_from() if limit else None,
+            task_names=self._known_task_names() if self.ignore_unknown else None,
+        )
+
+    def _run_exchange(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:
+        """The round trip itself (on the loop's or the background thread): no state."""
         worker_id = self.worker_id
         if worker_id is None:
             raise RuntimeError("the worker is not registered")
-        batch = self._unwritten
-        by_owner: dict[int, list[tuple[Running, Outcome]]] = {}
-        for running, outcome in batch:
-            by_owner.setdefault(running.job.worker_id, []).append((running, outcome))
-        after = self._claim_from() if limit else None
-        accepted, rows = self.app.store.finish_and_claim_jobs(
-            self._connection(),
-            finished=[
-                (owner, [self._outcome_row(running, outcome) for running, outcome in items])
-                for owner, items in by_owner.items()
-            ],
+        exchange.owner = worker_id
+        exchange.accepted, exchange.rows = self.app.store.finish_and_claim_jobs(
+            conn,
+            finished=exchange.finished,
             worker_id=worker_id,
             queues=self.queues,
-            limit=limit,
-            task_names=self._known_task_names() if self.ignore_unknown else None,
-            after=after,
+            limit=exchange.limit,
+            task_names=exchange.task_names,
+            after=exchange.after,
         )
-        self._unwritten = []
-        if limit:
+
+    def _apply_exchange(self, exchange: Exchange) -> int:
+        """Log the written outcomes and start the claimed jobs (loop thread)."""
+        rows = exchange.rows
+        self._after_write(exchange.batch, exchange.accepted)
+        if exchange.limit:
             # Rows come back in claim order. An empty claim (idle, or nothing left past the
             # position) makes the next claim read from the start.
             self._position = claim_position(rows[-1]) if rows else None
-        self._after_write(batch, accepted)
         for row in rows:
-            job = ClaimedJob.from_row(row, worker_id)
+            # The lease owner is the registration the claim ran under.
+            job = ClaimedJob.from_row(row, exchange.owner)
             self._notify("job_started", job)
             running = self._executor.submit(job)
             self._in_flight[running.token] = running
         self._count("claimed", len(rows))
         return len(rows)
+
+    def _can_overlap(self, now: float) -> bool:
+        """Start the next round trip in the background? Only while jobs keep the worker
+        busy (an idle worker's claim takes the shortest path) and the second connection
+        is free and healthy."""
+        return (
+            self._background is not None
+            and bool(self._in_flight or self._unwritten)
+            and now >= self._background_rest_until
+            and not self._background.busy
+        )
+
+    def _batch_more(self, limit: int) -> bool:
+        """With a round trip in the background, is this one too small to start now?
+
+        A second round trip pays off when it carries a real batch (a quarter of the
+        worker's slots and prefetch, in outcomes to write and jobs to claim); a trickle
+        waits for the one in flight to come back instead.
+        """
+        if self._background is None or not self._background.busy:
+            return False
+        batch = max(1, (self._executor.capacity + self.prefetch) // 4)
+        return len(self._unwritten) + limit < batch
+
+    def _take_background(self) -> None:
+        """Apply the background round trip if it is back."""
+        if self._background is None:
+            return
+        exchange = self._background.take()
+        if exchange is None:
+            return
+        self._claiming = 0
+        if exchange.error is None:
+            claimed = self._apply_exchange(exchange)
+            if exchange.limit:
+                self._maybe_more = claimed == exchange.limit
+            return
+        # Not written: the outcomes go back to be written by the next round trip.
+        self._unwritten = exchange.batch + self._unwritten
+        self._maybe_more = True
+        if exchange.broken:
+            # Its claim may have committed with the reply lost: recover before claiming
+            # again, and rest the second connection for a moment.
+            self._errors.failed(exchange.error)
+            self._recover_needed = True
+            self._background_rest_until = time.monotonic() + 1.0
+
+    def _settle_background(self, timeout: float = SHUTDOWN_WRITE_BOUND) -> None:
+        """Wait for the background round trip (if any) and apply it."""
+        if self._background is None:
+            return
+        if not self._background.wait(timeout):
+            logger.warning(
+                "worker %s: a background round trip did not return within %g s; leaving it",
+                self.name,
+                timeout,
+            )
+            return
+        self._take_background()
 
     def _claim_from(self) -> ClaimPosition | None:
         """The position the next claim reads on from, or None to read from the start.
@@ -630,6 +751,8 @@ class Worker:
 
     def _shutdown(self) -> None:
         deadline = self._stop_deadline if self._stop_deadline is not None else time.monotonic()
+        # Jobs the background round trip claimed are started (or released below).
+        self._bounded_settle()
         unstarted = self._executor.take_unstarted()
         if unstarted:
             # Claimed, waiting for a slot of their executor: they never ran, so release now.
@@ -671,9 +794,19 @@ class Worker:
             service.stop(timeout=max(0.0, services_deadline - time.monotonic()))
         self._bounded("deregistration", self._deregister, SHUTDOWN_WRITE_BOUND)
         self._executor.shutdown()
+        if self._background is not None:
+            self._background.close()
         self._drop_connection()
         self._notify("worker_stopped", self)
         logger.info("worker %s stopped (%s)", self.name, self._summary())
+
+    def _bounded_settle(self) -> None:
+        """Apply the background round trip before stopping; a database that does not
+        answer is not waited for past SHUTDOWN_WRITE_BOUND (what it claimed is rescued)."""
+        try:
+            self._settle_background(SHUTDOWN_WRITE_BOUND)
+        except psycopg.Error as error:  # not expected: its errors are data, not raised
+            logger.warning("worker %s: background round trip: %s", self.name, error)
 
     def _bounded(self, what: str, function: Any, seconds: float) -> None:
         """Run a shutdown step on a helper thread; give up on it after ``seconds``."""
