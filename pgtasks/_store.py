@@ -42,7 +42,7 @@ def claim_position(row: Row) -> ClaimPosition:
 def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """True when the next statement on ``conn`` runs as a transaction of its own.
 
-    ``insert_new_job`` sets a transaction-local flag that silences the notify trigger:
+    ``insert_and_notify_job`` sets a transaction-local flag that silences the notify trigger:
     inside a longer transaction it would silence the caller's later inserts too.
     """
     pgconn = conn.pgconn
@@ -101,23 +101,37 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
 
     def insert_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
         """Insert one job; an existing idempotency key answers with its job."""
-        if spec.idempotency_key is None and _own_transaction(conn):
+        if spec.idempotency_key is None:
+            if _own_transaction(conn):
+                return InsertedJob(self.insert_and_notify_job(conn, spec), False)
             return InsertedJob(self.insert_new_job(conn, spec), False)
         row = self._rows(conn, "insert_job", self._job_params(spec), tuples=True)[0]
         return InsertedJob(row[0], row[1])
 
     async def ainsert_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> InsertedJob:
-        if spec.idempotency_key is None and _own_transaction(conn):
+        if spec.idempotency_key is None:
+            if _own_transaction(conn):
+                return InsertedJob(await self.ainsert_and_notify_job(conn, spec), False)
             return InsertedJob(await self.ainsert_new_job(conn, spec), False)
         row = (await self._arows(conn, "insert_job", self._job_params(spec), tuples=True))[0]
         return InsertedJob(row[0], row[1])
 
-    def insert_new_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> int:
-        """The id of a new job for a spec without an idempotency key.
-
-        Only for a statement that is a transaction of its own (see ``_own_transaction``):
-        it notifies by itself and switches the notify trigger off until its commit.
+    def insert_and_notify_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> int:
+        """The id of a new job for a spec without an idempotency key, inserted by a
+        statement that is a transaction of its own (see ``_own_transaction``): it notifies
+        by itself and switches the notify trigger off until its commit.
         """
+        params = self._job_params(spec)
+        return int(self._rows(conn, "insert_and_notify_job", params, tuples=True)[0][0])
+
+    async def ainsert_and_notify_job(
+        self, conn: psycopg.AsyncConnection[Any], spec: JobSpec
+    ) -> int:
+        params = self._job_params(spec)
+        return int((await self._arows(conn, "insert_and_notify_job", params, tuples=True))[0][0])
+
+    def insert_new_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> int:
+        """The id of a new job for a spec without an idempotency key (any transaction)."""
         row = self._rows(conn, "insert_new_job", self._job_params(spec), tuples=True)[0]
         return int(row[0])
 

@@ -84,7 +84,7 @@ VALUES (
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
 
--- name: insert_new_job :one
+-- name: insert_and_notify_job :one
 -- Insert one job without an idempotency key, as a transaction of its own (autocommit
 -- only: see migration 0005). The statement wakes the workers of a due job itself, and
 -- the transaction-local setting tells the notify trigger to skip it: pg_notify is cheaper
@@ -105,6 +105,18 @@ WITH self_notified AS (
 -- What the trigger sends: the queue name, for a job that is due now.
 SELECT id, CASE WHEN due THEN pg_notify({channel}, queue)::text END AS notified
 FROM inserted;
+
+-- name: insert_new_job :one
+-- Insert one job without an idempotency key inside a longer transaction (no conflict
+-- arbitration; the notify trigger wakes the workers at commit).
+INSERT INTO {schema}.jobs AS jobs
+    (task_name, queue, priority, args, kwargs, max_attempts, run_at)
+VALUES (
+    %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+    %(max_attempts)s,
+    coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0)))
+)
+RETURNING jobs.id;
 
 -- name: get_job :one
 -- One job by id.

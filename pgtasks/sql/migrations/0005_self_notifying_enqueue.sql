@@ -3,7 +3,7 @@
 --
 -- The statement-level trigger of 0001 costs about 20 µs per inserting statement (a
 -- transition table and a query over it): a large share of a one-by-one enqueue once the
--- commit is paid. pgtasks' one-job statement (queries.sql: insert_new_job) calls
+-- commit is paid. pgtasks' one-job statement (queries.sql: insert_and_notify_job) calls
 -- pg_notify itself and sets the transaction-local pgtasks.self_notified to 'on'; it runs
 -- only as a transaction of its own (autocommit), so the setting is gone when the next
 -- statement starts. The trigger skips statements that set it. Every other insert (bulk
