@@ -440,6 +440,17 @@ def side_by_side(figures: list[Figure], runs: int) -> list[dict[str, Any]]:
         for key, own, peer_name in SUMMARY_COLUMNS:
             figure = by_name.get(own if not prefix else prefix + peer_name)
             row[key] = figure.median if figure else None
+        # One worker process at its best setting (the highest median of the 1-process
+        # processing figures; for a peer, of its concurrency 10 and 50 runs).
+        single = [
+            figure.median
+            for name, figure in by_name.items()
+            if figure.unit == "jobs/s"
+            and name.startswith(prefix + "worker, ")
+            and (prefix or not name.startswith(tuple(f"{peer.name}: " for peer in PEERS)))
+            and "2 processes" not in name
+        ]
+        row["processing_best"] = max(single) if single else None
         for key, label in (("duplicates", "duplicates"), ("lost", "lost jobs")):
             figure = by_name.get(f"{prefix}{label} (processing runs)")
             row[key] = int(sum(figure.values)) if figure else None
@@ -451,6 +462,7 @@ def side_by_side(figures: list[Figure], runs: int) -> list[dict[str, Any]]:
     print(f"\nside by side (median of {runs} run(s), same server, same run; jobs/s unless ms)")
     header = (
         f"{'system':22} {'enqueue 1-by-1':>14} {'bulk x1000':>11} {'c10':>7} {'c50':>7}"
+        f" {'best':>7}"
         f" {'idle p50 / p95 / p99 ms':>25} {'dup / lost':>11}"
     )
     print(header)
@@ -463,6 +475,7 @@ def side_by_side(figures: list[Figure], runs: int) -> list[dict[str, Any]]:
         print(
             f"{name:22} {number(row['enqueue_one_by_one']):>14} {number(row['enqueue_bulk']):>11}"
             f" {number(row['processing_c10']):>7} {number(row['processing_c50']):>7}"
+            f" {number(row['processing_best']):>7}"
             f" {latency:>25} {number(row['duplicates']) + ' / ' + number(row['lost']):>11}"
         )
     return rows
@@ -537,15 +550,15 @@ def main(argv: list[str] | None = None) -> int:
                 repeat(runs, lambda c=concurrency: processing(dsn, args.jobs, c)),
             )
         )
-    for concurrency in (10, 50):
+    for concurrency, prefetch in ((10, 10), (50, 50), (50, 150)):
         add(
             Figure(
-                f"worker, 1 process, concurrency {concurrency}, prefetch {concurrency}",
+                f"worker, 1 process, concurrency {concurrency}, prefetch {prefetch}",
                 "jobs/s",
                 repeat(
                     runs,
-                    lambda c=concurrency: processing(
-                        dsn, args.jobs, c, worker_flags=("--prefetch", str(c))
+                    lambda c=concurrency, p=prefetch: processing(
+                        dsn, args.jobs, c, worker_flags=("--prefetch", str(p))
                     ),
                 ),
                 "best setting for no-op jobs",

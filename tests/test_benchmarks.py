@@ -48,6 +48,7 @@ SUMMARY_NUMBERS = (
     "enqueue_bulk",
     "processing_c10",
     "processing_c50",
+    "processing_best",
     "latency_p50_ms",
     "latency_p95_ms",
     "latency_p99_ms",

@@ -1,0 +1,146 @@
+"""The worker's second round trip in flight (pgtasks/_exchange.py): its thread and
+connection, and a worker whose connections are killed while both are busy."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from pgtasks import App
+from pgtasks._exchange import BackgroundExchanger, Exchange
+from tests.helpers import wait_until
+from tests.integration.worker_harness import running_worker
+
+
+def exchange() -> Exchange:
+    return Exchange(batch=[], finished=[], limit=0, after=None, task_names=None)
+
+
+def test_runs_one_exchange_at_a_time_and_hands_back_its_result(dsn: str) -> None:
+    woken = threading.Event()
+    pids: list[int] = []
+
+    def run(conn: psycopg.Connection[Any], item: Exchange) -> None:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        pids.append(int(row[0]))
+        item.owner = len(pids)
+
+    lane = BackgroundExchanger(
+        lambda: psycopg.connect(dsn, autocommit=True), run, woken.set, name="test-lane"
+    )
+    try:
+        assert not lane.busy and lane.take() is None
+        lane.submit(exchange())
+        assert lane.busy
+        assert lane.wait(10) and woken.wait(10)
+        done = lane.take()
+        assert done is not None and done.error is None and done.owner == 1
+        assert not lane.busy
+        lane.submit(exchange())
+        assert lane.wait(10)
+        done = lane.take()
+        assert done is not None and done.owner == 2
+        assert pids[0] == pids[1]  # one connection, kept
+    finally:
+        lane.close()
+
+
+def test_a_broken_connection_is_reported_dropped_and_replaced(dsn: str) -> None:
+    pids: list[int] = []
+
+    def run(conn: psycopg.Connection[Any], item: Exchange) -> None:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        pids.append(int(row[0]))
+        if len(pids) == 1:
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    lane = BackgroundExchanger(
+        lambda: psycopg.connect(dsn, autocommit=True), run, lambda: None, name="test-lane"
+    )
+    try:
+        lane.submit(exchange())
+        assert lane.wait(10)
+        failed = lane.take()
+        assert failed is not None and failed.broken
+        assert isinstance(failed.error, psycopg.OperationalError)
+
+        lane.submit(exchange())
+        assert lane.wait(10)
+        done = lane.take()
+        assert done is not None and done.error is None
+        assert pids[1] != pids[0]  # a new connection
+    finally:
+        lane.close()
+
+
+def test_a_statement_the_server_refuses_keeps_the_connection(dsn: str) -> None:
+    def run(conn: psycopg.Connection[Any], item: Exchange) -> None:
+        conn.execute("SELECT 1 / 0")
+
+    lane = BackgroundExchanger(
+        lambda: psycopg.connect(dsn, autocommit=True), run, lambda: None, name="test-lane"
+    )
+    try:
+        lane.submit(exchange())
+        assert lane.wait(10)
+        failed = lane.take()
+        assert failed is not None and not failed.broken
+        assert isinstance(failed.error, psycopg.errors.DivisionByZero)
+    finally:
+        lane.close()
+
+
+def test_every_job_runs_once_while_the_workers_connections_are_killed(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    """Both round trips in flight, their backends terminated again and again: claims
+    whose reply was lost are recovered, no outcome is lost, no job runs twice."""
+    runs: list[int] = []
+    lock = threading.Lock()
+
+    @app.task(bind=True)
+    def work(ctx: Any) -> None:
+        with lock:
+            runs.append(ctx.job_id)
+        time.sleep(0.002)
+
+    jobs = 5000
+    work.delay_many([{}] * jobs)
+    kills = 0
+    with running_worker(app, concurrency=8, prefetch=24) as worker:
+        name = f"pgtasks worker {worker.name}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and done_count(admin, app) < jobs:
+            row = admin.execute(
+                "SELECT count(*) FROM ("
+                " SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s AND state = 'active'"
+                " AND query NOT ILIKE 'LISTEN%%') AS killed",
+                (name,),
+            ).fetchone()
+            kills += int(row[0]) if row else 0
+            time.sleep(0.05)
+        wait_until(lambda: done_count(admin, app) == jobs, timeout=60, message="all jobs done")
+        assert worker.counts.get("claimed", 0) >= jobs
+
+    print(f"terminated {kills} busy worker backends")
+    assert kills > 0
+    assert len(runs) == jobs, (len(runs), len(set(runs)))
+    assert len(set(runs)) == jobs
+    row = admin.execute(
+        f"SELECT count(*) FROM \"{app.schema}\".jobs WHERE status <> 'done' OR attempts <> 1"
+    ).fetchone()
+    assert row is not None and row[0] == 0
+
+
+def done_count(admin: psycopg.Connection[Any], app: App) -> int:
+    row = admin.execute(
+        f"SELECT count(*) FROM \"{app.schema}\".jobs WHERE status = 'done'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
