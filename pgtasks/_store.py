@@ -375,7 +375,30 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
         """``finish_jobs`` for each ``(lease owner, outcomes)`` then ``claim_jobs`` (when
         ``limit`` > 0; from ``after`` when given): one transaction, one network round trip
         (pipeline mode).
+
+        A single statement (a claim with nothing to write, or the outcomes of one lease
+        owner with nothing to claim) runs alone on an autocommit connection: no pipeline
+        or transaction block around it, which saves ~0.3 ms of the claim an idle worker
+        makes for a new job.
         """
+        if conn.autocommit and not finished and limit > 0:
+            if after is None:
+                claimed = self.claim_jobs(
+                    conn, worker_id=worker_id, queues=queues, limit=limit, task_names=task_names
+                )
+            else:
+                claimed = self.claim_jobs_after(
+                    conn,
+                    after=after,
+                    worker_id=worker_id,
+                    queues=queues,
+                    limit=limit,
+                    task_names=task_names,
+                )
+            return {}, claimed
+        if conn.autocommit and len(finished) == 1 and limit <= 0:
+            owner, outcomes = finished[0]
+            return self.finish_jobs(conn, worker_id=owner, outcomes=outcomes), []
         cursors = []
         with translate_errors(self.schema), conn.pipeline(), conn.transaction():
             for owner, outcomes in finished:

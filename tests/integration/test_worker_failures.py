@@ -543,11 +543,11 @@ def test_a_job_that_finishes_while_the_connection_is_down_is_recorded_and_not_ru
         wait_until(lambda: is_listening(admin, app), message="the worker to LISTEN")
         handle = export.delay()
         assert started.wait(5)
-        # Kill the claim loop's connection only: the one that ends its claims with COMMIT
-        # (the services' connections are in autocommit).
+        # Kill the claim loop's connection only: the one whose last statement was the
+        # claim (the only statement that sets a job running).
         kill = (
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE application_name = %s AND query = 'COMMIT'"
+            " WHERE application_name = %s AND query LIKE '%%SET status = ''running''%%'"
         )
         application_name = f"pgtasks worker {worker.name}"
         killed = wait_until(
