@@ -2,10 +2,10 @@
 open transaction pins the xmin horizon.
 
     python -m benchmarks.bloat [--dsn DSN] [--through 1000000] [--pin-seconds 180]
-                               [--window 20] [--concurrency 50] [--prefetch 50] [--quick]
+                               [--window 20] [--concurrency 50] [--prefetch 150] [--quick]
 
 Jobs flow the whole time: one ``pgtasks worker`` process drains while a feeder in this
-process keeps 15,000 to 25,000 jobs pending (``delay_many`` in batches of 5,000), as a
+process keeps 50,000 to 60,000 jobs pending (``delay_many`` in batches of 10,000), as a
 steady production load would. Throughput is read from the database: jobs whose
 ``finished_at`` falls in each one-second slice (the slices trail the clock by one second
 so that every finish in them has committed). Phases, on one table, in one run:
@@ -51,8 +51,10 @@ from benchmarks.__main__ import (
     worker_processes,
 )
 
-BACKLOG_LOW = 15_000
-BATCH = 5_000
+#: Pending jobs kept ahead of the worker, counted from finishes that trail the clock by
+#: up to two seconds: enough that the worker never runs dry between top-ups.
+BACKLOG_LOW = 50_000
+BATCH = 10_000
 TICK = 0.2
 
 
@@ -64,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--window", type=float, default=20.0, help="seconds per measurement")
     parser.add_argument("--recovery-seconds", type=float, default=120.0, help="at most")
     parser.add_argument("--concurrency", type=int, default=50)
-    parser.add_argument("--prefetch", type=int, default=50)
+    parser.add_argument("--prefetch", type=int, default=150)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
     parser.add_argument(
         "--json", default=str(ROOT / "benchmarks" / "results" / "bloat.json"), help="output"

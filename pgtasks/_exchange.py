@@ -45,6 +45,8 @@ class Exchange:
     error: psycopg.Error | None = None
     #: Whether the error broke the connection (vs. the server refusing the statement).
     broken: bool = False
+    #: How long the round trip took.
+    seconds: float = 0.0
 
 
 class BackgroundExchanger:

@@ -51,6 +51,11 @@ SHUTDOWN_SERVICES_BOUND = 2.0
 #: Seconds past the shutdown timeout after which a signalled worker that is still stuck
 #: (in a database call that never returns) ends its process anyway.
 HARD_EXIT_MARGIN = 8.0
+#: A claim that reads the pending index from its start runs at most once per poll
+#: interval, and no more often than every FULL_CLAIM_SHARE times its own duration (so
+#: at most 1/20 of the loop's time), nor more rarely than every MAX_FULL_CLAIM_SPACING s.
+FULL_CLAIM_SHARE = 20.0
+MAX_FULL_CLAIM_SPACING = 30.0
 
 
 def _seconds(name: str, value: float | None, default: float) -> float:
@@ -509,6 +514,7 @@ class Worker:
         if worker_id is None:
             raise RuntimeError("the worker is not registered")
         exchange.owner = worker_id
+        started = time.monotonic()
         exchange.accepted, exchange.rows = self.app.store.finish_and_claim_jobs(
             conn,
             finished=exchange.finished,
@@ -518,11 +524,14 @@ class Worker:
             task_names=exchange.task_names,
             after=exchange.after,
         )
+        exchange.seconds = time.monotonic() - started
 
     def _apply_exchange(self, exchange: Exchange) -> int:
         """Log the written outcomes and start the claimed jobs (loop thread)."""
         rows = exchange.rows
         self._after_write(exchange.batch, exchange.accepted)
+        if exchange.limit and exchange.after is None:
+            self._full_claim_took(exchange.seconds)
         if exchange.limit:
             # Rows come back in claim order. An empty claim (idle, or nothing left past the
             # position) makes the next claim read from the start.
@@ -598,15 +607,22 @@ class Worker:
     def _claim_from(self) -> ClaimPosition | None:
         """The position the next claim reads on from, or None to read from the start.
 
-        From the start at least once per poll interval, and after an empty claim: a job
+        From the start after an empty claim, and at least once per poll interval: a job
         that sorts before the position (run_at in the past, released or rescued while
-        this worker went on) waits at most that long.
+        this worker went on) waits at most that long. While a claim from the start is
+        slow (an old snapshot keeps the index entries of claimed jobs), the interval
+        grows so that those claims take at most 1/FULL_CLAIM_SHARE of the loop's time.
         """
         now = time.monotonic()
         if self._position is None or now >= self._next_full_claim:
             self._next_full_claim = now + self.poll_interval
             return None
         return self._position
+
+    def _full_claim_took(self, seconds: float) -> None:
+        """Space the claims from the start by their cost (see _claim_from)."""
+        spacing = min(MAX_FULL_CLAIM_SPACING, max(self.poll_interval, seconds * FULL_CLAIM_SHARE))
+        self._next_full_claim = max(self._next_full_claim, time.monotonic() + spacing)
 
     def _known_task_names(self) -> list[str]:
         """The app's task names for --ignore-unknown claims, sorted once per change."""
