@@ -87,6 +87,17 @@ def server_facts(dsn: str) -> dict[str, str]:
         return {name: str(conn.execute(f"SHOW {name}").fetchone()[0]) for name in names}  # type: ignore[index]
 
 
+def print_setting(dsn: str) -> dict[str, str]:
+    """Print the machine and the server's settings (every run starts so); return the latter."""
+    facts = server_facts(dsn)
+    print(
+        f"machine: {os.cpu_count()} cores, {platform.platform()},"
+        f" Python {platform.python_version()}"
+    )
+    print("postgres: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
+    return facts
+
+
 class Figure:
     def __init__(self, name: str, unit: str, values: list[float], note: str = "") -> None:
         self.name, self.unit, self.values, self.note = name, unit, values, note
@@ -490,12 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         return bloat.main([argument for argument in arguments if argument != "--bloat"])
     args = parse_args(argv)
     dsn = resolve_dsn(args.dsn)
-    facts = server_facts(dsn)
-    print(
-        f"machine: {os.cpu_count()} cores, {platform.platform()},"
-        f" Python {platform.python_version()}"
-    )
-    print("postgres: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
+    facts = print_setting(dsn)
     print(f"jobs per processing run: {args.jobs}; runs per figure: {args.runs} (median)\n")
     runs = args.runs
     small = max(200, args.jobs // 10)

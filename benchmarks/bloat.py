@@ -30,7 +30,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Iterator
@@ -45,9 +44,9 @@ from psycopg import sql
 from benchmarks.__main__ import (
     ROOT,
     SCHEMA,
+    print_setting,
     reset_schema,
     resolve_dsn,
-    server_facts,
     worker_processes,
 )
 
@@ -179,12 +178,7 @@ def say(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     dsn = resolve_dsn(args.dsn)
-    facts = server_facts(dsn)
-    print(
-        f"machine: {os.cpu_count()} cores, {platform.platform()},"
-        f" Python {platform.python_version()}"
-    )
-    print("postgres: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
+    facts = print_setting(dsn)
     print(
         f"worker: 1 process, concurrency {args.concurrency}, prefetch {args.prefetch};"
         f" backlog kept at {BACKLOG_LOW:,}+ pending\n"
