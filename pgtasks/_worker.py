@@ -1,7 +1,9 @@
 """Worker: the claim loop, slots, wake-ups, fenced completions and graceful shutdown.
 
 One thread runs the loop below on its own connection; jobs run on the Executor;
-Heartbeat, Rescuer and Listener run beside it (see _services).
+Heartbeat, Rescuer and Listener run beside it (see _services). The round trips that
+write outcomes and claim jobs are in _worker_exchange (WorkerExchange), the graceful
+stop and signal handling in _worker_shutdown (WorkerShutdown): mixins of Worker.
 
     loop:  write finished outcomes (one fenced statement per batch)
            time out sync attempts past their deadline
@@ -20,20 +22,25 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
 from ._errors import ConfigurationError
 from ._events import WorkerEvents
-from ._exchange import BackgroundExchanger, Exchange, OutcomeRow
-from ._executor import ClaimedJob, Executor, ExecutorOptions, PoolName, Running
+from ._exchange import BackgroundExchanger
+from ._executor import Executor, ExecutorOptions, PoolName, Running
 from ._process_pool import StartMethod
 from ._pruner import Pruner
 from ._retry import Outcome
 from ._services import ErrorLog, Heartbeat, Listener, Rescuer, Service, connect
-from ._store import ClaimPosition, claim_position
+from ._store import ClaimPosition
+from ._worker_exchange import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
+from ._worker_exchange import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
+from ._worker_exchange import WorkerExchange
+from ._worker_shutdown import HARD_EXIT_MARGIN as HARD_EXIT_MARGIN
+from ._worker_shutdown import SHUTDOWN_WRITE_BOUND as SHUTDOWN_WRITE_BOUND
+from ._worker_shutdown import WorkerShutdown
 
 if TYPE_CHECKING:
     from ._app import App
@@ -43,19 +50,6 @@ logger = logging.getLogger("pgtasks.worker")
 MAX_BACKOFF = 2.0
 #: Seconds the loop waits for more completions before writing a small batch.
 LINGER = 0.001
-#: Longest a stopping worker waits for each of its final database steps (release and
-#: last outcomes, deregistration), and for its background services to end, so that an
-#: unresponsive database cannot keep it from exiting.
-SHUTDOWN_WRITE_BOUND = 3.0
-SHUTDOWN_SERVICES_BOUND = 2.0
-#: Seconds past the shutdown timeout after which a signalled worker that is still stuck
-#: (in a database call that never returns) ends its process anyway.
-HARD_EXIT_MARGIN = 8.0
-#: A claim that reads the pending index from its start runs at most once per poll
-#: interval, and no more often than every FULL_CLAIM_SHARE times its own duration (so
-#: at most 1/20 of the loop's time), nor more rarely than every MAX_FULL_CLAIM_SPACING s.
-FULL_CLAIM_SHARE = 20.0
-MAX_FULL_CLAIM_SPACING = 30.0
 
 
 def _seconds(name: str, value: float | None, default: float) -> float:
@@ -66,7 +60,7 @@ def _seconds(name: str, value: float | None, default: float) -> float:
     return float(value)
 
 
-class Worker:
+class Worker(WorkerExchange, WorkerShutdown):
     """Claims and runs jobs of ``queues`` (None: every queue) until stopped.
 
     ``run()`` blocks; ``stop()`` (thread-safe) stops claiming, lets running jobs finish
@@ -482,167 +476,6 @@ class Worker:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
 
-    def _exchange(self, limit: int) -> int:
-        """Write finished outcomes and claim up to ``limit`` jobs in one round trip."""
-        exchange = self._prepare_exchange(limit)
-        try:
-            self._run_exchange(self._connection(), exchange)
-        except BaseException:
-            self._unwritten = exchange.batch + self._unwritten
-            raise
-        return self._apply_exchange(exchange)
-
-    def _prepare_exchange(self, limit: int) -> Exchange:
-        """Take the unwritten outcomes into a round trip that claims up to ``limit`` jobs."""
-        batch, self._unwritten = self._unwritten, []
-        by_owner: dict[int, list[OutcomeRow]] = {}
-        for running, outcome in batch:
-            by_owner.setdefault(running.job.worker_id, []).append(
-                self._outcome_row(running, outcome)
-            )
-        return Exchange(
-            batch=batch,
-            finished=list(by_owner.items()),
-            limit=limit,
-            after=self._claim_from() if limit else None,
-            task_names=self._known_task_names() if self.ignore_unknown else None,
-        )
-
-    def _run_exchange(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:
-        """The round trip itself (on the loop's or the background thread): no state."""
-        worker_id = self.worker_id
-        if worker_id is None:
-            raise RuntimeError("the worker is not registered")
-        exchange.owner = worker_id
-        started = time.monotonic()
-        exchange.accepted, exchange.rows = self.app.store.finish_and_claim_jobs(
-            conn,
-            finished=exchange.finished,
-            worker_id=worker_id,
-            queues=self.queues,
-            limit=exchange.limit,
-            task_names=exchange.task_names,
-            after=exchange.after,
-        )
-        exchange.seconds = time.monotonic() - started
-
-    def _apply_exchange(self, exchange: Exchange) -> int:
-        """Log the written outcomes and start the claimed jobs (loop thread)."""
-        rows = exchange.rows
-        self._after_write(exchange.batch, exchange.accepted)
-        if exchange.limit and exchange.after is None:
-            self._full_claim_took(exchange.seconds)
-        if exchange.limit:
-            # Rows come back in claim order. An empty claim (idle, or nothing left past the
-            # position) makes the next claim read from the start.
-            self._position = claim_position(rows[-1]) if rows else None
-        for row in rows:
-            # The lease owner is the registration the claim ran under.
-            job = ClaimedJob.from_row(row, exchange.owner)
-            self._notify("job_started", job)
-            running = self._executor.submit(job)
-            self._in_flight[running.token] = running
-        self._count("claimed", len(rows))
-        return len(rows)
-
-    def _can_overlap(self, now: float) -> bool:
-        """Start the next round trip in the background? Only while jobs keep the worker
-        busy (an idle worker's claim takes the shortest path) and the second connection
-        is free and healthy."""
-        return (
-            self._background is not None
-            and bool(self._in_flight or self._unwritten)
-            and now >= self._background_rest_until
-            and not self._background.busy
-        )
-
-    def _batch_more(self, limit: int) -> bool:
-        """With a round trip in the background, is this one too small to start now?
-
-        A second round trip pays off when it carries a real batch (a quarter of the
-        worker's slots and prefetch, in outcomes to write and jobs to claim); a trickle
-        waits for the one in flight to come back instead.
-        """
-        if self._background is None or not self._background.busy:
-            return False
-        batch = max(1, (self._executor.capacity + self.prefetch) // 4)
-        return len(self._unwritten) + limit < batch
-
-    def _take_background(self) -> None:
-        """Apply the background round trip if it is back."""
-        if self._background is None:
-            return
-        exchange = self._background.take()
-        if exchange is None:
-            return
-        self._claiming = 0
-        if exchange.error is None:
-            claimed = self._apply_exchange(exchange)
-            if exchange.limit:
-                self._maybe_more = claimed == exchange.limit
-            return
-        # Not written: the outcomes go back to be written by the next round trip.
-        self._unwritten = exchange.batch + self._unwritten
-        self._maybe_more = True
-        if exchange.broken:
-            # Its claim may have committed with the reply lost: recover before claiming
-            # again, and rest the second connection for a moment.
-            self._errors.failed(exchange.error)
-            self._recover_needed = True
-            self._background_rest_until = time.monotonic() + 1.0
-
-    def _settle_background(self, timeout: float = SHUTDOWN_WRITE_BOUND) -> None:
-        """Wait for the background round trip (if any) and apply it."""
-        if self._background is None:
-            return
-        if not self._background.wait(timeout):
-            logger.warning(
-                "worker %s: a background round trip did not return within %g s; leaving it",
-                self.name,
-                timeout,
-            )
-            return
-        self._take_background()
-
-    def _claim_from(self) -> ClaimPosition | None:
-        """The position the next claim reads on from, or None to read from the start.
-
-        From the start after an empty claim, and at least once per poll interval: a job
-        that sorts before the position (run_at in the past, released or rescued while
-        this worker went on) waits at most that long. While a claim from the start is
-        slow (an old snapshot keeps the index entries of claimed jobs), the interval
-        grows so that those claims take at most 1/FULL_CLAIM_SHARE of the loop's time.
-        """
-        now = time.monotonic()
-        if self._position is None or now >= self._next_full_claim:
-            self._next_full_claim = now + self.poll_interval
-            return None
-        return self._position
-
-    def _full_claim_took(self, seconds: float) -> None:
-        """Space the claims from the start by their cost (see _claim_from)."""
-        spacing = min(MAX_FULL_CLAIM_SPACING, max(self.poll_interval, seconds * FULL_CLAIM_SHARE))
-        self._next_full_claim = max(self._next_full_claim, time.monotonic() + spacing)
-
-    def _known_task_names(self) -> list[str]:
-        """The app's task names for --ignore-unknown claims, sorted once per change."""
-        if self._task_names is None or len(self._task_names) != len(self.app.tasks):
-            self._task_names = sorted(self.app.tasks)
-        return self._task_names
-
-    @staticmethod
-    def _outcome_row(
-        running: Running, outcome: Outcome
-    ) -> tuple[int, int, str, str | None, str | None, float]:
-        return (
-            running.job.id,
-            running.job.attempt,
-            outcome.status,
-            outcome.result_json,
-            outcome.error,
-            outcome.delay,
-        )
-
     def _recover_leases(self) -> None:
         """After a connection failure: release jobs we claimed but never received.
 
@@ -760,192 +593,3 @@ class Worker:
 
     def _count(self, name: str, amount: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + amount
-
-    # -- shutdown --
-    def _active(self) -> list[Running]:
-        return [running for running in self._in_flight.values() if not running.abandoned]
-
-    def _shutdown(self) -> None:
-        deadline = self._stop_deadline if self._stop_deadline is not None else time.monotonic()
-        # Jobs the background round trip claimed are started (or released below).
-        self._bounded_settle()
-        unstarted = self._executor.take_unstarted()
-        if unstarted:
-            # Claimed, waiting for a slot of their executor: they never ran, so release now.
-            self._release(unstarted, why="stopping before they started")
-        if self._active():
-            logger.info(
-                "worker %s stopping: waiting up to %.1f s for %d running job(s)",
-                self.name,
-                max(0.0, deadline - time.monotonic()),
-                len(self._active()),
-            )
-        while self._active() and time.monotonic() < (self._stop_deadline or 0.0):
-            self._wake_event.wait(
-                max(0.0, min(0.5, (self._stop_deadline or 0.0) - time.monotonic()))
-            )
-            self._wake_event.clear()
-            self._expire()
-            self._try_write()
-        self._collect()
-        if self._active():
-            # Children running jobs are terminated first: a released job must not still run.
-            self._executor.stop_processes()
-            self._collect()
-        leftovers = self._active()
-
-        def release_and_write() -> None:
-            if leftovers:
-                self._release(leftovers)
-            self._try_write()
-
-        # A database that stopped answering (a partition, a hung server) must not hold the
-        # process past its deadline: unfinished writes are left to the rescuer.
-        self._bounded("release and final writes", release_and_write, SHUTDOWN_WRITE_BOUND)
-        self._executor.cancel_async()
-        for service in self._services:
-            service.stopping.set()
-        services_deadline = time.monotonic() + SHUTDOWN_SERVICES_BOUND
-        for service in self._services:
-            service.stop(timeout=max(0.0, services_deadline - time.monotonic()))
-        self._bounded("deregistration", self._deregister, SHUTDOWN_WRITE_BOUND)
-        self._executor.shutdown()
-        if self._background is not None:
-            self._background.close()
-        self._drop_connection()
-        self._notify("worker_stopped", self)
-        logger.info("worker %s stopped (%s)", self.name, self._summary())
-
-    def _bounded_settle(self) -> None:
-        """Apply the background round trip before stopping; a database that does not
-        answer is not waited for past SHUTDOWN_WRITE_BOUND (what it claimed is rescued)."""
-        try:
-            self._settle_background(SHUTDOWN_WRITE_BOUND)
-        except psycopg.Error as error:  # not expected: its errors are data, not raised
-            logger.warning("worker %s: background round trip: %s", self.name, error)
-
-    def _bounded(self, what: str, function: Any, seconds: float) -> None:
-        """Run a shutdown step on a helper thread; give up on it after ``seconds``."""
-        thread = threading.Thread(target=function, name=f"pgtasks-shutdown-{what}", daemon=True)
-        thread.start()
-        thread.join(seconds)
-        if thread.is_alive():
-            logger.warning(
-                "worker %s: %s did not complete within %g s (database unresponsive); giving"
-                " up: jobs still held will be rescued after the lease expires",
-                self.name,
-                what,
-                seconds,
-            )
-            self._conn = None  # still in use by the abandoned step: never shared again
-
-    def _try_write(self) -> None:
-        for attempt in range(3):
-            try:
-                self._write_outcomes()
-                return
-            except psycopg.Error as error:
-                self._errors.failed(error)
-                self._drop_connection()
-                if attempt < 2:
-                    time.sleep(0.2 * (attempt + 1))
-        if self._unwritten:
-            logger.warning(
-                "worker %s: could not record %d outcome(s); those jobs will be rescued and run"
-                " again",
-                self.name,
-                len(self._unwritten),
-            )
-            self._unwritten = []
-
-    def _release(self, leftovers: list[Running], *, why: str = "shutdown deadline reached") -> None:
-        by_owner: dict[int, list[Running]] = {}
-        for running in leftovers:
-            running.abandoned = True
-            by_owner.setdefault(running.job.worker_id, []).append(running)
-        released: set[int] = set()
-        for attempt in range(3):
-            try:
-                conn = self._connection()
-                for owner, items in by_owner.items():
-                    released |= self.app.store.release_jobs(
-                        conn,
-                        worker_id=owner,
-                        leases=[(running.job.id, running.job.attempt) for running in items],
-                    )
-                break
-            except psycopg.Error as error:
-                self._errors.failed(error)
-                self._drop_connection()
-                if attempt < 2:
-                    time.sleep(0.2 * (attempt + 1))
-        self._count("released", len(released))
-        logger.warning(
-            "worker %s: %s; released %d running job(s) back to pending (attempt not used up): %s",
-            self.name,
-            why,
-            len(released),
-            ", ".join(str(job_id) for job_id in sorted(released)) or "none",
-        )
-
-    def _deregister(self) -> None:
-        worker_id = self.worker_id
-        if worker_id is None:
-            return
-        try:
-            self.app.store.deregister_worker(self._connection(), worker_id)
-        except psycopg.Error as error:
-            logger.warning("worker %s: could not deregister: %s", self.name, error)
-
-    def _summary(self) -> str:
-        return ", ".join(f"{name}={count}" for name, count in sorted(self.counts.items())) or "idle"
-
-    # -- signals --
-    def _exit_if_stuck(self, seconds: float) -> None:
-        """After a stop signal: end the process if the loop is stuck in a database call.
-
-        A database that accepts packets but never answers (a hung server, a blackholing
-        proxy) can block a read forever; the jobs this process holds are rescued after
-        the lease like those of a crashed worker.
-        """
-        if self._stopped.wait(seconds):
-            return
-        logger.error(
-            "worker %s did not stop within %g s of the signal (database unresponsive);"
-            " exiting now: the jobs it holds will be rescued after the lease expires",
-            self.name,
-            seconds,
-        )
-        logging.shutdown()
-        os._exit(1)
-
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        signals_seen = 0
-
-        def handle(signum: int, frame: FrameType | None) -> None:
-            nonlocal signals_seen
-            signals_seen += 1
-            name = signal.Signals(signum).name
-            if signals_seen == 1:
-                logger.info(
-                    "worker %s: %s received, stopping (running jobs get %g s; send it again to"
-                    " release them at once)",
-                    self.name,
-                    name,
-                    self.shutdown_timeout,
-                )
-                self.stop(wait=False)
-                threading.Thread(
-                    target=self._exit_if_stuck,
-                    args=(self.shutdown_timeout + HARD_EXIT_MARGIN,),
-                    name="pgtasks-exit-watchdog",
-                    daemon=True,
-                ).start()
-            else:
-                logger.info("worker %s: second %s, releasing running jobs now", self.name, name)
-                self.stop(timeout=0, wait=False)
-
-        previous: dict[int, Any] = {}
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.signal(signum, handle)
-        return previous
