@@ -76,6 +76,14 @@ def test_stale_writes_of_a_stopped_worker_change_nothing_and_are_logged(
     )
     assert done["locked_by"] == other.worker_id()
     del failing_row
+    # The rescuer removes the silent registration right after rescuing its jobs: wait for
+    # it, so that the stale worker surely finds itself removed when it wakes up.
+    wait_until(
+        lambda: not env.probe.rows(
+            "SELECT id FROM {schema}.workers WHERE id = %s", (stale_id,)
+        ),
+        message=f"the stopped worker's registration {stale_id} to be removed",
+    )
 
     stale.send(signal.SIGCONT)
     log = stale.wait_for_log(f"job {finishing.id} worker_app.wait_for_file attempt 1: lease lost")
