@@ -79,9 +79,7 @@ def test_stale_writes_of_a_stopped_worker_change_nothing_and_are_logged(
     # The rescuer removes the silent registration right after rescuing its jobs: wait for
     # it, so that the stale worker surely finds itself removed when it wakes up.
     wait_until(
-        lambda: not env.probe.rows(
-            "SELECT id FROM {schema}.workers WHERE id = %s", (stale_id,)
-        ),
+        lambda: not env.probe.rows("SELECT id FROM {schema}.workers WHERE id = %s", (stale_id,)),
         message=f"the stopped worker's registration {stale_id} to be removed",
     )
 
