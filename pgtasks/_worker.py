@@ -369,8 +369,14 @@ class Worker(WorkerExchange, WorkerShutdown):
                 if self._conn is not None and not self._conn.broken and self._unwritten:
                     # The server refused the batch itself (not the connection): find and
                     # fail the outcome it cannot store, so one bad job cannot stop the loop.
-                    self._write_one_by_one(error)
-                    continue
+                    try:
+                        self._write_one_by_one(error)
+                        continue
+                    except psycopg.Error as lost:
+                        # The connection was lost after all (a pipeline can fail before
+                        # psycopg marks it broken): the outcomes not written are kept in
+                        # _unwritten; recover as from any connection failure.
+                        error = lost
                 failures += 1
                 self._errors.failed(error)
                 self._drop_connection()

@@ -114,8 +114,12 @@ def test_every_job_runs_once_while_the_workers_connections_are_killed(
     kills = 0
     with running_worker(app, concurrency=8, prefetch=24) as worker:
         name = f"pgtasks worker {worker.name}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and done_count(admin, app) < jobs:
+        deadline = time.monotonic() + 25
+        while (
+            time.monotonic() < deadline
+            and done_count(admin, app) < jobs
+            and not worker._stopped.is_set()  # a worker that died ends the test at once
+        ):
             row = admin.execute(
                 "SELECT count(*) FROM ("
                 " SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -125,7 +129,12 @@ def test_every_job_runs_once_while_the_workers_connections_are_killed(
             ).fetchone()
             kills += int(row[0]) if row else 0
             time.sleep(0.05)
-        wait_until(lambda: done_count(admin, app) == jobs, timeout=60, message="all jobs done")
+        wait_until(
+            lambda: done_count(admin, app) == jobs or worker._stopped.is_set(),
+            timeout=25,
+            message="all jobs done",
+        )
+        assert not worker._stopped.is_set(), "the worker stopped while its backends were killed"
         assert worker.counts.get("claimed", 0) >= jobs
 
     print(f"terminated {kills} busy worker backends")
