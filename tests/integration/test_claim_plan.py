@@ -93,15 +93,8 @@ def explain_claim(
     app: App, dsn: str, queues: list[str] | None, *, after: ClaimPosition | None = None
 ) -> str:
     """EXPLAIN ANALYZE a claim on a worker-configured connection, rolled back."""
-    plan: list[str] = []
-    with psycopg.connect(dsn, options=WORKER_CONNECTION_OPTIONS) as conn:
-        name, params = app.store._claim_params(WORKER, queues, 50, None, after)
-        rows = conn.execute(
-            b"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + app.store._statements[name], params
-        ).fetchall()
-        plan = [row[0] for row in rows]
-        conn.rollback()
-    return "\n".join(plan)
+    with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
+        return explain(app, conn, *app.store._claim_params(WORKER, queues, 50, None, after))
 
 
 def explain(app: App, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> str:
