@@ -33,8 +33,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgtasks._services import WORKER_CONNECTION_OPTIONS
-from pgtasks._store import ClaimPosition, claim_position
+from pgtasks._store.store import ClaimPosition, claim_position
+from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "pgtasks_bench"
@@ -259,7 +259,7 @@ def raw_sql_ceiling(dsn: str, jobs: int, batch: int) -> float:
     with psycopg.connect(
         dsn,
         autocommit=True,
-        # The worker's connection settings (pgtasks._services.connect).
+        # The worker's connection settings (pgtasks._worker.services.connect).
         options=WORKER_CONNECTION_OPTIONS,
     ) as conn:
         worker_id = store.register_worker(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ._app import App
-from ._beat import Beat
+from ._app.app import App
+from ._app.handle import JobHandle
+from ._app.tasks import Task, TaskOptions
 from ._cron import PeriodicOptions, Schedule
 from ._errors import (
     ConfigurationError,
@@ -26,14 +27,13 @@ from ._errors import (
     TaskRegistrationError,
     UnknownTaskError,
 )
-from ._events import WorkerEvents
-from ._handle import JobHandle
 from ._jobs import CancelResult, JobContext, JobRow, JobSpec, JobStatus
 from ._logging import JsonFormatter
-from ._metrics import WorkerMetrics
 from ._retry import Discard, Retry
-from ._tasks import Task, TaskOptions
-from ._worker import Worker
+from ._worker.beat import Beat
+from ._worker.events import WorkerEvents
+from ._worker.metrics import WorkerMetrics
+from ._worker.worker import Worker
 
 __version__ = "0.1.0"
 

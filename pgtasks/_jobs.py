@@ -9,7 +9,11 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
+
+#: Where a task runs in the worker (see docs/howto/executors.md).
+ExecutorName = Literal["thread", "process", "async"]
+EXECUTOR_NAMES: tuple[ExecutorName, ...] = ("thread", "process", "async")
 
 
 class JobStatus(str, enum.Enum):

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ._app import App
+from ._app.app import App
 from ._embedded import embedded_dsn
 from .testing import isolated_schema, use_test_database
 

@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ._app import App, validate_schema_name
+from ._app.app import App, validate_schema_name
 from ._errors import ConfigurationError
-from ._events import WorkerEvents
-from ._metrics import outcome_series
-from ._migrate import Migrator
-from ._store import Store
-from ._worker import Worker
+from ._store.migrate import Migrator
+from ._store.store import Store
+from ._worker.events import WorkerEvents
+from ._worker.metrics import outcome_series
+from ._worker.worker import Worker
 
 if TYPE_CHECKING:
-    from ._executor import ClaimedJob
+    from ._execution.executor import ClaimedJob
 
 __all__ = ["RunSummary", "isolated_schema", "run_until_empty", "use_test_database"]
 

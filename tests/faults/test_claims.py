@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgtasks._services import WORKER_CONNECTION_OPTIONS
+from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
 from tests.faults.harness import FaultEnv, assert_invariants
 from tests.helpers import wait_until
 

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from pgtasks import App
-from pgtasks._exchange import BackgroundExchanger, Exchange
+from pgtasks._worker.background import BackgroundExchanger, Exchange
 from tests.helpers import wait_until
 from tests.integration.worker_harness import running_worker
 

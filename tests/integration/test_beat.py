@@ -23,9 +23,9 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgtasks import App, Beat, SchemaNotMigratedError, Task, TaskRegistrationError
-from pgtasks._beat import format_schedules, schedule_statuses
+from pgtasks._app.schedules import format_schedules, schedule_statuses
 from pgtasks._cron import format_tick
-from pgtasks._store import ADVISORY_LOCK_CLASS_BEAT
+from pgtasks._store.store import ADVISORY_LOCK_CLASS_BEAT
 from tests.helpers import wait_until
 
 SECOND = timedelta(seconds=1)

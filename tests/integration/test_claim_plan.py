@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 
 from pgtasks import App
-from pgtasks._services import WORKER_CONNECTION_OPTIONS
-from pgtasks._store import ClaimPosition, claim_position
+from pgtasks._store.store import ClaimPosition, claim_position
+from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
 from tests.helpers import wait_until
 
 WORKER = 10**9

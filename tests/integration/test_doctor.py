@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from pgtasks import App
-from pgtasks._doctor import Thresholds, diagnose, exit_code
+from pgtasks._app.doctor import Thresholds, diagnose, exit_code
 from tests.conftest import ROOT
 
 #: Thresholds low enough that a few seconds of age already count.

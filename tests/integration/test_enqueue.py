@@ -31,7 +31,7 @@ from pgtasks import (
     Task,
     UnknownTaskError,
 )
-from pgtasks._app import BULK_CHUNK
+from pgtasks._app.app import BULK_CHUNK
 from tests.helpers import wait_until
 
 T = TypeVar("T")

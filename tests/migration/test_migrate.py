@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 
 from pgtasks import App, JobStatus
-from pgtasks._migrate import head_version
+from pgtasks._store.migrate import head_version
 from pgtasks.sql import load_migrations, load_queries
 from tests.conftest import drop_schema
 from tests.helpers import wait_until

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from pgtasks import App, Worker
-from pgtasks._worker import FULL_CLAIM_SHARE, MAX_FULL_CLAIM_SPACING
+from pgtasks._worker.worker import FULL_CLAIM_SHARE, MAX_FULL_CLAIM_SPACING
 
 POSITION = (0, dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), 7)
 

@@ -17,7 +17,7 @@ from pgtasks import (
     TaskRegistrationError,
     _embedded,
 )
-from pgtasks._db import describe_dsn, redact, resolve_dsn
+from pgtasks._store.db import describe_dsn, redact, resolve_dsn
 
 UNREACHABLE = "postgresql://u:S3cr3t!@127.0.0.1:1/db"
 PASSWORD = "S3cr3t!"

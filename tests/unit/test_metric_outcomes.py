@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pgtasks._executor import ClaimedJob
-from pgtasks._metrics import outcome_series, start_latency
+from pgtasks._execution.executor import ClaimedJob
+from pgtasks._worker.metrics import outcome_series, start_latency
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -27,8 +27,8 @@ from pgtasks._operations import (
     total_stats,
     worker_state,
 )
-from pgtasks._store_base import ADVISORY_LOCK_CLASS_BEAT, ADVISORY_LOCK_CLASS_MIGRATE
-from pgtasks._store_operations import ADVISORY_LOCK_CLASS_PRUNE
+from pgtasks._store.base import ADVISORY_LOCK_CLASS_BEAT, ADVISORY_LOCK_CLASS_MIGRATE
+from pgtasks._store.operations import ADVISORY_LOCK_CLASS_PRUNE
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtasks._store import Store, notification_channel
+from pgtasks._store.store import Store, notification_channel
 from pgtasks.sql import load_migrations, load_queries, parse_queries
 
 STORE_SOURCE = Path(inspect.getfile(Store))
@@ -21,10 +21,10 @@ UNUSUAL_SCHEMAS = ("MySchema", "select", "order_2", "Order", "_x1")
 def store_query_usages() -> list[tuple[str, str]]:
     """(method name, query name) for every ``self._rows(conn, "<name>", …)`` in Store.
 
-    Store's methods live in ``_store.py`` and its per-area mixins ``_store_*.py``.
+    Store's methods live in ``pgtasks/_store/``: ``store.py`` and its per-area mixins.
     """
     methods = []
-    for source in sorted(STORE_SOURCE.parent.glob("_store*.py")):
+    for source in sorted(STORE_SOURCE.parent.glob("*.py")):
         tree = ast.parse(source.read_text())
         for node in tree.body:
             if isinstance(node, ast.ClassDef):

@@ -1,0 +1,1 @@
+"""The client side: App (settings, registry, enqueue), tasks, job handles and results."""

@@ -1,0 +1,246 @@
+"""``pgtasks doctor``: turn database facts into findings with a figure and a remedy.
+
+The checks are pure functions of rows read by ``DoctorQueries``; ``diagnose`` runs
+them all. Each finding has a level: ``ok``, ``warning`` or ``critical``; the command
+exits 0 when all are ok, 1 with warnings, 2 with anything critical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .app import App
+
+Row = Mapping[str, Any]
+
+LEVELS = ("ok", "warning", "critical")
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    check: str
+    level: str
+    summary: str
+    remedy: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """Seconds or ratios past which a check warns, then turns critical."""
+
+    snapshot_warning: float = 300.0
+    snapshot_critical: float = 3600.0
+    slot_xid_warning: int = 10_000_000
+    slot_xid_critical: int = 100_000_000
+    prepared_warning: float = 60.0
+    prepared_critical: float = 3600.0
+    dead_ratio_warning: float = 0.2
+    dead_ratio_critical: float = 0.5
+    dead_minimum: int = 10_000
+    index_bytes_per_entry_warning: float = 500.0
+    index_minimum_bytes: int = 8 * 1024 * 1024
+    backlog_warning: float = 300.0
+    backlog_critical: float = 3600.0
+    connections_warning: float = 0.8
+    connections_critical: float = 0.95
+
+
+def _level(value: float, warning: float, critical: float) -> str:
+    if value >= critical:
+        return "critical"
+    if value >= warning:
+        return "warning"
+    return "ok"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def check_snapshot(row: Row | None, limits: Thresholds) -> Finding:
+    if row is None or row["transaction_seconds"] is None:
+        return Finding("xmin horizon", "ok", "no open transaction holds an old snapshot")
+    seconds = float(row["transaction_seconds"])
+    level = _level(seconds, limits.snapshot_warning, limits.snapshot_critical)
+    who = f"pid {row['pid']} ({row['application_name'] or 'no application_name'}, {row['state']})"
+    return Finding(
+        "xmin horizon",
+        level,
+        f"oldest snapshot: {who}, transaction open for {_duration(seconds)},"
+        f" {row['xid_age']} transactions behind",
+        ""
+        if level == "ok"
+        else "dead job rows cannot be vacuumed while it stays open and claims slow down:"
+        f" end it (SELECT pg_terminate_backend({row['pid']})) and keep transactions short",
+    )
+
+
+def check_slots(rows: Sequence[Row], limits: Thresholds) -> Finding:
+    worst = None
+    for row in rows:
+        age = max(row["xmin_age"] or 0, row["catalog_xmin_age"] or 0)
+        if worst is None or age > worst[1]:
+            worst = (row, age)
+    if worst is None:
+        return Finding("replication slots", "ok", "no replication slots")
+    row, age = worst
+    level = _level(age, limits.slot_xid_warning, limits.slot_xid_critical)
+    return Finding(
+        "replication slots",
+        level,
+        f"slot {row['slot_name']!r} ({'active' if row['active'] else 'inactive'})"
+        f" holds the horizon {age} transactions back",
+        ""
+        if level == "ok"
+        else "drop the slot if its consumer is gone"
+        " (SELECT pg_drop_replication_slot(...)), or make the consumer catch up",
+    )
+
+
+def check_prepared(rows: Sequence[Row], limits: Thresholds) -> Finding:
+    if not rows:
+        return Finding("prepared transactions", "ok", "no prepared transactions")
+    oldest = rows[0]
+    seconds = float(oldest["seconds"])
+    level = _level(seconds, limits.prepared_warning, limits.prepared_critical)
+    return Finding(
+        "prepared transactions",
+        level,
+        f"{len(rows)} prepared transaction(s); the oldest ({oldest['gid']!r}) is"
+        f" {_duration(seconds)} old",
+        ""
+        if level == "ok"
+        else "COMMIT PREPARED or ROLLBACK PREPARED it; until then vacuum cannot remove dead rows",
+    )
+
+
+def check_tables(rows: Sequence[Row], limits: Thresholds) -> list[Finding]:
+    findings = []
+    for row in rows:
+        live, dead = int(row["live"] or 0), int(row["dead"] or 0)
+        ratio = dead / (live + dead) if live + dead else 0.0
+        level = (
+            _level(ratio, limits.dead_ratio_warning, limits.dead_ratio_critical)
+            if dead >= limits.dead_minimum
+            else "ok"
+        )
+        since = row["seconds_since_vacuum"]
+        vacuumed = "never vacuumed" if since is None else f"vacuumed {_duration(float(since))} ago"
+        findings.append(
+            Finding(
+                f"table {row['table_name']}",
+                level,
+                f"{live} live, {dead} dead rows ({ratio:.0%} dead), {vacuumed}",
+                ""
+                if level == "ok"
+                else "check the xmin horizon above, then VACUUM the table; prune finished jobs"
+                " (pgtasks prune) so fewer rows churn",
+            )
+        )
+    return findings
+
+
+def check_indexes(rows: Sequence[Row], limits: Thresholds) -> list[Finding]:
+    findings = []
+    for row in rows:
+        size, entries = int(row["bytes"]), max(1, int(row["entries"] or 0))
+        per_entry = size / entries
+        level = (
+            "warning"
+            if size >= limits.index_minimum_bytes
+            and per_entry >= limits.index_bytes_per_entry_warning
+            else "ok"
+        )
+        findings.append(
+            Finding(
+                f"index {row['index_name']}",
+                level,
+                f"{size / 1024 / 1024:.1f} MiB for {int(row['entries'] or 0)} entries"
+                f" ({per_entry:.0f} bytes each; a compact btree needs about 40)",
+                ""
+                if level == "ok"
+                else "the index is bloated: REINDEX INDEX CONCURRENTLY it once the xmin horizon"
+                " is healthy",
+            )
+        )
+    return findings
+
+
+def check_stuck(row: Row, lease_timeout: float) -> Finding:
+    count = int(row["jobs"] or 0)
+    if not count:
+        return Finding("stuck jobs", "ok", "no job is running under a dead worker")
+    seconds = float(row["oldest_seconds"] or 0)
+    level = "critical" if seconds >= 10 * lease_timeout else "warning"
+    return Finding(
+        "stuck jobs",
+        level,
+        f"{count} job(s) running under dead or silent workers, the oldest claimed"
+        f" {_duration(seconds)} ago",
+        "a running worker rescues them within its rescue interval: start one if none runs",
+    )
+
+
+def check_backlog(row: Row, limits: Thresholds) -> Finding:
+    count = int(row["jobs"] or 0)
+    if not count:
+        return Finding("backlog", "ok", "no due job is waiting")
+    seconds = float(row["oldest_seconds"] or 0)
+    level = _level(seconds, limits.backlog_warning, limits.backlog_critical)
+    return Finding(
+        "backlog",
+        level,
+        f"{count} due job(s) waiting, the oldest for {_duration(seconds)}",
+        ""
+        if level == "ok"
+        else "add workers or concurrency, or check that workers serve these queues (pgtasks stats)",
+    )
+
+
+def check_connections(row: Row, limits: Thresholds) -> Finding:
+    usable = max(1, int(row["max_connections"]) - int(row["reserved"]))
+    used = int(row["used"])
+    ratio = used / usable
+    level = _level(ratio, limits.connections_warning, limits.connections_critical)
+    return Finding(
+        "connections",
+        level,
+        f"{used} of {usable} usable connections in use ({ratio:.0%})",
+        ""
+        if level == "ok"
+        else "lower pool sizes / worker counts or put a pooler in front;"
+        " each worker uses 4 connections plus its app pool",
+    )
+
+
+def diagnose(
+    app: App, conn: psycopg.Connection[Any], limits: Thresholds | None = None
+) -> list[Finding]:
+    limits = limits or Thresholds()
+    store = app.store
+    return [
+        check_snapshot(store.get_oldest_snapshot(conn), limits),
+        check_slots(store.get_replication_slots(conn), limits),
+        check_prepared(store.get_prepared_transactions(conn), limits),
+        *check_tables(store.get_table_health(conn), limits),
+        *check_indexes(store.get_index_sizes(conn), limits),
+        check_stuck(store.get_stuck_jobs(conn, lease_timeout=app.lease_timeout), app.lease_timeout),
+        check_backlog(store.get_backlog(conn), limits),
+        check_connections(store.get_connection_usage(conn), limits),
+    ]
+
+
+def exit_code(findings: list[Finding]) -> int:
+    return max((LEVELS.index(finding.level) for finding in findings), default=0)

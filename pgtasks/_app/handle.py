@@ -1,0 +1,130 @@
+"""JobHandle: what enqueueing returns, a reference to one job row by id."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .._errors import JobNotFoundError
+from .._jobs import CancelResult, JobRow, JobStatus
+from .results import await_result, wait_for_result
+
+if TYPE_CHECKING:
+    from .app import App
+
+R = TypeVar("R")
+
+
+class JobHandle(Generic[R]):
+    """A job by id. ``existed`` is True when an idempotency key matched an existing job."""
+
+    __slots__ = ("app", "existed", "id", "row")
+
+    def __init__(self, app: App, job_id: int, *, existed: bool = False) -> None:
+        self.app = app
+        self.id = job_id
+        self.existed = existed
+        #: The last snapshot read by refresh() (None until then).
+        self.row: JobRow | None = None
+
+    def __repr__(self) -> str:
+        return f"<JobHandle id={self.id}{' existed' if self.existed else ''}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobHandle) and other.app is self.app and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def _missing(self) -> JobNotFoundError:
+        return JobNotFoundError(f"job {self.id} does not exist (it may have been pruned)")
+
+    def status(self) -> JobStatus:
+        """The job's current status, read from the database now."""
+        status = self.app._run(
+            lambda conn: self.app.store.get_job_status(conn, self.id), describe="status"
+        )
+        if status is None:
+            raise self._missing()
+        return status
+
+    async def astatus(self) -> JobStatus:
+        status = await self.app._arun(
+            lambda conn: self.app.store.aget_job_status(conn, self.id), describe="status"
+        )
+        if status is None:
+            raise self._missing()
+        return status
+
+    def fetch(self) -> JobRow:
+        """A snapshot of the whole job row."""
+        row = self.app._run(lambda conn: self.app.store.get_job(conn, self.id), describe="fetch")
+        if row is None:
+            raise self._missing()
+        return row
+
+    async def afetch(self) -> JobRow:
+        row = await self.app._arun(
+            lambda conn: self.app.store.aget_job(conn, self.id), describe="fetch"
+        )
+        if row is None:
+            raise self._missing()
+        return row
+
+    # -- results --
+    def get(self, timeout: float | None = None) -> R:
+        """Wait for the job and return its result.
+
+        Raises TaskFailed (remote type, message, traceback) when it failed, JobCancelled
+        when cancelled, TimeoutError after ``timeout`` seconds, JobNotFoundError when the
+        job does not exist (or was pruned while waiting).
+        """
+        return wait_for_result(self.app, self.id, timeout)  # type: ignore[no-any-return]
+
+    async def aget(self, timeout: float | None = None) -> R:
+        return await await_result(self.app, self.id, timeout)  # type: ignore[no-any-return]
+
+    # -- cancellation --
+    def cancel(self) -> CancelResult:
+        """Cancel the job (see App.cancel)."""
+        return self.app.cancel(self.id)
+
+    async def acancel(self) -> CancelResult:
+        return await self.app.acancel(self.id)
+
+    # -- snapshot --
+    def refresh(self) -> JobHandle[R]:
+        """Read the job's row now; the properties below show this snapshot."""
+        self.row = self.fetch()
+        return self
+
+    async def arefresh(self) -> JobHandle[R]:
+        self.row = await self.afetch()
+        return self
+
+    def _snapshot(self) -> JobRow:
+        return self.row if self.row is not None else self.refresh().row  # type: ignore[return-value]
+
+    @property
+    def attempts(self) -> int:
+        return self._snapshot().attempts
+
+    @property
+    def last_error(self) -> str | None:
+        return self._snapshot().last_error
+
+    @property
+    def result(self) -> Any:
+        return self._snapshot().result
+
+    @property
+    def run_at(self) -> datetime:
+        return self._snapshot().run_at
+
+    @property
+    def created_at(self) -> datetime:
+        return self._snapshot().created_at
+
+    @property
+    def finished_at(self) -> datetime | None:
+        return self._snapshot().finished_at

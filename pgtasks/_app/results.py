@@ -1,0 +1,195 @@
+"""Waiting for results: ``job.get()`` / ``await job.aget()``.
+
+One ResultListener per App and process holds a connection that LISTENs on the
+schema's "done" channel; every finishing write (and cancel, and rescue to failed)
+notifies it with the ids of the jobs that ended. Waiters register a callback for their
+job id and re-read the row when woken. A polling fallback covers a missed notification
+or a listener that is reconnecting, so a waiter never depends on NOTIFY alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .._errors import JobCancelled, JobNotFoundError, TaskFailed
+
+if TYPE_CHECKING:
+    from .app import App
+
+logger = logging.getLogger("pgtasks.results")
+
+#: Seconds between re-reads while the listener is healthy (a notification was missed).
+HEALTHY_POLL = 2.0
+#: First and longest re-read interval while the listener is down.
+FAST_POLL, SLOW_POLL = 0.05, 1.0
+
+
+class ResultListener:
+    """LISTEN on the done channel in a daemon thread; wake the waiters of each id."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._lock = threading.Lock()
+        self._waiters: dict[int, set[Callable[[], None]]] = {}
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._closing = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self._ready.is_set()
+
+    def subscribe(self, job_id: int, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from the listener thread) when job ``job_id`` may have ended."""
+        with self._lock:
+            self._waiters.setdefault(job_id, set()).add(callback)
+            if self._thread is None or not self._thread.is_alive():
+                self._closing.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name="pgtasks-results", daemon=True
+                )
+                self._thread.start()
+
+        def unsubscribe() -> None:
+            with self._lock:
+                callbacks = self._waiters.get(job_id)
+                if callbacks is not None:
+                    callbacks.discard(callback)
+                    if not callbacks:
+                        del self._waiters[job_id]
+
+        return unsubscribe
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._ready.wait(timeout)
+
+    def close(self) -> None:
+        self._closing.set()
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(2.0)
+        self._thread = None
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._closing.is_set():
+            try:
+                with psycopg.connect(
+                    self.app.dsn,
+                    autocommit=True,
+                    connect_timeout=max(1, round(self.app.connect_timeout)),
+                    application_name="pgtasks results",
+                ) as conn:
+                    self.app.store.listen(conn, self.app.store.done_channel)
+                    self._ready.set()
+                    failures = 0
+                    while not self._closing.is_set():
+                        for notify in conn.notifies(timeout=0.5):
+                            self._dispatch(notify.payload)
+            except psycopg.Error as error:
+                self._ready.clear()
+                failures += 1
+                if failures == 1:
+                    logger.warning("result listener lost its connection, retrying: %s", error)
+                self._closing.wait(min(2.0, 0.1 * 2**failures))
+        self._ready.clear()
+
+    def _dispatch(self, payload: str) -> None:
+        with self._lock:
+            callbacks = [
+                callback
+                for part in payload.split(",")
+                if part.isdigit()
+                for callback in self._waiters.get(int(part), ())
+            ]
+        for callback in callbacks:
+            callback()
+
+
+def outcome_of(job_id: int, row: dict[str, Any] | None) -> tuple[bool, Any]:
+    """(finished, result) for a row of ``get_job_outcome``; raises for failed/cancelled."""
+    if row is None:
+        raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
+    status = row["status"]
+    if status == "done":
+        return True, row["result"]
+    if status == "failed":
+        raise TaskFailed(job_id, row["last_error"])
+    if status == "cancelled":
+        raise JobCancelled(job_id)
+    return False, None
+
+
+def _timeout_error(job_id: int, timeout: float | None, row: dict[str, Any] | None) -> TimeoutError:
+    status = row["status"] if row else "unknown"
+    return TimeoutError(f"job {job_id} did not finish within {timeout:g} s (status: {status})")
+
+
+def wait_for_result(app: App, job_id: int, timeout: float | None) -> Any:
+    listener = app.result_listener()
+    woken = threading.Event()
+    unsubscribe = listener.subscribe(job_id, woken.set)
+    try:
+        listener.wait_ready(min(1.0, timeout) if timeout is not None else 1.0)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poll = FAST_POLL
+        while True:
+            row = app._run(lambda conn: app.store.get_job_outcome(conn, job_id), describe="get")
+            finished, result = outcome_of(job_id, row)
+            if finished:
+                return result
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise _timeout_error(job_id, timeout, row)
+            interval = HEALTHY_POLL if listener.healthy else poll
+            woken.wait(interval if remaining is None else min(interval, remaining))
+            woken.clear()
+            poll = min(SLOW_POLL, poll * 2)
+    finally:
+        unsubscribe()
+
+
+async def await_result(app: App, job_id: int, timeout: float | None) -> Any:
+    listener = app.result_listener()
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+
+    def wake() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+            loop.call_soon_threadsafe(woken.set)
+
+    unsubscribe = listener.subscribe(job_id, wake)
+    try:
+        await asyncio.get_running_loop().run_in_executor(
+            None, listener.wait_ready, min(1.0, timeout) if timeout is not None else 1.0
+        )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poll = FAST_POLL
+        while True:
+            row = await app._arun(
+                lambda conn: app.store.aget_job_outcome(conn, job_id), describe="get"
+            )
+            finished, result = outcome_of(job_id, row)
+            if finished:
+                return result
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise _timeout_error(job_id, timeout, row)
+            interval = HEALTHY_POLL if listener.healthy else poll
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    woken.wait(), interval if remaining is None else min(interval, remaining)
+                )
+            woken.clear()
+            poll = min(SLOW_POLL, poll * 2)
+    finally:
+        unsubscribe()

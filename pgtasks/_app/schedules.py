@@ -1,0 +1,190 @@
+"""Schedules: declaring them (``@app.periodic``), the job of one tick, and their status
+as ``pgtasks schedules`` shows it. Beat (``pgtasks._worker.beat``) runs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from typing_extensions import Unpack
+
+from .._cron import (
+    DEFAULT_MAX_CATCH_UP,
+    PeriodicOptions,
+    Schedule,
+    default_schedule_name,
+    format_tick,
+    make_trigger,
+    zone_name,
+)
+from .._errors import TaskRegistrationError
+from .._jobs import JobSpec
+from .tasks import Task
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+def build_schedule(
+    app: App, task: Task[Any, Any] | str, **options: Unpack[PeriodicOptions]
+) -> Schedule:
+    """Validate a schedule declaration; every mistake raises here, not later in beat."""
+    unknown = set(options) - set(PeriodicOptions.__annotations__)
+    if unknown:
+        raise TypeError(f"unknown periodic option(s): {', '.join(sorted(unknown))}")
+    if isinstance(task, str):
+        task = app.get_task(task)
+    if not isinstance(task, Task):
+        raise TaskRegistrationError(
+            f"periodic schedules run tasks, got {task!r}: stack @app.periodic(...) above"
+            " @app.task, or pass a task to app.add_periodic()"
+        )
+    if task.app is not app or app.tasks.get(task.name) is not task:
+        raise TaskRegistrationError(f"task {task.name!r} is not registered with this app")
+    trigger = make_trigger(options.get("cron"), options.get("every"), options.get("tz"))
+    args = options.get("args", ())
+    if not isinstance(args, (list, tuple)):
+        raise TaskRegistrationError(f"args must be a list or tuple, got {args!r}")
+    kwargs = options.get("kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise TaskRegistrationError(f"kwargs must be a mapping, got {kwargs!r}")
+    schedule = Schedule(
+        name=options.get("name") or default_schedule_name(task.name, trigger),
+        task_name=task.name,
+        trigger=trigger,
+        args=tuple(args),
+        kwargs=dict(kwargs),
+        queue=options.get("queue"),
+        priority=options.get("priority"),
+        catch_up=options.get("catch_up", "latest"),
+        max_catch_up=options.get("max_catch_up", DEFAULT_MAX_CATCH_UP),
+    )
+    # Encode the job once now: bad arguments, queue or priority fail at declaration.
+    try:
+        build_spec(task, schedule, datetime(2000, 1, 1, tzinfo=trigger.zone))
+    except (TypeError, ValueError) as error:
+        raise TaskRegistrationError(f"schedule {schedule.name!r}: {error}") from error
+    return schedule
+
+
+def build_spec(task: Task[Any, Any], schedule: Schedule, tick: datetime) -> JobSpec:
+    """The job of one tick: due at the tick, keyed by (schedule name, tick in UTC)."""
+    return task.build_spec(
+        schedule.args,
+        schedule.kwargs,
+        eta=tick,
+        queue=schedule.queue,
+        priority=schedule.priority,
+        idempotency_key=schedule.key(tick),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleStatus:
+    """One line of ``pgtasks schedules``: a declared schedule, or stored state only."""
+
+    name: str
+    task_name: str | None
+    trigger: str | None
+    zone: str | None
+    next_tick: datetime | None
+    #: The next tick on the schedule's wall clock, e.g. ``2024-03-31 03:00:00 CEST``.
+    next_tick_local: str | None
+    last_tick: datetime | None
+    last_job_id: int | None
+    processed_until: datetime | None
+    declared: bool
+
+
+def schedule_statuses(app: App) -> tuple[datetime, list[ScheduleStatus]]:
+    """The database's now and every schedule: declared ones first, then stored-only ones."""
+
+    def read(conn: psycopg.Connection[Any]) -> tuple[datetime, list[dict[str, Any]]]:
+        return app.store.get_database_time(conn), app.store.list_periodic(conn)
+
+    now, rows = app._run(read, describe="list schedules")
+    stored = {row["name"]: row for row in rows}
+    statuses = []
+    for name, schedule in sorted(app.schedules.items()):
+        row = stored.pop(name, {})
+        next_tick = schedule.trigger.next_tick(now)
+        local = None
+        if next_tick is not None:
+            wall = next_tick.astimezone(schedule.trigger.zone)
+            local = f"{wall:%Y-%m-%d %H:%M:%S} {wall.tzname()}"
+        statuses.append(
+            ScheduleStatus(
+                name=name,
+                task_name=schedule.task_name,
+                trigger=schedule.trigger.describe(),
+                zone=zone_name(schedule.trigger.zone),
+                next_tick=next_tick,
+                next_tick_local=local,
+                last_tick=row.get("last_tick"),
+                last_job_id=row.get("last_job_id"),
+                processed_until=row.get("processed_until"),
+                declared=True,
+            )
+        )
+    for name, row in sorted(stored.items()):
+        statuses.append(
+            ScheduleStatus(
+                name=name,
+                task_name=None,
+                trigger=None,
+                zone=None,
+                next_tick=None,
+                next_tick_local=None,
+                last_tick=row["last_tick"],
+                last_job_id=row["last_job_id"],
+                processed_until=row["processed_until"],
+                declared=False,
+            )
+        )
+    return now, statuses
+
+
+def format_schedules(now: datetime, statuses: Sequence[ScheduleStatus]) -> str:
+    """The table ``pgtasks schedules`` prints."""
+    header = ("NAME", "TASK", "SCHEDULE", "NEXT RUN (LOCAL)", "NEXT RUN (UTC)", "LAST TICK (UTC)")
+    lines: list[tuple[str, ...]] = [header]
+    for status in statuses:
+        last = format_tick(status.last_tick) if status.last_tick else "-"
+        if status.last_job_id is not None:
+            last += f" (job {status.last_job_id})"
+        if not status.declared:
+            lines.append((status.name, "-", "(not declared in code: ignored)", "-", "-", last))
+            continue
+        local = status.next_tick_local or "never"
+        utc = format_tick(status.next_tick) if status.next_tick else "never"
+        lines.append(
+            (status.name, status.task_name or "-", status.trigger or "-", local, utc, last)
+        )
+    widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
+    text = [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
+    text.append(f"database time: {format_tick(now)}")
+    return "\n".join(text)
+
+
+def schedules_as_json(now: datetime, statuses: Sequence[ScheduleStatus]) -> str:
+    def encode(value: object) -> object:
+        return format_tick(value) if isinstance(value, datetime) else value
+
+    return json.dumps(
+        {
+            "now": format_tick(now),
+            "schedules": [
+                {field: encode(value) for field, value in dataclasses.asdict(status).items()}
+                for status in statuses
+            ],
+        },
+        indent=2,
+    )

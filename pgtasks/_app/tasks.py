@@ -1,0 +1,422 @@
+"""Task: a registered function plus its options; builds job rows (JobSpec) to enqueue."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
+
+import psycopg
+from typing_extensions import ParamSpec, Unpack
+
+from .._errors import NaiveDatetimeError, TaskRegistrationError
+from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec
+from .._payload import encode_arguments
+from .handle import JobHandle
+
+if TYPE_CHECKING:
+    from .app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Where a task's code runs: the worker's thread pool, its process pool, or its event loop.
+
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+_NO_NAMES: frozenset[str] = frozenset()
+
+
+class TaskSettings(TypedDict, total=False):
+    """Options of ``@app.task(...)`` other than ``bind``; every one may be omitted."""
+
+    #: Stable name stored in job rows (default ``module.qualname``).
+    name: str
+    #: Queue the task's jobs go to unless ``apply_async(queue=...)`` says otherwise.
+    queue: str
+    #: Higher runs first within what one claim sees.
+    priority: int
+    #: Attempts before the job is failed (the first run counts).
+    max_attempts: int
+    #: Backoff base in seconds: attempt n waits about base * 2**(n-1).
+    retry_backoff: float
+    #: Backoff cap in seconds.
+    retry_backoff_max: float
+    #: Randomise each delay (full jitter between half and the whole delay).
+    retry_jitter: bool
+    #: Exceptions that fail the job at once instead of retrying.
+    dont_retry: tuple[type[BaseException], ...]
+    #: Seconds before a running attempt counts as failed (a process-executor task's child
+    #: is killed; a coroutine is cancelled; a thread is abandoned, see docs/howto/executors.md).
+    timeout: float | None
+    #: Seconds after which SoftTimeLimitExceeded is raised inside a sync task.
+    soft_timeout: float | None
+    #: "thread", "process" or "async" (default: async for ``async def``, else the worker's).
+    executor: ExecutorName | None
+
+
+class TaskOptions(TaskSettings, total=False):
+    """Every option of ``@app.task(...)``."""
+
+    #: Pass a JobContext as the first argument.
+    bind: bool
+
+
+def _positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise TaskRegistrationError(f"task option {name}= must be a positive number, got {value!r}")
+
+
+def validate_priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"priority must be an int, got {value!r}")
+    if not PRIORITY_RANGE[0] <= value <= PRIORITY_RANGE[1]:
+        raise ValueError(f"priority must fit in a 32-bit integer, got {value}")
+    return value
+
+
+def validate_text(what: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters, got {value!r}")
+    return value
+
+
+def validate_queue(value: object) -> str:
+    return validate_text("queue", value)
+
+
+def validate_max_attempts(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_attempts must be an int >= 1, got {value!r}")
+    if value > PRIORITY_RANGE[1]:
+        raise ValueError(f"max_attempts must fit in a 32-bit integer, got {value}")
+    return value
+
+
+#: Longest accepted countdown: about 31 years.
+MAX_DELAY_SECONDS = 1e9
+
+
+def validate_delay(what: str, seconds: float) -> float:
+    if not math.isfinite(seconds) or abs(seconds) > MAX_DELAY_SECONDS:
+        raise ValueError(f"{what} must be a finite number of seconds within ±1e9, got {seconds!r}")
+    return seconds
+
+
+def aware(moment: datetime, what: str) -> datetime:
+    if moment.tzinfo is None or moment.tzinfo.utcoffset(moment) is None:
+        raise NaiveDatetimeError(
+            f"{what} is a naive datetime ({moment.isoformat()}): pgtasks cannot tell which"
+            " time zone it is in; pass an aware datetime, e.g."
+            " datetime.now(timezone.utc) + timedelta(minutes=5), or a timedelta"
+        )
+    return moment
+
+
+def schedule_of(
+    countdown: float | timedelta | None, eta: datetime | timedelta | None
+) -> tuple[datetime | None, float | None]:
+    """``(run_at, delay)``: an absolute aware time, or seconds after the database's now."""
+    if countdown is not None and eta is not None:
+        raise ValueError("pass countdown= or eta=, not both")
+    if eta is not None:
+        if isinstance(eta, timedelta):
+            return None, validate_delay("eta", eta.total_seconds())
+        if isinstance(eta, datetime):
+            return aware(eta, "eta"), None
+        raise TypeError(f"eta must be an aware datetime or a timedelta, got {eta!r}")
+    if countdown is not None:
+        if isinstance(countdown, timedelta):
+            return None, validate_delay("countdown", countdown.total_seconds())
+        if isinstance(countdown, (int, float)) and not isinstance(countdown, bool):
+            return None, validate_delay("countdown", float(countdown))
+        raise TypeError(f"countdown must be seconds or a timedelta, got {countdown!r}")
+    return None, None
+
+
+class Task(Generic[P, R]):
+    """A function registered with ``@app.task``.
+
+    Calling the task runs the function here and now; ``delay`` and friends enqueue a job
+    that a worker runs later.
+    """
+
+    def __init__(
+        self, app: App, function: Callable[..., Any], **options: Unpack[TaskOptions]
+    ) -> None:
+        self.app = app
+        self.function = function
+        unknown = set(options) - set(TaskOptions.__optional_keys__)
+        if unknown:
+            raise TaskRegistrationError(
+                f"unknown task option(s) {', '.join(sorted(unknown))}; accepted:"
+                f" {', '.join(sorted(TaskOptions.__optional_keys__))}"
+            )
+        name = options.get("name")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise TaskRegistrationError(f"task name= must be a non-empty string, got {name!r}")
+        self.name: str = name or f"{function.__module__}.{function.__qualname__}"
+        try:
+            self.queue: str = validate_queue(options.get("queue", app.default_queue))
+            self.priority: int = validate_priority(options.get("priority", 0))
+            self.max_attempts: int = validate_max_attempts(
+                options.get("max_attempts", app.default_max_attempts)
+            )
+        except (TypeError, ValueError) as error:
+            raise TaskRegistrationError(f"task {self.name!r}: {error}") from error
+        self.bind: bool = bool(options.get("bind", False))
+        self.retry_backoff: float = options.get("retry_backoff", 1.0)
+        self.retry_backoff_max: float = options.get("retry_backoff_max", 600.0)
+        self.retry_jitter: bool = bool(options.get("retry_jitter", True))
+        self.dont_retry: tuple[type[BaseException], ...] = tuple(options.get("dont_retry", ()))
+        self.timeout: float | None = options.get("timeout")
+        _positive("retry_backoff", self.retry_backoff)
+        _positive("retry_backoff_max", self.retry_backoff_max)
+        _positive("timeout", self.timeout, allow_none=True)
+        for exception_type in self.dont_retry:
+            if not (isinstance(exception_type, type) and issubclass(exception_type, BaseException)):
+                raise TaskRegistrationError(
+                    f"dont_retry= must hold exception classes, got {exception_type!r}"
+                )
+        self.is_async = inspect.iscoroutinefunction(function)
+        self.soft_timeout: float | None = options.get("soft_timeout")
+        _positive("soft_timeout", self.soft_timeout, allow_none=True)
+        self.executor: ExecutorName | None = options.get("executor")
+        self._check_executor()
+        self.signature = inspect.signature(function)
+        parameters = list(self.signature.parameters.values())
+        if self.bind:
+            if not parameters:
+                raise TaskRegistrationError(
+                    f"task {self.name!r} has bind=True but takes no context argument"
+                )
+            self.signature = self.signature.replace(parameters=parameters[1:])
+        self.parameter_names = tuple(
+            parameter.name
+            for parameter in self.signature.parameters.values()
+            if parameter.kind
+            in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        )
+        self._valid_shapes: set[tuple[int, frozenset[str]]] = set()
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    def _check_executor(self) -> None:
+        """Reject option combinations no executor can honour, naming the fix."""
+        executor = self.executor
+        if executor is not None and executor not in EXECUTOR_NAMES:
+            raise TaskRegistrationError(
+                f"task {self.name!r}: executor= must be one of {', '.join(EXECUTOR_NAMES)},"
+                f" got {executor!r}"
+            )
+        if self.is_async and executor in ("thread", "process"):
+            raise TaskRegistrationError(
+                f"task {self.name!r} is an async def and runs on the worker's event loop:"
+                f" executor={executor!r} needs a plain def (omit executor= or use 'async')"
+            )
+        if not self.is_async and executor == "async":
+            raise TaskRegistrationError(
+                f"task {self.name!r}: executor='async' needs an async def function"
+                " (use 'thread' or 'process' for a plain def)"
+            )
+        if self.soft_timeout is not None:
+            if self.is_async:
+                raise TaskRegistrationError(
+                    f"task {self.name!r}: soft_timeout= applies to sync tasks; an async"
+                    " task is cancelled at its timeout= (CancelledError is its soft signal)"
+                )
+            if self.timeout is not None and self.soft_timeout >= self.timeout:
+                raise TaskRegistrationError(
+                    f"task {self.name!r}: soft_timeout= ({self.soft_timeout:g} s) must be"
+                    f" shorter than timeout= ({self.timeout:g} s)"
+                )
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function directly, in this process, without a job."""
+        if self.bind:
+            context = JobContext(
+                job_id=None,
+                task_name=self.name,
+                attempt=1,
+                max_attempts=self.max_attempts,
+                worker_id=None,
+                queue=self.queue,
+            )
+            return self.function(context, *args, **kwargs)  # type: ignore[no-any-return]
+        return self.function(*args, **kwargs)  # type: ignore[no-any-return]
+
+    # -- building job rows --
+    def build_spec(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | timedelta | None = None,
+        eta: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> JobSpec:
+        """Validate and encode one job; raises before anything is written."""
+        kwargs = {} if kwargs is None else kwargs
+        if not isinstance(args, (list, tuple)):
+            raise TypeError(f"args must be a list or tuple, got {type(args).__name__}")
+        # type() first: the ABC check of isinstance(..., Mapping) is slow for the common dict.
+        if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a mapping, got {type(kwargs).__name__}")
+        # Whether arguments bind depends only on their count and keyword names: check each
+        # shape once (bulk enqueues repeat one shape thousands of times).
+        shape = (len(args), frozenset(kwargs) if kwargs else _NO_NAMES)
+        if shape not in self._valid_shapes:
+            try:
+                self.signature.bind(*args, **kwargs)
+            except TypeError as error:
+                raise TypeError(f"arguments do not match task {self.name!r}: {error}") from None
+            if len(self._valid_shapes) < 1024:
+                self._valid_shapes.add(shape)
+        if countdown is None and eta is None:
+            run_at, delay = None, None
+        else:
+            run_at, delay = schedule_of(countdown, eta)
+        if idempotency_key is not None:
+            validate_text("idempotency_key", idempotency_key)
+        args_json, kwargs_json = encode_arguments(
+            self.name,
+            args,
+            kwargs,
+            max_bytes=self.app.max_payload_bytes,
+            parameter_names=self.parameter_names,
+        )
+        # Positional: a frozen dataclass is slow enough to build for bulk enqueues to notice.
+        return JobSpec(
+            self.name,  # task_name
+            self.queue if queue is None else validate_queue(queue),
+            self.priority if priority is None else validate_priority(priority),
+            args_json,
+            kwargs_json,
+            self.max_attempts if max_attempts is None else validate_max_attempts(max_attempts),
+            run_at,
+            delay,  # delay_seconds
+            idempotency_key,
+        )
+
+    @staticmethod
+    def _when(when: datetime | timedelta) -> dict[str, Any]:
+        if isinstance(when, timedelta):
+            return {"countdown": when}
+        if isinstance(when, datetime):
+            return {"eta": aware(when, "when")}
+        raise TypeError(f"when must be an aware datetime or a timedelta, got {when!r}")
+
+    def _many_specs(self, items: Iterable[Any]) -> list[JobSpec]:
+        specs = []
+        build_spec = self.build_spec
+        for item in items:
+            if type(item) is dict or isinstance(item, Mapping):
+                specs.append(build_spec((), item))
+            elif isinstance(item, tuple) and len(item) == 2:
+                specs.append(self.build_spec(item[0], item[1]))
+            else:
+                raise TypeError(
+                    "delay_many items must be a kwargs dict or an (args, kwargs) pair,"
+                    f" got {item!r}"
+                )
+        return specs
+
+    # -- enqueue (sync) --
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        """Enqueue a job to run as soon as a worker is free."""
+        return self.app.enqueue(self.build_spec(args, kwargs))
+
+    def apply_at(
+        self, when: datetime | timedelta, *args: P.args, **kwargs: P.kwargs
+    ) -> JobHandle[R]:
+        """Enqueue a job to run at ``when`` (aware datetime) or after ``when`` (timedelta)."""
+        return self.app.enqueue(self.build_spec(args, kwargs, **self._when(when)))
+
+    def apply_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | timedelta | None = None,
+        eta: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+        connection: psycopg.Connection[Any] | None = None,
+    ) -> JobHandle[R]:
+        """Enqueue with every option; with ``connection=`` the row joins its transaction."""
+        spec = self.build_spec(
+            args,
+            kwargs,
+            countdown=countdown,
+            eta=eta,
+            priority=priority,
+            queue=queue,
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+        )
+        return self.app.enqueue(spec, connection=connection)
+
+    def delay_many(
+        self,
+        items: Iterable[Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]],
+        *,
+        connection: psycopg.Connection[Any] | None = None,
+    ) -> list[JobHandle[R]]:
+        """Enqueue many jobs in one round trip per batch; handles come back in order."""
+        return self.app.enqueue_many(self._many_specs(items), connection=connection)
+
+    # -- enqueue (async) --
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        return await self.app.aenqueue(self.build_spec(args, kwargs))
+
+    async def aapply_at(
+        self, when: datetime | timedelta, *args: P.args, **kwargs: P.kwargs
+    ) -> JobHandle[R]:
+        return await self.app.aenqueue(self.build_spec(args, kwargs, **self._when(when)))
+
+    async def aapply_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | timedelta | None = None,
+        eta: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+    ) -> JobHandle[R]:
+        spec = self.build_spec(
+            args,
+            kwargs,
+            countdown=countdown,
+            eta=eta,
+            priority=priority,
+            queue=queue,
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+        )
+        return await self.app.aenqueue(spec, connection=connection)
+
+    async def adelay_many(
+        self,
+        items: Iterable[Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]],
+        *,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[JobHandle[R]]:
+        return await self.app.aenqueue_many(self._many_specs(items), connection=connection)

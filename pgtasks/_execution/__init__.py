@@ -1,0 +1,1 @@
+"""Running claimed jobs: executors (threads, event loop, process pool), watchdogs, outcomes."""

@@ -1,0 +1,353 @@
+"""The main loop of a process-pool child: run the jobs the worker sends, return outcomes.
+
+A child never talks to the database about job state: it receives a :class:`JobMessage`
+(task name, arguments, the job's context fields), runs the task, and sends back the
+attempt's outcome ``(kind, status, result_json, error, delay)`` and its resident memory.
+The parent writes the outcome, fenced, with everything else (see _process_pool).
+
+Two threads: the main thread runs tasks (so ``signal.setitimer`` can raise
+SoftTimeLimitExceeded in it and SIGTERM can unwind it), and a reader thread receives
+messages (jobs, cancellations, exit), and exits the process when the parent is gone.
+
+Messages, parent → child: ``("run", JobMessage)``, ``("cancel", token)``, ``("exit",)``,
+and ``("terminate",)`` just before the worker's own SIGTERM (others' SIGTERMs are ignored).
+Child → parent: ``("ready", pid, task_names)`` or ``("failed", error)`` once, then
+``("done", token, outcome_fields, rss_bytes)`` per job and ``("log", record_fields)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from .._errors import ConfigurationError, SoftTimeLimitExceeded
+from .._jobs import JobContext
+from .._retry import Outcome
+
+if TYPE_CHECKING:
+    from .._app.app import App
+
+#: Seconds between checks that the parent is still alive.
+PARENT_CHECK_INTERVAL = 1.0
+#: Seconds a SIGTERM handler waits for the worker's "terminate" message that precedes its
+#: own SIGTERM; without one, the signal came from someone else and is ignored.
+TERMINATE_MESSAGE_WAIT = 0.5
+
+#: Set by the reader thread when the worker announces that it is terminating this child.
+_termination_requested = threading.Event()
+
+
+@dataclasses.dataclass(frozen=True)
+class JobMessage:
+    """One attempt, as sent to a child."""
+
+    token: int
+    job_id: int
+    task_name: str
+    queue: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    worker_id: int
+    soft_timeout: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildSettings:
+    """How a child starts: where its app comes from and where its logs go."""
+
+    app_path: str | None
+    #: Imports ``app_path`` in a spawned child (the app layer's loader, passed down so
+    #: that this layer never imports it; a module-level function pickles by name).
+    app_loader: Callable[[str], App] | None
+    parent_pid: int
+    log_level: int
+    #: File descriptors a forked child inherited but must not hold (siblings' pipes).
+    close_fds: tuple[int, ...] = ()
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwind the task (its ``finally`` blocks run), then exit."""
+
+
+def resident_bytes() -> int:
+    """This process's resident set size now (Linux), else its peak (getrusage)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+class Channel:
+    """The child's end of its pipe; sends are serialised (tasks may log from threads)."""
+
+    def __init__(self, conn: Connection[Any, Any]) -> None:
+        self.conn = conn
+        self._lock = threading.Lock()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._lock:
+            self.conn.send(message)
+
+
+class CurrentJob:
+    """The attempt the main thread is running, as seen by the reader thread and logging."""
+
+    def __init__(self) -> None:
+        self.message: JobMessage | None = None
+        self.cancel_event = threading.Event()
+        self._cancelled: set[int] = set()
+        self._lock = threading.Lock()
+
+    def begin(self, message: JobMessage) -> threading.Event:
+        with self._lock:
+            self.message = message
+            self.cancel_event = threading.Event()
+            if message.token in self._cancelled:
+                self._cancelled.discard(message.token)
+                self.cancel_event.set()
+            return self.cancel_event
+
+    def end(self) -> None:
+        with self._lock:
+            self.message = None
+
+    def cancel(self, token: int) -> None:
+        with self._lock:
+            if self.message is not None and self.message.token == token:
+                self.cancel_event.set()
+            else:
+                self._cancelled.add(token)  # the run message is still queued
+
+    def log_fields(self) -> dict[str, Any]:
+        message = self.message
+        if message is None:
+            return {}
+        return {
+            "job_id": message.job_id,
+            "task": message.task_name,
+            "attempt": message.attempt,
+            "worker_id": message.worker_id,
+        }
+
+
+class PipeHandler(logging.Handler):
+    """Forwards records to the parent, which hands them to its own handlers."""
+
+    def __init__(self, channel: Channel, current: CurrentJob) -> None:
+        super().__init__()
+        self.channel = channel
+        self.current = current
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = dict(record.__dict__)
+            fields["msg"] = record.getMessage()
+            fields["args"] = None
+            if record.exc_info:
+                fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
+            fields["exc_info"] = None
+            for key, value in self.current.log_fields().items():
+                fields.setdefault(key, value)
+            portable = {
+                key: value
+                if value is None or isinstance(value, (str, int, float, bool))
+                else str(value)
+                for key, value in fields.items()
+            }
+            self.channel.send(("log", portable))
+        except Exception:
+            self.handleError(record)
+
+
+class SoftLimit:
+    """SIGALRM-based soft time limit for the main thread (where tasks run)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.active = False
+        self.fired = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGALRM, self._on_alarm)
+
+    def arm(self, seconds: float | None) -> None:
+        self.fired = False
+        if seconds:
+            self.seconds = seconds
+            self.active = True
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    def disarm(self) -> None:
+        if self.active:
+            self.active = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        if self.active and not self.fired:
+            self.fired = True
+            raise SoftTimeLimitExceeded(
+                f"the task ran past its soft time limit of {self.seconds:g} s"
+            )
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """Unwind when the worker terminates this child; ignore anyone else's SIGTERM.
+
+    A service manager that signals the whole process group (systemd's default
+    KillMode) must not kill the jobs the worker is letting finish during its graceful
+    shutdown: the worker decides when children stop, and says so over the pipe first.
+    """
+    if _termination_requested.wait(TERMINATE_MESSAGE_WAIT):
+        raise _Terminated
+    logging.getLogger("pgtasks.worker").warning(
+        "worker child %d: ignoring a SIGTERM the worker did not send (signal the worker"
+        " process; it stops its children)",
+        os.getpid(),
+    )
+
+
+def _read(
+    conn: Connection[Any, Any],
+    inbox: queue.SimpleQueue[JobMessage | None],
+    current: CurrentJob,
+    parent_pid: int,
+) -> None:
+    """Reader thread: jobs to the inbox, cancellations to the current job."""
+    while True:
+        try:
+            if not conn.poll(PARENT_CHECK_INTERVAL):
+                if os.getppid() != parent_pid:
+                    os._exit(70)  # the worker died: its jobs will be rescued elsewhere
+                continue
+            message = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)  # the worker closed the pipe (it has stopped)
+        if message[0] == "run":
+            inbox.put(message[1])
+        elif message[0] == "cancel":
+            current.cancel(message[1])
+        elif message[0] == "exit":
+            inbox.put(None)
+        elif message[0] == "terminate":
+            _termination_requested.set()
+
+
+def run_job(
+    app: App, message: JobMessage, cancel_event: threading.Event, soft: SoftLimit
+) -> Outcome:
+    """Run one attempt in this (main) thread; SIGTERM unwinds it as _Terminated."""
+    from .outcomes import outcome_of_error, outcome_of_return, unknown_task_outcome
+
+    task = app.tasks.get(message.task_name)
+    if task is None:
+        return unknown_task_outcome(message.task_name, app)
+    context = JobContext(
+        job_id=message.job_id,
+        task_name=message.task_name,
+        attempt=message.attempt,
+        max_attempts=message.max_attempts,
+        worker_id=message.worker_id,
+        queue=message.queue,
+        _cancelled=cancel_event.is_set,
+    )
+    arguments = [context, *message.args] if task.bind else list(message.args)
+    try:
+        try:
+            soft.arm(message.soft_timeout)
+            value = task.function(*arguments, **message.kwargs)
+        finally:
+            soft.disarm()
+    except _Terminated:
+        raise
+    except BaseException as error:  # SystemExit in a task must not end the child
+        return outcome_of_error(task, message.attempt, message.max_attempts, error)
+    return outcome_of_return(task, value)
+
+
+def _configure_logging(channel: Channel, current: CurrentJob, level: int) -> None:
+    root = logging.getLogger()
+    root.handlers = [PipeHandler(channel, current)]  # inherited handlers are the parent's
+    root.setLevel(level)
+
+
+def child_main(
+    conn: Connection[Any, Any], settings: ChildSettings, inherited_app: App | None = None
+) -> None:
+    """Entry point of a child (spawn: imports the app; fork: uses the inherited one)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker; it decides
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    for fd in settings.close_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    channel = Channel(conn)
+    current = CurrentJob()
+    _configure_logging(channel, current, settings.log_level)
+    soft = SoftLimit()
+    soft.install()
+    try:
+        try:
+            if inherited_app is not None:
+                app = inherited_app
+            elif settings.app_path is not None and settings.app_loader is not None:
+                app = settings.app_loader(settings.app_path)
+            else:
+                raise ConfigurationError("a spawned child needs the app's module:attribute path")
+        except Exception as error:
+            channel.send(("failed", f"{type(error).__name__}: {error}"))
+            return
+        channel.send(("ready", os.getpid(), sorted(app.tasks)))
+        inbox: queue.SimpleQueue[JobMessage | None] = queue.SimpleQueue()
+        reader = threading.Thread(
+            target=_read,
+            args=(conn, inbox, current, settings.parent_pid),
+            name="pgtasks-child-reader",
+            daemon=True,
+        )
+        reader.start()
+        while True:
+            message = inbox.get()
+            if message is None:
+                return
+            cancel_event = current.begin(message)
+            started = time.monotonic()
+            try:
+                outcome = run_job(app, message, cancel_event, soft)
+            finally:
+                current.end()
+            channel.send(
+                (
+                    "done",
+                    message.token,
+                    (
+                        outcome.kind,
+                        outcome.status,
+                        outcome.result_json,
+                        outcome.error,
+                        outcome.delay,
+                    ),
+                    resident_bytes(),
+                    time.monotonic() - started,
+                )
+            )
+    except _Terminated:
+        # Die of the signal itself, so the parent sees "signal 15", not an exit code.
+        logging.shutdown()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,661 @@
+"""Run claimed jobs on the executor each task chooses: threads, processes or the event loop.
+
+No SQL here: each attempt ends in an Outcome (see _retry) that the worker writes,
+fenced by the attempt's lease.
+
+Routing (:meth:`Executor.route`): a task's ``executor=`` option wins; an ``async def``
+runs on the event loop; a sync task runs on its queue's executor (``queue_executors``)
+or the worker's default ``pool`` ("thread" unless told otherwise).
+
+Slots: sync threads and coroutines share ``concurrency`` slots (as before); the process
+pool has ``processes`` slots. The worker claims up to the sum of the free slots of the
+executors its tasks can use (:attr:`Executor.capacity`). A claim can bring more jobs for
+one executor than it has free slots; the extras wait here, claimed and heartbeated, and
+start (their timeouts with them) as soon as a slot of their executor frees up. A job
+holds its slot until its code returns, even past its timeout: a thread cannot be
+killed, while a process child past its hard limit is killed and replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import itertools
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from .. import _retry
+from .._errors import ConfigurationError
+from .._jobs import ExecutorName, JobContext
+from .._retry import Outcome
+from .child import JobMessage
+from .outcomes import (
+    CANCELLED_BEFORE_START,
+    outcome_of_error,
+    outcome_of_loss,
+    outcome_of_return,
+    policy_of,
+    unknown_task_outcome,
+)
+from .process_pool import START_METHODS, Ending, PoolJob, ProcessPool, StartMethod, find_app_path
+from .watchdogs import LoopLagMonitor, SoftLimit, ThreadSoftLimits
+
+if TYPE_CHECKING:
+    from .._app.app import App
+    from .._app.tasks import Task
+
+logger = logging.getLogger("pgtasks.worker")
+
+PoolName = Literal["thread", "process"]
+POOL_NAMES: tuple[PoolName, ...] = ("thread", "process")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimedJob:
+    """A job as claimed: its lease is (worker_id, attempt)."""
+
+    id: int
+    task_name: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    claimed_at: datetime
+    worker_id: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], worker_id: int) -> ClaimedJob:
+        return cls(
+            id=row["id"],
+            task_name=row["task_name"],
+            queue=row["queue"],
+            priority=row["priority"],
+            args=row["args"],
+            kwargs=row["kwargs"],
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            run_at=row["run_at"],
+            created_at=row["created_at"],
+            claimed_at=row["claimed_at"],
+            worker_id=worker_id,
+        )
+
+
+@dataclasses.dataclass(eq=False)
+class Running:
+    """One attempt in flight. ``token`` tells apart two attempts of one job id."""
+
+    token: int
+    job: ClaimedJob
+    task: Task[Any, Any] | None
+    started: float
+    deadline: float | None
+    future: concurrent.futures.Future[Outcome] | None = None
+    #: Set when the outcome was decided without the code (timeout); its late end is ignored.
+    abandoned: bool = False
+    #: Set when cancellation of the job was requested (JobContext.cancelled() reads it).
+    cancel_requested: bool = False
+
+    def is_cancel_requested(self) -> bool:
+        return self.cancel_requested
+
+    #: The asyncio task of an ``async def`` job, to cancel it.
+    async_task: asyncio.Task[Outcome] | None = None
+    #: Where it runs: "thread", "process", "async" (None: unknown task, no code to run).
+    executor: ExecutorName | None = None
+
+
+def _positive_int(name: str, value: object, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name}= must be an int >= 1, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutorOptions:
+    """How a worker runs its jobs (the executor-related ``Worker(...)`` options)."""
+
+    concurrency: int = 10
+    #: The executor of sync tasks that name none (and whose queue names none).
+    pool: PoolName = "thread"
+    #: Size of the process pool (default: the number of CPUs).
+    processes: int | None = None
+    #: Default executor of sync tasks per queue, e.g. {"cpu": "process"}.
+    queue_executors: Mapping[str, PoolName] = dataclasses.field(default_factory=dict)
+    process_start_method: StartMethod = "spawn"
+    #: ``module:attribute`` spawned children import (default: found from the app).
+    app_path: str | None = None
+    max_tasks_per_child: int | None = None
+    #: Megabytes of resident memory after a job above which a child is replaced.
+    max_memory_per_child: float | None = None
+    #: Seconds of event-loop silence that log a blocking-call warning (None: off).
+    loop_lag_threshold: float | None = 0.5
+
+    def __post_init__(self) -> None:
+        _positive_int("concurrency", self.concurrency)
+        _positive_int("processes", self.processes, allow_none=True)
+        _positive_int("max_tasks_per_child", self.max_tasks_per_child, allow_none=True)
+        if self.pool not in POOL_NAMES:
+            raise ConfigurationError(f"pool= must be 'thread' or 'process', got {self.pool!r}")
+        for queue_name, executor in self.queue_executors.items():
+            if executor not in POOL_NAMES:
+                raise ConfigurationError(
+                    f"queue_executors[{queue_name!r}] must be 'thread' or 'process', got"
+                    f" {executor!r} (async def tasks always run on the event loop)"
+                )
+        if self.process_start_method not in START_METHODS:
+            raise ConfigurationError(
+                "process_start_method= must be 'spawn' or 'fork', got"
+                f" {self.process_start_method!r}"
+            )
+        for name in ("max_memory_per_child", "loop_lag_threshold"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+            ):
+                raise ConfigurationError(f"{name}= must be a positive number, got {value!r}")
+        if self.app_path is not None and (":" not in self.app_path or self.app_path[0] == ":"):
+            raise ConfigurationError(
+                f"app_path= must look like module:attribute, got {self.app_path!r}"
+            )
+
+    @property
+    def pool_size(self) -> int:
+        return self.processes or os.cpu_count() or 1
+
+
+class JobThreads:
+    """``size`` daemon threads running submitted calls in order.
+
+    Leaner than a ThreadPoolExecutor on the hot path: no Future, lock or condition per
+    call, one C-level queue. Slot accounting stays with the Executor, so a call never
+    waits here for long. Daemon threads: a task that outlives its job (past a timeout, or
+    after shutdown released it) cannot keep the process alive.
+    """
+
+    def __init__(self, size: int, *, name: str) -> None:
+        self.size = size
+        self.name = name
+        self._calls: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads: list[threading.Thread] = []
+        self._busy: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    def submit(self, function: Callable[..., None], *arguments: Any) -> None:
+        if len(self._threads) < self.size:
+            self._grow()
+        self._calls.put((function, arguments))
+
+    def _grow(self) -> None:
+        with self._lock:
+            if len(self._threads) < self.size:
+                thread = threading.Thread(
+                    target=self._run, name=f"{self.name}_{len(self._threads)}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        busy = self._busy
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            function, arguments = call
+            busy.add(me)
+            try:
+                function(*arguments)
+            finally:
+                busy.discard(me)
+
+    def shutdown(self, idle_join: float = 1.0) -> None:
+        """Let every thread end after its current call (queued calls are dropped).
+
+        Idle threads are joined (up to ``idle_join`` seconds in all), so a stopped
+        worker leaves none behind; a thread still inside a call (a task that outlived
+        its released job) is not waited for.
+        """
+        while True:
+            try:
+                self._calls.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._calls.put(None)
+        deadline = time.monotonic() + idle_join
+        for thread in self._threads:
+            if thread in self._busy or thread is threading.current_thread():
+                continue
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+class Executor:
+    """Runs jobs and reports each ending through ``on_finished(running, outcome)``."""
+
+    def __init__(
+        self,
+        app: App,
+        options: ExecutorOptions | None = None,
+        *,
+        on_finished: Callable[[Running, Outcome], None],
+        app_loader: Callable[[str], App] | None = None,
+    ) -> None:
+        self.app = app
+        self.options = options or ExecutorOptions()
+        #: How spawned process-pool children import ``app_path`` (the app layer's loader).
+        self.app_loader = app_loader
+        self.concurrency = self.options.concurrency
+        self.on_finished = on_finished
+        self._threads = JobThreads(self.concurrency, name="pgtasks-job")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._lag_monitor: LoopLagMonitor | None = None
+        self._soft_limits = ThreadSoftLimits()
+        self._tokens = itertools.count(1)
+        self._lock = threading.Lock()
+        #: Thread and async jobs started and not returned; those waiting for a slot.
+        self._local_busy = 0
+        self._local_waiting: collections.deque[Running] = collections.deque()
+        self._pool: ProcessPool | None = None
+        self._pool_jobs: dict[int, Running] = {}
+        #: Async jobs whose coroutine is on the loop (named by the lag monitor).
+        self._async_jobs: set[Running] = set()
+        self.uses_local = True
+        self.uses_processes = False
+
+    # -- routing and capacity --
+    def route(self, task: Task[Any, Any], queue: str) -> ExecutorName:
+        """The executor a job of ``task`` in ``queue`` runs on."""
+        if task.executor is not None:
+            return task.executor
+        if task.is_async:
+            return "async"
+        return self.options.queue_executors.get(queue, self.options.pool)
+
+    def _possible_executors(self) -> set[ExecutorName]:
+        defaults: set[ExecutorName] = {self.options.pool, *self.options.queue_executors.values()}
+        possible: set[ExecutorName] = set()
+        for task in self.app.tasks.values():
+            if task.executor is not None:
+                possible.add(task.executor)
+            elif task.is_async:
+                possible.add("async")
+            else:
+                possible |= defaults
+        return possible
+
+    @property
+    def capacity(self) -> int:
+        """Jobs this worker may hold at once: the slots of the executors it can use."""
+        local = self.concurrency if self.uses_local else 0
+        return local + (self.options.pool_size if self.uses_processes else 0)
+
+    def describe(self) -> str:
+        """For the start banner, e.g. ``threads+async=10 processes=4 (spawn)``."""
+        parts = [f"threads+async={self.concurrency}"] if self.uses_local else []
+        if self.uses_processes:
+            parts.append(
+                f"processes={self.options.pool_size} ({self.options.process_start_method})"
+            )
+        return " ".join(parts)
+
+    def process_pids(self) -> list[int]:
+        return self._pool.pids() if self._pool is not None else []
+
+    # -- starting --
+    def start(self) -> None:
+        """Decide which executors the registered tasks need; start the process pool."""
+        possible = self._possible_executors()
+        self.uses_processes = "process" in possible
+        self.uses_local = bool(possible & {"thread", "async"}) or not self.uses_processes
+        if self.uses_processes:
+            self._start_pool()
+
+    def _process_task_names(self) -> set[str]:
+        defaults = {self.options.pool, *self.options.queue_executors.values()}
+        return {
+            task.name
+            for task in self.app.tasks.values()
+            if task.executor == "process"
+            or (task.executor is None and not task.is_async and "process" in defaults)
+        }
+
+    def _start_pool(self) -> None:
+        options = self.options
+        app_path = options.app_path
+        if options.process_start_method == "spawn" and app_path is None:
+            app_path = find_app_path(self.app)
+            if app_path is None:
+                raise ConfigurationError(
+                    "the process pool's spawned children must import the app, and this"
+                    " app is not a module-level variable: pass app_path='module:attribute'"
+                    " (the CLI passes -A), or use process_start_method='fork'"
+                )
+        memory = options.max_memory_per_child
+        pool = ProcessPool(
+            self.app,
+            size=options.pool_size,
+            start_method=options.process_start_method,
+            app_path=app_path,
+            app_loader=self.app_loader,
+            max_tasks_per_child=options.max_tasks_per_child,
+            max_memory_per_child=int(memory * 2**20) if memory is not None else None,
+            on_ended=self._pool_ended,
+        )
+        pool.start()
+        missing = sorted(self._process_task_names() - pool.child_tasks)
+        if missing:
+            pool.close(0.0)
+            raise ConfigurationError(
+                f"task(s) {', '.join(missing)} may run in the process pool, but the app its"
+                f" children import ({app_path}) does not define them: register tasks when"
+                " that module is imported, or use process_start_method='fork'"
+            )
+        self._pool = pool
+
+    # -- submitting --
+    def submit(self, job: ClaimedJob) -> Running:
+        task = self.app.tasks.get(job.task_name)
+        running = Running(next(self._tokens), job, task, time.monotonic(), None)
+        if task is None:
+            future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+            future.set_result(unknown_task_outcome(job.task_name, self.app))
+            running.future = future
+            future.add_done_callback(lambda done: self._finished(running, done))
+            return running
+        running.executor = self.route(task, job.queue)
+        if running.executor == "process":
+            self._submit_to_pool(running, task)
+            return running
+        with self._lock:
+            start_now = self._local_busy < self.concurrency
+            if start_now:
+                self._local_busy += 1
+            else:
+                self._local_waiting.append(running)
+        if start_now:
+            self._start_local(running, task)
+        return running
+
+    def _start_local(self, running: Running, task: Task[Any, Any]) -> None:
+        running.started = time.monotonic()
+        if running.cancel_requested:
+            future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+            future.set_result(CANCELLED_BEFORE_START)
+        elif running.executor == "async":
+            future = asyncio.run_coroutine_threadsafe(
+                self._run_async(running, task), self._event_loop()
+            )
+        else:
+            if task.timeout:
+                running.deadline = running.started + task.timeout
+            self._threads.submit(self._thread_job, running, task)
+            return
+        running.future = future
+        future.add_done_callback(lambda done: self._finished(running, done))
+
+    def _thread_job(self, running: Running, task: Task[Any, Any]) -> None:
+        """A sync job on a job thread: no Future per job, the outcome goes straight on."""
+        try:
+            outcome = self._run_sync(running, task)
+        except BaseException as error:  # _run_sync catches everything; a last resort
+            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+        self._free_local_slot()
+        self.on_finished(running, outcome)
+
+    def _submit_to_pool(self, running: Running, task: Task[Any, Any]) -> None:
+        if self._pool is None:
+            self.uses_processes = True
+            self._start_pool()  # a task registered after the worker started
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("the process pool did not start")
+        job = running.job
+        message = JobMessage(
+            token=running.token,
+            job_id=job.id,
+            task_name=job.task_name,
+            queue=job.queue,
+            args=job.args,
+            kwargs=job.kwargs,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            worker_id=job.worker_id,
+            soft_timeout=task.soft_timeout,
+        )
+        with self._lock:
+            self._pool_jobs[running.token] = running
+        pool.submit(PoolJob(message, task.timeout))
+
+    def _finished(self, running: Running, future: concurrent.futures.Future[Outcome]) -> None:
+        try:
+            outcome = future.result()
+        except BaseException as error:  # the wrappers catch everything; this is a last resort
+            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+        if running.executor in ("thread", "async"):
+            self._free_local_slot()
+        self.on_finished(running, outcome)
+
+    def _free_local_slot(self) -> None:
+        with self._lock:
+            following = self._local_waiting.popleft() if self._local_waiting else None
+            if following is None:
+                self._local_busy -= 1
+        if following is not None and following.task is not None:
+            self._start_local(following, following.task)
+
+    def _pool_ended(self, token: int, ending: Ending) -> None:
+        """Called on the pool's supervisor thread."""
+        with self._lock:
+            running = self._pool_jobs.pop(token, None)
+        if running is None or running.task is None or ending.kind == "released":
+            return  # released: the worker puts the job back itself
+        task, job = running.task, running.job
+        if ending.kind == "outcome" and ending.outcome is not None:
+            outcome = ending.outcome
+        elif ending.kind == "timeout":
+            outcome = _retry.after_timeout(
+                task.timeout or 0.0,
+                attempt=job.attempt,
+                max_attempts=job.max_attempts,
+                policy=policy_of(task),
+            )
+            detail = f"; its worker child {ending.pid} was stopped (it exited with {ending.detail})"
+            outcome = dataclasses.replace(outcome, error=f"{outcome.error}{detail}")
+        elif ending.kind == "lost":
+            outcome = outcome_of_loss(task, job, ending.detail)
+        else:
+            outcome = CANCELLED_BEFORE_START
+        self.on_finished(running, outcome)
+
+    def expire(self, running: Running) -> Outcome:
+        """Decide the outcome of a thread attempt past its deadline; its code keeps running."""
+        task = running.task
+        if task is None or task.timeout is None:
+            raise ValueError(f"job {running.job.id} has no timeout to expire")
+        running.abandoned = True
+        return _retry.after_timeout(
+            task.timeout,
+            attempt=running.job.attempt,
+            max_attempts=running.job.max_attempts,
+            policy=policy_of(task),
+        )
+
+    # -- running --
+    @staticmethod
+    def _context(running: Running) -> JobContext:
+        job = running.job
+        return JobContext(
+            job_id=job.id,
+            task_name=job.task_name,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            worker_id=job.worker_id,
+            queue=job.queue,
+            _cancelled=running.is_cancel_requested,
+        )
+
+    def _call_arguments(self, running: Running, task: Task[Any, Any]) -> list[Any]:
+        job = running.job
+        return [self._context(running), *job.args] if task.bind else list(job.args)
+
+    def cancel(self, running: Running) -> None:
+        """Ask a running attempt to stop: the flag for sync tasks, cancel() for coroutines."""
+        running.cancel_requested = True
+        loop, async_task = self._loop, running.async_task
+        if loop is not None and async_task is not None:
+            loop.call_soon_threadsafe(async_task.cancel)
+        if running.executor == "process" and self._pool is not None:
+            self._pool.cancel(running.token)
+
+    def _run_sync(self, running: Running, task: Task[Any, Any]) -> Outcome:
+        job = running.job
+        limit: SoftLimit | None = None
+        try:
+            try:
+                if task.soft_timeout:
+                    limit = self._soft_limits.begin(task.soft_timeout)
+                value = task.function(*self._call_arguments(running, task), **job.kwargs)
+            finally:
+                if limit is not None:
+                    self._soft_limits.end(limit)
+        except BaseException as error:  # SystemExit in a task must not end the worker thread
+            return outcome_of_error(task, job.attempt, job.max_attempts, error)
+        return outcome_of_return(task, value)
+
+    async def _run_async(self, running: Running, task: Task[Any, Any]) -> Outcome:
+        running.async_task = asyncio.current_task()
+        if running.cancel_requested:
+            return CANCELLED_BEFORE_START
+        with self._lock:
+            self._async_jobs.add(running)
+        try:
+            return await self._await_task(running, task)
+        finally:
+            with self._lock:
+                self._async_jobs.discard(running)
+
+    async def _await_task(self, running: Running, task: Task[Any, Any]) -> Outcome:
+        job = running.job
+        started = time.monotonic()
+        try:
+            coroutine = task.function(*self._call_arguments(running, task), **job.kwargs)
+            if task.timeout:
+                value = await asyncio.wait_for(coroutine, task.timeout)
+            else:
+                value = await coroutine
+        except asyncio.CancelledError as error:
+            if running.cancel_requested:
+                return Outcome("cancelled", "failed", error="CancelledError: the job was cancelled")
+            return outcome_of_error(task, job.attempt, job.max_attempts, error)
+        except asyncio.TimeoutError as error:
+            if task.timeout and time.monotonic() - started >= task.timeout:
+                return _retry.after_timeout(
+                    task.timeout,
+                    attempt=job.attempt,
+                    max_attempts=job.max_attempts,
+                    policy=policy_of(task),
+                )
+            return outcome_of_error(task, job.attempt, job.max_attempts, error)
+        except BaseException as error:
+            return outcome_of_error(task, job.attempt, job.max_attempts, error)
+        return outcome_of_return(task, value)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    try:
+                        loop.run_forever()
+                    finally:
+                        loop.run_until_complete(loop.shutdown_asyncgens())
+                        loop.close()
+
+                thread = threading.Thread(target=run, name="pgtasks-async", daemon=True)
+                thread.start()
+                ready.wait()
+                self._loop, self._loop_thread = loop, thread
+                threshold = self.options.loop_lag_threshold
+                if threshold:
+                    self._lag_monitor = LoopLagMonitor(loop, thread, threshold, self._on_loop)
+                    self._lag_monitor.start()
+            return self._loop
+
+    def _on_loop(self, current: asyncio.Task[object] | None) -> str:
+        """Names the async job(s) on the loop: the current one when it is known."""
+        with self._lock:
+            candidates = list(self._async_jobs)
+        blocking = [running for running in candidates if running.async_task is current]
+
+        def name(running: Running) -> str:
+            return f"async task {running.job.task_name} (job {running.job.id})"
+
+        if blocking:
+            return name(blocking[0])
+        if candidates:
+            return "one of " + ", ".join(name(running) for running in candidates)
+        return "no pgtasks job (a callback or another library's task)"
+
+    # -- stopping --
+    def take_unstarted(self) -> list[Running]:
+        """Withdraw the jobs still waiting for a slot (they never ran; the worker releases them)."""
+        with self._lock:
+            waiting, self._local_waiting = list(self._local_waiting), collections.deque()
+        if self._pool is not None:
+            tokens = set(self._pool.withdraw_pending())
+            with self._lock:
+                waiting += [self._pool_jobs.pop(token) for token in tokens & set(self._pool_jobs)]
+        return waiting
+
+    def stop_processes(self) -> None:
+        """Terminate the pool's children (SIGTERM, then SIGKILL); return once they are gone.
+
+        Their running jobs are not reported: the worker releases them.
+        """
+        if self._pool is not None:
+            self._pool.close()
+
+    def cancel_async(self) -> None:
+        """Cancel every running coroutine (used when a shutdown deadline passes)."""
+        loop = self._loop
+        if loop is None:
+            return
+
+        def cancel_all() -> None:
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+
+        loop.call_soon_threadsafe(cancel_all)
+
+    def shutdown(self) -> None:
+        """Stop accepting work; running threads are not waited for (the worker decides)."""
+        self._threads.shutdown()
+        self._soft_limits.stop()
+        if self._lag_monitor is not None:
+            self._lag_monitor.stop()
+        self.stop_processes()
+        loop, thread = self._loop, self._loop_thread
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5.0)

@@ -1,0 +1,183 @@
+"""StoreBase: statement rendering and the two thin executors (sync and async).
+
+The Store (``_store.py``) and its per-area query mixins (``_store_*.py``) build on it;
+no other module runs SQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, overload
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.rows import dict_row, tuple_row
+
+from .._errors import SchemaNotMigratedError
+from ..sql import load_queries
+
+Params = Mapping[str, Any]
+Row = dict[str, Any]
+
+#: A text-format placeholder (``%(name)s``), not an escaped ``%%``.
+_TEXT_PLACEHOLDER = re.compile(rb"(?<!%)%\((\w+)\)s")
+
+#: First key of every advisory lock pgtasks takes ("pgtk"); the second is per purpose.
+ADVISORY_LOCK_CLASS_MIGRATE = 0x7067746B
+#: First key of the beat leader lock (a session lock on beat's own connection).
+ADVISORY_LOCK_CLASS_BEAT = 0x70677462
+
+
+def notification_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's jobs."""
+    return f"pgtasks.{schema}"
+
+
+#: Errors that mean the schema is missing or older than the code.
+_NOT_MIGRATED = (
+    pg_errors.UndefinedTable,
+    pg_errors.InvalidSchemaName,
+    pg_errors.UndefinedColumn,
+    pg_errors.UndefinedFunction,
+)
+
+
+def not_migrated_error(schema: str, error: psycopg.Error) -> SchemaNotMigratedError:
+    return SchemaNotMigratedError(
+        f"the pgtasks schema {schema!r} is missing or out of date"
+        f" ({error.diag.message_primary}):"
+        " run `pgtasks migrate -A module:app` (or app.migrate())"
+    )
+
+
+@contextlib.contextmanager
+def translate_errors(schema: str) -> Iterator[None]:
+    """Turn "relation does not exist"-style errors into an actionable SchemaNotMigratedError."""
+    try:
+        yield
+    except _NOT_MIGRATED as error:
+        raise not_migrated_error(schema, error) from error
+
+
+class StoreBase:
+    """Rendered statements of one schema, and how to run them."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.channel = notification_channel(schema)
+        #: Finished jobs (payload "id,id,…"): result waiters listen here.
+        self.done_channel = f"{self.channel}.done"
+        #: Cancellation requests for running jobs (payload: the id): workers listen here.
+        self.cancel_channel = f"{self.channel}.cancel"
+        self._identifier = sql.Identifier(schema)
+        self._statements: dict[str, bytes] = {
+            name: self._render(query.text) for name, query in load_queries().items()
+        }
+        #: Statements whose parameters are sent in binary (``%(name)b``): arrays of many
+        #: values dump several times faster so, and the server parses them faster too.
+        self._binary_statements: dict[str, bytes] = {
+            name: _TEXT_PLACEHOLDER.sub(rb"%(\1)b", text) for name, text in self._statements.items()
+        }
+
+    def _render(self, text: str) -> bytes:
+        composed = sql.SQL(text).format(
+            schema=self._identifier,
+            channel=sql.Literal(self.channel),
+            done_channel=sql.Literal(self.done_channel),
+            cancel_channel=sql.Literal(self.cancel_channel),
+        )
+        return composed.as_string(None).encode()
+
+    # -- executors --
+    @overload
+    def _rows(
+        self,
+        conn: psycopg.Connection[Any],
+        name: str,
+        params: Params | None,
+        *,
+        binary: bool = ...,
+        tuples: Literal[False] = ...,
+    ) -> list[Row]: ...
+
+    @overload
+    def _rows(
+        self,
+        conn: psycopg.Connection[Any],
+        name: str,
+        params: Params | None,
+        *,
+        binary: bool = ...,
+        tuples: Literal[True],
+    ) -> list[tuple[Any, ...]]: ...
+
+    def _rows(
+        self,
+        conn: psycopg.Connection[Any],
+        name: str,
+        params: Params | None,
+        *,
+        binary: bool = False,
+        tuples: bool = False,
+    ) -> list[Row] | list[tuple[Any, ...]]:
+        """Run a named statement; ``binary`` sends its parameters in binary format;
+        ``tuples`` returns plain tuples (cheaper than dicts) of a statement that returns rows.
+        """
+        statement = (self._binary_statements if binary else self._statements)[name]
+        try:
+            if tuples:
+                # Hot path (enqueue): the statement returns rows, so no description check.
+                with conn.cursor(row_factory=tuple_row) as cursor:
+                    cursor.execute(statement, params)
+                    return cursor.fetchall()
+            with conn.cursor(row_factory=dict_row) as dict_cursor:
+                dict_cursor.execute(statement, params)
+                return dict_cursor.fetchall() if dict_cursor.description is not None else []
+        except _NOT_MIGRATED as error:
+            raise not_migrated_error(self.schema, error) from error
+
+    @overload
+    async def _arows(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        name: str,
+        params: Params | None,
+        *,
+        binary: bool = ...,
+        tuples: Literal[False] = ...,
+    ) -> list[Row]: ...
+
+    @overload
+    async def _arows(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        name: str,
+        params: Params | None,
+        *,
+        binary: bool = ...,
+        tuples: Literal[True],
+    ) -> list[tuple[Any, ...]]: ...
+
+    async def _arows(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        name: str,
+        params: Params | None,
+        *,
+        binary: bool = False,
+        tuples: bool = False,
+    ) -> list[Row] | list[tuple[Any, ...]]:
+        statement = (self._binary_statements if binary else self._statements)[name]
+        try:
+            if tuples:
+                async with conn.cursor(row_factory=tuple_row) as cursor:
+                    await cursor.execute(statement, params)
+                    return await cursor.fetchall()
+            async with conn.cursor(row_factory=dict_row) as dict_cursor:
+                await dict_cursor.execute(statement, params)
+                return await dict_cursor.fetchall() if dict_cursor.description is not None else []
+        except _NOT_MIGRATED as error:
+            raise not_migrated_error(self.schema, error) from error

@@ -1,0 +1,124 @@
+"""Connections: DSN resolution, password redaction, pools and the reconnect policy."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+import tenacity
+from psycopg import conninfo
+
+from .._errors import DatabaseUnavailableError
+
+logger = logging.getLogger("pgtasks.db")
+
+T = TypeVar("T")
+
+#: Environment variables consulted, in order, when App(dsn=...) is not given.
+DSN_ENVIRONMENT = ("PGTASKS_DSN", "DATABASE_URL")
+
+_URL_PASSWORD = re.compile(r"(?P<head>postgres(?:ql)?://[^:/@?#]*:)(?P<password>[^@/]*)(?=@)")
+_KEYWORD_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<password>'(?:[^'\\]|\\.)*'|\S+)")
+
+
+def resolve_dsn(explicit: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The DSN to use: explicit > PGTASKS_DSN > DATABASE_URL > None (embedded)."""
+    if explicit:
+        return explicit
+    environ = os.environ if environ is None else environ
+    for name in DSN_ENVIRONMENT:
+        value = environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """Hide passwords in a DSN (URL or key=value form) or in any text that may hold one."""
+    text = _URL_PASSWORD.sub(lambda match: match["head"] + "***", text)
+    text = _KEYWORD_PASSWORD.sub(lambda match: match["head"] + "***", text)
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def dsn_password(dsn: str) -> str | None:
+    try:
+        password = conninfo.conninfo_to_dict(dsn).get("password")
+        return str(password) if password else None
+    except psycopg.ProgrammingError:
+        return None
+
+
+def describe_dsn(dsn: str) -> str:
+    """``host:port/dbname`` for logs; never the password."""
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return redact(dsn)
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    if host.startswith("/"):
+        host = f"socket {host}"
+    port = params.get("port")
+    database = params.get("dbname") or params.get("user") or "postgres"
+    return f"{host}{':' + str(port) if port else ''}/{database}"
+
+
+def retrying_call(function: Callable[[], T], *, attempts: int, describe: str) -> T:
+    """Call ``function``, retrying a broken connection (OperationalError) with backoff.
+
+    Pool timeouts are not retried here: the pool already waited ``connect_timeout``.
+    """
+    from psycopg_pool import PoolTimeout
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
+        retry=tenacity.retry_if_exception(
+            lambda error: (
+                isinstance(error, psycopg.OperationalError) and not isinstance(error, PoolTimeout)
+            )
+        ),
+        reraise=True,
+        before_sleep=lambda state: logger.warning(
+            "database error on %s, retrying (attempt %d): %s",
+            describe,
+            state.attempt_number,
+            state.outcome.exception() if state.outcome else "",
+        ),
+    )
+    return retrying(function)
+
+
+def unavailable_error(dsn: str, cause: BaseException | None, timeout: float) -> Exception:
+    """A DatabaseUnavailableError naming the server (never the password) and the cause."""
+    password = dsn_password(dsn)
+    detail = redact(str(cause), (password,) if password else ()) if cause else "no connection"
+    detail = " ".join(detail.split())  # libpq's messages span lines; keep errors on one
+    return DatabaseUnavailableError(
+        f"cannot reach PostgreSQL at {describe_dsn(dsn)} within {timeout:g} s: {detail.strip()}"
+        " (is the server running, and is PGTASKS_DSN right?)"
+    )
+
+
+def probe_connection_error(dsn: str, timeout: float) -> BaseException | None:
+    """Try one direct connection to learn why the pool cannot connect."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=max(1, int(timeout))):
+            return None
+    except psycopg.Error as error:
+        return error
+
+
+def pool_kwargs() -> dict[str, Any]:
+    return {"autocommit": True}
+
+
+def embedded_data_dir(configured: str | os.PathLike[str] | None) -> Path:
+    return Path(configured or os.environ.get("PGTASKS_EMBEDDED_DIR") or ".pgtasks").resolve()

@@ -1,0 +1,38 @@
+"""DoctorQueries: the Store's read-only queries for ``pgtasks doctor`` (``sql/doctor.sql``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from .base import Row, StoreBase
+
+
+class DoctorQueries(StoreBase):
+    """Facts about the server and the schema's tables; nothing here writes."""
+
+    def get_oldest_snapshot(self, conn: psycopg.Connection[Any]) -> Row | None:
+        rows = self._rows(conn, "get_oldest_snapshot", None)
+        return rows[0] if rows else None
+
+    def get_replication_slots(self, conn: psycopg.Connection[Any]) -> list[Row]:
+        return self._rows(conn, "get_replication_slots", None)
+
+    def get_prepared_transactions(self, conn: psycopg.Connection[Any]) -> list[Row]:
+        return self._rows(conn, "get_prepared_transactions", None)
+
+    def get_table_health(self, conn: psycopg.Connection[Any]) -> list[Row]:
+        return self._rows(conn, "get_table_health", {"schema": self.schema})
+
+    def get_index_sizes(self, conn: psycopg.Connection[Any]) -> list[Row]:
+        return self._rows(conn, "get_index_sizes", {"schema": self.schema})
+
+    def get_stuck_jobs(self, conn: psycopg.Connection[Any], *, lease_timeout: float) -> Row:
+        return self._rows(conn, "get_stuck_jobs", {"lease_timeout": lease_timeout})[0]
+
+    def get_backlog(self, conn: psycopg.Connection[Any]) -> Row:
+        return self._rows(conn, "get_backlog", None)[0]
+
+    def get_connection_usage(self, conn: psycopg.Connection[Any]) -> Row:
+        return self._rows(conn, "get_connection_usage", None)[0]

@@ -1,0 +1,45 @@
+"""Store queries of metrics and of ``pgtasks.testing`` (``sql/metrics.sql``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from .base import StoreBase
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueDepth:
+    """Jobs of one queue at one moment: ``pending`` due now, and ``running``."""
+
+    queue: str
+    pending: int
+    running: int
+
+
+def _queues_param(queues: Sequence[str] | None) -> dict[str, Any]:
+    return {"queues": list(queues) if queues is not None else None}
+
+
+class MetricsQueries(StoreBase):
+    """Counts for metrics and ``pgtasks.testing`` (never SKIP LOCKED), and test schemas."""
+
+    def get_queue_depths(
+        self, conn: psycopg.Connection[Any], queues: Sequence[str] | None = None
+    ) -> list[QueueDepth]:
+        """Queues (all, or those named) that have due pending or running jobs."""
+        rows = self._rows(conn, "get_queue_depths", _queues_param(queues))
+        return [QueueDepth(row["queue"], int(row["pending"]), int(row["running"])) for row in rows]
+
+    def count_scheduled_jobs(
+        self, conn: psycopg.Connection[Any], queues: Sequence[str] | None = None
+    ) -> int:
+        rows = self._rows(conn, "count_scheduled_jobs", _queues_param(queues))
+        return int(rows[0]["scheduled"])
+
+    def drop_schema(self, conn: psycopg.Connection[Any]) -> None:
+        """Drop this store's schema with everything in it (throwaway test schemas only)."""
+        self._rows(conn, "drop_schema", None)

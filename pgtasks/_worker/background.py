@@ -1,0 +1,139 @@
+"""A second finish-and-claim round trip in flight, on its own connection and thread.
+
+The worker's loop writes outcomes and claims jobs in one round trip (see
+``Store.finish_and_claim_jobs``). While one round trip is on the server, the loop can
+only wait; with a second connection it can start the next one meanwhile, so the server
+works on two exchanges at once (one backend each) and the loop's own work overlaps
+them. The loop thread keeps every piece of worker state: it prepares an
+:class:`Exchange` (immutable inputs), this thread only runs it, and the loop applies the
+result when it is done. Nothing here touches the worker's jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+if TYPE_CHECKING:
+    from .._execution.executor import Running
+    from .._retry import Outcome
+    from .._store.base import Row
+    from .._store.store import ClaimPosition
+
+#: (id, attempt, status, result JSON, error, retry delay) of one finished attempt.
+OutcomeRow = tuple[int, int, str, "str | None", "str | None", float]
+
+
+@dataclasses.dataclass
+class Exchange:
+    """One round trip: the outcomes to write (per lease owner) and the jobs to claim."""
+
+    batch: list[tuple[Running, Outcome]]
+    finished: Sequence[tuple[int, Sequence[OutcomeRow]]]
+    limit: int
+    after: ClaimPosition | None
+    task_names: list[str] | None
+    #: The registration the round trip ran under (the lease owner of what it claimed).
+    owner: int = 0
+    accepted: dict[int, str] = dataclasses.field(default_factory=dict)
+    rows: list[Row] = dataclasses.field(default_factory=list)
+    error: psycopg.Error | None = None
+    #: Whether the error broke the connection (vs. the server refusing the statement).
+    broken: bool = False
+    #: How long the round trip took.
+    seconds: float = 0.0
+
+
+class BackgroundExchanger:
+    """Runs one :class:`Exchange` at a time on its own connection, off the loop thread."""
+
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        run: Callable[[psycopg.Connection[Any], Exchange], None],
+        on_done: Callable[[], None],
+        *,
+        name: str,
+    ) -> None:
+        self._connect = connect
+        self._run = run
+        self._on_done = on_done
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Condition()
+        self._request: Exchange | None = None
+        self._done: Exchange | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        """An exchange was submitted and its result not taken yet."""
+        with self._lock:
+            return self._request is not None or self._done is not None
+
+    def submit(self, exchange: Exchange) -> None:
+        with self._lock:
+            if self._request is not None or self._done is not None:
+                raise RuntimeError("the background exchange is busy")
+            self._request = exchange
+            self._lock.notify_all()
+
+    def take(self) -> Exchange | None:
+        """The finished exchange, if there is one (it is then no longer busy)."""
+        with self._lock:
+            done, self._done = self._done, None
+            return done
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until the submitted exchange (if any) is done; False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._request is None, timeout)
+
+    def close(self) -> None:
+        """Stop the thread after its current exchange; close the connection."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        self._thread.join(1.0)
+        if not self._thread.is_alive():
+            self._drop()
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self._request is not None or self._closed)
+                if self._closed:
+                    return
+                exchange = self._request
+            if exchange is None:
+                continue
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = self._connect()
+                self._run(self._conn, exchange)
+            except psycopg.Error as error:
+                exchange.error = error
+                exchange.broken = self._conn is None or self._conn.broken
+                if exchange.broken:
+                    self._drop()
+            except BaseException as error:  # a bug: report it as a broken exchange
+                exchange.error = psycopg.InterfaceError(f"background exchange failed: {error!r}")
+                exchange.broken = True
+                self._drop()
+            with self._lock:
+                self._request = None
+                self._done = exchange
+                self._lock.notify_all()
+            self._on_done()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()

@@ -1,0 +1,402 @@
+"""Prometheus metrics of a worker (``pip install 'pgtasks[metrics]'``).
+
+:class:`WorkerMetrics` is a worker observer (``Worker(app, observers=[metrics])``) with
+a ``CollectorRegistry`` of its own, so two workers in one process never share series.
+Counters and histograms are updated from the worker's events; the busy-slot gauges
+are read from the worker when Prometheus scrapes; queue depths are sampled every
+``queue_depth_interval`` seconds by a thread on a connection of its own.
+``serve(port, host)`` exposes the registry over HTTP (``pgtasks worker --metrics-port``).
+
+Series (``task`` and ``queue`` labels come from the job)::
+
+    pgtasks_jobs_started_total{task,queue}      attempts handed to the executor
+    pgtasks_jobs_succeeded_total{task,queue}    attempts that ended done
+    pgtasks_jobs_retried_total{task,queue}      attempts that scheduled another attempt
+    pgtasks_jobs_failed_total{task,queue}       attempts that left the job failed
+    pgtasks_jobs_cancelled_total{task,queue}    attempts that ended cancelled
+    pgtasks_job_duration_seconds{task,queue}    histogram: run time of an attempt
+    pgtasks_job_start_latency_seconds{task,queue}
+                                                histogram: claimed_at - max(run_at, created_at),
+                                                database time (how long a due job waited)
+    pgtasks_worker_busy_slots                   jobs running in this worker now
+    pgtasks_worker_slots                        this worker's concurrency
+    pgtasks_queue_depth{queue}                  pending jobs that are due (sampled)
+    pgtasks_queue_running_jobs{queue}           running jobs, all workers (sampled)
+    pgtasks_queue_depth_sampled_timestamp_seconds
+                                                when the last sample succeeded (Unix time)
+    pgtasks_worker_info{name,schema,queues,version}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .._errors import ConfigurationError
+from .events import WorkerEvents
+from .services import ErrorLog
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.core import Metric
+
+    from .._app.app import App
+    from .._execution.executor import ClaimedJob
+    from .worker import Worker
+
+logger = logging.getLogger("pgtasks.metrics")
+
+#: Job run times: milliseconds to an hour.
+DURATION_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0
+)  # fmt: skip
+#: Waits of due jobs: LISTEN wake-ups take milliseconds, a backlog minutes.
+LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    300.0, 900.0, 3600.0,
+)  # fmt: skip
+DEFAULT_QUEUE_DEPTH_INTERVAL = 15.0
+#: A depth query that takes longer than this is cancelled (and logged).
+QUEUE_DEPTH_STATEMENT_TIMEOUT_MS = 10_000
+JOB_LABELS = ("task", "queue")
+
+
+def _require_prometheus() -> None:
+    """prometheus_client is imported where it is used: this module loads without it."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ConfigurationError(
+            "pgtasks metrics need prometheus-client: pip install 'pgtasks[metrics]'"
+        ) from None
+
+
+def outcome_series(outcome: str, job: ClaimedJob) -> str | None:
+    """Which counter an attempt's outcome adds to: succeeded, retried, failed or cancelled.
+
+    A timeout schedules another attempt unless it was the last one (as in ``_retry``).
+    ``pgtasks.testing`` counts outcomes the same way (without prometheus_client).
+    """
+    if outcome == "done":
+        return "succeeded"
+    if outcome == "retry":
+        return "retried"
+    if outcome == "timeout":
+        return "retried" if job.attempt < job.max_attempts else "failed"
+    if outcome in ("failed", "discarded"):
+        return "failed"
+    if outcome == "cancelled":
+        return "cancelled"
+    return None
+
+
+def start_latency(job: ClaimedJob) -> float:
+    """Seconds between the moment a job was due and its claim (database clock)."""
+    due = max(job.run_at, job.created_at)
+    return max(0.0, (job.claimed_at - due).total_seconds())
+
+
+class QueueDepthCollector:
+    """Serves the last queue-depth sample; queues that emptied since report 0."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}
+        self._running: dict[str, int] = {}
+        self._sampled_at: float | None = None
+
+    def update(self, depths: Iterable[tuple[str, int, int]], expected: Iterable[str] = ()) -> None:
+        """Replace the sample with ``(queue, pending, running)`` rows."""
+        with self._lock:
+            pending = dict.fromkeys([*self._pending, *expected], 0)
+            running = dict.fromkeys([*self._running, *expected], 0)
+            for queue_name, pending_count, running_count in depths:
+                pending[queue_name] = pending_count
+                running[queue_name] = running_count
+            self._pending, self._running = pending, running
+            self._sampled_at = time.time()
+
+    def collect(self) -> Iterable[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        with self._lock:
+            pending, running = dict(self._pending), dict(self._running)
+            sampled_at = self._sampled_at
+        depth = GaugeMetricFamily(
+            "pgtasks_queue_depth",
+            "Pending jobs that are due, per queue (sampled from the database).",
+            labels=["queue"],
+        )
+        busy = GaugeMetricFamily(
+            "pgtasks_queue_running_jobs",
+            "Running jobs per queue, held by any worker (sampled from the database).",
+            labels=["queue"],
+        )
+        for queue_name in sorted(pending):
+            depth.add_metric([queue_name], pending[queue_name])
+            busy.add_metric([queue_name], running[queue_name])
+        yield depth
+        yield busy
+        if sampled_at is not None:
+            yield GaugeMetricFamily(
+                "pgtasks_queue_depth_sampled_timestamp_seconds",
+                "Unix time of the last successful queue-depth sample.",
+                value=sampled_at,
+            )
+
+
+class QueueDepthSampler:
+    """A thread that samples queue depths every ``interval`` seconds on its own connection."""
+
+    def __init__(
+        self,
+        app: App,
+        queues: Sequence[str] | None,
+        collector: QueueDepthCollector,
+        *,
+        interval: float,
+        name: str,
+    ) -> None:
+        self.app = app
+        self.queues = list(queues) if queues is not None else None
+        self.collector = collector
+        self.interval = interval
+        self.name = name
+        self.stopping = threading.Event()
+        self.errors = ErrorLog(f"queue-depth sampler of worker {name}")
+        self.thread = threading.Thread(target=self._run, name="pgtasks-metrics", daemon=True)
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.stopping.set()
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(timeout)
+
+    def sample_once(self) -> None:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self.app.dsn,
+                autocommit=True,
+                connect_timeout=max(1, round(self.app.connect_timeout)),
+                application_name=f"pgtasks metrics {self.name}"[:63],
+                options=f"-c statement_timeout={QUEUE_DEPTH_STATEMENT_TIMEOUT_MS}",
+            )
+        depths = self.app.store.get_queue_depths(self._conn, self.queues)
+        self.collector.update(
+            ((depth.queue, depth.pending, depth.running) for depth in depths),
+            expected=self.queues or (),
+        )
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.sample_once()
+                self.errors.recovered()
+            except psycopg.Error as error:
+                self.errors.failed(error)
+                self._drop_connection()
+            except Exception:
+                logger.exception("queue-depth sampler of worker %s failed; continuing", self.name)
+            self.stopping.wait(self.interval)
+        self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+
+class WorkerMetrics(WorkerEvents):
+    """Prometheus metrics of one worker, in a registry of their own (``self.registry``)."""
+
+    def __init__(
+        self,
+        *,
+        queue_depth_interval: float = DEFAULT_QUEUE_DEPTH_INTERVAL,
+        process_metrics: bool = True,
+    ) -> None:
+        _require_prometheus()
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+        from prometheus_client.process_collector import ProcessCollector
+
+        if (
+            isinstance(queue_depth_interval, bool)
+            or not isinstance(queue_depth_interval, (int, float))
+            or queue_depth_interval <= 0
+        ):
+            raise ConfigurationError(
+                "queue_depth_interval= must be a positive number of seconds,"
+                f" got {queue_depth_interval!r}"
+            )
+        self.queue_depth_interval = float(queue_depth_interval)
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        if process_metrics:
+            ProcessCollector(registry=registry)
+        self.jobs_started = Counter(
+            "pgtasks_jobs_started", "Job attempts started.", JOB_LABELS, registry=registry
+        )
+        self.jobs_succeeded = Counter(
+            "pgtasks_jobs_succeeded", "Job attempts that ended done.", JOB_LABELS, registry=registry
+        )
+        self.jobs_retried = Counter(
+            "pgtasks_jobs_retried",
+            "Job attempts that failed and scheduled another attempt.",
+            JOB_LABELS,
+            registry=registry,
+        )
+        self.jobs_failed = Counter(
+            "pgtasks_jobs_failed",
+            "Job attempts that left the job failed (out of attempts, discarded, or not retryable).",
+            JOB_LABELS,
+            registry=registry,
+        )
+        self.jobs_cancelled = Counter(
+            "pgtasks_jobs_cancelled",
+            "Job attempts that ended cancelled.",
+            JOB_LABELS,
+            registry=registry,
+        )
+        self.job_duration = Histogram(
+            "pgtasks_job_duration_seconds",
+            "Run time of job attempts whose outcome was recorded.",
+            JOB_LABELS,
+            registry=registry,
+            buckets=DURATION_BUCKETS,
+        )
+        self.job_start_latency = Histogram(
+            "pgtasks_job_start_latency_seconds",
+            "Time from a job being due (max of run_at and created_at) to its claim,"
+            " database clock.",
+            JOB_LABELS,
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.busy_slots = Gauge(
+            "pgtasks_worker_busy_slots", "Jobs running in this worker.", registry=registry
+        )
+        self.busy_slots.set_function(self._busy_slots)
+        self.slots = Gauge(
+            "pgtasks_worker_slots", "Jobs this worker runs at once at most.", registry=registry
+        )
+        self.slots.set_function(self._slots)
+        self.worker_info = Info(
+            "pgtasks_worker", "The worker this registry describes.", registry=registry
+        )
+        self.queue_depths = QueueDepthCollector()
+        registry.register(self.queue_depths)
+        self._outcome_counters = {
+            "succeeded": self.jobs_succeeded,
+            "retried": self.jobs_retried,
+            "failed": self.jobs_failed,
+            "cancelled": self.jobs_cancelled,
+        }
+        self._worker: Worker | None = None
+        self._sampler: QueueDepthSampler | None = None
+        self._server: WSGIServer | None = None
+        self._server_thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"<WorkerMetrics worker={self._worker!r} address={self.address}>"
+
+    # -- HTTP --
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serve ``/metrics`` on ``host:port`` in a daemon thread; returns the bound port.
+
+        ``port=0`` picks a free port. Raises ConfigurationError when the address is taken.
+        """
+        from prometheus_client import start_http_server
+
+        if self._server is not None:
+            raise RuntimeError(f"metrics are already served on {self.address}")
+        try:
+            server, thread = start_http_server(port, host, registry=self.registry)
+        except OSError as error:
+            raise ConfigurationError(
+                f"cannot serve metrics on {host}:{port}: {error.strerror or error}"
+            ) from None
+        self._server, self._server_thread = server, thread
+        logger.info("serving Prometheus metrics on http://%s/metrics", self.address)
+        return int(server.server_port)
+
+    @property
+    def address(self) -> str | None:
+        """``host:port`` the metrics are served on, or None."""
+        if self._server is None:
+            return None
+        address = self._server.server_address
+        host = address[0].decode() if isinstance(address[0], bytes) else str(address[0])
+        port = self._server.server_port
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def close(self) -> None:
+        """Stop the HTTP server and the queue-depth sampler."""
+        self._stop_sampler()
+        server, self._server = self._server, None
+        thread, self._server_thread = self._server_thread, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(5.0)
+
+    # -- scrape-time gauges --
+    def _busy_slots(self) -> float:
+        worker = self._worker
+        return float(worker.running_jobs) if worker is not None else 0.0
+
+    def _slots(self) -> float:
+        worker = self._worker
+        return float(worker.concurrency) if worker is not None else 0.0
+
+    def _stop_sampler(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop()
+
+    # -- worker events --
+    def worker_started(self, worker: Worker) -> None:
+        from .. import __version__
+
+        self._worker = worker
+        self.worker_info.info(
+            {
+                "name": worker.name,
+                "schema": worker.app.schema,
+                "queues": ",".join(worker.queues) if worker.queues else "*",
+                "version": __version__,
+            }
+        )
+        self._stop_sampler()
+        self._sampler = QueueDepthSampler(
+            worker.app,
+            worker.queues,
+            self.queue_depths,
+            interval=self.queue_depth_interval,
+            name=worker.name,
+        )
+        self._sampler.start()
+
+    def worker_stopped(self, worker: Worker) -> None:
+        self._stop_sampler()
+
+    def job_started(self, job: ClaimedJob) -> None:
+        self.jobs_started.labels(job.task_name, job.queue).inc()
+        self.job_start_latency.labels(job.task_name, job.queue).observe(start_latency(job))
+
+    def job_finished(self, job: ClaimedJob, outcome: str, duration: float) -> None:
+        self.job_duration.labels(job.task_name, job.queue).observe(max(0.0, duration))
+        series = outcome_series(outcome, job)
+        if series is not None:
+            self._outcome_counters[series].labels(job.task_name, job.queue).inc()

@@ -1,0 +1,389 @@
+"""Operations commands: ``pgtasks stats``, ``jobs list|show|retry|cancel``, ``workers``,
+``prune``. Registered onto ``pgtasks.cli.main`` when ``pgtasks.cli`` is imported.
+
+Each command reads or writes through the App's Store (reads never use SKIP LOCKED) and
+prints a table or, with ``--json``, one JSON document. A job id that does not exist is a
+one-line ``error:`` and exit code 1; malformed options are click usage errors (exit 2).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+import psycopg
+
+from .._app.app import App
+from .._errors import JobNotFoundError
+from .._operations import (
+    DURATION_FORMS,
+    NEVER,
+    RETRYABLE,
+    STATUSES,
+    QueueStats,
+    Stats,
+    WorkerInfo,
+    format_job,
+    format_jobs,
+    format_prune,
+    format_stats,
+    format_workers,
+    job_as_json,
+    parse_duration,
+    to_json,
+)
+from .._worker.pruner import DEFAULT_BATCH_SIZE, prune
+from ._common import app_option, guard, load_app
+
+T = TypeVar("T")
+
+#: Rows per UPDATE of ``jobs retry --all-failed``.
+RETRY_BATCH_SIZE = 1000
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
+)
+
+RETRY_RULE = (
+    "A retried job becomes pending and due now. Its attempts count is kept (its history"
+    " stays true) and max_attempts is extended so that at least one more attempt is"
+    " allowed: max_attempts = max(max_attempts, attempts + 1). last_error is kept until"
+    " the next attempt ends; result, lock, finished_at and the cancellation flag are cleared."
+)
+
+
+def _duration(*, allow_never: bool = False) -> Callable[..., float | None]:
+    """An option callback parsing ``90``, ``30s``, ``15m``, ``12h``, ``1d``, ``2w`` (and,
+    with ``allow_never``, ``never``: None) into seconds; anything else is a usage error.
+    """
+
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+        if value is None:
+            return None
+        if allow_never and value.strip().lower() == NEVER:
+            return None
+        try:
+            return parse_duration(value)
+        except ValueError:
+            forms = DURATION_FORMS + (f", or {NEVER!r}" if allow_never else "")
+            raise click.BadParameter(f"{value!r} is not a duration: use {forms}") from None
+
+    return convert
+
+
+def _run(app: App, operation: Callable[[psycopg.Connection[Any]], T], describe: str) -> T:
+    """Run ``operation`` on a pooled connection; pgtasks errors exit 1 with one line."""
+    result: T = guard(lambda: app._run(operation, describe=describe))
+    return result
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def _missing(job_id: int) -> NoReturn:
+    _fail(str(JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")))
+
+
+# -- stats ----------------------------------------------------------------------------------------
+def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
+    queues = [QueueStats.from_row(row) for row in app.store.get_queue_stats(conn)]
+    rows = app.store.list_workers(conn, since=0.0)
+    workers = [WorkerInfo.from_row(row, lease_timeout=app.lease_timeout) for row in rows]
+    return Stats(
+        now=rows[0]["now"] if rows else app.store.get_database_time(conn),
+        queues=queues,
+        live_workers=sum(worker.state == "live" for worker in workers),
+        silent_workers=sum(worker.state == "silent" for worker in workers),
+        lease_timeout=app.lease_timeout,
+    )
+
+
+@click.command()
+@app_option
+@json_option
+def stats(app_path: str, as_json: bool) -> None:
+    """Jobs per queue and status, oldest due job's wait, recent throughput, live workers.
+
+    Counts read every row, including rows workers hold locked (no SKIP LOCKED).
+    """
+    app = load_app(app_path)
+    with app:
+        result = _run(app, lambda conn: collect_stats(app, conn), "stats")
+    click.echo(to_json(result.as_json()) if as_json else format_stats(result))
+
+
+# -- jobs -----------------------------------------------------------------------------------------
+@click.group()
+def jobs() -> None:
+    """List, show, retry and cancel jobs."""
+
+
+@jobs.command("list")
+@app_option
+@click.option("--status", type=click.Choice(STATUSES), default=None, help="Only this status.")
+@click.option("--queue", default=None, help="Only this queue.")
+@click.option("--task", "task_name", default=None, help="Only this task name.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
+@json_option
+def list_command(
+    app_path: str,
+    status: str | None,
+    queue: str | None,
+    task_name: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """The newest jobs first, optionally filtered."""
+    app = load_app(app_path)
+    with app:
+        now, rows = _run(
+            app,
+            lambda conn: app.store.list_jobs(
+                conn, status=status, queue=queue, task_name=task_name, limit=limit
+            ),
+            "list jobs",
+        )
+    if as_json:
+        click.echo(to_json([job_as_json(job) for job in rows]))
+    else:
+        click.echo(format_jobs(now, rows))
+
+
+@jobs.command("show")
+@app_option
+@click.argument("job_id", type=int)
+@json_option
+def show_command(app_path: str, job_id: int, as_json: bool) -> None:
+    """Every field of one job: arguments, result, and last error with its traceback."""
+    app = load_app(app_path)
+    with app:
+
+        def read(conn: psycopg.Connection[Any]) -> Any:
+            return app.store.get_job(conn, job_id), app.store.get_database_time(conn)
+
+        job, now = _run(app, read, "show job")
+    if job is None:
+        _missing(job_id)
+    click.echo(to_json(job_as_json(job)) if as_json else format_job(job, now))
+
+
+@jobs.command("retry", epilog=RETRY_RULE)
+@app_option
+@click.argument("job_id", type=int, required=False)
+@click.option("--all-failed", is_flag=True, help="Retry every failed job (see --task).")
+@click.option("--task", "task_name", default=None, help="With --all-failed: only this task.")
+@json_option
+def retry_command(
+    app_path: str, job_id: int | None, all_failed: bool, task_name: str | None, as_json: bool
+) -> None:
+    """Put a failed or cancelled job (ID), or every failed job, back to pending, due now."""
+    if (job_id is None) == (not all_failed):
+        raise click.UsageError("give either a job ID or --all-failed")
+    if task_name is not None and not all_failed:
+        raise click.UsageError("--task filters --all-failed; it cannot be used with a job ID")
+    app = load_app(app_path)
+    with app:
+        if job_id is not None:
+            _retry_one(app, job_id, as_json)
+        else:
+            _retry_all_failed(app, task_name, as_json)
+
+
+def _retry_one(app: App, job_id: int, as_json: bool) -> None:
+    def retry(conn: psycopg.Connection[Any]) -> Any:
+        row = app.store.retry_job(conn, job_id)
+        if row is not None and row["retried"]:
+            app.store.notify_queue(conn, row["queue"])
+        return row
+
+    row = _run(app, retry, "retry job")
+    if row is None:
+        _missing(job_id)
+    if not row["retried"]:
+        _fail(
+            f"job {job_id} is {row['previous_status']}: only {' or '.join(RETRYABLE)}"
+            " jobs can be retried"
+        )
+    if as_json:
+        document = {
+            "id": job_id,
+            "retried": True,
+            "previous_status": row["previous_status"],
+            "status": "pending",
+            "attempts": row["attempts"],
+            "max_attempts": row["max_attempts"],
+        }
+        click.echo(to_json(document))
+    else:
+        click.echo(
+            f"job {job_id} retried: {row['previous_status']} -> pending, due now"
+            f" ({row['attempts']} attempt(s) so far, max_attempts {row['max_attempts']})"
+        )
+
+
+def _retry_all_failed(app: App, task_name: str | None, as_json: bool) -> None:
+    def retry(conn: psycopg.Connection[Any]) -> list[int]:
+        ids: list[int] = []
+        queues: set[str] = set()
+        while True:
+            rows = app.store.retry_failed_jobs(conn, task_name=task_name, limit=RETRY_BATCH_SIZE)
+            ids += [row["id"] for row in rows]
+            queues |= {row["queue"] for row in rows}
+            if len(rows) < RETRY_BATCH_SIZE:
+                break
+        for queue in sorted(queues):
+            app.store.notify_queue(conn, queue)
+        return sorted(ids)
+
+    ids = _run(app, retry, "retry failed jobs")
+    if as_json:
+        click.echo(to_json({"retried": len(ids), "ids": ids, "task": task_name}))
+        return
+    which = f" of task {task_name}" if task_name else ""
+    listed = ": " + ", ".join(map(str, ids[:20])) + (" …" if len(ids) > 20 else "") if ids else ""
+    click.echo(f"retried {len(ids)} failed job(s){which}{listed}")
+
+
+@jobs.command("cancel")
+@app_option
+@click.argument("job_id", type=int)
+@json_option
+def cancel_command(app_path: str, job_id: int, as_json: bool) -> None:
+    """Cancel a job: pending jobs never run; running jobs are asked to stop.
+
+    Cancelling a finished job changes nothing and says so (exit code 0).
+    """
+    app = load_app(app_path)
+    with app:
+        result = guard(lambda: app.cancel(job_id))
+    outcome: str = result.outcome
+    status = str(result.status)
+    if as_json:
+        click.echo(to_json({"id": job_id, "outcome": outcome, "status": status}))
+    elif outcome == "cancelled":
+        click.echo(f"job {job_id} cancelled: it was pending and will not run")
+    elif outcome == "requested":
+        click.echo(
+            f"job {job_id} is running: cancellation requested; its worker stops it and"
+            " records it as cancelled"
+        )
+    else:
+        click.echo(f"job {job_id} already finished ({status}): nothing to cancel")
+
+
+# -- workers --------------------------------------------------------------------------------------
+@click.command()
+@app_option
+@click.option(
+    "--since",
+    metavar="DURATION",
+    default="1h",
+    callback=_duration(),
+    show_default=True,
+    help=f"Also list workers removed within this long ({DURATION_FORMS}).",
+)
+@json_option
+def workers(app_path: str, since: float, as_json: bool) -> None:
+    """Live workers and recently stopped or lost ones, with heartbeat age and running jobs.
+
+    States: live (heartbeat within the lease), silent (registered but past the lease, not
+    yet removed), stopped (deregistered at shutdown), lost (removed by a rescuer after a
+    lease without heartbeat), unknown (holds running jobs but is in neither table).
+    """
+    app = load_app(app_path)
+    with app:
+
+        def read(conn: psycopg.Connection[Any]) -> Any:
+            rows = app.store.list_workers(conn, since=since)
+            now = rows[0]["now"] if rows else app.store.get_database_time(conn)
+            return now, [WorkerInfo.from_row(row, lease_timeout=app.lease_timeout) for row in rows]
+
+        now, infos = _run(app, read, "list workers")
+    if as_json:
+        document = {
+            "now": now,
+            "lease_timeout": app.lease_timeout,
+            "workers": [info.as_json() for info in infos],
+        }
+        click.echo(to_json(document))
+    else:
+        click.echo(format_workers(now, infos))
+
+
+# -- prune ----------------------------------------------------------------------------------------
+@click.command("prune")
+@app_option
+@click.option(
+    "--done-older-than",
+    "done_after",
+    metavar="DURATION",
+    default=None,
+    callback=_duration(allow_never=True),
+    help="Delete done jobs finished longer ago than this [default: the app's"
+    f" prune_done_after, 1d unless configured; {NEVER!r}: keep them].",
+)
+@click.option(
+    "--failed-older-than",
+    "failed_after",
+    metavar="DURATION",
+    default=None,
+    callback=_duration(allow_never=True),
+    help="Delete failed and cancelled jobs finished longer ago than this [default: the"
+    f" app's prune_failed_after, 7d unless configured; {NEVER!r}: keep them].",
+)
+@click.option(
+    "--batch-size",
+    default=DEFAULT_BATCH_SIZE,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows per DELETE; each batch is its own short transaction.",
+)
+@json_option
+@click.pass_context
+def prune_command(
+    ctx: click.Context,
+    app_path: str,
+    done_after: float | None,
+    failed_after: float | None,
+    batch_size: int,
+    as_json: bool,
+) -> None:
+    """Delete finished jobs past their retention, in batches; never pending or running jobs.
+
+    Durations: seconds (90) or 30s, 15m, 12h, 1d, 2w; 0 deletes every finished job of
+    that kind and never keeps them. Workers also prune automatically (App(prune_done_after=...,
+    prune_failed_after=..., prune_interval=...)).
+    """
+    app = load_app(app_path)
+    if _defaulted(ctx, "done_after"):
+        done_after = app.prune_done_after
+    if _defaulted(ctx, "failed_after"):
+        failed_after = app.prune_failed_after
+    with app:
+        result = _run(
+            app,
+            lambda conn: prune(
+                app.store,
+                conn,
+                done_after=done_after,
+                failed_after=failed_after,
+                batch_size=batch_size,
+            ),
+            "prune",
+        )
+    if as_json:
+        document = result.as_json()
+        document["done_older_than"] = done_after
+        document["failed_older_than"] = failed_after
+        click.echo(to_json(document))
+    else:
+        click.echo(format_prune(result, done_after=done_after, failed_after=failed_after))
+
+
+def _defaulted(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is None or source is click.core.ParameterSource.DEFAULT

@@ -1,0 +1,166 @@
+"""``pgtasks worker``."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .._errors import PgTasksError
+from ._common import (
+    app_option,
+    configure_logging,
+    exit_now,
+    load_app,
+    log_format_option,
+    log_level_option,
+)
+from .executors import executor_options, worker_executor_options
+
+if TYPE_CHECKING:
+    from .._worker.metrics import WorkerMetrics
+
+
+@click.command()
+@app_option
+@click.option("-Q", "--queues", default=None, help="Comma-separated queues (default: all).")
+@click.option("-c", "--concurrency", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--shutdown-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds running jobs get to finish after SIGTERM/SIGINT before they are released.",
+)
+@click.option(
+    "--lease-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds without heartbeat before a worker's jobs are rescued [app: 30].",
+)
+@click.option(
+    "--heartbeat-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds between heartbeats [app: 5].",
+)
+@click.option(
+    "--rescue-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds between rescue passes [app: 5].",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds between claims when no notification arrives [app: 1].",
+)
+@click.option(
+    "--ignore-unknown",
+    is_flag=True,
+    help="Leave jobs of tasks this worker does not know pending instead of failing them.",
+)
+@click.option(
+    "--beat", "with_beat", is_flag=True, help="Also run the periodic scheduler in this process."
+)
+@click.option(
+    "--prefetch",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Jobs claimed beyond the free slots, to start as slots free up (short jobs only).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (needs pgtasks[metrics]).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics server binds (0.0.0.0: every interface).",
+)
+@click.option(
+    "--metrics-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=15.0,
+    show_default=True,
+    help="Seconds between queue-depth samples for the metrics.",
+)
+@executor_options
+@log_level_option
+@log_format_option
+def worker(
+    app_path: str,
+    queues: str | None,
+    concurrency: int,
+    shutdown_timeout: float,
+    lease_timeout: float | None,
+    heartbeat_interval: float | None,
+    rescue_interval: float | None,
+    poll_interval: float | None,
+    ignore_unknown: bool,
+    with_beat: bool,
+    prefetch: int,
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_interval: float,
+    log_level: str,
+    log_format: str,
+    **executor_flags: Any,
+) -> None:
+    """Claim and run jobs until SIGTERM/SIGINT (a second signal releases running jobs now)."""
+    from .._worker.beat import Beat
+    from .._worker.worker import Worker
+
+    configure_logging(log_level, log_format)
+    app = load_app(app_path)
+    metrics = None
+    try:
+        if metrics_port is not None:
+            metrics = _worker_metrics(metrics_port, metrics_host, metrics_interval)
+        job_worker = Worker(
+            app,
+            queues=queues.split(",") if queues else None,
+            concurrency=concurrency,
+            shutdown_timeout=shutdown_timeout,
+            lease_timeout=lease_timeout,
+            heartbeat_interval=heartbeat_interval,
+            rescue_interval=rescue_interval,
+            poll_interval=poll_interval,
+            ignore_unknown=ignore_unknown,
+            prefetch=prefetch,
+            observers=[metrics] if metrics is not None else (),
+            **worker_executor_options(app_path, app, executor_flags),
+        )
+        scheduler = Beat(app) if with_beat else None
+        if scheduler is not None:
+            # The worker's signal handlers stay in charge; beat stops after the worker.
+            threading.Thread(target=scheduler.run, name="pgtasks-beat", daemon=True).start()
+        try:
+            job_worker.run(install_signal_handlers=True)
+        finally:
+            if scheduler is not None:
+                scheduler.stop(timeout=5)
+            if metrics is not None:
+                metrics.close()
+    except PgTasksError as error:
+        click.echo(f"error: {error}", err=True)
+        exit_now(1)
+    app.close()
+    # Threads of tasks that outlived the shutdown deadline must not keep the process alive:
+    # their jobs were released and will run elsewhere.
+    exit_now(0)
+
+
+def _worker_metrics(port: int, host: str, interval: float) -> WorkerMetrics:
+    """A WorkerMetrics served on ``host:port``; ConfigurationError without the extra."""
+    from .._worker.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics(queue_depth_interval=interval)
+    metrics.serve(port, host)
+    return metrics
