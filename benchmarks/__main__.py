@@ -77,7 +77,7 @@ def reset_schema(dsn: str) -> None:
     from benchmarks.app import app
 
     app.close()
-    app._schema_checked = False
+    app.database.schema_checked = False
     app.migrate()
 
 

@@ -60,7 +60,7 @@ def backoff(attempt: int, policy: RetryPolicy, rng: random.Random | None = None)
     return nominal * (rng or random).uniform(0.5, 1.0)
 
 
-OutcomeKind = Literal["done", "retry", "failed", "discarded", "timeout", "lost", "cancelled"]
+OutcomeKind = Literal["done", "retry", "failed", "discarded", "timeout", "cancelled"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -209,10 +209,6 @@ def isolated_schema(dsn: str, *, prefix: str = "pgtasks_test_") -> Iterator[str]
             store.drop_schema(conn)
 
 
-#: The App attributes that name its database; saved and restored by use_test_database.
-_DATABASE_ATTRIBUTES = ("_configured_dsn", "_dsn", "schema", "store", "_schema_checked")
-
-
 @contextlib.contextmanager
 def use_test_database(app: App, dsn: str, schema: str) -> Iterator[App]:
     """Point ``app`` at ``dsn`` and ``schema`` inside the block, then put it back.
@@ -222,17 +218,8 @@ def use_test_database(app: App, dsn: str, schema: str) -> Iterator[App]:
     on exit, so no connection to either database outlives the switch. Not for use
     while a worker of ``app`` is running.
     """
-    schema = validate_schema_name(schema)
-    saved: dict[str, Any] = {name: getattr(app, name) for name in _DATABASE_ATTRIBUTES}
-    app.close()
-    app._configured_dsn = dsn
-    app._dsn = dsn
-    app.schema = schema
-    app.store = Store(schema)
-    app._schema_checked = False
+    saved = app.use_database(dsn, validate_schema_name(schema))
     try:
         yield app
     finally:
-        app.close()
-        for name, value in saved.items():
-            setattr(app, name, value)
+        app.restore_database(saved)

@@ -2,30 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import logging
 import os
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
 import psycopg
-import tenacity
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP035
 
 from .._cron import PeriodicOptions, Schedule
-from .._embedded import embedded_dsn
 from .._errors import (
     ConfigurationError,
     JobNotFoundError,
-    PoolExhaustedError,
     TaskRegistrationError,
     UnknownTaskError,
 )
@@ -33,7 +28,7 @@ from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._operations import retention_seconds
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from .._store import db as _db
-from .._store.migrate import Migrator, check_version
+from .._store.database import Database
 from .._store.store import Store
 from ..sql import Migration
 from .eager import arun_eagerly, run_eagerly
@@ -57,29 +52,24 @@ BULK_CHUNK = 5000
 
 #: Every App of this process, so that a forked child can let go of what it inherited.
 _apps: weakref.WeakSet[App] = weakref.WeakSet()
-#: In a forked child: the parent's pools and listeners, kept (never used, closed or
-#: garbage-collected, whose finalizers would act on the parent's connections).
+#: In a forked child: the parent's result listeners, kept (never used or closed).
 _inherited: list[object] = []
 
 
-def _forget_inherited_connections() -> None:
-    """``os.fork()`` hook (child side): drop the parent's pools without closing them.
+def _forget_inherited_listeners() -> None:
+    """``os.fork()`` hook (child side): the parent's result listener is not the child's.
 
-    Their sockets are the parent's sessions: closing or using them from the child would
-    break the parent. The child's first query opens pools of its own.
+    (The pools are let go of by the Database's own hook.)
     """
     for app in list(_apps):
-        _inherited.extend(
-            resource for resource in (app._pool, app._apool, app._results) if resource is not None
-        )
+        if app._results is not None:
+            _inherited.append(app._results)
         app._lock = threading.Lock()  # another thread may have held it during the fork
-        app._pool, app._pool_pid = None, 0
-        app._apool, app._apool_loop = None, None
         app._results, app._results_pid = None, 0
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_inherited_connections)
+    os.register_at_fork(after_in_child=_forget_inherited_listeners)
 
 
 def validate_schema_name(schema: object) -> str:
@@ -101,14 +91,6 @@ def _positive_seconds(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigurationError(f"{name}= must be a positive number of seconds, got {value!r}")
     return float(value)
-
-
-def _is_connection_failure(error: BaseException) -> bool:
-    """Errors worth a retry on a fresh connection: the connection broke, not the query."""
-    if not isinstance(error, psycopg.OperationalError) or isinstance(error, PoolTimeout):
-        return False
-    state = error.sqlstate
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
 class App:
@@ -143,10 +125,10 @@ class App:
         eager: bool = False,
     ) -> None:
         # An explicit schema="" is an error, not a request for the default.
-        self.schema = validate_schema_name(
+        schema = validate_schema_name(
             schema if schema is not None else os.environ.get("PGTASKS_SCHEMA") or "pgtasks"
         )
-        self._configured_dsn = _db.resolve_dsn(dsn)
+        configured_dsn = _db.resolve_dsn(dsn)
         self.embedded_dir: Path = _db.embedded_data_dir(embedded_dir)
         if not isinstance(default_queue, str) or not default_queue:
             raise ConfigurationError(
@@ -193,17 +175,13 @@ class App:
                 f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"
                 f" lease_timeout ({self.lease_timeout:g} s), or live workers would be rescued"
             )
-        self.store = Store(self.schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
-        self._dsn: str | None = None
-        self._pool: ConnectionPool[Any] | None = None
-        self._pool_pid = 0
-        self._apool: AsyncConnectionPool[Any] | None = None
-        self._apool_loop: asyncio.AbstractEventLoop | None = None
-        self._schema_checked = False
+        #: Connections: the DSN, pools, schema check and retried operations; its Store
+        #: holds every statement, rendered for the schema.
+        self.database = self._new_database(configured_dsn, schema)
         self._eager: contextvars.ContextVar[bool] = contextvars.ContextVar(
             f"pgtasks_eager_{id(self)}", default=eager
         )
@@ -218,17 +196,15 @@ class App:
     @property
     def dsn(self) -> str:
         """The DSN in use; starts the embedded server when none is configured."""
-        if self._dsn is None:
-            self._dsn = self._configured_dsn or embedded_dsn(self.embedded_dir)
-        return self._dsn
+        return self.database.dsn
 
     @property
     def uses_embedded(self) -> bool:
-        return self._configured_dsn is None
+        return self.database.configured_dsn is None
 
     def describe_database(self) -> str:
         """Where the app connects, for logs (never the password)."""
-        return _db.describe_dsn(self.dsn)
+        return self.database.describe()
 
     # -- tasks --
     @overload
@@ -330,213 +306,67 @@ class App:
             self.schedules[schedule.name] = schedule
         return schedule
 
-    # -- pools --
-    def _get_pool(self) -> ConnectionPool[Any]:
-        with self._lock:
-            pid = os.getpid()
-            if self._pool is None or self._pool_pid != pid:
-                # A pool inherited through fork() belongs to the parent: never reuse or close it.
-                pool: ConnectionPool[Any] = ConnectionPool(
-                    self.dsn,
-                    min_size=self.pool_min_size,
-                    max_size=self.pool_max_size,
-                    kwargs=_db.pool_kwargs(),
-                    timeout=self.connect_timeout,
-                    name=f"pgtasks-{self.schema}",
-                    open=False,
-                )
-                try:
-                    # Wait for the first connection(s): a first request that had to wait
-                    # would make the pool open one more connection at once, and a
-                    # one-by-one producer would then alternate between two server
-                    # processes for the pool's max_idle (about 20 µs more per enqueue).
-                    pool.open(wait=True, timeout=self.connect_timeout)
-                except PoolTimeout as error:  # the pool closed itself
-                    timeout: PoolTimeout | None = error
-                else:
-                    timeout = None
-                    self._pool, self._pool_pid = pool, pid
-            else:
-                return self._pool
-        if timeout is not None:
-            raise self._unavailable(timeout) from None
-        return pool
-
-    async def _get_apool(self) -> AsyncConnectionPool[Any]:
-        loop = asyncio.get_running_loop()
-        if self._apool is None or self._apool_loop is not loop:
-            apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                self.dsn,
-                min_size=self.pool_min_size,
-                max_size=self.pool_max_size,
-                kwargs=_db.pool_kwargs(),
-                timeout=self.connect_timeout,
-                name=f"pgtasks-{self.schema}-async",
-                open=False,
-            )
-            try:
-                # Waiting for the first connection keeps no connection attempt running in
-                # the background when a short-lived loop (asyncio.run) ends.
-                await apool.open(wait=True, timeout=self.connect_timeout)
-            except PoolTimeout as error:
-                await apool.close()
-                raise self._unavailable(error) from None
-            self._apool, self._apool_loop = apool, loop
-        return self._apool
-
-    def _unavailable(self, cause: BaseException | None) -> Exception:
-        if isinstance(cause, PoolTimeout) or cause is None:
-            probed = _db.probe_connection_error(self.dsn, self.connect_timeout)
-            if probed is None and isinstance(cause, PoolTimeout):
-                # The server answers: the pool is exhausted, not the database down.
-                return PoolExhaustedError(
-                    f"no free connection in this process's pool within"
-                    f" {self.connect_timeout:g} s: all {self.pool_max_size} (pool_max_size)"
-                    " are in use. Is a task or caller holding connections (a leaked or"
-                    f" long transaction)? The server at {self.describe_database()} is reachable."
-                )
-            cause = probed or cause
-        return _db.unavailable_error(self.dsn, cause, self.connect_timeout)
-
+    # -- database --
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection (autocommit) with the schema checked, for your own queries."""
-        pool = self._get_pool()
-        try:
-            connection_context = pool.connection(timeout=self.connect_timeout)
-            conn = connection_context.__enter__()
-        except PoolTimeout as error:
-            raise self._unavailable(error) from None
-        try:
-            self._check_schema(conn)
+        with self.database.connection() as conn:
             yield conn
-        except BaseException as error:
-            if not connection_context.__exit__(type(error), error, error.__traceback__):
-                raise
-        else:
-            connection_context.__exit__(None, None, None)
 
     @asynccontextmanager
     async def aconnection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        pool = await self._get_apool()
-        try:
-            connection_context = pool.connection(timeout=self.connect_timeout)
-            conn = await connection_context.__aenter__()
-        except PoolTimeout as error:
-            raise self._unavailable(error) from None
-        try:
-            await self._acheck_schema(conn)
+        async with self.database.aconnection() as conn:
             yield conn
-        except BaseException as error:
-            if not await connection_context.__aexit__(type(error), error, error.__traceback__):
-                raise
-        else:
-            await connection_context.__aexit__(None, None, None)
-
-    def _retrying(self) -> dict[str, Any]:
-        return {
-            "stop": tenacity.stop_after_attempt(self.connect_attempts),
-            "wait": tenacity.wait_exponential(multiplier=0.1, max=2.0),
-            "retry": tenacity.retry_if_exception(_is_connection_failure),
-            "reraise": True,
-        }
-
-    def _run(self, operation: Callable[[psycopg.Connection[Any]], T], *, describe: str) -> T:
-        """Run ``operation`` on a pooled connection, retrying broken connections."""
-
-        def attempt() -> T:
-            # What ``with self.connection()`` does, without its two generator context
-            # managers: a one-job enqueue pays for every microsecond spent here.
-            pool = self._pool
-            if pool is None or self._pool_pid != os.getpid():
-                pool = self._get_pool()
-            try:
-                conn = pool.getconn(timeout=self.connect_timeout)
-            except PoolTimeout as error:
-                raise self._unavailable(error) from None
-            try:
-                # Commits (or rolls back) what is left open, as pool.connection() does:
-                # a pooled connection may have been taken out of autocommit by its user.
-                with conn:
-                    if not self._schema_checked:
-                        self._check_schema(conn)
-                    return operation(conn)
-            finally:
-                pool.putconn(conn)  # replaces a broken connection
-
-        try:
-            # The first try goes without tenacity: building its machinery costs more than
-            # the round trip of a one-job enqueue. Broken connections retry through it.
-            return attempt()
-        except psycopg.OperationalError as error:
-            if not _is_connection_failure(error) or self.connect_attempts < 2:
-                if _is_connection_failure(error):
-                    raise self._unavailable(error) from None
-                raise
-        retrying = self._retrying()
-        retrying["stop"] = tenacity.stop_after_attempt(self.connect_attempts - 1)
-        try:
-            return tenacity.Retrying(**retrying)(attempt)
-        except psycopg.OperationalError as error:
-            if _is_connection_failure(error):
-                raise self._unavailable(error) from None
-            raise
-
-    async def _arun(
-        self,
-        operation: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
-        *,
-        describe: str,
-    ) -> T:
-        async def attempt() -> T:
-            async with self.aconnection() as conn:
-                return await operation(conn)
-
-        try:
-            # As in _run: the first try goes without tenacity's machinery.
-            return await attempt()
-        except psycopg.OperationalError as error:
-            if not _is_connection_failure(error) or self.connect_attempts < 2:
-                if _is_connection_failure(error):
-                    raise self._unavailable(error) from None
-                raise
-        retrying = self._retrying()
-        retrying["stop"] = tenacity.stop_after_attempt(self.connect_attempts - 1)
-        try:
-            return await tenacity.AsyncRetrying(**retrying)(attempt)
-        except psycopg.OperationalError as error:
-            if _is_connection_failure(error):
-                raise self._unavailable(error) from None
-            raise
-
-    # -- schema --
-    def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
-        if not self._schema_checked:
-            check_version(self.schema, self.store.get_schema_version(conn))
-            self._schema_checked = True
-
-    async def _acheck_schema(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        if not self._schema_checked:
-            check_version(self.schema, await self.store.aget_schema_version(conn))
-            self._schema_checked = True
 
     def migrate(self) -> list[Migration]:
         """Create or upgrade the schema; safe to run concurrently and repeatedly."""
-        pool = self._get_pool()
-        try:
-            with pool.connection(timeout=self.connect_timeout) as conn:
-                applied = Migrator(self.store).migrate(conn)
-                check_version(self.schema, self.store.get_schema_version(conn))
-        except PoolTimeout as error:
-            raise self._unavailable(error) from None
-        self._schema_checked = True
-        return applied
+        return self.database.migrate()
 
     def check_schema(self) -> None:
         """Raise SchemaNotMigratedError / SchemaTooNewError unless the schema is current."""
-        self._schema_checked = False
-        with self.connection():
+        self.database.schema_checked = False
+        with self.database.connection():
             pass
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema of this App's tables."""
+        return self.database.store.schema
+
+    @property
+    def store(self) -> Store:
+        """Every statement pgtasks runs, rendered for this App's schema."""
+        return self.database.store
+
+    def use_database(self, dsn: str | None, schema: str | None = None) -> Database:
+        """Point this App at another database and schema (None: the embedded server; the
+        current schema); its pools are closed first. Returns the Database used until
+        now, for :meth:`restore_database`.
+
+        For tests (``pgtasks.testing.use_test_database``) and tools that switch databases;
+        not while a worker of this App runs.
+        """
+        previous = self.database
+        new = self._new_database(dsn, validate_schema_name(schema or self.schema))
+        self.close()
+        self.database = new
+        return previous
+
+    def restore_database(self, database: Database) -> None:
+        """Switch back to a Database that :meth:`use_database` returned (pools closed)."""
+        self.close()
+        self.database = database
+
+    def _new_database(self, dsn: str | None, schema: str) -> Database:
+        return Database(
+            Store(schema),
+            dsn,
+            self.embedded_dir,
+            pool_min_size=self.pool_min_size,
+            pool_max_size=self.pool_max_size,
+            connect_timeout=self.connect_timeout,
+            connect_attempts=self.connect_attempts,
+        )
 
     # -- enqueue --
     def _insert(self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]) -> list[InsertedJob]:
@@ -571,9 +401,9 @@ class App:
         if self.is_eager:
             return run_eagerly(self, specs)
         if connection is not None:
-            self._check_schema(connection)
+            self.database.check_schema(connection)
             return self._handles(self._insert(connection, specs))
-        return self._handles(self._run(lambda conn: self._insert(conn, specs), describe="enqueue"))
+        return self._handles(self.database.run(lambda conn: self._insert(conn, specs)))
 
     def enqueue(
         self, spec: JobSpec, *, connection: psycopg.Connection[Any] | None = None
@@ -582,10 +412,10 @@ class App:
         if self.is_eager:
             return run_eagerly(self, [spec])[0]
         if connection is not None:
-            self._check_schema(connection)
+            self.database.check_schema(connection)
             job = self.store.insert_job(connection, spec)
         else:
-            job = self._run(lambda conn: self.store.insert_job(conn, spec), describe="enqueue")
+            job = self.database.run(lambda conn: self.store.insert_job(conn, spec))
         return JobHandle(self, job.id, existed=job.existed)
 
     async def aenqueue_many(
@@ -596,11 +426,9 @@ class App:
         if self.is_eager:
             return await arun_eagerly(self, specs)
         if connection is not None:
-            await self._acheck_schema(connection)
+            await self.database.acheck_schema(connection)
             return self._handles(await self._ainsert(connection, specs))
-        return self._handles(
-            await self._arun(lambda conn: self._ainsert(conn, specs), describe="enqueue")
-        )
+        return self._handles(await self.database.arun(lambda conn: self._ainsert(conn, specs)))
 
     async def aenqueue(
         self, spec: JobSpec, *, connection: psycopg.AsyncConnection[Any] | None = None
@@ -608,28 +436,21 @@ class App:
         if self.is_eager:
             return (await arun_eagerly(self, [spec]))[0]
         if connection is not None:
-            await self._acheck_schema(connection)
+            await self.database.acheck_schema(connection)
             job = await self.store.ainsert_job(connection, spec)
         else:
-            job = await self._arun(
-                lambda conn: self.store.ainsert_job(conn, spec), describe="enqueue"
-            )
+            job = await self.database.arun(lambda conn: self.store.ainsert_job(conn, spec))
         return JobHandle(self, job.id, existed=job.existed)
 
     # -- jobs --
     def get_job(self, job_id: int) -> JobHandle[Any]:
         """A handle for an existing job; JobNotFoundError when there is none."""
-        if (
-            self._run(lambda conn: self.store.get_job_status(conn, job_id), describe="get_job")
-            is None
-        ):
+        if self.database.run(lambda conn: self.store.get_job_status(conn, job_id)) is None:
             raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
         return JobHandle(self, job_id)
 
     async def aget_job(self, job_id: int) -> JobHandle[Any]:
-        status = await self._arun(
-            lambda conn: self.store.aget_job_status(conn, job_id), describe="get_job"
-        )
+        status = await self.database.arun(lambda conn: self.store.aget_job_status(conn, job_id))
         if status is None:
             raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
         return JobHandle(self, job_id)
@@ -639,13 +460,13 @@ class App:
         told, and it ends cancelled (async tasks get CancelledError, bound sync tasks see
         ``ctx.cancelled()``); finished → nothing changes (``outcome == "already_finished"``).
         """
-        row = self._run(lambda conn: self.store.cancel_job(conn, job_id), describe="cancel")
+        row = self.database.run(lambda conn: self.store.cancel_job(conn, job_id))
         if row is None:
             raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
         return CancelResult.from_row(job_id, row)
 
     async def acancel(self, job_id: int) -> CancelResult:
-        row = await self._arun(lambda conn: self.store.acancel_job(conn, job_id), describe="cancel")
+        row = await self.database.arun(lambda conn: self.store.acancel_job(conn, job_id))
         if row is None:
             raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
         return CancelResult.from_row(job_id, row)
@@ -660,34 +481,23 @@ class App:
     def get_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
         """Snapshots of the jobs with these ids, in id order (missing ids are skipped)."""
         ids = list(job_ids)
-        return self._run(lambda conn: self.store.get_jobs(conn, ids), describe="get_jobs")
+        return self.database.run(lambda conn: self.store.get_jobs(conn, ids))
 
     async def aget_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
         ids = list(job_ids)
-        return await self._arun(lambda conn: self.store.aget_jobs(conn, ids), describe="get_jobs")
+        return await self.database.arun(lambda conn: self.store.aget_jobs(conn, ids))
 
     # -- lifetime --
     def close(self) -> None:
-        """Close this process's connection pools (the async one only from its own loop)."""
+        """Close this process's connection pools (the async one only from outside its loop)
+        and result listener."""
         results, self._results = self._results, None
         if results is not None and self._results_pid == os.getpid():
             results.close()
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None and self._pool_pid == os.getpid():
-            pool.close()
-        apool, self._apool = self._apool, None
-        if apool is not None:
-            loop = self._apool_loop
-            self._apool_loop = None
-            if loop is not None and not loop.is_closed() and not loop.is_running():
-                loop.run_until_complete(apool.close())
+        self.database.close()
 
     async def aclose(self) -> None:
-        apool, self._apool = self._apool, None
-        self._apool_loop = None
-        if apool is not None:
-            await apool.close()
+        await self.database.aclose()
         self.close()
 
     def __enter__(self) -> Self:

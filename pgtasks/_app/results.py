@@ -143,7 +143,7 @@ def wait_for_result(app: App, job_id: int, timeout: float | None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         poll = FAST_POLL
         while True:
-            row = app._run(lambda conn: app.store.get_job_outcome(conn, job_id), describe="get")
+            row = app.database.run(lambda conn: app.store.get_job_outcome(conn, job_id))
             finished, result = outcome_of(job_id, row)
             if finished:
                 return result
@@ -175,9 +175,7 @@ async def await_result(app: App, job_id: int, timeout: float | None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         poll = FAST_POLL
         while True:
-            row = await app._arun(
-                lambda conn: app.store.aget_job_outcome(conn, job_id), describe="get"
-            )
+            row = await app.database.arun(lambda conn: app.store.aget_job_outcome(conn, job_id))
             finished, result = outcome_of(job_id, row)
             if finished:
                 return result

@@ -107,7 +107,7 @@ def schedule_statuses(app: App) -> tuple[datetime, list[ScheduleStatus]]:
     def read(conn: psycopg.Connection[Any]) -> tuple[datetime, list[dict[str, Any]]]:
         return app.store.get_database_time(conn), app.store.list_periodic(conn)
 
-    now, rows = app._run(read, describe="list schedules")
+    now, rows = app.database.run(read)
     stored = {row["name"]: row for row in rows}
     statuses = []
     for name, schedule in sorted(app.schedules.items()):

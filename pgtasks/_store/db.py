@@ -5,19 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
-import tenacity
 from psycopg import conninfo
 
 from .._errors import DatabaseUnavailableError
 
 logger = logging.getLogger("pgtasks.db")
-
-T = TypeVar("T")
 
 #: Environment variables consulted, in order, when App(dsn=...) is not given.
 DSN_ENVIRONMENT = ("PGTASKS_DSN", "DATABASE_URL")
@@ -68,32 +65,6 @@ def describe_dsn(dsn: str) -> str:
     port = params.get("port")
     database = params.get("dbname") or params.get("user") or "postgres"
     return f"{host}{':' + str(port) if port else ''}/{database}"
-
-
-def retrying_call(function: Callable[[], T], *, attempts: int, describe: str) -> T:
-    """Call ``function``, retrying a broken connection (OperationalError) with backoff.
-
-    Pool timeouts are not retried here: the pool already waited ``connect_timeout``.
-    """
-    from psycopg_pool import PoolTimeout
-
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(attempts),
-        wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
-        retry=tenacity.retry_if_exception(
-            lambda error: (
-                isinstance(error, psycopg.OperationalError) and not isinstance(error, PoolTimeout)
-            )
-        ),
-        reraise=True,
-        before_sleep=lambda state: logger.warning(
-            "database error on %s, retrying (attempt %d): %s",
-            describe,
-            state.attempt_number,
-            state.outcome.exception() if state.outcome else "",
-        ),
-    )
-    return retrying(function)
 
 
 def unavailable_error(dsn: str, cause: BaseException | None, timeout: float) -> Exception:

@@ -75,7 +75,7 @@ def _duration(*, allow_never: bool = False) -> Callable[..., float | None]:
 
 def _run(app: App, operation: Callable[[psycopg.Connection[Any]], T], describe: str) -> T:
     """Run ``operation`` on a pooled connection; pgtasks errors exit 1 with one line."""
-    result: T = guard(lambda: app._run(operation, describe=describe))
+    result: T = guard(lambda: app.database.run(operation))
     return result
 
 

@@ -903,7 +903,7 @@ def test_asyncio_run_of_adelay_returns_without_closing_the_app(
     try:
         assert done.wait(timeout=1.5), "asyncio.run(task.adelay()) did not return"
     finally:
-        pool, loop = slow_app._apool, slow_app._apool_loop
+        pool, loop = slow_app.database._apool, slow_app.database._apool_loop
         if not done.is_set() and pool is not None and loop is not None:
             asyncio.run_coroutine_threadsafe(pool.close(), loop)  # unblock the stuck loop
             done.wait(timeout=10)

@@ -139,7 +139,7 @@ def test_forked_children_open_their_own_pool_and_leave_the_parents_alone(
 
     # The parent's pool is open (and holds connections) when the children fork.
     warm_up = report_pid.delay()
-    parent_pool = app._get_pool()
+    parent_pool = app.database.get_pool()
     parent_sessions = {conn.info.backend_pid for conn in parent_pool._pool}
     assert parent_sessions
     with running_worker(app, processes=2, process_start_method="fork") as worker:
@@ -160,7 +160,7 @@ def test_forked_children_open_their_own_pool_and_leave_the_parents_alone(
         [list(parent_sessions)],
     )
     assert {row[0] for row in alive} == parent_sessions
-    assert app._get_pool() is parent_pool
+    assert app.database.get_pool() is parent_pool
     assert finished(app.get_job(warm_up.id)).result in children
 
 

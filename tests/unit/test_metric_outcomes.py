@@ -44,7 +44,7 @@ def claimed(
         ("failed", "failed"),
         ("discarded", "failed"),
         ("cancelled", "cancelled"),
-        ("lost", None),
+        ("not-an-outcome", None),
     ],
 )
 def test_each_outcome_counts_in_its_series(outcome: str, series: str | None) -> None:
