@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ._errors import ConfigurationError
 from ._jobs import JobRow, JobStatus
+from ._validation import seconds_at_least_zero
 
 #: What ``parse_duration`` accepts, for error messages and help texts.
 DURATION_FORMS = "seconds (90, 1.5) or a number with a unit s, m, h, d or w (30s, 15m, 12h, 1d, 2w)"
@@ -67,11 +67,7 @@ def retention_seconds(name: str, value: float | None) -> float | None:
     """Validate an ``App(prune_*_after=)`` option: seconds > 0, or 0/None for "never"."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigurationError(
-            f"{name}= must be a number of seconds >= 0 (0 or None: never prune), got {value!r}"
-        )
-    return float(value) or None
+    return seconds_at_least_zero(f"{name}=", value, note=" (0 or None: never prune)") or None
 
 
 # -- tables and JSON ------------------------------------------------------------------------------

@@ -21,6 +21,18 @@ from ._errors import PayloadNotSerializableError
 #: Longest explicit retry delay: about 31 years.
 MAX_RETRY_DELAY = 1e9
 
+#: Waits between tries after consecutive database failures (every loop that reconnects:
+#: the claim loop, the worker's services, beat, the result listener, shutdown writes).
+RECONNECT_FIRST_DELAY = 0.1
+RECONNECT_MAX_DELAY = 2.0
+
+
+def reconnect_delay(failures: int, *, cap: float = RECONNECT_MAX_DELAY) -> float:
+    """Seconds to wait after the ``failures``-th consecutive failure (1, 2, …): 0.1 s,
+    doubling, at most ``cap``. Any count is fine (the exponent is bounded, so an outage
+    of days cannot overflow it)."""
+    return min(cap, RECONNECT_FIRST_DELAY * 2.0 ** min(max(failures - 1, 0), 32))
+
 
 class Retry(Exception):
     """Raise in a task to run it again after ``delay`` (seconds or a timedelta).

@@ -1,0 +1,55 @@
+"""Checks of numeric options, written once: "a positive number of seconds", "an int >= 1".
+
+Pure module. Each check names the option in its message (``name= must be …, got …``)
+and raises the caller's exception class: ConfigurationError for App, Worker and
+executor settings, TaskRegistrationError for ``@app.task`` options, ValueError or
+TypeError where a public signature promises those.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ._errors import ConfigurationError
+
+
+def _is_number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
+def positive_number(
+    name: str,
+    value: object,
+    *,
+    unit: str = "",
+    error: type[Exception] = ConfigurationError,
+) -> float:
+    """``value`` as a float when it is a finite number > 0 (``unit``: e.g. " of seconds")."""
+    if not _is_number(value) or not 0 < value < math.inf:  # type: ignore[operator]
+        raise error(f"{name} must be a positive number{unit}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def positive_seconds(
+    name: str, value: object, *, error: type[Exception] = ConfigurationError
+) -> float:
+    """A finite number of seconds > 0."""
+    return positive_number(name, value, unit=" of seconds", error=error)
+
+
+def seconds_at_least_zero(
+    name: str, value: object, *, error: type[Exception] = ConfigurationError, note: str = ""
+) -> float:
+    """A finite number of seconds >= 0 (``note``: what 0 means, shown in the message)."""
+    if not _is_number(value) or not 0 <= value < math.inf:  # type: ignore[operator]
+        raise error(f"{name} must be a number of seconds >= 0{note}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def whole_number(
+    name: str, value: object, *, minimum: int = 1, error: type[Exception] = ConfigurationError
+) -> int:
+    """An int (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise error(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from ._app.app import App, validate_schema_name
-from ._errors import ConfigurationError
 from ._store.migrate import Migrator
 from ._store.store import Store
+from ._validation import positive_seconds
 from ._worker.events import WorkerEvents
 from ._worker.metrics import outcome_series
 from ._worker.worker import Worker
@@ -143,8 +143,7 @@ def run_until_empty(
     ``TimeoutError`` is raised. Errors that keep the worker from starting (schema not
     migrated, database unreachable) are raised as they are.
     """
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ConfigurationError(f"timeout= must be a positive number of seconds, got {timeout!r}")
+    positive_seconds("timeout=", timeout)
     tally = _Tally()
     worker = Worker(
         app,

@@ -30,6 +30,7 @@ from .._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from .._store import db as _db
 from .._store.database import Database
 from .._store.store import Store
+from .._validation import positive_seconds, whole_number
 from ..sql import Migration
 from .eager import arun_eagerly, run_eagerly
 from .handle import JobHandle
@@ -87,12 +88,6 @@ def validate_schema_name(schema: object) -> str:
     return schema
 
 
-def _positive_seconds(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigurationError(f"{name}= must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
 class App:
     """A pgtasks application: tasks, configuration and the database connection.
 
@@ -135,19 +130,9 @@ class App:
                 f"default_queue= must be a non-empty string, got {default_queue!r}"
             )
         self.default_queue = default_queue
-        if (
-            isinstance(default_max_attempts, bool)
-            or not isinstance(default_max_attempts, int)
-            or default_max_attempts < 1
-        ):
-            raise ConfigurationError(
-                f"default_max_attempts= must be an int >= 1, got {default_max_attempts!r}"
-            )
+        whole_number("default_max_attempts=", default_max_attempts)
         self.default_max_attempts = default_max_attempts
-        if not isinstance(max_payload_bytes, int) or max_payload_bytes < 64:
-            raise ConfigurationError(
-                f"max_payload_bytes= must be an int >= 64, got {max_payload_bytes!r}"
-            )
+        whole_number("max_payload_bytes=", max_payload_bytes, minimum=64)
         self.max_payload_bytes = max_payload_bytes
         if not 0 <= pool_min_size <= pool_max_size or pool_max_size < 1:
             raise ConfigurationError(
@@ -155,21 +140,18 @@ class App:
             )
         self.pool_min_size = pool_min_size
         self.pool_max_size = pool_max_size
-        self.connect_timeout = _positive_seconds("connect_timeout", connect_timeout)
-        if not isinstance(connect_attempts, int) or connect_attempts < 1:
-            raise ConfigurationError(
-                f"connect_attempts= must be an int >= 1, got {connect_attempts!r}"
-            )
+        self.connect_timeout = positive_seconds("connect_timeout=", connect_timeout)
+        whole_number("connect_attempts=", connect_attempts)
         self.connect_attempts = connect_attempts
-        self.lease_timeout = _positive_seconds("lease_timeout", lease_timeout)
-        self.heartbeat_interval = _positive_seconds("heartbeat_interval", heartbeat_interval)
-        self.rescue_interval = _positive_seconds("rescue_interval", rescue_interval)
-        self.poll_interval = _positive_seconds("poll_interval", poll_interval)
+        self.lease_timeout = positive_seconds("lease_timeout=", lease_timeout)
+        self.heartbeat_interval = positive_seconds("heartbeat_interval=", heartbeat_interval)
+        self.rescue_interval = positive_seconds("rescue_interval=", rescue_interval)
+        self.poll_interval = positive_seconds("poll_interval=", poll_interval)
         # Retention of finished jobs in seconds (None: never pruned); cancelled jobs use
         # the failed retention. Workers prune every prune_interval seconds.
         self.prune_done_after = retention_seconds("prune_done_after", prune_done_after)
         self.prune_failed_after = retention_seconds("prune_failed_after", prune_failed_after)
-        self.prune_interval = _positive_seconds("prune_interval", prune_interval)
+        self.prune_interval = positive_seconds("prune_interval=", prune_interval)
         if self.heartbeat_interval >= self.lease_timeout:
             raise ConfigurationError(
                 f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"

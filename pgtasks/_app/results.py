@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._errors import JobCancelled, JobNotFoundError, TaskFailed
+from .._retry import reconnect_delay
 
 if TYPE_CHECKING:
     from .app import App
@@ -100,7 +101,7 @@ class ResultListener:
                 failures += 1
                 if failures == 1:
                     logger.warning("result listener lost its connection, retrying: %s", error)
-                self._closing.wait(min(2.0, 0.1 * 2**failures))
+                self._closing.wait(reconnect_delay(failures))
         self._ready.clear()
 
     def _dispatch(self, payload: str) -> None:

@@ -14,6 +14,7 @@ from typing_extensions import ParamSpec, Unpack
 from .._errors import NaiveDatetimeError, TaskRegistrationError
 from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec
 from .._payload import encode_arguments
+from .._validation import positive_number
 from .handle import JobHandle
 
 if TYPE_CHECKING:
@@ -67,8 +68,7 @@ class TaskOptions(TaskSettings, total=False):
 def _positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise TaskRegistrationError(f"task option {name}= must be a positive number, got {value!r}")
+    positive_number(f"task option {name}=", value, error=TaskRegistrationError)
 
 
 def validate_priority(value: object) -> int:

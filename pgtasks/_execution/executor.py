@@ -36,6 +36,7 @@ from .. import _retry
 from .._errors import ConfigurationError
 from .._jobs import ExecutorName, JobContext
 from .._retry import Outcome
+from .._validation import positive_number, whole_number
 from .child import JobMessage
 from .outcomes import (
     CANCELLED_BEFORE_START,
@@ -117,13 +118,6 @@ class Running:
     executor: ExecutorName | None = None
 
 
-def _positive_int(name: str, value: object, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name}= must be an int >= 1, got {value!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class ExecutorOptions:
     """How a worker runs its jobs (the executor-related ``Worker(...)`` options)."""
@@ -145,9 +139,10 @@ class ExecutorOptions:
     loop_lag_threshold: float | None = 0.5
 
     def __post_init__(self) -> None:
-        _positive_int("concurrency", self.concurrency)
-        _positive_int("processes", self.processes, allow_none=True)
-        _positive_int("max_tasks_per_child", self.max_tasks_per_child, allow_none=True)
+        whole_number("concurrency=", self.concurrency)
+        for name in ("processes", "max_tasks_per_child"):
+            if getattr(self, name) is not None:
+                whole_number(f"{name}=", getattr(self, name))
         if self.pool not in POOL_NAMES:
             raise ConfigurationError(f"pool= must be 'thread' or 'process', got {self.pool!r}")
         for queue_name, executor in self.queue_executors.items():
@@ -162,11 +157,8 @@ class ExecutorOptions:
                 f" {self.process_start_method!r}"
             )
         for name in ("max_memory_per_child", "loop_lag_threshold"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
-            ):
-                raise ConfigurationError(f"{name}= must be a positive number, got {value!r}")
+            if getattr(self, name) is not None:
+                positive_number(f"{name}=", getattr(self, name))
         if self.app_path is not None and (":" not in self.app_path or self.app_path[0] == ":"):
             raise ConfigurationError(
                 f"app_path= must look like module:attribute, got {self.app_path!r}"

@@ -40,8 +40,10 @@ from .._cron import (
 )
 from .._errors import SchemaError
 from .._jobs import JobSpec
+from .._retry import reconnect_delay
 from .._store import db as _db
 from .._store.migrate import check_version
+from .._validation import positive_seconds
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -64,8 +66,6 @@ KEEPALIVE_COUNT = 3
 
 #: Shortest wait between passes, so a clock mismatch never spins the loop.
 _MIN_WAIT = 0.001
-#: First wait after a database error; doubles up to ``reconnect_max``.
-_FIRST_BACKOFF = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,12 +115,16 @@ class Beat:
     ) -> None:
         self.app = app
         self.leader_election = leader_election
-        self.lock_retry_interval = _positive("lock_retry_interval", lock_retry_interval)
-        self.max_wait = _positive("max_wait", max_wait)
+        self.lock_retry_interval = positive_seconds(
+            "lock_retry_interval", error=ValueError, value=lock_retry_interval
+        )
+        self.max_wait = positive_seconds("max_wait", max_wait, error=ValueError)
         self.grace = grace if isinstance(grace, timedelta) else timedelta(seconds=grace)
         if self.grace < timedelta(0):
             raise ValueError(f"grace must not be negative, got {grace!r}")
-        self.reconnect_max = _positive("reconnect_max", reconnect_max)
+        self.reconnect_max = positive_seconds(
+            "reconnect_max", error=ValueError, value=reconnect_max
+        )
         self._stop_requested = threading.Event()
         self._finished = threading.Event()
         self._run_lock = threading.Lock()
@@ -190,7 +194,6 @@ class Beat:
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
-        backoff = _FIRST_BACKOFF
         failures = 0
         while not self._stop_requested.is_set():
             try:
@@ -200,7 +203,7 @@ class Beat:
             except psycopg.Error as error:
                 failures += 1
                 self._disconnect(release=False)
-                wait, backoff = backoff, min(backoff * 2, self.reconnect_max)
+                wait = reconnect_delay(failures, cap=self.reconnect_max)
                 logger.warning(
                     "beat lost the database (%s); retrying in %.2g s (attempt %d)",
                     self._redact(error),
@@ -209,12 +212,12 @@ class Beat:
                 )
             except Exception:
                 failures += 1
-                wait, backoff = backoff, min(backoff * 2, self.reconnect_max)
+                wait = reconnect_delay(failures, cap=self.reconnect_max)
                 logger.exception("beat pass failed; retrying in %.2g s", wait)
             else:
                 if failures:
                     logger.info("beat reconnected after %d failed attempt(s)", failures)
-                backoff, failures = _FIRST_BACKOFF, 0
+                failures = 0
             self._stop_requested.wait(wait)
 
     def _step(self) -> float:
@@ -394,9 +397,3 @@ class Beat:
         # ``now`` was read before ``measured``: waiting from ``measured`` lands at or
         # just after the tick on the database's clock.
         return max(wait - (time.monotonic() - measured), _MIN_WAIT)
-
-
-def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)

@@ -46,7 +46,10 @@ class WorkerExchange:
         prefetch: int
         poll_interval: float
         ignore_unknown: bool
-        worker_id: int | None
+
+        @property
+        def worker_id(self) -> int | None: ...
+
         _executor: Executor
         _in_flight: dict[int, Running]
         _unwritten: list[tuple[Running, Outcome]]

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._errors import ConfigurationError
+from .._validation import positive_seconds
 from .events import WorkerEvents
 from .services import ErrorLog
 
@@ -230,16 +231,7 @@ class WorkerMetrics(WorkerEvents):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
         from prometheus_client.process_collector import ProcessCollector
 
-        if (
-            isinstance(queue_depth_interval, bool)
-            or not isinstance(queue_depth_interval, (int, float))
-            or queue_depth_interval <= 0
-        ):
-            raise ConfigurationError(
-                "queue_depth_interval= must be a positive number of seconds,"
-                f" got {queue_depth_interval!r}"
-            )
-        self.queue_depth_interval = float(queue_depth_interval)
+        self.queue_depth_interval = positive_seconds("queue_depth_interval=", queue_depth_interval)
         self.registry = CollectorRegistry()
         registry = self.registry
         if process_metrics:

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._operations import PruneResult
-from .services import Service
+from .services import Connect, Service
 
 if TYPE_CHECKING:
     from .._store.store import Store
-    from .worker import Worker
 
 logger = logging.getLogger("pgtasks.pruner")
 
@@ -77,9 +76,21 @@ class Pruner(Service):
     name = "pruner"
 
     def __init__(
-        self, worker: Worker, interval: float, *, batch_size: int = DEFAULT_BATCH_SIZE
+        self,
+        owner: str,
+        connect: Connect,
+        interval: float,
+        *,
+        store: Store,
+        done_after: float | None,
+        failed_after: float | None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> None:
-        super().__init__(worker, interval)
+        super().__init__(owner, connect, interval)
+        self.store = store
+        #: Retention in seconds of done, and of failed and cancelled jobs (None: kept).
+        self.done_after = done_after
+        self.failed_after = failed_after
         self.batch_size = batch_size
         #: The result of the last pass this worker ran (None: none yet, or lock busy).
         self.last_result: PruneResult | None = None
@@ -89,19 +100,18 @@ class Pruner(Service):
 
     def prune(self, conn: psycopg.Connection[Any]) -> PruneResult | None:
         """One pass; None when retention is off or another worker holds the lock."""
-        app = self.worker.app
-        if app.prune_done_after is None and app.prune_failed_after is None:
+        if self.done_after is None and self.failed_after is None:
             return None
-        store = app.store
+        store = self.store
         if not store.lock_pruner(conn):
-            logger.debug("pruner of worker %s: another worker is pruning", self.worker.name)
+            logger.debug("pruner of worker %s: another worker is pruning", self.owner)
             return None
         try:
             result = prune(
                 store,
                 conn,
-                done_after=app.prune_done_after,
-                failed_after=app.prune_failed_after,
+                done_after=self.done_after,
+                failed_after=self.failed_after,
                 batch_size=self.batch_size,
                 stopping=self.stopping.is_set,
             )
@@ -115,6 +125,5 @@ class Pruner(Service):
                 result.total,
                 ", ".join(f"{status} {count}" for status, count in result.deleted.items()),
                 result.worker_history,
-                extra={"worker_id": self.worker.worker_id},
             )
         return result

@@ -14,12 +14,17 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._retry import reconnect_delay
+from .registration import Registration
+
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .._store.database import Database
+    from .._store.store import Store
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -39,22 +44,29 @@ WORKER_CONNECTION_OPTIONS = (
 
 #: Seconds between repeated log lines about one continuing database problem.
 ERROR_LOG_INTERVAL = 10.0
-MAX_BACKOFF = 2.0
 
 
-def connect(worker: Worker) -> psycopg.Connection[Any]:
-    """A dedicated autocommit connection with TCP keepalives (dead peers are noticed)."""
-    return psycopg.connect(
-        worker.app.dsn,
-        autocommit=True,
-        connect_timeout=max(1, round(worker.app.connect_timeout)),
-        keepalives=1,
-        keepalives_idle=5,
-        keepalives_interval=2,
-        keepalives_count=3,
-        application_name=f"pgtasks worker {worker.name}",
-        options=WORKER_CONNECTION_OPTIONS,
-    )
+Connect = Callable[[], "psycopg.Connection[Any]"]
+
+
+def connector(database: Database, *, owner: str) -> Connect:
+    """Opens a worker's dedicated connections: autocommit, TCP keepalives (dead peers are
+    noticed), the worker's name in pg_stat_activity, and WORKER_CONNECTION_OPTIONS."""
+
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(
+            database.dsn,
+            autocommit=True,
+            connect_timeout=max(1, round(database.connect_timeout)),
+            keepalives=1,
+            keepalives_idle=5,
+            keepalives_interval=2,
+            keepalives_count=3,
+            application_name=f"pgtasks worker {owner}",
+            options=WORKER_CONNECTION_OPTIONS,
+        )
+
+    return connect
 
 
 class ErrorLog:
@@ -90,16 +102,18 @@ class ErrorLog:
 
 
 class Service(abc.ABC):
-    """A loop that calls ``run_once(conn)`` every ``interval`` seconds (with jitter)."""
+    """A loop that calls ``run_once(conn)`` every ``interval`` seconds (with jitter), on a
+    connection of its own from ``connect``; ``owner`` names the worker in logs."""
 
     name = "service"
 
-    def __init__(self, worker: Worker, interval: float) -> None:
-        self.worker = worker
+    def __init__(self, owner: str, connect: Connect, interval: float) -> None:
+        self.owner = owner
+        self.connect = connect
         self.interval = interval
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"pgtasks-{self.name}", daemon=True)
-        self.errors = ErrorLog(f"{self.name} of worker {worker.name}")
+        self.errors = ErrorLog(f"{self.name} of worker {owner}")
         self.conn: psycopg.Connection[Any] | None = None
         #: time.monotonic() of the last successful run_once (for health checks).
         self.last_success = 0.0
@@ -125,18 +139,18 @@ class Service(abc.ABC):
         while not self.stopping.wait(wait):
             try:
                 if self.conn is None or self.conn.closed:
-                    self.conn = connect(self.worker)
+                    self.conn = self.connect()
                 self.run_once(self.conn)
             except psycopg.Error as error:
                 failures += 1
                 self.errors.failed(error)
                 self._drop_connection()
-                wait = min(MAX_BACKOFF, 0.1 * 2**failures)
+                wait = reconnect_delay(failures)
                 continue
             except Exception:
                 failures += 1
-                logger.exception("%s of worker %s failed; continuing", self.name, self.worker.name)
-                wait = min(MAX_BACKOFF, 0.1 * 2**failures)
+                logger.exception("%s of worker %s failed; continuing", self.name, self.owner)
+                wait = reconnect_delay(failures)
                 continue
             failures = 0
             self.errors.recovered()
@@ -152,29 +166,80 @@ class Service(abc.ABC):
 
 
 class Heartbeat(Service):
-    """Refreshes the worker's heartbeat; re-registers when the registration was removed."""
+    """Refreshes the worker's heartbeat (re-registering when the registration was
+    removed), then checks for cancellations whose notification was missed."""
 
     name = "heartbeat"
 
+    def __init__(
+        self,
+        owner: str,
+        connect: Connect,
+        interval: float,
+        *,
+        registration: Registration,
+        poll_cancellations: Callable[[psycopg.Connection[Any]], None],
+    ) -> None:
+        super().__init__(owner, connect, interval)
+        self.registration = registration
+        self.poll_cancellations = poll_cancellations
+
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
-        self.worker.heartbeat(conn)
-        self.worker.poll_cancel_requests(conn)
+        self.registration.heartbeat(conn)
+        self.poll_cancellations(conn)
 
 
 class Rescuer(Service):
-    """Returns jobs of dead workers to pending (or failed when out of attempts)."""
+    """Returns jobs of dead workers to pending (or failed when out of attempts), and
+    removes dead workers' registrations."""
 
     name = "rescuer"
+
+    def __init__(
+        self,
+        owner: str,
+        connect: Connect,
+        interval: float,
+        *,
+        registration: Registration,
+        on_rescued: Callable[[int], None] = lambda count: None,
+    ) -> None:
+        super().__init__(owner, connect, interval)
+        self.registration = registration
+        self.on_rescued = on_rescued
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         # Beat our own heart first: after an outage longer than the lease we would
         # otherwise rescue the jobs we are still running.
-        self.worker.heartbeat(conn)
-        self.worker.rescue(conn)
+        self.registration.heartbeat(conn)
+        store = self.registration.store
+        lease_timeout = self.registration.lease_timeout
+        rescued = store.rescue_jobs(conn, lease_timeout=lease_timeout)
+        for row in rescued:
+            logger.warning(
+                "rescued job %d (attempt %d) from lost worker %s: now %s",
+                row["id"],
+                row["attempts"],
+                row["locked_by"],
+                row["status"],
+                extra={"job_id": row["id"], "attempt": row["attempts"]},
+            )
+        for row in store.delete_dead_workers(conn, lease_timeout=lease_timeout):
+            logger.warning(
+                "removed registration of dead worker %d (%s:%d)",
+                row["id"],
+                row["hostname"],
+                row["pid"],
+            )
+        for queue_name in {row["queue"] for row in rescued if row["status"] == "pending"}:
+            store.notify_queue(conn, queue_name)
+        store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])
+        self.on_rescued(len(rescued))
 
 
 class Listener(Service):
-    """LISTENs for enqueue notifications and wakes the claim loop for its queues.
+    """LISTENs for enqueue notifications and wakes the claim loop for its queues; passes
+    cancellation requests on.
 
     After (re)connecting it wakes the loop once, so jobs enqueued while it was away are
     claimed at once rather than at the next poll.
@@ -182,24 +247,37 @@ class Listener(Service):
 
     name = "listener"
 
-    def __init__(self, worker: Worker) -> None:
-        super().__init__(worker, interval=0.0)
+    def __init__(
+        self,
+        owner: str,
+        connect: Connect,
+        *,
+        store: Store,
+        queues: Sequence[str] | None,
+        wake: Callable[[], None],
+        cancel: Callable[[set[int]], None],
+    ) -> None:
+        super().__init__(owner, connect, interval=0.0)
+        self.store = store
+        self.queues = set(queues) if queues is not None else None
+        self.wake = wake
+        self.cancel = cancel
 
     def _next_wait(self) -> float:
         return 0.0
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
-        store = self.worker.app.store
+        store = self.store
         store.listen(conn, store.channel, store.cancel_channel)
-        self.worker.wake(notified=True)
+        self.wake()
         self.errors.recovered()
         self.last_success = time.monotonic()
-        queues = self.worker.queues
+        queues = self.queues
         while not self.stopping.is_set():
             for notify in conn.notifies(timeout=0.2):
                 if notify.channel == store.cancel_channel:
                     if notify.payload.isdigit():
-                        self.worker.cancel_jobs({int(notify.payload)})
+                        self.cancel({int(notify.payload)})
                 elif queues is None or notify.payload in queues:
-                    self.worker.wake(notified=True)
+                    self.wake()
             self.last_success = time.monotonic()

@@ -46,7 +46,10 @@ class WorkerShutdown:
         app: App
         name: str
         shutdown_timeout: float
-        worker_id: int | None
+
+        @property
+        def worker_id(self) -> int | None: ...
+
         counts: dict[str, int]
         _executor: Executor
         _in_flight: dict[int, Running]

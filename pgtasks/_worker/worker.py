@@ -30,15 +30,17 @@ from .._app.loading import load_app
 from .._errors import ConfigurationError
 from .._execution.executor import Executor, ExecutorOptions, PoolName, Running
 from .._execution.process_pool import StartMethod
-from .._retry import Outcome
+from .._retry import Outcome, reconnect_delay
 from .._store.store import ClaimPosition
+from .._validation import seconds_at_least_zero, whole_number
 from .background import BackgroundExchanger
 from .events import WorkerEvents
 from .exchange import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
 from .exchange import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
 from .exchange import WorkerExchange
 from .pruner import Pruner
-from .services import ErrorLog, Heartbeat, Listener, Rescuer, Service, connect
+from .registration import Registration
+from .services import ErrorLog, Heartbeat, Listener, Rescuer, Service, connector
 from .shutdown import HARD_EXIT_MARGIN as HARD_EXIT_MARGIN
 from .shutdown import SHUTDOWN_WRITE_BOUND as SHUTDOWN_WRITE_BOUND
 from .shutdown import WorkerShutdown
@@ -48,7 +50,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("pgtasks.worker")
 
-MAX_BACKOFF = 2.0
 #: Seconds the loop waits for more completions before writing a small batch.
 LINGER = 0.001
 
@@ -56,9 +57,7 @@ LINGER = 0.001
 def _seconds(name: str, value: float | None, default: float) -> float:
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigurationError(f"{name}= must be a number of seconds >= 0, got {value!r}")
-    return float(value)
+    return seconds_at_least_zero(f"{name}=", value)
 
 
 class Worker(WorkerExchange, WorkerShutdown):
@@ -92,8 +91,7 @@ class Worker(WorkerExchange, WorkerShutdown):
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
     ) -> None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"concurrency= must be an int >= 1, got {concurrency!r}")
+        whole_number("concurrency=", concurrency)
         if queues is not None:
             queues = [queue_name.strip() for queue_name in queues if queue_name.strip()]
             if not queues:
@@ -115,8 +113,7 @@ class Worker(WorkerExchange, WorkerShutdown):
             )
         self.ignore_unknown = ignore_unknown
         self._task_names: list[str] | None = None
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ConfigurationError(f"prefetch= must be an int >= 0, got {prefetch!r}")
+        whole_number("prefetch=", prefetch, minimum=0)
         #: Jobs claimed beyond the free slots, waiting in this worker to start as slots free
         #: up: the next batch's round trip overlaps the current one's work. They are held
         #: (leased and heartbeated) while other workers might be idle: keep it for short jobs.
@@ -125,18 +122,28 @@ class Worker(WorkerExchange, WorkerShutdown):
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.name = f"{self.hostname}:{self.pid}"
-        #: The current registration id (the lease owner of new claims); None until run().
-        self.worker_id: int | None = None
-        self._id_lock = threading.Lock()
-        self._reregister_lock = threading.Lock()
+        #: The worker's row in <schema>.workers; its id is the lease owner of new claims.
+        self.registration = Registration(
+            app.store,
+            name=self.name,
+            hostname=self.hostname,
+            pid=self.pid,
+            queues=self.queues,
+            concurrency=concurrency,
+            lease_timeout=self.lease_timeout,
+        )
+        #: Opens the worker's own connections (claim loop, round trips, services).
+        self._connect = connector(app.database, owner=self.name)
         self._wake_event = threading.Event()
         self._notified = True  # claim at once on start
         self._finished: queue.SimpleQueue[tuple[Running, Outcome]] = queue.SimpleQueue()
         self._in_flight: dict[int, Running] = {}
         self._unwritten: list[tuple[Running, Outcome]] = []
-        self._stop_requested = threading.Event()
+        # Shared with the registration: a stopping worker keeps its heartbeat but never
+        # registers again; a stopped one beats no more.
+        self._stop_requested = self.registration.stopping
         self._stop_deadline: float | None = None
-        self._stopped = threading.Event()
+        self._stopped = self.registration.ended
         self._run_thread: threading.Thread | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._errors = ErrorLog(f"claim loop of worker {self.name}")
@@ -209,40 +216,10 @@ class Worker(WorkerExchange, WorkerShutdown):
             self._notified = True
         self._wake_event.set()
 
-    # -- registration (also called by the services) --
-    def _register(self, conn: psycopg.Connection[Any]) -> int:
-        worker_id = self.app.store.register_worker(
-            conn,
-            hostname=self.hostname,
-            pid=self.pid,
-            queues=self.queues,
-            concurrency=self.concurrency,
-        )
-        with self._id_lock:
-            self.worker_id = worker_id
-        return worker_id
-
-    def heartbeat(self, conn: psycopg.Connection[Any]) -> None:
-        worker_id = self.worker_id
-        if worker_id is None or self._stopped.is_set():
-            return
-        if self.app.store.heartbeat_worker(conn, worker_id):
-            return
-        with self._reregister_lock:
-            # The heartbeat and the rescuer both get here: only the first re-registers.
-            if self.worker_id != worker_id or self._stop_requested.is_set():
-                return
-            new_id = self._register(conn)
-        logger.warning(
-            "worker %s: registration %d was removed (presumed dead after %g s without a"
-            " heartbeat); re-registered as %d. Jobs it held may have been rescued; their late"
-            " outcomes will be discarded.",
-            self.name,
-            worker_id,
-            self.lease_timeout,
-            new_id,
-            extra={"worker_id": new_id},
-        )
+    @property
+    def worker_id(self) -> int | None:
+        """The current registration id (the lease owner of new claims); None until run()."""
+        return self.registration.worker_id
 
     def cancel_jobs(self, job_ids: set[int]) -> None:
         """Ask running attempts of these jobs to stop (called from the service threads)."""
@@ -266,29 +243,41 @@ class Worker(WorkerExchange, WorkerShutdown):
         if requested:
             self.cancel_jobs(requested)
 
-    def rescue(self, conn: psycopg.Connection[Any]) -> None:
-        store = self.app.store
-        rescued = store.rescue_jobs(conn, lease_timeout=self.lease_timeout)
-        for row in rescued:
-            logger.warning(
-                "rescued job %d (attempt %d) from lost worker %s: now %s",
-                row["id"],
-                row["attempts"],
-                row["locked_by"],
-                row["status"],
-                extra={"job_id": row["id"], "attempt": row["attempts"]},
-            )
-        for row in store.delete_dead_workers(conn, lease_timeout=self.lease_timeout):
-            logger.warning(
-                "removed registration of dead worker %d (%s:%d)",
-                row["id"],
-                row["hostname"],
-                row["pid"],
-            )
-        for queue_name in {row["queue"] for row in rescued if row["status"] == "pending"}:
-            store.notify_queue(conn, queue_name)
-        store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])
-        self._count("rescued", len(rescued))
+    def _new_services(self) -> list[Service]:
+        """Heartbeat, rescuer, listener and pruner, each given only what it uses."""
+        app, owner, connect = self.app, self.name, self._connect
+        return [
+            Heartbeat(
+                owner,
+                connect,
+                self.heartbeat_interval,
+                registration=self.registration,
+                poll_cancellations=self.poll_cancel_requests,
+            ),
+            Rescuer(
+                owner,
+                connect,
+                self.rescue_interval,
+                registration=self.registration,
+                on_rescued=lambda count: self._count("rescued", count),
+            ),
+            Listener(
+                owner,
+                connect,
+                store=app.store,
+                queues=self.queues,
+                wake=lambda: self.wake(notified=True),
+                cancel=self.cancel_jobs,
+            ),
+            Pruner(
+                owner,
+                connect,
+                app.prune_interval,
+                store=app.store,
+                done_after=app.prune_done_after,
+                failed_after=app.prune_failed_after,
+            ),
+        ]
 
     def _new_executor(self) -> Executor:
         return Executor(
@@ -304,8 +293,8 @@ class Worker(WorkerExchange, WorkerShutdown):
             self._executor = self._new_executor()
             self._executor.start()  # process pool children import the app before any claim
             try:
-                self._conn = connect(self)
-                worker_id = self._register(self._conn)
+                self._conn = self._connect()
+                worker_id = self.registration.register(self._conn)
             except BaseException:
                 self._executor.shutdown()
                 raise
@@ -328,12 +317,7 @@ class Worker(WorkerExchange, WorkerShutdown):
             self.poll_interval,
             extra={"worker_id": worker_id},
         )
-        self._services = [
-            Heartbeat(self, self.heartbeat_interval),
-            Rescuer(self, self.rescue_interval),
-            Listener(self),
-            Pruner(self, self.app.prune_interval),
-        ]
+        self._services = self._new_services()
         for service in self._services:
             service.start()
         self._notify("worker_started", self)
@@ -352,7 +336,7 @@ class Worker(WorkerExchange, WorkerShutdown):
         failures = 0
         if self._executor.capacity + self.prefetch >= 2:
             self._background = BackgroundExchanger(
-                lambda: connect(self),
+                self._connect,
                 self._run_exchange,
                 self._wake_event.set,
                 name=f"pgtasks-exchange-{self.name}",
@@ -388,7 +372,7 @@ class Worker(WorkerExchange, WorkerShutdown):
                 # may be lost with the listener's connection: claim at once on recovery
                 # instead of waiting for the next poll.
                 self._maybe_more = True
-                self._wake_event.wait(min(MAX_BACKOFF, 0.05 * 2**failures))
+                self._wake_event.wait(reconnect_delay(failures))
                 continue
             self._wake_event.wait(self._wait_time(next_poll))
 
@@ -477,7 +461,7 @@ class Worker(WorkerExchange, WorkerShutdown):
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self)
+            self._conn = self._connect()
         return self._conn
 
     def _drop_connection(self) -> None:

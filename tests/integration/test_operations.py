@@ -14,14 +14,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtasks import App, ConfigurationError, JobStatus, Worker
+from pgtasks import App, ConfigurationError, JobStatus
 from pgtasks._operations import QueueStats, WorkerInfo
 from pgtasks._store.operations import ADVISORY_LOCK_CLASS_PRUNE
 from pgtasks._worker.pruner import Pruner, prune
+from pgtasks._worker.services import connector
 from pgtasks.cli.operations import collect_stats
 from tests.helpers import wait_until
 from tests.integration.operations_population import DAY, insert_job, job_ids, register
-from tests.integration.worker_harness import FAST, execute, running_worker, select
+from tests.integration.worker_harness import execute, running_worker, select
 
 Connection = psycopg.Connection[Any]
 
@@ -412,13 +413,26 @@ def test_prune_refuses_a_connection_inside_a_transaction(app: App) -> None:
 
 
 # -- the Pruner service ---------------------------------------------------------------------------
+def app_pruner(app: App, batch_size: int = 1000) -> Pruner:
+    """The Pruner a worker of ``app`` runs (its own connections, the app's retention)."""
+    return Pruner(
+        "test",
+        connector(app.database, owner="test"),
+        app.prune_interval,
+        store=app.store,
+        done_after=app.prune_done_after,
+        failed_after=app.prune_failed_after,
+        batch_size=batch_size,
+    )
+
+
 def test_pruner_prunes_with_the_app_retention_options(
     make_app: Callable[..., App],
 ) -> None:
     app = make_app(prune_done_after=DAY, prune_failed_after=7 * DAY)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         rows = population(conn, app)
-        pruner = Pruner(Worker(app, **FAST), app.prune_interval)
+        pruner = app_pruner(app)
 
         result = pruner.prune(conn)
 
@@ -434,7 +448,7 @@ def test_pruner_does_nothing_while_another_session_holds_the_prune_lock(
     app: App, conn: Connection
 ) -> None:
     rows = population(conn, app)
-    pruner = Pruner(Worker(app, **FAST), app.prune_interval)
+    pruner = app_pruner(app)
     with psycopg.connect(app.dsn, autocommit=True) as other:
         assert app.store.lock_pruner(other)
         locks = select(
@@ -462,7 +476,7 @@ def test_pruner_with_retention_switched_off_prunes_nothing(
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         rows = population(conn, app)
 
-        assert Pruner(Worker(app, **FAST), 60.0).prune(conn) is None
+        assert app_pruner(app).prune(conn) is None
         assert job_ids(conn, app) == set(rows.values())
 
 
@@ -487,7 +501,7 @@ def test_two_pruners_at_once_take_turns_and_delete_each_row_once(
     barrier = threading.Barrier(2)
 
     def run() -> None:
-        pruner = Pruner(Worker(app, **FAST), 60.0, batch_size=5)
+        pruner = app_pruner(app, batch_size=5)
         with psycopg.connect(app.dsn, autocommit=True) as own:
             barrier.wait()
             results.append(pruner.prune(own))
