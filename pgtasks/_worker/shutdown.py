@@ -1,4 +1,4 @@
-"""A Worker's graceful stop and its signal handling (a mixin of Worker).
+"""A worker's graceful stop (GracefulStop) and its signal handling (StopSignals).
 
 On stop: jobs claimed but not started are released at once; running ones get the
 shutdown timeout; then children still busy are terminated, what is left is released
@@ -15,16 +15,21 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._retry import reconnect_delay
+
 if TYPE_CHECKING:
-    from .._app.app import App
     from .._execution.executor import Executor, Running
-    from .._retry import Outcome
-    from .background import BackgroundExchanger
+    from .._store.store import Store
+    from .exchange import Exchanges
+    from .ledger import JobLedger, LoopConnection
+    from .registration import Registration
+    from .reporter import Reporter
     from .services import ErrorLog, Service
 
 logger = logging.getLogger("pgtasks.worker")
@@ -37,72 +42,70 @@ SHUTDOWN_SERVICES_BOUND = 2.0
 #: Seconds past the shutdown timeout after which a signalled worker that is still stuck
 #: (in a database call that never returns) ends its process anyway.
 HARD_EXIT_MARGIN = 8.0
+#: Tries of each final database step.
+_WRITE_TRIES = 3
 
 
-class WorkerShutdown:
-    """Stopping steps of :class:`~pgtasks.Worker` (which provides the state below)."""
+class GracefulStop:
+    """The stopping steps of one worker, run once by its loop thread."""
 
-    if TYPE_CHECKING:
-        app: App
-        name: str
-        shutdown_timeout: float
+    def __init__(
+        self,
+        *,
+        name: str,
+        store: Store,
+        registration: Registration,
+        ledger: JobLedger,
+        executor: Executor,
+        exchanges: Exchanges,
+        connection: LoopConnection,
+        services: Sequence[Service],
+        reporter: Reporter,
+        errors: ErrorLog,
+        wake_event: threading.Event,
+        deadline: Callable[[], float | None],
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.registration = registration
+        self.ledger = ledger
+        self.executor = executor
+        self.exchanges = exchanges
+        self.connection = connection
+        self.services = services
+        self.reporter = reporter
+        self.errors = errors
+        self.wake_event = wake_event
+        #: The stop deadline (time.monotonic()); a second signal can bring it forward.
+        self.deadline = deadline
 
-        @property
-        def worker_id(self) -> int | None: ...
-
-        counts: dict[str, int]
-        _executor: Executor
-        _in_flight: dict[int, Running]
-        _unwritten: list[tuple[Running, Outcome]]
-        _stop_deadline: float | None
-        _wake_event: threading.Event
-        _stopped: threading.Event
-        _services: list[Service]
-        _conn: psycopg.Connection[Any] | None
-        _errors: ErrorLog
-        _background: BackgroundExchanger | None
-
-        def stop(self, timeout: float | None = None, *, wait: bool = True) -> None: ...
-        def _collect(self) -> None: ...
-        def _expire(self) -> None: ...
-        def _count(self, name: str, amount: int = 1) -> None: ...
-        def _notify(self, event: str, *arguments: Any) -> None: ...
-        def _connection(self) -> psycopg.Connection[Any]: ...
-        def _drop_connection(self) -> None: ...
-        def _write_outcomes(self) -> None: ...
-        def _settle_background(self, timeout: float = ...) -> None: ...
-
-    def _active(self) -> list[Running]:
-        return [running for running in self._in_flight.values() if not running.abandoned]
-
-    def _shutdown(self) -> None:
-        deadline = self._stop_deadline if self._stop_deadline is not None else time.monotonic()
+    def run(self) -> None:
+        ledger = self.ledger
+        deadline = self.deadline() or time.monotonic()
         # Jobs the background round trip claimed are started (or released below).
         self._bounded_settle()
-        unstarted = self._executor.take_unstarted()
+        unstarted = self.executor.take_unstarted()
         if unstarted:
             # Claimed, waiting for a slot of their executor: they never ran, so release now.
             self._release(unstarted, why="stopping before they started")
-        if self._active():
+        if ledger.active():
             logger.info(
                 "worker %s stopping: waiting up to %.1f s for %d running job(s)",
                 self.name,
                 max(0.0, deadline - time.monotonic()),
-                len(self._active()),
+                len(ledger.active()),
             )
-        while self._active() and time.monotonic() < (self._stop_deadline or 0.0):
-            self._wake_event.wait(
-                max(0.0, min(0.5, (self._stop_deadline or 0.0) - time.monotonic()))
-            )
-            self._wake_event.clear()
-            self._expire()
+        while ledger.active() and time.monotonic() < (self.deadline() or 0.0):
+            self.wake_event.wait(max(0.0, min(0.5, (self.deadline() or 0.0) - time.monotonic())))
+            self.wake_event.clear()
+            ledger.expire(self.executor)
             self._try_write()
-        self._collect()
-        if self._active():
+        ledger.collect()
+        if ledger.active():
             # Children running jobs are terminated first: a released job must not still run.
-            self._executor.stop_processes()
-            self._collect()
-        leftovers = self._active()
+            self.executor.stop_processes()
+            ledger.collect()
+        leftovers = ledger.active()
 
         def release_and_write() -> None:
             if leftovers:
@@ -112,25 +115,22 @@ class WorkerShutdown:
         # A database that stopped answering (a partition, a hung server) must not hold the
         # process past its deadline: unfinished writes are left to the rescuer.
         self._bounded("release and final writes", release_and_write, SHUTDOWN_WRITE_BOUND)
-        self._executor.cancel_async()
-        for service in self._services:
+        self.executor.cancel_async()
+        for service in self.services:
             service.stopping.set()
         services_deadline = time.monotonic() + SHUTDOWN_SERVICES_BOUND
-        for service in self._services:
+        for service in self.services:
             service.stop(timeout=max(0.0, services_deadline - time.monotonic()))
         self._bounded("deregistration", self._deregister, SHUTDOWN_WRITE_BOUND)
-        self._executor.shutdown()
-        if self._background is not None:
-            self._background.close()
-        self._drop_connection()
-        self._notify("worker_stopped", self)
-        logger.info("worker %s stopped (%s)", self.name, self._summary())
+        self.executor.shutdown()
+        self.exchanges.close()
+        self.connection.drop()
 
     def _bounded_settle(self) -> None:
         """Apply the background round trip before stopping; a database that does not
         answer is not waited for past SHUTDOWN_WRITE_BOUND (what it claimed is rescued)."""
         try:
-            self._settle_background(SHUTDOWN_WRITE_BOUND)
+            self.exchanges.settle_background(SHUTDOWN_WRITE_BOUND)
         except psycopg.Error as error:  # not expected: its errors are data, not raised
             logger.warning("worker %s: background round trip: %s", self.name, error)
 
@@ -147,26 +147,29 @@ class WorkerShutdown:
                 what,
                 seconds,
             )
-            self._conn = None  # still in use by the abandoned step: never shared again
+            self.connection.abandon()  # still in use by the abandoned step: never shared
 
     def _try_write(self) -> None:
-        for attempt in range(3):
+        """Write every finished outcome, fenced; give up after a few tries."""
+        for attempt in range(1, _WRITE_TRIES + 1):
             try:
-                self._write_outcomes()
+                self.ledger.collect()
+                if self.ledger.unwritten:
+                    self.exchanges.exchange(0)
                 return
             except psycopg.Error as error:
-                self._errors.failed(error)
-                self._drop_connection()
-                if attempt < 2:
-                    time.sleep(0.2 * (attempt + 1))
-        if self._unwritten:
+                self.errors.failed(error)
+                self.connection.drop()
+                if attempt < _WRITE_TRIES:
+                    time.sleep(reconnect_delay(attempt))
+        if self.ledger.unwritten:
             logger.warning(
                 "worker %s: could not record %d outcome(s); those jobs will be rescued and run"
                 " again",
                 self.name,
-                len(self._unwritten),
+                len(self.ledger.unwritten),
             )
-            self._unwritten = []
+            self.ledger.unwritten = []
 
     def _release(self, leftovers: list[Running], *, why: str = "shutdown deadline reached") -> None:
         by_owner: dict[int, list[Running]] = {}
@@ -174,22 +177,22 @@ class WorkerShutdown:
             running.abandoned = True
             by_owner.setdefault(running.job.worker_id, []).append(running)
         released: set[int] = set()
-        for attempt in range(3):
+        for attempt in range(1, _WRITE_TRIES + 1):
             try:
-                conn = self._connection()
+                conn = self.connection.get()
                 for owner, items in by_owner.items():
-                    released |= self.app.store.release_jobs(
+                    released |= self.store.release_jobs(
                         conn,
                         worker_id=owner,
                         leases=[(running.job.id, running.job.attempt) for running in items],
                     )
                 break
             except psycopg.Error as error:
-                self._errors.failed(error)
-                self._drop_connection()
-                if attempt < 2:
-                    time.sleep(0.2 * (attempt + 1))
-        self._count("released", len(released))
+                self.errors.failed(error)
+                self.connection.drop()
+                if attempt < _WRITE_TRIES:
+                    time.sleep(reconnect_delay(attempt))
+        self.reporter.count("released", len(released))
         logger.warning(
             "worker %s: %s; released %d running job(s) back to pending (attempt not used up): %s",
             self.name,
@@ -199,16 +202,64 @@ class WorkerShutdown:
         )
 
     def _deregister(self) -> None:
-        worker_id = self.worker_id
+        worker_id = self.registration.worker_id
         if worker_id is None:
             return
         try:
-            self.app.store.deregister_worker(self._connection(), worker_id)
+            self.store.deregister_worker(self.connection.get(), worker_id)
         except psycopg.Error as error:
             logger.warning("worker %s: could not deregister: %s", self.name, error)
 
-    def _summary(self) -> str:
-        return ", ".join(f"{name}={count}" for name, count in sorted(self.counts.items())) or "idle"
+
+class StopSignals:
+    """SIGTERM/SIGINT handling of a worker run with ``install_signal_handlers=True``.
+
+    The first signal stops the worker gracefully and arms a watchdog that ends the
+    process if the stop is stuck; a second signal releases running jobs at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        shutdown_timeout: float,
+        stop: Callable[..., None],
+        stopped: threading.Event,
+    ) -> None:
+        self.name = name
+        self.shutdown_timeout = shutdown_timeout
+        self.stop = stop
+        self.stopped = stopped
+        self._signals_seen = 0
+
+    def install(self) -> dict[int, Any]:
+        """Install the handlers; returns the previous ones (to put back)."""
+        previous: dict[int, Any] = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, self._handle)
+        return previous
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self._signals_seen += 1
+        name = signal.Signals(signum).name
+        if self._signals_seen == 1:
+            logger.info(
+                "worker %s: %s received, stopping (running jobs get %g s; send it again to"
+                " release them at once)",
+                self.name,
+                name,
+                self.shutdown_timeout,
+            )
+            self.stop(wait=False)
+            threading.Thread(
+                target=self._exit_if_stuck,
+                args=(self.shutdown_timeout + HARD_EXIT_MARGIN,),
+                name="pgtasks-exit-watchdog",
+                daemon=True,
+            ).start()
+        else:
+            logger.info("worker %s: second %s, releasing running jobs now", self.name, name)
+            self.stop(timeout=0, wait=False)
 
     def _exit_if_stuck(self, seconds: float) -> None:
         """After a stop signal: end the process if the loop is stuck in a database call.
@@ -217,7 +268,7 @@ class WorkerShutdown:
         proxy) can block a read forever; the jobs this process holds are rescued after
         the lease like those of a crashed worker.
         """
-        if self._stopped.wait(seconds):
+        if self.stopped.wait(seconds):
             return
         logger.error(
             "worker %s did not stop within %g s of the signal (database unresponsive);"
@@ -227,34 +278,3 @@ class WorkerShutdown:
         )
         logging.shutdown()
         os._exit(1)
-
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        signals_seen = 0
-
-        def handle(signum: int, frame: FrameType | None) -> None:
-            nonlocal signals_seen
-            signals_seen += 1
-            name = signal.Signals(signum).name
-            if signals_seen == 1:
-                logger.info(
-                    "worker %s: %s received, stopping (running jobs get %g s; send it again to"
-                    " release them at once)",
-                    self.name,
-                    name,
-                    self.shutdown_timeout,
-                )
-                self.stop(wait=False)
-                threading.Thread(
-                    target=self._exit_if_stuck,
-                    args=(self.shutdown_timeout + HARD_EXIT_MARGIN,),
-                    name="pgtasks-exit-watchdog",
-                    daemon=True,
-                ).start()
-            else:
-                logger.info("worker %s: second %s, releasing running jobs now", self.name, name)
-                self.stop(timeout=0, wait=False)
-
-        previous: dict[int, Any] = {}
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.signal(signum, handle)
-        return previous

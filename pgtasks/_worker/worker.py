@@ -1,9 +1,11 @@
 """Worker: the claim loop, slots, wake-ups, fenced completions and graceful shutdown.
 
 One thread runs the loop below on its own connection; jobs run on the Executor;
-Heartbeat, Rescuer and Listener run beside it (see _services). The round trips that
-write outcomes and claim jobs are in _worker_exchange (WorkerExchange), the graceful
-stop and signal handling in _worker_shutdown (WorkerShutdown): mixins of Worker.
+Heartbeat, Rescuer, Listener and Pruner run beside it (services.py, pruner.py). The
+Worker composes the parts that hold the state: the Registration (its row and lease
+owner id), the JobLedger (jobs from claim to written outcome), the Exchanges (the round
+trips that write outcomes and claim jobs, and the claim position), the Reporter (logs,
+counters, observers) and, when stopping, GracefulStop and StopSignals (shutdown.py).
 
     loop:  write finished outcomes (one fenced statement per batch)
            time out sync attempts past their deadline
@@ -13,10 +15,8 @@ stop and signal handling in _worker_shutdown (WorkerShutdown): mixins of Worker.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import queue
 import signal
 import socket
 import threading
@@ -28,22 +28,21 @@ import psycopg
 
 from .._app.loading import load_app
 from .._errors import ConfigurationError
-from .._execution.executor import Executor, ExecutorOptions, PoolName, Running
+from .._execution.executor import Executor, ExecutorOptions, PoolName
 from .._execution.process_pool import StartMethod
-from .._retry import Outcome, reconnect_delay
-from .._store.store import ClaimPosition
+from .._retry import reconnect_delay
 from .._validation import seconds_at_least_zero, whole_number
-from .background import BackgroundExchanger
+from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
+from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
 from .events import WorkerEvents
-from .exchange import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
-from .exchange import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
-from .exchange import WorkerExchange
+from .exchange import Exchanges
+from .ledger import JobLedger, LoopConnection
 from .pruner import Pruner
 from .registration import Registration
+from .reporter import Reporter
 from .services import ErrorLog, Heartbeat, Listener, Rescuer, Service, connector
 from .shutdown import HARD_EXIT_MARGIN as HARD_EXIT_MARGIN
-from .shutdown import SHUTDOWN_WRITE_BOUND as SHUTDOWN_WRITE_BOUND
-from .shutdown import WorkerShutdown
+from .shutdown import SHUTDOWN_WRITE_BOUND, GracefulStop, StopSignals
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -60,7 +59,7 @@ def _seconds(name: str, value: float | None, default: float) -> float:
     return seconds_at_least_zero(f"{name}=", value)
 
 
-class Worker(WorkerExchange, WorkerShutdown):
+class Worker:
     """Claims and runs jobs of ``queues`` (None: every queue) until stopped.
 
     ``run()`` blocks; ``stop()`` (thread-safe) stops claiming, lets running jobs finish
@@ -112,13 +111,11 @@ class Worker(WorkerExchange, WorkerShutdown):
                 f" lease_timeout ({self.lease_timeout:g} s)"
             )
         self.ignore_unknown = ignore_unknown
-        self._task_names: list[str] | None = None
         whole_number("prefetch=", prefetch, minimum=0)
         #: Jobs claimed beyond the free slots, waiting in this worker to start as slots free
         #: up: the next batch's round trip overlaps the current one's work. They are held
         #: (leased and heartbeated) while other workers might be idle: keep it for short jobs.
         self.prefetch = prefetch
-        self.observers: list[WorkerEvents] = list(observers)
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.name = f"{self.hostname}:{self.pid}"
@@ -132,36 +129,22 @@ class Worker(WorkerExchange, WorkerShutdown):
             concurrency=concurrency,
             lease_timeout=self.lease_timeout,
         )
+        self._reporter = Reporter(observers)
+        #: Counters since start (read by tests and the demo).
+        self.counts = self._reporter.counts
         #: Opens the worker's own connections (claim loop, round trips, services).
         self._connect = connector(app.database, owner=self.name)
+        self._connection = LoopConnection(self._connect)
         self._wake_event = threading.Event()
         self._notified = True  # claim at once on start
-        self._finished: queue.SimpleQueue[tuple[Running, Outcome]] = queue.SimpleQueue()
-        self._in_flight: dict[int, Running] = {}
-        self._unwritten: list[tuple[Running, Outcome]] = []
+        self._ledger = JobLedger(self._wake_event)
         # Shared with the registration: a stopping worker keeps its heartbeat but never
         # registers again; a stopped one beats no more.
         self._stop_requested = self.registration.stopping
         self._stop_deadline: float | None = None
         self._stopped = self.registration.ended
         self._run_thread: threading.Thread | None = None
-        self._conn: psycopg.Connection[Any] | None = None
         self._errors = ErrorLog(f"claim loop of worker {self.name}")
-        self._maybe_more = True
-        #: Where the last claim stopped (claim order), and when the next claim must read
-        #: from the start again: between those, claims read on from the position instead
-        #: of walking the index entries of jobs already claimed (see claim_jobs_after).
-        self._position: ClaimPosition | None = None
-        self._next_full_claim = 0.0
-        #: The second round trip in flight (see _exchange.py), the number of jobs it is
-        #: claiming, whether a lost reply of it may have left claims to recover, and until
-        #: when it rests after its connection failed.
-        self._background: BackgroundExchanger | None = None
-        self._claiming = 0
-        self._recover_needed = False
-        self._background_rest_until = 0.0
-        #: time.monotonic() when a job we rescheduled becomes due (claim then, not at the poll).
-        self._next_due = float("inf")
         #: Executors (see docs/howto/executors.md): ``pool`` is the default of sync tasks.
         self._executor_options = ExecutorOptions(
             concurrency=concurrency,
@@ -175,9 +158,8 @@ class Worker(WorkerExchange, WorkerShutdown):
             loop_lag_threshold=loop_lag_threshold or None,
         )
         self._executor = self._new_executor()
+        self._exchanges = self._new_exchanges()
         self._services: list[Service] = []
-        #: Counters since start (read by tests and the demo).
-        self.counts: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} id={self.worker_id} queues={self.queues or 'all'}>"
@@ -203,8 +185,17 @@ class Worker(WorkerExchange, WorkerShutdown):
             self._stopped.wait(grace + 15.0)
 
     @property
+    def worker_id(self) -> int | None:
+        """The current registration id (the lease owner of new claims); None until run()."""
+        return self.registration.worker_id
+
+    @property
+    def observers(self) -> list[WorkerEvents]:
+        return self._reporter.observers
+
+    @property
     def running_jobs(self) -> int:
-        return len(self._in_flight)
+        return len(self._ledger.in_flight)
 
     @property
     def child_pids(self) -> list[int]:
@@ -216,14 +207,9 @@ class Worker(WorkerExchange, WorkerShutdown):
             self._notified = True
         self._wake_event.set()
 
-    @property
-    def worker_id(self) -> int | None:
-        """The current registration id (the lease owner of new claims); None until run()."""
-        return self.registration.worker_id
-
     def cancel_jobs(self, job_ids: set[int]) -> None:
         """Ask running attempts of these jobs to stop (called from the service threads)."""
-        for running in list(self._in_flight.values()):
+        for running in list(self._ledger.in_flight.values()):
             if running.job.id in job_ids and not running.cancel_requested:
                 logger.info(
                     "job %d %s attempt %d: cancellation requested",
@@ -237,11 +223,37 @@ class Worker(WorkerExchange, WorkerShutdown):
     def poll_cancel_requests(self, conn: psycopg.Connection[Any]) -> None:
         """Heartbeat-time check for cancellations whose notification was missed."""
         worker_id = self.worker_id
-        if worker_id is None or not self._in_flight:
+        if worker_id is None or not self._ledger.in_flight:
             return
         requested = self.app.store.get_cancel_requests(conn, worker_id)
         if requested:
             self.cancel_jobs(requested)
+
+    # -- parts --
+    def _new_executor(self) -> Executor:
+        return Executor(
+            self.app,
+            self._executor_options,
+            on_finished=self._ledger.on_finished,
+            app_loader=load_app,
+        )
+
+    def _new_exchanges(self) -> Exchanges:
+        return Exchanges(
+            name=self.name,
+            store=self.app.store,
+            registration=self.registration,
+            ledger=self._ledger,
+            executor=self._executor,
+            connection=self._connection,
+            reporter=self._reporter,
+            errors=self._errors,
+            queues=self.queues,
+            prefetch=self.prefetch,
+            poll_interval=self.poll_interval,
+            ignore_unknown=self.ignore_unknown,
+            tasks=self.app.tasks,
+        )
 
     def _new_services(self) -> list[Service]:
         """Heartbeat, rescuer, listener and pruner, each given only what it uses."""
@@ -259,7 +271,7 @@ class Worker(WorkerExchange, WorkerShutdown):
                 connect,
                 self.rescue_interval,
                 registration=self.registration,
-                on_rescued=lambda count: self._count("rescued", count),
+                on_rescued=lambda count: self._reporter.count("rescued", count),
             ),
             Listener(
                 owner,
@@ -279,11 +291,6 @@ class Worker(WorkerExchange, WorkerShutdown):
             ),
         ]
 
-    def _new_executor(self) -> Executor:
-        return Executor(
-            self.app, self._executor_options, on_finished=self._on_finished, app_loader=load_app
-        )
-
     # -- the loop --
     def run(self, *, install_signal_handlers: bool = False) -> None:
         """Run until stopped. Raises SchemaNotMigratedError before claiming on an old schema."""
@@ -291,17 +298,26 @@ class Worker(WorkerExchange, WorkerShutdown):
         try:
             self.app.check_schema()
             self._executor = self._new_executor()
+            self._exchanges = self._new_exchanges()
             self._executor.start()  # process pool children import the app before any claim
             try:
-                self._conn = self._connect()
-                worker_id = self.registration.register(self._conn)
+                worker_id = self.registration.register(self._connection.get())
             except BaseException:
                 self._executor.shutdown()
                 raise
         except BaseException:
             self._stopped.set()  # stop() must not wait for a worker that never started
             raise
-        previous_handlers = self._install_signal_handlers() if install_signal_handlers else {}
+        previous_handlers = (
+            StopSignals(
+                name=self.name,
+                shutdown_timeout=self.shutdown_timeout,
+                stop=self.stop,
+                stopped=self._stopped,
+            ).install()
+            if install_signal_handlers
+            else {}
+        )
         logger.info(
             "worker %d (%s) started: queues=%s concurrency=%d executors=%s database=%s"
             " lease=%gs heartbeat=%gs rescue=%gs poll=%gs",
@@ -320,7 +336,7 @@ class Worker(WorkerExchange, WorkerShutdown):
         self._services = self._new_services()
         for service in self._services:
             service.start()
-        self._notify("worker_started", self)
+        self._reporter.notify("worker_started", self)
         try:
             self._loop()
         finally:
@@ -332,46 +348,41 @@ class Worker(WorkerExchange, WorkerShutdown):
                 self._stopped.set()
 
     def _loop(self) -> None:
+        exchanges = self._exchanges
         next_poll = 0.0
         failures = 0
-        if self._executor.capacity + self.prefetch >= 2:
-            self._background = BackgroundExchanger(
-                self._connect,
-                self._run_exchange,
-                self._wake_event.set,
-                name=f"pgtasks-exchange-{self.name}",
-            )
+        exchanges.start_background(self._connect, self._wake_event.set)
         while not self._stop_requested.is_set():
             self._wake_event.clear()
             try:
-                self._take_background()
-                if failures or self._recover_needed:
-                    self._settle_background()
-                    self._recover_leases()
-                    self._recover_needed = False
+                exchanges.take_background()
+                if failures or exchanges.recover_needed:
+                    exchanges.settle_background(SHUTDOWN_WRITE_BOUND)
+                    exchanges.recover_leases()
+                    exchanges.recover_needed = False
                 next_poll = self._step(next_poll)
                 failures = 0
-                if not self._recover_needed:
+                if not exchanges.recover_needed:
                     self._errors.recovered()
             except psycopg.Error as error:
-                if self._conn is not None and not self._conn.broken and self._unwritten:
+                if self._connection.usable and self._ledger.unwritten:
                     # The server refused the batch itself (not the connection): find and
                     # fail the outcome it cannot store, so one bad job cannot stop the loop.
                     try:
-                        self._write_one_by_one(error)
+                        exchanges.write_one_by_one(error)
                         continue
                     except psycopg.Error as lost:
                         # The connection was lost after all (a pipeline can fail before
                         # psycopg marks it broken): the outcomes not written are kept in
-                        # _unwritten; recover as from any connection failure.
+                        # the ledger; recover as from any connection failure.
                         error = lost
                 failures += 1
                 self._errors.failed(error)
-                self._drop_connection()
+                self._connection.drop()
                 # The wake-up that led here was spent on a failed claim, and notifications
                 # may be lost with the listener's connection: claim at once on recovery
                 # instead of waiting for the next poll.
-                self._maybe_more = True
+                exchanges.maybe_more = True
                 self._wake_event.wait(reconnect_delay(failures))
                 continue
             self._wake_event.wait(self._wait_time(next_poll))
@@ -379,61 +390,27 @@ class Worker(WorkerExchange, WorkerShutdown):
     def _step(self, next_poll: float) -> float:
         """Collect outcomes; write them and claim when there is reason to. Returns the
         time of the next poll."""
-        self._collect()
+        ledger, exchanges, reporter = self._ledger, self._exchanges, self._reporter
+        ledger.collect()
         self._linger()
-        self._expire()
+        ledger.expire(self._executor)
         now = time.monotonic()
-        free = self._executor.capacity + self.prefetch - len(self._in_flight) - self._claiming
-        due = now >= next_poll or now >= self._next_due
-        claim = free > 0 and (self._notified or self._maybe_more or due)
-        if self._batch_more(free if claim else 0):
+        free = self._executor.capacity + self.prefetch - len(ledger.in_flight) - exchanges.claiming
+        due = now >= next_poll or now >= reporter.next_due
+        claim = free > 0 and (self._notified or exchanges.maybe_more or due)
+        if exchanges.batch_more(free if claim else 0):
             claim = False  # the round trip in flight is back soon: batch up meanwhile
         elif claim:
             self._notified = False
-            if now >= self._next_due:
-                self._next_due = float("inf")
-        if not claim and (not self._unwritten or self._batch_more(0)):
+            if now >= reporter.next_due:
+                reporter.next_due = float("inf")
+        if not claim and (not ledger.unwritten or exchanges.batch_more(0)):
             return next_poll
         limit = free if claim else 0
-        background = self._background
-        if background is not None and self._can_overlap(now):
-            # Busy: start this round trip on the second connection and go on; its result
-            # is applied when it is back (_take_background).
-            background.submit(self._prepare_exchange(limit))
-            self._claiming = limit
-        else:
-            claimed = self._exchange(limit)
-            if claim:
-                self._maybe_more = claimed == limit
+        claimed = exchanges.send(limit, now)
+        if claim and claimed is not None:
+            exchanges.maybe_more = claimed == limit
         return time.monotonic() + self.poll_interval if claim else next_poll
-
-    def _write_one_by_one(self, batch_error: psycopg.Error) -> None:
-        batch, self._unwritten = self._unwritten, []
-        for index, (running, outcome) in enumerate(batch):
-            self._unwritten = [(running, outcome)]
-            try:
-                self._exchange(0)
-                continue
-            except psycopg.Error as error:
-                if self._conn is None or self._conn.broken:
-                    self._unwritten = batch[index:]
-                    raise
-                replacement = Outcome(
-                    "failed",
-                    "failed",
-                    error=f"pgtasks could not record this attempt's outcome ({outcome.kind}):"
-                    f" {type(error).__name__}: {error}".replace("\x00", "\\x00"),
-                )
-            self._unwritten = [(running, replacement)]
-            try:
-                self._exchange(0)
-            except psycopg.Error:
-                self._unwritten = []
-                logger.exception(
-                    "job %d: cannot record any outcome (%s); it will be rescued",
-                    running.job.id,
-                    batch_error,
-                )
 
     def _linger(self) -> None:
         """With most slots still busy and few outcomes ready, wait a moment for more.
@@ -441,149 +418,39 @@ class Worker(WorkerExchange, WorkerShutdown):
         Writing outcomes costs one round trip whatever their number: a millisecond of
         patience turns a trickle of single completions into batches.
         """
-        busy = len(self._in_flight)
+        ledger = self._ledger
+        busy = len(ledger.in_flight)
         capacity = self._executor.capacity
-        if self._unwritten and busy and len(self._unwritten) < busy and busy * 2 > capacity:
+        if ledger.unwritten and busy and len(ledger.unwritten) < busy and busy * 2 > capacity:
             time.sleep(LINGER)
-            self._collect()
+            ledger.collect()
 
     def _wait_time(self, next_poll: float) -> float:
         now = time.monotonic()
-        wait = max(0.0, min(next_poll, self._next_due) - now)
-        if self._background is not None and self._background.busy:
+        wait = max(0.0, min(next_poll, self._reporter.next_due) - now)
+        if self._exchanges.background_busy:
             # A poll or a due retry waits for the round trip in flight: its return wakes
             # the loop (and a claim right after it reads from the start if due).
             wait = self.poll_interval
-        for running in self._in_flight.values():
+        for running in self._ledger.in_flight.values():
             if running.deadline is not None and not running.abandoned:
                 wait = min(wait, max(0.0, running.deadline - now))
         return wait
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = self._connect()
-        return self._conn
-
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
-
-    def _recover_leases(self) -> None:
-        """After a connection failure: release jobs we claimed but never received.
-
-        A claim can commit and its reply be lost with the connection; those jobs are
-        running under our (heartbeating) registration, so no rescuer would free them.
-        """
-        worker_id = self.worker_id
-        if worker_id is None:
-            return
-        self._collect()
-        # Jobs still running here, and finished ones whose outcome is not written yet.
-        known = [running.job.id for running in self._in_flight.values()]
-        known += [running.job.id for running, _ in self._unwritten]
-        released = self.app.store.release_orphaned_jobs(
-            self._connection(), worker_id=worker_id, known_ids=known
-        )
-        if released:
-            logger.warning(
-                "worker %s: released %d job(s) claimed by a reply lost with the connection: %s",
-                self.name,
-                len(released),
-                ", ".join(str(job_id) for job_id in sorted(released)),
-            )
-
-    def _on_finished(self, running: Running, outcome: Outcome) -> None:
-        """Called on the job's thread (or the event loop): hand over to the loop."""
-        self._finished.put((running, outcome))
-        if not self._wake_event.is_set():  # spare the lock when the loop is already awake
-            self._wake_event.set()
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        for running in list(self._in_flight.values()):
-            if running.deadline is not None and not running.abandoned and now >= running.deadline:
-                self._unwritten.append((running, self._executor.expire(running)))
-
-    def _collect(self) -> None:
-        """Move finished attempts from the queue; free their slots."""
-        while True:
-            try:
-                running, outcome = self._finished.get_nowait()
-            except queue.Empty:
-                return
-            self._in_flight.pop(running.token, None)
-            if running.abandoned:
-                logger.debug(
-                    "job %d: abandoned attempt %d returned", running.job.id, running.job.attempt
-                )
-                continue
-            self._unwritten.append((running, outcome))
-
-    def _write_outcomes(self) -> None:
-        """Write every finished outcome, fenced (used while stopping)."""
-        self._collect()
-        if self._unwritten:
-            self._exchange(0)
-
-    def _after_write(self, batch: list[tuple[Running, Outcome]], accepted: dict[int, str]) -> None:
-        for running, outcome in batch:
-            written = running.job.id in accepted
-            if written and accepted[running.job.id] == "cancelled":
-                outcome = Outcome("cancelled", "failed", error=outcome.error)
-            self._log_outcome(running, outcome, written=written)
-            if outcome.status == "pending" and written:
-                # A retry due before the next poll: claim it on time.
-                self._next_due = min(self._next_due, time.monotonic() + outcome.delay)
-
-    def _log_outcome(self, running: Running, outcome: Outcome, *, written: bool) -> None:
-        job = running.job
-        extra = {
-            "job_id": job.id,
-            "task": job.task_name,
-            "attempt": job.attempt,
-            "worker_id": job.worker_id,
-            "outcome": outcome.kind,
-        }
-        duration = time.monotonic() - running.started
-        if not written:
-            self._count("lease_lost")
-            logger.warning(
-                "job %d %s attempt %d: lease lost (the job was rescued or released meanwhile);"
-                " outcome %s discarded",
-                job.id,
-                job.task_name,
-                job.attempt,
-                outcome.summary,
-                extra=extra,
-            )
-            return
-        self._count(outcome.kind)
-        self._notify("job_finished", job, outcome.kind, duration)
-        level = logging.INFO if outcome.kind in ("done", "retry") else logging.WARNING
-        first_line = ""
-        if outcome.error and outcome.kind != "done":
-            first_line = ": " + outcome.error.strip().splitlines()[-1][:200]
-        logger.log(
-            level,
-            "job %d %s attempt %d/%d %s in %.3f s%s",
-            job.id,
-            job.task_name,
-            job.attempt,
-            job.max_attempts,
-            outcome.summary,
-            duration,
-            first_line,
-            extra=extra,
-        )
-
-    def _notify(self, event: str, *arguments: Any) -> None:
-        for observer in self.observers:
-            try:
-                getattr(observer, event)(*arguments)
-            except Exception:
-                logger.exception("worker observer %r failed on %s", observer, event)
-
-    def _count(self, name: str, amount: int = 1) -> None:
-        self.counts[name] = self.counts.get(name, 0) + amount
+    def _shutdown(self) -> None:
+        GracefulStop(
+            name=self.name,
+            store=self.app.store,
+            registration=self.registration,
+            ledger=self._ledger,
+            executor=self._executor,
+            exchanges=self._exchanges,
+            connection=self._connection,
+            services=self._services,
+            reporter=self._reporter,
+            errors=self._errors,
+            wake_event=self._wake_event,
+            deadline=lambda: self._stop_deadline,
+        ).run()
+        self._reporter.notify("worker_stopped", self)
+        logger.info("worker %s stopped (%s)", self.name, self._reporter.summary())

@@ -69,6 +69,7 @@ def test_terminated_backends_of_idle_busy_and_listening_workers_recover(env: Fau
     latency = time.monotonic() - enqueued
     print(f"\n[fault 9] job start after the LISTEN connection returned: {latency:.3f} s")
     assert latency < 1.0
+    wait_status(env.probe, fresh.id, "done", timeout=5)  # started is not finished yet
     assert worker.alive()
     assert_invariants(env.probe, [idle.id, busy.id, missed.id, fresh.id])
 

@@ -175,6 +175,8 @@ def test_busy_slots_and_queue_depth_follow_the_work_in_progress(
                 finished(handle)
             scraped = scrape_until(metrics, "pgtasks_queue_depth", 0.0, queue="media")
             scraped = scrape_until(metrics, "pgtasks_worker_busy_slots", 0.0)
+            # The running count is sampled: the sample after the last finish says 0.
+            scraped = scrape_until(metrics, "pgtasks_queue_running_jobs", 0.0, queue="media")
             assert value(scraped, "pgtasks_queue_running_jobs", queue="media") == 0
     finally:
         gates.open_all()

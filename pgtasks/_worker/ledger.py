@@ -1,0 +1,112 @@
+"""The jobs a worker holds, from claim to written outcome (JobLedger), and the claim
+loop's own database connection (LoopConnection).
+
+Both belong to the loop thread; only :meth:`JobLedger.on_finished` is called from the
+job threads (and the event loop, and the process pool's supervisor): it hands the
+outcome over through a queue and wakes the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .services import Connect
+
+if TYPE_CHECKING:
+    from .._execution.executor import Executor, Running
+    from .._retry import Outcome
+
+logger = logging.getLogger("pgtasks.worker")
+
+Finished = tuple["Running", "Outcome"]
+
+
+class JobLedger:
+    """Attempts running here (``in_flight``) and outcomes not yet written (``unwritten``)."""
+
+    def __init__(self, wake_event: threading.Event) -> None:
+        self.in_flight: dict[int, Running] = {}
+        self.unwritten: list[Finished] = []
+        self._finished: queue.SimpleQueue[Finished] = queue.SimpleQueue()
+        self._wake_event = wake_event
+
+    def on_finished(self, running: Running, outcome: Outcome) -> None:
+        """An attempt ended (any thread): hand over to the loop."""
+        self._finished.put((running, outcome))
+        if not self._wake_event.is_set():  # spare the lock when the loop is already awake
+            self._wake_event.set()
+
+    def collect(self) -> None:
+        """Move finished attempts from the queue; free their slots."""
+        while True:
+            try:
+                running, outcome = self._finished.get_nowait()
+            except queue.Empty:
+                return
+            self.in_flight.pop(running.token, None)
+            if running.abandoned:  # its outcome was decided (and written) already
+                logger.debug(
+                    "job %d: abandoned attempt %d returned", running.job.id, running.job.attempt
+                )
+                continue
+            self.unwritten.append((running, outcome))
+
+    def expire(self, executor: Executor) -> None:
+        """Decide the outcome of attempts past their deadline (their code keeps running)."""
+        now = time.monotonic()
+        for running in list(self.in_flight.values()):
+            if running.deadline is not None and not running.abandoned and now >= running.deadline:
+                self.unwritten.append((running, executor.expire(running)))
+
+    def active(self) -> list[Running]:
+        """Attempts still running whose outcome is not decided."""
+        return [running for running in self.in_flight.values() if not running.abandoned]
+
+    def take_unwritten(self) -> list[Finished]:
+        batch, self.unwritten = self.unwritten, []
+        return batch
+
+    def give_back(self, batch: list[Finished]) -> None:
+        """Outcomes that were not written go first into the next round trip."""
+        self.unwritten = batch + self.unwritten
+
+    def known_ids(self) -> list[int]:
+        """Jobs still running here, and finished ones whose outcome is not written yet."""
+        return [running.job.id for running in self.in_flight.values()] + [
+            running.job.id for running, _ in self.unwritten
+        ]
+
+
+class LoopConnection:
+    """The claim loop's connection, opened on demand."""
+
+    def __init__(self, connect: Connect) -> None:
+        self._connect = connect
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def get(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._connect()
+        return self._conn
+
+    @property
+    def usable(self) -> bool:
+        """Open and not broken: an error on it came from the server, not the network."""
+        return self._conn is not None and not self._conn.broken
+
+    def drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    def abandon(self) -> None:
+        """Forget the connection without closing it: a stuck step still uses it."""
+        self._conn = None

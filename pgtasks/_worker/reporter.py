@@ -1,0 +1,98 @@
+"""What a worker tells about its jobs: log lines, counters, observer events (Reporter).
+
+One place for the outcome log line (job id, task, attempt, duration, outcome), the
+``lease lost`` warning of a fenced-out outcome, the counters ``Worker.counts`` exposes,
+and the calls of the worker's observers (``WorkerEvents``), which may fail without
+harming the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._retry import Outcome
+
+if TYPE_CHECKING:
+    from .._execution.executor import Running
+    from .events import WorkerEvents
+
+logger = logging.getLogger("pgtasks.worker")
+
+
+class Reporter:
+    """Logs, counts and notifies observers for one worker."""
+
+    def __init__(self, observers: Sequence[WorkerEvents]) -> None:
+        self.observers: list[WorkerEvents] = list(observers)
+        #: Counters since start (read by tests and the demo).
+        self.counts: dict[str, int] = {}
+        #: time.monotonic() when a job we rescheduled becomes due (claim then, not at the poll).
+        self.next_due = float("inf")
+
+    def count(self, name: str, amount: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + amount
+
+    def notify(self, event: str, *arguments: Any) -> None:
+        for observer in self.observers:
+            try:
+                getattr(observer, event)(*arguments)
+            except Exception:
+                logger.exception("worker observer %r failed on %s", observer, event)
+
+    def summary(self) -> str:
+        return ", ".join(f"{name}={count}" for name, count in sorted(self.counts.items())) or "idle"
+
+    def written(self, batch: list[tuple[Running, Outcome]], accepted: dict[int, str]) -> None:
+        """Outcomes a round trip wrote (``accepted``: id → status stored) or fenced out."""
+        for running, outcome in batch:
+            written = running.job.id in accepted
+            if written and accepted[running.job.id] == "cancelled":
+                outcome = Outcome("cancelled", "failed", error=outcome.error)
+            self._log_outcome(running, outcome, written=written)
+            if outcome.status == "pending" and written:
+                # A retry due before the next poll: claim it on time.
+                self.next_due = min(self.next_due, time.monotonic() + outcome.delay)
+
+    def _log_outcome(self, running: Running, outcome: Outcome, *, written: bool) -> None:
+        job = running.job
+        extra = {
+            "job_id": job.id,
+            "task": job.task_name,
+            "attempt": job.attempt,
+            "worker_id": job.worker_id,
+            "outcome": outcome.kind,
+        }
+        duration = time.monotonic() - running.started
+        if not written:
+            self.count("lease_lost")
+            logger.warning(
+                "job %d %s attempt %d: lease lost (the job was rescued or released meanwhile);"
+                " outcome %s discarded",
+                job.id,
+                job.task_name,
+                job.attempt,
+                outcome.summary,
+                extra=extra,
+            )
+            return
+        self.count(outcome.kind)
+        self.notify("job_finished", job, outcome.kind, duration)
+        level = logging.INFO if outcome.kind in ("done", "retry") else logging.WARNING
+        first_line = ""
+        if outcome.error and outcome.kind != "done":
+            first_line = ": " + outcome.error.strip().splitlines()[-1][:200]
+        logger.log(
+            level,
+            "job %d %s attempt %d/%d %s in %.3f s%s",
+            job.id,
+            job.task_name,
+            job.attempt,
+            job.max_attempts,
+            outcome.summary,
+            duration,
+            first_line,
+            extra=extra,
+        )
