@@ -3,7 +3,7 @@
 
     python3 dev.py setup            create .venv and install '.[embedded,dev]' (cached)
     python3 dev.py test [ARGS...]   setup, then pytest with ARGS
-    python3 dev.py check            setup, then ruff check, ruff format --check and mypy
+    python3 dev.py check            setup, then ruff check, ruff format --check, mypy, lint-imports
     python3 dev.py demo             setup, then python -m examples.demo
     python3 dev.py bench [ARGS...]  setup, then python -m benchmarks ARGS
 
@@ -161,6 +161,8 @@ def cmd_check(args: Sequence[str]) -> int:
         ("ruff check", [python, "-m", "ruff", "check", *paths]),
         ("ruff format --check", [python, "-m", "ruff", "format", "--check", *paths]),
         ("mypy", [python, "-m", "mypy"]),  # files and strictness come from pyproject.toml
+        # The layer contracts in pyproject.toml [tool.importlinter].
+        ("lint-imports", [str(venv_bin("lint-imports"))]),
     ]
     results: list[tuple[str, int]] = []
     for name, argv in steps:
