@@ -174,6 +174,9 @@ WITH picked AS (
 UPDATE {schema}.jobs AS jobs
 SET status = 'running',
     attempts = jobs.attempts + 1,
+    -- A pending row out of attempts (an operator's UPDATE … SET status = 'pending') gets
+    -- one more, as `pgtasks jobs retry` would give it: it never blocks the claim.
+    max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
     locked_by = %(worker_id)s,
     locked_at = now(),
     updated_at = now()
@@ -235,6 +238,9 @@ WITH picked AS (
 UPDATE {schema}.jobs AS jobs
 SET status = 'running',
     attempts = jobs.attempts + 1,
+    -- A pending row out of attempts (an operator's UPDATE … SET status = 'pending') gets
+    -- one more, as `pgtasks jobs retry` would give it: it never blocks the claim.
+    max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
     locked_by = %(worker_id)s,
     locked_at = now(),
     updated_at = now()
