@@ -38,6 +38,15 @@ def _check_keys(value: Any) -> None:
 
 
 def _dumps(value: Any) -> str:
+    try:
+        return _checked_dumps(value)
+    except RecursionError:
+        raise ValueError(
+            "is nested too deeply (lists and dicts more than about 900 levels deep)"
+        ) from None
+
+
+def _checked_dumps(value: Any) -> str:
     text = _ENCODER.encode(value)
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise ValueError("contains a NUL character (\\u0000), which PostgreSQL's jsonb rejects")
@@ -129,12 +138,22 @@ def _raise_for_culprit(
     raise PayloadNotSerializableError(f"arguments of task {task_name!r} cannot be stored as JSON")
 
 
-def encode_result(task_name: str, value: Any) -> str:
-    """Encode a task's return value as JSON text, or raise PayloadNotSerializableError."""
+def encode_result(task_name: str, value: Any, *, max_bytes: int | None = None) -> str:
+    """Encode a task's return value as JSON text, or raise PayloadNotSerializableError
+    (PayloadTooLargeError when it is over ``max_bytes`` of UTF-8)."""
     try:
-        return _dumps(value)
+        text = _dumps(value)
     except (TypeError, ValueError) as error:
         raise PayloadNotSerializableError(
             f"the return value of task {task_name!r} cannot be stored as JSON: "
             f"{_explain(value, error)}"
         ) from error
+    if max_bytes is not None and len(text) * 4 > max_bytes:
+        size = len(text.encode())
+        if size > max_bytes:
+            raise PayloadTooLargeError(
+                f"the return value of task {task_name!r} encodes to {size} bytes of JSON,"
+                f" over the limit of {max_bytes} bytes (App(max_result_bytes=...)); store"
+                " large results elsewhere and return a reference"
+            )
+    return text

@@ -29,9 +29,12 @@ import psycopg
 from .._app.loading import load_app
 from .._errors import ConfigurationError
 from .._execution.executor import Executor, ExecutorOptions, PoolName, Running
+from .._execution.outcomes import storable_outcome
 from .._execution.process_pool import StartMethod
 from .._retry import Outcome
+from .._store.db import dsn_secrets
 from .._store.store import ClaimPosition
+from .._text import storable
 from .background import BackgroundExchanger
 from .events import WorkerEvents
 from .exchange import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
@@ -139,6 +142,8 @@ class Worker(WorkerExchange, WorkerShutdown):
         self._stopped = threading.Event()
         self._run_thread: threading.Thread | None = None
         self._conn: psycopg.Connection[Any] | None = None
+        #: The listener thread's connection to confirm cancel notifications (opened lazily).
+        self._confirm_conn: psycopg.Connection[Any] | None = None
         self._errors = ErrorLog(f"claim loop of worker {self.name}")
         self._maybe_more = True
         #: Where the last claim stopped (claim order), and when the next claim must read
@@ -169,6 +174,8 @@ class Worker(WorkerExchange, WorkerShutdown):
         )
         self._executor = self._new_executor()
         self._services: list[Service] = []
+        #: The forms of the connection password, scrubbed from every error text written.
+        self._secrets: tuple[str, ...] = ()
         #: Counters since start (read by tests and the demo).
         self.counts: dict[str, int] = {}
 
@@ -245,7 +252,36 @@ class Worker(WorkerExchange, WorkerShutdown):
         )
 
     def cancel_jobs(self, job_ids: set[int]) -> None:
-        """Ask running attempts of these jobs to stop (called from the service threads)."""
+        """A cancel notification named these jobs (the listener's thread).
+
+        A notification is only a hint: any role may send one on the channel. A job running
+        here is cancelled once its row confirms ``cancel_requested``; on a database error
+        the heartbeat's poll (:meth:`poll_cancel_requests`) confirms it later.
+        """
+        if not any(running.job.id in job_ids for running in list(self._in_flight.values())):
+            return
+        worker_id = self.worker_id
+        if worker_id is None:
+            return
+        try:
+            if self._confirm_conn is None or self._confirm_conn.closed:
+                self._confirm_conn = connect(self)
+            requested = self.app.store.get_cancel_requests(self._confirm_conn, worker_id)
+        except psycopg.Error as error:
+            conn, self._confirm_conn = self._confirm_conn, None
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
+            logger.warning(
+                "worker %s: cannot confirm a cancellation (%s); the heartbeat will",
+                self.name,
+                error,
+            )
+            return
+        self._cancel_confirmed(requested & job_ids)
+
+    def _cancel_confirmed(self, job_ids: set[int]) -> None:
+        """Ask running attempts of these jobs (cancel_requested on their rows) to stop."""
         for running in list(self._in_flight.values()):
             if running.job.id in job_ids and not running.cancel_requested:
                 logger.info(
@@ -264,7 +300,7 @@ class Worker(WorkerExchange, WorkerShutdown):
             return
         requested = self.app.store.get_cancel_requests(conn, worker_id)
         if requested:
-            self.cancel_jobs(requested)
+            self._cancel_confirmed(requested)
 
     def rescue(self, conn: psycopg.Connection[Any]) -> None:
         store = self.app.store
@@ -301,6 +337,7 @@ class Worker(WorkerExchange, WorkerShutdown):
         self._run_thread = threading.current_thread()
         try:
             self.app.check_schema()
+            self._secrets = dsn_secrets(self.app.dsn)
             self._executor = self._new_executor()
             self._executor.start()  # process pool children import the app before any claim
             try:
@@ -343,6 +380,10 @@ class Worker(WorkerExchange, WorkerShutdown):
             try:
                 self._shutdown()
             finally:
+                confirm, self._confirm_conn = self._confirm_conn, None
+                if confirm is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        confirm.close()
                 for signum, handler in previous_handlers.items():
                     signal.signal(signum, handler)
                 self._stopped.set()
@@ -369,14 +410,29 @@ class Worker(WorkerExchange, WorkerShutdown):
                 failures = 0
                 if not self._recover_needed:
                     self._errors.recovered()
-            except psycopg.Error as error:
+            except Exception as error:
+                if not isinstance(error, psycopg.Error):
+                    # Not the database: something one job brought (text that cannot be
+                    # encoded, a bug). Find the outcome behind it and fail that job alone.
+                    logger.exception("worker %s: unexpected error in the claim loop", self.name)
+                    if self._unwritten:
+                        try:
+                            self._write_one_by_one(error)
+                            continue
+                        except Exception as lost:
+                            error = lost
+                    failures += 1
+                    self._errors.failed(error)
+                    self._maybe_more = True
+                    self._wake_event.wait(min(MAX_BACKOFF, 0.05 * 2**failures))
+                    continue
                 if self._conn is not None and not self._conn.broken and self._unwritten:
                     # The server refused the batch itself (not the connection): find and
                     # fail the outcome it cannot store, so one bad job cannot stop the loop.
                     try:
                         self._write_one_by_one(error)
                         continue
-                    except psycopg.Error as lost:
+                    except Exception as lost:
                         # The connection was lost after all (a pipeline can fail before
                         # psycopg marks it broken): the outcomes not written are kept in
                         # _unwritten; recover as from any connection failure.
@@ -423,27 +479,29 @@ class Worker(WorkerExchange, WorkerShutdown):
                 self._maybe_more = claimed == limit
         return time.monotonic() + self.poll_interval if claim else next_poll
 
-    def _write_one_by_one(self, batch_error: psycopg.Error) -> None:
+    def _write_one_by_one(self, batch_error: Exception) -> None:
         batch, self._unwritten = self._unwritten, []
         for index, (running, outcome) in enumerate(batch):
             self._unwritten = [(running, outcome)]
             try:
                 self._exchange(0)
                 continue
-            except psycopg.Error as error:
-                if self._conn is None or self._conn.broken:
+            except Exception as error:
+                if isinstance(error, psycopg.Error) and (self._conn is None or self._conn.broken):
                     self._unwritten = batch[index:]
                     raise
                 replacement = Outcome(
                     "failed",
                     "failed",
-                    error=f"pgtasks could not record this attempt's outcome ({outcome.kind}):"
-                    f" {type(error).__name__}: {error}".replace("\x00", "\\x00"),
+                    error=storable(
+                        f"pgtasks could not record this attempt's outcome ({outcome.kind}):"
+                        f" {type(error).__name__}: {error}"
+                    ),
                 )
             self._unwritten = [(running, replacement)]
             try:
                 self._exchange(0)
-            except psycopg.Error:
+            except Exception:
                 self._unwritten = []
                 logger.exception(
                     "job %d: cannot record any outcome (%s); it will be rescued",
@@ -512,6 +570,16 @@ class Worker(WorkerExchange, WorkerShutdown):
 
     def _on_finished(self, running: Running, outcome: Outcome) -> None:
         """Called on the job's thread (or the event loop): hand over to the loop."""
+        try:
+            outcome = storable_outcome(
+                outcome, max_error_bytes=self.app.max_error_bytes, secrets=self._secrets
+            )
+        except Exception as error:  # the job's end is never lost
+            outcome = Outcome(
+                "failed",
+                "failed",
+                error=f"pgtasks could not store this attempt's outcome: {type(error).__name__}",
+            )
         self._finished.put((running, outcome))
         if not self._wake_event.is_set():  # spare the lock when the loop is already awake
             self._wake_event.set()
