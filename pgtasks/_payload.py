@@ -16,6 +16,13 @@ from ._errors import PayloadNotSerializableError, PayloadTooLargeError
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
+#: Longest task, queue and schedule name in UTF-8 bytes. Queue names travel in NOTIFY
+#: payloads (at most 8000 bytes) and every name is shown in tables and logs.
+MAX_NAME_BYTES = 200
+#: Longest idempotency key in UTF-8 bytes: it lives in a btree index, whose entries
+#: cannot pass about 2700 bytes; a schedule's tick key is its name plus the tick.
+MAX_KEY_BYTES = 1000
+
 _ENCODER = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=True
 )
@@ -23,6 +30,29 @@ _ENCODER = json.JSONEncoder(
 
 #: An escaped NUL: \\u0000 preceded by an even number of backslashes.
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def check_name(what: str, value: object, max_bytes: int = MAX_NAME_BYTES) -> str:
+    """``value`` if it can be a name (or key) PostgreSQL stores and indexes, else a
+    ValueError that says why: not a non-empty str, NUL, a lone surrogate, too long."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters, got {value[:100]!r}")
+    size = len(value)
+    if not value.isascii():
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{what} must be valid UTF-8 text (it holds a lone surrogate), got {value[:100]!r}"
+            ) from None
+    if size > max_bytes:
+        raise ValueError(
+            f"{what} is {size} bytes long in UTF-8, over the limit of {max_bytes} bytes,"
+            f" got {value[:40]!r}…"
+        )
+    return value
 
 
 def _check_keys(value: Any) -> None:

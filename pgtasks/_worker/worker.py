@@ -31,6 +31,7 @@ from .._errors import ConfigurationError
 from .._execution.executor import Executor, ExecutorOptions, PoolName, Running
 from .._execution.outcomes import storable_outcome
 from .._execution.process_pool import StartMethod
+from .._payload import check_name
 from .._retry import Outcome
 from .._store.db import dsn_secrets
 from .._store.store import ClaimPosition
@@ -101,6 +102,11 @@ class Worker(WorkerExchange, WorkerShutdown):
             queues = [queue_name.strip() for queue_name in queues if queue_name.strip()]
             if not queues:
                 raise ConfigurationError("queues= must name at least one queue (or be None)")
+            for queue_name in queues:
+                try:
+                    check_name("queue", queue_name)
+                except ValueError as error:
+                    raise ConfigurationError(f"queues=: {error}") from None
         self.app = app
         self.queues: list[str] | None = list(queues) if queues is not None else None
         self.concurrency = concurrency

@@ -227,3 +227,23 @@ def worker_env(env: FaultEnv, dsn: str) -> dict[str, str]:
     from tests.faults.harness import environment
 
     return environment(dsn, env.schema)
+
+
+def test_a_row_due_at_minus_infinity_runs_and_stops_no_claim(env: FaultEnv) -> None:
+    """Item 9: run_at = '-infinity' is due; the claim returns a date Python can hold."""
+    odd = env.tasks.noop.delay().id
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("UPDATE {}.jobs SET run_at = '-infinity' WHERE id = %s").format(
+                sql.Identifier(env.schema)
+            ),
+            (odd,),
+        )
+    others = [handle.id for handle in env.tasks.noop.delay_many([{}] * 10)]
+    worker = env.worker()
+    wait_all_finished(env.probe, 11, timeout=30)
+    stop(worker)
+    # Without the clamp the claim's reply failed (DataError), and the jobs it had claimed
+    # were released and claimed again: it healed, but through an error and a lost round.
+    assert "DataError" not in worker.log(), worker.log()
+    assert_invariants(env.probe, [odd, *others])
