@@ -8,6 +8,9 @@ terminal, no row breaks a command, no bad value prints a traceback.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -19,6 +22,7 @@ from pgtasks._app.schedules import ScheduleStatus, format_schedules
 from pgtasks._payload import MAX_KEY_BYTES, MAX_NAME_BYTES
 from pgtasks._store.base import INFINITY
 from tests.acceptance.test_operations_cli import Cli, Connection, cli, conn, ops_app
+from tests.conftest import ROOT
 from tests.helpers import wait_until
 from tests.integration.operations_population import insert_job
 from tests.integration.worker_harness import execute
@@ -228,3 +232,30 @@ def test_jobs_retry_of_a_bad_task_name_prints_one_line(cli: Cli) -> None:
     result = cli("jobs", "retry", "--all-failed", "--task", "caf\udce9")  # bytes not UTF-8
     no_traceback(result)
     assert result.returncode == 2
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://u:S3%20cr%2Ft%21@127.0.0.1:1/db",
+        "host=127.0.0.1 port=1 user=u password='S3 cr/t!' dbname=db",
+        "host=127.0.0.1 port=1 user=u password=S3\\ cr/t! dbname=db",
+    ],
+)
+def test_embedded_dsn_never_prints_a_configured_password(dsn: str) -> None:
+    """Item 11: `pgtasks embedded dsn` with a configured DSN (URL and key=value forms)."""
+    env = {key: value for key, value in os.environ.items() if key != "PGTASKS_APP"}
+    env.update(PGTASKS_DSN=dsn, PGTASKS_TEST_SCHEMA="unused")
+    result = subprocess.run(
+        [sys.executable, "-m", "pgtasks", "embedded", "dsn", "-A", "tests.apps.ops_app:app"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "***" in result.stdout
+    for form in ("S3", "cr/t", "cr%2Ft", "t!"):
+        assert form not in result.stdout + result.stderr, result.stdout
