@@ -427,11 +427,15 @@ class Worker(WorkerExchange, WorkerShutdown):
                             continue
                         except Exception as lost:
                             error = lost
-                    failures += 1
-                    self._errors.failed(error)
-                    self._maybe_more = True
-                    self._wake_event.wait(min(MAX_BACKOFF, 0.05 * 2**failures))
-                    continue
+                    if not isinstance(error, psycopg.Error):
+                        # A claim's rows may be lost with it: release what we do not know
+                        # we hold, then go on after a pause.
+                        failures += 1
+                        self._errors.failed(error)
+                        self._recover_needed = True
+                        self._maybe_more = True
+                        self._wake_event.wait(min(MAX_BACKOFF, 0.05 * 2**failures))
+                        continue
                 if self._conn is not None and not self._conn.broken and self._unwritten:
                     # The server refused the batch itself (not the connection): find and
                     # fail the outcome it cannot store, so one bad job cannot stop the loop.
