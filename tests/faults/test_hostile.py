@@ -14,8 +14,10 @@ from typing import Any
 from urllib.parse import quote
 
 import psycopg
+import pytest
 from psycopg import conninfo, sql
 
+from pgtasks import TaskFailed
 from pgtasks._app.doctor import diagnose
 from tests.conftest import ROOT
 from tests.faults.harness import FaultEnv, assert_invariants, wait_all_finished
@@ -196,8 +198,6 @@ def test_the_password_is_scrubbed_from_a_tasks_own_error_logs_and_jobs_show(
     """Item 11: the password as is and URL-encoded, in last_error, logs and `jobs show`."""
     params = conninfo.conninfo_to_dict(env.dsn)
     if params.get("password"):
-        import pytest
-
         pytest.skip("the test server's DSN has a password of its own")
     password = "S3 cr/t!"
     secret_dsn = conninfo.make_conninfo(env.dsn, password=password)  # trust auth ignores it
@@ -207,6 +207,8 @@ def test_the_password_is_scrubbed_from_a_tasks_own_error_logs_and_jobs_show(
     wait_all_finished(env.probe, 1, timeout=30)
     error = env.probe.job(job.id)["last_error"]
     assert "cannot connect with" in error
+    with pytest.raises(TaskFailed) as failed:
+        job.get(timeout=10)
     shown = subprocess.run(
         [sys.executable, "-m", "pgtasks", "jobs", "show", str(job.id), "-A", APP_PATH],
         cwd=ROOT,
@@ -218,7 +220,7 @@ def test_the_password_is_scrubbed_from_a_tasks_own_error_logs_and_jobs_show(
     ).stdout
     assert "cannot connect with" in shown
     stop(worker)
-    for text in (error, worker.log(), shown):
+    for text in (error, worker.log(), shown, str(failed.value), repr(failed.value)):
         for form in (password, quote(password, safe=""), "S3 cr", "cr/t", "cr%2Ft"):
             assert form not in text, text
 
