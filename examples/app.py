@@ -37,9 +37,14 @@ def sync_with_partner(ctx: JobContext, account_id: int) -> str:
 
 
 @app.task(max_attempts=2, retry_backoff=0.2)
-def charge_card(card: str) -> None:
-    """Always declined: shows a job that ends failed, with its traceback kept."""
-    raise ValueError(f"card {card} declined")
+def charge_card(payment_id: int) -> None:
+    """Always declined: shows a job that ends failed, with its traceback kept.
+
+    It takes a payment id, never the card number: failure messages are stored in
+    last_error and logged by the worker, so they must hold no secrets or personal data
+    (see docs/explanation/security.md).
+    """
+    raise ValueError(f"payment {payment_id} declined by the card issuer")
 
 
 @app.task

@@ -50,7 +50,7 @@ def enqueue() -> dict[str, list[int]]:
     groups["flaky (succeeds on attempt 3)"] = [
         sync_with_partner.delay(account_id=n).id for n in range(5)
     ]
-    groups["always failing"] = [charge_card.delay(card=f"4000-{n:04d}").id for n in range(2)]
+    groups["always failing"] = [charge_card.delay(payment_id=4000 + n).id for n in range(2)]
     groups["async"] = [fetch_exchange_rate.delay(c).id for c in ("EUR", "USD", "GBP")]
     started = time.perf_counter()
     bulk = resize_image.delay_many([{"image_id": n, "width": 128} for n in range(1000)])

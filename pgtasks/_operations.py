@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from ._jobs import JobRow, JobStatus
+from ._text import printable
 from ._validation import seconds_at_least_zero
 
 #: What ``parse_duration`` accepts, for error messages and help texts.
@@ -78,7 +79,8 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> st
         bool(values) and all(isinstance(row[index], (int, float)) for row in values)
         for index in range(len(headers))
     ]
-    cells = [[str(cell) for cell in row] for row in values]
+    # Cells hold names and errors from job rows: escape what a terminal would act on.
+    cells = [[printable(str(cell)) for cell in row] for row in values]
     widths = [
         max([len(header), *(len(row[index]) for row in cells)])
         for index, header in enumerate(headers)
@@ -317,10 +319,11 @@ def format_job(job: JobRow, now: datetime | None = None) -> str:
     ]
     width = max(len(name) for name, _ in fields) + 1
     lines = [f"job {job.id}"]
-    lines += [f"  {(name + ':').ljust(width)} {value}" for name, value in fields]
+    lines += [f"  {(name + ':').ljust(width)} {printable(value)}" for name, value in fields]
     if job.last_error:
         lines.append("last error:")
-        lines += [f"  {line}" for line in job.last_error.rstrip().splitlines()]
+        error_lines = job.last_error.rstrip().splitlines()
+        lines += [f"  {printable(line, multiline=True)}" for line in error_lines]
     else:
         lines.append("last error: -")
     return "\n".join(lines)

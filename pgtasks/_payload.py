@@ -16,6 +16,13 @@ from ._errors import PayloadNotSerializableError, PayloadTooLargeError
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
+#: Longest task, queue and schedule name in UTF-8 bytes. Queue names travel in NOTIFY
+#: payloads (at most 8000 bytes) and every name is shown in tables and logs.
+MAX_NAME_BYTES = 200
+#: Longest idempotency key in UTF-8 bytes: it lives in a btree index, whose entries
+#: cannot pass about 2700 bytes; a schedule's tick key is its name plus the tick.
+MAX_KEY_BYTES = 1000
+
 _ENCODER = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=True
 )
@@ -23,6 +30,29 @@ _ENCODER = json.JSONEncoder(
 
 #: An escaped NUL: \\u0000 preceded by an even number of backslashes.
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def check_name(what: str, value: object, max_bytes: int = MAX_NAME_BYTES) -> str:
+    """``value`` if it can be a name (or key) PostgreSQL stores and indexes, else a
+    ValueError that says why: not a non-empty str, NUL, a lone surrogate, too long."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters, got {value[:100]!r}")
+    size = len(value)
+    if not value.isascii():
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{what} must be valid UTF-8 text (it holds a lone surrogate), got {value[:100]!r}"
+            ) from None
+    if size > max_bytes:
+        raise ValueError(
+            f"{what} is {size} bytes long in UTF-8, over the limit of {max_bytes} bytes,"
+            f" got {value[:40]!r}…"
+        )
+    return value
 
 
 def _check_keys(value: Any) -> None:
@@ -38,6 +68,15 @@ def _check_keys(value: Any) -> None:
 
 
 def _dumps(value: Any) -> str:
+    try:
+        return _checked_dumps(value)
+    except RecursionError:
+        raise ValueError(
+            "is nested too deeply (lists and dicts more than about 900 levels deep)"
+        ) from None
+
+
+def _checked_dumps(value: Any) -> str:
     text = _ENCODER.encode(value)
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise ValueError("contains a NUL character (\\u0000), which PostgreSQL's jsonb rejects")
@@ -129,12 +168,22 @@ def _raise_for_culprit(
     raise PayloadNotSerializableError(f"arguments of task {task_name!r} cannot be stored as JSON")
 
 
-def encode_result(task_name: str, value: Any) -> str:
-    """Encode a task's return value as JSON text, or raise PayloadNotSerializableError."""
+def encode_result(task_name: str, value: Any, *, max_bytes: int | None = None) -> str:
+    """Encode a task's return value as JSON text, or raise PayloadNotSerializableError
+    (PayloadTooLargeError when it is over ``max_bytes`` of UTF-8)."""
     try:
-        return _dumps(value)
+        text = _dumps(value)
     except (TypeError, ValueError) as error:
         raise PayloadNotSerializableError(
             f"the return value of task {task_name!r} cannot be stored as JSON: "
             f"{_explain(value, error)}"
         ) from error
+    if max_bytes is not None and len(text) * 4 > max_bytes:
+        size = len(text.encode())
+        if size > max_bytes:
+            raise PayloadTooLargeError(
+                f"the return value of task {task_name!r} encodes to {size} bytes of JSON,"
+                f" over the limit of {max_bytes} bytes (App(max_result_bytes=...)); store"
+                " large results elsewhere and return a reference"
+            )
+    return text

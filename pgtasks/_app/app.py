@@ -30,6 +30,7 @@ from .._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from .._store import db as _db
 from .._store.database import Database
 from .._store.store import Store
+from .._text import DEFAULT_MAX_ERROR_BYTES
 from .._validation import positive_seconds, whole_number
 from ..sql import Migration
 from .eager import arun_eagerly, run_eagerly
@@ -106,6 +107,8 @@ class App:
         default_queue: str = "default",
         default_max_attempts: int = 5,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_result_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_error_bytes: int = DEFAULT_MAX_ERROR_BYTES,
         pool_min_size: int = 1,
         pool_max_size: int = 10,
         connect_timeout: float = 5.0,
@@ -134,6 +137,13 @@ class App:
         self.default_max_attempts = default_max_attempts
         whole_number("max_payload_bytes=", max_payload_bytes, minimum=64)
         self.max_payload_bytes = max_payload_bytes
+        # Caps of what a worker stores: a larger result fails its job, a longer error
+        # text (last_error: message and traceback) is cut with a marker.
+        caps = {"max_result_bytes": max_result_bytes, "max_error_bytes": max_error_bytes}
+        for name, cap in caps.items():
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1024:
+                raise ConfigurationError(f"{name}= must be an int >= 1024, got {cap!r}")
+        self.max_result_bytes, self.max_error_bytes = max_result_bytes, max_error_bytes
         if not 0 <= pool_min_size <= pool_max_size or pool_max_size < 1:
             raise ConfigurationError(
                 "need 0 <= pool_min_size <= pool_max_size and pool_max_size >= 1"

@@ -209,6 +209,22 @@ def check_backlog(row: Row, limits: Thresholds) -> Finding:
     )
 
 
+def check_exhausted(row: Row) -> Finding:
+    count = int(row["jobs"] or 0)
+    if not count:
+        return Finding(
+            "pending jobs out of attempts", "ok", "every pending job has an attempt left"
+        )
+    return Finding(
+        "pending jobs out of attempts",
+        "warning",
+        f"{count} pending job(s) have attempts = max_attempts (the first: job"
+        f" {row['first_id']}); a claim gives each one more attempt (max_attempts + 1)",
+        "a row was set back to pending by hand: use `pgtasks jobs retry ID`, which raises"
+        " max_attempts itself, instead of UPDATE … SET status = 'pending'",
+    )
+
+
 def check_connections(row: Row, limits: Thresholds) -> Finding:
     usable = max(1, int(row["max_connections"]) - int(row["reserved"]))
     used = int(row["used"])
@@ -238,6 +254,7 @@ def diagnose(
         *check_indexes(store.get_index_sizes(conn), limits),
         check_stuck(store.get_stuck_jobs(conn, lease_timeout=app.lease_timeout), app.lease_timeout),
         check_backlog(store.get_backlog(conn), limits),
+        check_exhausted(store.get_exhausted_pending_jobs(conn)),
         check_connections(store.get_connection_usage(conn), limits),
     ]
 

@@ -96,11 +96,13 @@ class ResultListener:
                     while not self._closing.is_set():
                         for notify in conn.notifies(timeout=0.5):
                             self._dispatch(notify.payload)
-            except psycopg.Error as error:
+            except Exception as error:  # never die while `healthy` could still say True
                 self._ready.clear()
                 failures += 1
-                if failures == 1:
+                if failures == 1 and isinstance(error, psycopg.Error):
                     logger.warning("result listener lost its connection, retrying: %s", error)
+                elif failures == 1:
+                    logger.exception("result listener failed, restarting it")
                 self._closing.wait(reconnect_delay(failures))
         self._ready.clear()
 
@@ -109,11 +111,15 @@ class ResultListener:
             callbacks = [
                 callback
                 for part in payload.split(",")
-                if part.isdigit()
+                # Any role may NOTIFY this channel: only ASCII digits are ids.
+                if part.isascii() and part.isdigit()
                 for callback in self._waiters.get(int(part), ())
             ]
         for callback in callbacks:
-            callback()
+            try:
+                callback()
+            except Exception:
+                logger.exception("a result waiter's wake-up failed")
 
 
 def outcome_of(job_id: int, row: dict[str, Any] | None) -> tuple[bool, Any]:

@@ -24,10 +24,16 @@ from .._cron import (
 )
 from .._errors import TaskRegistrationError
 from .._jobs import JobSpec
+from .._payload import MAX_KEY_BYTES, check_name
+from .._text import printable
 from .tasks import Task
 
 if TYPE_CHECKING:
     from .app import App
+
+#: Longest schedule name in UTF-8 bytes (a default name holds the task name and the
+#: trigger); its tick keys stay well under MAX_KEY_BYTES.
+MAX_SCHEDULE_NAME_BYTES = MAX_KEY_BYTES // 2
 
 
 def build_schedule(
@@ -64,8 +70,10 @@ def build_schedule(
         catch_up=options.get("catch_up", "latest"),
         max_catch_up=options.get("max_catch_up", DEFAULT_MAX_CATCH_UP),
     )
-    # Encode the job once now: bad arguments, queue or priority fail at declaration.
+    # Encode the job once now: bad arguments, queue or priority fail at declaration; the
+    # name becomes each tick's idempotency key (name:tick), which must fit its index.
     try:
+        check_name("schedule name", schedule.name, MAX_SCHEDULE_NAME_BYTES)
         build_spec(task, schedule, datetime(2000, 1, 1, tzinfo=trigger.zone))
     except (TypeError, ValueError) as error:
         raise TaskRegistrationError(f"schedule {schedule.name!r}: {error}") from error
@@ -165,6 +173,8 @@ def format_schedules(now: datetime, statuses: Sequence[ScheduleStatus]) -> str:
         lines.append(
             (status.name, status.task_name or "-", status.trigger or "-", local, utc, last)
         )
+    # Names come from job rows and schedule rows: escape what a terminal would act on.
+    lines = [tuple(printable(cell) for cell in line) for line in lines]
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
     text = [
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()

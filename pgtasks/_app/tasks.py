@@ -13,7 +13,7 @@ from typing_extensions import ParamSpec, Unpack
 
 from .._errors import NaiveDatetimeError, TaskRegistrationError
 from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec
-from .._payload import encode_arguments
+from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments
 from .._validation import positive_number
 from .handle import JobHandle
 
@@ -80,11 +80,8 @@ def validate_priority(value: object) -> int:
 
 
 def validate_text(what: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
-    if "\x00" in value:
-        raise ValueError(f"{what} must not contain NUL characters, got {value!r}")
-    return value
+    """Queue names and idempotency keys: see check_name (length, NUL, surrogates)."""
+    return check_name(what, value, MAX_KEY_BYTES if what == "idempotency_key" else MAX_NAME_BYTES)
 
 
 def validate_queue(value: object) -> str:
@@ -162,6 +159,10 @@ class Task(Generic[P, R]):
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise TaskRegistrationError(f"task name= must be a non-empty string, got {name!r}")
         self.name: str = name or f"{function.__module__}.{function.__qualname__}"
+        try:
+            check_name("task name", self.name)
+        except ValueError as error:
+            raise TaskRegistrationError(str(error)) from None
         try:
             self.queue: str = validate_queue(options.get("queue", app.default_queue))
             self.priority: int = validate_priority(options.get("priority", 0))

@@ -40,6 +40,8 @@ from .._validation import positive_number, whole_number
 from .child import JobMessage
 from .outcomes import (
     CANCELLED_BEFORE_START,
+    failed_to_start_outcome,
+    malformed_arguments_outcome,
     outcome_of_error,
     outcome_of_loss,
     outcome_of_return,
@@ -363,14 +365,31 @@ class Executor:
 
     # -- submitting --
     def submit(self, job: ClaimedJob) -> Running:
+        """Start ``job`` (or queue it for a slot). A job that cannot start ends failed at
+        once with the reason: no claimed job is left without an outcome."""
         task = self.app.tasks.get(job.task_name)
-        running = Running(next(self._tokens), job, task, time.monotonic(), None)
         if task is None:
-            future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-            future.set_result(unknown_task_outcome(job.task_name, self.app))
-            running.future = future
-            future.add_done_callback(lambda done: self._finished(running, done))
-            return running
+            return self._end_at_once(job, None, unknown_task_outcome(job.task_name, self.app))
+        shape = malformed_arguments_outcome(job.args, job.kwargs)
+        if shape is not None:
+            return self._end_at_once(job, task, shape)
+        try:
+            return self._submit(job, task)
+        except Exception as error:
+            return self._end_at_once(job, task, failed_to_start_outcome(error))
+
+    def _end_at_once(
+        self, job: ClaimedJob, task: Task[Any, Any] | None, outcome: Outcome
+    ) -> Running:
+        running = Running(next(self._tokens), job, task, time.monotonic(), None)
+        future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+        future.set_result(outcome)
+        running.future = future
+        future.add_done_callback(lambda done: self._finished(running, done))
+        return running
+
+    def _submit(self, job: ClaimedJob, task: Task[Any, Any]) -> Running:
+        running = Running(next(self._tokens), job, task, time.monotonic(), None)
         running.executor = self.route(task, job.queue)
         if running.executor == "process":
             self._submit_to_pool(running, task)

@@ -7,11 +7,15 @@ the outcome of a child's death or hard timeout with them too.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _retry
 from .._payload import encode_result
 from .._retry import Outcome, RetryPolicy
+from .._store.db import redact
+from .._text import storable, truncate
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -36,9 +40,42 @@ def unknown_task_outcome(task_name: str, app: App) -> Outcome:
     )
 
 
+def malformed_arguments_outcome(args: object, kwargs: object) -> Outcome | None:
+    """A failed outcome when a row's args are not a JSON array or its kwargs not an object
+    (a row written by hand or by another tool): the task never runs with wrong inputs."""
+    problems = []
+    if not isinstance(args, list):
+        problems.append(f"args must be a JSON array, got {_json_kind(args)}")
+    if not isinstance(kwargs, dict):
+        problems.append(f"kwargs must be a JSON object, got {_json_kind(kwargs)}")
+    if not problems:
+        return None
+    return Outcome(
+        "failed",
+        "failed",
+        error="MalformedJobError: " + "; ".join(problems) + " (the task was not run)",
+    )
+
+
+def _json_kind(value: object) -> str:
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return kinds.get(type(value), "a number")
+
+
+def failed_to_start_outcome(error: BaseException) -> Outcome:
+    """The job could not be started (the process pool failed to start, a bug): it fails."""
+    return Outcome(
+        "failed",
+        "failed",
+        error=f"pgtasks could not start this job: {_retry.describe_error(error)}",
+    )
+
+
 def outcome_of_return(task: Task[Any, Any], value: Any) -> Outcome:
     try:
-        return _retry.done(encode_result(task.name, value))
+        return _retry.done(encode_result(task.name, value, max_bytes=task.app.max_result_bytes))
     except Exception as error:
         return Outcome("failed", "failed", error=_retry.describe_error(error))
 
@@ -68,3 +105,15 @@ def outcome_of_loss(task: Task[Any, Any], job: ClaimedJob, detail: str) -> Outco
 CANCELLED_BEFORE_START = Outcome(
     "cancelled", "failed", error="CancelledError: cancelled before start"
 )
+
+
+def storable_outcome(outcome: Outcome, *, max_error_bytes: int, secrets: Sequence[str]) -> Outcome:
+    """``outcome`` as the worker may store and log it: its error text without the
+    connection password (any form of it), with unencodable characters and NUL escaped,
+    and cut to ``max_error_bytes``. Task code chooses that text; it can stop no worker.
+    """
+    error = outcome.error
+    if error is None:
+        return outcome
+    clean = truncate(storable(redact(error, tuple(secrets))), max_error_bytes)
+    return outcome if clean == error else dataclasses.replace(outcome, error=clean)

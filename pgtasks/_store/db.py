@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import psycopg
 from psycopg import conninfo
@@ -20,7 +21,11 @@ logger = logging.getLogger("pgtasks.db")
 DSN_ENVIRONMENT = ("PGTASKS_DSN", "DATABASE_URL")
 
 _URL_PASSWORD = re.compile(r"(?P<head>postgres(?:ql)?://[^:/@?#]*:)(?P<password>[^@/]*)(?=@)")
-_KEYWORD_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<password>'(?:[^'\\]|\\.)*'|\S+)")
+#: A key=value password: quoted ('a b', with \' and \\ escapes), or unquoted up to the
+#: next space that is not escaped (libpq reads "a\ b" as "a b").
+_KEYWORD_PASSWORD = re.compile(
+    r"(?P<head>\bpassword\s*=\s*)(?P<password>'(?:[^'\\]|\\.)*'?|(?:\\.|[^\s\\])+\\?)"
+)
 
 
 def resolve_dsn(explicit: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -51,6 +56,16 @@ def dsn_password(dsn: str) -> str | None:
         return str(password) if password else None
     except psycopg.ProgrammingError:
         return None
+
+
+def dsn_secrets(dsn: str) -> tuple[str, ...]:
+    """The forms of ``dsn``'s password that a text may hold: as is and URL-encoded."""
+    password = dsn_password(dsn)
+    if not password:
+        return ()
+    forms = {password, quote(password, safe=""), quote_plus(password, safe="")}
+    # Longest first: a form that contains another is replaced whole.
+    return tuple(sorted(forms, key=len, reverse=True))
 
 
 def describe_dsn(dsn: str) -> str:

@@ -34,5 +34,8 @@ class DoctorQueries(StoreBase):
     def get_backlog(self, conn: psycopg.Connection[Any]) -> Row:
         return self._rows(conn, "get_backlog", None)[0]
 
+    def get_exhausted_pending_jobs(self, conn: psycopg.Connection[Any]) -> Row:
+        return self._rows(conn, "get_exhausted_pending_jobs", None)[0]
+
     def get_connection_usage(self, conn: psycopg.Connection[Any]) -> Row:
         return self._rows(conn, "get_connection_usage", None)[0]

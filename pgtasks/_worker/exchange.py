@@ -18,6 +18,7 @@ import psycopg
 
 from .._execution.executor import ClaimedJob
 from .._retry import Outcome
+from .._text import storable
 from .background import BackgroundExchanger, Exchange, OutcomeRow
 from .claims import ClaimCursor
 from .services import Connect
@@ -222,7 +223,7 @@ class Exchanges:
         self.take_background()
 
     # -- failures --
-    def write_one_by_one(self, batch_error: psycopg.Error) -> None:
+    def write_one_by_one(self, batch_error: Exception) -> None:
         """The server refused a batch of outcomes: write them one at a time, and fail the
         attempt whose outcome it cannot store with an error saying so."""
         ledger = self.ledger
@@ -232,20 +233,22 @@ class Exchanges:
             try:
                 self.exchange(0)
                 continue
-            except psycopg.Error as error:
-                if not self.connection.usable:
+            except Exception as error:
+                if isinstance(error, psycopg.Error) and not self.connection.usable:
                     ledger.unwritten = batch[index:]
                     raise
                 replacement = Outcome(
                     "failed",
                     "failed",
-                    error=f"pgtasks could not record this attempt's outcome ({outcome.kind}):"
-                    f" {type(error).__name__}: {error}".replace("\x00", "\\x00"),
+                    error=storable(
+                        f"pgtasks could not record this attempt's outcome ({outcome.kind}):"
+                        f" {type(error).__name__}: {error}"
+                    ),
                 )
             ledger.unwritten = [(running, replacement)]
             try:
                 self.exchange(0)
-            except psycopg.Error:
+            except Exception:
                 ledger.unwritten = []
                 logger.exception(
                     "job %d: cannot record any outcome (%s); it will be rescued",

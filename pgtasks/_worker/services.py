@@ -276,7 +276,7 @@ class Listener(Service):
         while not self.stopping.is_set():
             for notify in conn.notifies(timeout=0.2):
                 if notify.channel == store.cancel_channel:
-                    if notify.payload.isdigit():
+                    if notify.payload.isascii() and notify.payload.isdigit():
                         self.cancel({int(notify.payload)})
                 elif queues is None or notify.payload in queues:
                     self.wake()

@@ -28,9 +28,12 @@ import psycopg
 
 from .._app.loading import load_app
 from .._errors import ConfigurationError
-from .._execution.executor import Executor, ExecutorOptions, PoolName
+from .._execution.executor import Executor, ExecutorOptions, PoolName, Running
+from .._execution.outcomes import storable_outcome
 from .._execution.process_pool import StartMethod
-from .._retry import reconnect_delay
+from .._payload import check_name
+from .._retry import Outcome, reconnect_delay
+from .._store.db import dsn_secrets
 from .._validation import seconds_at_least_zero, whole_number
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
 from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
@@ -95,6 +98,11 @@ class Worker:
             queues = [queue_name.strip() for queue_name in queues if queue_name.strip()]
             if not queues:
                 raise ConfigurationError("queues= must name at least one queue (or be None)")
+            for queue_name in queues:
+                try:
+                    check_name("queue", queue_name)
+                except ValueError as error:
+                    raise ConfigurationError(f"queues=: {error}") from None
         self.app = app
         self.queues: list[str] | None = list(queues) if queues is not None else None
         self.concurrency = concurrency
@@ -145,6 +153,10 @@ class Worker:
         self._stopped = self.registration.ended
         self._run_thread: threading.Thread | None = None
         self._errors = ErrorLog(f"claim loop of worker {self.name}")
+        #: The listener thread's connection to confirm cancel notifications (opened lazily).
+        self._confirmations = LoopConnection(self._connect)
+        #: The forms of the connection password, scrubbed from every error text written.
+        self._secrets: tuple[str, ...] = ()
         #: Executors (see docs/howto/executors.md): ``pool`` is the default of sync tasks.
         self._executor_options = ExecutorOptions(
             concurrency=concurrency,
@@ -208,7 +220,31 @@ class Worker:
         self._wake_event.set()
 
     def cancel_jobs(self, job_ids: set[int]) -> None:
-        """Ask running attempts of these jobs to stop (called from the service threads)."""
+        """A cancel notification named these jobs (the listener's thread).
+
+        A notification is only a hint: any role may send one on the channel. A job running
+        here is cancelled once its row confirms ``cancel_requested``; on a database error
+        the heartbeat's poll (:meth:`poll_cancel_requests`) confirms it later.
+        """
+        if not any(running.job.id in job_ids for running in list(self._ledger.in_flight.values())):
+            return
+        worker_id = self.worker_id
+        if worker_id is None:
+            return
+        try:
+            requested = self.app.store.get_cancel_requests(self._confirmations.get(), worker_id)
+        except psycopg.Error as error:
+            self._confirmations.drop()
+            logger.warning(
+                "worker %s: cannot confirm a cancellation (%s); the heartbeat will",
+                self.name,
+                error,
+            )
+            return
+        self._cancel_confirmed(requested & job_ids)
+
+    def _cancel_confirmed(self, job_ids: set[int]) -> None:
+        """Ask running attempts of these jobs (cancel_requested on their rows) to stop."""
         for running in list(self._ledger.in_flight.values()):
             if running.job.id in job_ids and not running.cancel_requested:
                 logger.info(
@@ -227,14 +263,14 @@ class Worker:
             return
         requested = self.app.store.get_cancel_requests(conn, worker_id)
         if requested:
-            self.cancel_jobs(requested)
+            self._cancel_confirmed(requested)
 
     # -- parts --
     def _new_executor(self) -> Executor:
         return Executor(
             self.app,
             self._executor_options,
-            on_finished=self._ledger.on_finished,
+            on_finished=self._on_finished,
             app_loader=load_app,
         )
 
@@ -297,6 +333,7 @@ class Worker:
         self._run_thread = threading.current_thread()
         try:
             self.app.check_schema()
+            self._secrets = dsn_secrets(self.app.dsn)
             self._executor = self._new_executor()
             self._exchanges = self._new_exchanges()
             self._executor.start()  # process pool children import the app before any claim
@@ -343,6 +380,7 @@ class Worker:
             try:
                 self._shutdown()
             finally:
+                self._confirmations.drop()
                 for signum, handler in previous_handlers.items():
                     signal.signal(signum, handler)
                 self._stopped.set()
@@ -364,14 +402,33 @@ class Worker:
                 failures = 0
                 if not exchanges.recover_needed:
                     self._errors.recovered()
-            except psycopg.Error as error:
+            except Exception as error:
+                if not isinstance(error, psycopg.Error):
+                    # Not the database: something one job brought (text that cannot be
+                    # encoded, a bug). Find the outcome behind it and fail that job alone.
+                    logger.exception("worker %s: unexpected error in the claim loop", self.name)
+                    if self._ledger.unwritten:
+                        try:
+                            exchanges.write_one_by_one(error)
+                            continue
+                        except Exception as lost:
+                            error = lost
+                    if not isinstance(error, psycopg.Error):
+                        # A claim's rows may be lost with it: release what we do not know
+                        # we hold, then go on after a pause.
+                        failures += 1
+                        self._errors.failed(error)
+                        exchanges.recover_needed = True
+                        exchanges.maybe_more = True
+                        self._wake_event.wait(reconnect_delay(failures))
+                        continue
                 if self._connection.usable and self._ledger.unwritten:
                     # The server refused the batch itself (not the connection): find and
                     # fail the outcome it cannot store, so one bad job cannot stop the loop.
                     try:
                         exchanges.write_one_by_one(error)
                         continue
-                    except psycopg.Error as lost:
+                    except Exception as lost:
                         # The connection was lost after all (a pipeline can fail before
                         # psycopg marks it broken): the outcomes not written are kept in
                         # the ledger; recover as from any connection failure.
@@ -411,6 +468,21 @@ class Worker:
         if claim and claimed is not None:
             exchanges.maybe_more = claimed == limit
         return time.monotonic() + self.poll_interval if claim else next_poll
+
+    def _on_finished(self, running: Running, outcome: Outcome) -> None:
+        """An attempt ended (on its thread, the event loop or the pool's supervisor): make
+        its texts storable (escaped, capped, the password scrubbed), then hand it over."""
+        try:
+            outcome = storable_outcome(
+                outcome, max_error_bytes=self.app.max_error_bytes, secrets=self._secrets
+            )
+        except Exception as error:  # the job's end is never lost
+            outcome = Outcome(
+                "failed",
+                "failed",
+                error=f"pgtasks could not store this attempt's outcome: {type(error).__name__}",
+            )
+        self._ledger.on_finished(running, outcome)
 
     def _linger(self) -> None:
         """With most slots still busy and few outcomes ready, wait a moment for more.

@@ -15,9 +15,19 @@ def embedded() -> None:
 @embedded.command("dsn")
 @app_option
 def embedded_dsn_command(app_path: str) -> None:
-    """Start the embedded server if needed and print its DSN."""
+    """Start the embedded server if needed and print its DSN.
+
+    With a DSN configured (PGTASKS_DSN, DATABASE_URL, App(dsn=...)) no embedded server
+    is used: that DSN is printed with its password hidden.
+    """
+    from .._store.db import dsn_secrets, redact
+
     app = load_app(app_path)
-    click.echo(guard(lambda: app.dsn))
+    dsn: str = guard(lambda: app.dsn)
+    if not app.uses_embedded:
+        dsn = redact(dsn, dsn_secrets(dsn))
+        click.echo("(a DSN is configured; no embedded server is used)", err=True)
+    click.echo(dsn)
 
 
 @embedded.command("stop")

@@ -34,10 +34,17 @@ from .._operations import (
     parse_duration,
     to_json,
 )
+from .._payload import check_name
 from .._worker.pruner import DEFAULT_BATCH_SIZE, prune
 from ._common import app_option, guard, load_app
 
 T = TypeVar("T")
+
+#: Job ids are bigint; --limit and --batch-size are int in SQL.
+JOB_ID = click.IntRange(min=1, max=2**63 - 1)
+SQL_INT = click.IntRange(min=1, max=2**31 - 1)
+#: Longest duration an option accepts (about 3,000 years): make_interval's range.
+MAX_DURATION = 1e11
 
 #: Rows per UPDATE of ``jobs retry --all-failed``.
 RETRY_BATCH_SIZE = 1000
@@ -65,10 +72,27 @@ def _duration(*, allow_never: bool = False) -> Callable[..., float | None]:
         if allow_never and value.strip().lower() == NEVER:
             return None
         try:
-            return parse_duration(value)
+            seconds = parse_duration(value)
         except ValueError:
             forms = DURATION_FORMS + (f", or {NEVER!r}" if allow_never else "")
             raise click.BadParameter(f"{value!r} is not a duration: use {forms}") from None
+        if not seconds <= MAX_DURATION:
+            raise click.BadParameter(f"{value!r} is too long a duration (at most 3000 years)")
+        return seconds
+
+    return convert
+
+
+def _name(what: str) -> Callable[..., str | None]:
+    """An option callback: a task or queue name filter must be a name pgtasks accepts."""
+
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check_name(what, value)
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
 
     return convert
 
@@ -125,9 +149,11 @@ def jobs() -> None:
 @jobs.command("list")
 @app_option
 @click.option("--status", type=click.Choice(STATUSES), default=None, help="Only this status.")
-@click.option("--queue", default=None, help="Only this queue.")
-@click.option("--task", "task_name", default=None, help="Only this task name.")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
+@click.option("--queue", default=None, callback=_name("queue"), help="Only this queue.")
+@click.option(
+    "--task", "task_name", default=None, callback=_name("task name"), help="Only this task name."
+)
+@click.option("--limit", default=50, show_default=True, type=SQL_INT)
 @json_option
 def list_command(
     app_path: str,
@@ -155,7 +181,7 @@ def list_command(
 
 @jobs.command("show")
 @app_option
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @json_option
 def show_command(app_path: str, job_id: int, as_json: bool) -> None:
     """Every field of one job: arguments, result, and last error with its traceback."""
@@ -173,9 +199,15 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
 
 @jobs.command("retry", epilog=RETRY_RULE)
 @app_option
-@click.argument("job_id", type=int, required=False)
+@click.argument("job_id", type=JOB_ID, required=False)
 @click.option("--all-failed", is_flag=True, help="Retry every failed job (see --task).")
-@click.option("--task", "task_name", default=None, help="With --all-failed: only this task.")
+@click.option(
+    "--task",
+    "task_name",
+    default=None,
+    callback=_name("task name"),
+    help="With --all-failed: only this task.",
+)
 @json_option
 def retry_command(
     app_path: str, job_id: int | None, all_failed: bool, task_name: str | None, as_json: bool
@@ -250,7 +282,7 @@ def _retry_all_failed(app: App, task_name: str | None, as_json: bool) -> None:
 
 @jobs.command("cancel")
 @app_option
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @json_option
 def cancel_command(app_path: str, job_id: int, as_json: bool) -> None:
     """Cancel a job: pending jobs never run; running jobs are asked to stop.
@@ -339,7 +371,7 @@ def workers(app_path: str, since: float, as_json: bool) -> None:
     "--batch-size",
     default=DEFAULT_BATCH_SIZE,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=SQL_INT,
     help="Rows per DELETE; each batch is its own short transaction.",
 )
 @json_option

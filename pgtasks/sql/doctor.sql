@@ -65,6 +65,13 @@ SELECT count(*) AS jobs, extract(epoch FROM clock_timestamp() - min(run_at)) AS 
 FROM {schema}.jobs
 WHERE status = 'pending' AND run_at <= now();
 
+-- name: get_exhausted_pending_jobs :one
+-- Pending jobs with no attempt left (attempts = max_attempts), as an operator's
+-- UPDATE … SET status = 'pending' leaves them; a claim gives each one more attempt.
+SELECT count(*) AS jobs, min(id) AS first_id
+FROM {schema}.jobs
+WHERE status = 'pending' AND attempts >= max_attempts;
+
 -- name: get_connection_usage :one
 -- Connections in use against max_connections (superuser-reserved slots excluded).
 SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend') AS used,

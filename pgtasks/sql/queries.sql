@@ -174,13 +174,21 @@ WITH picked AS (
 UPDATE {schema}.jobs AS jobs
 SET status = 'running',
     attempts = jobs.attempts + 1,
+    -- A pending row out of attempts (an operator's UPDATE … SET status = 'pending') gets
+    -- one more, as `pgtasks jobs retry` would give it: it never blocks the claim.
+    max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
     locked_by = %(worker_id)s,
     locked_at = now(),
     updated_at = now()
 FROM picked
 WHERE jobs.id = picked.id
+-- run_at and created_at within what Python's datetime holds: '-infinity' (written by
+-- hand) is due, and would otherwise make the worker refuse the rows it just claimed.
 RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kwargs,
-          jobs.attempts, jobs.max_attempts, jobs.run_at, jobs.created_at,
+          jobs.attempts, jobs.max_attempts,
+          greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
+          least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
+              AS created_at,
           clock_timestamp() AS claimed_at;
 
 -- name: claim_jobs_after :many
@@ -235,13 +243,21 @@ WITH picked AS (
 UPDATE {schema}.jobs AS jobs
 SET status = 'running',
     attempts = jobs.attempts + 1,
+    -- A pending row out of attempts (an operator's UPDATE … SET status = 'pending') gets
+    -- one more, as `pgtasks jobs retry` would give it: it never blocks the claim.
+    max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
     locked_by = %(worker_id)s,
     locked_at = now(),
     updated_at = now()
 FROM picked
 WHERE jobs.id = picked.id
+-- run_at and created_at within what Python's datetime holds: '-infinity' (written by
+-- hand) is due, and would otherwise make the worker refuse the rows it just claimed.
 RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kwargs,
-          jobs.attempts, jobs.max_attempts, jobs.run_at, jobs.created_at,
+          jobs.attempts, jobs.max_attempts,
+          greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
+          least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
+              AS created_at,
           clock_timestamp() AS claimed_at;
 
 -- name: finish_jobs :many

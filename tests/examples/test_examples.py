@@ -39,7 +39,7 @@ def test_demo_runs_every_kind_of_job_to_the_end(example_env: dict[str, str]) -> 
     assert "flaky (succeeds on attempt 3)        5     5      0       5" in out
     assert "always failing                       2     0      2       2" in out
     assert "'account 0 synced on attempt 3'" in out
-    assert "ValueError: card 4000-0000 declined" in out
+    assert "ValueError: payment 4000 declined by the card issuer" in out
     assert "worker stopped with exit code 0" in out
 
 
@@ -53,7 +53,7 @@ jobs = [
     send_welcome_email.delay("a@example.com", name="A"),
     resize_image.apply_at(timedelta(seconds=60), image_id=1),
     sync_with_partner.delay(account_id=7),
-    charge_card.delay(card="4000"),
+    charge_card.delay(payment_id=4000),
     fetch_exchange_rate.delay("USD"),
 ]
 print(sorted({job.status().value for job in jobs}), len({job.id for job in jobs}))

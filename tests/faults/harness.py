@@ -138,9 +138,10 @@ class Processes:
         *arguments: str,
         wait_started: bool = True,
         timing: Sequence[str] = TIMING_FLAGS,
+        app_path: str = APP_PATH,
         **env: str,
     ) -> ChildProcess:
-        command = [sys.executable, "-m", "pgtasks", "worker", "-A", APP_PATH, *timing]
+        command = [sys.executable, "-m", "pgtasks", "worker", "-A", app_path, *timing]
         child = self._spawn("worker", [*command, *arguments], environment(dsn, schema, **env))
         if wait_started:
             child.wait_for_log(" started: ", timeout=15.0)

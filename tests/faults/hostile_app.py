@@ -1,0 +1,112 @@
+"""The app of the hostile-input fault tests (tests/faults/test_hostile.py).
+
+The fault app's tasks plus tasks whose exceptions, results and inputs are hostile: an
+undecodable file name in the message (thread, process and async executors), the
+connection password in the message, a result over the cap, a huge error text. Built from
+the environment like ``tests.faults.fault_app``; workers run it with ``-A`` (the process
+pool's spawned children import it too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from psycopg import conninfo
+
+from pgtasks import App
+from tests.faults.fault_app import register_fault_tasks
+
+APP_PATH = "tests.faults.hostile_app:app"
+#: The result cap of the workers of this app (the smallest App allows).
+MAX_RESULT_BYTES = 4096
+MAX_ERROR_BYTES = 4096
+
+
+def undecodable_name(raw_hex: str) -> str:
+    """A file name as os.listdir returns it for bytes that are not UTF-8 (lone surrogates)."""
+    return os.fsdecode(bytes.fromhex(raw_hex))
+
+
+def register_hostile_tasks(app: App) -> dict[str, Any]:
+    """Register the hostile tasks (build_app adds the fault app's tasks too)."""
+
+    @app.task(name="hostile.raise_name", max_attempts=1)
+    def raise_name(raw_hex: str) -> None:
+        raise RuntimeError(f"cannot process {undecodable_name(raw_hex)}")
+
+    @app.task(name="hostile.raise_name_process", max_attempts=1, executor="process")
+    def raise_name_process(raw_hex: str) -> None:
+        raise RuntimeError(f"cannot process {undecodable_name(raw_hex)}")
+
+    @app.task(name="hostile.raise_name_async", max_attempts=1)
+    async def raise_name_async(raw_hex: str) -> None:
+        raise RuntimeError(f"cannot process {undecodable_name(raw_hex)}")
+
+    @app.task(name="hostile.raise_dsn", max_attempts=1)
+    def raise_dsn() -> None:
+        """A task that puts its connection string in its error (as careless code does)."""
+        password = str(conninfo.conninfo_to_dict(app.dsn).get("password"))
+        url = f"postgresql://postgres:{quote(password, safe='')}@db.example/app"
+        raise RuntimeError(f"cannot connect with {app.dsn} or {url} (password: {password})")
+
+    @app.task(name="hostile.return_bytes", max_attempts=1)
+    def return_bytes(size: int) -> str:
+        return "x" * size
+
+    @app.task(name="hostile.raise_long", max_attempts=1)
+    def raise_long(size: int) -> None:
+        raise ValueError("y" * size + " the end")
+
+    @app.task(name="hostile.wait_async", max_attempts=1)
+    async def wait_async(path: str, timeout: float = 30.0) -> str:
+        for _ in range(int(timeout / 0.02)):
+            if Path(path).exists():
+                return "released"
+            await asyncio.sleep(0.02)
+        return "timed out"
+
+    @app.task(name="hostile.show_args", max_attempts=1)
+    def show_args(*args: Any, **kwargs: Any) -> list[Any]:
+        return [list(args), kwargs]
+
+    return {
+        "raise_name": raise_name,
+        "raise_name_process": raise_name_process,
+        "raise_name_async": raise_name_async,
+        "raise_dsn": raise_dsn,
+        "return_bytes": return_bytes,
+        "raise_long": raise_long,
+        "show_args": show_args,
+        "wait_async": wait_async,
+    }
+
+
+def build_app() -> App:
+    app = App(
+        os.environ["PGTASKS_DSN"],
+        schema=os.environ["PGTASKS_TEST_SCHEMA"],
+        connect_timeout=2.0,
+        pool_max_size=4,
+        max_result_bytes=MAX_RESULT_BYTES,
+        max_error_bytes=MAX_ERROR_BYTES,
+    )
+    register_fault_tasks(app)
+    register_hostile_tasks(app)
+    return app
+
+
+_app: App | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` is built on first access, so importing this module needs no environment."""
+    global _app
+    if name == "app":
+        if _app is None:
+            _app = build_app()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
