@@ -25,11 +25,9 @@ import dataclasses
 import itertools
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _retry
@@ -49,6 +47,8 @@ from .outcomes import (
     unknown_task_outcome,
 )
 from .process_pool import START_METHODS, Ending, PoolJob, ProcessPool, StartMethod, find_app_path
+from .running import ClaimedJob, Running
+from .threads import JobThreads
 from .watchdogs import LoopLagMonitor, SoftLimit, ThreadSoftLimits
 
 if TYPE_CHECKING:
@@ -59,65 +59,6 @@ logger = logging.getLogger("pgtasks.worker")
 
 PoolName = Literal["thread", "process"]
 POOL_NAMES: tuple[PoolName, ...] = ("thread", "process")
-
-
-@dataclasses.dataclass(frozen=True)
-class ClaimedJob:
-    """A job as claimed: its lease is (worker_id, attempt)."""
-
-    id: int
-    task_name: str
-    queue: str
-    priority: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    attempt: int
-    max_attempts: int
-    run_at: datetime
-    created_at: datetime
-    claimed_at: datetime
-    worker_id: int
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any], worker_id: int) -> ClaimedJob:
-        return cls(
-            id=row["id"],
-            task_name=row["task_name"],
-            queue=row["queue"],
-            priority=row["priority"],
-            args=row["args"],
-            kwargs=row["kwargs"],
-            attempt=row["attempts"],
-            max_attempts=row["max_attempts"],
-            run_at=row["run_at"],
-            created_at=row["created_at"],
-            claimed_at=row["claimed_at"],
-            worker_id=worker_id,
-        )
-
-
-@dataclasses.dataclass(eq=False)
-class Running:
-    """One attempt in flight. ``token`` tells apart two attempts of one job id."""
-
-    token: int
-    job: ClaimedJob
-    task: Task[Any, Any] | None
-    started: float
-    deadline: float | None
-    future: concurrent.futures.Future[Outcome] | None = None
-    #: Set when the outcome was decided without the code (timeout); its late end is ignored.
-    abandoned: bool = False
-    #: Set when cancellation of the job was requested (JobContext.cancelled() reads it).
-    cancel_requested: bool = False
-
-    def is_cancel_requested(self) -> bool:
-        return self.cancel_requested
-
-    #: The asyncio task of an ``async def`` job, to cancel it.
-    async_task: asyncio.Task[Outcome] | None = None
-    #: Where it runs: "thread", "process", "async" (None: unknown task, no code to run).
-    executor: ExecutorName | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,74 +110,6 @@ class ExecutorOptions:
     @property
     def pool_size(self) -> int:
         return self.processes or os.cpu_count() or 1
-
-
-class JobThreads:
-    """``size`` daemon threads running submitted calls in order.
-
-    Leaner than a ThreadPoolExecutor on the hot path: no Future, lock or condition per
-    call, one C-level queue. Slot accounting stays with the Executor, so a call never
-    waits here for long. Daemon threads: a task that outlives its job (past a timeout, or
-    after shutdown released it) cannot keep the process alive.
-    """
-
-    def __init__(self, size: int, *, name: str) -> None:
-        self.size = size
-        self.name = name
-        self._calls: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._threads: list[threading.Thread] = []
-        self._busy: set[threading.Thread] = set()
-        self._lock = threading.Lock()
-
-    def submit(self, function: Callable[..., None], *arguments: Any) -> None:
-        if len(self._threads) < self.size:
-            self._grow()
-        self._calls.put((function, arguments))
-
-    def _grow(self) -> None:
-        with self._lock:
-            if len(self._threads) < self.size:
-                thread = threading.Thread(
-                    target=self._run, name=f"{self.name}_{len(self._threads)}", daemon=True
-                )
-                thread.start()
-                self._threads.append(thread)
-
-    def _run(self) -> None:
-        me = threading.current_thread()
-        busy = self._busy
-        while True:
-            call = self._calls.get()
-            if call is None:
-                return
-            function, arguments = call
-            busy.add(me)
-            try:
-                function(*arguments)
-            finally:
-                busy.discard(me)
-
-    def shutdown(self, idle_join: float = 1.0) -> None:
-        """Let every thread end after its current call (queued calls are dropped).
-
-        Idle threads are joined (up to ``idle_join`` seconds in all), so a stopped
-        worker leaves none behind; a thread still inside a call (a task that outlived
-        its released job) is not waited for.
-        """
-        while True:
-            try:
-                self._calls.get_nowait()
-            except queue.Empty:
-                break
-        for _ in self._threads:
-            self._calls.put(None)
-        deadline = time.monotonic() + idle_join
-        for thread in self._threads:
-            if thread in self._busy or thread is threading.current_thread():
-                continue
-            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class Executor:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 if TYPE_CHECKING:
-    from .._execution.executor import Running
+    from .._execution.running import Running
     from .._retry import Outcome
     from .._store.base import Row
     from .._store.store import ClaimPosition

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .._execution.executor import ClaimedJob
+    from .._execution.running import ClaimedJob
     from .worker import Worker
 
 

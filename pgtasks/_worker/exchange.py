@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._execution.executor import ClaimedJob
+from .._execution.running import ClaimedJob
 from .._retry import Outcome
 from .._text import storable
 from .background import BackgroundExchanger, Exchange, OutcomeRow
@@ -24,7 +24,8 @@ from .claims import ClaimCursor
 from .services import Connect
 
 if TYPE_CHECKING:
-    from .._execution.executor import Executor, Running
+    from .._execution.executor import Executor
+    from .._execution.running import Running
     from .._store.store import Store
     from .ledger import JobLedger, LoopConnection
     from .registration import Registration

@@ -20,7 +20,8 @@ import psycopg
 from .services import Connect
 
 if TYPE_CHECKING:
-    from .._execution.executor import Executor, Running
+    from .._execution.executor import Executor
+    from .._execution.running import Running
     from .._retry import Outcome
 
 logger = logging.getLogger("pgtasks.worker")

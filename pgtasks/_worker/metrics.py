@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
     from .._app.app import App
-    from .._execution.executor import ClaimedJob
+    from .._execution.running import ClaimedJob
     from .worker import Worker
 
 logger = logging.getLogger("pgtasks.metrics")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._retry import Outcome
 
 if TYPE_CHECKING:
-    from .._execution.executor import Running
+    from .._execution.running import Running
     from .events import WorkerEvents
 
 logger = logging.getLogger("pgtasks.worker")

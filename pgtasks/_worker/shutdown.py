@@ -24,7 +24,8 @@ import psycopg
 from .._retry import reconnect_delay
 
 if TYPE_CHECKING:
-    from .._execution.executor import Executor, Running
+    from .._execution.executor import Executor
+    from .._execution.running import Running
     from .._store.store import Store
     from .exchange import Exchanges
     from .ledger import JobLedger, LoopConnection

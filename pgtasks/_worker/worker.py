@@ -28,9 +28,10 @@ import psycopg
 
 from .._app.loading import load_app
 from .._errors import ConfigurationError
-from .._execution.executor import Executor, ExecutorOptions, PoolName, Running
+from .._execution.executor import Executor, ExecutorOptions, PoolName
 from .._execution.outcomes import storable_outcome
 from .._execution.process_pool import StartMethod
+from .._execution.running import Running
 from .._payload import check_name
 from .._retry import Outcome, reconnect_delay
 from .._store.db import dsn_secrets

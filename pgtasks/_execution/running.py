@@ -1,0 +1,75 @@
+"""A claimed job (ClaimedJob: its row and lease) and one attempt of it in flight (Running)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .._jobs import ExecutorName
+from .._retry import Outcome
+
+if TYPE_CHECKING:
+    from .._app.tasks import Task
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimedJob:
+    """A job as claimed: its lease is (worker_id, attempt)."""
+
+    id: int
+    task_name: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    claimed_at: datetime
+    worker_id: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], worker_id: int) -> ClaimedJob:
+        return cls(
+            id=row["id"],
+            task_name=row["task_name"],
+            queue=row["queue"],
+            priority=row["priority"],
+            args=row["args"],
+            kwargs=row["kwargs"],
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            run_at=row["run_at"],
+            created_at=row["created_at"],
+            claimed_at=row["claimed_at"],
+            worker_id=worker_id,
+        )
+
+
+@dataclasses.dataclass(eq=False)
+class Running:
+    """One attempt in flight. ``token`` tells apart two attempts of one job id."""
+
+    token: int
+    job: ClaimedJob
+    task: Task[Any, Any] | None
+    started: float
+    deadline: float | None
+    future: concurrent.futures.Future[Outcome] | None = None
+    #: Set when the outcome was decided without the code (timeout); its late end is ignored.
+    abandoned: bool = False
+    #: Set when cancellation of the job was requested (JobContext.cancelled() reads it).
+    cancel_requested: bool = False
+
+    def is_cancel_requested(self) -> bool:
+        return self.cancel_requested
+
+    #: The asyncio task of an ``async def`` job, to cancel it.
+    async_task: asyncio.Task[Outcome] | None = None
+    #: Where it runs: "thread", "process", "async" (None: unknown task, no code to run).
+    executor: ExecutorName | None = None
