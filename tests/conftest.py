@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from pgtasks import App
 from pgtasks._embedded import embedded_dsn
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.environment import ROOT
+from tests.support.schemas import drop_schema, new_schema_name
 
 
 @pytest.fixture(scope="session")
@@ -32,15 +29,6 @@ def admin(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """A plain autocommit connection for assertions and setup."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         yield conn
-
-
-def new_schema_name() -> str:
-    return f"test_{secrets.token_hex(4)}"
-
-
-def drop_schema(dsn: str, schema: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.fixture

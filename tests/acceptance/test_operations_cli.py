@@ -8,9 +8,7 @@ what changed in the database.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -19,9 +17,9 @@ import pytest
 
 from pgtasks import App
 from tests.apps.ops_app import LEASE_TIMEOUT
-from tests.conftest import ROOT
-from tests.integration.operations_population import DAY, insert_job, job_ids, register
-from tests.integration.worker_harness import execute, select
+from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
+from tests.support.inprocess import execute, select
+from tests.support.population import DAY, insert_job, job_ids, register
 
 pytestmark = pytest.mark.acceptance
 
@@ -51,11 +49,10 @@ def conn(ops_app: App) -> Any:
 @pytest.fixture
 def cli(ops_app: App) -> Cli:
     """Run ``pgtasks <arguments> -A tests.apps.ops_app:app`` on the test's schema."""
-    env = {key: value for key, value in os.environ.items() if key != "PGTASKS_APP"}
-    env.update(PGTASKS_DSN=ops_app.dsn, PGTASKS_TEST_SCHEMA=ops_app.schema)
+    env = pgtasks_env(ops_app.dsn, ops_app.schema)
 
     def run(*arguments: str, app_option: bool = True) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "pgtasks", *arguments]
+        command = pgtasks_command(*arguments)
         if app_option:
             command += ["-A", APP_PATH]
         return subprocess.run(

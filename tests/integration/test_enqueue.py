@@ -32,7 +32,7 @@ from pgtasks import (
     UnknownTaskError,
 )
 from pgtasks._app.app import BULK_CHUNK
-from tests.helpers import wait_until
+from tests.support.waiting import wait_until
 
 T = TypeVar("T")
 Connection = psycopg.Connection[Any]

@@ -17,8 +17,8 @@ import pytest
 from psycopg import sql
 
 from pgtasks import App, JobStatus, PayloadNotSerializableError, Task
-from tests.helpers import wait_until
-from tests.integration.worker_harness import is_listening, running_worker
+from tests.support.inprocess import is_listening, running_worker
+from tests.support.waiting import wait_until
 
 Connection = psycopg.Connection[Any]
 

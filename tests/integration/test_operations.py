@@ -19,9 +19,9 @@ from pgtasks._operations import QueueStats, WorkerInfo
 from pgtasks._store.operations import ADVISORY_LOCK_CLASS_PRUNE
 from pgtasks._worker.pruner import Pruner, prune
 from pgtasks.cli.operations import collect_stats
-from tests.helpers import wait_until
-from tests.integration.operations_population import DAY, insert_job, job_ids, register
-from tests.integration.worker_harness import FAST, execute, running_worker, select
+from tests.support.inprocess import FAST, execute, running_worker, select
+from tests.support.population import DAY, insert_job, job_ids, register
+from tests.support.waiting import wait_until
 
 Connection = psycopg.Connection[Any]
 

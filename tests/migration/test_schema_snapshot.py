@@ -8,8 +8,8 @@ from typing import Any
 import psycopg
 
 from pgtasks import App
-from tests.conftest import ROOT
-from tests.schema_snapshot import describe_schema
+from tests.support.environment import ROOT
+from tests.support.snapshot import describe_schema
 
 
 def test_migrated_schema_matches_the_committed_snapshot(

@@ -1,10 +1,10 @@
 """The app the fault suite runs in real ``pgtasks worker`` and ``pgtasks beat`` processes.
 
 Configured from the environment: ``PGTASKS_DSN`` and ``PGTASKS_TEST_SCHEMA``. Intervals
-come from the CLI flags the harness passes. Every task records each execution (job id,
-attempt, worker id, pid, started, finished) in ``<schema>.executions`` on its own
+come from the CLI flags of ``tests.support.processes``. Every task records each execution
+(job id, attempt, worker id, pid, started, finished) in ``<schema>.executions`` on its own
 connection (the Recorder of ``tests.apps.worker_app``), so invariants can be checked in
-SQL after any fault.
+SQL after any fault (``tests.support.probe.assert_invariants``).
 """
 
 from __future__ import annotations
