@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pgtasks import App, JobContext
+from tests.apps import lazy_app
 from tests.apps.worker_app import Recorder, register_tasks
 
 #: The per-second schedule beats of the fault suite run.
@@ -110,14 +111,5 @@ def build_app() -> App:
     return app
 
 
-_app: App | None = None
-
-
-def __getattr__(name: str) -> Any:
-    """``app`` is built on first access, so importing this module needs no environment."""
-    global _app
-    if name == "app":
-        if _app is None:
-            _app = build_app()
-        return _app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: ``app`` is built on first access, so importing this module needs no environment.
+__getattr__ = lazy_app(build_app, __name__)
