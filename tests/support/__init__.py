@@ -1,7 +1,7 @@
 """Helpers shared by the test suite (the only test code test modules import).
 
 - :mod:`.waiting`: wait on a condition with a timeout (tests never sleep).
-- :mod:`.schemas`: schema names and dropping.
+- :mod:`.schemas`: schema names, dropping, and pre-migrated template schemas.
 - :mod:`.snapshot`: the normalised description of a migrated schema (tests/schema.sql).
 - :mod:`.environment`: the repository root, ``pgtasks`` command lines and the environment
   of a ``pgtasks`` subprocess.
