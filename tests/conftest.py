@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from pgtasks import App
 from pgtasks._embedded import embedded_dsn
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.environment import ROOT
+from tests.support.schemas import SchemaAdmin, new_schema_name
 
 
 @pytest.fixture(scope="session")
@@ -34,33 +31,52 @@ def admin(dsn: str) -> Iterator[psycopg.Connection[Any]]:
         yield conn
 
 
-def new_schema_name() -> str:
-    return f"test_{secrets.token_hex(4)}"
-
-
-def drop_schema(dsn: str, schema: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+@pytest.fixture(scope="session")
+def schema_admin(dsn: str) -> Iterator[SchemaAdmin]:
+    """Creates migrated schemas in one round trip and drops schemas, on one connection."""
+    schemas = SchemaAdmin(dsn)
+    yield schemas
+    schemas.close()
 
 
 @pytest.fixture
-def make_app(dsn: str) -> Iterator[Callable[..., App]]:
-    """Build Apps on the test server, each in its own schema (dropped afterwards)."""
+def premigrated_schemas() -> bool:
+    """Whether ``make_app`` creates the migrated schemas it names in one round trip
+    (tests/support/schemas.py). tests/migration says no: its tests exercise the real
+    Migrator, so ``app.migrate()`` makes all its schemas.
+    """
+    return True
+
+
+@pytest.fixture
+def make_app(
+    dsn: str, schema_admin: SchemaAdmin, premigrated_schemas: bool
+) -> Iterator[Callable[..., App]]:
+    """Build Apps on the test server, each in its own schema (dropped afterwards).
+
+    ``migrate=True`` gives a migrated schema: made in one round trip when the factory
+    names it (see ``premigrated_schemas``), by ``app.migrate()`` when the test passes
+    ``schema=``. Either way the App's pool is open and the version checked on return.
+    """
     apps: list[App] = []
 
     def factory(*, migrate: bool = True, **options: Any) -> App:
+        premigrated = migrate and premigrated_schemas and "schema" not in options
         options.setdefault("schema", new_schema_name())
         options.setdefault("connect_timeout", 3.0)
         app = App(dsn, **options)
         apps.append(app)
-        if migrate:
+        if premigrated:
+            schema_admin.create_migrated(app.schema)
+            app.check_schema()
+        elif migrate:
             app.migrate()
         return app
 
     yield factory
     for app in apps:
         app.close()
-        drop_schema(dsn, app.schema)
+        schema_admin.drop(app.schema)
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from benchmarks.peers import PEERS, Peer
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.environment import ROOT
 
 PGTASKS_FIGURES = {
     "enqueue one by one (delay)",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import ast
 import shlex
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.environment import ROOT
+
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 APP_SPEC = "examples.app:app"

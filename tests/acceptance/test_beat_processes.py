@@ -9,15 +9,12 @@ time, lag of ``created_at`` behind the tick) are printed; ``pytest -s`` shows th
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
-import os
 import re
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -32,8 +29,9 @@ from pgtasks import App, Beat
 from pgtasks._cron import format_tick
 from pgtasks._store.store import ADVISORY_LOCK_CLASS_BEAT
 from tests.apps.beat_app import BERLIN_NIGHTLY, EVERY_SECOND, EVERY_SECOND_CRON, declare_schedules
-from tests.conftest import ROOT
-from tests.helpers import wait_until
+from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
+from tests.support.processes import ChildProcess, Processes
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -41,66 +39,23 @@ APP_PATH = "tests.apps.beat_app:app"
 SECOND = timedelta(seconds=1)
 
 
-@dataclasses.dataclass
-class BeatProcess:
-    """One ``pgtasks beat`` subprocess; its stderr goes to ``log_path``."""
-
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, signum: signal.Signals = signal.SIGTERM, timeout: float = 10.0) -> int:
-        self.process.send_signal(signum)
-        return self.process.wait(timeout)
-
-
-def environment(dsn: str, schema: str, **extra: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("PGTASKS_APP", "DATABASE_URL", "PGTASKS_TEST_CLOCK_SKEW")
-    }
-    env.update(PGTASKS_DSN=dsn, PGTASKS_TEST_SCHEMA=schema, PYTHONUNBUFFERED="1", **extra)
-    return env
-
-
 def pgtasks(*arguments: str) -> list[str]:
-    return [sys.executable, "-m", "pgtasks", *arguments, "-A", APP_PATH]
+    return pgtasks_command(*arguments, "-A", APP_PATH)
 
 
-SpawnBeat = Callable[..., BeatProcess]
+SpawnBeat = Callable[..., ChildProcess]
 
 
 @pytest.fixture
 def spawn_beat(tmp_path: Path, dsn: str) -> Iterator[SpawnBeat]:
     """Start ``pgtasks beat`` processes; any still running is killed afterwards."""
-    beats: list[BeatProcess] = []
+    processes = Processes(tmp_path, APP_PATH)
 
-    def spawn(schema: str, **extra: str) -> BeatProcess:
-        log_path = tmp_path / f"beat-{len(beats)}.log"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                pgtasks("beat"),
-                cwd=ROOT,
-                env=environment(dsn, schema, **extra),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        beat = BeatProcess(process, log_path)
-        beats.append(beat)
-        return beat
+    def spawn(schema: str, **extra: str) -> ChildProcess:
+        return processes.beat(dsn, schema, **extra)
 
     yield spawn
-    for beat in beats:
-        if beat.process.poll() is None:
-            beat.process.kill()
-            beat.process.wait(10)
+    processes.close()
 
 
 def lock_holder(admin: psycopg.Connection[Any], schema: str) -> int | None:
@@ -266,7 +221,7 @@ def test_schedules_command_lists_next_runs_in_zone_and_utc_and_last_ticks(
             [EVERY_SECOND],
         )
         last = beat.run_pass(conn).enqueued[-1]
-    env = environment(dsn, app.schema)
+    env = pgtasks_env(dsn, app.schema)
 
     listing = subprocess.run(
         [*pgtasks("schedules"), "--json"], cwd=ROOT, env=env, capture_output=True, check=True
@@ -298,7 +253,7 @@ def test_beat_on_a_schema_that_is_not_migrated_exits_with_a_clear_error(
     app = make_app(migrate=False)
 
     result = subprocess.run(
-        pgtasks("beat"), cwd=ROOT, env=environment(dsn, app.schema), capture_output=True, timeout=30
+        pgtasks("beat"), cwd=ROOT, env=pgtasks_env(dsn, app.schema), capture_output=True, timeout=30
     )
 
     assert result.returncode == 1
@@ -314,7 +269,7 @@ def test_worker_with_beat_enqueues_and_runs_periodic_jobs(
         process = subprocess.Popen(
             pgtasks("worker", "--beat", "--concurrency", "2"),
             cwd=ROOT,
-            env=environment(dsn, app.schema),
+            env=pgtasks_env(dsn, app.schema),
             stdout=log,
             stderr=subprocess.STDOUT,
         )

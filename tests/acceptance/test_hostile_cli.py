@@ -21,13 +21,11 @@ from pgtasks import App, PayloadNotSerializableError, TaskRegistrationError
 from pgtasks._app.schedules import ScheduleStatus, format_schedules
 from pgtasks._payload import MAX_KEY_BYTES, MAX_NAME_BYTES
 from pgtasks._store.base import INFINITY
-from tests.acceptance.test_operations_cli import Cli, Connection, cli, conn, ops_app
-from tests.conftest import ROOT
-from tests.helpers import wait_until
-from tests.integration.operations_population import insert_job
-from tests.integration.worker_harness import execute
-
-__all__ = ["cli", "conn", "ops_app"]  # fixtures
+from tests.support.cli import Cli, Connection
+from tests.support.environment import ROOT
+from tests.support.inprocess import execute
+from tests.support.population import insert_job
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 

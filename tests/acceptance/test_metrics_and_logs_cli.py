@@ -12,8 +12,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,8 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg.conninfo import make_conninfo
 
 from pgtasks import App
-from tests.conftest import ROOT
-from tests.helpers import wait_until
+from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
+from tests.support.processes import ChildProcess, Processes
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -35,64 +34,22 @@ SERVING = re.compile(r"serving Prometheus metrics on http://(?P<address>[^/\s]+)
 
 
 def environment(app: App, dsn: str | None = None, **extra: str) -> dict[str, str]:
-    variables = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("PGTASKS_APP", "DATABASE_URL", "PGTASKS_SCHEMA")
-    }
-    variables.update(
-        PGTASKS_DSN=dsn or app.dsn, PGTASKS_TEST_SCHEMA=app.schema, PYTHONUNBUFFERED="1", **extra
-    )
-    return variables
+    return pgtasks_env(dsn or app.dsn, app.schema, **extra)
 
 
-def pgtasks(*arguments: str) -> list[str]:
-    return [sys.executable, "-m", "pgtasks", *arguments]
-
-
-class Process:
-    """A ``pgtasks`` subprocess whose stderr goes to a file."""
-
-    def __init__(self, command: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.log_path = log_path
-        with log_path.open("wb") as log_file:
-            self.process = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log_file,
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, pattern: re.Pattern[str]) -> re.Match[str]:
-        def seen() -> re.Match[str] | None:
-            if self.process.poll() is not None:
-                raise AssertionError(f"exited ({self.process.returncode}):\n{self.log()}")
-            return pattern.search(self.log())
-
-        found: re.Match[str] = wait_until(seen, timeout=15, message=pattern.pattern)
-        return found
+Spawn = Callable[[list[str], dict[str, str]], ChildProcess]
 
 
 @pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Callable[..., Process]]:
-    processes: list[Process] = []
+def spawn(tmp_path: Path) -> Iterator[Spawn]:
+    """Start ``pgtasks`` commands (stderr to a log); any still running is killed afterwards."""
+    processes = Processes(tmp_path, APP_PATH)
 
-    def start(command: list[str], env: dict[str, str]) -> Process:
-        process = Process(command, env, tmp_path / f"process-{len(processes)}.log")
-        processes.append(process)
-        return process
+    def start(command: list[str], env: dict[str, str]) -> ChildProcess:
+        return processes.spawn("process", command, env, stdout_to_log=False)
 
     yield start
-    for process in processes:
-        if process.process.poll() is None:
-            process.process.kill()
-            process.process.wait(10)
-        print(f"--- {process.process.args!r} ---\n{process.log()}")
+    processes.close()
 
 
 def scrape(address: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -105,9 +62,7 @@ def scrape(address: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
-def test_worker_serves_metrics_and_writes_json_log_lines(
-    app: App, spawn: Callable[..., Process]
-) -> None:
+def test_worker_serves_metrics_and_writes_json_log_lines(app: App, spawn: Spawn) -> None:
     @app.task(name="tests.apps.basic.ping")
     def ping(n: int = 0) -> int:
         return n
@@ -118,7 +73,7 @@ def test_worker_serves_metrics_and_writes_json_log_lines(
 
     handles = [ping.delay(n) for n in range(3)] + [not_deployed.delay()]
     worker = spawn(
-        pgtasks(
+        pgtasks_command(
             "worker", "-A", APP_PATH, "--metrics-port", "0", "--metrics-interval", "0.1",
             "--log-format", "json", "--poll-interval", "0.2",
         ),
@@ -165,29 +120,27 @@ def test_worker_serves_metrics_and_writes_json_log_lines(
 
 
 def test_metrics_port_without_prometheus_client_exits_1_with_the_install_command(
-    app: App, spawn: Callable[..., Process], tmp_path: Path
+    app: App, spawn: Spawn, tmp_path: Path
 ) -> None:
     blocker = tmp_path / "blocked" / "prometheus_client"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('blocked by the test')\n")
     env = environment(app, PYTHONPATH=os.pathsep.join([str(blocker.parent), str(ROOT)]))
 
-    worker = spawn(pgtasks("worker", "-A", APP_PATH, "--metrics-port", "0"), env)
+    worker = spawn(pgtasks_command("worker", "-A", APP_PATH, "--metrics-port", "0"), env)
 
     assert worker.process.wait(15) == 1
     assert "pip install 'pgtasks[metrics]'" in worker.log()
     assert " started: " not in worker.log()
 
 
-def test_metrics_port_in_use_exits_1_before_claiming(
-    app: App, spawn: Callable[..., Process]
-) -> None:
+def test_metrics_port_in_use_exits_1_before_claiming(app: App, spawn: Spawn) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         worker = spawn(
-            pgtasks("worker", "-A", APP_PATH, "--metrics-port", str(port)), environment(app)
+            pgtasks_command("worker", "-A", APP_PATH, "--metrics-port", str(port)), environment(app)
         )
 
         assert worker.process.wait(15) == 1
@@ -196,12 +149,12 @@ def test_metrics_port_in_use_exits_1_before_claiming(
     assert " started: " not in worker.log()
 
 
-def test_migrate_writes_json_log_lines(
-    make_app: Callable[..., App], spawn: Callable[..., Process]
-) -> None:
+def test_migrate_writes_json_log_lines(make_app: Callable[..., App], spawn: Spawn) -> None:
     fresh = make_app(migrate=False)
 
-    process = spawn(pgtasks("migrate", "-A", APP_PATH, "--log-format", "json"), environment(fresh))
+    process = spawn(
+        pgtasks_command("migrate", "-A", APP_PATH, "--log-format", "json"), environment(fresh)
+    )
 
     assert process.process.wait(30) == 0
     lines: list[dict[str, Any]] = [json.loads(line) for line in process.log().splitlines()]

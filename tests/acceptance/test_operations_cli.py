@@ -8,10 +8,7 @@ what changed in the database.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -19,50 +16,18 @@ import pytest
 
 from pgtasks import App
 from tests.apps.ops_app import LEASE_TIMEOUT
-from tests.conftest import ROOT
-from tests.integration.operations_population import DAY, insert_job, job_ids, register
-from tests.integration.worker_harness import execute, select
+from tests.support.cli import Cli, Connection
+from tests.support.inprocess import execute, select
+from tests.support.population import DAY, insert_job, job_ids, register
 
 pytestmark = pytest.mark.acceptance
 
-APP_PATH = "tests.apps.ops_app:app"
 TRACEBACK = (
     "Traceback (most recent call last):\n"
     '  File "tests/apps/ops_app.py", line 29, in send_email\n'
     '    raise ConnectionError(f"SMTP server refused {to}")\n'
     "ConnectionError: SMTP server refused a@example.com"
 )
-
-Connection = psycopg.Connection[Any]
-Cli = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def ops_app(make_app: Callable[..., App]) -> App:
-    return make_app(lease_timeout=LEASE_TIMEOUT, heartbeat_interval=1.0)
-
-
-@pytest.fixture
-def conn(ops_app: App) -> Any:
-    with psycopg.connect(ops_app.dsn, autocommit=True) as connection:
-        yield connection
-
-
-@pytest.fixture
-def cli(ops_app: App) -> Cli:
-    """Run ``pgtasks <arguments> -A tests.apps.ops_app:app`` on the test's schema."""
-    env = {key: value for key, value in os.environ.items() if key != "PGTASKS_APP"}
-    env.update(PGTASKS_DSN=ops_app.dsn, PGTASKS_TEST_SCHEMA=ops_app.schema)
-
-    def run(*arguments: str, app_option: bool = True) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "pgtasks", *arguments]
-        if app_option:
-            command += ["-A", APP_PATH]
-        return subprocess.run(
-            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=False
-        )
-
-    return run
 
 
 def populate(conn: Connection, app: App) -> dict[str, int]:

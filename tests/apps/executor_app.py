@@ -23,6 +23,7 @@ from typing import Any
 from psycopg import sql
 
 from pgtasks import App, JobContext, SoftTimeLimitExceeded
+from tests.apps import lazy_app
 
 #: Memory a leaking task holds on to, per process (see ``leak``).
 _hoard: list[bytes] = []
@@ -244,14 +245,5 @@ def build_app() -> App:
     return app
 
 
-_app: App | None = None
-
-
-def __getattr__(name: str) -> Any:
-    """``app`` is built on first access, so importing this module needs no environment."""
-    global _app
-    if name == "app":
-        if _app is None:
-            _app = build_app()
-        return _app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: ``app`` is built on first access, so importing this module needs no environment.
+__getattr__ = lazy_app(build_app, __name__)

@@ -8,9 +8,9 @@ can import :func:`register_tasks` to enqueue the same task names on its own App.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from pgtasks import App
+from tests.apps import lazy_app
 
 #: Short enough that a worker row made silent by a test is past the lease at once.
 LEASE_TIMEOUT = 10.0
@@ -40,14 +40,5 @@ def build_app() -> App:
     return app
 
 
-_app: App | None = None
-
-
-def __getattr__(name: str) -> Any:
-    """``app`` is built on first access, so importing this module needs no environment."""
-    global _app
-    if name == "app":
-        if _app is None:
-            _app = build_app()
-        return _app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: ``app`` is built on first access, so importing this module needs no environment.
+__getattr__ = lazy_app(build_app, __name__)

@@ -24,6 +24,7 @@ import psycopg
 from psycopg import sql
 
 from pgtasks import App, JobContext
+from tests.apps import lazy_app
 
 #: Seconds a task keeps retrying its side-table write while the database is away.
 RECORD_RETRY_SECONDS = 20.0
@@ -163,14 +164,5 @@ def build_app() -> App:
     return app
 
 
-_app: App | None = None
-
-
-def __getattr__(name: str) -> Any:
-    """``app`` is built on first access, so importing this module needs no environment."""
-    global _app
-    if name == "app":
-        if _app is None:
-            _app = build_app()
-        return _app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: ``app`` is built on first access, so importing this module needs no environment.
+__getattr__ = lazy_app(build_app, __name__)

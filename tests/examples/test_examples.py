@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import drop_schema, new_schema_name
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.environment import ROOT, pgtasks_env
+from tests.support.schemas import drop_schema, new_schema_name
 
 pytestmark = pytest.mark.acceptance
 
@@ -20,7 +17,7 @@ pytestmark = pytest.mark.acceptance
 @pytest.fixture
 def example_env(dsn: str) -> Iterator[dict[str, str]]:
     schema = new_schema_name()
-    yield {**os.environ, "PGTASKS_DSN": dsn, "PGTASKS_SCHEMA": schema}
+    yield pgtasks_env(dsn, schema, schema_variable="PGTASKS_SCHEMA")
     drop_schema(dsn, schema)
 
 

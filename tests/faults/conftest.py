@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from pgtasks import App
-from tests.conftest import drop_schema, new_schema_name
-from tests.faults.harness import FaultEnv, PrivateServer, Processes, prepare_env
+from tests.support.faults import APP_PATH, FaultEnv, prepare_env
+from tests.support.processes import Processes
+from tests.support.schemas import new_schema_name
+from tests.support.servers import PrivateServer
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,21 +25,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def processes(tmp_path: Path) -> Iterator[Processes]:
-    running = Processes(tmp_path)
+    running = Processes(tmp_path, APP_PATH)
     yield running
     running.close()
 
 
 @pytest.fixture
-def env(dsn: str, processes: Processes) -> Iterator[FaultEnv]:
-    """A fresh schema on the shared test server, with the executions table."""
-    app = App(dsn, schema=new_schema_name(), connect_timeout=3.0)
-    fault_env = prepare_env(dsn, app, processes)
+def env(make_app: Callable[..., App], dsn: str, processes: Processes) -> Iterator[FaultEnv]:
+    """A fresh migrated schema on the shared test server, with the executions table."""
+    fault_env = prepare_env(dsn, make_app(), processes, migrate=False)
     yield fault_env
-    processes.close()  # before the schema goes
+    processes.close()  # before the schema goes (make_app drops it afterwards)
     fault_env.probe.close()
-    app.close()
-    drop_schema(dsn, app.schema)
 
 
 @pytest.fixture

@@ -8,9 +8,10 @@ import signal
 import time
 from datetime import timedelta
 
-from tests.faults.fault_app import EVERY_SECOND
-from tests.faults.harness import FaultEnv, assert_invariants, sleep_past, wait_all_finished
-from tests.helpers import wait_until
+from tests.apps.fault_app import EVERY_SECOND
+from tests.support.faults import FaultEnv
+from tests.support.probe import assert_invariants, wait_all_finished
+from tests.support.waiting import sleep_past, wait_until
 
 #: Scenario 17 asks for 60 s; 20 s keeps the suite within its CI budget.
 BEAT_SECONDS = 20.0

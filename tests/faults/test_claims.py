@@ -14,8 +14,9 @@ import pytest
 from psycopg import sql
 
 from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
-from tests.faults.harness import FaultEnv, assert_invariants
-from tests.helpers import wait_until
+from tests.support.faults import FaultEnv
+from tests.support.probe import assert_invariants
+from tests.support.waiting import wait_until
 
 T = TypeVar("T")
 

@@ -10,20 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import (
-    LEASE_TIMEOUT,
-    TIMING_FLAGS,
-    FaultEnv,
-    PrivateServer,
-    assert_invariants,
-    sleep_past,
-    terminate_backends,
-    wait_all_finished,
-    wait_started,
-    wait_status,
-)
-from tests.faults.proxy import Proxy
-from tests.helpers import wait_until
+from tests.support.faults import FaultEnv
+from tests.support.probe import assert_invariants, wait_all_finished, wait_started, wait_status
+from tests.support.processes import LEASE_TIMEOUT, TIMING_FLAGS
+from tests.support.proxy import Proxy
+from tests.support.servers import PrivateServer, terminate_backends
+from tests.support.waiting import sleep_past, wait_until
 
 StartPrivate = Callable[..., tuple[FaultEnv, PrivateServer]]
 

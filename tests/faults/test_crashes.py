@@ -7,20 +7,10 @@ import signal
 import time
 from pathlib import Path
 
-from tests.faults.harness import (
-    LEASE_TIMEOUT,
-    RESCUE_BOUND,
-    ChildProcess,
-    FaultEnv,
-    assert_invariants,
-    wait_started,
-    wait_status,
-)
-from tests.helpers import wait_until
-
-
-def by_pid(workers: list[ChildProcess], pid: int) -> ChildProcess:
-    return next(worker for worker in workers if worker.pid == pid)
+from tests.support.faults import FaultEnv
+from tests.support.probe import assert_invariants, wait_started, wait_status
+from tests.support.processes import LEASE_TIMEOUT, RESCUE_BOUND, by_pid
+from tests.support.waiting import wait_until
 
 
 def test_job_of_a_sigkilled_worker_runs_again_once_within_the_rescue_bound(env: FaultEnv) -> None:

@@ -15,20 +15,13 @@ from psycopg import conninfo, sql
 
 from pgtasks import App, ConfigurationError, PayloadTooLargeError
 from pgtasks._payload import DEFAULT_MAX_PAYLOAD_BYTES
-from tests.conftest import drop_schema
-from tests.faults.fault_app import EVERY_SECOND
-from tests.faults.harness import (
-    RESCUE_BOUND,
-    FaultEnv,
-    Processes,
-    assert_invariants,
-    prepare_env,
-    sleep_past,
-    terminate_backends,
-    wait_started,
-    wait_status,
-)
-from tests.helpers import wait_until
+from tests.apps.fault_app import EVERY_SECOND
+from tests.support.faults import FaultEnv, prepare_env
+from tests.support.probe import assert_invariants, wait_started, wait_status
+from tests.support.processes import RESCUE_BOUND, Processes
+from tests.support.schemas import drop_schema
+from tests.support.servers import terminate_backends
+from tests.support.waiting import sleep_past, wait_until
 
 PASSWORD = "S3cr3t!"
 

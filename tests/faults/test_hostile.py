@@ -19,15 +19,16 @@ from psycopg import conninfo, sql
 
 from pgtasks import TaskFailed
 from pgtasks._app.doctor import diagnose
-from tests.conftest import ROOT
-from tests.faults.harness import FaultEnv, assert_invariants, wait_all_finished
-from tests.faults.hostile_app import (
+from tests.apps.hostile_app import (
     APP_PATH,
     MAX_ERROR_BYTES,
     register_hostile_tasks,
     undecodable_name,
 )
-from tests.helpers import wait_until
+from tests.support.environment import ROOT, pgtasks_env
+from tests.support.faults import FaultEnv
+from tests.support.probe import assert_invariants, wait_all_finished
+from tests.support.waiting import wait_until
 
 #: b"caf\xe9": Latin-1 bytes of "café", which os.listdir decodes to "caf\udce9".
 UNDECODABLE = "636166e9"
@@ -226,9 +227,8 @@ def test_the_password_is_scrubbed_from_a_tasks_own_error_logs_and_jobs_show(
 
 
 def worker_env(env: FaultEnv, dsn: str) -> dict[str, str]:
-    from tests.faults.harness import environment
 
-    return environment(dsn, env.schema)
+    return pgtasks_env(dsn, env.schema)
 
 
 def test_a_row_due_at_minus_infinity_runs_and_stops_no_claim(env: FaultEnv) -> None:

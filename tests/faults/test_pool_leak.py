@@ -10,8 +10,9 @@ from typing import Any
 
 import psycopg
 
-from tests.faults.harness import FaultEnv, wait_started, wait_status
-from tests.helpers import wait_until
+from tests.support.faults import FaultEnv
+from tests.support.probe import wait_started, wait_status
+from tests.support.waiting import wait_until
 
 
 def heartbeat_of(env: FaultEnv, worker_id: int) -> Any:

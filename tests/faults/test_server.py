@@ -10,16 +10,10 @@ from collections.abc import Callable
 
 import psycopg
 
-from tests.faults.harness import (
-    FaultEnv,
-    PrivateServer,
-    assert_invariants,
-    safe_counts,
-    set_read_only,
-    sleep_past,
-    wait_all_finished,
-)
-from tests.helpers import wait_until
+from tests.support.faults import FaultEnv
+from tests.support.probe import assert_invariants, safe_counts, wait_all_finished
+from tests.support.servers import PrivateServer, set_read_only
+from tests.support.waiting import sleep_past, wait_until
 
 StartPrivate = Callable[..., tuple[FaultEnv, PrivateServer]]
 LOOPS = ("claim loop", "heartbeat", "rescuer", "listener", "pruner")

@@ -11,8 +11,8 @@ import psycopg
 
 from pgtasks import App
 from pgtasks._worker.background import BackgroundExchanger, Exchange
-from tests.helpers import wait_until
-from tests.integration.worker_harness import running_worker
+from tests.support.inprocess import running_worker
+from tests.support.waiting import wait_until
 
 
 def exchange() -> Exchange:

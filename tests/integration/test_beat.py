@@ -26,7 +26,7 @@ from pgtasks import App, Beat, SchemaNotMigratedError, Task, TaskRegistrationErr
 from pgtasks._app.schedules import format_schedules, schedule_statuses
 from pgtasks._cron import format_tick
 from pgtasks._store.store import ADVISORY_LOCK_CLASS_BEAT
-from tests.helpers import wait_until
+from tests.support.waiting import wait_until
 
 SECOND = timedelta(seconds=1)
 

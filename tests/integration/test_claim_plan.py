@@ -13,7 +13,7 @@ import psycopg
 from pgtasks import App
 from pgtasks._store.store import ClaimPosition, claim_position
 from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
-from tests.helpers import wait_until
+from tests.support.waiting import wait_until
 
 WORKER = 10**9
 
@@ -153,7 +153,7 @@ def test_a_claim_from_the_position_takes_higher_priorities_then_the_rest_of_its_
 def test_a_worker_busy_with_a_backlog_claims_a_job_that_sorts_behind_it_within_a_poll(
     app: App,
 ) -> None:
-    from tests.integration.worker_harness import running_worker
+    from tests.support.inprocess import running_worker
 
     @app.task
     def step() -> None:

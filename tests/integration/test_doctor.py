@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,7 +13,7 @@ import pytest
 
 from pgtasks import App
 from pgtasks._app.doctor import Thresholds, diagnose, exit_code
-from tests.conftest import ROOT
+from tests.support.environment import ROOT, pgtasks_env
 
 #: Thresholds low enough that a few seconds of age already count.
 SENSITIVE = Thresholds(
@@ -120,7 +119,7 @@ def test_doctor_cli_prints_json_and_exits_1_on_warnings(
 
     noop.delay()
     app.store.claim_jobs(admin, worker_id=10**9, queues=None, limit=1)
-    env = {**os.environ, "PGTASKS_DSN": dsn, "PGTASKS_TEST_SCHEMA": app.schema}
+    env = pgtasks_env(dsn, app.schema)
     completed = subprocess.run(
         [sys.executable, "-m", "pgtasks", "doctor", "-A", "tests.apps.basic:app", "--json"],
         cwd=ROOT,

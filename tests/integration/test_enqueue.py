@@ -10,7 +10,7 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -32,7 +32,7 @@ from pgtasks import (
     UnknownTaskError,
 )
 from pgtasks._app.app import BULK_CHUNK
-from tests.helpers import wait_until
+from tests.support.waiting import wait_until
 
 T = TypeVar("T")
 Connection = psycopg.Connection[Any]
@@ -81,24 +81,6 @@ def send_email(app: App) -> SendEmail:
         return f"sent {subject} to {to}"
 
     return send_email
-
-
-@pytest.fixture
-def listener(admin: Connection, app: App) -> Iterator[Callable[[str], list[str]]]:
-    """LISTEN on the app's channel; the callable collects payloads up to a marker payload."""
-    admin.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.store.channel)))
-
-    def collect_until(marker: str) -> list[str]:
-        payloads = []
-        for notify in admin.notifies(timeout=10):
-            assert notify.channel == app.store.channel
-            payloads.append(notify.payload)
-            if notify.payload == marker:
-                return payloads
-        raise AssertionError(f"no notification {marker!r} within 10 s; got {payloads}")
-
-    yield collect_until
-    admin.execute("UNLISTEN *")
 
 
 # -- delay, status, fetch --------------------------------------------------------------------------
@@ -764,17 +746,17 @@ def test_enqueue_with_an_async_connection_follows_its_transaction(
 
 # -- notifications ---------------------------------------------------------------------------------
 def test_enqueue_notifies_the_schema_channel_with_the_queue_name(
-    app: App, send_email: SendEmail, listener: Callable[[str], list[str]]
+    app: App, send_email: SendEmail, notifications: Callable[[str], list[str]]
 ) -> None:
     assert app.store.channel == f"pgtasks.{app.schema}"
 
     send_email.delay("a@example.com")
 
-    assert listener("emails") == ["emails"]
+    assert notifications("emails") == ["emails"]
 
 
 def test_delayed_and_rolled_back_jobs_do_not_notify(
-    app: App, dsn: str, send_email: SendEmail, listener: Callable[[str], list[str]]
+    app: App, dsn: str, send_email: SendEmail, notifications: Callable[[str], list[str]]
 ) -> None:
     send_email.apply_at(timedelta(minutes=5), "later@example.com")
     send_email.apply_async(("later@example.com",), queue="future", countdown=60)
@@ -784,11 +766,11 @@ def test_delayed_and_rolled_back_jobs_do_not_notify(
 
     send_email.apply_async(("now@example.com",), queue="marker")
 
-    assert listener("marker") == ["marker"]
+    assert notifications("marker") == ["marker"]
 
 
 def test_one_batch_notifies_each_queue_once(
-    app: App, send_email: SendEmail, listener: Callable[[str], list[str]]
+    app: App, send_email: SendEmail, notifications: Callable[[str], list[str]]
 ) -> None:
     specs = [
         send_email.build_spec((f"{n}@x",), queue=queue)
@@ -797,7 +779,7 @@ def test_one_batch_notifies_each_queue_once(
     app.enqueue_many(specs)
     send_email.apply_async(("now@example.com",), queue="marker")
 
-    payloads = listener("marker")
+    payloads = notifications("marker")
 
     assert sorted(payloads[:-1]) == ["a", "b"]
 

@@ -8,7 +8,7 @@ trigger. Bulk enqueues send their columns in binary and args/kwargs as one JSON 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -17,8 +17,8 @@ import pytest
 from psycopg import sql
 
 from pgtasks import App, JobStatus, PayloadNotSerializableError, Task
-from tests.helpers import wait_until
-from tests.integration.worker_harness import is_listening, running_worker
+from tests.support.inprocess import is_listening, running_worker
+from tests.support.waiting import wait_until
 
 Connection = psycopg.Connection[Any]
 
@@ -49,23 +49,6 @@ def echo(app: App) -> Task[..., Any]:
         return [list(args), kwargs]
 
     return echo
-
-
-@pytest.fixture
-def notifications(admin: Connection, app: App) -> Iterator[Callable[[str], list[str]]]:
-    """LISTEN on the app's channel; the callable returns the payloads up to a marker."""
-    admin.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.store.channel)))
-
-    def until(marker: str) -> list[str]:
-        payloads = []
-        for notify in admin.notifies(timeout=10):
-            payloads.append(notify.payload)
-            if notify.payload == marker:
-                return payloads
-        raise AssertionError(f"no notification {marker!r} within 10 s; got {payloads}")
-
-    yield until
-    admin.execute("UNLISTEN *")
 
 
 # -- the one-job insert notifies by itself ---------------------------------------------------------

@@ -31,8 +31,9 @@ from pgtasks import (
 )
 from tests.apps.executor_app import Tasks, register_tasks
 from tests.apps.worker_app import create_executions_table
-from tests.helpers import wait_until
-from tests.integration.worker_harness import finished, running_worker, select
+from tests.support.inprocess import finished, recorded_runs, running_worker, select
+from tests.support.processes import is_alive
+from tests.support.waiting import wait_until
 
 APP_PATH = "tests.apps.executor_app:app"
 
@@ -46,25 +47,6 @@ def tasks(
     monkeypatch.setenv("PGTASKS_DSN", dsn)
     monkeypatch.setenv("PGTASKS_TEST_SCHEMA", app.schema)
     return register_tasks(app)
-
-
-def executions(admin: psycopg.Connection[Any], app: App, job_id: int) -> list[tuple[int, int]]:
-    """(attempt, pid) of each recorded run of the job."""
-    rows = select(
-        admin,
-        app,
-        "SELECT attempt, pid FROM {schema}.executions WHERE job_id = %s ORDER BY id",
-        [job_id],
-    )
-    return [(row[0], row[1]) for row in rows]
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 # -- routing --
@@ -209,7 +191,7 @@ def test_a_hard_timeout_kills_a_spinning_child_and_the_next_job_gets_a_fresh_one
     assert spun.last_error is not None
     assert "TimeoutError: the task did not finish within its timeout of 0.5 s" in spun.last_error
     assert "signal 15 (SIGTERM)" in spun.last_error
-    [(attempt, victim)] = executions(admin, app, spun.id)
+    [(attempt, victim)] = recorded_runs(admin, app, spun.id)
     assert (attempt, [victim]) == (1, first_child)
     assert not is_alive(victim)
     assert after.result != victim, "the next job ran in a fresh child"
@@ -234,8 +216,8 @@ def test_a_child_killed_mid_job_costs_one_attempt_and_is_replaced(
 ) -> None:
     with running_worker(app, app_path=APP_PATH, processes=2) as worker:
         job = tasks.sleep.delay(30.0, retry_seconds=0.0)
-        wait_until(lambda: executions(admin, app, job.id), message="the first attempt to start")
-        [(_, victim)] = executions(admin, app, job.id)
+        wait_until(lambda: recorded_runs(admin, app, job.id), message="the first attempt to start")
+        [(_, victim)] = recorded_runs(admin, app, job.id)
         os.kill(victim, signal.SIGKILL)
         row = finished(job)
         wait_until(
@@ -249,7 +231,7 @@ def test_a_child_killed_mid_job_costs_one_attempt_and_is_replaced(
         f"WorkerLostError: worker child {victim} exited with signal 9 (SIGKILL) while running"
         " this attempt"
     ) in row.last_error
-    runs = executions(admin, app, job.id)
+    runs = recorded_runs(admin, app, job.id)
     assert [attempt for attempt, _ in runs] == [1, 2]
     assert runs[1][1] != victim
 
@@ -282,7 +264,7 @@ def test_cancelling_a_job_running_in_a_child_reaches_its_context(
 ) -> None:
     with running_worker(app, app_path=APP_PATH, processes=1):
         job = tasks.cancellable.delay()
-        wait_until(lambda: executions(admin, app, job.id), message="the job to start")
+        wait_until(lambda: recorded_runs(admin, app, job.id), message="the job to start")
         assert app.cancel(job.id).outcome == "requested"
         row = finished(job)
 
@@ -426,7 +408,7 @@ def test_stop_releases_jobs_waiting_for_a_child_at_once_and_kills_busy_children(
     with running_worker(app, app_path=APP_PATH, processes=1) as worker:
         running, waiting = tasks.hold.delay(never), tasks.hold.delay(never)
         wait_until(
-            lambda: executions(admin, app, running.id) or executions(admin, app, waiting.id),
+            lambda: recorded_runs(admin, app, running.id) or recorded_runs(admin, app, waiting.id),
             message="one job to start",
         )
         [child] = worker.child_pids

@@ -17,8 +17,8 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from pgtasks import App, ConfigurationError, Discard, JobHandle, Retry, WorkerMetrics
-from tests.helpers import wait_until
-from tests.integration.worker_harness import Gates, finished, running_worker
+from tests.support.inprocess import Gates, finished, running_worker
+from tests.support.waiting import wait_until
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -20,9 +20,9 @@ from pgtasks._store.operations import ADVISORY_LOCK_CLASS_PRUNE
 from pgtasks._worker.pruner import Pruner, prune
 from pgtasks._worker.services import connector
 from pgtasks.cli.operations import collect_stats
-from tests.helpers import wait_until
-from tests.integration.operations_population import DAY, insert_job, job_ids, register
-from tests.integration.worker_harness import execute, running_worker, select
+from tests.support.inprocess import execute, running_worker, select
+from tests.support.population import DAY, insert_job, job_ids, register
+from tests.support.waiting import wait_until
 
 Connection = psycopg.Connection[Any]
 

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobCancelled, JobContext, JobNotFoundError, JobStatus, TaskFailed
-from tests.helpers import wait_until
-from tests.integration.worker_harness import Gates, execute, running_worker
+from tests.support.inprocess import Gates, execute, running_worker
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture

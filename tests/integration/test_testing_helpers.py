@@ -25,8 +25,8 @@ from pgtasks import App, ConfigurationError, JobStatus, SchemaNotMigratedError
 from pgtasks.testing import RunSummary, isolated_schema, run_until_empty, use_test_database
 from tests.apps import user_app
 from tests.apps.user_app import charge_card, place_order, send_newsletter, send_receipt
-from tests.conftest import ROOT
-from tests.integration.worker_harness import Gates
+from tests.support.environment import ROOT
+from tests.support.inprocess import Gates
 
 USER_SUITE = ROOT / "tests" / "apps" / "user_suite"
 

@@ -30,13 +30,8 @@ from pgtasks import (
     SchemaNotMigratedError,
     Worker,
 )
-from tests.helpers import wait_until
-from tests.integration.worker_harness import (
-    finished,
-    is_listening,
-    running_worker,
-    select,
-)
+from tests.support.inprocess import finished, is_listening, running_worker, select
+from tests.support.waiting import wait_until
 
 
 def database_clock(app: App, job_id: int) -> tuple[datetime, datetime]:

@@ -16,8 +16,7 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobContext, JobStatus, Retry
-from tests.helpers import wait_until
-from tests.integration.worker_harness import (
+from tests.support.inprocess import (
     Gates,
     execute,
     finished,
@@ -25,8 +24,8 @@ from tests.integration.worker_harness import (
     registered_workers,
     running_job_count,
     running_worker,
-    stays_true,
 )
+from tests.support.waiting import stays_true, wait_until
 
 #: A worker id that no worker row has.
 LOST_WORKER_ID = 424242

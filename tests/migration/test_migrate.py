@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import subprocess
@@ -18,10 +17,10 @@ from psycopg import sql
 from pgtasks import App, JobStatus
 from pgtasks._store.migrate import head_version
 from pgtasks.sql import load_migrations, load_queries
-from tests.conftest import drop_schema
-from tests.helpers import wait_until
+from tests.support.environment import ROOT, pgtasks_env
+from tests.support.schemas import drop_schema
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 APP_PATH = "tests.apps.basic:app"
 PASSWORD = "S3cr3t!"
 Connection = psycopg.Connection[Any]
@@ -33,17 +32,11 @@ def pgtasks_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "pgtasks"]
 
 
-def cli_environment(dsn: str, schema: str, **extra: str) -> dict[str, str]:
-    env = {**os.environ, "PGTASKS_DSN": dsn, "PGTASKS_TEST_SCHEMA": schema, **extra}
-    env.pop("PGTASKS_APP", None)
-    return env
-
-
 def spawn_migrate(dsn: str, schema: str, **extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*pgtasks_command(), "migrate", "-A", APP_PATH],
         cwd=ROOT,
-        env=cli_environment(dsn, schema, **extra),
+        env=pgtasks_env(dsn, schema, **extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from pgtasks import App
-from tests.integration.worker_harness import execute, select
+from tests.support.inprocess import execute, select
 
 Connection = psycopg.Connection[Any]
 

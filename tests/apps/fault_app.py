@@ -1,10 +1,10 @@
 """The app the fault suite runs in real ``pgtasks worker`` and ``pgtasks beat`` processes.
 
 Configured from the environment: ``PGTASKS_DSN`` and ``PGTASKS_TEST_SCHEMA``. Intervals
-come from the CLI flags the harness passes. Every task records each execution (job id,
-attempt, worker id, pid, started, finished) in ``<schema>.executions`` on its own
+come from the CLI flags of ``tests.support.processes``. Every task records each execution
+(job id, attempt, worker id, pid, started, finished) in ``<schema>.executions`` on its own
 connection (the Recorder of ``tests.apps.worker_app``), so invariants can be checked in
-SQL after any fault.
+SQL after any fault (``tests.support.probe.assert_invariants``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pgtasks import App, JobContext
+from tests.apps import lazy_app
 from tests.apps.worker_app import Recorder, register_tasks
 
 #: The per-second schedule beats of the fault suite run.
@@ -110,14 +111,5 @@ def build_app() -> App:
     return app
 
 
-_app: App | None = None
-
-
-def __getattr__(name: str) -> Any:
-    """``app`` is built on first access, so importing this module needs no environment."""
-    global _app
-    if name == "app":
-        if _app is None:
-            _app = build_app()
-        return _app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: ``app`` is built on first access, so importing this module needs no environment.
+__getattr__ = lazy_app(build_app, __name__)

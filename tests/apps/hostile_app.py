@@ -3,7 +3,7 @@
 The fault app's tasks plus tasks whose exceptions, results and inputs are hostile: an
 undecodable file name in the message (thread, process and async executors), the
 connection password in the message, a result over the cap, a huge error text. Built from
-the environment like ``tests.faults.fault_app``; workers run it with ``-A`` (the process
+the environment like ``tests.apps.fault_app``; workers run it with ``-A`` (the process
 pool's spawned children import it too).
 """
 
@@ -18,9 +18,10 @@ from urllib.parse import quote
 from psycopg import conninfo
 
 from pgtasks import App
-from tests.faults.fault_app import register_fault_tasks
+from tests.apps import lazy_app
+from tests.apps.fault_app import register_fault_tasks
 
-APP_PATH = "tests.faults.hostile_app:app"
+APP_PATH = "tests.apps.hostile_app:app"
 #: The result cap of the workers of this app (the smallest App allows).
 MAX_RESULT_BYTES = 4096
 MAX_ERROR_BYTES = 4096
@@ -99,14 +100,5 @@ def build_app() -> App:
     return app
 
 
-_app: App | None = None
-
-
-def __getattr__(name: str) -> Any:
-    """``app`` is built on first access, so importing this module needs no environment."""
-    global _app
-    if name == "app":
-        if _app is None:
-            _app = build_app()
-        return _app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: ``app`` is built on first access, so importing this module needs no environment.
+__getattr__ = lazy_app(build_app, __name__)

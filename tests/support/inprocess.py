@@ -1,21 +1,20 @@
-"""Run an in-process Worker in a thread for a test, and read its jobs back.
+"""A Worker running in a thread of the test process, and SQL on the test's schema.
 
-Shared by test_worker.py and test_worker_failures.py.
+``{schema}`` in the queries of :func:`select` and :func:`execute` is the app's schema.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from pgtasks import App, JobHandle, JobRow, Worker
-from tests.helpers import wait_until
+from tests.support.waiting import wait_until
 
 #: Worker options that keep tests fast; a test overrides what it is about.
 FAST: dict[str, Any] = {
@@ -80,16 +79,6 @@ def finished(handle: JobHandle[Any], timeout: float = 10.0) -> JobRow:
     return handle.fetch()
 
 
-def stays_true(predicate: Callable[[], Any], seconds: float) -> bool:
-    """Watch ``predicate`` for ``seconds``: False as soon as it is false once."""
-    deadline = time.monotonic() + seconds
-    outcome = wait_until(
-        lambda: (not predicate() and "broken") or (time.monotonic() >= deadline and "held"),
-        timeout=seconds + 10.0,
-    )
-    return bool(outcome == "held")
-
-
 def select(
     conn: psycopg.Connection[Any], app: App, query: str, params: Any = None
 ) -> list[tuple[Any, ...]]:
@@ -102,6 +91,17 @@ def execute(conn: psycopg.Connection[Any], app: App, query: str, params: Any = N
     """Run a statement with ``{schema}`` as the app's schema; return the rows it changed."""
     statement = sql.SQL(query).format(schema=sql.Identifier(app.schema))
     return conn.execute(statement, params).rowcount
+
+
+def recorded_runs(conn: psycopg.Connection[Any], app: App, job_id: int) -> list[tuple[int, int]]:
+    """(attempt, pid) of each run of the job recorded in the executions side table."""
+    rows = select(
+        conn,
+        app,
+        "SELECT attempt, pid FROM {schema}.executions WHERE job_id = %s ORDER BY id",
+        [job_id],
+    )
+    return [(row[0], row[1]) for row in rows]
 
 
 def registered_workers(conn: psycopg.Connection[Any], app: App) -> list[int]:

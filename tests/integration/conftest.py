@@ -1,0 +1,30 @@
+"""Fixtures shared by the integration tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgtasks import App
+
+
+@pytest.fixture
+def notifications(admin: psycopg.Connection[Any], app: App) -> Iterator[Callable[[str], list[str]]]:
+    """LISTEN on the app's channel; the callable collects payloads up to a marker payload."""
+    admin.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.store.channel)))
+
+    def collect_until(marker: str) -> list[str]:
+        payloads = []
+        for notify in admin.notifies(timeout=10):
+            assert notify.channel == app.store.channel
+            payloads.append(notify.payload)
+            if notify.payload == marker:
+                return payloads
+        raise AssertionError(f"no notification {marker!r} within 10 s; got {payloads}")
+
+    yield collect_until
+    admin.execute("UNLISTEN *")

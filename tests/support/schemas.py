@@ -1,0 +1,109 @@
+"""Test schemas: random names, dropping, and pre-migrated schemas made in one round trip.
+
+``app.migrate()`` on an empty schema runs each migration in a transaction of its own,
+after an advisory lock, a CREATE TABLE IF NOT EXISTS and a read of the applied versions:
+seven round trips per migration (35 for five) and a commit each. Tests that only need a
+migrated schema get one from :func:`create_migrated_schema` instead: the same migration
+files, rendered for the schema by the Store as the Migrator renders them, with the
+version rows the Migrator would record, sent as one script (one implicit transaction,
+one commit). The result is the same schema: tests/migration/test_schema_snapshot.py
+compares the two, and tests in tests/migration keep using the real Migrator.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgtasks._store.store import Store
+from pgtasks.sql import load_migrations, load_queries
+
+
+def new_schema_name() -> str:
+    return f"test_{secrets.token_hex(4)}"
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def migrated_schema_script(schema: str) -> bytes:
+    """What ``Migrator.migrate`` does to a missing ``schema``, as one SQL script.
+
+    The migrations table as ``create_migrations_table`` makes it, then for each migration
+    its version row (``record_migration``) and its file, rendered by the Store.
+    """
+    store = Store(schema)
+    parts = [store._render(load_queries()["create_migrations_table"].text)]
+    for migration in load_migrations():
+        record = sql.SQL("INSERT INTO {}.migrations (version, name) VALUES ({}, {});").format(
+            sql.Identifier(schema), sql.Literal(migration.version), sql.Literal(migration.name)
+        )
+        parts += [record.as_string(None).encode(), store._render(migration.text)]
+    return b"\n".join(parts)
+
+
+def create_migrated_schema(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Create ``schema`` at the head version in one round trip (``conn`` in autocommit).
+
+    Several statements in one simple query run as one transaction: all or nothing.
+    """
+    if not conn.autocommit:
+        raise ValueError("create_migrated_schema needs an autocommit connection")
+    conn.execute(migrated_schema_script(schema))
+
+
+class SchemaAdmin:
+    """Creates migrated schemas (:func:`create_migrated_schema`) and drops schemas on
+    ``dsn``, on one connection kept for the session (reopened if it breaks).
+
+    Its commits do not wait for the WAL flush (``synchronous_commit=off``): a test server
+    can spare durability, and visibility to other sessions is unchanged.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def create_migrated(self, schema: str | None = None) -> str:
+        """Create ``schema`` (a new name by default) at the head version; return its name."""
+        schema = schema or new_schema_name()
+        self._run(lambda conn: create_migrated_schema(conn, schema))
+        return schema
+
+    def drop(self, schema: str) -> None:
+        """``DROP SCHEMA IF EXISTS ... CASCADE``."""
+        statement = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+        self._run(lambda conn: conn.execute(statement))
+
+    def _run(self, action: Callable[[psycopg.Connection[Any]], object]) -> None:
+        with self._lock:
+            try:
+                action(self._connection())
+            except psycopg.OperationalError:
+                # A broken session connection (a test terminated it): once more on a new one.
+                self._discard()
+                action(self._connection())
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self.dsn, autocommit=True, options="-c synchronous_commit=off"
+            )
+        return self._conn
+
+    def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._discard()

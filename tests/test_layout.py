@@ -1,0 +1,82 @@
+"""Test modules import test helpers from tests.support (and task apps from tests.apps) only.
+
+Helpers shared by several test files live in tests/support; a test module importing
+another test module (or a conftest, or a harness next to it) would hide a helper where
+the next test cannot find it. Fixtures come from conftest.py files, which pytest loads.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from tests.support.environment import ROOT
+
+ALLOWED = ("tests.support", "tests.apps")
+
+
+def imported_test_modules(source: str, package: str) -> list[str]:
+    """The ``tests.*`` modules a module of ``package`` imports, at any depth, relative
+    imports resolved (``from tests import x`` counts as ``tests.x``).
+    """
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join([*(parts if node.level else []), *filter(None, [node.module])])
+            if node.module is None or base == "tests":
+                found += [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                found.append(base)
+    return [name for name in found if name == "tests" or name.startswith("tests.")]
+
+
+def allowed(module: str) -> bool:
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in ALLOWED)
+
+
+def test_test_modules_import_helpers_from_tests_support_and_apps_only() -> None:
+    modules = sorted((ROOT / "tests").rglob("test_*.py"))
+    assert len(modules) > 40, "the test modules were not found"
+
+    offending = {}
+    for path in modules:
+        package = ".".join(path.relative_to(ROOT).parent.parts)
+        imported = imported_test_modules(path.read_text(), package)
+        if bad := [name for name in imported if not allowed(name)]:
+            offending[str(path.relative_to(ROOT))] = bad
+
+    assert not offending, (
+        "test modules may import from tests.support and tests.apps only (fixtures come"
+        f" from conftest.py); move shared helpers to tests/support: {offending}"
+    )
+
+
+def test_the_check_sees_every_form_of_import() -> None:
+    source = (
+        "import tests.helpers\n"
+        "from tests.conftest import ROOT\n"
+        "from tests import conftest\n"
+        "from . import worker_harness\n"
+        "from ..faults.harness import Probe\n"
+        "from tests.support.waiting import wait_until\n"
+        "from tests.apps import user_app\n"
+        "import pgtasks.testing\n"
+        "def later() -> None:\n"
+        "    from tests.integration.test_worker import running\n"
+    )
+
+    found = imported_test_modules(source, "tests.integration")
+
+    assert found == [
+        "tests.helpers",
+        "tests.conftest",
+        "tests.conftest",
+        "tests.integration.worker_harness",
+        "tests.faults.harness",
+        "tests.support.waiting",
+        "tests.apps",
+        "tests.integration.test_worker",
+    ]
+    assert [name for name in found if not allowed(name)] == found[:5] + found[-1:]
