@@ -15,10 +15,10 @@ import psycopg
 import pytest
 
 from pgtasks import App, ConfigurationError, JobStatus, Worker
+from pgtasks._app.admin import collect_stats
 from pgtasks._operations import QueueStats, WorkerInfo
 from pgtasks._store.operations import ADVISORY_LOCK_CLASS_PRUNE
 from pgtasks._worker.pruner import Pruner, prune
-from pgtasks.cli.operations import collect_stats
 from tests.helpers import wait_until
 from tests.integration.operations_population import DAY, insert_job, job_ids, register
 from tests.integration.worker_harness import FAST, execute, running_worker, select

@@ -1,0 +1,11 @@
+-- pgtasks 0006: statistics for the dashboard's counts of finished jobs.
+-- Placeholders: {schema} (quoted identifier).
+--
+-- `pgtasks web` shows jobs per queue and status. Pending and running jobs are counted
+-- exactly through the claim and running indexes; finished jobs (most of a large table)
+-- are estimated on large tables from the (queue, status) most-common-values list that
+-- ANALYZE keeps here, times pg_class.reltuples, instead of reading millions of rows per
+-- page load. Extended statistics cost nothing on writes (no index, no trigger): only
+-- ANALYZE, which autovacuum already runs on this table (analyze scale factor 0.02),
+-- computes them.
+CREATE STATISTICS {schema}.jobs_queue_status_stats (mcv) ON queue, status FROM {schema}.jobs;
