@@ -27,7 +27,7 @@ ORDER BY queue;
 -- The planner's row count of the jobs table (-1: never analyzed or vacuumed).
 SELECT coalesce(
            (SELECT reltuples FROM pg_class
-            WHERE oid = to_regclass(format('%%I.jobs', %(schema)s::text))),
+            WHERE oid = to_regclass(quote_ident(%(schema)s::text) || '.jobs')),
            -1)::float8 AS reltuples;
 
 -- name: get_finished_counts :many
@@ -46,7 +46,7 @@ SELECT stats.most_common_vals[item][1] AS queue,
        round(stats.most_common_freqs[item] * greatest(class.reltuples, 0))::bigint AS jobs
 FROM pg_stats_ext AS stats
 CROSS JOIN LATERAL generate_subscripts(stats.most_common_freqs, 1) AS item
-JOIN pg_class AS class ON class.oid = to_regclass(format('%%I.jobs', %(schema)s::text))
+JOIN pg_class AS class ON class.oid = to_regclass(quote_ident(%(schema)s::text) || '.jobs')
 WHERE stats.schemaname = %(schema)s::text
   AND stats.tablename = 'jobs'
   AND stats.statistics_name = 'jobs_queue_status_stats'
