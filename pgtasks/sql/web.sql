@@ -6,21 +6,30 @@
 -- parameter NULL means "any"; %(args)s is a JSON document the job's args contain (@>).
 
 -- name: get_unfinished_stats :many
--- Per queue: pending, due, running and the oldest due job's wait, from the claim and
--- running indexes only (finished rows are never read).
+-- Per queue: pending, due, running and the oldest due job's wait, from indexes only:
+-- jobs_pending_queue_idx (migration 0006; an index-only scan) and jobs_running_idx.
+-- Finished rows are never read.
+WITH pending AS (
+    SELECT queue,
+           count(*) AS pending,
+           count(*) FILTER (WHERE run_at <= now()) AS due,
+           min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due
+    FROM {schema}.jobs
+    WHERE status = 'pending'
+    GROUP BY queue
+), running AS (
+    SELECT queue, count(*) AS running
+    FROM {schema}.jobs
+    WHERE status = 'running'
+    GROUP BY queue
+)
 SELECT queue,
-       count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS due,
-       count(*) FILTER (WHERE status = 'running') AS running,
-       extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending'
-                                                        AND run_at <= now()))::float8
-           AS oldest_due_age
-FROM (
-    SELECT queue, status, run_at FROM {schema}.jobs WHERE status = 'pending'
-    UNION ALL
-    SELECT queue, status, run_at FROM {schema}.jobs WHERE status = 'running'
-) AS unfinished
-GROUP BY queue
+       coalesce(pending.pending, 0) AS pending,
+       coalesce(pending.due, 0) AS due,
+       coalesce(running.running, 0) AS running,
+       extract(epoch FROM now() - pending.oldest_due)::float8 AS oldest_due_age
+FROM pending
+FULL JOIN running USING (queue)
 ORDER BY queue;
 
 -- name: get_jobs_table_size :one
