@@ -507,6 +507,22 @@ def _filter_time(name: str, text: str) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 
+def _jsonb_storable(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, list):
+        return all(_jsonb_storable(item) for item in value)
+    if isinstance(value, dict):
+        return all(_jsonb_storable(key) and _jsonb_storable(item) for key, item in value.items())
+    return True
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
     """A JobFilter from query-string values (blank ones ignored); ValueError names the
     field and what it accepts.
@@ -514,6 +530,8 @@ def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
 
     def get(name: str) -> str | None:
         value = params.get(name, "").strip()
+        if "\x00" in value:
+            raise ValueError(f"{name}: NUL characters are not allowed")
         return value or None
 
     status = get("status")
@@ -523,12 +541,15 @@ def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
     args: Any = None
     if args_text is not None:
         try:
-            args = json.loads(args_text)
+            args = json.loads(args_text, parse_constant=_no_constant)
         except ValueError:
             raise ValueError(
                 f'args: {args_text!r} is not JSON (e.g. [42], ["a@example.com"] or'
                 ' [{"user": 7}]: jobs whose args contain it)'
             ) from None
+        if not _jsonb_storable(args):
+            # Out-of-range numbers (1e400) and NUL characters: PostgreSQL's jsonb has neither.
+            raise ValueError(f"args: {args_text!r} holds a value jsonb cannot store")
     created_from = get("from")
     created_to = get("to")
     job_filter = JobFilter(

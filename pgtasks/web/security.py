@@ -64,9 +64,12 @@ def is_loopback(host: str | None) -> bool:
     if name in LOOPBACK_NAMES:
         return True
     try:
-        return ipaddress.ip_address(name).is_loopback
+        address = ipaddress.ip_address(name)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # ::ffff:127.0.0.1
+    return address.is_loopback
 
 
 def credentials(request: Request) -> tuple[str, str] | None:

@@ -18,7 +18,7 @@ from starlette.routing import Mount
 from pgtasks import App
 from pgtasks._app import admin as admin_ops
 from pgtasks.web import app as web_app
-from pgtasks.web import asgi, basic_auth
+from pgtasks.web import asgi, basic_auth, is_loopback
 from tests.integration.operations_population import insert_job, register
 from tests.integration.worker_harness import select
 from tests.web.conftest import BASE_URL, REMOTE, Client
@@ -205,6 +205,10 @@ def test_jobs_are_paged_by_keyset(
         ("/jobs?args=%5B", 400, "not JSON"),
         ("/jobs?from=yesterday", 400, "date and time"),
         ("/jobs?from=2024-02-01T00:00&to=2024-01-01T00:00", 400, "earlier"),
+        ("/jobs?args=1e400", 400, "jsonb cannot store"),
+        ("/jobs?args=NaN", 400, "not JSON"),
+        ("/jobs?args=%5B%22%5Cu0000%22%5D", 400, "jsonb cannot store"),
+        ("/jobs?queue=a%00b", 400, "NUL"),
         ("/jobs?before=abc", 400, "before"),
         ("/jobs?before=-5", 400, "before"),
         ("/jobs/abc", 404, "positive integers"),
@@ -407,3 +411,25 @@ def test_mounted_under_a_prefix_links_stay_under_it(app: App, admin: Connection)
     assert f'href="/ops/tasks/jobs/{job}"' in html
     assert 'src="/ops/tasks/static/htmx.min.js"' in html
     assert client.get(f"/ops/tasks/jobs/{job}").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("::ffff:127.0.0.1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),  # noqa: S104
+        ("::", False),
+        ("10.0.0.5", False),
+        ("::ffff:10.0.0.5", False),
+        ("example.com", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_what_counts_as_loopback(host: str | None, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
