@@ -151,12 +151,14 @@ class Dashboard:
         self.csrf = csrf_token(secret)
         self.templates = _environment()
         self.live = LiveHub(app, self.render_live, debounce=debounce, poll=poll)
+        #: The path the dashboard is mounted at ("" at the root), from the last request.
+        self.base = ""
 
     # -- rendering --
     def page(
         self, request: Request, template: str, status_code: int = 200, **context: Any
     ) -> HTMLResponse:
-        base = request.scope.get("root_path", "")
+        base = self.base = request.scope.get("root_path", "")
         html = self.templates.get_template(template).render(
             base=base,
             path=request.url.path[len(base) :] or "/",
@@ -172,7 +174,7 @@ class Dashboard:
         """The overview's live part, as the event stream sends it (runs in a thread)."""
         data = admin.overview(self.app)
         return self.templates.get_template("_overview_live.html").render(
-            base="", **self._overview_context(data)
+            base=self.base, **self._overview_context(data)
         )
 
     @staticmethod
@@ -185,6 +187,8 @@ class Dashboard:
         return self.page(request, "overview.html", **self._overview_context(data))
 
     async def events(self, request: Request) -> Response:
+        # Links in the pushed HTML follow the mount point (one per Dashboard).
+        self.base = request.scope.get("root_path", "")
         queue = self.live.subscribe()
 
         async def stream() -> AsyncIterator[str]:

@@ -411,6 +411,9 @@ def test_mounted_under_a_prefix_links_stay_under_it(app: App, admin: Connection)
     assert f'href="/ops/tasks/jobs/{job}"' in html
     assert 'src="/ops/tasks/static/htmx.min.js"' in html
     assert client.get(f"/ops/tasks/jobs/{job}").status_code == 200
+    client.get("/ops/tasks/")
+    dashboard = outer.routes[0].app.dashboard  # type: ignore[attr-defined]
+    assert 'href="/ops/tasks/jobs?queue=emails"' in dashboard.render_live()
 
 
 @pytest.mark.parametrize(
