@@ -362,10 +362,16 @@ def index_cost(dsn: str, runs: int, bulk_jobs: int = 50_000, single_jobs: int = 
                             sql.Identifier(THROUGHPUT_SCHEMA)
                         )
                     )
-            started = time.perf_counter()
-            for _ in range(bulk_jobs // 1000):
-                noop.delay_many([{}] * 1000)
-            bulk = bulk_jobs / (time.perf_counter() - started)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                lsn = "SELECT pg_current_wal_insert_lsn()"
+                wal_from = (conn.execute(lsn).fetchone() or [None])[0]
+                started = time.perf_counter()
+                for _ in range(bulk_jobs // 1000):
+                    noop.delay_many([{}] * 1000)
+                bulk = bulk_jobs / (time.perf_counter() - started)
+                row = conn.execute("SELECT pg_wal_lsn_diff(%s, %s)", [lsn_now(conn), wal_from])
+                wal = float((row.fetchone() or [0])[0]) / bulk_jobs
+            figures.setdefault(("wal", with_index), []).append(wal)
             started = time.perf_counter()
             for _ in range(single_jobs):
                 noop.delay()
@@ -374,7 +380,8 @@ def index_cost(dsn: str, runs: int, bulk_jobs: int = 50_000, single_jobs: int = 
             figures.setdefault(("single", with_index), []).append(single)
             label = "with" if with_index else "without"
             print(
-                f"run {run + 1} {label:7} index: bulk {bulk:8,.0f}/s  one by one {single:6,.0f}/s"
+                f"run {run + 1} {label:7} index: bulk {bulk:8,.0f}/s  one by one"
+                f" {single:6,.0f}/s  WAL {wal:4.0f} bytes/job (bulk)"
             )
     for kind, name in (("single", "delay() one by one"), ("bulk", "delay_many x1000")):
         without = statistics.median(figures[(kind, False)])
@@ -383,8 +390,18 @@ def index_cost(dsn: str, runs: int, bulk_jobs: int = 50_000, single_jobs: int = 
             f"{name:20} without the index {without:8,.0f}/s, with it {with_index:8,.0f}/s"
             f" ({(with_index / without - 1) * 100:+.1f}%)"
         )
+    wal_without = statistics.median(figures[("wal", False)])
+    wal_with = statistics.median(figures[("wal", True)])
+    print(
+        f"WAL per bulk-enqueued job: without the index {wal_without:,.0f} bytes,"
+        f" with it {wal_with:,.0f} bytes ({(wal_with / wal_without - 1) * 100:+.1f}%)"
+    )
     drop(dsn, THROUGHPUT_SCHEMA)
     app.close()
+
+
+def lsn_now(conn: psycopg.Connection[Any]) -> Any:
+    return (conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone() or [None])[0]
 
 
 def main(argv: list[str] | None = None) -> int:
