@@ -85,6 +85,7 @@ def _environment() -> Environment:
     env.filters["duration"] = format_duration
     env.filters["timestamp"] = _timestamp
     env.filters["pretty_json"] = _pretty_json
+    env.filters["number"] = "{:,}".format
     env.globals["ago"] = _ago
     env.globals["STATUSES"] = STATUSES
     return env
