@@ -160,3 +160,34 @@ def test_overview_updates_live_and_a_failed_job_is_retried_and_runs(
         wait_until(shows_done, timeout=15, interval=0.2, message="the retried job to run")
     assert ran == [{"order": 1042, "amount_cents": 1999}]
     expect(page.locator("#result")).to_contain_text('"charged"')
+
+
+def test_bulk_retry_and_delete_ask_before_acting(
+    app: App, admin: Connection, serve: Callable[..., Served], page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    failed = [
+        insert_job(admin, app, status="failed", task="shop.charge_card", finished_ago=60)
+        for _ in range(3)
+    ]
+    served = serve(asgi(app))
+    questions: list[str] = []
+
+    # Declining the question leaves the job alone.
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.dismiss()))
+    page.goto(f"{served.url}/jobs/{failed[0]}")
+    page.click("text=Delete")
+    expect(page.locator("#job-status")).to_have_text("failed")
+    assert questions == [f"Delete job {failed[0]}? This cannot be undone."]
+
+    # Accepting the bulk retry's question retries every job the filter selects.
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
+    page.goto(f"{served.url}/jobs?status=failed&task=shop.charge_card")
+    page.click("text=Retry all failed/cancelled matching")
+    expect(page.locator(".message")).to_have_text("Retried 3 job(s).")
+    assert len(questions) == 2
+    rows = admin.execute(
+        f'SELECT DISTINCT status FROM "{app.schema}".jobs WHERE id = ANY(%s)', [failed]
+    ).fetchall()
+    assert rows == [("pending",)]

@@ -22,6 +22,12 @@
     });
     window.addEventListener("pagehide", function () { source.close(); });
   }
+  // Destructive forms carry data-confirm: ask first (inline handlers are not allowed by
+  // the Content-Security-Policy, so this listens on the document).
+  document.addEventListener("submit", function (event) {
+    var question = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) { event.preventDefault(); }
+  });
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", start);
   } else {
