@@ -6,6 +6,9 @@ authentication (PGTASKS_WEB_USER / PGTASKS_WEB_PASSWORD) unless --insecure-no-au
 
 from __future__ import annotations
 
+import contextlib
+from types import FrameType
+
 import click
 
 from ._common import app_option, load_app
@@ -69,12 +72,24 @@ def web(
         f" database {app.describe_database()}, schema {app.schema}",
         err=True,
     )
-    with app:
-        uvicorn.run(
-            dashboard,
-            host=host,
-            port=port,
-            log_level=log_level.lower(),
-            proxy_headers=False,
-            server_header=False,
-        )
+    config = uvicorn.Config(
+        dashboard,
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        proxy_headers=False,
+        server_header=False,
+        # Event streams end when told (below); anything else gets 5 s to finish.
+        timeout_graceful_shutdown=5,
+    )
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # Open event streams never end by themselves: end them, so that the server
+            # stops at once instead of waiting for browsers to leave.
+            dashboard.close_streams()
+            super().handle_exit(sig, frame)
+
+    with app, contextlib.suppress(KeyboardInterrupt):
+        # uvicorn re-raises the SIGINT it handled once it has stopped (as uvicorn.run).
+        Server(config).run()

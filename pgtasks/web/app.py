@@ -40,7 +40,7 @@ from .._operations import (
     format_duration,
     parse_job_filter,
 )
-from .live import LiveHub
+from .live import END, LiveHub
 from .security import AuthCallable, credentials, csrf_problem, csrf_token, is_loopback
 
 if TYPE_CHECKING:
@@ -201,6 +201,8 @@ class Dashboard:
                     except asyncio.TimeoutError:
                         yield ": keep-alive\n\n"  # finds a closed connection
                         continue
+                    if html == END:  # the server is stopping
+                        return
                     data = "".join(f"data: {line}\n" for line in html.splitlines())
                     yield f"event: overview\n{data}\n"
             finally:
@@ -394,8 +396,10 @@ def _error_page(dashboard: Dashboard) -> Callable[[Request, Exception], Awaitabl
     return handle
 
 
-class Guard:
-    """ASGI middleware: authentication, then security headers on every response."""
+class DashboardApp:
+    """The dashboard's ASGI application: authentication, then the routes, with security
+    headers on every response. ``dashboard`` holds its state (the App, the live hub).
+    """
 
     def __init__(self, inner: ASGIApp, dashboard: Dashboard) -> None:
         self.inner = inner
@@ -423,6 +427,10 @@ class Guard:
             await send(message)
 
         await self.inner(scope, receive, send_with_headers)
+
+    def close_streams(self) -> None:
+        """End the open event streams (call when the server stops; safe from a signal handler)."""
+        self.dashboard.live.close_streams()
 
     def _refusal(self, request: Request) -> Response | None:
         dashboard = self.dashboard
@@ -457,7 +465,7 @@ def asgi(
     secret: bytes | None = None,
     debounce: float = 0.5,
     poll: float = 5.0,
-) -> ASGIApp:
+) -> DashboardApp:
     """The dashboard of ``app`` as an ASGI application, to serve or mount.
 
     ``auth(user, password) -> bool`` checks HTTP basic credentials on every request
@@ -501,7 +509,7 @@ def asgi(
         exception_handlers={HTTPException: handler, PgTasksError: handler},
     )
     starlette.state.dashboard = dashboard
-    return Guard(starlette, dashboard)
+    return DashboardApp(starlette, dashboard)
 
 
 def _only(

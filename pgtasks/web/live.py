@@ -30,6 +30,8 @@ logger = logging.getLogger("pgtasks.web")
 DEBOUNCE = 0.5
 #: Longest gap between two renders (seconds): the polling fallback.
 POLL = 5.0
+#: What a subscriber's queue receives when its stream is to end.
+END = ""
 
 
 class LiveHub:
@@ -73,6 +75,21 @@ class LiveHub:
         self._subscribers.discard(queue)
         if not self._subscribers:
             self._shutdown()
+
+    def close_streams(self) -> None:
+        """End every open event stream (the server is stopping). Safe from any thread and
+        from a signal handler: the work is handed to the event loop.
+        """
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing is open
+                loop.call_soon_threadsafe(self._end_streams)
+
+    def _end_streams(self) -> None:
+        for queue in list(self._subscribers):
+            with contextlib.suppress(asyncio.QueueEmpty):
+                queue.get_nowait()
+            queue.put_nowait(END)
 
     # -- lifetime --
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -156,8 +157,20 @@ def test_pgtasks_web_serves_the_dashboard_with_basic_auth(app: App) -> None:
         response = httpx.get(url, auth=("ops", "pw"), timeout=5)
         assert response.status_code == 200
         assert "Overview" in response.text
+        # Ctrl+C with a browser watching the overview: the stream ends, the server stops.
+        with (
+            httpx.Client(auth=("ops", "pw"), timeout=10) as client,
+            client.stream("GET", url + "events") as stream,
+        ):
+            lines = stream.iter_lines()
+            assert next(lines) == "retry: 3000"
+            process.send_signal(signal.SIGINT)
+            remaining = list(lines)  # ends when the server closes the stream
+        assert all(line.startswith(("event:", "data:", ":")) or not line for line in remaining)
+        assert process.wait(timeout=10) == 0
     finally:
-        process.terminate()
+        if process.poll() is None:
+            process.kill()
         output, _ = process.communicate(timeout=10)
     assert f"http://127.0.0.1:{port}/ (basic auth)" in output
     password = psycopg.conninfo.conninfo_to_dict(app.dsn).get("password")
