@@ -575,7 +575,8 @@ class Overview:
     """What the dashboard's overview shows.
 
     ``queues``: per queue counts (pending, due, running and the oldest due wait are exact;
-    done, failed and cancelled are estimates when ``estimated``); ``per_minute``: jobs
+    done, failed and cancelled are estimates when ``estimated``, and unknown (0) when
+    ``unanalyzed``: a large table ANALYZE has not built statistics for); ``per_minute``: jobs
     finished in each of the last 60 minutes, oldest first (the current minute last).
     """
 
@@ -585,6 +586,7 @@ class Overview:
     per_minute: list[tuple[datetime, int]]
     workers: list[WorkerInfo]
     lease_timeout: float
+    unanalyzed: bool = False
 
     @property
     def total(self) -> QueueStats:

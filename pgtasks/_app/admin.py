@@ -84,19 +84,20 @@ def overview(app: App) -> Overview:
         store = app.store
         unfinished = store.get_unfinished_stats(conn)
         size = store.get_jobs_table_size(conn)
-        finished = []
         estimated = size >= EXACT_COUNT_LIMIT
-        if estimated:
-            finished = store.get_finished_estimates(conn)
-        if not estimated or not finished:
-            # Small, or not analyzed yet (no statistics): count.
-            finished, estimated = store.get_finished_counts(conn), False
+        # A large table whose statistics ANALYZE has not built yet (migration 0006 on an
+        # existing table): finished counts are unknown until it has, never counted.
+        finished = store.get_finished_estimates(conn) if estimated else []
+        unanalyzed = estimated and not finished
+        if not estimated:
+            finished = store.get_finished_counts(conn)
         per_minute = store.get_finished_per_minute(conn)
         now, workers = read_workers(app, conn, since=WORKER_HISTORY)
         return Overview(
             now=now,
             queues=overview_queues(unfinished, finished),
             estimated=estimated,
+            unanalyzed=unanalyzed,
             per_minute=minutes_of_last_hour(now, per_minute),
             workers=workers,
             lease_timeout=app.lease_timeout,

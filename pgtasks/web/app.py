@@ -175,7 +175,7 @@ class Dashboard:
         """The overview's live part, as the event stream sends it (runs in a thread)."""
         data = admin.overview(self.app)
         return self.templates.get_template("_overview_live.html").render(
-            base=self.base, **self._overview_context(data)
+            base=self.base, schema=self.app.schema, **self._overview_context(data)
         )
 
     @staticmethod

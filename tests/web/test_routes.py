@@ -125,6 +125,31 @@ def test_overview_estimates_finished_jobs_of_a_large_table_from_statistics(
     assert "estimates" in html
 
 
+def test_finished_counts_of_a_large_table_not_yet_analyzed_are_unknown_not_counted(
+    web: Client, app: App, admin: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(20):
+        insert_job(admin, app, status="done", queue="bulk", finished_ago=7200)
+    insert_job(admin, app, queue="bulk")
+    # VACUUM sets the row count; only ANALYZE builds the (queue, status) statistics.
+    admin.execute(f'VACUUM "{app.schema}".jobs')
+    monkeypatch.setattr(admin_ops, "EXACT_COUNT_LIMIT", 10)
+
+    overview = admin_ops.overview(app)
+    html = web.get("/").text
+
+    assert overview.unanalyzed
+    assert queue_row(html, "bulk") == {
+        "pending": "1",
+        "due": "1",
+        "running": "0",
+        "done": "?",
+        "failed": "?",
+        "cancelled": "?",
+    }
+    assert "until the next ANALYZE" in html
+
+
 def test_workers_and_schedules_pages(web: Client, app: App, population: dict[str, int]) -> None:
     workers = web.get("/workers").text
     assert f"<td>{population['worker']}</td>" in workers
