@@ -461,3 +461,27 @@ def test_mounted_under_a_prefix_links_stay_under_it(app: App, admin: Connection)
 )
 def test_what_counts_as_loopback(host: str | None, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_an_unreachable_database_is_a_503_page_without_the_password() -> None:
+    down = App(
+        "postgresql://ops:s3cret-pw@127.0.0.1:1/shop",
+        schema="unreachable",
+        connect_timeout=1,
+        connect_attempts=1,
+    )
+    try:
+        response = Client(asgi(down)).get("/")
+    finally:
+        down.close()
+    assert response.status_code == 503
+    assert "cannot reach PostgreSQL" in response.text
+    assert "s3cret-pw" not in response.text
+
+
+def test_an_unmigrated_schema_is_a_503_page_that_says_what_to_run(
+    make_app: Callable[..., App],
+) -> None:
+    response = Client(asgi(make_app(migrate=False))).get("/jobs")
+    assert response.status_code == 503
+    assert "pgtasks migrate" in response.text
