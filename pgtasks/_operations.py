@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ._jobs import JobRow, JobStatus
@@ -456,3 +456,171 @@ def format_prune(
     if result.worker_history:
         lines.append(f"forgot {result.worker_history} removed worker(s) older than a day")
     return "\n".join(lines)
+
+
+# -- job filters (the dashboard's jobs page and its bulk actions) ---------------------------------
+#: Query-string names of a JobFilter's fields, in the order the jobs page shows them.
+FILTER_FIELDS = ("status", "queue", "task", "args", "from", "to")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a listing or a bulk action selects; None fields match anything.
+
+    ``args``: a JSON value the job's args contain (jsonb ``@>``), e.g. ``[42]`` or
+    ``[{"user": 7}]``; ``created_from`` / ``created_to``: a half-open range of created_at.
+    """
+
+    status: str | None = None
+    queue: str | None = None
+    task_name: str | None = None
+    args: Any = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self == JobFilter()
+
+    def as_query(self) -> dict[str, str]:
+        """The query-string form ``parse_job_filter`` reads back (empty fields left out)."""
+        values = {
+            "status": self.status,
+            "queue": self.queue,
+            "task": self.task_name,
+            "args": None if self.args is None else json.dumps(self.args, ensure_ascii=False),
+            "from": None if self.created_from is None else self.created_from.isoformat(),
+            "to": None if self.created_to is None else self.created_to.isoformat(),
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+
+def _filter_time(name: str, text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"{name}: {text!r} is not a date and time (use ISO 8601, e.g. 2024-05-01T12:00)"
+        ) from None
+    # A browser's datetime-local field sends no offset: the dashboard shows UTC.
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _jsonb_storable(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, list):
+        return all(_jsonb_storable(item) for item in value)
+    if isinstance(value, dict):
+        return all(_jsonb_storable(key) and _jsonb_storable(item) for key, item in value.items())
+    return True
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
+    """A JobFilter from query-string values (blank ones ignored); ValueError names the
+    field and what it accepts.
+    """
+
+    def get(name: str) -> str | None:
+        value = params.get(name, "").strip()
+        if "\x00" in value:
+            raise ValueError(f"{name}: NUL characters are not allowed")
+        return value or None
+
+    status = get("status")
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"status: {status!r} is not one of {', '.join(STATUSES)}")
+    args_text = get("args")
+    args: Any = None
+    if args_text is not None:
+        try:
+            args = json.loads(args_text, parse_constant=_no_constant)
+        except ValueError:
+            raise ValueError(
+                f'args: {args_text!r} is not JSON (e.g. [42], ["a@example.com"] or'
+                ' [{"user": 7}]: jobs whose args contain it)'
+            ) from None
+        if not _jsonb_storable(args):
+            # Out-of-range numbers (1e400) and NUL characters: PostgreSQL's jsonb has neither.
+            raise ValueError(f"args: {args_text!r} holds a value jsonb cannot store")
+    created_from = get("from")
+    created_to = get("to")
+    job_filter = JobFilter(
+        status=status,
+        queue=get("queue"),
+        task_name=get("task"),
+        args=args,
+        created_from=None if created_from is None else _filter_time("from", created_from),
+        created_to=None if created_to is None else _filter_time("to", created_to),
+    )
+    if (
+        job_filter.created_from is not None
+        and job_filter.created_to is not None
+        and job_filter.created_from >= job_filter.created_to
+    ):
+        raise ValueError("from must be earlier than to")
+    return job_filter
+
+
+# -- the dashboard's overview ---------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Overview:
+    """What the dashboard's overview shows.
+
+    ``queues``: per queue counts (pending, due, running and the oldest due wait are exact;
+    done, failed and cancelled are estimates when ``estimated``, and unknown (0) when
+    ``unanalyzed``: a large table ANALYZE has not built statistics for); ``per_minute``: jobs
+    finished in each of the last 60 minutes, oldest first (the current minute last).
+    """
+
+    now: datetime
+    queues: list[QueueStats]
+    estimated: bool
+    per_minute: list[tuple[datetime, int]]
+    workers: list[WorkerInfo]
+    lease_timeout: float
+    unanalyzed: bool = False
+
+    @property
+    def total(self) -> QueueStats:
+        return total_stats(self.queues)
+
+    @property
+    def live_workers(self) -> int:
+        return sum(worker.state == "live" for worker in self.workers)
+
+
+def overview_queues(
+    unfinished: Iterable[Mapping[str, Any]], finished: Iterable[Mapping[str, Any]]
+) -> list[QueueStats]:
+    """QueueStats per queue from rows of get_unfinished_stats and of the finished counts
+    (``queue, status, jobs``), sorted by queue name.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    for row in unfinished:
+        merged.setdefault(row["queue"], {}).update(
+            pending=row["pending"],
+            due=row["due"],
+            running=row["running"],
+            oldest_due_age=row["oldest_due_age"],
+        )
+    for row in finished:
+        counts = merged.setdefault(row["queue"], {})
+        counts[row["status"]] = counts.get(row["status"], 0) + int(row["jobs"])
+    return [QueueStats(queue, **counts) for queue, counts in sorted(merged.items())]
+
+
+def minutes_of_last_hour(
+    now: datetime, rows: Iterable[Mapping[str, Any]]
+) -> list[tuple[datetime, int]]:
+    """60 (minute, finished) pairs ending with ``now``'s minute; absent minutes are 0."""
+    current = now.replace(second=0, microsecond=0)
+    counts = {row["minute"]: int(row["finished"]) for row in rows}
+    minutes = [current - timedelta(minutes=back) for back in range(59, -1, -1)]
+    return [(minute, counts.get(minute, 0)) for minute in minutes]

@@ -29,6 +29,7 @@ from .base import notification_channel as notification_channel
 from .doctor import DoctorQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
+from .web import WebQueries
 
 #: Where a claim stopped in claim order: (priority, run_at, id) of the last job it took.
 ClaimPosition = tuple[int, datetime, int]
@@ -54,7 +55,7 @@ def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
     )
 
 
-class Store(DoctorQueries, MetricsQueries, OperationsQueries, StoreBase):
+class Store(DoctorQueries, MetricsQueries, OperationsQueries, WebQueries, StoreBase):
     """Every named query pgtasks runs, one method each."""
 
     # -- migrations --

@@ -13,6 +13,7 @@ from .doctor import doctor
 from .embedded import embedded
 from .operations import jobs, prune_command, stats, workers
 from .schema import migrate
+from .web import web
 from .worker import worker
 
 
@@ -33,5 +34,6 @@ for command in (
     workers,
     prune_command,
     doctor,
+    web,
 ):
     main.add_command(command)

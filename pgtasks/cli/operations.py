@@ -15,16 +15,13 @@ from typing import Any, NoReturn, TypeVar
 import click
 import psycopg
 
+from .._app import admin
 from .._app.app import App
 from .._errors import JobNotFoundError
 from .._operations import (
     DURATION_FORMS,
     NEVER,
-    RETRYABLE,
     STATUSES,
-    QueueStats,
-    Stats,
-    WorkerInfo,
     format_job,
     format_jobs,
     format_prune,
@@ -46,19 +43,11 @@ SQL_INT = click.IntRange(min=1, max=2**31 - 1)
 #: Longest duration an option accepts (about 3,000 years): make_interval's range.
 MAX_DURATION = 1e11
 
-#: Rows per UPDATE of ``jobs retry --all-failed``.
-RETRY_BATCH_SIZE = 1000
-
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
 )
 
-RETRY_RULE = (
-    "A retried job becomes pending and due now. Its attempts count is kept (its history"
-    " stays true) and max_attempts is extended so that at least one more attempt is"
-    " allowed: max_attempts = max(max_attempts, attempts + 1). last_error is kept until"
-    " the next attempt ends; result, lock, finished_at and the cancellation flag are cleared."
-)
+RETRY_RULE = admin.RETRY_RULE
 
 
 def _duration(*, allow_never: bool = False) -> Callable[..., float | None]:
@@ -113,19 +102,6 @@ def _missing(job_id: int) -> NoReturn:
 
 
 # -- stats ----------------------------------------------------------------------------------------
-def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
-    queues = [QueueStats.from_row(row) for row in app.store.get_queue_stats(conn)]
-    rows = app.store.list_workers(conn, since=0.0)
-    workers = [WorkerInfo.from_row(row, lease_timeout=app.lease_timeout) for row in rows]
-    return Stats(
-        now=rows[0]["now"] if rows else app.store.get_database_time(conn),
-        queues=queues,
-        live_workers=sum(worker.state == "live" for worker in workers),
-        silent_workers=sum(worker.state == "silent" for worker in workers),
-        lease_timeout=app.lease_timeout,
-    )
-
-
 @click.command()
 @app_option
 @json_option
@@ -136,7 +112,7 @@ def stats(app_path: str, as_json: bool) -> None:
     """
     app = load_app(app_path)
     with app:
-        result = _run(app, lambda conn: collect_stats(app, conn), "stats")
+        result = _run(app, lambda conn: admin.collect_stats(app, conn), "stats")
     click.echo(to_json(result.as_json()) if as_json else format_stats(result))
 
 
@@ -226,52 +202,29 @@ def retry_command(
 
 
 def _retry_one(app: App, job_id: int, as_json: bool) -> None:
-    def retry(conn: psycopg.Connection[Any]) -> Any:
-        row = app.store.retry_job(conn, job_id)
-        if row is not None and row["retried"]:
-            app.store.notify_queue(conn, row["queue"])
-        return row
-
-    row = _run(app, retry, "retry job")
-    if row is None:
-        _missing(job_id)
-    if not row["retried"]:
-        _fail(
-            f"job {job_id} is {row['previous_status']}: only {' or '.join(RETRYABLE)}"
-            " jobs can be retried"
-        )
+    # A missing job is a one-line error (JobNotFoundError) from guard.
+    result: admin.RetryResult = guard(lambda: admin.retry_job(app, job_id))
+    if not result.retried:
+        _fail(result.refusal)
     if as_json:
         document = {
             "id": job_id,
             "retried": True,
-            "previous_status": row["previous_status"],
+            "previous_status": result.previous_status,
             "status": "pending",
-            "attempts": row["attempts"],
-            "max_attempts": row["max_attempts"],
+            "attempts": result.attempts,
+            "max_attempts": result.max_attempts,
         }
         click.echo(to_json(document))
     else:
         click.echo(
-            f"job {job_id} retried: {row['previous_status']} -> pending, due now"
-            f" ({row['attempts']} attempt(s) so far, max_attempts {row['max_attempts']})"
+            f"job {job_id} retried: {result.previous_status} -> pending, due now"
+            f" ({result.attempts} attempt(s) so far, max_attempts {result.max_attempts})"
         )
 
 
 def _retry_all_failed(app: App, task_name: str | None, as_json: bool) -> None:
-    def retry(conn: psycopg.Connection[Any]) -> list[int]:
-        ids: list[int] = []
-        queues: set[str] = set()
-        while True:
-            rows = app.store.retry_failed_jobs(conn, task_name=task_name, limit=RETRY_BATCH_SIZE)
-            ids += [row["id"] for row in rows]
-            queues |= {row["queue"] for row in rows}
-            if len(rows) < RETRY_BATCH_SIZE:
-                break
-        for queue in sorted(queues):
-            app.store.notify_queue(conn, queue)
-        return sorted(ids)
-
-    ids = _run(app, retry, "retry failed jobs")
+    ids: list[int] = guard(lambda: admin.retry_failed_jobs(app, task_name))
     if as_json:
         click.echo(to_json({"retried": len(ids), "ids": ids, "task": task_name}))
         return
@@ -328,13 +281,7 @@ def workers(app_path: str, since: float, as_json: bool) -> None:
     """
     app = load_app(app_path)
     with app:
-
-        def read(conn: psycopg.Connection[Any]) -> Any:
-            rows = app.store.list_workers(conn, since=since)
-            now = rows[0]["now"] if rows else app.store.get_database_time(conn)
-            return now, [WorkerInfo.from_row(row, lease_timeout=app.lease_timeout) for row in rows]
-
-        now, infos = _run(app, read, "list workers")
+        now, infos = _run(app, lambda conn: admin.read_workers(app, conn, since=since), "workers")
     if as_json:
         document = {
             "now": now,

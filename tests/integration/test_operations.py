@@ -15,11 +15,11 @@ import psycopg
 import pytest
 
 from pgtasks import App, ConfigurationError, JobStatus
+from pgtasks._app.admin import collect_stats
 from pgtasks._operations import QueueStats, WorkerInfo
 from pgtasks._store.operations import ADVISORY_LOCK_CLASS_PRUNE
 from pgtasks._worker.pruner import Pruner, prune
 from pgtasks._worker.services import connector
-from pgtasks.cli.operations import collect_stats
 from tests.support.inprocess import execute, running_worker, select
 from tests.support.population import DAY, insert_job, job_ids, register
 from tests.support.waiting import wait_until

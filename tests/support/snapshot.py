@@ -62,6 +62,15 @@ QUERIES = {
         WHERE n.nspname = %(schema)s AND NOT t.tgisinternal
         ORDER BY c.relname, t.tgname
     """,
+    "statistics": """
+        SELECT c.relname || '.' || s.stxname || ' (' || array_to_string(s.stxkind, ', ')
+               || ') ON ' || pg_get_statisticsobjdef_columns(s.oid)
+        FROM pg_statistic_ext AS s
+        JOIN pg_class AS c ON c.oid = s.stxrelid
+        JOIN pg_namespace AS n ON n.oid = s.stxnamespace
+        WHERE n.nspname = %(schema)s
+        ORDER BY c.relname, s.stxname
+    """,
     "function": """
         SELECT p.proname || '() ' || p.prosrc
         FROM pg_proc AS p
@@ -73,7 +82,9 @@ QUERIES = {
 
 
 def describe_schema(conn: psycopg.Connection[Any], schema: str) -> str:
-    """One line per column, constraint, index, storage option, trigger and function."""
+    """One line per column, constraint, index, storage option, trigger, extended statistics
+    object and function.
+    """
     lines = [
         "-- Normalised description of a migrated pgtasks schema ({schema} = its name).",
         "-- Regenerate with: python3 scripts/dump-schema",

@@ -1,0 +1,17 @@
+-- pgtasks 0006: what the dashboard (`pgtasks web`) reads to count jobs per queue and
+-- status without reading millions of rows per page load.
+-- Placeholders: {schema} (quoted identifier).
+
+-- Pending jobs by queue, for the exact pending / due / oldest-wait counts per queue: an
+-- index-only scan of the pending rows, where the claim index (which has no queue) would
+-- have to visit each row's heap page. An enqueue adds one entry to it. A claim does not:
+-- the claimed row's new version is running, outside this index's predicate, and claims
+-- read jobs_claim_idx, never this one. Finishing a job does not touch it either.
+CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs (queue, run_at)
+    WHERE status = 'pending';
+
+-- Finished jobs per queue and status are estimated on large tables from the (queue,
+-- status) most-common-values list ANALYZE keeps here, times pg_class.reltuples.
+-- Extended statistics cost nothing on writes (no index entry, no trigger): only ANALYZE,
+-- which autovacuum already runs on this table (analyze scale factor 0.02), computes them.
+CREATE STATISTICS {schema}.jobs_queue_status_stats (mcv) ON queue, status FROM {schema}.jobs;

@@ -1,0 +1,178 @@
+"""The live overview's event stream (a real uvicorn server), and ``pgtasks web``."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from pgtasks import App
+from pgtasks.cli import main
+from pgtasks.web import asgi
+from tests.support.population import insert_job
+from tests.support.waiting import wait_until
+from tests.support.web import Served, free_port
+
+Connection = psycopg.Connection[Any]
+
+
+def overview_events(url: str, timeout: float = 15.0) -> Iterator[str]:
+    """The HTML of each ``overview`` event of the stream at ``url``; stops at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    with (
+        httpx.Client(timeout=httpx.Timeout(timeout)) as client,
+        client.stream("GET", url) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event, data = None, []
+        for line in response.iter_lines():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no matching event within {timeout} s")
+            if line.startswith("event: "):
+                event = line[len("event: ") :]
+            elif line.startswith("data: "):
+                data.append(line[len("data: ") :])
+            elif line == "" and event is not None:
+                if event == "overview":
+                    yield "\n".join(data)
+                event, data = None, []
+
+
+def pending_of(html: str, queue: str) -> int | None:
+    match = re.search(
+        rf'<tr data-queue="{re.escape(queue)}">.*?data-stat="pending">(\d+)<', html, re.S
+    )
+    return int(match[1]) if match else None
+
+
+def test_an_enqueue_updates_the_overview_stream_through_notify(
+    app: App, serve: Callable[..., Served]
+) -> None:
+    dashboard = asgi(app, poll=60.0)  # long poll: only a notification can explain an update
+    served = serve(dashboard)
+
+    @app.task(queue="emails")
+    def send(to: str) -> None:
+        return None
+
+    seen: list[int | None] = []
+    for html in overview_events(f"{served.url}/events"):
+        seen.append(pending_of(html, "emails"))
+        if len(seen) == 1:
+            assert seen == [None]  # the first render: no job yet
+            send.delay("a@example.com")
+        elif seen[-1] == 1:
+            break
+    hub = dashboard.dashboard.live  # type: ignore[attr-defined]
+    assert hub.notifications >= 1
+    wait_until(lambda: hub.stats()["subscribers"] == 0, message="the stream to unsubscribe")
+
+
+def test_the_overview_stream_polls_for_changes_no_notification_announces(
+    app: App, admin: Connection, serve: Callable[..., Served]
+) -> None:
+    served = serve(asgi(app, poll=0.2))
+    for index, html in enumerate(overview_events(f"{served.url}/events")):
+        if index == 0:
+            # A running row written directly notifies nobody: the polling fallback finds it.
+            insert_job(admin, app, status="running", queue="silent", locked_by=None)
+        elif 'data-queue="silent"' in html:
+            break
+
+
+def test_the_stream_needs_authentication_like_every_page(
+    make_app: Callable[..., App], serve: Callable[..., Served]
+) -> None:
+    from pgtasks.web import basic_auth
+
+    served = serve(asgi(make_app(), auth=basic_auth("ops", "pw")))
+    assert httpx.get(f"{served.url}/events", timeout=5).status_code == 401
+
+
+# -- pgtasks web ----------------------------------------------------------------------------------
+def run_cli(*arguments: str, env: dict[str, str] | None = None) -> Any:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGTASKS_WEB_")}
+    return CliRunner().invoke(main, list(arguments), env={**clean, **(env or {})})
+
+
+def test_pgtasks_web_refuses_a_public_address_without_authentication() -> None:
+    result = run_cli("web", "-A", "tests.apps.basic:app", "--host", "0.0.0.0")  # noqa: S104
+    assert result.exit_code == 2
+    assert "refusing to serve the dashboard on 0.0.0.0 without authentication" in result.output
+    assert "PGTASKS_WEB_USER" in result.output
+
+
+def test_pgtasks_web_needs_both_user_and_password() -> None:
+    result = run_cli("web", "-A", "tests.apps.basic:app", env={"PGTASKS_WEB_USER": "ops"})
+    assert result.exit_code == 2
+    assert "set both PGTASKS_WEB_USER and PGTASKS_WEB_PASSWORD" in result.output
+
+
+def test_pgtasks_web_help_lists_its_options() -> None:
+    result = run_cli("web", "--help")
+    assert result.exit_code == 0
+    for option in ("--host", "--port", "--read-only", "--insecure-no-auth"):
+        assert option in result.output
+
+
+@pytest.mark.acceptance
+def test_pgtasks_web_serves_the_dashboard_with_basic_auth(app: App) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "PGTASKS_DSN": app.dsn,
+        "PGTASKS_TEST_SCHEMA": app.schema,
+        "PGTASKS_WEB_USER": "ops",
+        "PGTASKS_WEB_PASSWORD": "pw",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pgtasks", "web", "-A", "tests.apps.basic:app", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+
+        def answers() -> int | None:
+            try:
+                return httpx.get(url, timeout=1).status_code
+            except httpx.TransportError:
+                assert process.poll() is None, process.stdout.read() if process.stdout else ""
+                return None
+
+        assert wait_until(answers, timeout=20, message="pgtasks web to answer") == 401
+        response = httpx.get(url, auth=("ops", "pw"), timeout=5)
+        assert response.status_code == 200
+        assert "Overview" in response.text
+        # Ctrl+C with a browser watching the overview: the stream ends, the server stops.
+        with (
+            httpx.Client(auth=("ops", "pw"), timeout=10) as client,
+            client.stream("GET", url + "events") as stream,
+        ):
+            lines = stream.iter_lines()
+            assert next(lines) == "retry: 3000"
+            process.send_signal(signal.SIGINT)
+            remaining = list(lines)  # ends when the server closes the stream
+        assert all(line.startswith(("event:", "data:", ":")) or not line for line in remaining)
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        output, _ = process.communicate(timeout=10)
+    assert f"http://127.0.0.1:{port}/ (basic auth)" in output
+    password = psycopg.conninfo.conninfo_to_dict(app.dsn).get("password")
+    if password:
+        assert str(password) not in output
