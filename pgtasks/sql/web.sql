@@ -15,7 +15,8 @@ WITH pending AS (
            count(*) FILTER (WHERE run_at <= now()) AS due,
            min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due
     FROM {schema}.jobs
-    WHERE status = 'pending'
+    -- attempts >= 0 is always true (jobs_attempts_check): it names the index predicate.
+    WHERE status = 'pending' AND attempts >= 0
     GROUP BY queue
 ), running AS (
     SELECT queue, count(*) AS running
