@@ -38,6 +38,7 @@ from .._store.db import dsn_secrets
 from .._validation import seconds_at_least_zero, whole_number
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
 from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
+from .claims import Prefetch
 from .events import WorkerEvents
 from .exchange import Exchanges
 from .ledger import JobLedger, LoopConnection
@@ -83,7 +84,7 @@ class Worker:
         poll_interval: float | None = None,
         shutdown_timeout: float = 30.0,
         ignore_unknown: bool = False,
-        prefetch: int = 0,
+        prefetch: int | None = None,
         observers: Sequence[WorkerEvents] = (),
         pool: str = "thread",
         processes: int | None = None,
@@ -120,10 +121,12 @@ class Worker:
                 f" lease_timeout ({self.lease_timeout:g} s)"
             )
         self.ignore_unknown = ignore_unknown
-        whole_number("prefetch=", prefetch, minimum=0)
+        if prefetch is not None:
+            whole_number("prefetch=", prefetch, minimum=0)
         #: Jobs claimed beyond the free slots, waiting in this worker to start as slots free
         #: up: the next batch's round trip overlaps the current one's work. They are held
-        #: (leased and heartbeated) while other workers might be idle: keep it for short jobs.
+        #: (leased and heartbeated) while other workers might be idle. None (the default):
+        #: two per slot while this worker's jobs are short (see claims.Prefetch), else none.
         self.prefetch = prefetch
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
@@ -171,6 +174,7 @@ class Worker:
             loop_lag_threshold=loop_lag_threshold or None,
         )
         self._executor = self._new_executor()
+        self._prefetch = Prefetch(prefetch, lambda: self._executor.capacity)
         self._exchanges = self._new_exchanges()
         self._services: list[Service] = []
 
@@ -286,7 +290,7 @@ class Worker:
             reporter=self._reporter,
             errors=self._errors,
             queues=self.queues,
-            prefetch=self.prefetch,
+            prefetch=self._prefetch,
             poll_interval=self.poll_interval,
             ignore_unknown=self.ignore_unknown,
             tasks=self.app.tasks,
@@ -453,7 +457,12 @@ class Worker:
         self._linger()
         ledger.expire(self._executor)
         now = time.monotonic()
-        free = self._executor.capacity + self.prefetch - len(ledger.in_flight) - exchanges.claiming
+        free = (
+            self._executor.capacity
+            + self._prefetch.jobs
+            - len(ledger.in_flight)
+            - exchanges.claiming
+        )
         due = now >= next_poll or now >= reporter.next_due
         claim = free > 0 and (self._notified or exchanges.maybe_more or due)
         if exchanges.batch_more(free if claim else 0):
@@ -473,6 +482,7 @@ class Worker:
     def _on_finished(self, running: Running, outcome: Outcome) -> None:
         """An attempt ended (on its thread, the event loop or the pool's supervisor): make
         its texts storable (escaped, capped, the password scrubbed), then hand it over."""
+        self._prefetch.observe(time.monotonic() - running.started)
         try:
             outcome = storable_outcome(
                 outcome, max_error_bytes=self.app.max_error_bytes, secrets=self._secrets
