@@ -15,6 +15,8 @@ counters, observers) and, when stopping, GracefulStop and StopSignals (shutdown.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -67,7 +69,8 @@ def _seconds(name: str, value: float | None, default: float) -> float:
 class Worker:
     """Claims and runs jobs of ``queues`` (None: every queue) until stopped.
 
-    ``run()`` blocks; ``stop()`` (thread-safe) stops claiming, lets running jobs finish
+    ``run()`` blocks; ``await arun()`` runs it from an asyncio program without blocking
+    the event loop; ``stop()`` (thread-safe) stops claiming, lets running jobs finish
     for up to ``shutdown_timeout`` seconds, releases the rest back to pending without
     using up their attempt, and deregisters.
     """
@@ -389,6 +392,53 @@ class Worker:
                 for signum, handler in previous_handlers.items():
                     signal.signal(signum, handler)
                 self._stopped.set()
+
+    async def arun(self) -> None:
+        """Run the worker from an asyncio program: ``run()`` on a thread of its own while the
+        awaiting task waits, so the event loop keeps serving.
+
+        Cancelling the awaiting task stops the worker gracefully (:meth:`stop`: running jobs
+        get ``shutdown_timeout`` seconds, the rest go back to pending), waits until it has
+        stopped and deregistered, then re-raises ``CancelledError``; a second cancellation
+        meanwhile releases the running jobs at once. An error of ``run()`` (an unmigrated
+        schema, say) is raised here.
+        """
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def report(error: BaseException | None) -> None:
+            if ended.done():
+                return
+            if error is None:
+                ended.set_result(None)
+            else:
+                ended.set_exception(error)
+
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                self.run()
+            except BaseException as failure:
+                error = failure
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(report, error)
+
+        thread = threading.Thread(target=run, name=f"pgtasks-worker-{self.name}", daemon=True)
+        thread.start()
+        try:
+            await asyncio.shield(ended)
+        except asyncio.CancelledError:
+            self.stop(wait=False)
+            while not ended.done():
+                try:
+                    await asyncio.shield(ended)
+                except asyncio.CancelledError:
+                    self.stop(0.0, wait=False)  # cancelled again: release running jobs now
+                except BaseException:
+                    break  # run() failed while stopping: the cancellation is what we report
+            thread.join()  # it has returned from run(): it only ends
+            raise
+        thread.join()
 
     def _loop(self) -> None:
         exchanges = self._exchanges
