@@ -294,11 +294,16 @@ def raw_sql_ceiling(dsn: str, jobs: int, batch: int) -> float:
 
 
 # -- latency ---------------------------------------------------------------------------------------
-def idle_latency(dsn: str, count: int, gap: float) -> tuple[float, float, float]:
+def idle_latency(
+    dsn: str, count: int, gap: float, *worker_flags: str
+) -> tuple[float, float, float]:
     reset_schema(dsn)
     from benchmarks.app import pickup
 
-    with psycopg.connect(dsn, autocommit=True) as conn, worker_processes(1, "--concurrency", "10"):
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        worker_processes(1, "--concurrency", "10", *worker_flags),
+    ):
         # Wait until the worker is registered and idle.
         deadline = time.monotonic() + 30
         while not conn.execute(

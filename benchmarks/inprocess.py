@@ -18,7 +18,7 @@ done in the database (it reads every 50 ms on its loop). The rows with ``prefetc
 the worker's earlier default, for comparison. Rounds alternate the systems (the machine's
 load moves figures between runs: compare within one run); each figure is the median of the
 rounds. Every run counts executions: duplicates and losses are reported. The idle pickup
-latency of the CLI worker closes the run.
+latency of the CLI worker (default, and ``--prefetch 0``) closes the run.
 """
 
 from __future__ import annotations
@@ -201,19 +201,28 @@ def main(argv: list[str]) -> int:
             rows[name].add(*run())
         print(f"round {round_number + 1} of {args.runs} done", flush=True)
     latency_jobs = 20 if args.quick else 200
-    latency = [runner.idle_latency(dsn, latency_jobs, 0.02) for _ in range(args.runs)]
+    latency, latency_before = [], []
+    for _ in range(args.runs):
+        latency.append(runner.idle_latency(dsn, latency_jobs, 0.02))
+        latency_before.append(runner.idle_latency(dsn, latency_jobs, 0.02, "--prefetch", "0"))
     print(f"\nin-process (median of {args.runs} round(s), same server, same run)")
     for _, row in sorted(rows.items(), key=lambda item: plan_order(plan, item[0])):
         print(row.line())
+    labels = ("p50", "p95", "p99")
     percentiles = {
         label: statistics.median(run[index] for run in latency)
-        for index, label in enumerate(("p50", "p95", "p99"))
+        for index, label in enumerate(labels)
     }
-    print(
-        "idle pickup latency (CLI worker, c10): "
-        + " / ".join(f"{percentiles[p]:.1f}" for p in ("p50", "p95", "p99"))
-        + " ms (p50 / p95 / p99)"
-    )
+    before = {
+        label: statistics.median(run[index] for run in latency_before)
+        for index, label in enumerate(labels)
+    }
+    for name, figures in (("", percentiles), (", --prefetch 0", before)):
+        print(
+            f"idle pickup latency (CLI worker, c10{name}): "
+            + " / ".join(f"{figures[p]:.1f}" for p in labels)
+            + " ms (p50 / p95 / p99)"
+        )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(
         json.dumps(
@@ -223,6 +232,7 @@ def main(argv: list[str]) -> int:
                 "jobs": args.jobs,
                 "rows": [row.as_dict() for row in rows.values()],
                 "idle_latency_ms": percentiles,
+                "idle_latency_prefetch_0_ms": before,
             },
             indent=2,
         )
