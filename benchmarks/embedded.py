@@ -63,6 +63,12 @@ class Record:
         return duplicates, lost
 
 
+def process_cpu() -> float:
+    """CPU seconds of this process so far (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.embedded")
     parser.add_argument("--dsn", required=True)
@@ -128,12 +134,14 @@ async def run_pgtasks(args: argparse.Namespace, record: Record) -> dict[str, Any
             row = await cursor.fetchone()
             return int(row[0]) if row else 0
 
+        cpu_before = process_cpu()
         if args.mode == "arun":
             running = asyncio.ensure_future(worker.arun())
         else:
             running = asyncio.ensure_future(asyncio.to_thread(worker.run))
         try:
             finished = await wait_until(done, args.jobs, args.wait_interval)
+            drain_cpu = process_cpu() - cpu_before
         finally:
             if args.mode == "arun":
                 running.cancel()
@@ -154,6 +162,7 @@ async def run_pgtasks(args: argparse.Namespace, record: Record) -> dict[str, Any
     return {
         "rate": args.jobs / (finished - record.first_start),
         "db_rate": args.jobs / float(row[0]),
+        "drain_cpu_us_per_job": drain_cpu / args.jobs * 1e6,
         "duplicates": duplicates + int(row[1]),
         "lost": lost,
         "threads_left": sorted(
@@ -175,7 +184,7 @@ async def run_pgqueuer(args: argparse.Namespace, record: Record) -> dict[str, An
         queries = Queries(AsyncpgDriver(producer))
         for start in range(0, args.jobs, 1000):
             size = min(1000, args.jobs - start)
-            payloads = [str(i).encode() for i in range(start, start + size)]
+            payloads: list[bytes | None] = [str(i).encode() for i in range(start, start + size)]
             await queries.enqueue(["record"] * size, payloads, [0] * size)
         pgq = PgQueuer(AsyncpgDriver(conn))
 
@@ -187,7 +196,7 @@ async def run_pgqueuer(args: argparse.Namespace, record: Record) -> dict[str, An
         async def done() -> int:
             # PgQueuer deletes a job's row when it is done (and logs it).
             pending = await producer.fetchval("SELECT count(*) FROM pgqueuer")
-            return args.jobs - int(pending)
+            return int(args.jobs - int(pending))
 
         running = asyncio.ensure_future(pgq.run(batch_size=args.concurrency))
         try:

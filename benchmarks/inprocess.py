@@ -35,6 +35,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: One run of one system: jobs/s, duplicates, lost, CPU µs per job (None: not measured).
+Run = Callable[[], "tuple[float, int, int, float | None]"]
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks --in-process", description=__doc__)
@@ -91,11 +94,15 @@ class Row:
     def __init__(self, name: str, note: str = "") -> None:
         self.name, self.note = name, note
         self.rates: list[float] = []
+        #: The process's CPU per job while it drained (in-process pgtasks rows only).
+        self.cpu: list[float] = []
         self.duplicates = 0
         self.lost = 0
 
-    def add(self, rate: float, duplicates: int, lost: int) -> None:
+    def add(self, rate: float, duplicates: int, lost: int, cpu: float | None) -> None:
         self.rates.append(rate)
+        if cpu is not None:
+            self.cpu.append(cpu)
         self.duplicates += duplicates
         self.lost += lost
         if duplicates or lost:
@@ -107,9 +114,10 @@ class Row:
 
     def line(self) -> str:
         low, high = min(self.rates), max(self.rates)
+        cpu = f"  CPU {statistics.median(self.cpu):,.0f} us/job" if self.cpu else ""
         return (
             f"{self.name:72} {self.median:>8,.0f} jobs/s [{low:,.0f} .. {high:,.0f}]"
-            f"  dup/lost {self.duplicates}/{self.lost}  {self.note}"
+            f"  dup/lost {self.duplicates}/{self.lost}{cpu}  {self.note}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -119,39 +127,43 @@ class Row:
             "runs": self.rates,
             "duplicates": self.duplicates,
             "lost": self.lost,
+            "cpu_us_per_job": self.cpu,
             "note": self.note,
         }
 
 
-def measurements(
-    dsn: str, jobs: int, concurrency: int, peers: bool
-) -> list[tuple[str, Callable[[], tuple[float, int, int]]]]:
+def measurements(dsn: str, jobs: int, concurrency: int, peers: bool) -> list[tuple[str, Run]]:
     """(row name, one run) for every system at this concurrency, in the order of a round."""
     from benchmarks import __main__ as runner
 
-    def cli(*flags: str) -> Callable[[], tuple[float, int, int]]:
-        def run() -> tuple[float, int, int]:
+    def cli(*flags: str) -> Run:
+        def run() -> tuple[float, int, int, float | None]:
             checks = len(runner.PGTASKS_CHECKS)
             rate = runner.processing(dsn, jobs, concurrency, worker_flags=flags)
             duplicates, lost = runner.PGTASKS_CHECKS[checks]
-            return rate, duplicates, lost
+            return rate, duplicates, lost, None
 
         return run
 
-    def program(*options: str) -> Callable[[], tuple[float, int, int]]:
-        def run() -> tuple[float, int, int]:
+    def program(*options: str) -> Run:
+        def run() -> tuple[float, int, int, float | None]:
             runner.reset_schema(dsn)
             result = embedded(dsn, jobs, concurrency, *options)
-            return float(result["rate"]), int(result["duplicates"]), int(result["lost"])
+            return (
+                float(result["rate"]),
+                int(result["duplicates"]),
+                int(result["lost"]),
+                float(result["drain_cpu_us_per_job"]),
+            )
 
         return run
 
-    def pgqueuer() -> tuple[float, int, int]:
+    def pgqueuer() -> tuple[float, int, int, float | None]:
         from benchmarks.peers import pgqueuer_bench
 
         target = pgqueuer_bench.install(dsn)
         result = embedded(target, jobs, concurrency, "--mode", "pgqueuer")
-        return float(result["rate"]), int(result["duplicates"]), int(result["lost"])
+        return float(result["rate"]), int(result["duplicates"]), int(result["lost"]), None
 
     c = f"c{concurrency}"
     rows = [
