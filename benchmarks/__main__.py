@@ -2,6 +2,7 @@
 
     python -m benchmarks [--dsn DSN] [--jobs N] [--runs R] [--quick] [--json PATH] [--no-peers]
     python -m benchmarks --bloat [--quick] [...]   (bloat resilience: benchmarks/bloat.py)
+    python -m benchmarks --in-process [...]   (the worker in an asyncio program: inprocess.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -293,11 +294,16 @@ def raw_sql_ceiling(dsn: str, jobs: int, batch: int) -> float:
 
 
 # -- latency ---------------------------------------------------------------------------------------
-def idle_latency(dsn: str, count: int, gap: float) -> tuple[float, float, float]:
+def idle_latency(
+    dsn: str, count: int, gap: float, *worker_flags: str
+) -> tuple[float, float, float]:
     reset_schema(dsn)
     from benchmarks.app import pickup
 
-    with psycopg.connect(dsn, autocommit=True) as conn, worker_processes(1, "--concurrency", "10"):
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        worker_processes(1, "--concurrency", "10", *worker_flags),
+    ):
         # Wait until the worker is registered and idle.
         deadline = time.monotonic() + 30
         while not conn.execute(
@@ -499,6 +505,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import bloat
 
         return bloat.main([argument for argument in arguments if argument != "--bloat"])
+    if "--in-process" in arguments:
+        # The worker inside an asyncio program (benchmarks/inprocess.py).
+        from benchmarks import inprocess
+
+        return inprocess.main([argument for argument in arguments if argument != "--in-process"])
     args = parse_args(argv)
     dsn = resolve_dsn(args.dsn)
     facts = print_setting(dsn)

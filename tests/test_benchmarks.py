@@ -146,3 +146,39 @@ def test_bloat_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
     assert report["duplicates"] == 0
     assert "bloat resilience" in result.stdout
     assert "xmin pinned" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(300)
+def test_in_process_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
+    output = tmp_path / "in-process.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--in-process", "--quick"),
+            *("--concurrency", "10", "--dsn", dsn, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    report: dict[str, Any] = json.loads(output.read_text())
+    rows = {row["name"]: row for row in report["rows"]}
+    expected = {
+        "pgtasks worker (CLI process), c10",
+        "in-process: asyncio.to_thread(Worker.run), sync task, c10",
+        "in-process: asyncio.to_thread(Worker.run), async task, c10",
+        "in-process: await Worker.arun(), sync task, c10",
+    }
+    if any(peer.name == "PgQueuer" and peer.available() for peer in PEERS):
+        expected.add("in-process: PgQueuer 1.6.0 on the loop, batch_size 10")
+    assert expected <= rows.keys(), sorted(expected - rows.keys())
+    for row in rows.values():
+        assert row["median"] > 0, row
+        assert (row["duplicates"], row["lost"]) == (0, 0), row
+    assert report["idle_latency_ms"]["p99"] > 0
+    assert "threads left" not in result.stdout

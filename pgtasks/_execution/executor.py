@@ -22,6 +22,7 @@ import asyncio
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -141,6 +142,8 @@ class Executor:
         self._local_waiting: collections.deque[Running] = collections.deque()
         self._pool: ProcessPool | None = None
         self._pool_jobs: dict[int, Running] = {}
+        #: Async jobs to start on the loop at its next wake-up.
+        self._async_starts: list[tuple[Running, Task[Any, Any]]] = []
         #: Async jobs whose coroutine is on the loop (named by the lag monitor).
         self._async_jobs: set[Running] = set()
         self.uses_local = True
@@ -283,9 +286,8 @@ class Executor:
             future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
             future.set_result(CANCELLED_BEFORE_START)
         elif running.executor == "async":
-            future = asyncio.run_coroutine_threadsafe(
-                self._run_async(running, task), self._event_loop()
-            )
+            self._start_async(running, task)
+            return
         else:
             if task.timeout:
                 running.deadline = running.started + task.timeout
@@ -293,6 +295,33 @@ class Executor:
             return
         running.future = future
         future.add_done_callback(lambda done: self._finished(running, done))
+
+    def _start_async(self, running: Running, task: Task[Any, Any]) -> None:
+        """Queue the coroutine for the event loop. One wake-up of the loop starts every
+        coroutine queued meanwhile: a claim brings many jobs at once, and waking the loop's
+        thread once per job cost more than the no-op jobs themselves."""
+        loop = self._event_loop()
+        with self._lock:
+            self._async_starts.append((running, task))
+            wake = len(self._async_starts) == 1
+        if wake:
+            loop.call_soon_threadsafe(self._start_queued_async, loop)
+
+    def _start_queued_async(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the event loop: start the queued coroutines."""
+        with self._lock:
+            starts, self._async_starts = self._async_starts, []
+        for running, task in starts:
+            job = loop.create_task(self._run_async(running, task))
+            job.add_done_callback(functools.partial(self._async_finished, running))
+
+    def _async_finished(self, running: Running, job: asyncio.Task[Outcome]) -> None:
+        try:
+            outcome = job.result()
+        except BaseException as error:  # cancelled before it started (at shutdown)
+            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+        self._free_local_slot()
+        self.on_finished(running, outcome)
 
     def _thread_job(self, running: Running, task: Task[Any, Any]) -> None:
         """A sync job on a job thread: no Future per job, the outcome goes straight on."""

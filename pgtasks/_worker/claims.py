@@ -8,18 +8,29 @@ in the past, released or rescued meanwhile) waits at most that long. While claim
 start are slow (an old snapshot keeps the entries of claimed jobs), they are spaced so
 that they take at most 1/FULL_CLAIM_SHARE of the loop's time, and at most
 MAX_FULL_CLAIM_SPACING seconds apart.
+
+How many jobs a claim takes beyond the free slots is the Prefetch's decision: a fixed
+number, or by default (``prefetch=None``) AUTO_PREFETCH_PER_SLOT per slot while the jobs
+this worker ran lately averaged at most SHORT_JOB seconds, and none otherwise.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .._store.base import Row
 from .._store.store import ClaimPosition, claim_position
 
 FULL_CLAIM_SHARE = 20.0
 MAX_FULL_CLAIM_SPACING = 30.0
+
+#: Jobs whose recent average run time is at most this (seconds) are short: prefetch for them.
+SHORT_JOB = 0.010
+#: With the automatic prefetch, jobs claimed beyond the free slots, per slot, for short jobs.
+AUTO_PREFETCH_PER_SLOT = 2
+#: Weight of the newest run time in the moving average (one long job turns prefetch off).
+_AVERAGE_WEIGHT = 0.1
 
 
 class ClaimCursor:
@@ -50,3 +61,43 @@ class ClaimCursor:
         if from_start:
             self.full_claim_took(seconds)
         self.position = claim_position(rows[-1]) if rows else None
+
+
+class Prefetch:
+    """How many jobs a claim takes beyond the free slots.
+
+    ``fixed`` (an int) always; None: automatic. A short job ends long before the round trip
+    that claims its successor comes back, so its slot idles for that round trip; claimed in
+    advance, the successor starts at once. The automatic prefetch claims
+    AUTO_PREFETCH_PER_SLOT jobs per slot while the moving average of the run times of this
+    worker's jobs is at most SHORT_JOB, so a prefetched job waits behind about two short
+    jobs; before the first job ends, and as soon as jobs turn long, it claims none.
+    """
+
+    def __init__(self, fixed: int | None, slots: Callable[[], int]) -> None:
+        self.fixed = fixed
+        self._slots = slots
+        #: Moving average of recent run times (seconds); None before the first job ended.
+        self.average: float | None = None
+
+    def observe(self, seconds: float) -> None:
+        """A job ran ``seconds`` (any thread: a lost update only delays the average)."""
+        average = self.average
+        self.average = (
+            seconds if average is None else average + (seconds - average) * _AVERAGE_WEIGHT
+        )
+
+    @property
+    def jobs(self) -> int:
+        """Jobs to claim beyond the free slots now."""
+        if self.fixed is not None:
+            return self.fixed
+        average = self.average
+        if average is None or average > SHORT_JOB:
+            return 0
+        return AUTO_PREFETCH_PER_SLOT * self._slots()
+
+    @property
+    def most(self) -> int:
+        """The most it may ever claim beyond the free slots."""
+        return self.fixed if self.fixed is not None else AUTO_PREFETCH_PER_SLOT * self._slots()

@@ -20,7 +20,7 @@ from .._execution.running import ClaimedJob
 from .._retry import Outcome
 from .._text import storable
 from .background import BackgroundExchanger, Exchange, OutcomeRow
-from .claims import ClaimCursor
+from .claims import ClaimCursor, Prefetch
 from .services import Connect
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class Exchanges:
         reporter: Reporter,
         errors: ErrorLog,
         queues: Sequence[str] | None,
-        prefetch: int,
+        prefetch: Prefetch,
         poll_interval: float,
         ignore_unknown: bool,
         tasks: Mapping[str, object],
@@ -81,7 +81,7 @@ class Exchanges:
 
     def start_background(self, connect: Connect, wake: Any) -> None:
         """A second round trip pays off with at least two slots (prefetch included)."""
-        if self.executor.capacity + self.prefetch >= 2:
+        if self.executor.capacity + self.prefetch.most >= 2:
             self.background = BackgroundExchanger(
                 connect, self.run, wake, name=f"pgtasks-exchange-{self.name}"
             )
@@ -184,7 +184,7 @@ class Exchanges:
         """
         if not self.background_busy:
             return False
-        batch = max(1, (self.executor.capacity + self.prefetch) // 4)
+        batch = max(1, (self.executor.capacity + self.prefetch.jobs) // 4)
         return len(self.ledger.unwritten) + limit < batch
 
     def take_background(self) -> None:

@@ -15,6 +15,8 @@ counters, observers) and, when stopping, GracefulStop and StopSignals (shutdown.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -38,6 +40,7 @@ from .._store.db import dsn_secrets
 from .._validation import seconds_at_least_zero, whole_number
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
 from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
+from .claims import Prefetch
 from .events import WorkerEvents
 from .exchange import Exchanges
 from .ledger import JobLedger, LoopConnection
@@ -66,7 +69,8 @@ def _seconds(name: str, value: float | None, default: float) -> float:
 class Worker:
     """Claims and runs jobs of ``queues`` (None: every queue) until stopped.
 
-    ``run()`` blocks; ``stop()`` (thread-safe) stops claiming, lets running jobs finish
+    ``run()`` blocks; ``await arun()`` runs it from an asyncio program without blocking
+    the event loop; ``stop()`` (thread-safe) stops claiming, lets running jobs finish
     for up to ``shutdown_timeout`` seconds, releases the rest back to pending without
     using up their attempt, and deregisters.
     """
@@ -83,7 +87,7 @@ class Worker:
         poll_interval: float | None = None,
         shutdown_timeout: float = 30.0,
         ignore_unknown: bool = False,
-        prefetch: int = 0,
+        prefetch: int | None = None,
         observers: Sequence[WorkerEvents] = (),
         pool: str = "thread",
         processes: int | None = None,
@@ -120,10 +124,12 @@ class Worker:
                 f" lease_timeout ({self.lease_timeout:g} s)"
             )
         self.ignore_unknown = ignore_unknown
-        whole_number("prefetch=", prefetch, minimum=0)
+        if prefetch is not None:
+            whole_number("prefetch=", prefetch, minimum=0)
         #: Jobs claimed beyond the free slots, waiting in this worker to start as slots free
         #: up: the next batch's round trip overlaps the current one's work. They are held
-        #: (leased and heartbeated) while other workers might be idle: keep it for short jobs.
+        #: (leased and heartbeated) while other workers might be idle. None (the default):
+        #: two per slot while this worker's jobs are short (see claims.Prefetch), else none.
         self.prefetch = prefetch
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
@@ -171,6 +177,7 @@ class Worker:
             loop_lag_threshold=loop_lag_threshold or None,
         )
         self._executor = self._new_executor()
+        self._prefetch = Prefetch(prefetch, lambda: self._executor.capacity)
         self._exchanges = self._new_exchanges()
         self._services: list[Service] = []
 
@@ -286,7 +293,7 @@ class Worker:
             reporter=self._reporter,
             errors=self._errors,
             queues=self.queues,
-            prefetch=self.prefetch,
+            prefetch=self._prefetch,
             poll_interval=self.poll_interval,
             ignore_unknown=self.ignore_unknown,
             tasks=self.app.tasks,
@@ -386,6 +393,53 @@ class Worker:
                     signal.signal(signum, handler)
                 self._stopped.set()
 
+    async def arun(self) -> None:
+        """Run the worker from an asyncio program: ``run()`` on a thread of its own while the
+        awaiting task waits, so the event loop keeps serving.
+
+        Cancelling the awaiting task stops the worker gracefully (:meth:`stop`: running jobs
+        get ``shutdown_timeout`` seconds, the rest go back to pending), waits until it has
+        stopped and deregistered, then re-raises ``CancelledError``; a second cancellation
+        meanwhile releases the running jobs at once. An error of ``run()`` (an unmigrated
+        schema, say) is raised here.
+        """
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def report(error: BaseException | None) -> None:
+            if ended.done():
+                return
+            if error is None:
+                ended.set_result(None)
+            else:
+                ended.set_exception(error)
+
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                self.run()
+            except BaseException as failure:
+                error = failure
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(report, error)
+
+        thread = threading.Thread(target=run, name=f"pgtasks-worker-{self.name}", daemon=True)
+        thread.start()
+        try:
+            await asyncio.shield(ended)
+        except asyncio.CancelledError:
+            self.stop(wait=False)
+            while not ended.done():
+                try:
+                    await asyncio.shield(ended)
+                except asyncio.CancelledError:
+                    self.stop(0.0, wait=False)  # cancelled again: release running jobs now
+                except BaseException:
+                    break  # run() failed while stopping: the cancellation is what we report
+            thread.join()  # it has returned from run(): it only ends
+            raise
+        thread.join()
+
     def _loop(self) -> None:
         exchanges = self._exchanges
         next_poll = 0.0
@@ -453,7 +507,12 @@ class Worker:
         self._linger()
         ledger.expire(self._executor)
         now = time.monotonic()
-        free = self._executor.capacity + self.prefetch - len(ledger.in_flight) - exchanges.claiming
+        free = (
+            self._executor.capacity
+            + self._prefetch.jobs
+            - len(ledger.in_flight)
+            - exchanges.claiming
+        )
         due = now >= next_poll or now >= reporter.next_due
         claim = free > 0 and (self._notified or exchanges.maybe_more or due)
         if exchanges.batch_more(free if claim else 0):
@@ -473,6 +532,7 @@ class Worker:
     def _on_finished(self, running: Running, outcome: Outcome) -> None:
         """An attempt ended (on its thread, the event loop or the pool's supervisor): make
         its texts storable (escaped, capped, the password scrubbed), then hand it over."""
+        self._prefetch.observe(time.monotonic() - running.started)
         try:
             outcome = storable_outcome(
                 outcome, max_error_bytes=self.app.max_error_bytes, secrets=self._secrets

@@ -67,10 +67,10 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--prefetch",
-    default=0,
-    show_default=True,
+    default=None,
     type=click.IntRange(min=0),
-    help="Jobs claimed beyond the free slots, to start as slots free up (short jobs only).",
+    help="Jobs claimed beyond the free slots, to start as slots free up [default: 2 per slot"
+    " while the jobs run 10 ms or less on average, else 0].",
 )
 @click.option(
     "--metrics-port",
@@ -105,7 +105,7 @@ def worker(
     poll_interval: float | None,
     ignore_unknown: bool,
     with_beat: bool,
-    prefetch: int,
+    prefetch: int | None,
     metrics_port: int | None,
     metrics_host: str,
     metrics_interval: float,
