@@ -586,6 +586,8 @@ class Overview:
     workers: list[WorkerInfo]
     lease_timeout: float
     unanalyzed: bool = False
+    #: The paused queues (migration 0007).
+    paused: frozenset[str] = frozenset()
 
     @property
     def total(self) -> QueueStats:

@@ -28,6 +28,8 @@ column periodic.last_tick timestamp with time zone
 column periodic.last_job_id bigint
 column periodic.created_at timestamp with time zone NOT NULL DEFAULT now()
 column periodic.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column queue_pauses.queue text NOT NULL
+column queue_pauses.paused_at timestamp with time zone NOT NULL DEFAULT now()
 column worker_history.worker_id bigint NOT NULL
 column worker_history.hostname text NOT NULL
 column worker_history.pid integer NOT NULL
@@ -50,6 +52,7 @@ constraint jobs.jobs_pkey PRIMARY KEY (id)
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
 constraint migrations.migrations_pkey PRIMARY KEY (version)
 constraint periodic.periodic_pkey PRIMARY KEY (name)
+constraint queue_pauses.queue_pauses_pkey PRIMARY KEY (queue)
 constraint worker_history.worker_history_pkey PRIMARY KEY (worker_id)
 constraint workers.workers_pkey PRIMARY KEY (id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
@@ -60,6 +63,7 @@ index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
+index CREATE UNIQUE INDEX queue_pauses_pkey ON {schema}.queue_pauses USING btree (queue)
 index CREATE UNIQUE INDEX worker_history_pkey ON {schema}.worker_history USING btree (worker_id)
 index CREATE INDEX worker_history_removed_at_idx ON {schema}.worker_history USING btree (removed_at)
 index CREATE UNIQUE INDEX workers_pkey ON {schema}.workers USING btree (id)

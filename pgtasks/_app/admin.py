@@ -27,6 +27,7 @@ from .._operations import (
     minutes_of_last_hour,
     overview_queues,
 )
+from .._queues import QueueState, queue_states
 
 if TYPE_CHECKING:
     from .app import App
@@ -93,14 +94,36 @@ def overview(app: App) -> Overview:
             finished = store.get_finished_counts(conn)
         per_minute = store.get_finished_per_minute(conn)
         now, workers = read_workers(app, conn, since=WORKER_HISTORY)
+        paused = frozenset(row["queue"] for row in store.get_paused_queues(conn))
+        queues = overview_queues(unfinished, finished)
+        shown = {queue.queue for queue in queues}
+        # A paused queue without jobs is listed too: its resume button must be reachable.
+        queues += [QueueStats(queue) for queue in paused if queue not in shown]
+        queues.sort(key=lambda queue: queue.queue or "")
         return Overview(
             now=now,
-            queues=overview_queues(unfinished, finished),
+            queues=queues,
+            paused=paused,
             estimated=estimated,
             unanalyzed=unanalyzed,
             per_minute=minutes_of_last_hour(now, per_minute),
             workers=workers,
             lease_timeout=app.lease_timeout,
+        )
+
+    return app.database.run(read)
+
+
+def queues(app: App) -> list[QueueState]:
+    """What ``pgtasks queues list`` shows: every known queue (declared by a task, with
+    unfinished jobs, or paused), its pending, due and running jobs, and whether it is
+    paused. Counts come from indexes only (no finished row is read)."""
+    declared = {task.queue for task in app.tasks.values()}
+
+    def read(conn: psycopg.Connection[Any]) -> list[QueueState]:
+        store = app.store
+        return queue_states(
+            store.get_unfinished_stats(conn), store.get_paused_queues(conn), declared
         )
 
     return app.database.run(read)

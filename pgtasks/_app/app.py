@@ -26,7 +26,7 @@ from .._errors import (
 )
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._operations import retention_seconds
-from .._payload import DEFAULT_MAX_PAYLOAD_BYTES
+from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
 from .._store import db as _db
 from .._store.database import Database
 from .._store.store import Store
@@ -478,6 +478,26 @@ class App:
     async def aget_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
         ids = list(job_ids)
         return await self.database.arun(lambda conn: self.store.aget_jobs(conn, ids))
+
+    # -- queues --
+    def pause_queue(self, queue: str) -> bool:
+        """Pause ``queue`` for every worker: none claims its jobs from at most one poll
+        interval on. Jobs already running finish; enqueuing goes on. Persistent until
+        :meth:`resume_queue`. Returns False when the queue was paused already.
+        """
+        name = check_name("queue", queue)
+        return self.database.run(lambda conn: self.store.pause_queue(conn, name))
+
+    def resume_queue(self, queue: str) -> bool:
+        """Resume a paused queue (its workers are woken and claim at once). Returns False
+        when the queue was not paused."""
+        name = check_name("queue", queue)
+        return self.database.run(lambda conn: self.store.resume_queue(conn, name))
+
+    def paused_queues(self) -> list[str]:
+        """The paused queues, by name."""
+        rows = self.database.run(self.store.get_paused_queues)
+        return [row["queue"] for row in rows]
 
     # -- lifetime --
     def close(self) -> None:

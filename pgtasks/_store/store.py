@@ -29,6 +29,7 @@ from .base import notification_channel as notification_channel
 from .doctor import DoctorQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
+from .queues import QueueQueries
 from .web import WebQueries
 
 #: Where a claim stopped in claim order: (priority, run_at, id) of the last job it took.
@@ -55,7 +56,7 @@ def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
     )
 
 
-class Store(DoctorQueries, MetricsQueries, OperationsQueries, WebQueries, StoreBase):
+class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQueries, StoreBase):
     """Every named query pgtasks runs, one method each."""
 
     # -- migrations --
@@ -288,11 +289,16 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, WebQueries, StoreB
         limit: int,
         task_names: Sequence[str] | None,
         after: ClaimPosition | None = None,
+        excluded_queues: Sequence[str] | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """The claim statement's name and parameters (``claim_jobs_after`` from a position)."""
+        """The claim statement's name and parameters (``claim_jobs_after`` from a position).
+
+        ``excluded_queues``: queues left out (paused); None or empty leaves none out.
+        """
         params: dict[str, Any] = {
             "worker_id": worker_id,
             "queues": list(queues) if queues is not None else None,
+            "excluded_queues": list(excluded_queues) if excluded_queues else None,
             "limit": limit,
             "task_names": list(task_names) if task_names is not None else None,
         }
@@ -325,9 +331,13 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, WebQueries, StoreB
         queues: Sequence[str] | None,
         limit: int,
         task_names: Sequence[str] | None = None,
+        excluded_queues: Sequence[str] | None = None,
     ) -> list[Row]:
-        """Claim up to ``limit`` due jobs; ``task_names`` restricts to known tasks."""
-        _, params = self._claim_params(worker_id, queues, limit, task_names)
+        """Claim up to ``limit`` due jobs; ``task_names`` restricts to known tasks,
+        ``excluded_queues`` leaves queues out (paused ones)."""
+        _, params = self._claim_params(
+            worker_id, queues, limit, task_names, excluded_queues=excluded_queues
+        )
         return self._in_claim_order(self._rows(conn, "claim_jobs", params))
 
     def claim_jobs_after(
@@ -339,10 +349,11 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, WebQueries, StoreB
         queues: Sequence[str] | None,
         limit: int,
         task_names: Sequence[str] | None = None,
+        excluded_queues: Sequence[str] | None = None,
     ) -> list[Row]:
         """``claim_jobs`` reading on from ``after``, the :func:`claim_position` of the last
         job a previous claim took (jobs of its priority sorting before it are not read)."""
-        _, params = self._claim_params(worker_id, queues, limit, task_names, after)
+        _, params = self._claim_params(worker_id, queues, limit, task_names, after, excluded_queues)
         return self._in_claim_order(self._rows(conn, "claim_jobs_after", params))
 
     def finish_jobs(
@@ -372,10 +383,11 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, WebQueries, StoreB
         limit: int,
         task_names: Sequence[str] | None = None,
         after: ClaimPosition | None = None,
+        excluded_queues: Sequence[str] | None = None,
     ) -> tuple[dict[int, str], list[Row]]:
         """``finish_jobs`` for each ``(lease owner, outcomes)`` then ``claim_jobs`` (when
-        ``limit`` > 0; from ``after`` when given): one transaction, one network round trip
-        (pipeline mode).
+        ``limit`` > 0; from ``after`` when given; leaving out ``excluded_queues``): one
+        transaction, one network round trip (pipeline mode).
 
         A single statement (a claim with nothing to write, or the outcomes of one lease
         owner with nothing to claim) runs alone on an autocommit connection: no pipeline
@@ -385,7 +397,12 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, WebQueries, StoreB
         if conn.autocommit and not finished and limit > 0:
             if after is None:
                 claimed = self.claim_jobs(
-                    conn, worker_id=worker_id, queues=queues, limit=limit, task_names=task_names
+                    conn,
+                    worker_id=worker_id,
+                    queues=queues,
+                    limit=limit,
+                    task_names=task_names,
+                    excluded_queues=excluded_queues,
                 )
             else:
                 claimed = self.claim_jobs_after(
@@ -395,6 +412,7 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, WebQueries, StoreB
                     queues=queues,
                     limit=limit,
                     task_names=task_names,
+                    excluded_queues=excluded_queues,
                 )
             return {}, claimed
         if conn.autocommit and len(finished) == 1 and limit <= 0:
@@ -411,7 +429,9 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, WebQueries, StoreB
             claim_cursor = None
             if limit > 0:
                 claim_cursor = conn.cursor(row_factory=dict_row)
-                name, params = self._claim_params(worker_id, queues, limit, task_names, after)
+                name, params = self._claim_params(
+                    worker_id, queues, limit, task_names, after, excluded_queues
+                )
                 claim_cursor.execute(self._statements[name], params)
         accepted = {row["id"]: row["status"] for cursor in cursors for row in cursor.fetchall()}
         claimed = self._in_claim_order(claim_cursor.fetchall()) if claim_cursor else []

@@ -38,6 +38,9 @@ class Exchange:
     limit: int
     after: ClaimPosition | None
     task_names: list[str] | None
+    #: The queues to claim from (None: all) and those to leave out (paused queues).
+    queues: list[str] | None = None
+    excluded_queues: list[str] | None = None
     #: The registration the round trip ran under (the lease owner of what it claimed).
     owner: int = 0
     accepted: dict[int, str] = dataclasses.field(default_factory=dict)

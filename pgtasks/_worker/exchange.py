@@ -77,6 +77,9 @@ class Exchanges:
         self._background_rest_until = 0.0
         #: The last claim took all it asked for: claim again without waiting.
         self.maybe_more = True
+        #: The paused queues (migration 0007) as the listener last read them: left out
+        #: of every claim. Replaced whole by the listener thread, read by the loop.
+        self.paused: frozenset[str] = frozenset()
         self._task_names: list[str] | None = None
 
     def start_background(self, connect: Connect, wake: Any) -> None:
@@ -89,6 +92,23 @@ class Exchanges:
     def close(self) -> None:
         if self.background is not None:
             self.background.close()
+
+    # -- paused queues --
+    def claim_filter(self) -> tuple[list[str] | None, list[str] | None] | None:
+        """The queues to claim from and the queues to leave out, given the paused queues;
+        None when every queue of this worker is paused (nothing to claim).
+
+        A worker of named queues claims from those not paused (the claim statement is
+        unchanged); a worker of every queue leaves the paused ones out. With none
+        paused, both are as before the feature: ``(queues, None)``.
+        """
+        paused = self.paused
+        if not paused:
+            return self.queues, None
+        if self.queues is None:
+            return None, sorted(paused)
+        queues = [queue for queue in self.queues if queue not in paused]
+        return (queues, None) if queues else None
 
     # -- one round trip --
     def exchange(self, limit: int) -> int:
@@ -118,12 +138,18 @@ class Exchanges:
         by_owner: dict[int, list[OutcomeRow]] = {}
         for running, outcome in batch:
             by_owner.setdefault(running.job.worker_id, []).append(_outcome_row(running, outcome))
+        claim_filter = self.claim_filter() if limit else None
+        if claim_filter is None:
+            limit = 0  # every queue of this worker is paused
+        queues, excluded = claim_filter if claim_filter is not None else (self.queues, None)
         return Exchange(
             batch=batch,
             finished=list(by_owner.items()),
             limit=limit,
             after=self.cursor.claim_from() if limit else None,
             task_names=self._known_task_names() if self.ignore_unknown else None,
+            queues=queues,
+            excluded_queues=excluded,
         )
 
     def run(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:
@@ -137,10 +163,11 @@ class Exchanges:
             conn,
             finished=exchange.finished,
             worker_id=worker_id,
-            queues=self.queues,
+            queues=exchange.queues,
             limit=exchange.limit,
             task_names=exchange.task_names,
             after=exchange.after,
+            excluded_queues=exchange.excluded_queues,
         )
         exchange.seconds = time.monotonic() - started
 

@@ -239,10 +239,16 @@ class Rescuer(Service):
 
 class Listener(Service):
     """LISTENs for enqueue notifications and wakes the claim loop for its queues; passes
-    cancellation requests on.
+    cancellation requests on; reads the paused queues (migration 0007) every
+    ``paused_refresh`` seconds and passes them on.
 
     After (re)connecting it wakes the loop once, so jobs enqueued while it was away are
     claimed at once rather than at the next poll.
+
+    The paused queues are read here, on the listener's connection, so the claim loop
+    pays nothing for them: one read of a table that holds a row per paused queue, every
+    half poll interval. A notification for a queue it knows as paused (``resume_queue``
+    sends one) reads them again at once, so a resumed queue is claimed without waiting.
     """
 
     name = "listener"
@@ -256,12 +262,24 @@ class Listener(Service):
         queues: Sequence[str] | None,
         wake: Callable[[], None],
         cancel: Callable[[set[int]], None],
+        paused: Callable[[frozenset[str]], None] = lambda queues: None,
+        paused_refresh: float = 0.5,
     ) -> None:
         super().__init__(owner, connect, interval=0.0)
         self.store = store
         self.queues = set(queues) if queues is not None else None
         self.wake = wake
         self.cancel = cancel
+        self.on_paused = paused
+        self.paused_refresh = paused_refresh
+        self.paused: frozenset[str] = frozenset()
+
+    def read_paused(self, conn: psycopg.Connection[Any]) -> float:
+        """Read the paused queues and pass them on; returns when to read them next."""
+        rows = self.store.get_paused_queues(conn)
+        self.paused = frozenset(row["queue"] for row in rows)
+        self.on_paused(self.paused)
+        return time.monotonic() + self.paused_refresh
 
     def _next_wait(self) -> float:
         return 0.0
@@ -269,15 +287,20 @@ class Listener(Service):
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         store = self.store
         store.listen(conn, store.channel, store.cancel_channel)
+        next_read = self.read_paused(conn)
         self.wake()
         self.errors.recovered()
         self.last_success = time.monotonic()
         queues = self.queues
         while not self.stopping.is_set():
-            for notify in conn.notifies(timeout=0.2):
+            reread = False
+            for notify in conn.notifies(timeout=min(0.2, self.paused_refresh)):
                 if notify.channel == store.cancel_channel:
                     if notify.payload.isascii() and notify.payload.isdigit():
                         self.cancel({int(notify.payload)})
                 elif queues is None or notify.payload in queues:
+                    reread = reread or notify.payload in self.paused
                     self.wake()
+            if reread or time.monotonic() >= next_read:
+                next_read = self.read_paused(conn)
             self.last_success = time.monotonic()

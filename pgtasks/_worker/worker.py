@@ -227,6 +227,24 @@ class Worker:
             self._notified = True
         self._wake_event.set()
 
+    @property
+    def paused_queues(self) -> frozenset[str]:
+        """The paused queues as this worker last read them (left out of its claims)."""
+        return self._exchanges.paused
+
+    def _set_paused(self, paused: frozenset[str]) -> None:
+        """The listener read the paused queues (its thread): claims use them from the
+        next round trip on; a queue resumed wakes the loop to claim from it."""
+        previous, self._exchanges.paused = self._exchanges.paused, paused
+        if previous != paused:
+            logger.info(
+                "worker %s: paused queues now %s",
+                self.name,
+                ", ".join(sorted(paused)) or "none",
+            )
+        if previous - paused:
+            self.wake(notified=True)
+
     def cancel_jobs(self, job_ids: set[int]) -> None:
         """A cancel notification named these jobs (the listener's thread).
 
@@ -324,6 +342,8 @@ class Worker:
                 queues=self.queues,
                 wake=lambda: self.wake(notified=True),
                 cancel=self.cancel_jobs,
+                paused=self._set_paused,
+                paused_refresh=max(0.05, self.poll_interval / 2),
             ),
             Pruner(
                 owner,
@@ -347,6 +367,9 @@ class Worker:
             self._executor.start()  # process pool children import the app before any claim
             try:
                 worker_id = self.registration.register(self._connection.get())
+                # The paused queues before the first claim (the listener reads them after).
+                paused = self.app.store.get_paused_queues(self._connection.get())
+                self._exchanges.paused = frozenset(row["queue"] for row in paused)
             except BaseException:
                 self._executor.shutdown()
                 raise
@@ -515,6 +538,8 @@ class Worker:
         )
         due = now >= next_poll or now >= reporter.next_due
         claim = free > 0 and (self._notified or exchanges.maybe_more or due)
+        if claim and exchanges.claim_filter() is None:
+            claim = False  # every queue of this worker is paused: claim once one resumes
         if exchanges.batch_more(free if claim else 0):
             claim = False  # the round trip in flight is back soon: batch up meanwhile
         elif claim:

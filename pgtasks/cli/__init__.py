@@ -12,6 +12,7 @@ from .beat import beat, schedules
 from .doctor import doctor
 from .embedded import embedded
 from .operations import jobs, prune_command, stats, workers
+from .queues import queues
 from .schema import migrate
 from .web import web
 from .worker import worker
@@ -31,6 +32,7 @@ for command in (
     embedded,
     stats,
     jobs,
+    queues,
     workers,
     prune_command,
     doctor,

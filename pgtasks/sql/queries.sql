@@ -154,7 +154,8 @@ UPDATE {schema}.workers SET heartbeat_at = now() WHERE id = %(worker_id)s RETURN
 DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
 
 -- name: claim_jobs :many
--- Claim up to %(limit)s due jobs of the given queues (NULL: all queues) for one worker.
+-- Claim up to %(limit)s due jobs of the given queues (NULL: all queues) for one worker,
+-- leaving out %(excluded_queues)s (paused queues, for a worker of all queues).
 WITH picked AS (
     -- Due pending jobs in claim order, read through jobs_claim_idx. Rows another
     -- claimer has locked are skipped, so claimers never wait for or share a row.
@@ -163,6 +164,8 @@ WITH picked AS (
     WHERE status = 'pending'
       AND run_at <= now()
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      -- Paused queues (migration 0007) of a worker of every queue; NULL while none is.
+      AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
       -- Workers started with --ignore-unknown claim only the tasks they know.
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
     ORDER BY priority DESC, run_at, id
@@ -207,6 +210,8 @@ WITH picked AS (
           AND priority > %(after_priority)s
           AND run_at <= now()
           AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND (%(excluded_queues)s::text[] IS NULL
+               OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
@@ -220,6 +225,8 @@ WITH picked AS (
           AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)
           AND run_at <= now()
           AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND (%(excluded_queues)s::text[] IS NULL
+               OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
@@ -232,6 +239,8 @@ WITH picked AS (
           AND priority < %(after_priority)s
           AND run_at <= now()
           AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND (%(excluded_queues)s::text[] IS NULL
+               OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED

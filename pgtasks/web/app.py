@@ -40,6 +40,7 @@ from .._operations import (
     format_duration,
     parse_job_filter,
 )
+from .._payload import check_name
 from .live import END, LiveHub
 from .security import AuthCallable, credentials, csrf_problem, csrf_token, is_loopback
 
@@ -175,7 +176,11 @@ class Dashboard:
         """The overview's live part, as the event stream sends it (runs in a thread)."""
         data = admin.overview(self.app)
         return self.templates.get_template("_overview_live.html").render(
-            base=self.base, schema=self.app.schema, **self._overview_context(data)
+            base=self.base,
+            schema=self.app.schema,
+            read_only=self.read_only,
+            csrf=self.csrf,
+            **self._overview_context(data),
         )
 
     @staticmethod
@@ -309,6 +314,19 @@ class Dashboard:
         except JobNotFoundError as error:
             raise HTTPException(404, str(error)) from None
         return self._back(request, f"/jobs/{job_id}", done=done)
+
+    async def queue_action(self, request: Request) -> Response:
+        """Pause or resume the queue the form names (migration 0007)."""
+        form = await self._form(request)
+        try:
+            queue = check_name("queue", form.get("queue"))
+        except ValueError as error:
+            raise HTTPException(400, str(error)) from None
+        if request.path_params["action"] == "pause":
+            await run_in_threadpool(self.app.pause_queue, queue)
+        else:
+            await run_in_threadpool(self.app.resume_queue, queue)
+        return self._back(request, "/")
 
     async def bulk_action(self, request: Request) -> Response:
         form = await self._form(request)
@@ -496,6 +514,11 @@ def asgi(
         Route(
             "/jobs/{job_id:str}/{action:str}",
             _only(("retry", "cancel", "delete"), dashboard.job_action),
+            methods=["POST"],
+        ),
+        Route(
+            "/queues/{action:str}",
+            _only(("pause", "resume"), dashboard.queue_action),
             methods=["POST"],
         ),
         Route("/workers", dashboard.workers, name="workers"),

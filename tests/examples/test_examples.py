@@ -82,3 +82,23 @@ def test_cancellation_example_stops_a_running_export(example_env: dict[str, str]
     assert "export: cancellation seen after" in completed.stdout
     assert "was cancelled" in completed.stdout
     assert "final status: cancelled" in completed.stdout
+
+
+def test_flow_control_example_pauses_and_resumes_a_queue(example_env: dict[str, str]) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.flow_control"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "pause emails: True" in out
+    assert "paused queues: ['emails']" in out
+    assert "default queue carries on: image 7 resized" in out
+    assert "emails jobs while paused: ['pending', 'pending']" in out
+    assert "the running job finishes: batch 0 sent" in out
+    assert "resume emails: True" in out
+    assert "after resume: ['batch 1 sent', 'batch 2 sent']" in out

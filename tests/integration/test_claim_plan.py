@@ -30,13 +30,14 @@ def test_claim_walks_the_pending_index_in_order_even_with_stale_statistics(
     noop.delay_many([{}] * 5000)
     position: ClaimPosition = (0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
 
-    for queues in (None, ["default"]):
-        plan = explain_claim(app, dsn, queues)
+    # Every queue, named queues, and every queue but the paused ones (migration 0007).
+    for queues, excluded in ((None, None), (None, ["paused"]), (["default"], None)):
+        plan = explain_claim(app, dsn, queues, excluded=excluded)
         assert "Index Scan using jobs_claim_idx" in plan, plan
         assert "Sort" not in plan, plan
         assert "Bitmap" not in plan, plan
 
-        plan = explain_claim(app, dsn, queues, after=position)
+        plan = explain_claim(app, dsn, queues, after=position, excluded=excluded)
         # Three ordered walks (higher, same, lower priority); the same-priority one starts
         # at the position inside the index.
         assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
@@ -90,11 +91,17 @@ def test_a_claim_from_the_position_does_not_read_the_entries_of_claimed_jobs(
 
 
 def explain_claim(
-    app: App, dsn: str, queues: list[str] | None, *, after: ClaimPosition | None = None
+    app: App,
+    dsn: str,
+    queues: list[str] | None,
+    *,
+    after: ClaimPosition | None = None,
+    excluded: list[str] | None = None,
 ) -> str:
     """EXPLAIN ANALYZE a claim on a worker-configured connection, rolled back."""
+    params = app.store._claim_params(WORKER, queues, 50, None, after, excluded)
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
-        return explain(app, conn, *app.store._claim_params(WORKER, queues, 50, None, after))
+        return explain(app, conn, *params)
 
 
 def explain(app: App, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> str:
@@ -197,12 +204,14 @@ def test_worker_connections_plan_the_claims_and_the_finish_once_with_the_same_sh
 
     noop.delay_many([{}] * 2000)
     position: ClaimPosition = (0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
-    for queues in (None, ["default"]):
-        plan = generic_plan(app, dsn, *app.store._claim_params(WORKER, queues, 50, None))
+    for queues, excluded in ((None, None), (["default"], None), (None, ["paused"])):
+        params = app.store._claim_params(WORKER, queues, 50, None, excluded_queues=excluded)
+        plan = generic_plan(app, dsn, *params)
         assert plan.count("Index Scan using jobs_claim_idx") == 1, plan
         assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
 
-        plan = generic_plan(app, dsn, *app.store._claim_params(WORKER, queues, 50, None, position))
+        params = app.store._claim_params(WORKER, queues, 50, None, position, excluded)
+        plan = generic_plan(app, dsn, *params)
         assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
         assert "ROW(run_at, id) > ROW(" in plan, plan
         assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan

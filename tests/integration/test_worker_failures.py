@@ -543,10 +543,13 @@ def test_a_job_that_finishes_while_the_connection_is_down_is_recorded_and_not_ru
         handle = export.delay()
         assert started.wait(5)
         # Kill the claim loop's connection only: the one whose last statement was the
-        # claim (the only statement that sets a job running).
+        # claim (the only statement that sets a job running). Matched by the claim's
+        # first line: pg_stat_activity keeps only the first track_activity_query_size
+        # bytes (1 kB) of a statement, and the claim's SET comes later than that.
         kill = (
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE application_name = %s AND query LIKE '%%SET status = ''running''%%'"
+            " WHERE application_name = %s"
+            " AND (query LIKE '-- Claim up to %%' OR query LIKE '-- claim_jobs from %%')"
         )
         application_name = f"pgtasks worker {worker.name}"
         killed = wait_until(

@@ -114,11 +114,13 @@ def running_job_count(conn: psycopg.Connection[Any], app: App) -> int:
 
 
 def is_listening(conn: psycopg.Connection[Any], app: App) -> bool:
-    """True once some session has run LISTEN on the app's channels (its last statement)."""
+    """True once some session has run LISTEN on the app's channels: its last statement is
+    a LISTEN, or the read of the paused queues a worker's listener runs after it."""
     statements = [
         sql.SQL("LISTEN {}").format(sql.Identifier(channel)).as_string(conn)
         for channel in (app.store.channel, app.store.cancel_channel)
     ]
+    statements.append(app.store._statements["get_paused_queues"].decode())
     rows = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE query = ANY(%s)", [statements]
     ).fetchall()
