@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from pgtasks import App, SchemaNotMigratedError, Worker
-from tests.helpers import wait_until
-from tests.integration.worker_harness import FAST, select
+from tests.support.inprocess import FAST, select
+from tests.support.waiting import wait_until
 
 
 def pgtasks_threads() -> list[str]:
