@@ -1,0 +1,1 @@
+"""Integrations with other frameworks, each importable on its own (optional extras)."""
