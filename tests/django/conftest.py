@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.apps.django_project.settings")
@@ -43,13 +44,22 @@ def django_db_modify_db_settings(
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None) -> Iterator[None]:
-    """Close pgtasks' pools before pytest-django drops the test database."""
+def django_db_setup(django_db_setup: None, dsn: str) -> Iterator[None]:
+    """Close pgtasks' pools, and end the sessions of killed workers that the server has
+    not noticed yet, before pytest-django drops the test database."""
+    from django.db import connection
+
     from pgtasks.contrib.django import reset_app
 
     reset_app()
     yield
     reset_app()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            [connection.settings_dict["NAME"]],
+        )
 
 
 @pytest.fixture

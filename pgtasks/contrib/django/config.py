@@ -139,6 +139,10 @@ def build_app() -> App:
         )
     except TypeError as error:
         raise DjangoConfigurationError(f"settings.{SETTING}['APP_OPTIONS']: {error}") from None
+    except DjangoConfigurationError:
+        raise
+    except ConfigurationError as error:
+        raise DjangoConfigurationError(f"settings.{SETTING}: {error}") from None
     register_runner(app)
     return app
 

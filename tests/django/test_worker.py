@@ -1,0 +1,142 @@
+"""``manage.py pgtasks_worker`` as a real process runs Django tasks and project tasks."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from pgtasks.contrib.django._compat import TaskResultStatus, task_backends
+from tests.apps.django_project.shop import tasks
+from tests.apps.django_project.shop.models import Order
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
+
+
+def finished(result: Any, timeout: float = 20.0) -> Any:
+    def done() -> Any:
+        fresh = task_backends[result.backend].get_result(result.id)
+        return fresh if fresh.is_finished else None
+
+    return wait_until(done, timeout=timeout, message=f"task {result.id} to finish")
+
+
+def test_the_worker_runs_django_tasks_end_to_end(start_worker: Callable[..., Any]) -> None:
+    worker = start_worker()
+    added = tasks.add.enqueue(2, 3)
+    emailed = tasks.send_email.enqueue("a@example.com")
+    async_added = tasks.async_add.enqueue(4, 5)
+    context = tasks.report_context.enqueue(tag="ctx")
+
+    result = finished(added)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.errors == []
+    assert len(result.worker_ids) == 1 and result.worker_ids[0].isdigit()
+    assert result.attempts == 1
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert result.last_attempted_at == result.started_at
+    assert finished(emailed).return_value == {"to": "a@example.com", "subject": "hi"}
+    assert finished(async_added).return_value == 9
+    assert finished(context).return_value == {"tag": "ctx", "attempt": 1, "id": context.id}
+    # refresh() reads the row again.
+    added.refresh()
+    assert added.status == TaskResultStatus.SUCCESSFUL
+    assert worker.stop(signal.SIGTERM, timeout=20) == 0
+
+
+def test_a_failing_task_is_failed_with_its_error(start_worker: Callable[..., Any]) -> None:
+    start_worker()
+    result = finished(tasks.fail.enqueue("card declined"))
+
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 1
+    assert len(result.errors) == 1
+    error = result.errors[0]
+    assert error.exception_class is ValueError
+    assert "card declined" in error.traceback
+    assert "Traceback" in error.traceback
+    with pytest.raises(ValueError, match="failed"):
+        _ = result.return_value
+
+
+def test_attempts_errors_and_context_across_retries(start_worker: Callable[..., Any]) -> None:
+    start_worker()
+    result = finished(tasks.flaky.enqueue(succeed_on=3), timeout=40)
+
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 3
+    assert result.attempts == 3
+    assert len(result.worker_ids) == 3
+
+
+def test_tasks_use_the_orm_and_see_committed_rows(start_worker: Callable[..., Any]) -> None:
+    start_worker()
+    order = Order.objects.create(reference="A-1")
+    result = finished(tasks.mark_order.enqueue(order.pk))
+    assert result.return_value == "A-1"
+    order.refresh_from_db()
+    assert order.status == "processed"
+
+
+def test_the_worker_runs_the_projects_pgtasks_tasks(start_worker: Callable[..., Any]) -> None:
+    from tests.apps.django_project.shop.jobs import count_orders
+
+    start_worker()
+    Order.objects.create(reference="B-1")
+    Order.objects.create(reference="B-2")
+    handle = count_orders.apply_async(connection=connection.connection)
+    assert handle.get(timeout=20) == 2
+
+
+def test_signals_are_sent_in_the_worker(
+    start_worker: Callable[..., Any], django_env: dict[str, str]
+) -> None:
+    start_worker()
+    from tests.apps.django_project.shop.models import Order as Orders
+
+    first = finished(tasks.add.enqueue(1, 1))
+    assert first.status == TaskResultStatus.SUCCESSFUL
+    # The project's receivers (shop/signals.py) record what they saw as orders.
+    seen = sorted(Orders.objects.filter(reference__startswith="signal:").values_list(
+        "reference", flat=True
+    ))
+    assert seen == [
+        f"signal:finished:{first.id}:SUCCESSFUL",
+        f"signal:started:{first.id}:RUNNING",
+    ]
+
+
+def test_worker_help_lists_the_pgtasks_worker_options(
+    manage: Any, django_env: dict[str, str]
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.support.environment import ROOT
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "django", "pgtasks_worker", "--help"],
+        cwd=ROOT,
+        env=django_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    for flag in ("--queues", "--concurrency", "--pool", "--beat", "--prefetch", "--shutdown-timeout"):
+        assert flag in completed.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "django", "pgtasks_worker", "--concurrency", "zero"],
+        cwd=ROOT,
+        env=django_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert "concurrency" in bad.stderr.lower()
