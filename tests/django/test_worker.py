@@ -102,9 +102,9 @@ def test_signals_are_sent_in_the_worker(
     first = finished(tasks.add.enqueue(1, 1))
     assert first.status == TaskResultStatus.SUCCESSFUL
     # The project's receivers (shop/signals.py) record what they saw as orders.
-    seen = sorted(Orders.objects.filter(reference__startswith="signal:").values_list(
-        "reference", flat=True
-    ))
+    seen = sorted(
+        Orders.objects.filter(reference__startswith="signal:").values_list("reference", flat=True)
+    )
     assert seen == [
         f"signal:finished:{first.id}:SUCCESSFUL",
         f"signal:started:{first.id}:RUNNING",
@@ -128,7 +128,14 @@ def test_worker_help_lists_the_pgtasks_worker_options(
         timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
-    for flag in ("--queues", "--concurrency", "--pool", "--beat", "--prefetch", "--shutdown-timeout"):
+    for flag in (
+        "--queues",
+        "--concurrency",
+        "--pool",
+        "--beat",
+        "--prefetch",
+        "--shutdown-timeout",
+    ):
         assert flag in completed.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "django", "pgtasks_worker", "--concurrency", "zero"],

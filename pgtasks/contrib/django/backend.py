@@ -53,6 +53,8 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+    #: What the worker checks before it runs a job's Django task on this backend.
+    stores_pgtasks_jobs = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)

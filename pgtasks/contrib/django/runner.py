@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from ..._jobs import JobContext
-from ._compat import TaskContext, TaskError, TaskResultStatus, task_finished, task_started
+from ._compat import (
+    TaskContext,
+    TaskError,
+    TaskResultStatus,
+    task_backends,
+    task_finished,
+    task_started,
+)
 from .results import RUN_TASK_NAME
 
 if TYPE_CHECKING:
@@ -27,11 +34,8 @@ def run_django_task(
     ctx: JobContext, task: str, args: list[Any], kwargs: dict[str, Any], backend: str
 ) -> Any:
     """Run one Django task (the body of the ``pgtasks.django.run`` pgtasks task)."""
-    from ._compat import task_backends
-    from .backend import PgTasksBackend
-
     task_backend = task_backends[backend]
-    if not isinstance(task_backend, PgTasksBackend):
+    if not getattr(task_backend, "stores_pgtasks_jobs", False):
         raise TypeError(
             f"TASKS[{backend!r}] is {type(task_backend).__name__}, not PgTasksBackend:"
             " a pgtasks worker runs the tasks of a PgTasksBackend only"
