@@ -71,7 +71,36 @@ def test_attempts_errors_and_context_across_retries(start_worker: Callable[..., 
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == 3
     assert result.attempts == 3
+    # One worker id per attempt (all this worker's), one error per failed attempt.
     assert len(result.worker_ids) == 3
+    assert len(set(result.worker_ids)) == 1 and result.worker_ids[0].isdigit()
+    assert [error.exception_class for error in result.errors] == [RuntimeError, RuntimeError]
+    assert "attempt 1 fails" in result.errors[0].traceback
+    assert "attempt 2 fails" in result.errors[1].traceback
+    # started_at is the first attempt's start; last_attempted_at the third's.
+    assert result.enqueued_at <= result.started_at < result.last_attempted_at
+    assert result.last_attempted_at <= result.finished_at
+
+
+def test_worker_ids_name_each_attempts_worker(start_worker: Callable[..., Any]) -> None:
+    """A job whose attempts ran on two workers lists both, in order."""
+    first = start_worker("--queues=default")
+    result = tasks.flaky.using(queue_name="default").enqueue(succeed_on=99)
+    wait_until(
+        lambda: (
+            tasks.flaky.get_result(result.id).attempts >= 1
+            and tasks.flaky.get_result(result.id).status == TaskResultStatus.READY
+        ),
+        timeout=20,
+    )
+    assert first.stop(signal.SIGTERM, timeout=20) == 0
+    second = start_worker("--queues=default")
+    done = finished(result, timeout=40)
+    assert done.status == TaskResultStatus.FAILED
+    assert len(done.worker_ids) == 3
+    assert done.worker_ids[0] != done.worker_ids[-1]
+    assert len(done.errors) == 3
+    assert second.alive()
 
 
 def test_tasks_use_the_orm_and_see_committed_rows(start_worker: Callable[..., Any]) -> None:

@@ -53,6 +53,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "max_attempts",
         "run_at",
         "created_at",
+        "started_at",
         "finished_at",
     )
     list_filter = ("status", QueueFilter, TaskNameFilter)

@@ -17,8 +17,11 @@ import json
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
+import psycopg
 from asgiref.sync import sync_to_async
 from django.core import checks
+from psycopg import pq
+from psycopg.types.json import JsonbLoader
 from typing_extensions import ParamSpec
 
 from ..._errors import PayloadError
@@ -41,6 +44,16 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 OPTION_KEYS = ("MAX_ATTEMPTS",)
+
+
+def loads_jsonb_as_text(conn: psycopg.Connection[Any]) -> bool:
+    """Whether ``conn`` returns jsonb as text (Django registers such a loader: JSONField
+    decodes itself), so that pgtasks' rows read through it need ``json.loads``."""
+    jsonb = conn.adapters.types.get("jsonb")
+    if jsonb is None:
+        return False
+    loader = conn.adapters.get_loader(jsonb.oid, pq.Format.TEXT)
+    return loader is not None and not issubclass(loader, JsonbLoader)
 
 
 class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
@@ -131,7 +144,7 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
         row = self._store().get_job(conn, job_id)
         if row is None or row.task_name != RUN_TASK_NAME:
             raise TaskResultDoesNotExist(f"no task result with id {job_id!r}")
-        return result_from_row(row, self.alias)
+        return result_from_row(row, self.alias, json_text=loads_jsonb_as_text(conn))
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
         try:

@@ -39,6 +39,9 @@ class Job(models.Model):  # type: ignore[misc]
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True)
+    meta = models.JSONField(default=dict)
+    started_at = models.DateTimeField(null=True)
+    attempt_errors = models.JSONField(null=True)
 
     class Meta:
         managed = False

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from ..._jobs import JobRow, JobStatus
+from ..._jobs import AttemptError, JobRow, JobStatus
 from ._compat import InvalidTaskError, Task, TaskError, TaskResult, TaskResultStatus
 
 #: The pgtasks task that runs Django tasks; its kwargs: task, args, kwargs, backend.
@@ -26,9 +26,10 @@ STATUSES = {
 }
 
 
-def decoded(value: Any) -> Any:
-    """A jsonb value as read through Django's connection (which loads jsonb as text)."""
-    return json.loads(value) if isinstance(value, str) else value
+def decoded(value: Any, json_text: bool) -> Any:
+    """A jsonb value as read; ``json_text``: the connection loads jsonb as text (Django's
+    connections do: its JSONField decodes)."""
+    return json.loads(value) if json_text and isinstance(value, str) else value
 
 
 def exception_class_path(error_text: str) -> str:
@@ -71,53 +72,52 @@ def job_task(row: JobRow, payload: dict[str, Any], backend: str) -> Task[Any, An
     return dataclasses.replace(task, **changes)
 
 
-def attempt_history(row: JobRow) -> tuple[list[TaskError], list[str]]:
-    """Errors and worker ids of the job's attempts (oldest first)."""
-    errors: list[TaskError] = []
-    history = getattr(row, "attempt_errors", None)
-    if history:
-        entries = [entry for entry in decoded(history) if isinstance(entry, dict)]
-        by_attempt = {entry.get("attempt"): entry for entry in entries}
-        workers = []
-        for attempt in range(1, row.attempts + 1):
-            entry = by_attempt.get(attempt)
-            if attempt == row.attempts and row.locked_by is not None:
-                workers.append(str(row.locked_by))
-            elif entry is not None and entry.get("worker_id") is not None:
-                workers.append(str(entry["worker_id"]))
-            else:
-                workers.append("")
-        for entry in entries:
-            text = entry.get("error")
-            if isinstance(text, str):
-                kind = entry.get("exception_type")
-                errors.append(task_error(text, kind if isinstance(kind, str) else None))
-    else:
-        workers = [""] * max(row.attempts - 1, 0)
-        if row.attempts:
-            workers.append(str(row.locked_by) if row.locked_by is not None else "")
-        if row.last_error and row.status is not JobStatus.CANCELLED:
-            errors.append(task_error(row.last_error))
+def attempt_history(row: JobRow, json_text: bool) -> tuple[list[TaskError], list[str]]:
+    """Errors (one per attempt that raised, then the cancellation) and worker ids (one
+    per attempt, oldest first) from the job's attempt history; the last attempt's worker
+    is ``locked_by``. A worker id unknown to the history is ``""``.
+    """
+    history = [
+        AttemptError.from_json(entry)
+        for entry in decoded(row.attempt_errors, json_text) or ()
+        if isinstance(entry, dict)
+    ]
+    by_attempt = {entry.attempt: entry for entry in history if entry.attempt is not None}
+    workers: list[str] = []
+    for attempt in range(1, row.attempts + 1):
+        entry = by_attempt.get(attempt)
+        if entry is not None and entry.worker_id is not None:
+            workers.append(str(entry.worker_id))
+        elif attempt == row.attempts and row.locked_by is not None:
+            workers.append(str(row.locked_by))
+        else:
+            workers.append("")
+    errors = [
+        task_error(entry.error, entry.exception_type)
+        for entry in history
+        if entry.error is not None
+    ]
+    if not history and row.last_error and row.status is not JobStatus.CANCELLED:
+        errors.append(task_error(row.last_error))  # a row older than the history
     if row.status is JobStatus.CANCELLED:
         message = f"pgtasks.JobCancelled: job {row.id} was cancelled"
         errors.append(TaskError(exception_class_path=CANCELLED_ERROR_CLASS, traceback=message))
     return errors, workers
 
 
-def result_from_row(row: JobRow, backend: str) -> TaskResult[Any]:
-    payload = decoded(row.kwargs)
+def result_from_row(row: JobRow, backend: str, *, json_text: bool) -> TaskResult[Any]:
+    """The TaskResult of a ``pgtasks.django.run`` job (read with jsonb as text or not)."""
+    payload = decoded(row.kwargs, json_text)
     if not isinstance(payload, dict):
         raise InvalidTaskError(f"job {row.id} carries no Django task payload")
-    errors, worker_ids = attempt_history(row)
-    started_at = getattr(row, "started_at", None) or (row.locked_at if row.attempts else None)
-    args = decoded(payload.get("args", []))
-    kwargs = decoded(payload.get("kwargs", {}))
+    errors, worker_ids = attempt_history(row, json_text)
+    args, kwargs = payload.get("args", []), payload.get("kwargs", {})
     result: TaskResult[Any] = TaskResult(
         task=job_task(row, payload, str(payload.get("backend") or backend)),
         id=str(row.id),
         status=STATUSES[row.status],
         enqueued_at=row.created_at,
-        started_at=started_at,
+        started_at=row.started_at,
         finished_at=row.finished_at,
         last_attempted_at=row.locked_at if row.attempts else None,
         args=args if isinstance(args, list) else [],
@@ -127,5 +127,5 @@ def result_from_row(row: JobRow, backend: str) -> TaskResult[Any]:
         worker_ids=worker_ids,
     )
     if row.status is JobStatus.DONE:
-        object.__setattr__(result, "_return_value", decoded(row.result))
+        object.__setattr__(result, "_return_value", decoded(row.result, json_text))
     return result
