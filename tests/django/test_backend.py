@@ -50,7 +50,7 @@ def test_enqueue_writes_a_ready_job_and_returns_its_result() -> None:
 
     assert result.status == TaskResultStatus.READY
     assert result.id.isdigit()
-    assert result.task.func is tasks.add.func
+    assert result.task == tasks.add
     assert result.args == [1]
     assert result.kwargs == {"b": 2}
     assert result.backend == "default"
@@ -85,6 +85,8 @@ def test_get_result_reads_the_job_back() -> None:
     assert result.kwargs == {"subject": "welcome"}
     assert result.enqueued_at == enqueued.enqueued_at
     assert tasks.send_email.get_result(enqueued.id).id == enqueued.id
+    # What enqueue returned is what get_result reads back, field for field.
+    assert result == enqueued
 
 
 def test_aenqueue_and_aget_result() -> None:

@@ -176,3 +176,11 @@ def test_worker_help_lists_the_pgtasks_worker_options(
     )
     assert bad.returncode == 2
     assert "concurrency" in bad.stderr.lower()
+
+
+def test_a_process_pool_child_sets_django_up(start_worker: Callable[..., Any]) -> None:
+    start_worker("--pool", "process", "--processes", "1")
+    order = Order.objects.create(reference="P-1")
+    result = finished(tasks.mark_order.enqueue(order.pk), timeout=40)
+    assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
+    assert result.return_value == "P-1"
