@@ -26,6 +26,15 @@ from tests.support.environment import NOT_INHERITED  # noqa: E402
 from tests.support.processes import Processes  # noqa: E402
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+    """pytest-django sorts every test of the session by its database use; keep the
+    suite's own order (the Django tests all use the transactional database)."""
+    order = {id(item): index for index, item in enumerate(items)}
+    yield
+    items.sort(key=lambda item: order.get(id(item), len(order)))
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(
     dsn: str, django_db_modify_db_settings_parallel_suffix: None

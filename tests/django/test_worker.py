@@ -184,3 +184,50 @@ def test_a_process_pool_child_sets_django_up(start_worker: Callable[..., Any]) -
     result = finished(tasks.mark_order.enqueue(order.pk), timeout=40)
     assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
     assert result.return_value == "P-1"
+
+
+def test_a_deferred_task_waits_for_run_after(start_worker: Callable[..., Any]) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    start_worker()
+    later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 1)
+    now = finished(tasks.add.enqueue(2, 2))
+    assert now.status == TaskResultStatus.SUCCESSFUL
+    assert tasks.add.get_result(later.id).status == TaskResultStatus.READY
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{"task": "subprocess.check_output", "args": [["true"]], "kwargs": {},'
+        ' "backend": "default"}',
+        '{"task": "no.such.module.task", "args": [], "kwargs": {}, "backend": "default"}',
+        '{"task": "tests.apps.django_project.shop.tasks.add", "args": "x", "kwargs": {},'
+        ' "backend": "default"}',
+        '{"task": "tests.apps.django_project.shop.tasks.add", "args": [1, 2], "kwargs": {},'
+        ' "backend": "nope"}',
+        '{"task": 7, "args": [], "kwargs": {}, "backend": "default"}',
+    ],
+)
+def test_a_hostile_job_fails_alone(start_worker: Callable[..., Any], payload: str) -> None:
+    """A job row written by hand (or by an older release) fails; the worker carries on."""
+    worker = start_worker()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgtasks.jobs (task_name, queue, priority, args, kwargs, max_attempts)"
+            " VALUES ('pgtasks.django.run', 'default', 0, '[]', %s::jsonb, 1) RETURNING id",
+            [payload],
+        )
+        (job_id,) = cursor.fetchone()
+
+    def status() -> str | None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT status FROM pgtasks.jobs WHERE id = %s", [job_id])
+            (value,) = cursor.fetchone()
+        return value if value in ("failed", "done") else None
+
+    assert wait_until(status, timeout=20) == "failed"
+    assert worker.alive()
+    assert finished(tasks.add.enqueue(1, 2)).return_value == 3
