@@ -60,6 +60,9 @@ def test_the_changelist_lists_and_filters_jobs(staff: Client) -> None:
 
     detail = staff.get(f"{CHANGELIST}{add.id}/change/")
     assert detail.status_code == 200
+    # Read-only: posting the page changes nothing.
+    staff.post(f"{CHANGELIST}{add.id}/change/", {"priority": "99"})
+    assert tasks.add.get_result(add.id).task.priority == 0
     assert staff.get(f"{CHANGELIST}add/").status_code == 403
 
 

@@ -73,8 +73,14 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
-        # Viewing needs the view permission only; the actions need change.
+        # A job's page is read-only (saving it would write a stale row over the worker's);
+        # the change permission is what the retry and cancel actions need.
+        if obj is not None:
+            return False
         return bool(super().has_change_permission(request, obj))
+
+    def save_model(self, request: HttpRequest, obj: Job, form: Any, change: bool) -> None:
+        """Never: pgtasks owns the rows (the actions go through its operations)."""
 
     @admin.action(  # type: ignore[untyped-decorator]
         description="Retry selected failed or cancelled jobs", permissions=["change"]
