@@ -1,1 +1,2 @@
-"""Integrations with other frameworks, each importable on its own (optional extras)."""
+"""Integrations of pgtasks with other frameworks, each importable on its own (optional
+extras where they need packages of their own)."""
