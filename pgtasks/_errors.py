@@ -22,6 +22,7 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     │   ├── PayloadNotSerializableError (+ TypeError)  an argument is not JSON
     │   └── PayloadTooLargeError (+ ValueError)        encoded payload over the limit
     ├── NaiveDatetimeError (+ ValueError)              a datetime without tzinfo
+    ├── LimitKeyError (+ ValueError)                   a concurrency_key raised or gave no str/int
     ├── JobNotFoundError (+ LookupError)               no job with that id
     ├── TaskFailed                    job.get(): the job failed (remote type, message, traceback)
     └── JobCancelled                  job.get(): the job was cancelled
@@ -102,6 +103,10 @@ class PayloadTooLargeError(PayloadError, ValueError):
 
 class NaiveDatetimeError(PgTasksError, ValueError):
     """A naive datetime (without tzinfo) was given where an aware one is required."""
+
+
+class LimitKeyError(PgTasksError, ValueError):
+    """A task's concurrency_key raised, or returned something other than a str or int."""
 
 
 class JobNotFoundError(PgTasksError, LookupError):

@@ -50,6 +50,10 @@ class JobSpec:
     run_at: datetime | None = None
     delay_seconds: float | None = None
     idempotency_key: str | None = None
+    #: Names of the concurrency and rate limits that apply (sorted; None: no limit), and
+    #: the concurrency key of a per-key limit (see docs/howto/flow-control.md).
+    limit_groups: tuple[str, ...] | None = None
+    limit_key: str | None = None
 
 
 class InsertedJob(NamedTuple):

@@ -81,6 +81,9 @@ class Exchanges:
         #: of every claim. Replaced whole by the listener thread, read by the loop.
         self.paused: frozenset[str] = frozenset()
         self._task_names: list[str] | None = None
+        #: Some concurrency or rate limit is stored (migration 0008): claims take limited
+        #: jobs first (Store.finish_and_claim_jobs). Set at start.
+        self.limited = False
 
     def start_background(self, connect: Connect, wake: Any) -> None:
         """A second round trip pays off with at least two slots (prefetch included)."""
@@ -150,6 +153,7 @@ class Exchanges:
             task_names=self._known_task_names() if self.ignore_unknown else None,
             queues=queues,
             excluded_queues=excluded,
+            limited=self.limited,
         )
 
     def run(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:
@@ -168,6 +172,7 @@ class Exchanges:
             task_names=exchange.task_names,
             after=exchange.after,
             excluded_queues=exchange.excluded_queues,
+            limited=exchange.limited,
         )
         exchange.seconds = time.monotonic() - started
 
