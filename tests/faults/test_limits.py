@@ -16,7 +16,6 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
