@@ -37,7 +37,7 @@ class RateLimit:
     @property
     def burst(self) -> float:
         """Most tokens the bucket holds (jobs one claim may start after a pause)."""
-        return max(1.0, math.floor(self.count / self.period * BURST_SECONDS))
+        return float(max(1, math.floor(self.count / self.period * BURST_SECONDS)))
 
     def __str__(self) -> str:
         return self.text
@@ -101,6 +101,16 @@ class LimitDefinition:
             rate.period if rate else None,
             rate.burst if rate else 1.0,
         )
+
+
+def describe_limit(row: Mapping[str, Any]) -> str:
+    """``concurrency=3 rate=100/m`` of a row of get_limits."""
+    parts = []
+    if row["concurrency"] is not None:
+        parts.append(f"concurrency={row['concurrency']}")
+    if row["rate_count"] is not None:
+        parts.append(f"rate={describe_rate(row['rate_count'], row['rate_period'])}")
+    return " ".join(parts) or "-"
 
 
 def describe_rate(count: int | None, period: float | None) -> str:

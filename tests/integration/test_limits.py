@@ -8,8 +8,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtasks import App, JobStatus
+from pgtasks import App, JobStatus, LimitKeyError
 from pgtasks._store.base import Row
+from tests.support.inprocess import finished, running_worker
 
 
 def _register(app: App, count: int) -> list[int]:
@@ -175,3 +176,40 @@ def test_a_hostile_limit_row_is_claimed_or_left_never_an_error(
     rows = _claim(app, worker, 5)
     assert [row["id"] for row in rows] == [job.id]
     assert job.status() is JobStatus.RUNNING
+
+
+def test_a_failing_concurrency_key_writes_nothing(app: App, admin: psycopg.Connection[Any]) -> None:
+    @app.task(concurrency_key=lambda user: {"not": "a key"}, concurrency=1)
+    def work(user: str) -> None: ...
+
+    with pytest.raises(LimitKeyError, match="must return a str or an int"):
+        work.delay("ann")
+    with pytest.raises(LimitKeyError):
+        work.delay_many([{"user": "ann"}, {"user": "bob"}])
+    assert admin.execute(f"SELECT count(*) FROM {app.schema}.jobs").fetchone() == (0,)
+
+
+def test_a_worker_runs_limited_jobs_and_hostile_limit_rows_alike(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    ran: list[str] = []
+
+    @app.task(concurrency_key=lambda label: label[:1], concurrency=1, rate_limit="100/s")
+    def work(label: str) -> None:
+        ran.append(label)
+
+    handles = work.delay_many([{"label": f"{c}{n}"} for c in "ab" for n in range(3)])
+    hostile = [work.delay("h1"), work.delay("h2"), work.delay("h3")]
+    for handle, (groups, key) in zip(
+        hostile,
+        [("{NULL,NULL}", None), ("{key:}", "\\x1f" * 3), ("{queue:nowhere}", "")],
+        strict=True,
+    ):
+        admin.execute(
+            f"UPDATE {app.schema}.jobs SET limit_groups = %s::text[], limit_key = %s WHERE id = %s",
+            [groups, key, handle.id],
+        )
+    with running_worker(app, concurrency=4):
+        for handle in handles + hostile:
+            assert finished(handle).status is JobStatus.DONE
+    assert sorted(ran) == sorted([f"{c}{n}" for c in "ab" for n in range(3)] + ["h1", "h2", "h3"])
