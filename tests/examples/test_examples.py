@@ -102,3 +102,19 @@ def test_flow_control_example_pauses_and_resumes_a_queue(example_env: dict[str, 
     assert "the running job finishes: batch 0 sent" in out
     assert "resume emails: True" in out
     assert "after resume: ['batch 1 sent', 'batch 2 sent']" in out
+
+
+def test_limits_example_keeps_each_limit(example_env: dict[str, str]) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.limits"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "most jobs of one user at once: 1" in out
+    assert "most reports at once: 2" in out or "most reports at once: 1" in out
+    assert "12 API calls at 10/s took" in out

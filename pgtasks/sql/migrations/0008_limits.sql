@@ -45,9 +45,9 @@ $$;
 
 -- Claim up to p_limit due limited jobs for one worker, never past a limit.
 --
--- Each instance is serialised by a transaction-level advisory lock taken with
--- pg_try_advisory_xact_lock: an instance another claim holds is skipped by this one (no
--- waiting, no deadlock). Once the lock is held, a new statement (so a new snapshot, which
+-- Each instance is serialised by a transaction-level advisory lock: a claim waits for the
+-- first instance it meets, and takes the others with pg_try_advisory_xact_lock (an
+-- instance another claim holds is skipped by this one: no deadlock). Once the lock is held, a new statement (so a new snapshot, which
 -- sees every claim committed before the lock was free) counts the instance's running jobs;
 -- a job counts as running from its claim until its status changes (finished, retried,
 -- released or rescued), so no counter can drift. Rate tokens live on the definition row,
@@ -121,6 +121,12 @@ BEGIN
         FROM unnest(v_pair_insts) AS inst
         WHERE inst IS NOT NULL AND inst <> ALL(v_held) AND inst <> ALL(v_skip);
         IF v_new IS NOT NULL THEN
+            IF coalesce(array_length(v_held, 1), 0) = 0 THEN
+                -- Holding no instance yet, the claim waits for its first one (the claims
+                -- of one busy limit take turns instead of skipping each other). No
+                -- deadlock: a claim that holds an instance never waits for another.
+                PERFORM pg_advisory_xact_lock(1885828204, hashtext(v_new[1]));
+            END IF;
             SELECT coalesce(array_agg(inst) FILTER (WHERE locked), ARRAY[]::text[]),
                    v_skip || coalesce(array_agg(inst) FILTER (WHERE NOT locked), ARRAY[]::text[])
             INTO v_locked, v_skip
