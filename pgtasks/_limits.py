@@ -2,8 +2,9 @@
 ``pgtasks limits`` shows them. Pure module (see docs/howto/flow-control.md).
 
 A limit is stored under a name: ``queue:<queue>``, ``task:<task>`` (the task as a whole)
-or ``key:<task>`` (concurrency per concurrency key). A job carries the sorted names of
-the limits that apply to it, and its key.
+or ``key:<task>`` (concurrency per concurrency key). A job carries the sorted instances of
+the limits that apply to it: a name, or for a per-key limit the name, SEPARATOR and the
+job's key (the database finds the limit's row by the part before the first separator).
 """
 
 from __future__ import annotations
@@ -70,6 +71,22 @@ def check_concurrency(what: str, value: object) -> int:
             f"{what} must be an int >= 1 (the most jobs running at once), got {value!r}"
         )
     return value
+
+
+#: Between a per-key limit's name and the key in a job's limit instance (ASCII unit
+#: separator: no limit name may hold it).
+SEPARATOR = "\x1f"
+
+
+def check_limit_target(what: str, name: str) -> None:
+    """A task or queue under a limit must not have SEPARATOR in its name."""
+    if SEPARATOR in name:
+        raise ValueError(f"{what} {name!r} holds the character \\x1f, which limits reserve")
+
+
+def key_instance(task: str, key: str) -> str:
+    """The instance of a per-key limit for one key."""
+    return f"{key_limit_name(task)}{SEPARATOR}{key}"
 
 
 def queue_limit_name(queue: str) -> str:

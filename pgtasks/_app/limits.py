@@ -13,6 +13,8 @@ from .._limits import (
     LimitDefinition,
     RateLimit,
     check_concurrency,
+    check_limit_target,
+    key_instance,
     key_limit_name,
     parse_rate_limit,
     queue_limit_name,
@@ -41,6 +43,7 @@ class TaskLimits:
         if concurrency is None and key is None and rate_limit is None:
             return None
         try:
+            check_limit_target("a task under a limit: name", task)
             if concurrency is not None:
                 check_concurrency("task option concurrency=", concurrency)
             rate = parse_rate_limit("task option rate_limit=", rate_limit) if rate_limit else None
@@ -73,8 +76,12 @@ class TaskLimits:
             found.append(LimitDefinition(task_limit_name(self.task), self.concurrency, self.rate))
         return found
 
-    def names(self) -> list[str]:
-        return [definition.name for definition in self.definitions()]
+    def instances(self, key: str | None) -> list[str]:
+        """The limit instances a job of this task counts in, given its key."""
+        names = [definition.name for definition in self.definitions()]
+        if key is not None:
+            names = [key_instance(self.task, key) if n.startswith("key:") else n for n in names]
+        return names
 
     def key_of(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
         """The concurrency key of one call (LimitKeyError when it cannot be computed)."""
@@ -110,6 +117,7 @@ class QueueLimits:
     @classmethod
     def declare(cls, queue: str, concurrency: object, rate_limit: object) -> QueueLimits:
         try:
+            check_limit_target("a queue under a limit: name", queue)
             if concurrency is not None:
                 check_concurrency("queue concurrency=", concurrency)
             rate = (
@@ -135,12 +143,13 @@ def job_limits(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
 ) -> tuple[list[str] | None, str | None]:
-    """``(limit_groups, limit_key)`` of one job: sorted names, or None when no limit applies."""
+    """``(limit_groups, limit_key)`` of one job: the sorted limit instances it counts in,
+    or None when no limit applies; and its concurrency key."""
     names: list[str] = []
     key = None
     if task_limits is not None:
-        names += task_limits.names()
         key = task_limits.key_of(args, kwargs)
+        names += task_limits.instances(key)
     if queue_limits is not None and queue_limits.limited:
         names.append(queue_limits.definition().name)
     return (sorted(names), key) if names else (None, None)

@@ -106,9 +106,9 @@ SELECT split_part(inst, chr(31), 1) AS name,
            AS key,
        count(*) FILTER (WHERE status = 'running') AS running,
        count(*) FILTER (WHERE status = 'pending') AS pending
-FROM {schema}.jobs AS jobs,
-     unnest({schema}.limit_instances(jobs.limit_groups, jobs.limit_key)) AS inst
+FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
 WHERE jobs.status IN ('pending', 'running') AND jobs.limit_groups IS NOT NULL
+  AND inst IS NOT NULL
 GROUP BY inst
 ORDER BY inst
 LIMIT %(limit)s;

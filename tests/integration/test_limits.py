@@ -58,11 +58,12 @@ def test_enqueue_writes_the_limit_names_and_the_key(
     rows = admin.execute(
         f"SELECT id, limit_groups, limit_key FROM {app.schema}.jobs ORDER BY id"
     ).fetchall()
+    key = f"key:{report.name}\x1f"
     assert rows == [
-        (job.id, ["key:" + report.name, "queue:reports"], "42"),
+        (job.id, [key + "42", "queue:reports"], "42"),
         (other.id, None, None),
-        (handles[0].id, ["key:" + report.name, "queue:reports"], "7"),
-        (handles[1].id, ["key:" + report.name, "queue:reports"], "u8"),
+        (handles[0].id, [key + "7", "queue:reports"], "7"),
+        (handles[1].id, [key + "u8", "queue:reports"], "u8"),
     ]
 
 

@@ -113,10 +113,10 @@ def test_the_key_comes_from_the_call_arguments_and_ints_become_text() -> None:
     def plain() -> None: ...
 
     spec = report.build_spec([42], {"kind": "y"})
-    assert spec.limit_groups == (f"key:{report.name}", "queue:reports")
+    assert spec.limit_groups == (f"key:{report.name}\x1f42", "queue:reports")
     assert spec.limit_key == "42"
     elsewhere = report.build_spec([], {"user_id": 7}, queue="other")
-    assert elsewhere.limit_groups == (f"key:{report.name}",)
+    assert elsewhere.limit_groups == (f"key:{report.name}\x1f7",)
     assert rated.build_spec().limit_groups == (f"task:{rated.name}",)
     assert rated.build_spec().limit_key is None
     assert plain.build_spec().limit_groups is None
@@ -125,3 +125,14 @@ def test_the_key_comes_from_the_call_arguments_and_ints_become_text() -> None:
         "queue:reports",
         f"task:{rated.name}",
     ]
+
+
+def test_a_name_with_the_separator_is_refused_under_a_limit() -> None:
+    app = App(UNREACHABLE)
+    with pytest.raises(TaskRegistrationError, match="x1f"):
+
+        @app.task(name="odd\x1fname", concurrency=1)
+        def work() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="x1f"):
+        app.queue("odd\x1fqueue", concurrency=1)

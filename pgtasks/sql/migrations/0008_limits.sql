@@ -1,14 +1,15 @@
 -- pgtasks: concurrency limits and rate limits across workers (docs/howto/flow-control.md).
 -- Placeholders: {schema} (quoted identifier).
 --
--- A job that some limit applies to carries the names of those limits (limit_groups,
--- sorted) and, for a per-key concurrency limit, its key (limit_key); every other job has
--- NULL there and never meets this machinery: the plain claim leaves limited jobs out, and
--- only the claim function below takes them.
+-- A job that some limit applies to carries the instances of those limits it counts in
+-- (limit_groups, sorted) and, for a per-key concurrency limit, its key (limit_key, for
+-- people to read); every other job has NULL there and never meets this machinery: the
+-- plain claim leaves limited jobs out, and only the claim function below takes them.
 --
--- Names: 'queue:<queue>', 'task:<task>' (concurrency and/or rate of the task as a whole),
--- 'key:<task>' (concurrency per key). A limit is enforced per instance: the name itself,
--- or for 'key:' names the name, a unit separator and the job's key.
+-- Limit names: 'queue:<queue>', 'task:<task>' (concurrency and/or rate of the task as a
+-- whole), 'key:<task>' (concurrency per key). An instance is the name itself, or for a
+-- 'key:' name the name, a unit separator (chr(31)) and the job's key: the limit's row is
+-- the part before the first separator.
 
 ALTER TABLE {schema}.jobs ADD COLUMN limit_groups text[], ADD COLUMN limit_key text;
 
@@ -33,15 +34,6 @@ CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs (priority DESC, run_at, id)
 -- The running limited jobs, which the limited claim counts per instance.
 CREATE INDEX jobs_limited_running_idx ON {schema}.jobs (id)
     WHERE status = 'running' AND limit_groups IS NOT NULL;
-
--- The instances a job counts in: its limit names, a 'key:' name joined to its key.
-CREATE FUNCTION {schema}.limit_instances(groups text[], key text) RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce(array_agg(DISTINCT CASE WHEN g LIKE 'key:%' THEN g || chr(31) || coalesce(key, '')
-                                            ELSE g END), ARRAY[]::text[])
-    FROM unnest(groups) AS g
-    WHERE g IS NOT NULL
-$$;
 
 -- Claim up to p_limit due limited jobs for one worker, never past a limit.
 --
@@ -98,8 +90,7 @@ BEGIN
                count(DISTINCT c.id)
         INTO v_pair_ids, v_pair_insts, v_count
         FROM (
-            SELECT j.id, j.priority, j.run_at,
-                   {schema}.limit_instances(j.limit_groups, j.limit_key) AS instances
+            SELECT j.id, j.priority, j.run_at, j.limit_groups AS instances
             FROM {schema}.jobs AS j
             WHERE j.status = 'pending'
               AND j.limit_groups IS NOT NULL
@@ -108,7 +99,7 @@ BEGIN
               AND (p_excluded_queues IS NULL OR j.queue <> ALL(p_excluded_queues))
               AND (p_task_names IS NULL OR j.task_name = ANY(p_task_names))
               AND j.id <> ALL(v_seen)
-              AND NOT ({schema}.limit_instances(j.limit_groups, j.limit_key) && v_skip)
+              AND NOT (j.limit_groups && v_skip)
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT v_batch_size
             FOR UPDATE OF j SKIP LOCKED
@@ -136,10 +127,10 @@ BEGIN
             -- the locks were free. Room = concurrency - running, and whole rate tokens.
             FOR r IN
                 WITH running AS (
-                    SELECT inst, count(*) AS n
-                    FROM {schema}.jobs AS j,
-                         unnest({schema}.limit_instances(j.limit_groups, j.limit_key)) AS inst
+                    SELECT inst, count(DISTINCT j.id) AS n
+                    FROM {schema}.jobs AS j, unnest(j.limit_groups) AS inst
                     WHERE j.status = 'running' AND j.limit_groups IS NOT NULL
+                      AND j.limit_groups && v_locked
                       AND inst = ANY(v_locked)
                     GROUP BY inst
                 ), state AS (
