@@ -11,8 +11,9 @@ finish. Modes, in alternating rounds (median of R):
 - ``main's claim``: the claim statements without this branch's ``limit_groups IS NULL``
   filter (what the claim was before limits), plain jobs;
 - ``plain``: the claim statements as they are now, plain jobs, no limit stored;
-- ``plain, limits stored``: plain jobs on workers whose schema stores a limit (each round
-  trip first asks claim_limited_jobs, which finds nothing, then claims plain jobs);
+- ``plain, limits stored``: plain jobs on workers whose schema stores a limit (as a
+  worker does, a claimer asks claim_limited_jobs first, and after it found nothing, once
+  per poll interval of 1 s);
 - ``task concurrency=50``: every job of a task limited to 50 running at once;
 - ``key concurrency=1, 1000 keys``: every job limited to one running per key, over 1000 keys.
 """
@@ -112,17 +113,26 @@ def drain(dsn: str, store: Store, jobs: int, claimers: int, limited: bool) -> fl
                 start.wait()
                 rows: list[dict[str, Any]] = []
                 idle = 0
+                # As a worker does: after a limited claim that did not fill its batch, ask
+                # for plain jobs alone until a poll interval (1 s) passed or a limited job
+                # of its own ended.
+                retry_limited_at = 0.0
                 while True:
                     outcomes = [(r["id"], r["attempts"], "done", None, None, 0.0) for r in rows]
                     finished = [(worker_id, outcomes)] if outcomes else []
+                    if any(row.get("limited") for row in rows):
+                        retry_limited_at = 0.0
+                    ask_limited = limited and time.monotonic() >= retry_limited_at
                     _, rows = store.finish_and_claim_jobs(
                         conn,
                         finished=finished,
                         worker_id=worker_id,
                         queues=None,
                         limit=BATCH,
-                        limited=limited,
+                        limited=ask_limited,
                     )
+                    if ask_limited and sum(1 for row in rows if row.get("limited")) < BATCH:
+                        retry_limited_at = time.monotonic() + 1.0
                     done[index] += len(outcomes)
                     if rows:
                         idle = 0

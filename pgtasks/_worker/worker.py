@@ -225,6 +225,9 @@ class Worker:
     def wake(self, *, notified: bool = False) -> None:
         if notified:
             self._notified = True
+            exchanges = getattr(self, "_exchanges", None)
+            if exchanges is not None:
+                exchanges.wake_limited()
         self._wake_event.set()
 
     @property
