@@ -13,6 +13,7 @@ from ._errors import (
     EmbeddedUnavailableError,
     JobCancelled,
     JobNotFoundError,
+    LeaseLostError,
     LimitKeyError,
     NaiveDatetimeError,
     PayloadError,
@@ -20,6 +21,7 @@ from ._errors import (
     PayloadTooLargeError,
     PgTasksError,
     PoolExhaustedError,
+    ReservedMetaKeyError,
     SchemaError,
     SchemaNotMigratedError,
     SchemaTooNewError,
@@ -27,8 +29,9 @@ from ._errors import (
     TaskFailed,
     TaskRegistrationError,
     UnknownTaskError,
+    WorkerLostError,
 )
-from ._jobs import CancelResult, JobContext, JobRow, JobSpec, JobStatus
+from ._jobs import AttemptError, CancelResult, JobContext, JobRow, JobSpec, JobStatus, Progress
 from ._logging import JsonFormatter
 from ._retry import Discard, Retry
 from ._worker.beat import Beat
@@ -40,6 +43,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "AttemptError",
     "Beat",
     "CancelResult",
     "ConfigurationError",
@@ -55,6 +59,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "JsonFormatter",
+    "LeaseLostError",
     "LimitKeyError",
     "NaiveDatetimeError",
     "PayloadError",
@@ -63,6 +68,8 @@ __all__ = [
     "PeriodicOptions",
     "PgTasksError",
     "PoolExhaustedError",
+    "Progress",
+    "ReservedMetaKeyError",
     "Retry",
     "Schedule",
     "SchemaError",
@@ -76,6 +83,7 @@ __all__ = [
     "UnknownTaskError",
     "Worker",
     "WorkerEvents",
+    "WorkerLostError",
     "WorkerMetrics",
     "__version__",
 ]

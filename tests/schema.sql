@@ -19,6 +19,9 @@ column jobs.created_at timestamp with time zone NOT NULL DEFAULT now()
 column jobs.updated_at timestamp with time zone NOT NULL DEFAULT now()
 column jobs.finished_at timestamp with time zone
 column jobs.cancel_requested boolean NOT NULL DEFAULT false
+column jobs.meta jsonb NOT NULL DEFAULT '{}'::jsonb
+column jobs.started_at timestamp with time zone
+column jobs.attempt_errors jsonb
 column jobs.limit_groups text[]
 column jobs.limit_key text
 column limits.name text NOT NULL
@@ -58,6 +61,7 @@ column workers.heartbeat_at timestamp with time zone NOT NULL DEFAULT now()
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
 constraint jobs.jobs_idempotency_key_key UNIQUE (idempotency_key)
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
+constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
 constraint limits.limits_burst_check CHECK ((burst >= (1)::double precision))
@@ -90,6 +94,6 @@ storage periodic fillfactor=50
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
-function claim_limited_jobs() a27b883b094fb37b8d0ca0ae192441f4
+function claim_limited_jobs() 46a079b0f43bfbf811474ac9d594ee54
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05

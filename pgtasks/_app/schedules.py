@@ -69,6 +69,7 @@ def build_schedule(
         priority=options.get("priority"),
         catch_up=options.get("catch_up", "latest"),
         max_catch_up=options.get("max_catch_up", DEFAULT_MAX_CATCH_UP),
+        meta=options.get("meta") or None,
     )
     # Encode the job once now: bad arguments, queue or priority fail at declaration; the
     # name becomes each tick's idempotency key (name:tick), which must fit its index.
@@ -89,6 +90,7 @@ def build_spec(task: Task[Any, Any], schedule: Schedule, tick: datetime) -> JobS
         queue=schedule.queue,
         priority=schedule.priority,
         idempotency_key=schedule.key(tick),
+        meta=schedule.meta,
     )
 
 

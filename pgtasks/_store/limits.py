@@ -1,5 +1,5 @@
 """LimitQueries: the Store's queries for concurrency and rate limits (``sql/limits.sql``,
-migration 0008), one method per named query. Jobs no limit applies to never use them."""
+migration 0009), one method per named query. Jobs no limit applies to never use them."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def limited_job_params(spec: JobSpec) -> Params:
         "idempotency_key": spec.idempotency_key,
         "limit_groups": list(spec.limit_groups) if spec.limit_groups is not None else None,
         "limit_key": spec.limit_key,
+        "meta": spec.meta_json,
     }
 
 
@@ -46,7 +47,15 @@ def limited_jobs_params(specs: Sequence[JobSpec]) -> Params:
             [list(spec.limit_groups) if spec.limit_groups is not None else None for spec in specs]
         ),
         "limit_key": [spec.limit_key for spec in specs],
+        "meta": _meta_array(specs),
     }
+
+
+def _meta_array(specs: Sequence[JobSpec]) -> str | None:
+    """The specs' meta as one JSON array text, or None when no spec has meta."""
+    if all(spec.meta_json is None for spec in specs):
+        return None
+    return "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]"
 
 
 class LimitQueries(StoreBase):

@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._store.store import OutcomeRow as OutcomeRow
+
 if TYPE_CHECKING:
     from .._execution.running import Running
     from .._retry import Outcome
     from .._store.base import Row
     from .._store.store import ClaimPosition
-
-#: (id, attempt, status, result JSON, error, retry delay) of one finished attempt.
-OutcomeRow = tuple[int, int, str, "str | None", "str | None", float]
 
 
 @dataclasses.dataclass
@@ -41,7 +40,7 @@ class Exchange:
     #: The queues to claim from (None: all) and those to leave out (paused queues).
     queues: list[str] | None = None
     excluded_queues: list[str] | None = None
-    #: Claim jobs that limits apply to first (some limit is stored, migration 0008).
+    #: Claim jobs that limits apply to first (some limit is stored, migration 0009).
     limited: bool = False
     #: The registration the round trip ran under (the lease owner of what it claimed).
     owner: int = 0

@@ -81,7 +81,7 @@ class Exchanges:
         #: of every claim. Replaced whole by the listener thread, read by the loop.
         self.paused: frozenset[str] = frozenset()
         self._task_names: list[str] | None = None
-        #: Some concurrency or rate limit is stored (migration 0008): claims take limited
+        #: Some concurrency or rate limit is stored (migration 0009): claims take limited
         #: jobs first (Store.finish_and_claim_jobs). Set at start.
         self.limited = False
         #: Limited jobs this worker holds (one ending may free room for the next).
@@ -348,4 +348,5 @@ def _outcome_row(running: Running, outcome: Outcome) -> OutcomeRow:
         outcome.result_json,
         outcome.error,
         outcome.delay,
+        outcome.exception_type if outcome.error is not None else None,
     )

@@ -373,7 +373,7 @@ class Worker:
                 # The paused queues before the first claim (the listener reads them after).
                 paused = self.app.store.get_paused_queues(self._connection.get())
                 self._exchanges.paused = frozenset(row["queue"] for row in paused)
-                # Store this app's limits (migration 0008); with any limit stored, claims
+                # Store this app's limits (migration 0009); with any limit stored, claims
                 # take the jobs limits apply to first.
                 stored = self.app.store.upsert_limits(
                     self._connection.get(), self.app.limit_definitions()

@@ -1,4 +1,4 @@
-"""``pgtasks limits``: the stored concurrency and rate limits (migration 0008) and the jobs
+"""``pgtasks limits``: the stored concurrency and rate limits (migration 0009) and the jobs
 running under each (per key for per-key limits)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
--- Concurrency and rate limits (migration 0008): limited inserts, the limited claim, the
+-- Concurrency and rate limits (migration 0009): limited inserts, the limited claim, the
 -- definitions and what `pgtasks limits` shows. Headers, placeholders and parameters as in
 -- queries.sql. Jobs no limit applies to never run these statements.
 
@@ -6,13 +6,14 @@
 -- Insert one job that limits apply to (limit_groups, limit_key); an existing idempotency
 -- key returns that job (the notify trigger wakes the workers at commit).
 INSERT INTO {schema}.jobs AS jobs
-    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key,
+    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta,
      limit_groups, limit_key)
 VALUES (
     %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
     %(max_attempts)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-    %(idempotency_key)s, %(limit_groups)s::text[], %(limit_key)s
+    %(idempotency_key)s, coalesce(%(meta)s::jsonb, jsonb_build_object()),
+    %(limit_groups)s::text[], %(limit_key)s
 )
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
@@ -27,16 +28,18 @@ WITH input AS (
         jsonb_array_elements(%(args)s::jsonb), jsonb_array_elements(%(kwargs)s::jsonb),
         unnest(%(max_attempts)s::int[]), unnest(%(run_at)s::timestamptz[]),
         unnest(%(delay)s::float8[]), unnest(%(idempotency_key)s::text[]),
-        jsonb_array_elements(%(limit_groups)s::jsonb), unnest(%(limit_key)s::text[])
+        jsonb_array_elements(%(limit_groups)s::jsonb), unnest(%(limit_key)s::text[]),
+        -- NULL when no job has meta: no elements, and ROWS FROM pads the column with NULL.
+        jsonb_array_elements(%(meta)s::jsonb)
     ) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts,
-                           run_at, delay, idempotency_key, limit_groups, limit_key, ord)
+                           run_at, delay, idempotency_key, limit_groups, limit_key, meta, ord)
 )
 INSERT INTO {schema}.jobs AS jobs
-    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key,
+    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta,
      limit_groups, limit_key)
 SELECT task_name, queue, priority, args, kwargs, max_attempts,
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       idempotency_key,
+       idempotency_key, coalesce(meta, jsonb_build_object()),
        CASE WHEN jsonb_typeof(limit_groups) = 'array'
             THEN ARRAY(SELECT jsonb_array_elements_text(limit_groups)) END,
        limit_key
@@ -47,8 +50,8 @@ RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
 
 -- name: claim_limited_jobs :many
 -- Claim up to %(limit)s due jobs that limits apply to, never past a limit (see the
--- function in migration 0008); filters as in claim_jobs.
-SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts,
+-- function in migration 0009); filters as in claim_jobs.
+SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts, meta,
        greatest(run_at, '0002-01-01 00:00:00+00') AS run_at,
        least(greatest(created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
            AS created_at,

@@ -1,4 +1,4 @@
-"""Concurrency and rate limits across ten ``pgtasks worker`` processes (migration 0008).
+"""Concurrency and rate limits across ten ``pgtasks worker`` processes (migration 0009).
 
 Concurrency: jobs of a task limited to 3, of a task limited to 1 per key, and of a queue
 limited to 2 run on ten workers while three of them are SIGKILLed mid-run. A sampler reads

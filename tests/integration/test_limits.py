@@ -1,4 +1,4 @@
-"""Concurrency and rate limits (migration 0008): declaration, the rows enqueue writes, and
+"""Concurrency and rate limits (migration 0009): declaration, the rows enqueue writes, and
 the limited claim against the database, with several claimers (worker ids) in turn."""
 
 from __future__ import annotations
@@ -214,3 +214,18 @@ def test_a_worker_runs_limited_jobs_and_hostile_limit_rows_alike(
         for handle in handles + hostile:
             assert finished(handle).status is JobStatus.DONE
     assert sorted(ran) == sorted([f"{c}{n}" for c in "ab" for n in range(3)] + ["h1", "h2", "h3"])
+
+
+def test_limited_jobs_keep_their_meta(app: App) -> None:
+    @app.task(concurrency_key=lambda user, **_: user, concurrency=1)
+    def work(user: str) -> None: ...
+
+    one = work.apply_async(["ann"], meta={"source": "api"})
+    many = work.delay_many([{"user": "bob"}, {"user": "cid"}], meta={"batch": 7})
+    plain = work.delay("dan")
+    (worker,) = _register(app, 1)
+    rows = {row["id"]: row for row in _claim(app, worker, 10)}
+    assert rows[one.id]["meta"] == {"source": "api"}
+    assert [rows[handle.id]["meta"] for handle in many] == [{"batch": 7}, {"batch": 7}]
+    assert rows[plain.id]["meta"] == {}
+    assert one.meta == {"source": "api"}

@@ -217,6 +217,7 @@ BEGIN
             max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
             locked_by = p_worker_id,
             locked_at = clock_timestamp(),
+            started_at = coalesce(jobs.started_at, now()),
             updated_at = now()
         WHERE jobs.id = ANY(v_accepted) AND jobs.status = 'pending'
         RETURNING jobs.*;
