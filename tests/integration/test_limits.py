@@ -229,3 +229,26 @@ def test_limited_jobs_keep_their_meta(app: App) -> None:
     assert [rows[handle.id]["meta"] for handle in many] == [{"batch": 7}, {"batch": 7}]
     assert rows[plain.id]["meta"] == {}
     assert one.meta == {"source": "api"}
+
+
+def test_a_claimer_stuck_inside_its_transaction_holds_up_the_others_briefly(
+    app: App, dsn: str
+) -> None:
+    @app.task(concurrency=5)
+    def limited(n: int) -> None: ...
+
+    @app.task
+    def plain(n: int) -> None: ...
+
+    _store_limits(app)
+    limited.delay_many([{"n": n} for n in range(3)])
+    plain.delay(0)
+    (worker,) = _register(app, 1)
+    with psycopg.connect(dsn) as stuck:  # a transaction holding the limit's lock, idle
+        stuck.execute(
+            "SELECT pg_advisory_xact_lock(1885828204, hashtext(%s))", [f"task:{limited.name}"]
+        )
+        rows = _claim(app, worker, 5)
+        assert [row["task_name"] for row in rows] == [plain.name]
+        stuck.rollback()
+    assert len(_claim(app, worker, 5)) == 3

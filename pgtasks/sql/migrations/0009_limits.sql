@@ -37,9 +37,10 @@ CREATE INDEX jobs_limited_running_idx ON {schema}.jobs (id)
 
 -- Claim up to p_limit due limited jobs for one worker, never past a limit.
 --
--- Each instance is serialised by a transaction-level advisory lock: a claim waits for the
--- first instance it meets, and takes the others with pg_try_advisory_xact_lock (an
--- instance another claim holds is skipped by this one: no deadlock). Once the lock is held, a new statement (so a new snapshot, which
+-- Each instance is serialised by a transaction-level advisory lock: a claim waits (at most
+-- 200 ms) for the first instance it meets, and takes the others with
+-- pg_try_advisory_xact_lock (an instance another claim holds is skipped by this one: no
+-- deadlock). Once the lock is held, a new statement (so a new snapshot, which
 -- sees every claim committed before the lock was free) counts the instance's running jobs;
 -- a job counts as running from its claim until its status changes (finished, retried,
 -- released or rescued), so no counter can drift. Rate tokens live on the definition row,
@@ -77,6 +78,7 @@ DECLARE
     v_ok       boolean;
     v_position integer;
     v_round    integer := 0;
+    v_timeout  text;
     r          record;
 BEGIN
     IF p_limit IS NULL OR p_limit <= 0 THEN
@@ -115,8 +117,18 @@ BEGIN
             IF coalesce(array_length(v_held, 1), 0) = 0 THEN
                 -- Holding no instance yet, the claim waits for its first one (the claims
                 -- of one busy limit take turns instead of skipping each other). No
-                -- deadlock: a claim that holds an instance never waits for another.
-                PERFORM pg_advisory_xact_lock(1885828204, hashtext(v_new[1]));
+                -- deadlock: a claim that holds an instance never waits for another. The
+                -- wait is bounded (a claimer stopped inside its transaction must not hold
+                -- up the others): past it, the instance is skipped like a held one.
+                v_timeout := current_setting('lock_timeout');
+                PERFORM set_config('lock_timeout', '200ms', true);
+                BEGIN
+                    PERFORM pg_advisory_xact_lock(1885828204, hashtext(v_new[1]));
+                EXCEPTION WHEN lock_not_available THEN
+                    v_skip := v_skip || v_new[1];
+                    v_new := array_remove(v_new, v_new[1]);
+                END;
+                PERFORM set_config('lock_timeout', v_timeout, true);
             END IF;
             SELECT coalesce(array_agg(inst) FILTER (WHERE locked), ARRAY[]::text[]),
                    v_skip || coalesce(array_agg(inst) FILTER (WHERE NOT locked), ARRAY[]::text[])
