@@ -201,6 +201,12 @@ def test_a_worker_runs_limited_jobs_and_hostile_limit_rows_alike(
 
     handles = work.delay_many([{"label": f"{c}{n}"} for c in "ab" for n in range(3)])
     hostile = [work.delay("h1"), work.delay("h2"), work.delay("h3")]
+    oversized = work.delay("h4")
+    admin.execute(
+        f"UPDATE {app.schema}.jobs SET limit_groups = array_fill('task:x'::text, ARRAY[100000])"
+        " WHERE id = %s",
+        [oversized.id],
+    )
     for handle, (groups, key) in zip(
         hostile,
         [("{NULL,NULL}", None), ("{key:}", "\\x1f" * 3), ("{queue:nowhere}", "")],
@@ -214,6 +220,8 @@ def test_a_worker_runs_limited_jobs_and_hostile_limit_rows_alike(
         for handle in handles + hostile:
             assert finished(handle).status is JobStatus.DONE
     assert sorted(ran) == sorted([f"{c}{n}" for c in "ab" for n in range(3)] + ["h1", "h2", "h3"])
+    # A row written by hand with 100,000 instances is left pending, and slows nothing.
+    assert oversized.status() is JobStatus.PENDING
 
 
 def test_limited_jobs_keep_their_meta(app: App) -> None:
