@@ -38,6 +38,8 @@ from pgtasks._store.store import Store
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "pgtasks_bench_limits"
 BATCH = 10
+#: As a worker's poll interval: how long a claimer skips the limited claim after a short one.
+RETRY_LIMITED = 1.0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -132,7 +134,7 @@ def drain(dsn: str, store: Store, jobs: int, claimers: int, limited: bool) -> fl
                         limited=ask_limited,
                     )
                     if ask_limited and sum(1 for row in rows if row.get("limited")) < BATCH:
-                        retry_limited_at = time.monotonic() + 1.0
+                        retry_limited_at = time.monotonic() + RETRY_LIMITED
                     done[index] += len(outcomes)
                     if rows:
                         idle = 0
