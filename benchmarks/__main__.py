@@ -3,6 +3,7 @@
     python -m benchmarks [--dsn DSN] [--jobs N] [--runs R] [--quick] [--json PATH] [--no-peers]
     python -m benchmarks --bloat [--quick] [...]   (bloat resilience: benchmarks/bloat.py)
     python -m benchmarks --in-process [...]   (the worker in an asyncio program: inprocess.py)
+    python -m benchmarks --limits [...]   (claims with and without limits: limits.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -505,6 +506,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import bloat
 
         return bloat.main([argument for argument in arguments if argument != "--bloat"])
+    if "--limits" in arguments:
+        # Claim throughput with and without concurrency limits (benchmarks/limits.py).
+        from benchmarks import limits
+
+        return limits.main([argument for argument in arguments if argument != "--limits"])
     if "--in-process" in arguments:
         # The worker inside an asyncio program (benchmarks/inprocess.py).
         from benchmarks import inprocess

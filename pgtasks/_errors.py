@@ -23,6 +23,7 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     │   ├── PayloadTooLargeError (+ ValueError)        encoded payload over the limit
     │   └── ReservedMetaKeyError (+ ValueError)        a meta key starting with "pgtasks."
     ├── NaiveDatetimeError (+ ValueError)              a datetime without tzinfo
+    ├── LimitKeyError (+ ValueError)                   a concurrency_key raised or gave no str/int
     ├── JobNotFoundError (+ LookupError)               no job with that id
     ├── LeaseLostError                ctx.update_meta()/set_progress(): the attempt lost the job
     ├── WorkerLostError               recorded (never raised): an attempt's worker was lost
@@ -105,6 +106,10 @@ class PayloadTooLargeError(PayloadError, ValueError):
 
 class NaiveDatetimeError(PgTasksError, ValueError):
     """A naive datetime (without tzinfo) was given where an aware one is required."""
+
+
+class LimitKeyError(PgTasksError, ValueError):
+    """A task's concurrency_key raised, or returned something other than a str or int."""
 
 
 class JobNotFoundError(PgTasksError, LookupError):

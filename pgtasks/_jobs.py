@@ -57,6 +57,10 @@ class JobSpec:
     idempotency_key: str | None = None
     #: The job's meta as JSON text (an object), or None for none.
     meta_json: str | None = None
+    #: Names of the concurrency and rate limits that apply (sorted; None: no limit), and
+    #: the concurrency key of a per-key limit (see docs/howto/flow-control.md).
+    limit_groups: tuple[str, ...] | None = None
+    limit_key: str | None = None
 
 
 class InsertedJob(NamedTuple):

@@ -22,6 +22,8 @@ class QueueState:
     due: int = 0
     running: int = 0
     paused_at: datetime | None = None
+    #: Its stored concurrency and rate limits ("concurrency=3 rate=100/m"; "-": none).
+    limits: str = "-"
 
     @property
     def paused(self) -> bool:
@@ -35,6 +37,7 @@ class QueueState:
             "pending": self.pending,
             "due": self.due,
             "running": self.running,
+            "limits": self.limits,
         }
 
 
@@ -42,10 +45,12 @@ def queue_states(
     unfinished: Iterable[Mapping[str, Any]],
     paused: Iterable[Mapping[str, Any]],
     declared: Iterable[str],
+    limits: Mapping[str, str] | None = None,
 ) -> list[QueueState]:
     """Every known queue by name: those with unfinished jobs (rows of
     get_unfinished_stats), the paused ones (rows of get_paused_queues) and ``declared``
-    (the queues the app's tasks name)."""
+    (the queues the app's tasks name); ``limits``: a description of each limited queue's
+    stored limits."""
     states: dict[str, dict[str, Any]] = {queue: {} for queue in declared}
     for row in unfinished:
         states.setdefault(row["queue"], {}).update(
@@ -53,6 +58,8 @@ def queue_states(
         )
     for row in paused:
         states.setdefault(row["queue"], {})["paused_at"] = row["paused_at"]
+    for queue, description in (limits or {}).items():
+        states.setdefault(queue, {})["limits"] = description
     return [QueueState(queue, **values) for queue, values in sorted(states.items())]
 
 
@@ -67,7 +74,10 @@ def format_queues(states: Sequence[QueueState]) -> str:
             state.due,
             state.running,
             state.paused_at.isoformat(sep=" ", timespec="seconds") if state.paused_at else "-",
+            state.limits,
         ]
         for state in states
     ]
-    return format_table(("QUEUE", "STATE", "PENDING", "DUE", "RUNNING", "PAUSED AT"), rows)
+    return format_table(
+        ("QUEUE", "STATE", "PENDING", "DUE", "RUNNING", "PAUSED AT", "LIMITS"), rows
+    )

@@ -22,6 +22,16 @@ column jobs.cancel_requested boolean NOT NULL DEFAULT false
 column jobs.meta jsonb NOT NULL DEFAULT '{}'::jsonb
 column jobs.started_at timestamp with time zone
 column jobs.attempt_errors jsonb
+column jobs.limit_groups text[]
+column jobs.limit_key text
+column limits.name text NOT NULL
+column limits.concurrency integer
+column limits.rate_count integer
+column limits.rate_period double precision
+column limits.burst double precision NOT NULL DEFAULT 1
+column limits.tokens double precision NOT NULL DEFAULT 1
+column limits.refilled_at timestamp with time zone NOT NULL DEFAULT now()
+column limits.updated_at timestamp with time zone NOT NULL DEFAULT now()
 column migrations.version integer NOT NULL
 column migrations.name text NOT NULL
 column migrations.applied_at timestamp with time zone NOT NULL DEFAULT now()
@@ -54,6 +64,11 @@ constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
+constraint limits.limits_burst_check CHECK ((burst >= (1)::double precision))
+constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 1)))
+constraint limits.limits_pkey PRIMARY KEY (name)
+constraint limits.limits_rate_count_check CHECK (((rate_count IS NULL) OR (rate_count >= 1)))
+constraint limits.limits_rate_period_check CHECK (((rate_period IS NULL) OR (rate_period > (0)::double precision)))
 constraint migrations.migrations_pkey PRIMARY KEY (version)
 constraint periodic.periodic_pkey PRIMARY KEY (name)
 constraint queue_pauses.queue_pauses_pkey PRIMARY KEY (queue)
@@ -62,9 +77,12 @@ constraint workers.workers_pkey PRIMARY KEY (id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
 index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key)
+index CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
+index CREATE INDEX jobs_limited_running_idx ON {schema}.jobs USING btree (id) WHERE ((status = 'running'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND (attempts >= 0))
 index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
+index CREATE UNIQUE INDEX limits_pkey ON {schema}.limits USING btree (name)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
 index CREATE UNIQUE INDEX queue_pauses_pkey ON {schema}.queue_pauses USING btree (queue)
@@ -76,5 +94,6 @@ storage periodic fillfactor=50
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
+function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05

@@ -182,3 +182,32 @@ def test_in_process_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
         assert (row["duplicates"], row["lost"]) == (0, 0), row
     assert report["idle_latency_ms"]["p99"] > 0
     assert "threads left" not in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(300)
+def test_limits_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
+    output = tmp_path / "limits.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--limits", "--quick"),
+            *("--dsn", dsn, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report: dict[str, Any] = json.loads(output.read_text())
+    modes = {row["mode"]: row for row in report["results"]}
+    assert set(modes) == {
+        "main's claim",
+        "plain",
+        "plain, limits stored",
+        "task concurrency=50",
+        "key concurrency=1, 1000 keys",
+    }
+    assert all(row["jobs_per_second"] > 0 for row in modes.values())

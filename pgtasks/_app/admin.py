@@ -17,6 +17,7 @@ import psycopg
 
 from .._errors import JobNotFoundError
 from .._jobs import JobRow
+from .._limits import LimitState, describe_limit, limit_states
 from .._operations import (
     RETRYABLE,
     JobFilter,
@@ -28,6 +29,7 @@ from .._operations import (
     overview_queues,
 )
 from .._queues import QueueState, queue_states
+from .._store.base import Row
 
 if TYPE_CHECKING:
     from .app import App
@@ -122,9 +124,25 @@ def queues(app: App) -> list[QueueState]:
 
     def read(conn: psycopg.Connection[Any]) -> list[QueueState]:
         store = app.store
+        limits = {
+            row["name"].removeprefix("queue:"): describe_limit(row)
+            for row in store.get_limits(conn)
+            if row["name"].startswith("queue:")
+        }
         return queue_states(
-            store.get_unfinished_stats(conn), store.get_paused_queues(conn), declared
+            store.get_unfinished_stats(conn), store.get_paused_queues(conn), declared, limits
         )
+
+    return app.database.run(read)
+
+
+def limits(app: App) -> tuple[list[LimitState], list[Row]]:
+    """What ``pgtasks limits`` shows: every stored limit with its running and pending jobs,
+    and the running and pending jobs per key of the per-key limits (keys with jobs)."""
+
+    def read(conn: psycopg.Connection[Any]) -> tuple[list[LimitState], list[Row]]:
+        usage = app.store.get_limit_usage(conn)
+        return limit_states(app.store.get_limits(conn), usage), usage
 
     return app.database.run(read)
 

@@ -25,6 +25,7 @@ from .._errors import (
     UnknownTaskError,
 )
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
+from .._limits import LimitDefinition
 from .._operations import retention_seconds
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
 from .._store import db as _db
@@ -35,6 +36,7 @@ from .._validation import positive_seconds, whole_number
 from ..sql import Migration
 from .eager import arun_eagerly, run_eagerly
 from .handle import JobHandle
+from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .schedules import build_schedule
 from .tasks import Task, TaskSettings
@@ -168,6 +170,8 @@ class App:
                 f" lease_timeout ({self.lease_timeout:g} s), or live workers would be rescued"
             )
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: Queues declared with limits (``app.queue()``), by name.
+        self.queue_limits: dict[str, QueueLimits] = {}
         #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
@@ -480,6 +484,27 @@ class App:
         return await self.database.arun(lambda conn: self.store.aget_jobs(conn, ids))
 
     # -- queues --
+    def queue(
+        self, name: str, *, concurrency: int | None = None, rate_limit: str | None = None
+    ) -> str:
+        """Declare a queue's limits across all workers: at most ``concurrency`` of its jobs
+        running at once, at most ``rate_limit`` ("100/m", "5/s", "1000/h") started per
+        period. They apply to jobs enqueued from then on (declare queues where the tasks
+        are declared); workers store them when they start. Returns the name.
+        """
+        try:
+            queue = check_name("queue", name)
+        except ValueError as error:
+            raise ConfigurationError(str(error)) from None
+        self.queue_limits[queue] = QueueLimits.declare(queue, concurrency, rate_limit)
+        return queue
+
+    def limit_definitions(self) -> list[LimitDefinition]:
+        """Every concurrency and rate limit this app declares (tasks and queues)."""
+        return app_definitions(
+            (task.limits for task in self.tasks.values()), self.queue_limits.values()
+        )
+
     def pause_queue(self, queue: str) -> bool:
         """Pause ``queue`` for every worker: none claims its jobs from at most one poll
         interval on. Jobs already running finish; enqueuing goes on. Persistent until

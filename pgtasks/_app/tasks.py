@@ -17,6 +17,7 @@ from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec
 from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments, encode_meta
 from .._validation import positive_number
 from .handle import JobHandle
+from .limits import TaskLimits, job_limits
 
 if TYPE_CHECKING:
     from .app import App
@@ -57,6 +58,14 @@ class TaskSettings(TypedDict, total=False):
     soft_timeout: float | None
     #: "thread", "process" or "async" (default: async for ``async def``, else the worker's).
     executor: ExecutorName | None
+    #: Most jobs of this task running at once across all workers (per key with
+    #: ``concurrency_key``); see docs/howto/flow-control.md.
+    concurrency: int | None
+    #: A function of the task's arguments returning a str or int: ``concurrency`` applies
+    #: to the jobs of each key separately.
+    concurrency_key: Callable[..., Any] | None
+    #: Most jobs of this task started per period across all workers: "100/m", "5/s", "1/h".
+    rate_limit: str | None
 
 
 class TaskOptions(TaskSettings, total=False):
@@ -191,6 +200,8 @@ class Task(Generic[P, R]):
         _positive("soft_timeout", self.soft_timeout, allow_none=True)
         self.executor: ExecutorName | None = options.get("executor")
         self._check_executor()
+        #: Concurrency and rate limits (None: none; see limits.py).
+        self.limits: TaskLimits | None = TaskLimits.from_options(self.name, options)
         self.signature = inspect.signature(function)
         parameters = list(self.signature.parameters.values())
         if self.bind:
@@ -300,10 +311,17 @@ class Task(Generic[P, R]):
             max_bytes=self.app.max_payload_bytes,
             parameter_names=self.parameter_names,
         )
+        queue = self.queue if queue is None else validate_queue(queue)
+        if self.limits is not None or self.app.queue_limits:
+            limit_groups, limit_key = job_limits(
+                self.limits, self.app.queue_limits.get(queue), args, kwargs
+            )
+        else:
+            limit_groups, limit_key = None, None
         # Positional: a frozen dataclass is slow enough to build for bulk enqueues to notice.
         return JobSpec(
             self.name,  # task_name
-            self.queue if queue is None else validate_queue(queue),
+            queue,
             self.priority if priority is None else validate_priority(priority),
             args_json,
             kwargs_json,
@@ -315,6 +333,8 @@ class Task(Generic[P, R]):
             None
             if meta is None
             else encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes),
+            None if limit_groups is None else tuple(limit_groups),
+            limit_key,
         )
 
     @staticmethod

@@ -27,6 +27,7 @@ from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
 from .base import Params, Row, StoreBase, translate_errors
 from .base import notification_channel as notification_channel
 from .doctor import DoctorQueries
+from .limits import LimitQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
 from .queues import QueueQueries
@@ -71,7 +72,15 @@ def _meta_array(specs: Sequence[JobSpec]) -> str | None:
     return None
 
 
-class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQueries, StoreBase):
+class Store(
+    DoctorQueries,
+    LimitQueries,
+    MetricsQueries,
+    OperationsQueries,
+    QueueQueries,
+    WebQueries,
+    StoreBase,
+):
     """Every named query pgtasks runs, one method each."""
 
     # -- migrations --
@@ -119,6 +128,8 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
 
     def insert_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
         """Insert one job; an existing idempotency key answers with its job."""
+        if spec.limit_groups is not None:
+            return self.insert_limited_job(conn, spec)
         if spec.idempotency_key is None:
             if _own_transaction(conn):
                 return InsertedJob(self.insert_and_notify_job(conn, spec), False)
@@ -127,6 +138,8 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
         return InsertedJob(row[0], row[1])
 
     async def ainsert_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> InsertedJob:
+        if spec.limit_groups is not None:
+            return await self.ainsert_limited_job(conn, spec)
         if spec.idempotency_key is None:
             if _own_transaction(conn):
                 return InsertedJob(await self.ainsert_and_notify_job(conn, spec), False)
@@ -176,11 +189,9 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
         }
 
     @staticmethod
-    def _insert_jobs_plan(specs: Sequence[JobSpec]) -> tuple[Params, list[int]]:
-        """Columns for ``insert_jobs``; duplicate keys within the batch are sent once.
-
-        Returns the parameters and, for every spec, the index of the row that answers it.
-        """
+    def _unique_specs(specs: Sequence[JobSpec]) -> tuple[list[JobSpec], list[int]]:
+        """The specs to send (a key repeated within the batch is sent once) and, for every
+        spec, the index of the row that answers it."""
         first_row_of_key: dict[str, int] = {}
         answer: list[int] = []
         sent: list[JobSpec] = []
@@ -193,6 +204,15 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
                 first_row_of_key[key] = len(sent)
             answer.append(len(sent))
             sent.append(spec)
+        return sent, answer
+
+    @staticmethod
+    def _insert_jobs_plan(specs: Sequence[JobSpec]) -> tuple[Params, list[int]]:
+        """Columns for ``insert_jobs``; duplicate keys within the batch are sent once.
+
+        Returns the parameters and, for every spec, the index of the row that answers it.
+        """
+        sent, answer = Store._unique_specs(specs)
         params = dict(Store._new_jobs_params(sent))
         params["idempotency_key"] = [spec.idempotency_key for spec in sent]
         return params, answer
@@ -215,6 +235,9 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
         """Insert jobs in order; an existing idempotency key answers with its job."""
         if len(specs) == 1:
             return [self.insert_job(conn, specs[0])]
+        if any(spec.limit_groups is not None for spec in specs):
+            sent, answer = self._unique_specs(specs)
+            return self._inserted(self.insert_limited_jobs(conn, sent), answer)
         if all(spec.idempotency_key is None for spec in specs):
             return self.insert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
@@ -226,6 +249,9 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
     ) -> list[InsertedJob]:
         if len(specs) == 1:
             return [await self.ainsert_job(conn, specs[0])]
+        if any(spec.limit_groups is not None for spec in specs):
+            sent, answer = self._unique_specs(specs)
+            return self._inserted(await self.ainsert_limited_jobs(conn, sent), answer)
         if all(spec.idempotency_key is None for spec in specs):
             return await self.ainsert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
@@ -416,16 +442,58 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
         task_names: Sequence[str] | None = None,
         after: ClaimPosition | None = None,
         excluded_queues: Sequence[str] | None = None,
+        limited: bool = False,
     ) -> tuple[dict[int, str], list[Row]]:
         """``finish_jobs`` for each ``(lease owner, outcomes)`` then ``claim_jobs`` (when
         ``limit`` > 0; from ``after`` when given; leaving out ``excluded_queues``): one
         transaction, one network round trip (pipeline mode).
+
+        ``limited`` (some limit is stored, migration 0009): the round trip claims jobs that
+        limits apply to (claim_limited_jobs) instead, and when those do not fill ``limit``,
+        a second round trip claims plain jobs for the rest. Claimed rows come limited first.
 
         A single statement (a claim with nothing to write, or the outcomes of one lease
         owner with nothing to claim) runs alone on an autocommit connection: no pipeline
         or transaction block around it, which saves ~0.3 ms of the claim an idle worker
         makes for a new job.
         """
+        if limited and limit > 0:
+            accepted, rows = self._finish_and_claim(
+                conn, finished, worker_id, queues, limit, task_names, None, excluded_queues, True
+            )
+            if len(rows) < limit:
+                _, plain = self._finish_and_claim(
+                    conn, [], worker_id, queues, limit - len(rows), task_names, after,
+                    excluded_queues, False,
+                )  # fmt: skip
+                rows += plain
+            return accepted, rows
+        return self._finish_and_claim(
+            conn, finished, worker_id, queues, limit, task_names, after, excluded_queues, False
+        )
+
+    def _finish_and_claim(
+        self,
+        conn: psycopg.Connection[Any],
+        finished: Sequence[tuple[int, Sequence[OutcomeRow]]],
+        worker_id: int,
+        queues: Sequence[str] | None,
+        limit: int,
+        task_names: Sequence[str] | None,
+        after: ClaimPosition | None,
+        excluded_queues: Sequence[str] | None,
+        limited: bool,
+    ) -> tuple[dict[int, str], list[Row]]:
+        if conn.autocommit and not finished and limit > 0 and limited:
+            claimed = self.claim_limited_jobs(
+                conn,
+                worker_id=worker_id,
+                queues=queues,
+                limit=limit,
+                task_names=task_names,
+                excluded_queues=excluded_queues,
+            )
+            return {}, claimed
         if conn.autocommit and not finished and limit > 0:
             if after is None:
                 claimed = self.claim_jobs(
@@ -461,12 +529,24 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
             claim_cursor = None
             if limit > 0:
                 claim_cursor = conn.cursor(row_factory=dict_row)
-                name, params = self._claim_params(
-                    worker_id, queues, limit, task_names, after, excluded_queues
-                )
+                if limited:
+                    name, params = (
+                        "claim_limited_jobs",
+                        self.limited_claim_params(
+                            worker_id, queues, limit, task_names, excluded_queues
+                        ),
+                    )
+                else:
+                    name, params = self._claim_params(
+                        worker_id, queues, limit, task_names, after, excluded_queues
+                    )
                 claim_cursor.execute(self._statements[name], params)
         accepted = {row["id"]: row["status"] for cursor in cursors for row in cursor.fetchall()}
-        claimed = self._in_claim_order(claim_cursor.fetchall()) if claim_cursor else []
+        claimed = (
+            (claim_cursor.fetchall() if limited else self._in_claim_order(claim_cursor.fetchall()))
+            if claim_cursor
+            else []
+        )
         return accepted, claimed
 
     def release_jobs(

@@ -40,6 +40,8 @@ class Exchange:
     #: The queues to claim from (None: all) and those to leave out (paused queues).
     queues: list[str] | None = None
     excluded_queues: list[str] | None = None
+    #: Claim jobs that limits apply to first (some limit is stored, migration 0009).
+    limited: bool = False
     #: The registration the round trip ran under (the lease owner of what it claimed).
     owner: int = 0
     accepted: dict[int, str] = dataclasses.field(default_factory=dict)

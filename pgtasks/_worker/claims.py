@@ -60,7 +60,9 @@ class ClaimCursor:
         the position) makes the next claim read from the start."""
         if from_start:
             self.full_claim_took(seconds)
-        self.position = claim_position(rows[-1]) if rows else None
+        # Jobs that limits apply to come first and have no place in the plain claim order.
+        plain = [row for row in rows[-1:] if not row.get("limited")]
+        self.position = claim_position(plain[0]) if plain else None
 
 
 class Prefetch:

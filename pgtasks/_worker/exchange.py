@@ -81,6 +81,16 @@ class Exchanges:
         #: of every claim. Replaced whole by the listener thread, read by the loop.
         self.paused: frozenset[str] = frozenset()
         self._task_names: list[str] | None = None
+        #: Some concurrency or rate limit is stored (migration 0009): claims take limited
+        #: jobs first (Store.finish_and_claim_jobs). Set at start.
+        self.limited = False
+        #: Limited jobs this worker holds (one ending may free room for the next).
+        self.limited_ids: set[int] = set()
+        #: time.monotonic() before which claims skip limited jobs: after a limited claim
+        #: that did not get all it asked for, until a poll interval passed, an enqueue was
+        #: notified (wake_limited) or a limited job of this worker ended.
+        self.limited_retry_at = 0.0
+        self.poll_interval = poll_interval
 
     def start_background(self, connect: Connect, wake: Any) -> None:
         """A second round trip pays off with at least two slots (prefetch included)."""
@@ -92,6 +102,10 @@ class Exchanges:
     def close(self) -> None:
         if self.background is not None:
             self.background.close()
+
+    def wake_limited(self) -> None:
+        """An enqueue was notified: the next claim asks for limited jobs again (any thread)."""
+        self.limited_retry_at = 0.0
 
     # -- paused queues --
     def claim_filter(self) -> tuple[list[str] | None, list[str] | None] | None:
@@ -138,6 +152,13 @@ class Exchanges:
         by_owner: dict[int, list[OutcomeRow]] = {}
         for running, outcome in batch:
             by_owner.setdefault(running.job.worker_id, []).append(_outcome_row(running, outcome))
+        limited = False
+        if self.limited and limit:
+            for running, _ in batch:
+                if running.job.id in self.limited_ids:
+                    self.limited_ids.discard(running.job.id)
+                    self.limited_retry_at = 0.0
+            limited = time.monotonic() >= self.limited_retry_at
         claim_filter = self.claim_filter() if limit else None
         if claim_filter is None:
             limit = 0  # every queue of this worker is paused
@@ -150,6 +171,7 @@ class Exchanges:
             task_names=self._known_task_names() if self.ignore_unknown else None,
             queues=queues,
             excluded_queues=excluded,
+            limited=limited,
         )
 
     def run(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:
@@ -168,6 +190,7 @@ class Exchanges:
             task_names=exchange.task_names,
             after=exchange.after,
             excluded_queues=exchange.excluded_queues,
+            limited=exchange.limited,
         )
         exchange.seconds = time.monotonic() - started
 
@@ -177,6 +200,11 @@ class Exchanges:
         self.reporter.written(exchange.batch, exchange.accepted)
         if exchange.limit:
             self.cursor.claimed(rows, from_start=exchange.after is None, seconds=exchange.seconds)
+        if exchange.limited:
+            taken = [row["id"] for row in rows if row.get("limited")]
+            self.limited_ids.update(taken)
+            if len(taken) < exchange.limit:
+                self.limited_retry_at = time.monotonic() + self.poll_interval
         for row in rows:
             # The lease owner is the registration the claim ran under.
             job = ClaimedJob.from_row(row, exchange.owner)

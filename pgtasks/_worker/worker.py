@@ -225,6 +225,9 @@ class Worker:
     def wake(self, *, notified: bool = False) -> None:
         if notified:
             self._notified = True
+            exchanges = getattr(self, "_exchanges", None)
+            if exchanges is not None:
+                exchanges.wake_limited()
         self._wake_event.set()
 
     @property
@@ -370,6 +373,12 @@ class Worker:
                 # The paused queues before the first claim (the listener reads them after).
                 paused = self.app.store.get_paused_queues(self._connection.get())
                 self._exchanges.paused = frozenset(row["queue"] for row in paused)
+                # Store this app's limits (migration 0009); with any limit stored, claims
+                # take the jobs limits apply to first.
+                stored = self.app.store.upsert_limits(
+                    self._connection.get(), self.app.limit_definitions()
+                )
+                self._exchanges.limited = stored > 0
             except BaseException:
                 self._executor.shutdown()
                 raise

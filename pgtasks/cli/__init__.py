@@ -11,6 +11,7 @@ import click
 from .beat import beat, schedules
 from .doctor import doctor
 from .embedded import embedded
+from .limits import limits
 from .operations import jobs, prune_command, stats, workers
 from .queues import queues
 from .schema import migrate
@@ -33,6 +34,7 @@ for command in (
     stats,
     jobs,
     queues,
+    limits,
     workers,
     prune_command,
     doctor,

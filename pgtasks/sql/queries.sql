@@ -185,6 +185,8 @@ WITH picked AS (
       AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
       -- Workers started with --ignore-unknown claim only the tasks they know.
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+      -- Jobs that limits apply to (migration 0009) are claimed by claim_limited_jobs.
+      AND limit_groups IS NULL
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -231,6 +233,7 @@ WITH picked AS (
           AND (%(excluded_queues)s::text[] IS NULL
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+          AND limit_groups IS NULL
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS higher_priority
@@ -246,6 +249,7 @@ WITH picked AS (
           AND (%(excluded_queues)s::text[] IS NULL
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+          AND limit_groups IS NULL
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS same_priority
@@ -260,6 +264,7 @@ WITH picked AS (
           AND (%(excluded_queues)s::text[] IS NULL
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+          AND limit_groups IS NULL
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS lower_priority

@@ -38,7 +38,9 @@ def test_pause_list_and_resume_a_queue(cli: Cli, ops_app: App, conn: Connection)
     listed = cli("queues", "list")
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
-    assert lines[0].split() == ["QUEUE", "STATE", "PENDING", "DUE", "RUNNING", "PAUSED", "AT"]
+    assert lines[0].split() == [
+        "QUEUE", "STATE", "PENDING", "DUE", "RUNNING", "PAUSED", "AT", "LIMITS",
+    ]  # fmt: skip
     assert lines[1].split()[:5] == ["default", "active", "0", "0", "1"]
     assert lines[2].split()[:5] == ["emails", "paused", "2", "1", "0"]
 
@@ -55,6 +57,7 @@ def test_pause_list_and_resume_a_queue(cli: Cli, ops_app: App, conn: Connection)
         "pending": 0,
         "due": 0,
         "running": 1,
+        "limits": "-",
     }
 
     resumed = cli("queues", "resume", "emails")

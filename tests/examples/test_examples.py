@@ -124,3 +124,19 @@ def test_metadata_example_reports_progress_and_the_failed_attempt(
     assert "user meta: {'customer': 'acme', 'source': 'legacy-db'}" in out, out
     assert "attempt 1 failed on worker" in out
     assert "builtins.ConnectionError" in out
+
+
+def test_limits_example_keeps_each_limit(example_env: dict[str, str]) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.limits"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "most jobs of one user at once: 1" in out
+    assert "most reports at once: 2" in out or "most reports at once: 1" in out
+    assert "12 API calls at 10/s took" in out

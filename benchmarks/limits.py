@@ -1,0 +1,215 @@
+"""Claim throughput with and without concurrency limits, in one run (``--limits``).
+
+    python -m benchmarks --limits [--dsn DSN] [--jobs N] [--runs R] [--claimers C] [--quick]
+
+C claimer threads (one connection each, as C workers) drain N pre-enqueued jobs with the
+worker's own round trip, ``Store.finish_and_claim_jobs``: each round trip writes the
+outcomes of the jobs its previous one claimed (done) and claims up to BATCH more. No task
+code runs: the figure is the claim and finish path alone, jobs/s from first claim to last
+finish. Modes, in alternating rounds (median of R):
+
+- ``main's claim``: the claim statements without this branch's ``limit_groups IS NULL``
+  filter (what the claim was before limits), plain jobs;
+- ``plain``: the claim statements as they are now, plain jobs, no limit stored;
+- ``plain, limits stored``: plain jobs on workers whose schema stores a limit (as a
+  worker does, a claimer asks claim_limited_jobs first, and after it found nothing, once
+  per poll interval of 1 s);
+- ``task concurrency=50``: every job of a task limited to 50 running at once;
+- ``key concurrency=1, 1000 keys``: every job limited to one running per key, over 1000 keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgtasks import App
+from pgtasks._store.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = "pgtasks_bench_limits"
+BATCH = 10
+#: As a worker's poll interval: how long a claimer skips the limited claim after a short one.
+RETRY_LIMITED = 1.0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks --limits", description=__doc__)
+    parser.add_argument("--dsn", help="PostgreSQL to use (default: the embedded server)")
+    parser.add_argument("--jobs", type=int, default=10_000, help="jobs per run")
+    parser.add_argument("--runs", type=int, default=3, help="rounds (median)")
+    parser.add_argument("--claimers", type=int, default=4, help="claimer threads")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
+    parser.add_argument(
+        "--json", default=str(ROOT / "benchmarks" / "results" / "limits.json"), help="output"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.jobs, args.runs = 300, 1
+    return args
+
+
+def main_claim_store(store: Store) -> Store:
+    """A Store whose plain claims are the statements before limits (no limit filter)."""
+    main = copy.copy(store)
+    main._statements = dict(store._statements)
+    for name in ("claim_jobs", "claim_jobs_after"):
+        text = main._statements[name]
+        stripped = text.replace(b"AND limit_groups IS NULL", b"")
+        assert stripped != text, name
+        main._statements[name] = stripped
+    return main
+
+
+def build_app(dsn: str) -> tuple[App, dict[str, Any]]:
+    app = App(dsn, schema=SCHEMA, pool_max_size=2)
+
+    @app.task(name="bench.plain")
+    def plain(n: int) -> None: ...
+
+    @app.task(name="bench.task_limited", concurrency=50)
+    def task_limited(n: int) -> None: ...
+
+    @app.task(name="bench.key_limited", concurrency=1, concurrency_key=lambda key, **_: key)
+    def key_limited(key: int, n: int) -> None: ...
+
+    return app, {"plain": plain, "task": task_limited, "key": key_limited}
+
+
+def reset(app: App, tasks: dict[str, Any], kind: str, jobs: int, store_limits: bool) -> None:
+    with app.connection() as conn:
+        conn.execute(sql.SQL("TRUNCATE {}.jobs").format(sql.Identifier(SCHEMA)))
+        conn.execute(sql.SQL("DELETE FROM {}.limits").format(sql.Identifier(SCHEMA)))
+        conn.execute(sql.SQL("DELETE FROM {}.workers").format(sql.Identifier(SCHEMA)))
+        if store_limits:
+            app.store.upsert_limits(conn, app.limit_definitions())
+    if kind == "key":
+        tasks["key"].delay_many([{"key": n % 1000, "n": n} for n in range(jobs)])
+    else:
+        tasks[kind].delay_many([{"n": n} for n in range(jobs)])
+    with app.connection() as conn:
+        conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(SCHEMA)))
+
+
+def drain(dsn: str, store: Store, jobs: int, claimers: int, limited: bool) -> float:
+    """Jobs/s of ``claimers`` threads draining the jobs (claim and finish round trips)."""
+    done = [0] * claimers
+    errors: list[BaseException] = []
+    start = threading.Barrier(claimers + 1)
+
+    def claimer(index: int) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                worker_id = store.register_worker(
+                    conn, hostname="bench", pid=index, queues=None, concurrency=BATCH
+                )
+                start.wait()
+                rows: list[dict[str, Any]] = []
+                idle = 0
+                # As a worker does: after a limited claim that did not fill its batch, ask
+                # for plain jobs alone until a poll interval (1 s) passed or a limited job
+                # of its own ended.
+                retry_limited_at = 0.0
+                while True:
+                    outcomes = [(r["id"], r["attempts"], "done", None, None, 0.0) for r in rows]
+                    finished = [(worker_id, outcomes)] if outcomes else []
+                    if any(row.get("limited") for row in rows):
+                        retry_limited_at = 0.0
+                    ask_limited = limited and time.monotonic() >= retry_limited_at
+                    _, rows = store.finish_and_claim_jobs(
+                        conn,
+                        finished=finished,
+                        worker_id=worker_id,
+                        queues=None,
+                        limit=BATCH,
+                        limited=ask_limited,
+                    )
+                    if ask_limited and sum(1 for row in rows if row.get("limited")) < BATCH:
+                        retry_limited_at = time.monotonic() + RETRY_LIMITED
+                    done[index] += len(outcomes)
+                    if rows:
+                        idle = 0
+                        continue
+                    if sum(done) >= jobs:
+                        return
+                    idle += 1
+                    time.sleep(min(0.001 * idle, 0.01))
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+            start.abort()
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(claimers)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    if errors:
+        raise errors[0]
+    assert sum(done) == jobs, (sum(done), jobs)
+    return jobs / elapsed
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.dsn:
+        dsn = args.dsn
+    else:
+        from pgtasks._embedded import embedded_dsn
+
+        dsn = embedded_dsn(ROOT / ".pgtasks-bench")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
+    app, tasks = build_app(dsn)
+    app.migrate()
+    main_store = main_claim_store(app.store)
+    modes: list[tuple[str, str, Store, bool, bool]] = [
+        ("main's claim", "plain", main_store, False, False),
+        ("plain", "plain", app.store, False, False),
+        ("plain, limits stored", "plain", app.store, True, True),
+        ("task concurrency=50", "task", app.store, True, True),
+        ("key concurrency=1, 1000 keys", "key", app.store, True, True),
+    ]
+    print(
+        f"claim throughput: {args.claimers} claimers, {BATCH} jobs per claim,"
+        f" {args.jobs} jobs per run, {args.runs} round(s), median"
+    )
+    figures: dict[str, list[float]] = {label: [] for label, *_ in modes}
+    for _ in range(args.runs):
+        for label, kind, store, store_limits, limited in modes:
+            reset(app, tasks, kind, args.jobs, store_limits)
+            figures[label].append(drain(dsn, store, args.jobs, args.claimers, limited))
+    baseline = statistics.median(figures["main's claim"])
+    results: list[dict[str, Any]] = []
+    print(f"{'mode':<30} {'jobs/s':>9} {'min':>9} {'max':>9} {'vs main':>8}")
+    for label, values in figures.items():
+        median = statistics.median(values)
+        results.append(
+            {
+                "mode": label,
+                "jobs_per_second": median,
+                "min": min(values),
+                "max": max(values),
+                "ratio_to_main": median / baseline,
+            }
+        )
+        print(
+            f"{label:<30} {median:>9.0f} {min(values):>9.0f} {max(values):>9.0f}"
+            f" {median / baseline:>7.0%}"
+        )
+    output = Path(args.json)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps({"claimers": args.claimers, "results": results}, indent=2))
+    app.close()
+    return 0

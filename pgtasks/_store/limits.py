@@ -1,0 +1,137 @@
+"""LimitQueries: the Store's queries for concurrency and rate limits (``sql/limits.sql``,
+migration 0009), one method per named query. Jobs no limit applies to never use them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from .._jobs import InsertedJob, JobSpec
+from .._limits import LimitDefinition
+from .base import Params, Row, StoreBase
+
+
+def limited_job_params(spec: JobSpec) -> Params:
+    return {
+        "task_name": spec.task_name,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "args": spec.args_json,
+        "kwargs": spec.kwargs_json,
+        "max_attempts": spec.max_attempts,
+        "run_at": spec.run_at,
+        "delay": spec.delay_seconds,
+        "idempotency_key": spec.idempotency_key,
+        "limit_groups": list(spec.limit_groups) if spec.limit_groups is not None else None,
+        "limit_key": spec.limit_key,
+        "meta": spec.meta_json,
+    }
+
+
+def limited_jobs_params(specs: Sequence[JobSpec]) -> Params:
+    """Columns of insert_limited_jobs (a batch in which at least one job is limited)."""
+    return {
+        "task_name": [spec.task_name for spec in specs],
+        "queue": [spec.queue for spec in specs],
+        "priority": [spec.priority for spec in specs],
+        "args": "[" + ",".join([spec.args_json for spec in specs]) + "]",
+        "kwargs": "[" + ",".join([spec.kwargs_json for spec in specs]) + "]",
+        "max_attempts": [spec.max_attempts for spec in specs],
+        "run_at": [spec.run_at for spec in specs],
+        "delay": [spec.delay_seconds for spec in specs],
+        "idempotency_key": [spec.idempotency_key for spec in specs],
+        "limit_groups": json.dumps(
+            [list(spec.limit_groups) if spec.limit_groups is not None else None for spec in specs]
+        ),
+        "limit_key": [spec.limit_key for spec in specs],
+        "meta": _meta_array(specs),
+    }
+
+
+def _meta_array(specs: Sequence[JobSpec]) -> str | None:
+    """The specs' meta as one JSON array text, or None when no spec has meta."""
+    if all(spec.meta_json is None for spec in specs):
+        return None
+    return "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]"
+
+
+class LimitQueries(StoreBase):
+    """Insert limited jobs, claim them within their limits, store and read the limits."""
+
+    # -- enqueue --
+    def insert_limited_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
+        row = self._rows(conn, "insert_limited_job", limited_job_params(spec), tuples=True)[0]
+        return InsertedJob(row[0], row[1])
+
+    async def ainsert_limited_job(
+        self, conn: psycopg.AsyncConnection[Any], spec: JobSpec
+    ) -> InsertedJob:
+        params = limited_job_params(spec)
+        row = (await self._arows(conn, "insert_limited_job", params, tuples=True))[0]
+        return InsertedJob(row[0], row[1])
+
+    def insert_limited_jobs(
+        self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
+    ) -> list[tuple[Any, ...]]:
+        """Rows ``(id, existed)`` in the order of ``specs`` (keys deduplicated by the caller)."""
+        return self._rows(
+            conn, "insert_limited_jobs", limited_jobs_params(specs), binary=True, tuples=True
+        )
+
+    async def ainsert_limited_jobs(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[tuple[Any, ...]]:
+        params = limited_jobs_params(specs)
+        return await self._arows(conn, "insert_limited_jobs", params, binary=True, tuples=True)
+
+    # -- claim --
+    @staticmethod
+    def limited_claim_params(
+        worker_id: int,
+        queues: Sequence[str] | None,
+        limit: int,
+        task_names: Sequence[str] | None,
+        excluded_queues: Sequence[str] | None,
+    ) -> Params:
+        return {
+            "worker_id": worker_id,
+            "queues": list(queues) if queues is not None else None,
+            "excluded_queues": list(excluded_queues) if excluded_queues else None,
+            "limit": limit,
+            "task_names": list(task_names) if task_names is not None else None,
+        }
+
+    def claim_limited_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        worker_id: int,
+        queues: Sequence[str] | None,
+        limit: int,
+        task_names: Sequence[str] | None = None,
+        excluded_queues: Sequence[str] | None = None,
+    ) -> list[Row]:
+        """Claim up to ``limit`` due jobs that limits apply to, within the limits."""
+        params = self.limited_claim_params(worker_id, queues, limit, task_names, excluded_queues)
+        return self._rows(conn, "claim_limited_jobs", params)
+
+    # -- definitions --
+    def upsert_limits(
+        self, conn: psycopg.Connection[Any], definitions: Sequence[LimitDefinition]
+    ) -> int:
+        """Store ``definitions``; returns how many limits are stored in all."""
+        columns = ("name", "concurrency", "rate_count", "rate_period", "burst")
+        params: dict[str, Any] = {column: [] for column in columns}
+        for definition in definitions:
+            for column, value in zip(columns, definition.as_params(), strict=True):
+                params[column].append(value)
+        return int(self._rows(conn, "upsert_limits", params)[0]["stored"])
+
+    def get_limits(self, conn: psycopg.Connection[Any]) -> list[Row]:
+        return self._rows(conn, "get_limits", None)
+
+    def get_limit_usage(self, conn: psycopg.Connection[Any], limit: int = 1000) -> list[Row]:
+        return self._rows(conn, "get_limit_usage", {"limit": limit})

@@ -1,0 +1,78 @@
+"""The app of the limits fault scenarios (concurrency and rate limits across ``pgtasks
+worker`` processes). Configured like ``tests.apps.fault_app``: ``PGTASKS_DSN`` and
+``PGTASKS_TEST_SCHEMA``; every task records its executions (``<schema>.executions``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+from pgtasks import App, JobContext
+from tests.apps import lazy_app
+from tests.apps.worker_app import Recorder
+
+#: The limits the scenarios check.
+TASK_CONCURRENCY = 3
+KEY_CONCURRENCY = 1
+QUEUE_CONCURRENCY = 2
+CAPPED_QUEUE = "capped"
+RATE = "240/m"
+RATE_PER_SECOND = 4.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LimitTasks:
+    per_task: Any
+    per_key: Any
+    in_queue: Any
+    rated: Any
+
+
+def register_limit_tasks(app: App) -> LimitTasks:
+    recorder = Recorder(app)
+    app.queue(CAPPED_QUEUE, concurrency=QUEUE_CONCURRENCY)
+
+    def run(context: JobContext, seconds: float) -> None:
+        execution_id = recorder.started(context)
+        time.sleep(seconds)
+        recorder.finished(execution_id)
+
+    @app.task(bind=True, name="limits_app.per_task", concurrency=TASK_CONCURRENCY)
+    def per_task(context: JobContext, seconds: float) -> None:
+        run(context, seconds)
+
+    @app.task(
+        bind=True,
+        name="limits_app.per_key",
+        concurrency=KEY_CONCURRENCY,
+        concurrency_key=lambda user, **_: user,
+    )
+    def per_key(context: JobContext, user: str, seconds: float) -> None:
+        run(context, seconds)
+
+    @app.task(bind=True, name="limits_app.in_queue", queue=CAPPED_QUEUE)
+    def in_queue(context: JobContext, seconds: float) -> None:
+        run(context, seconds)
+
+    @app.task(bind=True, name="limits_app.rated", rate_limit=RATE)
+    def rated(context: JobContext) -> None:
+        recorder.instant(context)
+
+    return LimitTasks(per_task, per_key, in_queue, rated)
+
+
+def build_app() -> App:
+    app = App(
+        os.environ["PGTASKS_DSN"],
+        schema=os.environ["PGTASKS_TEST_SCHEMA"],
+        connect_timeout=float(os.environ.get("PGTASKS_TEST_CONNECT_TIMEOUT", "2")),
+        pool_max_size=int(os.environ.get("PGTASKS_TEST_POOL_MAX", "4")),
+    )
+    register_limit_tasks(app)
+    return app
+
+
+#: ``app`` is built on first access, so importing this module needs no environment.
+__getattr__ = lazy_app(build_app, __name__)

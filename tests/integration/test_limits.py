@@ -1,0 +1,262 @@
+"""Concurrency and rate limits (migration 0009): declaration, the rows enqueue writes, and
+the limited claim against the database, with several claimers (worker ids) in turn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgtasks import App, JobStatus, LimitKeyError
+from pgtasks._store.base import Row
+from tests.support.inprocess import finished, running_worker
+
+
+def _register(app: App, count: int) -> list[int]:
+    with app.connection() as conn:
+        return [
+            app.store.register_worker(conn, hostname="h", pid=index, queues=None, concurrency=8)
+            for index in range(count)
+        ]
+
+
+def _claim(app: App, worker_id: int, limit: int, **options: Any) -> list[Row]:
+    with app.connection() as conn:
+        _, rows = app.store.finish_and_claim_jobs(
+            conn, finished=[], worker_id=worker_id, queues=None, limit=limit, limited=True,
+            **options,
+        )  # fmt: skip
+        return rows
+
+
+def _finish(app: App, worker_id: int, rows: list[Row]) -> None:
+    outcomes = [(row["id"], row["attempts"], "done", None, None, 0.0) for row in rows]
+    with app.connection() as conn:
+        app.store.finish_jobs(conn, worker_id=worker_id, outcomes=outcomes)
+
+
+def _store_limits(app: App) -> int:
+    with app.connection() as conn:
+        return app.store.upsert_limits(conn, app.limit_definitions())
+
+
+def test_enqueue_writes_the_limit_names_and_the_key(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    app.queue("reports", concurrency=3)
+
+    @app.task(queue="reports", concurrency_key=lambda user_id, **_: user_id, concurrency=1)
+    def report(user_id: int, kind: str = "x") -> None: ...
+
+    @app.task
+    def plain() -> None: ...
+
+    job = report.delay(42)
+    other = plain.delay()
+    handles = report.delay_many([{"user_id": 7}, {"user_id": "u8"}])
+    rows = admin.execute(
+        f"SELECT id, limit_groups, limit_key FROM {app.schema}.jobs ORDER BY id"
+    ).fetchall()
+    key = f"key:{report.name}\x1f"
+    assert rows == [
+        (job.id, [key + "42", "queue:reports"], "42"),
+        (other.id, None, None),
+        (handles[0].id, [key + "7", "queue:reports"], "7"),
+        (handles[1].id, [key + "u8", "queue:reports"], "u8"),
+    ]
+
+
+def test_a_task_concurrency_is_never_exceeded_by_several_claimers(app: App) -> None:
+    @app.task(concurrency=2)
+    def limited(n: int) -> None: ...
+
+    @app.task
+    def plain(n: int) -> None: ...
+
+    assert _store_limits(app) == 1
+    limited.delay_many([{"n": n} for n in range(10)])
+    plain.delay_many([{"n": n} for n in range(5)])
+    first, second = _register(app, 2)
+    rows = _claim(app, first, 1)
+    assert [row["task_name"] for row in rows] == [limited.name]
+    rows += _claim(app, second, 8)
+    # one more limited job, then the plain ones fill the rest
+    assert [row["task_name"] for row in rows].count(limited.name) == 2
+    assert [row["task_name"] for row in rows].count(plain.name) == 5
+    assert _claim(app, first, 8) == []
+    _finish(app, first, [rows[0]])
+    again = _claim(app, first, 8)
+    assert [row["task_name"] for row in again] == [limited.name]
+
+
+def test_a_per_key_limit_lets_other_keys_pass_a_busy_key(app: App) -> None:
+    @app.task(concurrency_key=lambda user, **_: user, concurrency=1)
+    def sync(user: str, n: int) -> None: ...
+
+    assert _store_limits(app) == 1
+    # Many jobs of one key first, then one job each of other keys.
+    sync.delay_many([{"user": "busy", "n": n} for n in range(100)])
+    sync.delay_many([{"user": f"u{n}", "n": n} for n in range(5)])
+    (worker,) = _register(app, 1)
+    rows = _claim(app, worker, 10)
+    keys = sorted(row["kwargs"]["user"] for row in rows)
+    assert keys == ["busy", "u0", "u1", "u2", "u3", "u4"]
+    assert _claim(app, worker, 10) == []
+
+
+def test_queue_and_task_limits_both_apply(app: App) -> None:
+    app.queue("reports", concurrency=3)
+
+    @app.task(queue="reports", concurrency=2)
+    def a(n: int) -> None: ...
+
+    @app.task(queue="reports")
+    def b(n: int) -> None: ...
+
+    assert _store_limits(app) == 2
+    a.delay_many([{"n": n} for n in range(5)])
+    b.delay_many([{"n": n} for n in range(5)])
+    (worker,) = _register(app, 1)
+    rows = _claim(app, worker, 10)
+    names = [row["task_name"] for row in rows]
+    assert len(rows) == 3 and names.count(a.name) == 2
+
+
+def test_a_rate_limit_gives_at_most_the_tokens(app: App) -> None:
+    @app.task(rate_limit="2/h")
+    def slow(n: int) -> None: ...
+
+    _store_limits(app)
+    slow.delay_many([{"n": n} for n in range(5)])
+    (worker,) = _register(app, 1)
+    # The bucket starts full with one token (the burst): one job now, the next in 30 min.
+    assert len(_claim(app, worker, 5)) == 1
+    assert _claim(app, worker, 5) == []
+
+
+def test_a_rescued_job_frees_its_slot(app: App, admin: psycopg.Connection[Any]) -> None:
+    @app.task(concurrency=1)
+    def one(n: int) -> None: ...
+
+    _store_limits(app)
+    one.delay_many([{"n": n} for n in range(2)])
+    first, second = _register(app, 2)
+    assert len(_claim(app, first, 5)) == 1
+    assert _claim(app, second, 5) == []
+    admin.execute(f"DELETE FROM {app.schema}.workers WHERE id = %s", [first])
+    with app.connection() as conn:
+        rescued = app.store.rescue_jobs(conn, lease_timeout=30)
+    assert len(rescued) == 1
+    assert len(_claim(app, second, 5)) == 1
+    assert _claim(app, second, 5) == []
+
+
+@pytest.mark.parametrize(
+    ("groups", "key"),
+    [
+        ("{}", None),
+        ("{NULL}", None),
+        ("{key:nothing}", None),
+        ("{unknown:x}", "k"),
+        ('{"key:\\u001fweird"}', "x" * 5000),
+    ],
+)
+def test_a_hostile_limit_row_is_claimed_or_left_never_an_error(
+    app: App, admin: psycopg.Connection[Any], groups: str, key: str | None
+) -> None:
+    @app.task
+    def plain() -> None: ...
+
+    job = plain.delay()
+    admin.execute(
+        f"UPDATE {app.schema}.jobs SET limit_groups = %s::text[], limit_key = %s WHERE id = %s",
+        [groups, key, job.id],
+    )
+    (worker,) = _register(app, 1)
+    rows = _claim(app, worker, 5)
+    assert [row["id"] for row in rows] == [job.id]
+    assert job.status() is JobStatus.RUNNING
+
+
+def test_a_failing_concurrency_key_writes_nothing(app: App, admin: psycopg.Connection[Any]) -> None:
+    @app.task(concurrency_key=lambda user: {"not": "a key"}, concurrency=1)
+    def work(user: str) -> None: ...
+
+    with pytest.raises(LimitKeyError, match="must return a str or an int"):
+        work.delay("ann")
+    with pytest.raises(LimitKeyError):
+        work.delay_many([{"user": "ann"}, {"user": "bob"}])
+    assert admin.execute(f"SELECT count(*) FROM {app.schema}.jobs").fetchone() == (0,)
+
+
+def test_a_worker_runs_limited_jobs_and_hostile_limit_rows_alike(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    ran: list[str] = []
+
+    @app.task(concurrency_key=lambda label: label[:1], concurrency=1, rate_limit="100/s")
+    def work(label: str) -> None:
+        ran.append(label)
+
+    handles = work.delay_many([{"label": f"{c}{n}"} for c in "ab" for n in range(3)])
+    hostile = [work.delay("h1"), work.delay("h2"), work.delay("h3")]
+    oversized = work.delay("h4")
+    admin.execute(
+        f"UPDATE {app.schema}.jobs SET limit_groups = array_fill('task:x'::text, ARRAY[100000])"
+        " WHERE id = %s",
+        [oversized.id],
+    )
+    for handle, (groups, key) in zip(
+        hostile,
+        [("{NULL,NULL}", None), ("{key:}", "\\x1f" * 3), ("{queue:nowhere}", "")],
+        strict=True,
+    ):
+        admin.execute(
+            f"UPDATE {app.schema}.jobs SET limit_groups = %s::text[], limit_key = %s WHERE id = %s",
+            [groups, key, handle.id],
+        )
+    with running_worker(app, concurrency=4):
+        for handle in handles + hostile:
+            assert finished(handle).status is JobStatus.DONE
+    assert sorted(ran) == sorted([f"{c}{n}" for c in "ab" for n in range(3)] + ["h1", "h2", "h3"])
+    # A row written by hand with 100,000 instances is left pending, and slows nothing.
+    assert oversized.status() is JobStatus.PENDING
+
+
+def test_limited_jobs_keep_their_meta(app: App) -> None:
+    @app.task(concurrency_key=lambda user, **_: user, concurrency=1)
+    def work(user: str) -> None: ...
+
+    one = work.apply_async(["ann"], meta={"source": "api"})
+    many = work.delay_many([{"user": "bob"}, {"user": "cid"}], meta={"batch": 7})
+    plain = work.delay("dan")
+    (worker,) = _register(app, 1)
+    rows = {row["id"]: row for row in _claim(app, worker, 10)}
+    assert rows[one.id]["meta"] == {"source": "api"}
+    assert [rows[handle.id]["meta"] for handle in many] == [{"batch": 7}, {"batch": 7}]
+    assert rows[plain.id]["meta"] == {}
+    assert one.meta == {"source": "api"}
+
+
+def test_a_claimer_stuck_inside_its_transaction_holds_up_the_others_briefly(
+    app: App, dsn: str
+) -> None:
+    @app.task(concurrency=5)
+    def limited(n: int) -> None: ...
+
+    @app.task
+    def plain(n: int) -> None: ...
+
+    _store_limits(app)
+    limited.delay_many([{"n": n} for n in range(3)])
+    plain.delay(0)
+    (worker,) = _register(app, 1)
+    with psycopg.connect(dsn) as stuck:  # a transaction holding the limit's lock, idle
+        stuck.execute(
+            "SELECT pg_advisory_xact_lock(1885828204, hashtext(%s))", [f"task:{limited.name}"]
+        )
+        rows = _claim(app, worker, 5)
+        assert [row["task_name"] for row in rows] == [plain.name]
+        stuck.rollback()
+    assert len(_claim(app, worker, 5)) == 3
