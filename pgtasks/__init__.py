@@ -25,6 +25,8 @@ from ._errors import (
     SoftTimeLimitExceeded,
     TaskFailed,
     TaskRegistrationError,
+    UniqueKeyTakenError,
+    UniquenessError,
     UnknownTaskError,
 )
 from ._jobs import CancelResult, JobContext, JobRow, JobSpec, JobStatus
@@ -71,6 +73,8 @@ __all__ = [
     "TaskFailed",
     "TaskOptions",
     "TaskRegistrationError",
+    "UniqueKeyTakenError",
+    "UniquenessError",
     "UnknownTaskError",
     "Worker",
     "WorkerEvents",

@@ -22,6 +22,8 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     │   ├── PayloadNotSerializableError (+ TypeError)  an argument is not JSON
     │   └── PayloadTooLargeError (+ ValueError)        encoded payload over the limit
     ├── NaiveDatetimeError (+ ValueError)              a datetime without tzinfo
+    ├── UniquenessError (+ ValueError)                 bad unique_while/unique_for/key
+    ├── UniqueKeyTakenError                            retry refused: an active job holds the key
     ├── JobNotFoundError (+ LookupError)               no job with that id
     ├── TaskFailed                    job.get(): the job failed (remote type, message, traceback)
     └── JobCancelled                  job.get(): the job was cancelled
@@ -102,6 +104,14 @@ class PayloadTooLargeError(PayloadError, ValueError):
 
 class NaiveDatetimeError(PgTasksError, ValueError):
     """A naive datetime (without tzinfo) was given where an aware one is required."""
+
+
+class UniquenessError(PgTasksError, ValueError):
+    """Bad uniqueness options: unique_while=, unique_for= or the job's key."""
+
+
+class UniqueKeyTakenError(PgTasksError):
+    """The job's unique key is held by another pending or running job."""
 
 
 class JobNotFoundError(PgTasksError, LookupError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 #: Where a task runs in the worker (see docs/howto/executors.md).
@@ -50,6 +50,21 @@ class JobSpec:
     run_at: datetime | None = None
     delay_seconds: float | None = None
     idempotency_key: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopedJobSpec(JobSpec):
+    """A job whose key is unique within a scope (docs/howto/flow-control.md, Uniqueness).
+
+    ``unique_key`` is unique among pending and running jobs when ``unique_for`` is None
+    (``unique_while="active"``), else among the jobs enqueued in one window of
+    ``unique_for`` of the database's clock, aligned to the epoch. ``idempotency_key``
+    stays a key for life (beat's tick key); usually None. Plain jobs are JobSpec, so the
+    plain enqueue paths never look at these fields.
+    """
+
+    unique_key: str = ""
+    unique_for: timedelta | None = None
 
 
 class InsertedJob(NamedTuple):

@@ -19,6 +19,8 @@ column jobs.created_at timestamp with time zone NOT NULL DEFAULT now()
 column jobs.updated_at timestamp with time zone NOT NULL DEFAULT now()
 column jobs.finished_at timestamp with time zone
 column jobs.cancel_requested boolean NOT NULL DEFAULT false
+column jobs.unique_key text
+column jobs.unique_window tstzrange
 column migrations.version integer NOT NULL
 column migrations.name text NOT NULL
 column migrations.applied_at timestamp with time zone NOT NULL DEFAULT now()
@@ -50,6 +52,7 @@ constraint jobs.jobs_idempotency_key_key UNIQUE (idempotency_key)
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
+constraint jobs.jobs_unique_window_check CHECK (((unique_window IS NULL) OR ((unique_key IS NOT NULL) AND (NOT isempty(unique_window)))))
 constraint migrations.migrations_pkey PRIMARY KEY (version)
 constraint periodic.periodic_pkey PRIMARY KEY (name)
 constraint queue_pauses.queue_pauses_pkey PRIMARY KEY (queue)
@@ -61,6 +64,8 @@ index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree 
 index CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND (attempts >= 0))
 index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
+index CREATE UNIQUE INDEX jobs_unique_active_idx ON {schema}.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (unique_window IS NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text])))
+index CREATE UNIQUE INDEX jobs_unique_window_idx ON {schema}.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
 index CREATE UNIQUE INDEX queue_pauses_pkey ON {schema}.queue_pauses USING btree (queue)

@@ -16,6 +16,7 @@ from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec
 from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments
 from .._validation import positive_number
 from .handle import JobHandle
+from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
 
 if TYPE_CHECKING:
     from .app import App
@@ -56,6 +57,13 @@ class TaskSettings(TypedDict, total=False):
     soft_timeout: float | None
     #: "thread", "process" or "async" (default: async for ``async def``, else the worker's).
     executor: ExecutorName | None
+    #: The job's key from its arguments (a callable returning a str) when the call passes
+    #: no ``idempotency_key=``; unique for life unless unique_while= or unique_for= says.
+    unique_key: Callable[..., str]
+    #: "active": one pending or running job per key (docs/howto/flow-control.md).
+    unique_while: UniqueWhile | None
+    #: One job per key in each fixed window of this length (aligned to the epoch).
+    unique_for: timedelta | None
 
 
 class TaskOptions(TaskSettings, total=False):
@@ -190,6 +198,7 @@ class Task(Generic[P, R]):
         _positive("soft_timeout", self.soft_timeout, allow_none=True)
         self.executor: ExecutorName | None = options.get("executor")
         self._check_executor()
+        self.uniqueness: Uniqueness | None = task_uniqueness(self.name, options)
         self.signature = inspect.signature(function)
         parameters = list(self.signature.parameters.values())
         if self.bind:
@@ -267,6 +276,9 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
+        unique_while: UniqueWhile | None = None,
+        unique_for: timedelta | None = None,
+        tick_key: str | None = None,
     ) -> JobSpec:
         """Validate and encode one job; raises before anything is written."""
         kwargs = {} if kwargs is None else kwargs
@@ -299,7 +311,7 @@ class Task(Generic[P, R]):
             parameter_names=self.parameter_names,
         )
         # Positional: a frozen dataclass is slow enough to build for bulk enqueues to notice.
-        return JobSpec(
+        spec = JobSpec(
             self.name,  # task_name
             self.queue if queue is None else validate_queue(queue),
             self.priority if priority is None else validate_priority(priority),
@@ -309,6 +321,22 @@ class Task(Generic[P, R]):
             run_at,
             delay,  # delay_seconds
             idempotency_key,
+        )
+        if (
+            self.uniqueness is None
+            and unique_while is None
+            and unique_for is None
+            and tick_key is None
+        ):
+            return spec
+        return scoped_spec(
+            self,
+            spec,
+            args,
+            kwargs,
+            unique_while=unique_while,
+            unique_for=unique_for,
+            tick_key=tick_key,
         )
 
     @staticmethod
@@ -356,6 +384,8 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
+        unique_while: UniqueWhile | None = None,
+        unique_for: timedelta | None = None,
         connection: psycopg.Connection[Any] | None = None,
     ) -> JobHandle[R]:
         """Enqueue with every option; with ``connection=`` the row joins its transaction."""
@@ -368,6 +398,8 @@ class Task(Generic[P, R]):
             queue=queue,
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
+            unique_while=unique_while,
+            unique_for=unique_for,
         )
         return self.app.enqueue(spec, connection=connection)
 
@@ -400,6 +432,8 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
+        unique_while: UniqueWhile | None = None,
+        unique_for: timedelta | None = None,
         connection: psycopg.AsyncConnection[Any] | None = None,
     ) -> JobHandle[R]:
         spec = self.build_spec(
@@ -411,6 +445,8 @@ class Task(Generic[P, R]):
             queue=queue,
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
+            unique_while=unique_while,
+            unique_for=unique_for,
         )
         return await self.app.aenqueue(spec, connection=connection)
 

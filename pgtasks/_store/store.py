@@ -20,7 +20,7 @@ from psycopg import sql
 from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import dict_row
 
-from .._jobs import InsertedJob, JobRow, JobSpec, JobStatus
+from .._jobs import InsertedJob, JobRow, JobSpec, JobStatus, ScopedJobSpec
 from ..sql import Migration
 from .base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
 from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
@@ -30,6 +30,7 @@ from .doctor import DoctorQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
 from .queues import QueueQueries
+from .unique import UniqueQueries, aatomic, atomic, merge, partition
 from .web import WebQueries
 
 #: Where a claim stopped in claim order: (priority, run_at, id) of the last job it took.
@@ -56,7 +57,15 @@ def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
     )
 
 
-class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQueries, StoreBase):
+class Store(
+    DoctorQueries,
+    MetricsQueries,
+    OperationsQueries,
+    QueueQueries,
+    UniqueQueries,
+    WebQueries,
+    StoreBase,
+):
     """Every named query pgtasks runs, one method each."""
 
     # -- migrations --
@@ -103,6 +112,8 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
 
     def insert_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
         """Insert one job; an existing idempotency key answers with its job."""
+        if isinstance(spec, ScopedJobSpec):
+            return self.insert_scoped_jobs(conn, [spec])[0]
         if spec.idempotency_key is None:
             if _own_transaction(conn):
                 return InsertedJob(self.insert_and_notify_job(conn, spec), False)
@@ -111,6 +122,8 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
         return InsertedJob(row[0], row[1])
 
     async def ainsert_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> InsertedJob:
+        if isinstance(spec, ScopedJobSpec):
+            return (await self.ainsert_scoped_jobs(conn, [spec]))[0]
         if spec.idempotency_key is None:
             if _own_transaction(conn):
                 return InsertedJob(await self.ainsert_and_notify_job(conn, spec), False)
@@ -197,8 +210,19 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
         """Insert jobs in order; an existing idempotency key answers with its job."""
         if len(specs) == 1:
             return [self.insert_job(conn, specs[0])]
-        if all(spec.idempotency_key is None for spec in specs):
+        # The fast path: plain jobs without keys (a scoped job's key is not idempotency_key).
+        if all(spec.idempotency_key is None for spec in specs) and not any(
+            isinstance(spec, ScopedJobSpec) for spec in specs
+        ):
             return self.insert_new_jobs(conn, self._new_jobs_params(specs))
+        plain, scoped = partition(specs)
+        if scoped:
+            # One statement per scope (one ON CONFLICT target each), in one transaction.
+            with atomic(conn):
+                parts = [(scoped, self.insert_scoped_jobs(conn, [specs[i] for i in scoped]))]
+                if plain:
+                    parts.append((plain, self.insert_jobs(conn, [specs[i] for i in plain])))
+            return merge(len(specs), parts)
         params, answer = self._insert_jobs_plan(specs)
         rows = self._rows(conn, "insert_jobs", params, binary=True, tuples=True)
         return self._inserted(rows, answer)
@@ -208,8 +232,19 @@ class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQ
     ) -> list[InsertedJob]:
         if len(specs) == 1:
             return [await self.ainsert_job(conn, specs[0])]
-        if all(spec.idempotency_key is None for spec in specs):
+        if all(spec.idempotency_key is None for spec in specs) and not any(
+            isinstance(spec, ScopedJobSpec) for spec in specs
+        ):
             return await self.ainsert_new_jobs(conn, self._new_jobs_params(specs))
+        plain, scoped = partition(specs)
+        if scoped:
+            async with aatomic(conn):
+                scoped_specs = [specs[i] for i in scoped]
+                parts = [(scoped, await self.ainsert_scoped_jobs(conn, scoped_specs))]
+                if plain:
+                    plain_specs = [specs[i] for i in plain]
+                    parts.append((plain, await self.ainsert_jobs(conn, plain_specs)))
+            return merge(len(specs), parts)
         params, answer = self._insert_jobs_plan(specs)
         rows = await self._arows(conn, "insert_jobs", params, binary=True, tuples=True)
         return self._inserted(rows, answer)

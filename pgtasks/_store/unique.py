@@ -1,0 +1,225 @@
+"""UniqueQueries: the Store's enqueues of jobs with a uniqueness scope (``sql/unique.sql``,
+migration 0008), one statement per scope.
+
+A batch may mix scopes; each scope's jobs go in one statement (one ON CONFLICT target
+each), all in one transaction. A key repeated within a batch is sent once and answers
+its later copies as existing. A job that also carries a key for life (beat's tick key)
+is inserted on its own: if its tick key exists already, the key-for-life statement
+answers with that job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.errors import UniqueViolation
+from psycopg.pq import TransactionStatus
+
+from .._jobs import InsertedJob, JobSpec, ScopedJobSpec
+from .base import Params, Row, StoreBase
+
+#: The constraint of keys for life (migration 0001).
+LIFE_KEY_CONSTRAINT = "jobs_idempotency_key_key"
+#: The index of keys unique while active (migration 0008).
+ACTIVE_KEY_INDEX = "jobs_unique_active_idx"
+
+_JOB_FIELDS = tuple(field.name for field in dataclasses.fields(JobSpec))
+
+
+def partition(specs: Sequence[JobSpec]) -> tuple[list[int], list[int]]:
+    """Positions of the plain specs and of the scoped specs."""
+    plain: list[int] = []
+    scoped: list[int] = []
+    for index, spec in enumerate(specs):
+        (scoped if isinstance(spec, ScopedJobSpec) else plain).append(index)
+    return plain, scoped
+
+
+def merge(size: int, parts: Sequence[tuple[list[int], list[InsertedJob]]]) -> list[InsertedJob]:
+    """Results back in the order of the specs they answer."""
+    results: list[InsertedJob | None] = [None] * size
+    for positions, inserted in parts:
+        for position, job in zip(positions, inserted, strict=True):
+            results[position] = job
+    return [job for job in results if job is not None]
+
+
+def atomic(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
+    """A block whose statements commit together: a transaction on an idle autocommit
+    connection; otherwise the transaction in progress (or the implicit one of a
+    non-autocommit connection) holds them already.
+    """
+    if conn.autocommit and conn.pgconn.transaction_status == TransactionStatus.IDLE:
+        return conn.transaction()
+    return nullcontext()
+
+
+def aatomic(conn: psycopg.AsyncConnection[Any]) -> AbstractAsyncContextManager[Any]:
+    if conn.autocommit and conn.pgconn.transaction_status == TransactionStatus.IDLE:
+        return conn.transaction()
+    return nullcontext()
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What to send for a batch of scoped specs."""
+
+    #: (statement, params, answer: for every spec of the group, its row in the result)
+    groups: Sequence[tuple[str, Params, list[int], list[int]]]
+    #: Positions of specs that also carry a key for life: inserted one by one.
+    singles: list[int]
+
+
+def _columns(specs: Sequence[ScopedJobSpec]) -> dict[str, Any]:
+    return {
+        "task_name": [spec.task_name for spec in specs],
+        "queue": [spec.queue for spec in specs],
+        "priority": [spec.priority for spec in specs],
+        "args": "[" + ",".join([spec.args_json for spec in specs]) + "]",
+        "kwargs": "[" + ",".join([spec.kwargs_json for spec in specs]) + "]",
+        "max_attempts": [spec.max_attempts for spec in specs],
+        "run_at": [spec.run_at for spec in specs],
+        "delay": [spec.delay_seconds for spec in specs],
+        "idempotency_key": [spec.idempotency_key for spec in specs],
+        "unique_key": [spec.unique_key for spec in specs],
+    }
+
+
+def plan(specs: Sequence[JobSpec]) -> _Plan:
+    """Group scoped specs by scope, each key once per group (a period's key with its
+    period: the window is computed from one now() for the whole statement).
+    """
+    singles: list[int] = []
+    by_scope: dict[bool, tuple[list[int], list[ScopedJobSpec], list[int], dict[Any, int]]] = {}
+    for position, spec in enumerate(specs):
+        if not isinstance(spec, ScopedJobSpec):
+            raise TypeError(f"not a scoped job: {spec!r}")
+        if spec.idempotency_key is not None:
+            singles.append(position)
+            continue
+        periodic = spec.unique_for is not None
+        positions, sent, answer, first = by_scope.setdefault(periodic, ([], [], [], {}))
+        identity: tuple[str, timedelta | None] = (spec.unique_key, spec.unique_for)
+        positions.append(position)
+        if identity in first:
+            answer.append(first[identity])
+            continue
+        first[identity] = len(sent)
+        answer.append(len(sent))
+        sent.append(spec)
+    groups = []
+    for periodic, (positions, sent, answer, _) in sorted(by_scope.items()):
+        params = _columns(sent)
+        if periodic:
+            params["unique_for"] = [spec.unique_for for spec in sent]
+        name = "insert_period_jobs" if periodic else "insert_active_jobs"
+        groups.append((name, params, positions, answer))
+    return _Plan(groups, singles)
+
+
+def answers(rows: list[tuple[Any, ...]], answer: list[int]) -> list[InsertedJob]:
+    """One InsertedJob per spec; a key's later copies in the batch found it existing."""
+    results: list[InsertedJob] = []
+    seen: set[int] = set()
+    for row_index in answer:
+        row = rows[row_index]
+        results.append(InsertedJob(row[0], bool(row[1]) or row_index in seen))
+        seen.add(row_index)
+    return results
+
+
+def _is_life_key_conflict(error: UniqueViolation) -> bool:
+    return error.diag.constraint_name == LIFE_KEY_CONSTRAINT
+
+
+class UniqueQueries(StoreBase):
+    """Inserts of scoped jobs, and the holder of a key unique while active."""
+
+    def insert_scoped_jobs(
+        self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        """Insert ScopedJobSpecs in one transaction; answers in the order of ``specs``."""
+        work = plan(specs)
+        parts: list[tuple[list[int], list[InsertedJob]]] = []
+        with atomic(conn) if len(work.groups) + len(work.singles) > 1 else nullcontext():
+            for name, params, positions, answer in work.groups:
+                rows = self._rows(conn, name, params, binary=True, tuples=True)
+                parts.append((positions, answers(rows, answer)))
+            for position in work.singles:
+                parts.append(([position], [self._insert_with_life_key(conn, specs[position])]))
+        return merge(len(specs), parts)
+
+    def _insert_with_life_key(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
+        """A scoped job that also has a key for life: when that key exists, its job."""
+        name, params, _, _ = _single_group(spec)
+        try:
+            with conn.transaction():  # a savepoint: the caller's transaction survives
+                row = self._rows(conn, name, params, binary=True, tuples=True)[0]
+        except UniqueViolation as error:
+            if not _is_life_key_conflict(error):
+                raise
+            row = self._rows(conn, "insert_job", _life_params(spec), tuples=True)[0]
+        return InsertedJob(row[0], bool(row[1]))
+
+    async def ainsert_scoped_jobs(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        work = plan(specs)
+        parts: list[tuple[list[int], list[InsertedJob]]] = []
+        async with aatomic(conn) if len(work.groups) + len(work.singles) > 1 else nullcontext():
+            for name, params, positions, answer in work.groups:
+                rows = await self._arows(conn, name, params, binary=True, tuples=True)
+                parts.append((positions, answers(rows, answer)))
+            for position in work.singles:
+                job = await self._ainsert_with_life_key(conn, specs[position])
+                parts.append(([position], [job]))
+        return merge(len(specs), parts)
+
+    async def _ainsert_with_life_key(
+        self, conn: psycopg.AsyncConnection[Any], spec: JobSpec
+    ) -> InsertedJob:
+        name, params, _, _ = _single_group(spec)
+        try:
+            async with conn.transaction():
+                row = (await self._arows(conn, name, params, binary=True, tuples=True))[0]
+        except UniqueViolation as error:
+            if not _is_life_key_conflict(error):
+                raise
+            row = (await self._arows(conn, "insert_job", _life_params(spec), tuples=True))[0]
+        return InsertedJob(row[0], bool(row[1]))
+
+    def get_active_key_holder(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
+        """``id, status, unique_key`` of the job holding job ``job_id``'s active key."""
+        rows = self._rows(conn, "get_active_key_holder", {"id": job_id})
+        return rows[0] if rows else None
+
+
+def _single_group(spec: JobSpec) -> tuple[str, Params, list[int], list[int]]:
+    """The statement and parameters of one scoped spec (whatever its keys)."""
+    if not isinstance(spec, ScopedJobSpec):
+        raise TypeError(f"not a scoped job: {spec!r}")
+    params = _columns([spec])
+    if spec.unique_for is not None:
+        params["unique_for"] = [spec.unique_for]
+        return "insert_period_jobs", params, [0], [0]
+    return "insert_active_jobs", params, [0], [0]
+
+
+def _life_params(spec: JobSpec) -> Params:
+    """Parameters of ``insert_job`` for the key-for-life part of a scoped spec."""
+    return {
+        "task_name": spec.task_name,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "args": spec.args_json,
+        "kwargs": spec.kwargs_json,
+        "max_attempts": spec.max_attempts,
+        "run_at": spec.run_at,
+        "delay": spec.delay_seconds,
+        "idempotency_key": spec.idempotency_key,
+    }
