@@ -3,9 +3,10 @@ migration 0008), one statement per scope.
 
 A batch may mix scopes; each scope's jobs go in one statement (one ON CONFLICT target
 each), all in one transaction. A key repeated within a batch is sent once and answers
-its later copies as existing. A job that also carries a key for life (beat's tick key)
-is inserted on its own: if its tick key exists already, the key-for-life statement
-answers with that job.
+its later copies as existing; keys are sent in sorted order, so concurrent batches of
+overlapping keys lock them in one order (no deadlock). A job that also carries a key
+for life (beat's tick key) is inserted on its own: if its tick key exists already, the
+key-for-life statement answers with that job.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ def aatomic(conn: psycopg.AsyncConnection[Any]) -> AbstractAsyncContextManager[A
     return nullcontext()
 
 
+#: A scoped key's identity within a batch: the key, and the period (zero: while active).
+Identity = tuple[str, timedelta]
+
+
 @dataclasses.dataclass
 class _Plan:
     """What to send for a batch of scoped specs."""
@@ -92,10 +97,11 @@ def _columns(specs: Sequence[ScopedJobSpec]) -> dict[str, Any]:
 
 def plan(specs: Sequence[JobSpec]) -> _Plan:
     """Group scoped specs by scope, each key once per group (a period's key with its
-    period: the window is computed from one now() for the whole statement).
+    period: the window is computed from one now() for the whole statement), sorted by
+    key: concurrent batches then lock their keys in one order and never deadlock.
     """
     singles: list[int] = []
-    by_scope: dict[bool, tuple[list[int], list[ScopedJobSpec], list[int], dict[Any, int]]] = {}
+    by_scope: dict[bool, tuple[list[int], list[Identity], dict[Identity, ScopedJobSpec]]] = {}
     for position, spec in enumerate(specs):
         if not isinstance(spec, ScopedJobSpec):
             raise TypeError(f"not a scoped job: {spec!r}")
@@ -103,27 +109,26 @@ def plan(specs: Sequence[JobSpec]) -> _Plan:
             singles.append(position)
             continue
         periodic = spec.unique_for is not None
-        positions, sent, answer, first = by_scope.setdefault(periodic, ([], [], [], {}))
-        identity: tuple[str, timedelta | None] = (spec.unique_key, spec.unique_for)
+        positions, identities, first = by_scope.setdefault(periodic, ([], [], {}))
+        identity = (spec.unique_key, spec.unique_for or timedelta(0))
         positions.append(position)
-        if identity in first:
-            answer.append(first[identity])
-            continue
-        first[identity] = len(sent)
-        answer.append(len(sent))
-        sent.append(spec)
+        identities.append(identity)
+        first.setdefault(identity, spec)
     groups = []
-    for periodic, (positions, sent, answer, _) in sorted(by_scope.items()):
+    for periodic, (positions, identities, first) in sorted(by_scope.items()):
+        order = sorted(first)
+        row_of = {identity: row for row, identity in enumerate(order)}
+        sent = [first[identity] for identity in order]
         params = _columns(sent)
         if periodic:
             params["unique_for"] = [spec.unique_for for spec in sent]
         name = "insert_period_jobs" if periodic else "insert_active_jobs"
-        groups.append((name, params, positions, answer))
+        groups.append((name, params, positions, [row_of[identity] for identity in identities]))
     return _Plan(groups, singles)
 
 
 def answers(rows: list[tuple[Any, ...]], answer: list[int]) -> list[InsertedJob]:
-    """One InsertedJob per spec; a key's later copies in the batch found it existing."""
+    """One InsertedJob per spec; a key's copies after the first found it existing."""
     results: list[InsertedJob] = []
     seen: set[int] = set()
     for row_index in answer:
