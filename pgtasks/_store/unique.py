@@ -145,6 +145,49 @@ def _is_life_key_conflict(error: UniqueViolation) -> bool:
 class UniqueQueries(StoreBase):
     """Inserts of scoped jobs, and the holder of a key unique while active."""
 
+    # Store's (the class this mixin is part of): the key-for-life insert of one job.
+    def insert_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
+        raise NotImplementedError
+
+    async def ainsert_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> InsertedJob:
+        raise NotImplementedError
+
+    def insert_active_jobs(
+        self, conn: psycopg.Connection[Any], params: Params
+    ) -> list[tuple[Any, ...]]:
+        """Rows ``id, existed`` of jobs unique while active (columns as ``_columns``)."""
+        return self._rows(conn, "insert_active_jobs", params, binary=True, tuples=True)
+
+    async def ainsert_active_jobs(
+        self, conn: psycopg.AsyncConnection[Any], params: Params
+    ) -> list[tuple[Any, ...]]:
+        return await self._arows(conn, "insert_active_jobs", params, binary=True, tuples=True)
+
+    def insert_period_jobs(
+        self, conn: psycopg.Connection[Any], params: Params
+    ) -> list[tuple[Any, ...]]:
+        """Rows ``id, existed`` of jobs unique for a period (``_columns`` + unique_for)."""
+        return self._rows(conn, "insert_period_jobs", params, binary=True, tuples=True)
+
+    async def ainsert_period_jobs(
+        self, conn: psycopg.AsyncConnection[Any], params: Params
+    ) -> list[tuple[Any, ...]]:
+        return await self._arows(conn, "insert_period_jobs", params, binary=True, tuples=True)
+
+    def _insert_group(
+        self, conn: psycopg.Connection[Any], name: str, params: Params
+    ) -> list[tuple[Any, ...]]:
+        if name == "insert_period_jobs":
+            return self.insert_period_jobs(conn, params)
+        return self.insert_active_jobs(conn, params)
+
+    async def _ainsert_group(
+        self, conn: psycopg.AsyncConnection[Any], name: str, params: Params
+    ) -> list[tuple[Any, ...]]:
+        if name == "insert_period_jobs":
+            return await self.ainsert_period_jobs(conn, params)
+        return await self.ainsert_active_jobs(conn, params)
+
     def insert_scoped_jobs(
         self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
@@ -153,7 +196,7 @@ class UniqueQueries(StoreBase):
         parts: list[tuple[list[int], list[InsertedJob]]] = []
         with atomic(conn) if len(work.groups) + len(work.singles) > 1 else nullcontext():
             for name, params, positions, answer in work.groups:
-                rows = self._rows(conn, name, params, binary=True, tuples=True)
+                rows = self._insert_group(conn, name, params)
                 parts.append((positions, answers(rows, answer)))
             for position in work.singles:
                 parts.append(([position], [self._insert_with_life_key(conn, specs[position])]))
@@ -164,11 +207,11 @@ class UniqueQueries(StoreBase):
         name, params, _, _ = _single_group(spec)
         try:
             with conn.transaction():  # a savepoint: the caller's transaction survives
-                row = self._rows(conn, name, params, binary=True, tuples=True)[0]
+                row = self._insert_group(conn, name, params)[0]
         except UniqueViolation as error:
             if not _is_life_key_conflict(error):
                 raise
-            row = self._rows(conn, "insert_job", _life_params(spec), tuples=True)[0]
+            return self.insert_job(conn, _plain(spec))
         return InsertedJob(row[0], bool(row[1]))
 
     async def ainsert_scoped_jobs(
@@ -178,7 +221,7 @@ class UniqueQueries(StoreBase):
         parts: list[tuple[list[int], list[InsertedJob]]] = []
         async with aatomic(conn) if len(work.groups) + len(work.singles) > 1 else nullcontext():
             for name, params, positions, answer in work.groups:
-                rows = await self._arows(conn, name, params, binary=True, tuples=True)
+                rows = await self._ainsert_group(conn, name, params)
                 parts.append((positions, answers(rows, answer)))
             for position in work.singles:
                 job = await self._ainsert_with_life_key(conn, specs[position])
@@ -191,11 +234,11 @@ class UniqueQueries(StoreBase):
         name, params, _, _ = _single_group(spec)
         try:
             async with conn.transaction():
-                row = (await self._arows(conn, name, params, binary=True, tuples=True))[0]
+                row = (await self._ainsert_group(conn, name, params))[0]
         except UniqueViolation as error:
             if not _is_life_key_conflict(error):
                 raise
-            row = (await self._arows(conn, "insert_job", _life_params(spec), tuples=True))[0]
+            return await self.ainsert_job(conn, _plain(spec))
         return InsertedJob(row[0], bool(row[1]))
 
     def get_active_key_holder(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
@@ -215,16 +258,6 @@ def _single_group(spec: JobSpec) -> tuple[str, Params, list[int], list[int]]:
     return "insert_active_jobs", params, [0], [0]
 
 
-def _life_params(spec: JobSpec) -> Params:
-    """Parameters of ``insert_job`` for the key-for-life part of a scoped spec."""
-    return {
-        "task_name": spec.task_name,
-        "queue": spec.queue,
-        "priority": spec.priority,
-        "args": spec.args_json,
-        "kwargs": spec.kwargs_json,
-        "max_attempts": spec.max_attempts,
-        "run_at": spec.run_at,
-        "delay": spec.delay_seconds,
-        "idempotency_key": spec.idempotency_key,
-    }
+def _plain(spec: JobSpec) -> JobSpec:
+    """The key-for-life part of a scoped spec: a JobSpec of the same fields."""
+    return JobSpec(**{name: getattr(spec, name) for name in _JOB_FIELDS})

@@ -102,3 +102,23 @@ def test_flow_control_example_pauses_and_resumes_a_queue(example_env: dict[str, 
     assert "the running job finishes: batch 0 sent" in out
     assert "resume emails: True" in out
     assert "after resume: ['batch 1 sent', 'batch 2 sent']" in out
+
+
+def test_uniqueness_example_shows_each_scope(example_env: dict[str, str]) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.uniqueness"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "while active: same job True, existed True" in out
+    assert "first: account 42 synced" in out
+    assert "after it finished: new job True, existed False" in out
+    assert "digests in one window: 2 jobs for 3 enqueues" in out
+    assert "next window: new job True" in out
+    assert "key for life: same job after it ran True" in out
+    assert "refused: unique_for= must be a positive timedelta" in out
