@@ -182,3 +182,23 @@ def test_in_process_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
         assert (row["duplicates"], row["lost"]) == (0, 0), row
     assert report["idle_latency_ms"]["p99"] > 0
     assert "threads left" not in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_enqueue_ab_benchmark_compares_two_checkouts(dsn: str) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.enqueue_ab", "--baseline", str(ROOT)),
+            *("--jobs", "1000", "--runs", "1", "--dsn", dsn),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for figure in ("enqueue_one_by_one", "enqueue_bulk", "enqueue_transactional"):
+        assert any(line.startswith(figure) for line in result.stdout.splitlines()), result.stdout

@@ -211,9 +211,7 @@ class Store(
         if len(specs) == 1:
             return [self.insert_job(conn, specs[0])]
         # The fast path: plain jobs without keys (a scoped job's key is not idempotency_key).
-        if all(spec.idempotency_key is None for spec in specs) and not any(
-            isinstance(spec, ScopedJobSpec) for spec in specs
-        ):
+        if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
             return self.insert_new_jobs(conn, self._new_jobs_params(specs))
         plain, scoped = partition(specs)
         if scoped:
@@ -232,9 +230,7 @@ class Store(
     ) -> list[InsertedJob]:
         if len(specs) == 1:
             return [await self.ainsert_job(conn, specs[0])]
-        if all(spec.idempotency_key is None for spec in specs) and not any(
-            isinstance(spec, ScopedJobSpec) for spec in specs
-        ):
+        if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
             return await self.ainsert_new_jobs(conn, self._new_jobs_params(specs))
         plain, scoped = partition(specs)
         if scoped:
