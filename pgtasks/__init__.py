@@ -13,12 +13,14 @@ from ._errors import (
     EmbeddedUnavailableError,
     JobCancelled,
     JobNotFoundError,
+    LeaseLostError,
     NaiveDatetimeError,
     PayloadError,
     PayloadNotSerializableError,
     PayloadTooLargeError,
     PgTasksError,
     PoolExhaustedError,
+    ReservedMetaKeyError,
     SchemaError,
     SchemaNotMigratedError,
     SchemaTooNewError,
@@ -28,8 +30,9 @@ from ._errors import (
     UniqueKeyTakenError,
     UniquenessError,
     UnknownTaskError,
+    WorkerLostError,
 )
-from ._jobs import CancelResult, JobContext, JobRow, JobSpec, JobStatus
+from ._jobs import AttemptError, CancelResult, JobContext, JobRow, JobSpec, JobStatus, Progress
 from ._logging import JsonFormatter
 from ._retry import Discard, Retry
 from ._worker.beat import Beat
@@ -41,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "AttemptError",
     "Beat",
     "CancelResult",
     "ConfigurationError",
@@ -56,6 +60,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "JsonFormatter",
+    "LeaseLostError",
     "NaiveDatetimeError",
     "PayloadError",
     "PayloadNotSerializableError",
@@ -63,6 +68,8 @@ __all__ = [
     "PeriodicOptions",
     "PgTasksError",
     "PoolExhaustedError",
+    "Progress",
+    "ReservedMetaKeyError",
     "Retry",
     "Schedule",
     "SchemaError",
@@ -78,6 +85,7 @@ __all__ = [
     "UnknownTaskError",
     "Worker",
     "WorkerEvents",
+    "WorkerLostError",
     "WorkerMetrics",
     "__version__",
 ]

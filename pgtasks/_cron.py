@@ -91,6 +91,8 @@ class PeriodicOptions(TypedDict, total=False):
     catch_up: CatchUp
     #: Upper bound on the ticks enqueued at once with catch_up="all".
     max_catch_up: int
+    #: Meta of every job (a JSON object; see docs/howto/metadata.md).
+    meta: Mapping[str, Any]
 
 
 def _as_utc(moment: datetime) -> datetime:
@@ -450,6 +452,7 @@ class Schedule:
     priority: int | None = None
     catch_up: CatchUp = "latest"
     max_catch_up: int = DEFAULT_MAX_CATCH_UP
+    meta: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():

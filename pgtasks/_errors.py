@@ -20,11 +20,14 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     ├── UnknownTaskError (+ KeyError) no task registered under a name
     ├── PayloadError
     │   ├── PayloadNotSerializableError (+ TypeError)  an argument is not JSON
-    │   └── PayloadTooLargeError (+ ValueError)        encoded payload over the limit
+    │   ├── PayloadTooLargeError (+ ValueError)        encoded payload over the limit
+    │   └── ReservedMetaKeyError (+ ValueError)        a meta key starting with "pgtasks."
     ├── NaiveDatetimeError (+ ValueError)              a datetime without tzinfo
     ├── UniquenessError (+ ValueError)                 bad unique_while/unique_for/key
     ├── UniqueKeyTakenError                            retry refused: an active job holds the key
     ├── JobNotFoundError (+ LookupError)               no job with that id
+    ├── LeaseLostError                ctx.update_meta()/set_progress(): the attempt lost the job
+    ├── WorkerLostError               recorded (never raised): an attempt's worker was lost
     ├── TaskFailed                    job.get(): the job failed (remote type, message, traceback)
     └── JobCancelled                  job.get(): the job was cancelled
 
@@ -143,6 +146,23 @@ class JobCancelled(PgTasksError):
     def __init__(self, job_id: int | None = None) -> None:
         self.job_id = job_id
         super().__init__(f"job {job_id if job_id is not None else '?'} was cancelled")
+
+
+class ReservedMetaKeyError(PayloadError, ValueError):
+    """A meta key starts with ``pgtasks.``: that prefix is reserved for pgtasks itself."""
+
+
+class LeaseLostError(PgTasksError):
+    """This attempt no longer holds the job's lease: the job was rescued (its worker was
+    presumed lost), finished, cancelled or released meanwhile, so the attempt may not
+    write to it. Stop the attempt; the job's current holder (if any) carries on.
+    """
+
+
+class WorkerLostError(PgTasksError):
+    """The worker (or process-pool child) running an attempt was lost: killed, or silent
+    past the lease. Recorded as the error of that attempt; never raised by pgtasks.
+    """
 
 
 class SoftTimeLimitExceeded(Exception):

@@ -5,11 +5,16 @@ Pure module: no I/O, no database imports.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
+import math
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, NamedTuple
+
+from ._errors import PayloadNotSerializableError, ReservedMetaKeyError
+from ._payload import RESERVED_META_PREFIX
 
 #: Where a task runs in the worker (see docs/howto/executors.md).
 ExecutorName = Literal["thread", "process", "async"]
@@ -50,6 +55,8 @@ class JobSpec:
     run_at: datetime | None = None
     delay_seconds: float | None = None
     idempotency_key: str | None = None
+    #: The job's meta as JSON text (an object), or None for none.
+    meta_json: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,12 +125,115 @@ class JobRow:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    #: The job's meta (a JSON object; keys starting with "pgtasks." are pgtasks' own).
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: When its first attempt was claimed (None: never started).
+    started_at: datetime | None = None
+    #: The attempts that ended with an error (see :class:`AttemptError`), oldest first.
+    attempt_errors: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobRow:
         values = {name: row[name] for name in JOB_COLUMNS}
         values["status"] = JobStatus(values["status"])
+        for name in OPTIONAL_JOB_COLUMNS:
+            if name in row:
+                values[name] = row[name]
+        if not isinstance(values.get("meta", {}), dict):
+            values["meta"] = {}  # a row written by hand; the CHECK constraint forbids it
         return cls(**values)
+
+    @property
+    def progress(self) -> Progress | None:
+        """The progress the running (or last) attempt reported, or None."""
+        return Progress.from_meta(self.meta)
+
+    @property
+    def attempts_history(self) -> list[AttemptError]:
+        """Every attempt that ended with an error, oldest first."""
+        return [AttemptError.from_json(entry) for entry in self.attempt_errors or ()]
+
+
+#: Columns read when the query has them (get_job, get_jobs); other listings omit them.
+OPTIONAL_JOB_COLUMNS = ("meta", "started_at", "attempt_errors")
+
+#: The meta key of the progress a task reports (JobContext.set_progress).
+PROGRESS_KEY = "pgtasks.progress"
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What ``ctx.set_progress(current, total, message)`` stored last."""
+
+    current: float
+    total: float | None
+    message: str | None
+    updated_at: datetime | None
+
+    @property
+    def fraction(self) -> float | None:
+        """current / total, or None without a (positive) total."""
+        if not self.total:
+            return None
+        return self.current / self.total
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> Progress | None:
+        value = meta.get(PROGRESS_KEY)
+        if not isinstance(value, dict):
+            return None
+        current, total, message = value.get("current"), value.get("total"), value.get("message")
+        if isinstance(current, bool) or not isinstance(current, (int, float)):
+            return None
+        if isinstance(total, bool) or not isinstance(total, (int, float)):
+            total = None
+        return cls(
+            current=current,
+            total=total,
+            message=message if isinstance(message, str) else None,
+            updated_at=_parse_time(value.get("updated_at")),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class AttemptError:
+    """One attempt that ended with an error: which attempt, on which worker, and why."""
+
+    attempt: int | None
+    worker_id: int | None
+    #: The error text as stored in ``last_error`` (type, message and traceback).
+    error: str | None
+    #: The exception's qualified class path (e.g. ``builtins.ValueError``) when known.
+    exception_type: str | None
+    finished_at: datetime | None
+
+    @classmethod
+    def from_json(cls, entry: Any) -> AttemptError:
+        if not isinstance(entry, dict):
+            return cls(None, None, None, None, None)
+
+        def integer(value: Any) -> int | None:
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        def text(value: Any) -> str | None:
+            return value if isinstance(value, str) else None
+
+        return cls(
+            attempt=integer(entry.get("attempt")),
+            worker_id=integer(entry.get("worker_id")),
+            error=text(entry.get("error")),
+            exception_type=text(entry.get("exception_type")),
+            finished_at=_parse_time(entry.get("finished_at")),
+        )
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +253,12 @@ class JobContext:
     _cancelled: Callable[[], bool] | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
+    #: The job's meta as claimed (a read-only view: update_meta() writes to the row).
+    meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: Merges a patch into the job's meta, fenced by this attempt's lease (the executor's).
+    _write_meta: Callable[[dict[str, Any]], None] | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
 
     def cancelled(self) -> bool:
         """True once ``cancel()`` was called for this job: stop early and return.
@@ -151,6 +267,84 @@ class JobContext:
         then returns or raises, the job is recorded as cancelled.
         """
         return self._cancelled is not None and self._cancelled()
+
+    def update_meta(self, values: Mapping[str, Any] | None = None, /, **more: Any) -> None:
+        """Merge keys into the job's meta now (one UPDATE, fenced by this attempt's lease).
+
+        Raises LeaseLostError when the attempt no longer holds the job (rescued, finished,
+        cancelled), ReservedMetaKeyError for keys starting with ``pgtasks.``. Blocks for a
+        round trip: in an ``async def`` task use :meth:`aupdate_meta`.
+        """
+        patch = dict(values or {})
+        patch.update(more)
+        self._write(check_meta_patch(patch))
+
+    async def aupdate_meta(self, values: Mapping[str, Any] | None = None, /, **more: Any) -> None:
+        """:meth:`update_meta` for ``async def`` tasks (the write runs in a thread)."""
+        patch = dict(values or {})
+        patch.update(more)
+        await self._awrite(check_meta_patch(patch))
+
+    def set_progress(
+        self, current: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Record progress (e.g. 40 of 100 items) where ``job.progress`` reads it.
+
+        One fenced UPDATE per call: report every second or so, not every item.
+        """
+        self._write(progress_patch(current, total, message))
+
+    async def aset_progress(
+        self, current: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """:meth:`set_progress` for ``async def`` tasks (the write runs in a thread)."""
+        await self._awrite(progress_patch(current, total, message))
+
+    def _write(self, patch: dict[str, Any]) -> None:
+        if self._write_meta is None:
+            return  # called directly (no job): nothing to write to
+        self._write_meta(patch)
+
+    async def _awrite(self, patch: dict[str, Any]) -> None:
+        if self._write_meta is None:
+            return
+        await asyncio.to_thread(self._write_meta, patch)
+
+
+def check_meta_patch(patch: dict[str, Any]) -> dict[str, Any]:
+    """A user's meta update: string keys, none reserved (values are checked when encoded)."""
+    for key in patch:
+        if not isinstance(key, str):
+            raise PayloadNotSerializableError(f"meta key {key!r} is not a string")
+        if key.startswith(RESERVED_META_PREFIX):
+            raise ReservedMetaKeyError(
+                f"meta key {key!r} starts with {RESERVED_META_PREFIX!r}, a prefix reserved"
+                " for pgtasks (use set_progress() for progress); choose another key"
+            )
+    return patch
+
+
+def progress_patch(current: float, total: float | None, message: str | None) -> dict[str, Any]:
+    """The meta patch of one progress report (validated: finite numbers, text message)."""
+    for name, value in (("current", current), ("total", total)):
+        if value is None and name == "total":
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"set_progress: {name} must be a finite number, got {value!r}")
+    if message is not None and not isinstance(message, str):
+        raise TypeError(f"set_progress: message must be a string, got {type(message).__name__}")
+    return {
+        PROGRESS_KEY: {
+            "current": current,
+            "total": total,
+            "message": message,
+            "updated_at": datetime.now(timezone.utc).isoformat(),
+        }
+    }
 
 
 @dataclasses.dataclass(frozen=True)

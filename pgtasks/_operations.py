@@ -280,6 +280,18 @@ def format_jobs(now: datetime | None, jobs: Sequence[JobRow]) -> str:
     return format_table(headers, rows)
 
 
+def _progress_text(job: JobRow) -> str:
+    progress = job.progress
+    if progress is None:
+        return "-"
+    text = f"{progress.current:g}" + (
+        f" of {progress.total:g}" if progress.total is not None else ""
+    )
+    if progress.fraction is not None:
+        text += f" ({progress.fraction:.0%})"
+    return text + (f": {progress.message}" if progress.message else "")
+
+
 def _when(now: datetime, job: JobRow) -> str:
     """Due (pending), started (running) or ended (finished), relative to ``now``."""
     if job.status is JobStatus.PENDING:
@@ -309,9 +321,12 @@ def format_job(job: JobRow, now: datetime | None = None) -> str:
         ("args", encoded(job.args)),
         ("kwargs", encoded(job.kwargs)),
         ("result", encoded(job.result)),
+        ("meta", encoded(job.meta)),
+        ("progress", _progress_text(job)),
         ("idempotency key", job.idempotency_key or "-"),
         ("run at", when(job.run_at)),
         ("created at", when(job.created_at)),
+        ("started at", when(job.started_at)),
         ("updated at", when(job.updated_at)),
         ("locked at", when(job.locked_at)),
         ("locked by", f"worker {job.locked_by}" if job.locked_by is not None else "-"),
@@ -320,6 +335,18 @@ def format_job(job: JobRow, now: datetime | None = None) -> str:
     width = max(len(name) for name, _ in fields) + 1
     lines = [f"job {job.id}"]
     lines += [f"  {(name + ':').ljust(width)} {printable(value)}" for name, value in fields]
+    history = job.attempts_history
+    if history:
+        lines.append("failed attempts:")
+        for entry in history:
+            kind = entry.exception_type or "-"
+            summary = _one_line(entry.error)
+            worker = f"worker {entry.worker_id}" if entry.worker_id is not None else "worker ?"
+            lines.append(
+                printable(
+                    f"  #{entry.attempt} {worker} {when(entry.finished_at)} {kind}: {summary}"
+                )
+            )
     if job.last_error:
         lines.append("last error:")
         error_lines = job.last_error.rstrip().splitlines()

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._errors import PayloadNotSerializableError, PayloadTooLargeError
+from ._errors import PayloadNotSerializableError, PayloadTooLargeError, ReservedMetaKeyError
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
@@ -130,6 +130,60 @@ def encode_arguments(
                 "elsewhere and pass a reference"
             )
     return args_json, kwargs_json
+
+
+#: Prefix of the meta keys pgtasks writes itself (progress, trace context).
+RESERVED_META_PREFIX = "pgtasks."
+
+
+def encode_meta(
+    what: str,
+    meta: Mapping[str, Any] | None,
+    *,
+    max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    internal: bool = False,
+) -> str | None:
+    """Encode a job's meta (a JSON object) as JSON text; None for no meta (or empty).
+
+    Keys must be strings; user code (``internal`` False) may not use keys starting with
+    ``pgtasks.`` (ReservedMetaKeyError). Raises PayloadNotSerializableError for values
+    that are not JSON and PayloadTooLargeError past ``max_bytes``.
+    """
+    if meta is None:
+        return None
+    if type(meta) is not dict and not isinstance(meta, Mapping):
+        raise PayloadNotSerializableError(
+            f"{what} must be a mapping (a JSON object), got {type(meta).__name__}"
+        )
+    if not meta:
+        return None
+    for key in meta:
+        if not isinstance(key, str):
+            raise PayloadNotSerializableError(
+                f"{what} key {key!r} is not a string (JSON object keys are strings)"
+            )
+        if not internal and key.startswith(RESERVED_META_PREFIX):
+            raise ReservedMetaKeyError(
+                f"{what} key {key!r} starts with {RESERVED_META_PREFIX!r}, a prefix reserved"
+                " for pgtasks (progress, trace context); choose another key"
+            )
+    try:
+        text = _dumps(dict(meta))
+    except (TypeError, ValueError) as error:
+        for key, value in meta.items():
+            try:
+                _dumps(value)
+            except (TypeError, ValueError) as value_error:
+                raise PayloadNotSerializableError(
+                    f"{what}[{key!r}] cannot be stored as JSON: {_explain(value, value_error)}"
+                ) from None
+        raise PayloadNotSerializableError(f"{what} cannot be stored as JSON: {error}") from None
+    if len(text) * 4 > max_bytes and len(text.encode()) > max_bytes:
+        raise PayloadTooLargeError(
+            f"{what} encodes to {len(text.encode())} bytes of JSON, over the limit of"
+            f" {max_bytes} bytes (App(max_payload_bytes=...))"
+        )
+    return text
 
 
 def _raise_for_culprit(

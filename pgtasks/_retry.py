@@ -87,6 +87,8 @@ class Outcome:
     result_json: str | None = None
     error: str | None = None
     delay: float = 0.0
+    #: The qualified class path of the exception that ended the attempt, when known.
+    exception_type: str | None = None
 
     @property
     def summary(self) -> str:
@@ -106,6 +108,12 @@ def describe_error(error: BaseException) -> str:
     return text.strip().replace("\x00", "\\x00")
 
 
+def exception_path(error: BaseException) -> str:
+    """The qualified class path of an exception, e.g. ``builtins.ValueError``."""
+    kind = type(error)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def after_error(
     error: BaseException,
     *,
@@ -116,17 +124,20 @@ def after_error(
 ) -> Outcome:
     """The outcome of an attempt that raised ``error``."""
     text = describe_error(error)
+    kind = exception_path(error)
     if isinstance(error, Retry):
         if attempt >= max_attempts:
-            return Outcome("failed", "failed", error=text)
-        return Outcome("retry", "pending", error=text, delay=error.delay)
+            return Outcome("failed", "failed", error=text, exception_type=kind)
+        return Outcome("retry", "pending", error=text, delay=error.delay, exception_type=kind)
     if isinstance(error, Discard) or (dont_retry and isinstance(error, dont_retry)):
-        return Outcome("discarded", "failed", error=text)
+        return Outcome("discarded", "failed", error=text, exception_type=kind)
     if isinstance(error, PayloadNotSerializableError):
-        return Outcome("failed", "failed", error=text)
+        return Outcome("failed", "failed", error=text, exception_type=kind)
     if attempt >= max_attempts:
-        return Outcome("failed", "failed", error=text)
-    return Outcome("retry", "pending", error=text, delay=backoff(attempt, policy))
+        return Outcome("failed", "failed", error=text, exception_type=kind)
+    return Outcome(
+        "retry", "pending", error=text, delay=backoff(attempt, policy), exception_type=kind
+    )
 
 
 def after_timeout(
@@ -134,6 +145,9 @@ def after_timeout(
 ) -> Outcome:
     """The outcome of an attempt that passed its ``timeout``."""
     message = f"TimeoutError: the task did not finish within its timeout of {timeout:g} s"
+    kind = "builtins.TimeoutError"
     if attempt >= max_attempts:
-        return Outcome("timeout", "failed", error=message)
-    return Outcome("timeout", "pending", error=message, delay=backoff(attempt, policy))
+        return Outcome("timeout", "failed", error=message, exception_type=kind)
+    return Outcome(
+        "timeout", "pending", error=message, delay=backoff(attempt, policy), exception_type=kind
+    )

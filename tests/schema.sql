@@ -19,6 +19,9 @@ column jobs.created_at timestamp with time zone NOT NULL DEFAULT now()
 column jobs.updated_at timestamp with time zone NOT NULL DEFAULT now()
 column jobs.finished_at timestamp with time zone
 column jobs.cancel_requested boolean NOT NULL DEFAULT false
+column jobs.meta jsonb NOT NULL DEFAULT '{}'::jsonb
+column jobs.started_at timestamp with time zone
+column jobs.attempt_errors jsonb
 column jobs.unique_key text
 column jobs.unique_window tstzrange
 column migrations.version integer NOT NULL
@@ -50,6 +53,7 @@ column workers.heartbeat_at timestamp with time zone NOT NULL DEFAULT now()
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
 constraint jobs.jobs_idempotency_key_key UNIQUE (idempotency_key)
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
+constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
 constraint jobs.jobs_unique_window_check CHECK (((unique_window IS NULL) OR ((unique_key IS NOT NULL) AND (NOT isempty(unique_window)))))

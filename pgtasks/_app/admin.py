@@ -33,7 +33,7 @@ from .._queues import QueueState, queue_states
 if TYPE_CHECKING:
     from .app import App
 
-#: The unique index of keys unique while active (migration 0008).
+#: The unique index of keys unique while active (migration 0009).
 ACTIVE_KEY_INDEX = "jobs_unique_active_idx"
 #: Rows per UPDATE of a bulk retry or cancel (each batch commits on its own).
 BATCH_SIZE = 1000

@@ -90,6 +90,8 @@ def _row(spec: JobSpec, status: JobStatus, result: Any, error: str | None) -> Jo
         created_at=now,
         updated_at=now,
         finished_at=now,
+        meta=json.loads(spec.meta_json) if spec.meta_json else {},
+        started_at=now,
     )
 
 
@@ -105,6 +107,7 @@ def _call(app: App, spec: JobSpec) -> tuple[Any, Any]:
             max_attempts=spec.max_attempts,
             worker_id=None,
             queue=spec.queue,
+            meta=json.loads(spec.meta_json) if spec.meta_json else {},
         )
         args = [context, *args]
     return task, task.function(*args, **kwargs)

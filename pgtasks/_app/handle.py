@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._errors import JobNotFoundError
-from .._jobs import CancelResult, JobRow, JobStatus
+from .._jobs import AttemptError, CancelResult, JobRow, JobStatus, Progress
 from .results import await_result, wait_for_result
 
 if TYPE_CHECKING:
@@ -124,3 +124,33 @@ class JobHandle(Generic[R]):
     @property
     def finished_at(self) -> datetime | None:
         return self._snapshot().finished_at
+
+    @property
+    def started_at(self) -> datetime | None:
+        """When the first attempt was claimed (None: not started yet)."""
+        return self._snapshot().started_at
+
+    @property
+    def worker_id(self) -> int | None:
+        """The worker that holds (or last held) the job: the last attempt's worker."""
+        return self._snapshot().locked_by
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The job's meta (keys starting with ``pgtasks.`` are pgtasks' own)."""
+        return self._snapshot().meta
+
+    @property
+    def progress(self) -> Progress | None:
+        """The last progress the task reported (``ctx.set_progress``), or None.
+
+        Like the other properties, from the last snapshot: poll with
+        ``job.refresh().progress``.
+        """
+        return self._snapshot().progress
+
+    @property
+    def attempts_history(self) -> list[AttemptError]:
+        """The attempts that ended with an error (retried, failed, timed out, worker lost),
+        oldest first; the attempt that succeeded (if any) is not in it."""
+        return self._snapshot().attempts_history

@@ -70,6 +70,7 @@ def build_schedule(
         priority=options.get("priority"),
         catch_up=options.get("catch_up", "latest"),
         max_catch_up=options.get("max_catch_up", DEFAULT_MAX_CATCH_UP),
+        meta=options.get("meta") or None,
     )
     # Encode the job once now: bad arguments, queue or priority fail at declaration; the
     # name becomes each tick's idempotency key (name:tick), which must fit its index.
@@ -93,6 +94,7 @@ def build_spec(task: Task[Any, Any], schedule: Schedule, tick: datetime) -> JobS
         # scope keys that scope with unique_key= or, failing it, the schedule's name.
         idempotency_key=schedule_key(task, schedule.name),
         tick_key=schedule.key(tick),
+        meta=schedule.meta,
     )
 
 

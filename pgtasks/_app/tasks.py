@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -13,7 +14,7 @@ from typing_extensions import ParamSpec, Unpack
 
 from .._errors import NaiveDatetimeError, TaskRegistrationError
 from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec
-from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments
+from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments, encode_meta
 from .._validation import positive_number
 from .handle import JobHandle
 from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
@@ -276,6 +277,7 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
+        meta: Mapping[str, Any] | None = None,
         unique_while: UniqueWhile | None = None,
         unique_for: timedelta | None = None,
         tick_key: str | None = None,
@@ -321,6 +323,10 @@ class Task(Generic[P, R]):
             run_at,
             delay,  # delay_seconds
             idempotency_key,
+            # meta_json: None (nothing sent) for no meta or an empty one.
+            None
+            if meta is None
+            else encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes),
         )
         if (
             self.uniqueness is None
@@ -347,9 +353,16 @@ class Task(Generic[P, R]):
             return {"eta": aware(when, "when")}
         raise TypeError(f"when must be an aware datetime or a timedelta, got {when!r}")
 
-    def _many_specs(self, items: Iterable[Any]) -> list[JobSpec]:
+    def _many_specs(
+        self, items: Iterable[Any], meta: Mapping[str, Any] | None = None
+    ) -> list[JobSpec]:
         specs = []
         build_spec = self.build_spec
+        meta_json = (
+            None
+            if meta is None
+            else encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
+        )
         for item in items:
             if type(item) is dict or isinstance(item, Mapping):
                 specs.append(build_spec((), item))
@@ -360,6 +373,8 @@ class Task(Generic[P, R]):
                     "delay_many items must be a kwargs dict or an (args, kwargs) pair,"
                     f" got {item!r}"
                 )
+        if meta_json is not None:
+            specs = [dataclasses.replace(spec, meta_json=meta_json) for spec in specs]
         return specs
 
     # -- enqueue (sync) --
@@ -387,8 +402,13 @@ class Task(Generic[P, R]):
         unique_while: UniqueWhile | None = None,
         unique_for: timedelta | None = None,
         connection: psycopg.Connection[Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> JobHandle[R]:
-        """Enqueue with every option; with ``connection=`` the row joins its transaction."""
+        """Enqueue with every option; with ``connection=`` the row joins its transaction.
+
+        ``meta``: a JSON object stored with the job (``job.meta``, ``ctx.meta``); keys
+        starting with ``pgtasks.`` are reserved.
+        """
         spec = self.build_spec(
             args,
             kwargs,
@@ -398,6 +418,7 @@ class Task(Generic[P, R]):
             queue=queue,
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
+            meta=meta,
             unique_while=unique_while,
             unique_for=unique_for,
         )
@@ -408,9 +429,14 @@ class Task(Generic[P, R]):
         items: Iterable[Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]],
         *,
         connection: psycopg.Connection[Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> list[JobHandle[R]]:
-        """Enqueue many jobs in one round trip per batch; handles come back in order."""
-        return self.app.enqueue_many(self._many_specs(items), connection=connection)
+        """Enqueue many jobs in one round trip per batch; handles come back in order.
+
+        ``meta`` is stored with every job of the batch (for per-job meta, build specs with
+        ``build_spec(..., meta=...)`` and pass them to ``app.enqueue_many``).
+        """
+        return self.app.enqueue_many(self._many_specs(items, meta), connection=connection)
 
     # -- enqueue (async) --
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
@@ -435,6 +461,7 @@ class Task(Generic[P, R]):
         unique_while: UniqueWhile | None = None,
         unique_for: timedelta | None = None,
         connection: psycopg.AsyncConnection[Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> JobHandle[R]:
         spec = self.build_spec(
             args,
@@ -445,6 +472,7 @@ class Task(Generic[P, R]):
             queue=queue,
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
+            meta=meta,
             unique_while=unique_while,
             unique_for=unique_for,
         )
@@ -455,5 +483,6 @@ class Task(Generic[P, R]):
         items: Iterable[Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]],
         *,
         connection: psycopg.AsyncConnection[Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> list[JobHandle[R]]:
-        return await self.app.aenqueue_many(self._many_specs(items), connection=connection)
+        return await self.app.aenqueue_many(self._many_specs(items, meta), connection=connection)

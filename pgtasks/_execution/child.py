@@ -1,9 +1,11 @@
 """The main loop of a process-pool child: run the jobs the worker sends, return outcomes.
 
-A child never talks to the database about job state: it receives a :class:`JobMessage`
+A child never writes a job's state (status, result): it receives a :class:`JobMessage`
 (task name, arguments, the job's context fields), runs the task, and sends back the
 attempt's outcome ``(kind, status, result_json, error, delay)`` and its resident memory.
-The parent writes the outcome, fenced, with everything else (see _process_pool).
+The parent writes the outcome, fenced, with everything else (see _process_pool). The only
+write a child makes is a task's own meta/progress update (JobContext.update_meta), fenced by
+the lease, on the child's own connection.
 
 Two threads: the main thread runs tasks (so ``signal.setitimer`` can raise
 SoftTimeLimitExceeded in it and SIGTERM can unwind it), and a reader thread receives
@@ -62,6 +64,7 @@ class JobMessage:
     max_attempts: int
     worker_id: int
     soft_timeout: float | None
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +256,7 @@ def run_job(
     app: App, message: JobMessage, cancel_event: threading.Event, soft: SoftLimit
 ) -> Outcome:
     """Run one attempt in this (main) thread; SIGTERM unwinds it as _Terminated."""
+    from .meta import meta_writer
     from .outcomes import outcome_of_error, outcome_of_return, unknown_task_outcome
 
     task = app.tasks.get(message.task_name)
@@ -266,6 +270,10 @@ def run_job(
         worker_id=message.worker_id,
         queue=message.queue,
         _cancelled=cancel_event.is_set,
+        meta=message.meta,
+        # The child writes meta itself, on a connection of its own (opened on first use),
+        # fenced by the lease like the worker's writes: the parent is not involved.
+        _write_meta=meta_writer(app, message.job_id, message.worker_id, message.attempt),
     )
     arguments = [context, *message.args] if task.bind else list(message.args)
     try:
@@ -341,6 +349,7 @@ def child_main(
                         outcome.result_json,
                         outcome.error,
                         outcome.delay,
+                        outcome.exception_type,
                     ),
                     resident_bytes(),
                     time.monotonic() - started,

@@ -37,6 +37,7 @@ from .._jobs import ExecutorName, JobContext
 from .._retry import Outcome
 from .._validation import positive_number, whole_number
 from .child import JobMessage
+from .meta import meta_writer
 from .outcomes import (
     CANCELLED_BEFORE_START,
     failed_to_start_outcome,
@@ -351,6 +352,7 @@ class Executor:
             max_attempts=job.max_attempts,
             worker_id=job.worker_id,
             soft_timeout=task.soft_timeout,
+            meta=job.meta,
         )
         with self._lock:
             self._pool_jobs[running.token] = running
@@ -422,6 +424,10 @@ class Executor:
             worker_id=job.worker_id,
             queue=job.queue,
             _cancelled=running.is_cancel_requested,
+            meta=job.meta,
+            _write_meta=meta_writer(
+                running.task.app if running.task else None, job.id, job.worker_id, job.attempt
+            ),
         )
 
     def _call_arguments(self, running: Running, task: Task[Any, Any]) -> list[Any]:

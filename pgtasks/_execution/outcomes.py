@@ -95,10 +95,15 @@ def outcome_of_error(
 def outcome_of_loss(task: Task[Any, Any], job: ClaimedJob, detail: str) -> Outcome:
     """The attempt's process died under it: one attempt used; the retry policy decides."""
     error = f"WorkerLostError: {detail}"
+    kind = "pgtasks.WorkerLostError"
     if job.attempt >= job.max_attempts:
-        return Outcome("failed", "failed", error=error)
+        return Outcome("failed", "failed", error=error, exception_type=kind)
     return Outcome(
-        "retry", "pending", error=error, delay=_retry.backoff(job.attempt, policy_of(task))
+        "retry",
+        "pending",
+        error=error,
+        delay=_retry.backoff(job.attempt, policy_of(task)),
+        exception_type=kind,
     )
 
 

@@ -32,6 +32,8 @@ class ClaimedJob:
     created_at: datetime
     claimed_at: datetime
     worker_id: int
+    #: The job's meta as claimed (a JSON object).
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], worker_id: int) -> ClaimedJob:
@@ -48,6 +50,7 @@ class ClaimedJob:
             created_at=row["created_at"],
             claimed_at=row["claimed_at"],
             worker_id=worker_id,
+            meta=row.get("meta") or {},
         )
 
 

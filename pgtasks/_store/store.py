@@ -33,6 +33,13 @@ from .queues import QueueQueries
 from .unique import UniqueQueries, aatomic, atomic, merge, partition
 from .web import WebQueries
 
+#: An attempt's outcome as written: (id, attempt, status, result_json, error, delay,
+#: exception_type).
+OutcomeRow = (
+    tuple[int, int, str, "str | None", "str | None", float, "str | None"]
+    | tuple[int, int, str, "str | None", "str | None", float]
+)
+
 #: Where a claim stopped in claim order: (priority, run_at, id) of the last job it took.
 ClaimPosition = tuple[int, datetime, int]
 
@@ -55,6 +62,14 @@ def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
         # In pipeline mode, the statements up to the next sync share one transaction.
         and pgconn.pipeline_status == PipelineStatus.OFF
     )
+
+
+def _meta_array(specs: Sequence[JobSpec]) -> str | None:
+    """The specs' meta as one JSON array text, or None when no spec has meta."""
+    for spec in specs:
+        if spec.meta_json is not None:
+            return "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]"
+    return None
 
 
 class Store(
@@ -108,6 +123,7 @@ class Store(
             "run_at": spec.run_at,
             "delay": spec.delay_seconds,
             "idempotency_key": spec.idempotency_key,
+            "meta": spec.meta_json,
         }
 
     def insert_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
@@ -168,6 +184,8 @@ class Store(
             "max_attempts": [spec.max_attempts for spec in specs],
             "run_at": [spec.run_at for spec in specs],
             "delay": [spec.delay_seconds for spec in specs],
+            # One JSON array of the jobs' meta, or NULL when none has any (the common case).
+            "meta": _meta_array(specs),
         }
 
     @staticmethod
@@ -259,6 +277,19 @@ class Store(
         rows = await self._arows(conn, "insert_new_jobs", params, binary=True, tuples=True)
         return [InsertedJob(row[0], False) for row in rows]
 
+    def update_job_meta(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        job_id: int,
+        worker_id: int,
+        attempt: int,
+        patch_json: str,
+    ) -> bool:
+        """Merge a JSON object into a running job's meta; False when the lease is lost."""
+        params = {"id": job_id, "worker_id": worker_id, "attempt": attempt, "patch": patch_json}
+        return bool(self._rows(conn, "update_job_meta", params))
+
     # -- reading jobs --
     def get_job(self, conn: psycopg.Connection[Any], job_id: int) -> JobRow | None:
         rows = self._rows(conn, "get_job", {"id": job_id})
@@ -339,12 +370,14 @@ class Store(
         return "claim_jobs_after", params
 
     @staticmethod
-    def _finish_params(
-        worker_id: int, outcomes: Sequence[tuple[int, int, str, str | None, str | None, float]]
-    ) -> dict[str, Any]:
+    def _finish_params(worker_id: int, outcomes: Sequence[OutcomeRow]) -> dict[str, Any]:
         params: dict[str, Any] = {"worker_id": worker_id}
         for index, column in enumerate(("id", "attempt", "status", "result", "error", "delay")):
             params[column] = [outcome[index] for outcome in outcomes]
+        # The exception type is optional (6-tuples are accepted: no type known).
+        params["exception_type"] = [
+            outcome[6] if len(outcome) > 6 else None for outcome in outcomes
+        ]
         params["held"] = ["running"] * len(outcomes)
         return params
 
@@ -392,9 +425,10 @@ class Store(
         conn: psycopg.Connection[Any],
         *,
         worker_id: int,
-        outcomes: Sequence[tuple[int, int, str, str | None, str | None, float]],
+        outcomes: Sequence[OutcomeRow],
     ) -> dict[int, str]:
-        """Write outcomes ``(id, attempt, status, result_json, error, delay)``, fenced.
+        """Write outcomes ``(id, attempt, status, result_json, error, delay, exception_type)``,
+        fenced (an outcome with an error appends to the job's attempt history).
 
         Returns the status written per id whose write took effect (``cancelled`` when a
         cancellation was requested); the other ids had lost their lease.
@@ -406,9 +440,7 @@ class Store(
         self,
         conn: psycopg.Connection[Any],
         *,
-        finished: Sequence[
-            tuple[int, Sequence[tuple[int, int, str, str | None, str | None, float]]]
-        ],
+        finished: Sequence[tuple[int, Sequence[OutcomeRow]]],
         worker_id: int,
         queues: Sequence[str] | None,
         limit: int,

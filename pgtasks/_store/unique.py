@@ -1,5 +1,5 @@
 """UniqueQueries: the Store's enqueues of jobs with a uniqueness scope (``sql/unique.sql``,
-migration 0008), one statement per scope.
+migration 0009), one statement per scope.
 
 A batch may mix scopes; each scope's jobs go in one statement (one ON CONFLICT target
 each), all in one transaction. A key repeated within a batch is sent once and answers
@@ -26,7 +26,7 @@ from .base import Params, Row, StoreBase
 
 #: The constraint of keys for life (migration 0001).
 LIFE_KEY_CONSTRAINT = "jobs_idempotency_key_key"
-#: The index of keys unique while active (migration 0008).
+#: The index of keys unique while active (migration 0009).
 ACTIVE_KEY_INDEX = "jobs_unique_active_idx"
 
 _JOB_FIELDS = tuple(field.name for field in dataclasses.fields(JobSpec))
@@ -92,6 +92,12 @@ def _columns(specs: Sequence[ScopedJobSpec]) -> dict[str, Any]:
         "delay": [spec.delay_seconds for spec in specs],
         "idempotency_key": [spec.idempotency_key for spec in specs],
         "unique_key": [spec.unique_key for spec in specs],
+        # One JSON array of the jobs' meta (migration 0008), or NULL when none has any.
+        "meta": (
+            "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]"
+            if any(spec.meta_json is not None for spec in specs)
+            else None
+        ),
     }
 
 

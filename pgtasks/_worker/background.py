@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._store.store import OutcomeRow as OutcomeRow
+
 if TYPE_CHECKING:
     from .._execution.running import Running
     from .._retry import Outcome
     from .._store.base import Row
     from .._store.store import ClaimPosition
-
-#: (id, attempt, status, result JSON, error, retry delay) of one finished attempt.
-OutcomeRow = tuple[int, int, str, "str | None", "str | None", float]
 
 
 @dataclasses.dataclass

@@ -320,4 +320,5 @@ def _outcome_row(running: Running, outcome: Outcome) -> OutcomeRow:
         outcome.result_json,
         outcome.error,
         outcome.delay,
+        outcome.exception_type if outcome.error is not None else None,
     )

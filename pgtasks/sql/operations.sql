@@ -99,7 +99,7 @@ WITH picked AS (
     FROM {schema}.jobs AS jobs
     WHERE status = 'failed'
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-      -- A job unique while active (migration 0008) whose key an active job holds
+      -- A job unique while active (migration 0009) whose key an active job holds
       -- stays as it is: retrying it would make a second active job of the key.
       AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
           SELECT FROM {schema}.jobs AS holder

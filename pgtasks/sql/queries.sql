@@ -38,16 +38,18 @@ WITH input AS (
         unnest(%(task_name)s::text[]), unnest(%(queue)s::text[]), unnest(%(priority)s::int[]),
         jsonb_array_elements(%(args)s::jsonb), jsonb_array_elements(%(kwargs)s::jsonb),
         unnest(%(max_attempts)s::int[]), unnest(%(run_at)s::timestamptz[]),
-        unnest(%(delay)s::float8[]), unnest(%(idempotency_key)s::text[])
+        unnest(%(delay)s::float8[]), unnest(%(idempotency_key)s::text[]),
+        -- NULL when no job has meta: no elements, and ROWS FROM pads the column with NULL.
+        jsonb_array_elements(%(meta)s::jsonb)
     ) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts,
-                           run_at, delay, idempotency_key, ord)
+                           run_at, delay, idempotency_key, meta, ord)
 )
 INSERT INTO {schema}.jobs AS jobs
-    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key)
+    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta)
 SELECT task_name, queue, priority, args, kwargs, max_attempts,
        -- Relative delays use the server's clock, never the caller's.
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       idempotency_key
+       idempotency_key, coalesce(meta, jsonb_build_object())
 FROM input
 ORDER BY ord
 -- The no-op update makes RETURNING yield the existing row (one round trip, no error
@@ -59,27 +61,29 @@ RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
 -- Insert a batch of jobs that carry no idempotency key (no conflict arbitration needed);
 -- parameters as in insert_jobs.
 INSERT INTO {schema}.jobs AS jobs
-    (task_name, queue, priority, args, kwargs, max_attempts, run_at)
+    (task_name, queue, priority, args, kwargs, max_attempts, run_at, meta)
 SELECT task_name, queue, priority, args, kwargs, max_attempts,
-       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0)))
+       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+       coalesce(meta, jsonb_build_object())
 FROM ROWS FROM (
     unnest(%(task_name)s::text[]), unnest(%(queue)s::text[]), unnest(%(priority)s::int[]),
     jsonb_array_elements(%(args)s::jsonb), jsonb_array_elements(%(kwargs)s::jsonb),
     unnest(%(max_attempts)s::int[]), unnest(%(run_at)s::timestamptz[]),
-    unnest(%(delay)s::float8[])
-) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts, run_at, delay, ord)
+    unnest(%(delay)s::float8[]), jsonb_array_elements(%(meta)s::jsonb)
+) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts, run_at, delay,
+                       meta, ord)
 ORDER BY ord
 RETURNING jobs.id, false AS existed;
 
 -- name: insert_job :one
 -- Insert one job; when its idempotency key exists, return that job instead.
 INSERT INTO {schema}.jobs AS jobs
-    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key)
+    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta)
 VALUES (
     %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
     %(max_attempts)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-    %(idempotency_key)s
+    %(idempotency_key)s, coalesce(%(meta)s::jsonb, jsonb_build_object())
 )
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
@@ -93,12 +97,13 @@ WITH self_notified AS (
     SELECT set_config('pgtasks.self_notified', 'on', true)
 ), inserted AS (
     INSERT INTO {schema}.jobs AS jobs
-        (task_name, queue, priority, args, kwargs, max_attempts, run_at)
+        (task_name, queue, priority, args, kwargs, max_attempts, run_at, meta)
     -- Selecting from self_notified sets the flag before the row (and the trigger's check).
     SELECT %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
            %(max_attempts)s,
            coalesce(%(run_at)s::timestamptz,
-                    now() + make_interval(secs => coalesce(%(delay)s::float8, 0)))
+                    now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
+           coalesce(%(meta)s::jsonb, jsonb_build_object())
     FROM self_notified
     RETURNING jobs.id, jobs.queue, jobs.run_at <= now() AS due
 )
@@ -110,11 +115,12 @@ FROM inserted;
 -- Insert one job without an idempotency key inside a longer transaction (no conflict
 -- arbitration; the notify trigger wakes the workers at commit).
 INSERT INTO {schema}.jobs AS jobs
-    (task_name, queue, priority, args, kwargs, max_attempts, run_at)
+    (task_name, queue, priority, args, kwargs, max_attempts, run_at, meta)
 VALUES (
     %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
     %(max_attempts)s,
-    coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0)))
+    coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
+    coalesce(%(meta)s::jsonb, jsonb_build_object())
 )
 RETURNING jobs.id;
 
@@ -122,7 +128,7 @@ RETURNING jobs.id;
 -- One job by id.
 SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
        run_at, locked_at, locked_by, last_error, result, idempotency_key,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, meta, started_at, attempt_errors
 FROM {schema}.jobs
 WHERE id = %(id)s;
 
@@ -130,10 +136,21 @@ WHERE id = %(id)s;
 -- Jobs by id (missing ids are absent from the result).
 SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
        run_at, locked_at, locked_by, last_error, result, idempotency_key,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, meta, started_at, attempt_errors
 FROM {schema}.jobs
 WHERE id = ANY(%(ids)s::bigint[])
 ORDER BY id;
+
+-- name: update_job_meta :one
+-- Merge a patch into a running job's meta, fenced by its lease; no row: the lease is lost.
+UPDATE {schema}.jobs AS jobs
+SET meta = jobs.meta || %(patch)s::jsonb,
+    updated_at = now()
+WHERE jobs.id = %(id)s
+  AND jobs.status = 'running'
+  AND jobs.locked_by = %(worker_id)s
+  AND jobs.attempts = %(attempt)s
+RETURNING jobs.id;
 
 -- name: get_job_status :one
 -- The status of one job by id.
@@ -182,13 +199,14 @@ SET status = 'running',
     max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
     locked_by = %(worker_id)s,
     locked_at = now(),
+    started_at = coalesce(jobs.started_at, now()),
     updated_at = now()
 FROM picked
 WHERE jobs.id = picked.id
 -- run_at and created_at within what Python's datetime holds: '-infinity' (written by
 -- hand) is due, and would otherwise make the worker refuse the rows it just claimed.
 RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kwargs,
-          jobs.attempts, jobs.max_attempts,
+          jobs.attempts, jobs.max_attempts, jobs.meta,
           greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
           least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
               AS created_at,
@@ -257,13 +275,14 @@ SET status = 'running',
     max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
     locked_by = %(worker_id)s,
     locked_at = now(),
+    started_at = coalesce(jobs.started_at, now()),
     updated_at = now()
 FROM picked
 WHERE jobs.id = picked.id
 -- run_at and created_at within what Python's datetime holds: '-infinity' (written by
 -- hand) is due, and would otherwise make the worker refuse the rows it just claimed.
 RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kwargs,
-          jobs.attempts, jobs.max_attempts,
+          jobs.attempts, jobs.max_attempts, jobs.meta,
           greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
           least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
               AS created_at,
@@ -282,11 +301,23 @@ WITH finished AS (
                       ELSE jobs.run_at END,
         finished_at = CASE WHEN outcome.status = 'pending' AND NOT jobs.cancel_requested
                            THEN NULL ELSE now() END,
+        -- The attempt history (migration 0008): an entry per attempt ended by an error
+        -- only, so a job that succeeds at once never writes one.
+        attempt_errors = CASE WHEN outcome.error IS NULL OR outcome.status = 'done'
+                              THEN jobs.attempt_errors
+                              ELSE coalesce(jobs.attempt_errors, '[]'::jsonb)
+                                   || jsonb_build_array(jsonb_build_object(
+                                          'attempt', outcome.attempt,
+                                          'worker_id', jobs.locked_by,
+                                          'error', outcome.error,
+                                          'exception_type', outcome.exception_type,
+                                          'finished_at', now()))
+                         END,
         updated_at = now()
     FROM unnest(
         %(id)s::bigint[], %(attempt)s::int[], %(status)s::text[], %(result)s::jsonb[],
-        %(error)s::text[], %(delay)s::float8[], %(held)s::text[]
-    ) AS outcome(id, attempt, status, result, error, delay, held)
+        %(error)s::text[], %(delay)s::float8[], %(held)s::text[], %(exception_type)s::text[]
+    ) AS outcome(id, attempt, status, result, error, delay, held, exception_type)
     WHERE jobs.id = outcome.id
       -- The fence: still running under the lease this worker took. The expected status
       -- comes with each outcome ('running') rather than as a constant, so the planner
@@ -363,6 +394,15 @@ SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled'
     run_at = now(),
     finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
                        THEN now() END,
+    attempt_errors = coalesce(jobs.attempt_errors, '[]'::jsonb) || jsonb_build_array(
+        jsonb_build_object(
+            'attempt', jobs.attempts,
+            'worker_id', jobs.locked_by,
+            'error', format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
+                            ' during attempt %%s', jobs.locked_by, %(lease_timeout)s,
+                            jobs.attempts),
+            'exception_type', 'pgtasks.WorkerLostError',
+            'finished_at', now())),
     updated_at = now()
 FROM lost
 WHERE jobs.id = lost.id

@@ -1,4 +1,4 @@
--- Enqueues of jobs with a uniqueness scope (migration 0008; docs/howto/flow-control.md,
+-- Enqueues of jobs with a uniqueness scope (migration 0009; docs/howto/flow-control.md,
 -- "Uniqueness"). Headers, placeholders and parameters as in queries.sql; the columns
 -- are those of insert_jobs plus the scope's. Each statement arbitrates on one partial
 -- unique index, whose predicate its ON CONFLICT clause repeats exactly; a batch holds
@@ -13,16 +13,18 @@ WITH input AS (
         jsonb_array_elements(%(args)s::jsonb), jsonb_array_elements(%(kwargs)s::jsonb),
         unnest(%(max_attempts)s::int[]), unnest(%(run_at)s::timestamptz[]),
         unnest(%(delay)s::float8[]), unnest(%(idempotency_key)s::text[]),
-        unnest(%(unique_key)s::text[])
+        unnest(%(unique_key)s::text[]),
+        -- NULL when no job has meta: no elements, and ROWS FROM pads the column with NULL.
+        jsonb_array_elements(%(meta)s::jsonb)
     ) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts,
-                           run_at, delay, idempotency_key, unique_key, ord)
+                           run_at, delay, idempotency_key, unique_key, meta, ord)
 )
 INSERT INTO {schema}.jobs AS jobs
     (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key,
-     unique_key)
+     unique_key, meta)
 SELECT task_name, queue, priority, args, kwargs, max_attempts,
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       idempotency_key, unique_key
+       idempotency_key, unique_key, coalesce(meta, jsonb_build_object())
 FROM input
 ORDER BY ord
 -- A holder that finishes while this statement waits for it leaves the index: the
@@ -43,20 +45,22 @@ WITH input AS (
         jsonb_array_elements(%(args)s::jsonb), jsonb_array_elements(%(kwargs)s::jsonb),
         unnest(%(max_attempts)s::int[]), unnest(%(run_at)s::timestamptz[]),
         unnest(%(delay)s::float8[]), unnest(%(idempotency_key)s::text[]),
-        unnest(%(unique_key)s::text[]), unnest(%(unique_for)s::interval[])
+        unnest(%(unique_key)s::text[]), unnest(%(unique_for)s::interval[]),
+        jsonb_array_elements(%(meta)s::jsonb)
     ) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts,
-                           run_at, delay, idempotency_key, unique_key, unique_for, ord)
+                           run_at, delay, idempotency_key, unique_key, unique_for, meta, ord)
 ), windowed AS (
     SELECT input.*, date_bin(unique_for, now(), timestamptz 'epoch') AS window_start
     FROM input
 )
 INSERT INTO {schema}.jobs AS jobs
     (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key,
-     unique_key, unique_window)
+     unique_key, unique_window, meta)
 SELECT task_name, queue, priority, args, kwargs, max_attempts,
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
        idempotency_key, unique_key,
-       tstzrange(window_start, window_start + unique_for)
+       tstzrange(window_start, window_start + unique_for),
+       coalesce(meta, jsonb_build_object())
 FROM windowed
 ORDER BY ord
 ON CONFLICT (unique_key, unique_window) WHERE unique_window IS NOT NULL

@@ -118,7 +118,7 @@ WITH picked AS (
       AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
       AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-      -- A job unique while active (migration 0008) whose key an active job holds
+      -- A job unique while active (migration 0009) whose key an active job holds
       -- stays as it is: retrying it would make a second active job of the key.
       AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
           SELECT FROM {schema}.jobs AS holder

@@ -390,6 +390,7 @@ def _timeline(job: JobRow) -> list[tuple[str, datetime | None]]:
     return [
         ("created", job.created_at),
         ("run at", job.run_at),
+        ("first started", job.started_at),
         ("started (locked at)", job.locked_at),
         ("finished", job.finished_at),
         ("updated", job.updated_at),

@@ -104,6 +104,28 @@ def test_flow_control_example_pauses_and_resumes_a_queue(example_env: dict[str, 
     assert "after resume: ['batch 1 sent', 'batch 2 sent']" in out
 
 
+def test_metadata_example_reports_progress_and_the_failed_attempt(
+    example_env: dict[str, str],
+) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.metadata"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "meta at enqueue: {'customer': 'acme'}" in out
+    assert "task: importing for 'acme' (attempt 2)" in out
+    assert "progress: " in out
+    assert "result: 100 rows" in out
+    assert "user meta: {'customer': 'acme', 'source': 'legacy-db'}" in out, out
+    assert "attempt 1 failed on worker" in out
+    assert "builtins.ConnectionError" in out
+
+
 def test_uniqueness_example_shows_each_scope(example_env: dict[str, str]) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "examples.uniqueness"],

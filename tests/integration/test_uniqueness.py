@@ -298,3 +298,17 @@ def test_bad_keys_from_unique_key_raise_and_write_nothing(app: App, admin: Conne
     with pytest.raises(UniquenessError, match="unique_key"):
         nul.delay()
     assert rows(admin, app) == []
+
+
+def test_scoped_jobs_keep_their_meta(app: App, admin: Connection) -> None:
+    sync_account = active_task(app, unique_key=by_account)
+
+    one = sync_account.apply_async([1], meta={"source": "api"})
+    many = sync_account.delay_many([{"account_id": 2}, {"account_id": 3}], meta={"batch": 7})
+    periodic = sync_account.apply_async([1], unique_for=MINUTE, meta={"source": "cron"})
+    bare = sync_account.delay(4)
+
+    assert one.fetch().meta == {"source": "api"}
+    assert [job.fetch().meta for job in many] == [{"batch": 7}, {"batch": 7}]
+    assert periodic.fetch().meta == {"source": "cron"}
+    assert bare.fetch().meta == {}

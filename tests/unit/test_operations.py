@@ -266,6 +266,9 @@ def test_job_json_has_every_column() -> None:
         "created_at",
         "updated_at",
         "finished_at",
+        "meta",
+        "started_at",
+        "attempt_errors",
     }
 
 

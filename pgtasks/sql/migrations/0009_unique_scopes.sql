@@ -1,4 +1,4 @@
--- pgtasks 0008: uniqueness scopes besides the key-for-life idempotency key.
+-- pgtasks 0009: uniqueness scopes besides the key-for-life idempotency key.
 -- Placeholders: {schema} (quoted identifier).
 --
 -- A job enqueued with unique_while="active" or unique_for=<period> carries its key in

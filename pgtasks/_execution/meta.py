@@ -1,0 +1,44 @@
+"""The write behind JobContext.update_meta / set_progress: one UPDATE fenced by the lease.
+
+Thread and async jobs write through the worker's App (its pool); a process-pool child
+through the App it imported (a pool of its own, opened on first use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._errors import LeaseLostError
+from .._payload import encode_meta
+
+if TYPE_CHECKING:
+    from .._app.app import App
+
+
+def meta_writer(
+    app: App | None, job_id: int, worker_id: int, attempt: int
+) -> Callable[[dict[str, Any]], None] | None:
+    """A function merging a patch into the job's meta under this lease (None without app)."""
+    if app is None:
+        return None
+
+    def write(patch: dict[str, Any]) -> None:
+        patch_json = encode_meta(
+            "meta update", patch, max_bytes=app.max_payload_bytes, internal=True
+        )
+        if patch_json is None:
+            return
+        written = app.database.run(
+            lambda conn: app.store.update_job_meta(
+                conn, job_id=job_id, worker_id=worker_id, attempt=attempt, patch_json=patch_json
+            )
+        )
+        if not written:
+            raise LeaseLostError(
+                f"job {job_id}: attempt {attempt} on worker {worker_id} no longer holds the"
+                " job (it was rescued, finished, cancelled or released meanwhile): its meta"
+                " was not updated; stop this attempt"
+            )
+
+    return write
