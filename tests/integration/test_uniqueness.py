@@ -208,12 +208,18 @@ def test_transactional_enqueue_commits_and_rolls_back_with_the_callers_transacti
 def test_async_enqueues_honour_scopes(app: App) -> None:
     sync_account = active_task(app, unique_key=by_account)
 
+    @app.task
+    def plain() -> None: ...
+
     async def main() -> list[tuple[int, bool]]:
         try:
             one = await sync_account.adelay(3)
             two = await sync_account.aapply_async([4], idempotency_key="account:3")
             many = await sync_account.adelay_many([{"account_id": 3}, {"account_id": 5}])
             period = await sync_account.aapply_async([3], unique_for=MINUTE)
+            specs = [sync_account.build_spec((3,)), plain.build_spec(idempotency_key="x")]
+            mixed = await app.aenqueue_many([*specs, plain.build_spec()])
+            assert [job.existed for job in mixed] == [True, False, False]
             return [(job.id, job.existed) for job in (one, two, *many, period)]
         finally:
             await app.aclose()
