@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -16,6 +16,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgtasks import App, Task, TaskRegistrationError, UniquenessError
+from pgtasks._app.schedules import build_spec
+from pgtasks._jobs import ScopedJobSpec
 
 Connection = psycopg.Connection[Any]
 MINUTE = timedelta(minutes=1)
@@ -318,3 +320,34 @@ def test_scoped_jobs_keep_their_meta(app: App, admin: Connection) -> None:
     assert [job.fetch().meta for job in many] == [{"batch": 7}, {"batch": 7}]
     assert periodic.fetch().meta == {"source": "cron"}
     assert bare.fetch().meta == {}
+
+
+def test_a_scoped_periodic_task_keys_its_scope_by_unique_key_or_the_schedule_name(
+    app: App,
+) -> None:
+    @app.task(name="digest", unique_for=MINUTE, unique_key=lambda team: f"digest:{team}")
+    def digest(team: str) -> None: ...
+
+    @app.task(name="rollup", unique_while="active")
+    def rollup() -> None: ...
+
+    @app.task(name="plain")
+    def plain() -> None: ...
+
+    tick = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+    specs = {
+        name: build_spec(task, app.add_periodic(task, every=MINUTE, **options), tick)
+        for name, task, options in [
+            ("digest", digest, {"args": ["red"]}),
+            ("rollup", rollup, {"name": "nightly-rollup"}),
+            ("plain", plain, {}),
+        ]
+    }
+
+    assert isinstance(specs["digest"], ScopedJobSpec)
+    assert (specs["digest"].unique_key, specs["digest"].unique_for) == ("digest:red", MINUTE)
+    assert isinstance(specs["rollup"], ScopedJobSpec)
+    assert (specs["rollup"].unique_key, specs["rollup"].unique_for) == ("nightly-rollup", None)
+    assert not isinstance(specs["plain"], ScopedJobSpec)
+    for spec in specs.values():  # each tick keeps its key for life
+        assert (spec.idempotency_key or "").startswith("pgtasks.periodic:")
