@@ -30,7 +30,7 @@ from .doctor import DoctorQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
 from .queues import QueueQueries
-from .unique import UniqueQueries, aatomic, atomic, merge, partition
+from .unique import UniqueQueries
 from .web import WebQueries
 
 #: An attempt's outcome as written: (id, attempt, status, result_json, error, delay,
@@ -231,14 +231,8 @@ class Store(
         # The fast path: plain jobs without keys (a scoped job's key is not idempotency_key).
         if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
             return self.insert_new_jobs(conn, self._new_jobs_params(specs))
-        plain, scoped = partition(specs)
-        if scoped:
-            # One statement per scope (one ON CONFLICT target each), in one transaction.
-            with atomic(conn):
-                parts = [(scoped, self.insert_scoped_jobs(conn, [specs[i] for i in scoped]))]
-                if plain:
-                    parts.append((plain, self.insert_jobs(conn, [specs[i] for i in plain])))
-            return merge(len(specs), parts)
+        if any(isinstance(spec, ScopedJobSpec) for spec in specs):
+            return self.insert_mixed_jobs(conn, specs)  # one statement per scope
         params, answer = self._insert_jobs_plan(specs)
         rows = self._rows(conn, "insert_jobs", params, binary=True, tuples=True)
         return self._inserted(rows, answer)
@@ -250,15 +244,8 @@ class Store(
             return [await self.ainsert_job(conn, specs[0])]
         if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
             return await self.ainsert_new_jobs(conn, self._new_jobs_params(specs))
-        plain, scoped = partition(specs)
-        if scoped:
-            async with aatomic(conn):
-                scoped_specs = [specs[i] for i in scoped]
-                parts = [(scoped, await self.ainsert_scoped_jobs(conn, scoped_specs))]
-                if plain:
-                    plain_specs = [specs[i] for i in plain]
-                    parts.append((plain, await self.ainsert_jobs(conn, plain_specs)))
-            return merge(len(specs), parts)
+        if any(isinstance(spec, ScopedJobSpec) for spec in specs):
+            return await self.ainsert_mixed_jobs(conn, specs)
         params, answer = self._insert_jobs_plan(specs)
         rows = await self._arows(conn, "insert_jobs", params, binary=True, tuples=True)
         return self._inserted(rows, answer)

@@ -158,6 +158,42 @@ class UniqueQueries(StoreBase):
     async def ainsert_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> InsertedJob:
         raise NotImplementedError
 
+    # Store's: the insert of a batch (its plain and keyed-for-life part, here).
+    def insert_jobs(
+        self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        raise NotImplementedError
+
+    async def ainsert_jobs(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        raise NotImplementedError
+
+    def insert_mixed_jobs(
+        self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        """A batch with scoped jobs: one statement per scope (one ON CONFLICT target
+        each) and one for the others, in one transaction; answers in order.
+        """
+        plain, scoped = partition(specs)
+        with atomic(conn):
+            parts = [(scoped, self.insert_scoped_jobs(conn, [specs[i] for i in scoped]))]
+            if plain:
+                parts.append((plain, self.insert_jobs(conn, [specs[i] for i in plain])))
+        return merge(len(specs), parts)
+
+    async def ainsert_mixed_jobs(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        plain, scoped = partition(specs)
+        async with aatomic(conn):
+            scoped_specs = [specs[i] for i in scoped]
+            parts = [(scoped, await self.ainsert_scoped_jobs(conn, scoped_specs))]
+            if plain:
+                plain_specs = [specs[i] for i in plain]
+                parts.append((plain, await self.ainsert_jobs(conn, plain_specs)))
+        return merge(len(specs), parts)
+
     def insert_active_jobs(
         self, conn: psycopg.Connection[Any], params: Params
     ) -> list[tuple[Any, ...]]:
