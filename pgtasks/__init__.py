@@ -28,6 +28,8 @@ from ._errors import (
     SoftTimeLimitExceeded,
     TaskFailed,
     TaskRegistrationError,
+    UniqueKeyTakenError,
+    UniquenessError,
     UnknownTaskError,
     WorkerLostError,
 )
@@ -80,6 +82,8 @@ __all__ = [
     "TaskFailed",
     "TaskOptions",
     "TaskRegistrationError",
+    "UniqueKeyTakenError",
+    "UniquenessError",
     "UnknownTaskError",
     "Worker",
     "WorkerEvents",

@@ -24,6 +24,8 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     │   └── ReservedMetaKeyError (+ ValueError)        a meta key starting with "pgtasks."
     ├── NaiveDatetimeError (+ ValueError)              a datetime without tzinfo
     ├── LimitKeyError (+ ValueError)                   a concurrency_key raised or gave no str/int
+    ├── UniquenessError (+ ValueError)                 bad unique_while/unique_for/key
+    ├── UniqueKeyTakenError                            retry refused: an active job holds the key
     ├── JobNotFoundError (+ LookupError)               no job with that id
     ├── LeaseLostError                ctx.update_meta()/set_progress(): the attempt lost the job
     ├── WorkerLostError               recorded (never raised): an attempt's worker was lost
@@ -110,6 +112,14 @@ class NaiveDatetimeError(PgTasksError, ValueError):
 
 class LimitKeyError(PgTasksError, ValueError):
     """A task's concurrency_key raised, or returned something other than a str or int."""
+
+
+class UniquenessError(PgTasksError, ValueError):
+    """Bad uniqueness options: unique_while=, unique_for= or the job's key."""
+
+
+class UniqueKeyTakenError(PgTasksError):
+    """The job's unique key is held by another pending or running job."""
 
 
 class JobNotFoundError(PgTasksError, LookupError):

@@ -10,7 +10,7 @@ import dataclasses
 import enum
 import math
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, NamedTuple
 
 from ._errors import PayloadNotSerializableError, ReservedMetaKeyError
@@ -61,6 +61,21 @@ class JobSpec:
     #: the concurrency key of a per-key limit (see docs/howto/flow-control.md).
     limit_groups: tuple[str, ...] | None = None
     limit_key: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopedJobSpec(JobSpec):
+    """A job whose key is unique within a scope (docs/howto/flow-control.md, Uniqueness).
+
+    ``unique_key`` is unique among pending and running jobs when ``unique_for`` is None
+    (``unique_while="active"``), else among the jobs enqueued in one window of
+    ``unique_for`` of the database's clock, aligned to the epoch. ``idempotency_key``
+    stays a key for life (beat's tick key); usually None. Plain jobs are JobSpec, so the
+    plain enqueue paths never look at these fields.
+    """
+
+    unique_key: str = ""
+    unique_for: timedelta | None = None
 
 
 class InsertedJob(NamedTuple):

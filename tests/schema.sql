@@ -24,6 +24,8 @@ column jobs.started_at timestamp with time zone
 column jobs.attempt_errors jsonb
 column jobs.limit_groups text[]
 column jobs.limit_key text
+column jobs.unique_key text
+column jobs.unique_window tstzrange
 column limits.name text NOT NULL
 column limits.concurrency integer
 column limits.rate_count integer
@@ -64,6 +66,7 @@ constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
+constraint jobs.jobs_unique_window_check CHECK (((unique_window IS NULL) OR ((unique_key IS NOT NULL) AND (NOT isempty(unique_window)))))
 constraint limits.limits_burst_check CHECK ((burst >= (1)::double precision))
 constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 1)))
 constraint limits.limits_pkey PRIMARY KEY (name)
@@ -82,6 +85,8 @@ index CREATE INDEX jobs_limited_running_idx ON {schema}.jobs USING btree (id) WH
 index CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND (attempts >= 0))
 index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
+index CREATE UNIQUE INDEX jobs_unique_active_idx ON {schema}.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (unique_window IS NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text])))
+index CREATE UNIQUE INDEX jobs_unique_window_idx ON {schema}.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)
 index CREATE UNIQUE INDEX limits_pkey ON {schema}.limits USING btree (name)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)

@@ -211,3 +211,43 @@ def test_limits_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
         "key concurrency=1, 1000 keys",
     }
     assert all(row["jobs_per_second"] > 0 for row in modes.values())
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_enqueue_ab_benchmark_compares_two_checkouts(dsn: str) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.enqueue_ab", "--baseline", str(ROOT)),
+            *("--jobs", "1000", "--runs", "1", "--dsn", dsn),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for figure in ("enqueue_one_by_one", "enqueue_bulk", "enqueue_transactional"):
+        assert any(line.startswith(figure) for line in result.stdout.splitlines()), result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_unique_overhead_benchmark_runs_end_to_end(dsn: str) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.unique_overhead"),
+            *("--jobs", "200", "--runs", "1", "--dsn", dsn),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for figure in ("insert one by one", "insert bulk", "claim+finish"):
+        assert any(line.startswith(figure) for line in result.stdout.splitlines()), result.stdout

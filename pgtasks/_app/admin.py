@@ -14,8 +14,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg.errors import UniqueViolation
 
-from .._errors import JobNotFoundError
+from .._errors import JobNotFoundError, UniqueKeyTakenError
 from .._jobs import JobRow
 from .._limits import LimitState, describe_limit, limit_states
 from .._operations import (
@@ -34,6 +35,8 @@ from .._store.base import Row
 if TYPE_CHECKING:
     from .app import App
 
+#: The unique index of keys unique while active (migration 0010).
+ACTIVE_KEY_INDEX = "jobs_unique_active_idx"
 #: Rows per UPDATE of a bulk retry or cancel (each batch commits on its own).
 BATCH_SIZE = 1000
 #: Below this many rows (pg_class.reltuples) the overview counts finished jobs exactly;
@@ -207,7 +210,10 @@ def retry_job(app: App, job_id: int) -> RetryResult:
             app.store.notify_queue(conn, row["queue"])
         return row
 
-    row = app.database.run(retry)
+    try:
+        row = app.database.run(retry)
+    except UniqueViolation as error:
+        raise _key_taken(app, job_id, error) from None
     if row is None:
         raise _missing(job_id)
     return RetryResult(
@@ -216,6 +222,23 @@ def retry_job(app: App, job_id: int) -> RetryResult:
         previous_status=row["previous_status"],
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
+    )
+
+
+def _key_taken(app: App, job_id: int, error: UniqueViolation) -> UniqueKeyTakenError:
+    """Why a retry of job ``job_id`` was refused: the job it would duplicate."""
+    if error.diag.constraint_name != ACTIVE_KEY_INDEX:
+        raise error
+    holder = app.database.run(lambda conn: app.store.get_active_key_holder(conn, job_id))
+    if holder is None:  # the holder finished meanwhile: the retry may be tried again
+        return UniqueKeyTakenError(
+            f"job {job_id} was not retried: another job held its unique key (unique while"
+            " active) a moment ago; try again"
+        )
+    return UniqueKeyTakenError(
+        f"job {job_id} was not retried: its unique key {holder['unique_key']!r} (unique while"
+        f" active) is held by {holder['status']} job {holder['id']}; wait for that job to"
+        f" finish, or cancel it (pgtasks jobs cancel {holder['id']}), then retry"
     )
 
 
@@ -240,21 +263,40 @@ def _in_batches(
     return app.database.run(run)
 
 
+def _batch_key_taken(error: UniqueViolation) -> UniqueKeyTakenError:
+    """A bulk retry skips jobs whose key an active job holds; two picked jobs of one key
+    would both become active: that batch is refused (earlier batches stay retried).
+    """
+    if error.diag.constraint_name != ACTIVE_KEY_INDEX:
+        raise error
+    return UniqueKeyTakenError(
+        "retry stopped: several of the jobs share a unique key (unique while active) and"
+        " only one of them can be pending or running; retry one of them by id"
+        " (pgtasks jobs retry ID)"
+    )
+
+
 def retry_failed_jobs(app: App, task_name: str | None = None) -> list[int]:
     """Retry every failed job (of one task, or any): the ids retried, sorted."""
-    rows = _in_batches(
-        app,
-        lambda conn: app.store.retry_failed_jobs(conn, task_name=task_name, limit=BATCH_SIZE),
-    )
+    try:
+        rows = _in_batches(
+            app,
+            lambda conn: app.store.retry_failed_jobs(conn, task_name=task_name, limit=BATCH_SIZE),
+        )
+    except UniqueViolation as error:
+        raise _batch_key_taken(error) from None
     return sorted(row["id"] for row in rows)
 
 
 def retry_matching(app: App, job_filter: JobFilter) -> list[int]:
     """Retry every failed or cancelled job the filter selects: the ids retried, sorted."""
-    rows = _in_batches(
-        app,
-        lambda conn: app.store.retry_filtered_jobs(conn, job_filter, limit=BATCH_SIZE),
-    )
+    try:
+        rows = _in_batches(
+            app,
+            lambda conn: app.store.retry_filtered_jobs(conn, job_filter, limit=BATCH_SIZE),
+        )
+    except UniqueViolation as error:
+        raise _batch_key_taken(error) from None
     return sorted(row["id"] for row in rows)
 
 

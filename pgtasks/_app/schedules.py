@@ -27,6 +27,7 @@ from .._jobs import JobSpec
 from .._payload import MAX_KEY_BYTES, check_name
 from .._text import printable
 from .tasks import Task
+from .uniqueness import schedule_key
 
 if TYPE_CHECKING:
     from .app import App
@@ -89,7 +90,10 @@ def build_spec(task: Task[Any, Any], schedule: Schedule, tick: datetime) -> JobS
         eta=tick,
         queue=schedule.queue,
         priority=schedule.priority,
-        idempotency_key=schedule.key(tick),
+        # The tick's key is unique for life: one job per tick. A task with a uniqueness
+        # scope keys that scope with unique_key= or, failing it, the schedule's name.
+        idempotency_key=schedule_key(task, schedule.name),
+        tick_key=schedule.key(tick),
         meta=schedule.meta,
     )
 

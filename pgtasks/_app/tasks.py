@@ -18,6 +18,7 @@ from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_argumen
 from .._validation import positive_number
 from .handle import JobHandle
 from .limits import TaskLimits, job_limits
+from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
 
 if TYPE_CHECKING:
     from .app import App
@@ -66,6 +67,13 @@ class TaskSettings(TypedDict, total=False):
     concurrency_key: Callable[..., Any] | None
     #: Most jobs of this task started per period across all workers: "100/m", "5/s", "1/h".
     rate_limit: str | None
+    #: The job's key from its arguments (a callable returning a str) when the call passes
+    #: no ``idempotency_key=``; unique for life unless unique_while= or unique_for= says.
+    unique_key: Callable[..., str]
+    #: "active": one pending or running job per key (docs/howto/flow-control.md).
+    unique_while: UniqueWhile | None
+    #: One job per key in each fixed window of this length (aligned to the epoch).
+    unique_for: timedelta | None
 
 
 class TaskOptions(TaskSettings, total=False):
@@ -202,6 +210,7 @@ class Task(Generic[P, R]):
         self._check_executor()
         #: Concurrency and rate limits (None: none; see limits.py).
         self.limits: TaskLimits | None = TaskLimits.from_options(self.name, options)
+        self.uniqueness: Uniqueness | None = task_uniqueness(self.name, options)
         self.signature = inspect.signature(function)
         parameters = list(self.signature.parameters.values())
         if self.bind:
@@ -280,6 +289,9 @@ class Task(Generic[P, R]):
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
         meta: Mapping[str, Any] | None = None,
+        unique_while: UniqueWhile | None = None,
+        unique_for: timedelta | None = None,
+        tick_key: str | None = None,
     ) -> JobSpec:
         """Validate and encode one job; raises before anything is written."""
         kwargs = {} if kwargs is None else kwargs
@@ -319,7 +331,7 @@ class Task(Generic[P, R]):
         else:
             limit_groups, limit_key = None, None
         # Positional: a frozen dataclass is slow enough to build for bulk enqueues to notice.
-        return JobSpec(
+        spec = JobSpec(
             self.name,  # task_name
             queue,
             self.priority if priority is None else validate_priority(priority),
@@ -335,6 +347,22 @@ class Task(Generic[P, R]):
             else encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes),
             None if limit_groups is None else tuple(limit_groups),
             limit_key,
+        )
+        if (
+            self.uniqueness is None
+            and unique_while is None
+            and unique_for is None
+            and tick_key is None
+        ):
+            return spec
+        return scoped_spec(
+            self,
+            spec,
+            args,
+            kwargs,
+            unique_while=unique_while,
+            unique_for=unique_for,
+            tick_key=tick_key,
         )
 
     @staticmethod
@@ -391,6 +419,8 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
+        unique_while: UniqueWhile | None = None,
+        unique_for: timedelta | None = None,
         connection: psycopg.Connection[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> JobHandle[R]:
@@ -409,6 +439,8 @@ class Task(Generic[P, R]):
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
             meta=meta,
+            unique_while=unique_while,
+            unique_for=unique_for,
         )
         return self.app.enqueue(spec, connection=connection)
 
@@ -446,6 +478,8 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
+        unique_while: UniqueWhile | None = None,
+        unique_for: timedelta | None = None,
         connection: psycopg.AsyncConnection[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> JobHandle[R]:
@@ -459,6 +493,8 @@ class Task(Generic[P, R]):
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
             meta=meta,
+            unique_while=unique_while,
+            unique_for=unique_for,
         )
         return await self.app.aenqueue(spec, connection=connection)
 

@@ -20,7 +20,7 @@ from psycopg import sql
 from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import dict_row
 
-from .._jobs import InsertedJob, JobRow, JobSpec, JobStatus
+from .._jobs import InsertedJob, JobRow, JobSpec, JobStatus, ScopedJobSpec
 from ..sql import Migration
 from .base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
 from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
@@ -31,6 +31,7 @@ from .limits import LimitQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
 from .queues import QueueQueries
+from .unique import UniqueQueries
 from .web import WebQueries
 
 #: An attempt's outcome as written: (id, attempt, status, result_json, error, delay,
@@ -78,6 +79,7 @@ class Store(
     MetricsQueries,
     OperationsQueries,
     QueueQueries,
+    UniqueQueries,
     WebQueries,
     StoreBase,
 ):
@@ -128,6 +130,8 @@ class Store(
 
     def insert_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
         """Insert one job; an existing idempotency key answers with its job."""
+        if isinstance(spec, ScopedJobSpec):
+            return self.insert_scoped_jobs(conn, [spec])[0]
         if spec.limit_groups is not None:
             return self.insert_limited_job(conn, spec)
         if spec.idempotency_key is None:
@@ -138,6 +142,8 @@ class Store(
         return InsertedJob(row[0], row[1])
 
     async def ainsert_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> InsertedJob:
+        if isinstance(spec, ScopedJobSpec):
+            return (await self.ainsert_scoped_jobs(conn, [spec]))[0]
         if spec.limit_groups is not None:
             return await self.ainsert_limited_job(conn, spec)
         if spec.idempotency_key is None:
@@ -235,10 +241,13 @@ class Store(
         """Insert jobs in order; an existing idempotency key answers with its job."""
         if len(specs) == 1:
             return [self.insert_job(conn, specs[0])]
+        if any(isinstance(spec, ScopedJobSpec) for spec in specs):
+            return self.insert_mixed_jobs(conn, specs)  # one statement per scope
         if any(spec.limit_groups is not None for spec in specs):
             sent, answer = self._unique_specs(specs)
             return self._inserted(self.insert_limited_jobs(conn, sent), answer)
-        if all(spec.idempotency_key is None for spec in specs):
+        # The fast path: plain jobs without keys (a scoped job's key is not idempotency_key).
+        if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
             return self.insert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
         rows = self._rows(conn, "insert_jobs", params, binary=True, tuples=True)
@@ -249,10 +258,12 @@ class Store(
     ) -> list[InsertedJob]:
         if len(specs) == 1:
             return [await self.ainsert_job(conn, specs[0])]
+        if any(isinstance(spec, ScopedJobSpec) for spec in specs):
+            return await self.ainsert_mixed_jobs(conn, specs)
         if any(spec.limit_groups is not None for spec in specs):
             sent, answer = self._unique_specs(specs)
             return self._inserted(await self.ainsert_limited_jobs(conn, sent), answer)
-        if all(spec.idempotency_key is None for spec in specs):
+        if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
             return await self.ainsert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
         rows = await self._arows(conn, "insert_jobs", params, binary=True, tuples=True)

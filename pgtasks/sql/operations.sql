@@ -96,9 +96,15 @@ LEFT JOIN retried ON retried.id = target.id;
 -- Up to %(limit)s failed jobs (of one task, or any) back to pending, due now.
 WITH picked AS (
     SELECT id
-    FROM {schema}.jobs
+    FROM {schema}.jobs AS jobs
     WHERE status = 'failed'
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+      -- A job unique while active (migration 0010) whose key an active job holds
+      -- stays as it is: retrying it would make a second active job of the key.
+      AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
+          SELECT FROM {schema}.jobs AS holder
+          WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
+            AND holder.status IN ('pending', 'running')))
     ORDER BY id
     LIMIT %(limit)s::int
     -- A row another session holds is left for the next pass, not waited for.

@@ -110,7 +110,7 @@ LEFT JOIN deleted ON deleted.id = target.id;
 -- (the rule of retry_job); rows ``id, queue``.
 WITH picked AS (
     SELECT id
-    FROM {schema}.jobs
+    FROM {schema}.jobs AS jobs
     WHERE status IN ('failed', 'cancelled')
       AND (%(status)s::text IS NULL OR status = %(status)s::text)
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -118,6 +118,12 @@ WITH picked AS (
       AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
       AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+      -- A job unique while active (migration 0010) whose key an active job holds
+      -- stays as it is: retrying it would make a second active job of the key.
+      AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
+          SELECT FROM {schema}.jobs AS holder
+          WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
+            AND holder.status IN ('pending', 'running')))
     ORDER BY id
     LIMIT %(limit)s::int
     -- A row another session holds is left for the next pass, not waited for.

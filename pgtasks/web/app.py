@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._app import admin
 from .._app.schedules import schedule_statuses
-from .._errors import JobNotFoundError, PgTasksError
+from .._errors import JobNotFoundError, PgTasksError, UniqueKeyTakenError
 from .._jobs import JobRow
 from .._operations import (
     RETRYABLE,
@@ -313,6 +313,8 @@ class Dashboard:
                 return self._back(request, "/jobs", done="deleted")
         except JobNotFoundError as error:
             raise HTTPException(404, str(error)) from None
+        except UniqueKeyTakenError as error:  # another job holds its key (migration 0010)
+            raise HTTPException(409, str(error)) from None
         return self._back(request, f"/jobs/{job_id}", done=done)
 
     async def queue_action(self, request: Request) -> Response:
@@ -337,7 +339,10 @@ class Dashboard:
             )
         query = job_filter.as_query()
         if request.path_params["action"] == "retry":
-            ids = await run_in_threadpool(admin.retry_matching, self.app, job_filter)
+            try:
+                ids = await run_in_threadpool(admin.retry_matching, self.app, job_filter)
+            except UniqueKeyTakenError as error:
+                raise HTTPException(409, str(error)) from None
             return self._back(request, "/jobs", **query, done="bulk-retried", count=len(ids))
         outcome = await run_in_threadpool(admin.cancel_matching, self.app, job_filter)
         return self._back(

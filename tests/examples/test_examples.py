@@ -140,3 +140,23 @@ def test_limits_example_keeps_each_limit(example_env: dict[str, str]) -> None:
     assert "most jobs of one user at once: 1" in out
     assert "most reports at once: 2" in out or "most reports at once: 1" in out
     assert "12 API calls at 10/s took" in out
+
+
+def test_uniqueness_example_shows_each_scope(example_env: dict[str, str]) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.uniqueness"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "while active: same job True, existed True" in out
+    assert "first: account 42 synced" in out
+    assert "after it finished: new job True, existed False" in out
+    assert "digests in one window: 2 jobs for 3 enqueues" in out
+    assert "next window: new job True" in out
+    assert "key for life: same job after it ran True" in out
+    assert "refused: unique_for= must be a positive timedelta" in out
