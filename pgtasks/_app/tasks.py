@@ -17,6 +17,7 @@ from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec
 from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments, encode_meta
 from .._validation import positive_number
 from .handle import JobHandle
+from .workflows import Signature
 
 if TYPE_CHECKING:
     from .app import App
@@ -348,6 +349,16 @@ class Task(Generic[P, R]):
         if meta_json is not None:
             specs = [dataclasses.replace(spec, meta_json=meta_json) for spec in specs]
         return specs
+
+    # -- workflow steps --
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature for a workflow step; after another step it receives that step's
+        result as its first argument."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: the step receives only the arguments given here."""
+        return Signature(self, args, kwargs, immutable=True)
 
     # -- enqueue (sync) --
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:

@@ -31,6 +31,7 @@ from .metrics import MetricsQueries
 from .operations import OperationsQueries
 from .queues import QueueQueries
 from .web import WebQueries
+from .workflows import WorkflowQueries
 
 #: An attempt's outcome as written: (id, attempt, status, result_json, error, delay,
 #: exception_type).
@@ -71,7 +72,15 @@ def _meta_array(specs: Sequence[JobSpec]) -> str | None:
     return None
 
 
-class Store(DoctorQueries, MetricsQueries, OperationsQueries, QueueQueries, WebQueries, StoreBase):
+class Store(
+    DoctorQueries,
+    MetricsQueries,
+    OperationsQueries,
+    QueueQueries,
+    WebQueries,
+    WorkflowQueries,
+    StoreBase,
+):
     """Every named query pgtasks runs, one method each."""
 
     # -- migrations --

@@ -16,6 +16,7 @@ from .queues import queues
 from .schema import migrate
 from .web import web
 from .worker import worker
+from .workflows import workflows
 
 
 @click.group()
@@ -37,5 +38,6 @@ for command in (
     prune_command,
     doctor,
     web,
+    workflows,
 ):
     main.add_command(command)

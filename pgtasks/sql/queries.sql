@@ -421,13 +421,16 @@ WITH target AS (
     SELECT id, status FROM {schema}.jobs WHERE id = %(id)s FOR UPDATE
 ),
 cancelled AS (
+    -- A waiting workflow step (migration 0009) is cancelled like a pending job.
     UPDATE {schema}.jobs AS jobs
-    SET status = CASE WHEN target.status = 'pending' THEN 'cancelled' ELSE jobs.status END,
+    SET status = CASE WHEN target.status IN ('pending', 'waiting') THEN 'cancelled'
+                      ELSE jobs.status END,
         cancel_requested = true,
-        finished_at = CASE WHEN target.status = 'pending' THEN now() ELSE jobs.finished_at END,
+        finished_at = CASE WHEN target.status IN ('pending', 'waiting') THEN now()
+                           ELSE jobs.finished_at END,
         updated_at = now()
     FROM target
-    WHERE jobs.id = target.id AND target.status IN ('pending', 'running')
+    WHERE jobs.id = target.id AND target.status IN ('pending', 'waiting', 'running')
     RETURNING jobs.id, jobs.status
 )
 SELECT target.status AS previous_status,

@@ -124,3 +124,23 @@ def test_metadata_example_reports_progress_and_the_failed_attempt(
     assert "user meta: {'customer': 'acme', 'source': 'legacy-db'}" in out, out
     assert "attempt 1 failed on worker" in out
     assert "builtins.ConnectionError" in out
+
+
+def test_workflows_example_chains_gathers_and_handles_a_failure(
+    example_env: dict[str, str],
+) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.workflows"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "chain: invoice of 24.0 sent to ada@example.com" in out
+    assert "chord: Trip: thumb-0.png, thumb-1.png, thumb-2.png" in out
+    assert "not sent: WorkflowAborted: step 1 of workflow" in out
+    assert "workflow status: failed" in out
+    assert "on_error: #billing: step 1 (billing.charge) failed" in out
