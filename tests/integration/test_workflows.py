@@ -22,7 +22,7 @@ from pgtasks import (
     chord,
     group,
 )
-from tests.support.inprocess import collect_stats, execute, running_worker, select
+from tests.support.inprocess import collect_stats, execute, prune, running_worker, select
 from tests.support.waiting import wait_until
 
 
@@ -271,3 +271,58 @@ def test_hand_written_workflow_rows_never_stop_the_worker(
         assert app.get_job(first).get(timeout=20) == 2
         assert add.delay(2, 2).get(timeout=20) == 4  # the worker goes on
     assert statuses(admin, app, broken.id) == ["failed", "cancelled"]
+
+
+def test_pruning_keeps_a_workflow_until_all_its_jobs_finished(
+    app: App, admin: psycopg.Connection[Any], dsn: str, tasks: dict[str, Any]
+) -> None:
+    add, total = tasks["add"], tasks["total"]
+    workflow = chord([add.s(1, 1), add.s(2, 2)], total.s()).delay()
+    plain = add.delay(1, 1)
+    jobs = app.get_workflow(workflow.id)["jobs"]
+
+    def age_everything() -> None:
+        execute(
+            admin,
+            app,
+            "UPDATE {schema}.jobs SET finished_at = now() - interval '2 hours'"
+            " WHERE finished_at IS NOT NULL",
+        )
+        execute(admin, app, "UPDATE {schema}.workflows SET created_at = now() - interval '2 hours'")
+
+    def prune_now() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            prune(app.store, conn, done_after=3600.0, failed_after=3600.0)
+
+    with running_worker(app):
+        assert plain.get(timeout=20) == 2
+        assert app.get_job(jobs[0]["id"]).get(timeout=20) == 2
+        assert app.get_job(jobs[1]["id"]).get(timeout=20) == 4
+        assert workflow.get(timeout=20) == 6
+    # The callback's row still waits: members done, but the workflow is not finished.
+    execute(
+        admin,
+        app,
+        "UPDATE {schema}.jobs SET status = 'waiting', finished_at = NULL,"
+        " waiting_for = 0 WHERE id = %s",
+        [jobs[2]["id"]],
+    )
+    age_everything()
+    prune_now()
+    assert statuses(admin, app, workflow.id) == ["done", "done", "waiting"]
+    assert (
+        select(admin, app, "SELECT count(*) FROM {schema}.jobs WHERE workflow_id IS NULL")[0][0]
+        == 0
+    )
+    execute(
+        admin,
+        app,
+        "UPDATE {schema}.jobs SET status = 'done', finished_at = now() WHERE id = %s",
+        [jobs[2]["id"]],
+    )
+    age_everything()
+    prune_now()
+    assert select(admin, app, "SELECT count(*) FROM {schema}.jobs")[0][0] == 0
+    assert select(admin, app, "SELECT count(*) FROM {schema}.workflows")[0][0] == 0
+    with pytest.raises(WorkflowNotFoundError):
+        app.get_workflow(workflow.id)
