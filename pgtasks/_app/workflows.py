@@ -141,6 +141,22 @@ class _Workflow:
             on_error=on_error if on_error else self.on_error,
         )
 
+    async def adelay(self) -> WorkflowResult:
+        return await self.aapply_async()
+
+    async def aapply_async(
+        self,
+        *,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+        on_error: Signature | None = None,
+    ) -> WorkflowResult:
+        """The async twin of :meth:`apply_async`."""
+        return await aenqueue_workflow(
+            cast("Canvas", self),
+            connection=connection,
+            on_error=on_error if on_error else self.on_error,
+        )
+
 
 class Chain(_Workflow):
     """Steps run one after the other, each receiving the previous step's result."""
@@ -371,13 +387,23 @@ def _on_error_spec(app: App, on_error: Signature | None) -> str | None:
     )
 
 
-def enqueue_workflow(
-    root: Canvas,
-    *,
-    connection: psycopg.Connection[Any] | None = None,
-    on_error: Signature | None = None,
-) -> WorkflowResult:
-    """Plan, validate and insert ``root``; see :meth:`_Workflow.apply_async`."""
+@dataclasses.dataclass
+class _Prepared:
+    """A workflow planned, validated and encoded, ready to be written."""
+
+    app: App
+    kind: str
+    plan: _Plan
+    on_error: str | None
+
+    def handle(self, workflow_id: int, ids: Sequence[int]) -> WorkflowResult:
+        terminals = [JobHandle[Any](self.app, ids[index]) for index in self.plan.terminals]
+        handle_type = GroupResult if self.plan.terminal_kind == "list" else WorkflowResult
+        return handle_type(self.app, workflow_id, terminals, kind=self.kind)
+
+
+def _prepare(root: Canvas, on_error: Signature | None) -> _Prepared:
+    """Plan, validate and encode ``root`` (raises before anything is written)."""
     if isinstance(root, Signature):
         root = Chain(root)
     plan = _Plan(root)
@@ -390,13 +416,22 @@ def enqueue_workflow(
             "workflows are not run in eager mode: run them against a database (a test"
             " can use a worker, see docs/howto/testing.md)"
         )
-    # Validate and encode everything before writing anything.
     plan.rows(app, list(range(len(plan.nodes))))
-    error_spec = _on_error_spec(app, on_error)
-    store = app.store
+    return _Prepared(app, root.kind, plan, _on_error_spec(app, on_error))
+
+
+def enqueue_workflow(
+    root: Canvas,
+    *,
+    connection: psycopg.Connection[Any] | None = None,
+    on_error: Signature | None = None,
+) -> WorkflowResult:
+    """Plan, validate and insert ``root``; see :meth:`_Workflow.apply_async`."""
+    prepared = _prepare(root, on_error)
+    app, plan, store = prepared.app, prepared.plan, prepared.app.store
 
     def write(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
-        workflow_id = store.insert_workflow(conn, kind=root.kind, on_error=error_spec)
+        workflow_id = store.insert_workflow(conn, kind=prepared.kind, on_error=prepared.on_error)
         ids = store.reserve_job_ids(conn, len(plan.nodes))
         store.insert_workflow_jobs(conn, workflow_id=workflow_id, jobs=plan.rows(app, ids))
         return workflow_id, ids
@@ -414,9 +449,39 @@ def enqueue_workflow(
         workflow_id, ids = insert(connection)
     else:
         workflow_id, ids = app.database.run(insert)
-    terminals = [JobHandle[Any](app, ids[index]) for index in plan.terminals]
-    handle_type = GroupResult if plan.terminal_kind == "list" else WorkflowResult
-    return handle_type(app, workflow_id, terminals, kind=root.kind)
+    return prepared.handle(workflow_id, ids)
+
+
+async def aenqueue_workflow(
+    root: Canvas,
+    *,
+    connection: psycopg.AsyncConnection[Any] | None = None,
+    on_error: Signature | None = None,
+) -> WorkflowResult:
+    """The async twin of :func:`enqueue_workflow`."""
+    prepared = _prepare(root, on_error)
+    app, plan, store = prepared.app, prepared.plan, prepared.app.store
+
+    async def write(conn: psycopg.AsyncConnection[Any]) -> tuple[int, list[int]]:
+        workflow_id = await store.ainsert_workflow(
+            conn, kind=prepared.kind, on_error=prepared.on_error
+        )
+        ids = await store.areserve_job_ids(conn, len(plan.nodes))
+        await store.ainsert_workflow_jobs(conn, workflow_id=workflow_id, jobs=plan.rows(app, ids))
+        return workflow_id, ids
+
+    async def insert(conn: psycopg.AsyncConnection[Any]) -> tuple[int, list[int]]:
+        if not conn.autocommit:
+            return await write(conn)
+        async with conn.transaction():
+            return await write(conn)
+
+    if connection is not None:
+        await app.database.acheck_schema(connection)
+        workflow_id, ids = await insert(connection)
+    else:
+        workflow_id, ids = await app.database.arun(insert)
+    return prepared.handle(workflow_id, ids)
 
 
 # -- handles ----------------------------------------------------------------------------------
@@ -447,6 +512,21 @@ class WorkflowResult:
                 raise JobCancelled(job.id, job.refresh().last_error) from error
         return values
 
+    async def _await(self, timeout: float | None) -> list[Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values = []
+        for job in self.results:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                values.append(await job.aget(timeout=remaining))
+            except JobCancelled as error:
+                raise JobCancelled(job.id, (await job.arefresh()).last_error) from error
+        return values
+
+    async def aget(self, timeout: float | None = None) -> Any:
+        """The async twin of :meth:`get`."""
+        return (await self._await(timeout))[0]
+
     def get(self, timeout: float | None = None) -> Any:
         """Wait for the workflow's result. Raises TaskFailed for a failed last step,
         JobCancelled (with the reason, naming the step that ended the workflow) for a
@@ -469,6 +549,9 @@ class GroupResult(WorkflowResult):
 
     def get(self, timeout: float | None = None) -> list[Any]:
         return self._wait(timeout)
+
+    async def aget(self, timeout: float | None = None) -> list[Any]:
+        return await self._await(timeout)
 
 
 def describe_workflow(app: App, workflow_id: int) -> dict[str, Any]:

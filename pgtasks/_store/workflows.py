@@ -22,17 +22,26 @@ class WorkflowQueries(StoreBase):
         rows = self._rows(conn, "insert_workflow", {"kind": kind, "on_error": on_error})
         return int(rows[0]["id"])
 
+    async def ainsert_workflow(
+        self, conn: psycopg.AsyncConnection[Any], *, kind: str, on_error: str | None
+    ) -> int:
+        rows = await self._arows(conn, "insert_workflow", {"kind": kind, "on_error": on_error})
+        return int(rows[0]["id"])
+
+    def _reserve_params(self, count: int) -> dict[str, Any]:
+        return {"count": count, "jobs_table": sql.Identifier(self.schema).as_string(None) + ".jobs"}
+
     def reserve_job_ids(self, conn: psycopg.Connection[Any], count: int) -> list[int]:
         """``count`` new job ids (in increasing order)."""
-        table = sql.Identifier(self.schema).as_string(None) + ".jobs"
-        rows = self._rows(conn, "reserve_job_ids", {"count": count, "jobs_table": table})
+        rows = self._rows(conn, "reserve_job_ids", self._reserve_params(count))
         return sorted(int(row["id"]) for row in rows)
 
-    def insert_workflow_jobs(
-        self, conn: psycopg.Connection[Any], *, workflow_id: int, jobs: Sequence[dict[str, Any]]
-    ) -> None:
-        """Insert a workflow's jobs: dicts with id, task_name, queue, priority, args_json,
-        kwargs_json, max_attempts, step, next, prev, waiting_for, input_mode."""
+    async def areserve_job_ids(self, conn: psycopg.AsyncConnection[Any], count: int) -> list[int]:
+        rows = await self._arows(conn, "reserve_job_ids", self._reserve_params(count))
+        return sorted(int(row["id"]) for row in rows)
+
+    @staticmethod
+    def _workflow_jobs_params(workflow_id: int, jobs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         params: dict[str, Any] = {"workflow_id": workflow_id}
         for column in ("id", "task_name", "queue", "priority", "max_attempts", "step"):
             params[column] = [job[column] for job in jobs]
@@ -42,7 +51,24 @@ class WorkflowQueries(StoreBase):
         params["kwargs"] = "[" + ",".join(job["kwargs_json"] for job in jobs) + "]"
         params["next"] = json.dumps([job["next"] for job in jobs])
         params["prev"] = json.dumps([job["prev"] for job in jobs])
-        self._rows(conn, "insert_workflow_jobs", params)
+        return params
+
+    def insert_workflow_jobs(
+        self, conn: psycopg.Connection[Any], *, workflow_id: int, jobs: Sequence[dict[str, Any]]
+    ) -> None:
+        """Insert a workflow's jobs: dicts with id, task_name, queue, priority, args_json,
+        kwargs_json, max_attempts, step, next, prev, input_mode."""
+        self._rows(conn, "insert_workflow_jobs", self._workflow_jobs_params(workflow_id, jobs))
+
+    async def ainsert_workflow_jobs(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        *,
+        workflow_id: int,
+        jobs: Sequence[dict[str, Any]],
+    ) -> None:
+        params = self._workflow_jobs_params(workflow_id, jobs)
+        await self._arows(conn, "insert_workflow_jobs", params)
 
     def get_workflow(self, conn: psycopg.Connection[Any], workflow_id: int) -> Row | None:
         rows = self._rows(conn, "get_workflow", {"id": workflow_id})

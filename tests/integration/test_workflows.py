@@ -3,6 +3,7 @@ and cancellation policy, transactional creation, bad input."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
@@ -326,3 +327,44 @@ def test_pruning_keeps_a_workflow_until_all_its_jobs_finished(
     assert select(admin, app, "SELECT count(*) FROM {schema}.workflows")[0][0] == 0
     with pytest.raises(WorkflowNotFoundError):
         app.get_workflow(workflow.id)
+
+
+def test_a_step_rescued_out_of_attempts_cancels_the_rest(
+    app: App, admin: psycopg.Connection[Any], tasks: dict[str, Any]
+) -> None:
+    add = tasks["add"]
+    workflow = chain(add.s(1, 2).set(max_attempts=1), add.s(3), add.s(4)).delay()
+    first = app.get_workflow(workflow.id)["jobs"][0]["id"]
+    # Its worker (id -1, never registered) was lost during its only attempt.
+    execute(
+        admin,
+        app,
+        "UPDATE {schema}.jobs SET status = 'running', attempts = 1, locked_by = -1,"
+        " locked_at = now() WHERE id = %s",
+        [first],
+    )
+    with running_worker(app), pytest.raises(JobCancelled, match="step 0") as raised:
+        workflow.get(timeout=20)
+    assert "ended failed" in str(raised.value)
+    assert statuses(admin, app, workflow.id) == ["failed", "cancelled", "cancelled"]
+    assert "WorkerLostError" in (app.get_job(first).fetch().last_error or "")
+
+
+def test_async_enqueue_and_aget(
+    app: App, admin: psycopg.Connection[Any], dsn: str, tasks: dict[str, Any]
+) -> None:
+    add, total = tasks["add"], tasks["total"]
+
+    async def scenario() -> tuple[int, list[int], int]:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            rolled_back = await chain(add.s(1, 1), add.s(1)).aapply_async(connection=conn)
+            await conn.rollback()
+        workflow = await chord([add.s(1, 1), add.s(2, 2)], total.s()).adelay()
+        members = await group(add.s(1, 1), add.s(2, 2)).aapply_async()
+        return await workflow.aget(timeout=20), await members.aget(timeout=20), rolled_back.id
+
+    with running_worker(app):
+        result, members, rolled_back = asyncio.run(scenario())
+    assert (result, members) == (6, [2, 4])
+    with pytest.raises(WorkflowNotFoundError):
+        app.get_workflow(rolled_back)
