@@ -94,4 +94,4 @@ trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers R
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
-function workflow_job_ended() d987c424e0b56cfc013f600710438785
+function workflow_job_ended() a2398aaa2b0b9b0b9549b8f8e0768712

@@ -57,6 +57,13 @@ DECLARE
     spec jsonb;
     error_job bigint;
 BEGIN
+  -- Nothing to do (a group member, a last step, a job cancelled by the cascade below):
+  -- return before the exception block, whose subtransaction is not free.
+  IF (NEW.next_ids IS NULL AND NEW.status <> 'failed')
+     OR (NEW.status <> 'done'
+         AND current_setting('pgtasks.workflow_cascade', true) = 'on') THEN
+    RETURN NULL;
+  END IF;
   -- A hand-written row (links to nowhere, a broken on_error) must not make the write
   -- that ended the job fail: that write may be a worker's batch or the rescuer's.
   BEGIN
