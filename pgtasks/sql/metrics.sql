@@ -1,13 +1,17 @@
 -- Statements of metrics and test helpers (loaded with queries.sql; same header rules).
 
 -- name: get_queue_depths :many
--- Per queue: pending jobs that are due now, and running jobs (no SKIP LOCKED: held rows count).
+-- Per queue: pending jobs that are due now, running jobs, and workflow steps waiting for
+-- earlier steps (no SKIP LOCKED: held rows count).
 SELECT queue,
        count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'running') AS running
+       count(*) FILTER (WHERE status = 'running') AS running,
+       count(*) FILTER (WHERE status = 'waiting') AS waiting
 FROM {schema}.jobs
--- Both branches are served by the partial indexes jobs_claim_idx and jobs_running_idx.
-WHERE ((status = 'pending' AND run_at <= now()) OR status = 'running')
+-- The branches are served by the partial indexes jobs_claim_idx, jobs_running_idx and
+-- jobs_workflow_idx (migration 0009).
+WHERE ((status = 'pending' AND run_at <= now()) OR status = 'running'
+       OR (workflow_id IS NOT NULL AND status = 'waiting'))
   AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
 GROUP BY queue
 ORDER BY queue;

@@ -232,6 +232,8 @@ def test_bad_input_gets_clear_errors_and_writes_nothing(
         add.s(1, 2).set(countdown=5)
     with pytest.raises(WorkflowError, match="outermost"):
         chain(add.s(1, 2), chord([add.s(1)], total.s(), on_error=add.si(1, 1))).delay()
+    with app.eager(), pytest.raises(WorkflowError, match="eager mode"):
+        chain(add.s(1, 2), add.s(1)).delay()
     assert select(admin, app, "SELECT count(*) FROM {schema}.jobs")[0][0] == 0
     assert app.signature("add", (1, 2)).delay().id > 0
 
