@@ -24,10 +24,10 @@ WITH pending AS (
     WHERE status = 'running'
     GROUP BY queue
 ), waiting AS (
-    -- Workflow steps waiting for earlier steps (migration 0009), through jobs_workflow_idx.
+    -- Workflow steps waiting for earlier steps (migration 0009), through jobs_waiting_idx.
     SELECT queue, count(*) AS waiting
     FROM {schema}.jobs
-    WHERE workflow_id IS NOT NULL AND status = 'waiting'
+    WHERE status = 'waiting'
     GROUP BY queue
 )
 SELECT queue,

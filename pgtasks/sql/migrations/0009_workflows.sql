@@ -47,6 +47,10 @@ ALTER TABLE {schema}.jobs VALIDATE CONSTRAINT jobs_status_check;
 CREATE INDEX jobs_workflow_idx ON {schema}.jobs (workflow_id, id)
     WHERE workflow_id IS NOT NULL;
 
+-- Waiting steps per queue (stats, dashboard, metrics) without reading finished ones.
+CREATE INDEX jobs_waiting_idx ON {schema}.jobs (queue)
+    WHERE status = 'waiting';
+
 CREATE FUNCTION {schema}.workflow_job_ended() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
