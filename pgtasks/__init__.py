@@ -5,6 +5,17 @@ from __future__ import annotations
 from ._app.app import App
 from ._app.handle import JobHandle
 from ._app.tasks import Task, TaskOptions
+from ._app.workflows import (
+    Chain,
+    Chord,
+    Group,
+    GroupResult,
+    Signature,
+    WorkflowResult,
+    chain,
+    chord,
+    group,
+)
 from ._cron import PeriodicOptions, Schedule
 from ._errors import (
     ConfigurationError,
@@ -32,6 +43,8 @@ from ._errors import (
     UniquenessError,
     UnknownTaskError,
     WorkerLostError,
+    WorkflowError,
+    WorkflowNotFoundError,
 )
 from ._jobs import AttemptError, CancelResult, JobContext, JobRow, JobSpec, JobStatus, Progress
 from ._logging import JsonFormatter
@@ -48,11 +61,15 @@ __all__ = [
     "AttemptError",
     "Beat",
     "CancelResult",
+    "Chain",
+    "Chord",
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailableError",
     "Discard",
     "EmbeddedUnavailableError",
+    "Group",
+    "GroupResult",
     "JobCancelled",
     "JobContext",
     "JobHandle",
@@ -77,6 +94,7 @@ __all__ = [
     "SchemaError",
     "SchemaNotMigratedError",
     "SchemaTooNewError",
+    "Signature",
     "SoftTimeLimitExceeded",
     "Task",
     "TaskFailed",
@@ -89,5 +107,11 @@ __all__ = [
     "WorkerEvents",
     "WorkerLostError",
     "WorkerMetrics",
+    "WorkflowError",
+    "WorkflowNotFoundError",
+    "WorkflowResult",
     "__version__",
+    "chain",
+    "chord",
+    "group",
 ]

@@ -29,8 +29,10 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     ├── JobNotFoundError (+ LookupError)               no job with that id
     ├── LeaseLostError                ctx.update_meta()/set_progress(): the attempt lost the job
     ├── WorkerLostError               recorded (never raised): an attempt's worker was lost
+    ├── WorkflowError (+ ValueError)                   a chain/group/chord built wrongly
+    ├── WorkflowNotFoundError (+ LookupError)          no workflow with that id
     ├── TaskFailed                    job.get(): the job failed (remote type, message, traceback)
-    └── JobCancelled                  job.get(): the job was cancelled
+    └── JobCancelled                  job.get(): the job was cancelled (with the reason, if known)
 
 Outside the tree, like ``Retry`` and ``Discard``, one control-flow signal raised *inside*
 task code: ``SoftTimeLimitExceeded`` (an ``Exception``, so ``except Exception`` in a
@@ -148,9 +150,24 @@ class TaskFailed(PgTasksError):
 class JobCancelled(PgTasksError):
     """The job was cancelled."""
 
-    def __init__(self, job_id: int | None = None) -> None:
+    def __init__(self, job_id: int | None = None, reason: str | None = None) -> None:
         self.job_id = job_id
-        super().__init__(f"job {job_id if job_id is not None else '?'} was cancelled")
+        #: Why, when known (a workflow step not run names the step that ended it).
+        self.reason = reason
+        message = f"job {job_id if job_id is not None else '?'} was cancelled"
+        super().__init__(f"{message}: {reason}" if reason else message)
+
+
+class WorkflowError(PgTasksError, ValueError):
+    """A workflow (chain, group, chord) cannot be built as given: an empty group, a
+    signature that is not one, arguments that do not fit its task."""
+
+
+class WorkflowNotFoundError(PgTasksError, LookupError):
+    """No workflow exists with this id (its jobs may have been pruned)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class ReservedMetaKeyError(PayloadError, ValueError):

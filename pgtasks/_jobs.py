@@ -24,6 +24,8 @@ EXECUTOR_NAMES: tuple[ExecutorName, ...] = ("thread", "process", "async")
 class JobStatus(str, enum.Enum):
     """The life cycle of a job (see docs/explanation/state-machine.md)."""
 
+    #: A workflow step waiting for its predecessors (never claimed until they are done).
+    WAITING = "waiting"
     PENDING = "pending"
     RUNNING = "running"
     DONE = "done"
@@ -375,7 +377,7 @@ class CancelResult:
     def from_row(cls, job_id: int, row: Mapping[str, Any]) -> CancelResult:
         previous = JobStatus(row["previous_status"])
         status = JobStatus(row["status"])
-        if previous is JobStatus.PENDING:
+        if previous in (JobStatus.PENDING, JobStatus.WAITING):
             outcome = "cancelled"
         elif previous is JobStatus.RUNNING:
             outcome = "requested"

@@ -135,6 +135,8 @@ class QueueStats:
     """Counts of one queue (or of all queues: ``queue`` is None)."""
 
     queue: str | None
+    #: Workflow steps waiting for their predecessors (not claimable yet).
+    waiting: int = 0
     pending: int = 0
     due: int = 0
     running: int = 0
@@ -157,7 +159,7 @@ class QueueStats:
 
     @property
     def total(self) -> int:
-        return self.pending + self.running + self.done + self.failed + self.cancelled
+        return self.waiting + self.pending + self.running + self.done + self.failed + self.cancelled
 
     def as_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {status: getattr(self, status) for status in STATUSES}
@@ -212,6 +214,7 @@ class Stats:
 def format_stats(stats: Stats) -> str:
     headers = (
         "QUEUE",
+        "WAITING",
         "PENDING",
         "DUE",
         "RUNNING",
@@ -226,6 +229,7 @@ def format_stats(stats: Stats) -> str:
     def row(queue: QueueStats, name: str) -> list[object]:
         return [
             name,
+            queue.waiting,
             queue.pending,
             queue.due,
             queue.running,
@@ -248,7 +252,8 @@ def format_stats(stats: Stats) -> str:
         workers += f", {stats.silent_workers} silent past the lease (not yet rescued)"
     workers += f" (lease {format_duration(stats.lease_timeout)})"
     legend = (
-        "DUE: pending and due now; OLDEST DUE: wait of the oldest due job;"
+        "WAITING: workflow steps waiting for earlier steps; DUE: pending and due now;"
+        " OLDEST DUE: wait of the oldest due job;"
         " FINISHED 1M/1H: done, failed or cancelled in the last minute/hour"
     )
     return "\n".join([f"at {_timestamp(stats.now)}", table, workers, legend])
@@ -634,6 +639,7 @@ def overview_queues(
     merged: dict[str, dict[str, Any]] = {}
     for row in unfinished:
         merged.setdefault(row["queue"], {}).update(
+            waiting=row.get("waiting", 0),
             pending=row["pending"],
             due=row["due"],
             running=row["running"],

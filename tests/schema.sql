@@ -26,6 +26,12 @@ column jobs.limit_groups text[]
 column jobs.limit_key text
 column jobs.unique_key text
 column jobs.unique_window tstzrange
+column jobs.workflow_id bigint
+column jobs.workflow_step text
+column jobs.next_ids bigint[]
+column jobs.prev_ids bigint[]
+column jobs.waiting_for integer
+column jobs.input_mode text
 column limits.name text NOT NULL
 column limits.concurrency integer
 column limits.rate_count integer
@@ -60,12 +66,17 @@ column workers.queues text[]
 column workers.concurrency integer NOT NULL
 column workers.started_at timestamp with time zone NOT NULL DEFAULT now()
 column workers.heartbeat_at timestamp with time zone NOT NULL DEFAULT now()
+column workflows.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
+column workflows.kind text NOT NULL
+column workflows.created_at timestamp with time zone NOT NULL DEFAULT now()
+column workflows.on_error jsonb
+column workflows.error_job_id bigint
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
 constraint jobs.jobs_idempotency_key_key UNIQUE (idempotency_key)
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
-constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
+constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
 constraint jobs.jobs_unique_window_check CHECK (((unique_window IS NULL) OR ((unique_key IS NOT NULL) AND (NOT isempty(unique_window)))))
 constraint limits.limits_burst_check CHECK ((burst >= (1)::double precision))
 constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 1)))
@@ -77,6 +88,8 @@ constraint periodic.periodic_pkey PRIMARY KEY (name)
 constraint queue_pauses.queue_pauses_pkey PRIMARY KEY (queue)
 constraint worker_history.worker_history_pkey PRIMARY KEY (worker_id)
 constraint workers.workers_pkey PRIMARY KEY (id)
+constraint workflows.workflows_kind_check CHECK ((kind = ANY (ARRAY['chain'::text, 'group'::text, 'chord'::text])))
+constraint workflows.workflows_pkey PRIMARY KEY (id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
 index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key)
@@ -87,6 +100,8 @@ index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
 index CREATE UNIQUE INDEX jobs_unique_active_idx ON {schema}.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (unique_window IS NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text])))
 index CREATE UNIQUE INDEX jobs_unique_window_idx ON {schema}.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)
+index CREATE INDEX jobs_waiting_idx ON {schema}.jobs USING btree (queue) WHERE (status = 'waiting'::text)
+index CREATE INDEX jobs_workflow_idx ON {schema}.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
 index CREATE UNIQUE INDEX limits_pkey ON {schema}.limits USING btree (name)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
@@ -94,11 +109,14 @@ index CREATE UNIQUE INDEX queue_pauses_pkey ON {schema}.queue_pauses USING btree
 index CREATE UNIQUE INDEX worker_history_pkey ON {schema}.worker_history USING btree (worker_id)
 index CREATE INDEX worker_history_removed_at_idx ON {schema}.worker_history USING btree (removed_at)
 index CREATE UNIQUE INDEX workers_pkey ON {schema}.workers USING btree (id)
+index CREATE UNIQUE INDEX workflows_pkey ON {schema}.workflows USING btree (id)
 storage jobs fillfactor=80, autovacuum_vacuum_scale_factor=0.02, autovacuum_analyze_scale_factor=0.02
 storage periodic fillfactor=50
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
+trigger CREATE TRIGGER jobs_workflow_job_ended AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
+function workflow_job_ended() a2398aaa2b0b9b0b9549b8f8e0768712

@@ -8,7 +8,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +40,7 @@ from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .schedules import build_schedule
 from .tasks import Task, TaskSettings
+from .workflows import Signature, describe_workflow
 
 logger = logging.getLogger("pgtasks")
 
@@ -466,6 +467,30 @@ class App:
         if row is None:
             raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
         return CancelResult.from_row(job_id, row)
+
+    # -- workflows --
+    def get_workflow(self, workflow_id: int) -> dict[str, Any]:
+        """A workflow's id, kind, status, created_at, finished_at and ``jobs`` (rows with
+        their step, status and links); WorkflowNotFoundError when there is none."""
+        return describe_workflow(self, workflow_id)
+
+    def cancel_workflow(self, workflow_id: int) -> int:
+        """Cancel what has not run of a workflow (running jobs are asked to stop); the
+        number of jobs cancelled or asked to stop."""
+        self.get_workflow(workflow_id)  # WorkflowNotFoundError
+        rows = self.database.run(lambda conn: self.store.cancel_workflow(conn, workflow_id))
+        return len(rows)
+
+    def signature(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        immutable: bool = False,
+    ) -> Signature:
+        """A signature of the task registered as ``name`` (UnknownTaskError otherwise)."""
+        return Signature(self.get_task(name), args, kwargs, immutable=immutable)
 
     def result_listener(self) -> ResultListener:
         """This process's listener for finished jobs (started by the first ``get()``)."""

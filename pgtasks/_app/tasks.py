@@ -19,6 +19,7 @@ from .._validation import positive_number
 from .handle import JobHandle
 from .limits import TaskLimits, job_limits
 from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
+from .workflows import Signature
 
 if TYPE_CHECKING:
     from .app import App
@@ -396,6 +397,16 @@ class Task(Generic[P, R]):
         if meta_json is not None:
             specs = [dataclasses.replace(spec, meta_json=meta_json) for spec in specs]
         return specs
+
+    # -- workflow steps --
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature for a workflow step; after another step it receives that step's
+        result as its first argument."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: the step receives only the arguments given here."""
+        return Signature(self, args, kwargs, immutable=True)
 
     # -- enqueue (sync) --
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:

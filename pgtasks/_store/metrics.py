@@ -13,11 +13,13 @@ from .base import StoreBase
 
 @dataclasses.dataclass(frozen=True)
 class QueueDepth:
-    """Jobs of one queue at one moment: ``pending`` due now, and ``running``."""
+    """Jobs of one queue at one moment: ``pending`` due now, ``running``, and ``waiting``
+    (workflow steps waiting for earlier steps)."""
 
     queue: str
     pending: int
     running: int
+    waiting: int = 0
 
 
 def _queues_param(queues: Sequence[str] | None) -> dict[str, Any]:
@@ -30,9 +32,12 @@ class MetricsQueries(StoreBase):
     def get_queue_depths(
         self, conn: psycopg.Connection[Any], queues: Sequence[str] | None = None
     ) -> list[QueueDepth]:
-        """Queues (all, or those named) that have due pending or running jobs."""
+        """Queues (all, or those named) that have due pending, running or waiting jobs."""
         rows = self._rows(conn, "get_queue_depths", _queues_param(queues))
-        return [QueueDepth(row["queue"], int(row["pending"]), int(row["running"])) for row in rows]
+        return [
+            QueueDepth(row["queue"], int(row["pending"]), int(row["running"]), int(row["waiting"]))
+            for row in rows
+        ]
 
     def count_scheduled_jobs(
         self, conn: psycopg.Connection[Any], queues: Sequence[str] | None = None

@@ -33,6 +33,7 @@ from .operations import OperationsQueries
 from .queues import QueueQueries
 from .unique import UniqueQueries
 from .web import WebQueries
+from .workflows import WorkflowQueries
 
 #: An attempt's outcome as written: (id, attempt, status, result_json, error, delay,
 #: exception_type).
@@ -81,6 +82,7 @@ class Store(
     QueueQueries,
     UniqueQueries,
     WebQueries,
+    WorkflowQueries,
     StoreBase,
 ):
     """Every named query pgtasks runs, one method each."""

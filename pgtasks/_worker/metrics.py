@@ -111,17 +111,24 @@ class QueueDepthCollector:
         self._lock = threading.Lock()
         self._pending: dict[str, int] = {}
         self._running: dict[str, int] = {}
+        self._waiting: dict[str, int] = {}
         self._sampled_at: float | None = None
 
-    def update(self, depths: Iterable[tuple[str, int, int]], expected: Iterable[str] = ()) -> None:
-        """Replace the sample with ``(queue, pending, running)`` rows."""
+    def update(
+        self,
+        depths: Iterable[tuple[str, int, int] | tuple[str, int, int, int]],
+        expected: Iterable[str] = (),
+    ) -> None:
+        """Replace the sample with ``(queue, pending, running[, waiting])`` rows."""
         with self._lock:
             pending = dict.fromkeys([*self._pending, *expected], 0)
             running = dict.fromkeys([*self._running, *expected], 0)
-            for queue_name, pending_count, running_count in depths:
+            waiting = dict.fromkeys([*self._waiting, *expected], 0)
+            for queue_name, pending_count, running_count, *rest in depths:
                 pending[queue_name] = pending_count
                 running[queue_name] = running_count
-            self._pending, self._running = pending, running
+                waiting[queue_name] = rest[0] if rest else 0
+            self._pending, self._running, self._waiting = pending, running, waiting
             self._sampled_at = time.time()
 
     def collect(self) -> Iterable[Metric]:
@@ -129,6 +136,7 @@ class QueueDepthCollector:
 
         with self._lock:
             pending, running = dict(self._pending), dict(self._running)
+            waiting = dict(self._waiting)
             sampled_at = self._sampled_at
         depth = GaugeMetricFamily(
             "pgtasks_queue_depth",
@@ -140,11 +148,18 @@ class QueueDepthCollector:
             "Running jobs per queue, held by any worker (sampled from the database).",
             labels=["queue"],
         )
+        steps = GaugeMetricFamily(
+            "pgtasks_queue_waiting_jobs",
+            "Workflow steps waiting for earlier steps, per queue (sampled from the database).",
+            labels=["queue"],
+        )
         for queue_name in sorted(pending):
             depth.add_metric([queue_name], pending[queue_name])
             busy.add_metric([queue_name], running[queue_name])
+            steps.add_metric([queue_name], waiting.get(queue_name, 0))
         yield depth
         yield busy
+        yield steps
         if sampled_at is not None:
             yield GaugeMetricFamily(
                 "pgtasks_queue_depth_sampled_timestamp_seconds",
@@ -194,7 +209,7 @@ class QueueDepthSampler:
             )
         depths = self.app.store.get_queue_depths(self._conn, self.queues)
         self.collector.update(
-            ((depth.queue, depth.pending, depth.running) for depth in depths),
+            ((depth.queue, depth.pending, depth.running, depth.waiting) for depth in depths),
             expected=self.queues or (),
         )
 

@@ -60,6 +60,10 @@ def prune(
                 result.add(status, count)
             if sum(deleted.values()) < batch_size:
                 break
+    retentions = [seconds for seconds in (done_after, failed_after) if seconds is not None]
+    if retentions and not stopping():
+        # Workflows whose jobs are all pruned (migration 0011).
+        store.prune_workflows(conn, older_than=min(retentions))
     if history_after is not None and not stopping():
         result.worker_history = store.prune_worker_history(conn, older_than=history_after)
     return result

@@ -17,6 +17,7 @@ from .queues import queues
 from .schema import migrate
 from .web import web
 from .worker import worker
+from .workflows import workflows
 
 
 @click.group()
@@ -39,5 +40,6 @@ for command in (
     prune_command,
     doctor,
     web,
+    workflows,
 ):
     main.add_command(command)

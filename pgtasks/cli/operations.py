@@ -165,12 +165,33 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
     with app:
 
         def read(conn: psycopg.Connection[Any]) -> Any:
-            return app.store.get_job(conn, job_id), app.store.get_database_time(conn)
+            return (
+                app.store.get_job(conn, job_id),
+                app.store.get_database_time(conn),
+                app.store.get_job_workflow(conn, job_id),
+            )
 
-        job, now = _run(app, read, "show job")
+        job, now, workflow = _run(app, read, "show job")
     if job is None:
         _missing(job_id)
-    click.echo(to_json(job_as_json(job)) if as_json else format_job(job, now))
+    if as_json:
+        document = job_as_json(job)
+        if workflow is not None:
+            document["workflow"] = {
+                "id": workflow["workflow_id"],
+                "step": workflow["workflow_step"],
+            }
+        click.echo(to_json(document))
+        return
+    text = format_job(job, now)
+    if workflow is not None:
+        # The workflow line goes with the fields, before the last error.
+        head, separator, tail = text.partition("\nlast error")
+        text = (
+            f"{head}\n  workflow: {workflow['workflow_id']} (step {workflow['workflow_step']};"
+            f" pgtasks workflows show {workflow['workflow_id']}){separator}{tail}"
+        )
+    click.echo(text)
 
 
 @jobs.command("retry", epilog=RETRY_RULE)

@@ -43,6 +43,10 @@ SELECT indexes.indexrelname AS index_name,
            WHEN 'jobs_finished_idx' THEN (SELECT count(*) FROM {schema}.jobs
                                           WHERE status IN ('done', 'failed', 'cancelled'))
            WHEN 'jobs_idempotency_key_key' THEN (SELECT count(*) FROM {schema}.jobs)
+           WHEN 'jobs_workflow_idx' THEN (SELECT count(*) FROM {schema}.jobs
+                                          WHERE workflow_id IS NOT NULL)
+           WHEN 'jobs_waiting_idx' THEN (SELECT count(*) FROM {schema}.jobs
+                                         WHERE status = 'waiting')
            ELSE (SELECT count(*) FROM {schema}.jobs)
        END AS entries
 FROM pg_stat_user_indexes AS indexes

@@ -1,15 +1,31 @@
 -- Statements of metrics and test helpers (loaded with queries.sql; same header rules).
 
 -- name: get_queue_depths :many
--- Per queue: pending jobs that are due now, and running jobs (no SKIP LOCKED: held rows count).
+-- Per queue: pending jobs that are due now, running jobs, and workflow steps waiting for
+-- earlier steps (no SKIP LOCKED: held rows count).
+WITH depths AS (
+    SELECT queue,
+           count(*) FILTER (WHERE status = 'pending') AS pending,
+           count(*) FILTER (WHERE status = 'running') AS running
+    FROM {schema}.jobs
+    -- Both branches are served by the partial indexes jobs_claim_idx and jobs_running_idx.
+    WHERE ((status = 'pending' AND run_at <= now()) OR status = 'running')
+      AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
+    GROUP BY queue
+), waiting AS (
+    -- Through jobs_waiting_idx (migration 0011): no entry unless a workflow waits.
+    SELECT queue, count(*) AS waiting
+    FROM {schema}.jobs
+    WHERE status = 'waiting'
+      AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
+    GROUP BY queue
+)
 SELECT queue,
-       count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'running') AS running
-FROM {schema}.jobs
--- Both branches are served by the partial indexes jobs_claim_idx and jobs_running_idx.
-WHERE ((status = 'pending' AND run_at <= now()) OR status = 'running')
-  AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
-GROUP BY queue
+       coalesce(depths.pending, 0) AS pending,
+       coalesce(depths.running, 0) AS running,
+       coalesce(waiting.waiting, 0) AS waiting
+FROM depths
+FULL JOIN waiting USING (queue)
 ORDER BY queue;
 
 -- name: count_scheduled_jobs :one

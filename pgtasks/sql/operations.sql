@@ -5,6 +5,7 @@
 -- name: get_queue_stats :many
 -- Per queue: jobs by status, the oldest due pending job and jobs finished lately.
 SELECT queue,
+       count(*) FILTER (WHERE status = 'waiting') AS waiting,
        count(*) FILTER (WHERE status = 'pending') AS pending,
        count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS due,
        count(*) FILTER (WHERE status = 'running') AS running,
@@ -130,10 +131,16 @@ WITH doomed AS (
     -- The first condition is jobs_finished_idx's predicate: the scan reads finished
     -- rows only, oldest first, and never a pending or running one.
     SELECT id
-    FROM {schema}.jobs
+    FROM {schema}.jobs AS jobs
     WHERE status IN ('done', 'failed', 'cancelled')
       AND status = ANY(%(statuses)s::text[])
       AND finished_at < now() - make_interval(secs => %(older_than)s::float8)
+      -- A job of a workflow (migration 0011) stays while the workflow has unfinished
+      -- jobs: a chord's callback reads its members' results when it starts.
+      AND (workflow_id IS NULL
+           OR NOT EXISTS (SELECT 1 FROM {schema}.jobs AS other
+                          WHERE other.workflow_id = jobs.workflow_id
+                            AND other.status IN ('waiting', 'pending', 'running')))
     ORDER BY finished_at
     LIMIT %(limit)s::int
     -- Rows held elsewhere (a retry, a cancel) are skipped: the batch never waits.

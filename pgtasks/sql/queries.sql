@@ -185,7 +185,7 @@ WITH picked AS (
       AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
       -- Workers started with --ignore-unknown claim only the tasks they know.
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-      -- Jobs that limits apply to (migration 0009) are claimed by claim_limited_jobs.
+      -- Jobs that limits apply to (migration 0011) are claimed by claim_limited_jobs.
       AND limit_groups IS NULL
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
@@ -426,13 +426,16 @@ WITH target AS (
     SELECT id, status FROM {schema}.jobs WHERE id = %(id)s FOR UPDATE
 ),
 cancelled AS (
+    -- A waiting workflow step (migration 0011) is cancelled like a pending job.
     UPDATE {schema}.jobs AS jobs
-    SET status = CASE WHEN target.status = 'pending' THEN 'cancelled' ELSE jobs.status END,
+    SET status = CASE WHEN target.status IN ('pending', 'waiting') THEN 'cancelled'
+                      ELSE jobs.status END,
         cancel_requested = true,
-        finished_at = CASE WHEN target.status = 'pending' THEN now() ELSE jobs.finished_at END,
+        finished_at = CASE WHEN target.status IN ('pending', 'waiting') THEN now()
+                           ELSE jobs.finished_at END,
         updated_at = now()
     FROM target
-    WHERE jobs.id = target.id AND target.status IN ('pending', 'running')
+    WHERE jobs.id = target.id AND target.status IN ('pending', 'waiting', 'running')
     RETURNING jobs.id, jobs.status
 )
 SELECT target.status AS previous_status,

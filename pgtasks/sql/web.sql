@@ -23,14 +23,22 @@ WITH pending AS (
     FROM {schema}.jobs
     WHERE status = 'running'
     GROUP BY queue
+), waiting AS (
+    -- Workflow steps waiting for earlier steps (migration 0011), through jobs_waiting_idx.
+    SELECT queue, count(*) AS waiting
+    FROM {schema}.jobs
+    WHERE status = 'waiting'
+    GROUP BY queue
 )
 SELECT queue,
+       coalesce(waiting.waiting, 0) AS waiting,
        coalesce(pending.pending, 0) AS pending,
        coalesce(pending.due, 0) AS due,
        coalesce(running.running, 0) AS running,
        extract(epoch FROM now() - pending.oldest_due)::float8 AS oldest_due_age
 FROM pending
 FULL JOIN running USING (queue)
+FULL JOIN waiting USING (queue)
 ORDER BY queue;
 
 -- name: get_jobs_table_size :one
@@ -150,7 +158,7 @@ RETURNING jobs.id, jobs.queue;
 WITH picked AS (
     SELECT id, status
     FROM {schema}.jobs
-    WHERE (status = 'pending' OR (status = 'running' AND NOT cancel_requested))
+    WHERE (status IN ('pending', 'waiting') OR (status = 'running' AND NOT cancel_requested))
       AND (%(status)s::text IS NULL OR status = %(status)s::text)
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
@@ -162,9 +170,11 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 ), cancelled AS (
     UPDATE {schema}.jobs AS jobs
-    SET status = CASE WHEN picked.status = 'pending' THEN 'cancelled' ELSE jobs.status END,
+    SET status = CASE WHEN picked.status IN ('pending', 'waiting') THEN 'cancelled'
+                      ELSE jobs.status END,
         cancel_requested = true,
-        finished_at = CASE WHEN picked.status = 'pending' THEN now() ELSE jobs.finished_at END,
+        finished_at = CASE WHEN picked.status IN ('pending', 'waiting') THEN now()
+                           ELSE jobs.finished_at END,
         updated_at = now()
     FROM picked
     WHERE jobs.id = picked.id

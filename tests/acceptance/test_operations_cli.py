@@ -82,7 +82,9 @@ def test_stats_prints_counts_per_queue_the_oldest_wait_recent_finishes_and_worke
 
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    rows = {line.split()[0]: line.split()[1:] for line in lines[2:5]}
+    # WAITING (workflow steps) comes first; none here.
+    rows = {line.split()[0]: line.split()[2:] for line in lines[2:5]}
+    assert [line.split()[1] for line in lines[2:5]] == ["0", "0", "0"]
     # PENDING DUE RUNNING DONE FAILED CANCELLED OLDEST-DUE FINISHED-1M FINISHED-1H
     assert rows["default"][:6] == ["3", "2", "1", "2", "0", "0"]
     assert rows["default"][6].startswith("1m3")  # the job due 90 s ago

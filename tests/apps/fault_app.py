@@ -35,6 +35,7 @@ class FaultTasks:
     leak_transaction: Any
     enqueue_noop: Any
     tick: Any
+    collect: Any
 
 
 def register_fault_tasks(app: App) -> FaultTasks:
@@ -81,6 +82,12 @@ def register_fault_tasks(app: App) -> FaultTasks:
         recorder.instant(context)
         return int(base.noop.delay().id)
 
+    @app.task(bind=True, name="fault_app.collect")
+    def collect(context: JobContext, values: list[Any]) -> list[Any]:
+        """A chord callback: returns the results it received."""
+        recorder.instant(context)
+        return values
+
     @app.periodic(every=timedelta(seconds=1), name=EVERY_SECOND)
     @app.task(bind=True, name="fault_app.tick")
     def tick(context: JobContext) -> None:
@@ -96,6 +103,7 @@ def register_fault_tasks(app: App) -> FaultTasks:
         leak_transaction=leak_transaction,
         enqueue_noop=enqueue_noop,
         tick=tick,
+        collect=collect,
     )
 
 

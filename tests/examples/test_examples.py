@@ -160,3 +160,23 @@ def test_uniqueness_example_shows_each_scope(example_env: dict[str, str]) -> Non
     assert "next window: new job True" in out
     assert "key for life: same job after it ran True" in out
     assert "refused: unique_for= must be a positive timedelta" in out
+
+
+def test_workflows_example_chains_gathers_and_handles_a_failure(
+    example_env: dict[str, str],
+) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.workflows"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "chain: invoice of 24.0 sent to ada@example.com" in out
+    assert "chord: Trip: thumb-0.png, thumb-1.png, thumb-2.png" in out
+    assert "not sent: WorkflowAborted: step 1 of workflow" in out
+    assert "workflow status: failed" in out
+    assert "on_error: #billing: step 1 (billing.charge) failed" in out

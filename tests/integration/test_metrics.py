@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from pgtasks import App, ConfigurationError, Discard, JobHandle, Retry, WorkerMetrics
+from pgtasks import App, ConfigurationError, Discard, JobHandle, Retry, WorkerMetrics, chain
 from tests.support.inprocess import Gates, finished, running_worker
 from tests.support.waiting import wait_until
 
@@ -268,3 +268,30 @@ def test_closing_stops_the_http_server() -> None:
 def test_a_non_positive_sampling_interval_is_rejected() -> None:
     with pytest.raises(ConfigurationError, match="queue_depth_interval= must be a positive"):
         WorkerMetrics(queue_depth_interval=0)
+
+
+def test_workflow_steps_waiting_for_earlier_steps_are_sampled(
+    app: App, metrics: WorkerMetrics
+) -> None:
+    gates = Gates()
+    release = gates()
+
+    @app.task(queue="flow")
+    def hold(name: str) -> str:
+        release.wait(10)
+        return name
+
+    @app.task(queue="flow")
+    def after(previous: str) -> str:
+        return previous
+
+    workflow = chain(hold.s("first"), after.s(), after.s()).delay()
+    try:
+        with running_worker(app, queues=["flow"], observers=[metrics]):
+            scraped = scrape_until(metrics, "pgtasks_queue_waiting_jobs", 2.0, queue="flow")
+            assert value(scraped, "pgtasks_queue_depth", queue="flow") is not None
+            release.set()
+            assert workflow.get(timeout=10) == "first"
+            scrape_until(metrics, "pgtasks_queue_waiting_jobs", 0.0, queue="flow")
+    finally:
+        gates.open_all()

@@ -143,6 +143,7 @@ def test_stats_text_has_a_row_per_queue_a_total_and_the_workers() -> None:
     assert lines[0] == "at 2025-03-01 12:00:00+00:00"
     assert lines[1].split() == [
         "QUEUE",
+        "WAITING",
         "PENDING",
         "DUE",
         "RUNNING",
@@ -156,9 +157,9 @@ def test_stats_text_has_a_row_per_queue_a_total_and_the_workers() -> None:
         "FINISHED",
         "1H",
     ]
-    assert lines[2].split() == ["default", "2", "1", "0", "0", "0", "0", "1m15s", "0", "0"]
-    assert lines[3].split() == ["emails", "0", "0", "0", "3", "0", "0", "-", "0", "0"]
-    assert lines[4].split() == ["(all)", "2", "1", "0", "3", "0", "0", "1m15s", "0", "0"]
+    assert lines[2].split() == ["default", "0", "2", "1", "0", "0", "0", "0", "1m15s", "0", "0"]
+    assert lines[3].split() == ["emails", "0", "0", "0", "0", "3", "0", "0", "-", "0", "0"]
+    assert lines[4].split() == ["(all)", "0", "2", "1", "0", "3", "0", "0", "1m15s", "0", "0"]
     assert lines[5] == "workers: 2 live, 1 silent past the lease (not yet rescued) (lease 30s)"
 
 
@@ -169,6 +170,7 @@ def test_stats_json_has_queues_total_and_workers() -> None:
 
     assert document["now"] == "2025-03-01T12:00:00+00:00"
     assert document["queues"]["default"] == {
+        "waiting": 0,
         "pending": 2,
         "running": 0,
         "done": 0,

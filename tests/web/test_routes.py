@@ -83,6 +83,7 @@ def test_overview_counts_each_queue_by_status(web: Client, population: dict[str,
     html = web.get("/").text
 
     assert queue_row(html, "emails") == {
+        "waiting": "0",
         "pending": "2",
         "due": "1",
         "running": "1",
@@ -91,6 +92,7 @@ def test_overview_counts_each_queue_by_status(web: Client, population: dict[str,
         "cancelled": "0",
     }
     assert queue_row(html, "reports") == {
+        "waiting": "0",
         "pending": "0",
         "due": "0",
         "running": "0",
@@ -140,6 +142,7 @@ def test_finished_counts_of_a_large_table_not_yet_analyzed_are_unknown_not_count
 
     assert overview.unanalyzed
     assert queue_row(html, "bulk") == {
+        "waiting": "0",
         "pending": "1",
         "due": "1",
         "running": "0",

@@ -1,0 +1,115 @@
+"""What workflows (migration 0011) cost plain jobs, and what a workflow step costs.
+
+    python -m benchmarks.workflows [--dsn DSN] [--jobs N] [--runs R] [--quick]
+
+Plain jobs never fire the workflow trigger (its WHEN clause is false), but the trigger
+is on the table: the UPDATE of every claim and finish evaluates that clause. This script
+measures the claim+finish statements on N plain jobs with the trigger enabled and with
+it disabled (ALTER TABLE ... DISABLE TRIGGER), alternating rounds in one schema, so the
+two figures share the machine's load; then the same loop over chord members (each finish
+decrements its callback's counter; the last starts it) and chain steps. Figures are the
+median of R rounds, in jobs per second of the raw statements (no worker process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgtasks import App, chain, chord
+
+SCHEMA = "pgtasks_bench_workflows"
+BATCH = 50
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.workflows", description=__doc__)
+    parser.add_argument("--dsn", help="PostgreSQL to use (default: the embedded server)")
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs per round")
+    parser.add_argument("--runs", type=int, default=5, help="rounds per figure (median)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.jobs, args.runs = 400, 1
+    return args
+
+
+def drain(app: App, conn: psycopg.Connection[Any]) -> tuple[int, float]:
+    """Claim and finish every due job, BATCH at a time: (jobs, seconds)."""
+    store, count = app.store, 0
+    started = time.perf_counter()
+    while True:
+        rows = store.claim_jobs(conn, worker_id=1, queues=None, limit=BATCH)
+        if not rows:
+            return count, time.perf_counter() - started
+        outcomes = [(row["id"], row["attempts"], "done", "1", None, 0.0) for row in rows]
+        written = store.finish_jobs(conn, worker_id=1, outcomes=outcomes)
+        assert len(written) == len(rows), "a finish was not written"
+        count += len(rows)
+
+
+def set_trigger(app: App, conn: psycopg.Connection[Any], enabled: bool) -> None:
+    conn.execute(
+        sql.SQL("ALTER TABLE {}.jobs {} TRIGGER jobs_workflow_job_ended").format(
+            sql.Identifier(app.schema), sql.SQL("ENABLE" if enabled else "DISABLE")
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    app = App(args.dsn, schema=SCHEMA)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
+    app.migrate()
+
+    @app.task(name="bench.step")
+    def step(*values: Any) -> int:
+        return 1
+
+    figures: dict[str, list[float]] = {
+        "plain jobs, trigger enabled": [],
+        "plain jobs, trigger disabled": [],
+        "chord members (8 per chord) and callbacks": [],
+        "chain steps (10 per chain)": [],
+    }
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        for round_number in range(args.runs):
+            # Alternate which goes first: a trend in the machine's load hits both alike.
+            for enabled in (True, False) if round_number % 2 == 0 else (False, True):
+                step.delay_many([((), {})] * args.jobs)
+                conn.execute("VACUUM ANALYZE " + sql.Identifier(SCHEMA).as_string(conn) + ".jobs")
+                set_trigger(app, conn, enabled)
+                count, seconds = drain(app, conn)
+                set_trigger(app, conn, True)
+                name = f"plain jobs, trigger {'enabled' if enabled else 'disabled'}"
+                figures[name].append(count / seconds)
+            for _ in range(args.jobs // 9):
+                chord([step.s(n) for n in range(8)], step.s()).delay()
+            count, seconds = drain(app, conn)
+            figures["chord members (8 per chord) and callbacks"].append(count / seconds)
+            for _ in range(args.jobs // 10):
+                chain(*[step.s() if n else step.s(0) for n in range(10)]).delay()
+            count, seconds = drain(app, conn)
+            figures["chain steps (10 per chain)"].append(count / seconds)
+    app.close()
+    print(f"claim+finish statements, batches of {BATCH}, {args.jobs} jobs, {args.runs} round(s)")
+    width = max(len(name) for name in figures)
+    for name, values in figures.items():
+        print(
+            f"  {name.ljust(width)}  {statistics.median(values):9.0f} jobs/s"
+            f"  (min {min(values):.0f}, max {max(values):.0f})"
+        )
+    enabled = statistics.median(figures["plain jobs, trigger enabled"])
+    disabled = statistics.median(figures["plain jobs, trigger disabled"])
+    print(f"  plain jobs with the trigger / without: {enabled / disabled:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""Planning a workflow (no database): steps, links, inputs, and the text tree."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from pgtasks import App, WorkflowError, chain, chord, group
+from pgtasks._app.workflows import _Plan
+from pgtasks._workflows_text import format_workflow, step_key
+
+
+@pytest.fixture
+def tasks() -> Any:
+    app = App("postgresql://unused@localhost/unused", schema="plan_test")
+
+    @app.task(name="a")
+    def a(*values: Any) -> int:
+        return 1
+
+    @app.task(name="two")
+    def two(x: int, y: int) -> int:
+        return x + y
+
+    return app, a, two
+
+
+def summary(plan: _Plan) -> list[tuple[str, list[int], list[int], str | None]]:
+    return [(node.step, node.prev, node.next, node.input_mode) for node in plan.nodes]
+
+
+def test_chain_with_a_chord_step_links_every_job(tasks: Any) -> None:
+    _, a, _ = tasks
+    plan = _Plan(chain(a.s(), chord([a.s(), a.si()], a.s()), a.s()))
+    assert summary(plan) == [
+        ("0", [], [1, 2], None),
+        ("1.0.0", [0], [3], "one"),
+        ("1.0.1", [0], [3], None),  # immutable: receives nothing
+        ("1.1", [1, 2], [4], "list"),
+        ("2", [3], [], "one"),
+    ]
+    assert (plan.terminals, plan.terminal_kind) == ([4], "one")
+
+
+def test_a_group_in_a_chain_becomes_a_chord_and_a_final_group_a_list(tasks: Any) -> None:
+    _, a, _ = tasks
+    plan = _Plan(chain(group(a.s(), a.s()), a.s(), group(a.s(), a.s())))
+    assert summary(plan)[2] == ("1", [0, 1], [3, 4], "list")
+    assert (plan.terminals, plan.terminal_kind) == ([3, 4], "list")
+
+
+def test_bad_shapes_are_refused_before_anything_is_written(tasks: Any) -> None:
+    app, a, two = tasks
+    with pytest.raises(WorkflowError, match="ends in a group"):
+        _Plan(group(a.s(), chain(a.s(), group(a.s(), a.s()))))
+    with pytest.raises(WorkflowError, match="do not match task 'two'"):
+        _Plan(chain(a.s(), two.s(1, 2))).rows(app, [1, 2])
+    assert _Plan(chain(a.s(), two.s(1))).rows(app, [1, 2])[1]["args_json"] == "[1]"
+    with pytest.raises(WorkflowError, match="callback signature is missing"):
+        chord([a.s()])
+    with pytest.raises(WorkflowError, match="at least one step"):
+        chain()
+
+
+def test_steps_sort_as_numbers_and_render_as_a_tree() -> None:
+    assert sorted(["10", "2", "1.1", "on_error", "1.0.1"], key=step_key) == [
+        "1.0.1",
+        "1.1",
+        "2",
+        "10",
+        "on_error",
+    ]
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def job(step: str, status: str, **extra: Any) -> dict[str, Any]:
+        return {"id": len(step), "workflow_step": step, "task_name": "t", "status": status, **extra}
+
+    text = format_workflow(
+        {
+            "id": 3,
+            "kind": "chain",
+            "status": "failed",
+            "created_at": now,
+            "finished_at": now,
+            "jobs": [
+                job("1", "waiting", prev_ids=[1]),
+                job("0", "failed", last_error="Traceback\nRuntimeError: \x1b[31mboom"),
+            ],
+        }
+    )
+    lines = text.splitlines()
+    assert lines[0].startswith("workflow 3 (chain): failed, created 2026-01-01 00:00:00")
+    assert lines[1].split()[:5] == ["0", "t", "job", "1", "failed"]
+    assert "RuntimeError" in lines[1] and "\x1b" not in text
+    assert lines[2].endswith("(after job 1)")
