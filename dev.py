@@ -188,7 +188,11 @@ def pip(venv: Path, *arguments: str) -> None:
 
 
 def django6_digest() -> str:
-    recipe = "\n".join([pyproject_digest(), *DJANGO6_TEST_REQUIREMENTS, DJANGO6_REQUIREMENT])
+    """What .venv-django6 was built from; its location too (a venv copied elsewhere, e.g.
+    with a relocated checkout, still points at the old one)."""
+    recipe = "\n".join(
+        [str(ROOT), pyproject_digest(), *DJANGO6_TEST_REQUIREMENTS, DJANGO6_REQUIREMENT]
+    )
     return hashlib.sha256(recipe.encode()).hexdigest()
 
 
