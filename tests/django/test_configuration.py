@@ -1,17 +1,21 @@
-"""Bad settings get clear errors; the schema migration; the beat command."""
+"""Bad settings get clear errors; the system checks; the tasks API in use; the schema
+migration; the beat command."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from typing import Any
 
+import django
 import pytest
+from django.core import checks
 from django.core.management import call_command
 from django.db import connection
 
 from pgtasks.contrib.django import DjangoConfigurationError, get_app
-from pgtasks.contrib.django._compat import task_backends
+from pgtasks.contrib.django._compat import TASKS_MODULE, BaseTaskBackend, Task, task_backends
 from tests.apps.django_project.shop import tasks
 from tests.support.environment import ROOT
 
@@ -92,3 +96,24 @@ def test_pgtasks_beat_command_takes_the_beat_options(django_env: dict[str, str])
     assert completed.returncode == 0, completed.stderr
     assert "--grace" in completed.stdout
     assert "--log-level" in completed.stdout
+
+
+def test_the_tasks_api_is_djangos_own_on_django_6() -> None:
+    """Django >= 6.0: django.tasks, never the backport (even when it is installed)."""
+    if django.VERSION >= (6, 0):
+        assert TASKS_MODULE == "django.tasks"
+        assert "django_tasks" not in sys.modules
+    else:
+        assert importlib.util.find_spec("django.tasks") is None
+        assert TASKS_MODULE == "django_tasks"
+    assert isinstance(task_backends["default"], BaseTaskBackend)
+    assert type(tasks.add).__module__ == f"{TASKS_MODULE}.base"
+    assert isinstance(tasks.add, Task)
+
+
+def test_the_system_checks_report_bad_pgtasks_settings(settings: Any) -> None:
+    assert not [message for message in checks.run_checks() if message.id.startswith("pgtasks")]
+    settings.PGTASKS = {"SCHEMAS": "x"}
+    errors = [message for message in checks.run_checks() if message.id == "pgtasks.E001"]
+    assert len(errors) == len(settings.TASKS)  # one per PgTasksBackend
+    assert all("unknown key(s) in settings.PGTASKS: 'SCHEMAS'" in e.msg for e in errors)

@@ -15,6 +15,11 @@ class PgTasksConfig(AppConfig):  # type: ignore[misc]
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # The tasks API (django.tasks, or the backport): importing django.tasks registers
+        # its system checks (and so PgTasksBackend.check) under Django >= 6.0, as the
+        # backport's app does; `manage.py check` then reports a misconfigured backend.
+        from . import _compat  # noqa: F401
+
         post_migrate.connect(_migrate_schema, sender=self, dispatch_uid="pgtasks.migrate")
 
 

@@ -31,7 +31,7 @@ from ..._store.store import Store
 from ..._validation import whole_number
 from ._compat import (
     BaseTaskBackend,
-    InvalidTaskError,
+    InvalidTask,
     Task,
     TaskResult,
     TaskResultDoesNotExist,
@@ -90,7 +90,7 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
         try:
             payload = json.loads(json.dumps([list(args), dict(kwargs)]))
         except (TypeError, ValueError) as error:
-            raise InvalidTaskError(
+            raise InvalidTask(
                 f"the arguments of task {task.module_path!r} are not JSON-serialisable: {error}"
             ) from None
         app = get_app()
@@ -107,7 +107,7 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
                 max_bytes=app.max_payload_bytes,
             )
         except PayloadError as error:
-            raise InvalidTaskError(str(error)) from None
+            raise InvalidTask(str(error)) from None
         return JobSpec(
             task_name=RUN_TASK_NAME,
             queue=task.queue_name,

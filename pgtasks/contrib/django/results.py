@@ -9,7 +9,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from ..._jobs import AttemptError, JobRow, JobStatus
-from ._compat import InvalidTaskError, Task, TaskError, TaskResult, TaskResultStatus
+from ._compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 
 #: The pgtasks task that runs Django tasks; its kwargs: task, args, kwargs, backend.
 RUN_TASK_NAME = "pgtasks.django.run"
@@ -51,13 +51,13 @@ def task_error(error_text: str, exception_type: str | None = None) -> TaskError:
 def load_task(path: object) -> Task[Any, Any]:
     """The Django Task a job names (the module-level object ``@task`` created)."""
     if not isinstance(path, str):
-        raise InvalidTaskError(f"a pgtasks job names no Django task (got {path!r})")
+        raise InvalidTask(f"a pgtasks job names no Django task (got {path!r})")
     try:
         task = import_string(path)
     except ImportError as error:
-        raise InvalidTaskError(f"cannot import the Django task {path!r}: {error}") from None
+        raise InvalidTask(f"cannot import the Django task {path!r}: {error}") from None
     if not isinstance(task, Task):
-        raise InvalidTaskError(f"{path!r} is not a Django task (decorate the function with @task)")
+        raise InvalidTask(f"{path!r} is not a Django task (decorate the function with @task)")
     return task
 
 
@@ -109,7 +109,7 @@ def result_from_row(row: JobRow, backend: str, *, json_text: bool) -> TaskResult
     """The TaskResult of a ``pgtasks.django.run`` job (read with jsonb as text or not)."""
     payload = decoded(row.kwargs, json_text)
     if not isinstance(payload, dict):
-        raise InvalidTaskError(f"job {row.id} carries no Django task payload")
+        raise InvalidTask(f"job {row.id} carries no Django task payload")
     errors, worker_ids = attempt_history(row, json_text)
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
     result: TaskResult[Any] = TaskResult(
