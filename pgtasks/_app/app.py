@@ -24,6 +24,7 @@ from .._errors import (
     TaskRegistrationError,
     UnknownTaskError,
 )
+from .._instrumentation import Instrumentation
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._operations import retention_seconds
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
@@ -168,6 +169,8 @@ class App:
                 f" lease_timeout ({self.lease_timeout:g} s), or live workers would be rescued"
             )
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: Tracing hooks (pgtasks.contrib.otel.instrument); None: nothing is traced.
+        self.instrumentation: Instrumentation | None = None
         #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
@@ -381,6 +384,22 @@ class App:
                 inserted += await self.store.ainsert_jobs(conn, specs[start : start + BULK_CHUNK])
         return inserted
 
+    def insert_specs(
+        self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        """Insert specs on ``conn``: the one insert path every enqueue and beat share (the
+        instrumentation, when set, wraps it)."""
+        if self.instrumentation is None:
+            return self._insert(conn, specs)
+        return self.instrumentation.insert(specs, lambda traced: self._insert(conn, traced))
+
+    async def ainsert_specs(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        if self.instrumentation is None:
+            return await self._ainsert(conn, specs)
+        return await self.instrumentation.ainsert(specs, lambda traced: self._ainsert(conn, traced))
+
     def _handles(self, inserted: list[InsertedJob]) -> list[JobHandle[Any]]:
         return [JobHandle(self, job_id, existed=existed) for job_id, existed in inserted]
 
@@ -394,8 +413,8 @@ class App:
             return run_eagerly(self, specs)
         if connection is not None:
             self.database.check_schema(connection)
-            return self._handles(self._insert(connection, specs))
-        return self._handles(self.database.run(lambda conn: self._insert(conn, specs)))
+            return self._handles(self.insert_specs(connection, specs))
+        return self._handles(self.database.run(lambda conn: self.insert_specs(conn, specs)))
 
     def enqueue(
         self, spec: JobSpec, *, connection: psycopg.Connection[Any] | None = None
@@ -403,6 +422,8 @@ class App:
         """Insert one built JobSpec (the path of ``delay`` and ``apply_async``)."""
         if self.is_eager:
             return run_eagerly(self, [spec])[0]
+        if self.instrumentation is not None:
+            return self.enqueue_many([spec], connection=connection)[0]
         if connection is not None:
             self.database.check_schema(connection)
             job = self.store.insert_job(connection, spec)
@@ -419,14 +440,16 @@ class App:
             return await arun_eagerly(self, specs)
         if connection is not None:
             await self.database.acheck_schema(connection)
-            return self._handles(await self._ainsert(connection, specs))
-        return self._handles(await self.database.arun(lambda conn: self._ainsert(conn, specs)))
+            return self._handles(await self.ainsert_specs(connection, specs))
+        return self._handles(await self.database.arun(lambda conn: self.ainsert_specs(conn, specs)))
 
     async def aenqueue(
         self, spec: JobSpec, *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> JobHandle[Any]:
         if self.is_eager:
             return (await arun_eagerly(self, [spec]))[0]
+        if self.instrumentation is not None:
+            return (await self.aenqueue_many([spec], connection=connection))[0]
         if connection is not None:
             await self.database.acheck_schema(connection)
             job = await self.store.ainsert_job(connection, spec)

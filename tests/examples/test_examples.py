@@ -124,3 +124,41 @@ def test_metadata_example_reports_progress_and_the_failed_attempt(
     assert "user meta: {'customer': 'acme', 'source': 'legacy-db'}" in out, out
     assert "attempt 1 failed on worker" in out
     assert "builtins.ConnectionError" in out
+
+
+def test_otel_example_traces_the_enqueue_and_both_attempts(example_env: dict[str, str]) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.otel"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0] == "result: order 42 charged"
+    assert [line.split() for line in lines[1:]] == [
+        ["checkout", "INTERNAL", "same", "trace"],
+        ["send", "shop.charge", "PRODUCER", "same", "trace"],
+        [
+            "process",
+            "shop.charge",
+            "CONSUMER",
+            "same",
+            "trace",
+            "attempt=1",
+            "outcome=retried",
+            "links=0",
+        ],
+        [
+            "process",
+            "shop.charge",
+            "CONSUMER",
+            "new",
+            "trace",
+            "attempt=2",
+            "outcome=done",
+            "links=1",
+        ],
+    ]

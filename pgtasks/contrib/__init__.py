@@ -1,0 +1,1 @@
+"""Integrations of pgtasks with other frameworks (installed through extras)."""
