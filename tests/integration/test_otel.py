@@ -154,20 +154,34 @@ def test_a_retry_is_a_new_trace_linked_to_the_enqueue(
     assert second["attributes"]["pgtasks.outcome"] == "done"
 
 
-def test_an_async_task_and_a_transactional_enqueue_are_traced(
+def test_async_tasks_transactional_and_asyncio_enqueues_are_traced(
     app: App, tasks: Tasks, exporter: InMemorySpanExporter, dsn: str
 ) -> None:
+    import asyncio
+
     import psycopg
 
     with psycopg.connect(dsn) as conn:
         handle = tasks.wait_async.apply_async(args=["x"], connection=conn)
+    from_asyncio = asyncio.run(tasks.wait_async.aapply_async(args=["y"]))
+    assert TRACE_KEY in from_asyncio.refresh().meta
     with otel_worker(app):
         assert finished(handle).result == "x"
-        wait_until(lambda: by_name(finished_spans(exporter), "process otel_app.wait_async"))
+        assert finished(from_asyncio).result == "y"
+        wait_until(
+            lambda: len(by_name(finished_spans(exporter), "process otel_app.wait_async")) == 2
+        )
     spans = finished_spans(exporter)
-    [send] = by_name(spans, "send otel_app.wait_async")
-    [process] = by_name(spans, "process otel_app.wait_async")
-    assert process["parent_id"] == send["span_id"]
+    sends = {
+        span["attributes"]["messaging.message.id"]: span
+        for span in spans
+        if span["name"] == "send otel_app.wait_async"
+    }
+    processes = by_name(spans, "process otel_app.wait_async")
+    assert len(sends) == 2
+    for process in processes:
+        send = sends[process["attributes"]["messaging.message.id"]]
+        assert (process["trace_id"], process["parent_id"]) == (send["trace_id"], send["span_id"])
 
 
 def test_an_attempt_that_lost_its_lease_ends_its_span_lease_lost(
