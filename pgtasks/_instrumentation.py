@@ -21,8 +21,9 @@ from typing import Any, Protocol
 from ._jobs import InsertedJob, JobSpec
 from ._retry import Outcome
 
-#: Outcome names of an attempt's trace (pgtasks.outcome).
-OUTCOME_NAMES = ("done", "retried", "failed", "cancelled", "lease_lost")
+#: Outcome names of an attempt's trace (pgtasks.outcome); "released": a stopping worker gave
+#: the job back unfinished (the attempt is not used up).
+OUTCOME_NAMES = ("done", "retried", "failed", "cancelled", "lease_lost", "released")
 
 
 def outcome_name(outcome: Outcome, *, written: bool = True, stored: str | None = None) -> str:

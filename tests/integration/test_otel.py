@@ -209,6 +209,30 @@ def test_an_attempt_that_lost_its_lease_ends_its_span_lease_lost(
     assert process["status"] == "ERROR"
 
 
+def test_a_job_released_by_a_stopping_worker_ends_its_span_released(
+    app: App, exporter: InMemorySpanExporter, tasks: Tasks
+) -> None:
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    @app.task(name="otel.never_ends")
+    def never_ends() -> None:
+        started.set()
+        release.wait(30)
+
+    try:
+        with otel_worker(app) as worker:
+            handle = never_ends.delay()
+            assert started.wait(10)
+            worker.stop(timeout=0.2)
+    finally:
+        release.set()
+    assert handle.status() is JobStatus.PENDING
+    [process] = by_name(finished_spans(exporter), "process otel.never_ends")
+    assert process["attributes"]["pgtasks.outcome"] == "released"
+
+
 def test_json_log_lines_carry_the_trace_and_span_ids(
     app: App, tasks: Tasks, exporter: InMemorySpanExporter
 ) -> None:
