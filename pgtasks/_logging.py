@@ -3,7 +3,8 @@
 pgtasks logs with the standard ``logging`` module under the ``pgtasks`` logger and its
 children (``pgtasks.worker``, ``pgtasks.beat``, ``pgtasks.metrics`` …). Records about a
 job carry :data:`EXTRA_KEYS` as attributes (``job_id``, ``task``, ``attempt``,
-``worker_id``, ``outcome``; only those that apply). :class:`JsonFormatter` writes one
+``worker_id``, ``outcome``; only those that apply; ``trace_id`` and ``span_id`` while an
+OpenTelemetry span is current, with pgtasks.contrib.otel). :class:`JsonFormatter` writes one
 JSON object per record: ``time``, ``level``, ``logger``, ``message``, the extra keys
 present, any other ``extra`` a caller passed, then ``exception`` / ``stack`` text.
 Messages never hold a DSN's password (they name servers with ``describe_dsn``).
@@ -19,6 +20,10 @@ from typing import Any, Literal, TextIO
 
 #: Attributes pgtasks sets through ``extra=`` on records about jobs and workers, in output order.
 EXTRA_KEYS = ("job_id", "task", "attempt", "worker_id", "outcome")
+
+#: The OpenTelemetry ids of the span current when the record was made (pgtasks.contrib.otel),
+#: written after the extra keys.
+TRACE_KEYS = ("trace_id", "span_id")
 
 #: The text format (the default of every command).
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -45,7 +50,7 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         attributes = record.__dict__
-        for key in EXTRA_KEYS:
+        for key in EXTRA_KEYS + TRACE_KEYS:
             if key in attributes:
                 document[key] = attributes[key]
         for key, value in attributes.items():

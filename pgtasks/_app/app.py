@@ -24,6 +24,7 @@ from .._errors import (
     TaskRegistrationError,
     UnknownTaskError,
 )
+from .._instrumentation import Instrumentation
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._limits import LimitDefinition
 from .._operations import retention_seconds
@@ -173,6 +174,8 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: Queues declared with limits (``app.queue()``), by name.
         self.queue_limits: dict[str, QueueLimits] = {}
+        #: Tracing hooks (pgtasks.contrib.otel.instrument); None: nothing is traced.
+        self.instrumentation: Instrumentation | None = None
         #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
@@ -386,6 +389,22 @@ class App:
                 inserted += await self.store.ainsert_jobs(conn, specs[start : start + BULK_CHUNK])
         return inserted
 
+    def insert_specs(
+        self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        """Insert specs on ``conn``: the one insert path every enqueue and beat share (the
+        instrumentation, when set, wraps it)."""
+        if self.instrumentation is None:
+            return self._insert(conn, specs)
+        return self.instrumentation.insert(specs, lambda traced: self._insert(conn, traced))
+
+    async def ainsert_specs(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        if self.instrumentation is None:
+            return await self._ainsert(conn, specs)
+        return await self.instrumentation.ainsert(specs, lambda traced: self._ainsert(conn, traced))
+
     def _handles(self, inserted: list[InsertedJob]) -> list[JobHandle[Any]]:
         return [JobHandle(self, job_id, existed=existed) for job_id, existed in inserted]
 
@@ -399,8 +418,8 @@ class App:
             return run_eagerly(self, specs)
         if connection is not None:
             self.database.check_schema(connection)
-            return self._handles(self._insert(connection, specs))
-        return self._handles(self.database.run(lambda conn: self._insert(conn, specs)))
+            return self._handles(self.insert_specs(connection, specs))
+        return self._handles(self.database.run(lambda conn: self.insert_specs(conn, specs)))
 
     def enqueue(
         self, spec: JobSpec, *, connection: psycopg.Connection[Any] | None = None
@@ -408,6 +427,8 @@ class App:
         """Insert one built JobSpec (the path of ``delay`` and ``apply_async``)."""
         if self.is_eager:
             return run_eagerly(self, [spec])[0]
+        if self.instrumentation is not None:
+            return self.enqueue_many([spec], connection=connection)[0]
         if connection is not None:
             self.database.check_schema(connection)
             job = self.store.insert_job(connection, spec)
@@ -424,14 +445,16 @@ class App:
             return await arun_eagerly(self, specs)
         if connection is not None:
             await self.database.acheck_schema(connection)
-            return self._handles(await self._ainsert(connection, specs))
-        return self._handles(await self.database.arun(lambda conn: self._ainsert(conn, specs)))
+            return self._handles(await self.ainsert_specs(connection, specs))
+        return self._handles(await self.database.arun(lambda conn: self.ainsert_specs(conn, specs)))
 
     async def aenqueue(
         self, spec: JobSpec, *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> JobHandle[Any]:
         if self.is_eager:
             return (await arun_eagerly(self, [spec]))[0]
+        if self.instrumentation is not None:
+            return (await self.aenqueue_many([spec], connection=connection))[0]
         if connection is not None:
             await self.database.acheck_schema(connection)
             job = await self.store.ainsert_job(connection, spec)

@@ -34,11 +34,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, SoftTimeLimitExceeded
+from .._instrumentation import outcome_name
 from .._jobs import JobContext
 from .._retry import Outcome
 
 if TYPE_CHECKING:
     from .._app.app import App
+    from .._app.tasks import Task
+    from .._instrumentation import AttemptTrace
 
 #: Seconds between checks that the parent is still alive.
 PARENT_CHECK_INTERVAL = 1.0
@@ -257,7 +260,7 @@ def run_job(
 ) -> Outcome:
     """Run one attempt in this (main) thread; SIGTERM unwinds it as _Terminated."""
     from .meta import meta_writer
-    from .outcomes import outcome_of_error, outcome_of_return, unknown_task_outcome
+    from .outcomes import unknown_task_outcome
 
     task = app.tasks.get(message.task_name)
     if task is None:
@@ -276,6 +279,63 @@ def run_job(
         _write_meta=meta_writer(app, message.job_id, message.worker_id, message.attempt),
     )
     arguments = [context, *message.args] if task.bind else list(message.args)
+    trace = _start_trace(app, message)
+    if trace is None:
+        return _call(task, message, arguments, soft)
+    # The attempt's span lives here, in the child: it ends with the outcome decided here
+    # (a write the parent finds fenced out is not reflected in it).
+    outcome: Outcome | None = None
+    try:
+        with trace.activate():
+            outcome = _call(task, message, arguments, soft, trace)
+        return outcome
+    finally:
+        name = outcome_name(outcome) if outcome is not None else "failed"
+        try:
+            trace.end(name, outcome.error if outcome is not None else "terminated")
+        except Exception:
+            logging.getLogger("pgtasks.worker").exception("ending the trace of a job failed")
+
+
+def _flush_traces(app: App) -> None:
+    """Before a clean exit: export the spans a batching processor still holds."""
+    if app.instrumentation is None:
+        return
+    try:
+        app.instrumentation.flush()
+    except Exception:
+        logging.getLogger("pgtasks.worker").exception("flushing this child's traces failed")
+
+
+def _start_trace(app: App, message: JobMessage) -> AttemptTrace | None:
+    instrumentation = app.instrumentation
+    if instrumentation is None:
+        return None
+    try:
+        return instrumentation.attempt(
+            job_id=message.job_id,
+            task_name=message.task_name,
+            queue=message.queue,
+            attempt=message.attempt,
+            worker_id=message.worker_id,
+            meta=message.meta,
+        )
+    except Exception:
+        logging.getLogger("pgtasks.worker").exception(
+            "job %d: starting its trace failed; running it untraced", message.job_id
+        )
+        return None
+
+
+def _call(
+    task: Task[Any, Any],
+    message: JobMessage,
+    arguments: list[Any],
+    soft: SoftLimit,
+    trace: AttemptTrace | None = None,
+) -> Outcome:
+    from .outcomes import outcome_of_error, outcome_of_return
+
     try:
         try:
             soft.arm(message.soft_timeout)
@@ -285,6 +345,8 @@ def run_job(
     except _Terminated:
         raise
     except BaseException as error:  # SystemExit in a task must not end the child
+        if trace is not None:
+            trace.record_exception(error)
         return outcome_of_error(task, message.attempt, message.max_attempts, error)
     return outcome_of_return(task, value)
 
@@ -332,6 +394,7 @@ def child_main(
         while True:
             message = inbox.get()
             if message is None:
+                _flush_traces(app)
                 return
             cancel_event = current.begin(message)
             started = time.monotonic()

@@ -56,6 +56,7 @@ from .watchdogs import LoopLagMonitor, SoftLimit, ThreadSoftLimits
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
+    from .._instrumentation import AttemptTrace
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -443,7 +444,36 @@ class Executor:
         if running.executor == "process" and self._pool is not None:
             self._pool.cancel(running.token)
 
+    @staticmethod
+    def _start_trace(running: Running, task: Task[Any, Any]) -> AttemptTrace | None:
+        """The attempt's trace when the App is instrumented (None otherwise, or when the
+        integration fails: tracing never stops a job)."""
+        instrumentation = task.app.instrumentation
+        if instrumentation is None:
+            return None
+        job = running.job
+        try:
+            running.trace = instrumentation.attempt(
+                job_id=job.id,
+                task_name=job.task_name,
+                queue=job.queue,
+                attempt=job.attempt,
+                worker_id=job.worker_id,
+                meta=job.meta,
+            )
+        except Exception:
+            logger.exception("job %d: starting its trace failed; running it untraced", job.id)
+        return running.trace
+
     def _run_sync(self, running: Running, task: Task[Any, Any]) -> Outcome:
+        if task.app.instrumentation is None or self._start_trace(running, task) is None:
+            return self._run_sync_untraced(running, task)
+        trace = running.trace
+        assert trace is not None  # noqa: S101 - set by _start_trace
+        with trace.activate():
+            return self._run_sync_untraced(running, task)
+
+    def _run_sync_untraced(self, running: Running, task: Task[Any, Any]) -> Outcome:
         job = running.job
         limit: SoftLimit | None = None
         try:
@@ -455,6 +485,8 @@ class Executor:
                 if limit is not None:
                     self._soft_limits.end(limit)
         except BaseException as error:  # SystemExit in a task must not end the worker thread
+            if running.trace is not None:
+                running.trace.record_exception(error)
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
         return outcome_of_return(task, value)
 
@@ -465,7 +497,12 @@ class Executor:
         with self._lock:
             self._async_jobs.add(running)
         try:
-            return await self._await_task(running, task)
+            if task.app.instrumentation is None or self._start_trace(running, task) is None:
+                return await self._await_task(running, task)
+            trace = running.trace
+            assert trace is not None  # noqa: S101 - set by _start_trace
+            with trace.activate():
+                return await self._await_task(running, task)
         finally:
             with self._lock:
                 self._async_jobs.discard(running)
@@ -493,6 +530,8 @@ class Executor:
                 )
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
         except BaseException as error:
+            if running.trace is not None:
+                running.trace.record_exception(error)
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
         return outcome_of_return(task, value)
 

@@ -14,6 +14,7 @@ from .._retry import Outcome
 
 if TYPE_CHECKING:
     from .._app.tasks import Task
+    from .._instrumentation import AttemptTrace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,3 +77,6 @@ class Running:
     async_task: asyncio.Task[Outcome] | None = None
     #: Where it runs: "thread", "process", "async" (None: unknown task, no code to run).
     executor: ExecutorName | None = None
+    #: The attempt's trace (an instrumented App's thread or async job), ended by the
+    #: worker once the outcome is written.
+    trace: AttemptTrace | None = None

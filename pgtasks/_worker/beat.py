@@ -359,7 +359,7 @@ class Beat:
         """Insert the jobs and advance the schedules in one transaction."""
         enqueued: list[EnqueuedTick] = []
         with conn.transaction():
-            inserted = self.app.store.insert_jobs(conn, specs) if specs else []
+            inserted = self.app.insert_specs(conn, specs) if specs else []
             last: dict[str, tuple[datetime, int]] = {}
             for (schedule, tick), job in zip(owners, inserted, strict=True):
                 enqueued.append(EnqueuedTick(schedule.name, tick, job.id, job.existed))

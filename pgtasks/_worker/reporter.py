@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._instrumentation import outcome_name
 from .._retry import Outcome
 
 if TYPE_CHECKING:
@@ -52,19 +53,37 @@ class Reporter:
             if written and accepted[running.job.id] == "cancelled":
                 outcome = Outcome("cancelled", "failed", error=outcome.error)
             self._log_outcome(running, outcome, written=written)
+            if running.trace is not None:
+                self._end_trace(running, outcome, written)
             if outcome.status == "pending" and written:
                 # A retry due before the next poll: claim it on time.
                 self.next_due = min(self.next_due, time.monotonic() + outcome.delay)
 
+    @staticmethod
+    def _end_trace(running: Running, outcome: Outcome, written: bool) -> None:
+        """End the attempt's trace now that its outcome is written (or fenced out)."""
+        trace = running.trace
+        if trace is None:
+            return
+        try:
+            trace.end(outcome_name(outcome, written=written), outcome.error)
+        except Exception:
+            logger.exception("job %d: ending its trace failed", running.job.id)
+
     def _log_outcome(self, running: Running, outcome: Outcome, *, written: bool) -> None:
         job = running.job
-        extra = {
+        extra: dict[str, Any] = {
             "job_id": job.id,
             "task": job.task_name,
             "attempt": job.attempt,
             "worker_id": job.worker_id,
             "outcome": outcome.kind,
         }
+        if running.trace is not None:
+            try:
+                extra.update(running.trace.log_fields())
+            except Exception:  # an integration's bug must not stop the worker's logging
+                logger.exception("job %d: reading its trace ids failed", job.id)
         duration = time.monotonic() - running.started
         if not written:
             self.count("lease_lost")

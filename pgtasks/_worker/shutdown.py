@@ -193,6 +193,12 @@ class GracefulStop:
                 self.connection.drop()
                 if attempt < _WRITE_TRIES:
                     time.sleep(reconnect_delay(attempt))
+        for running in leftovers:
+            if running.trace is not None:
+                try:
+                    running.trace.end("released" if running.job.id in released else "lease_lost")
+                except Exception:
+                    logger.exception("job %d: ending its trace failed", running.job.id)
         self.reporter.count("released", len(released))
         logger.warning(
             "worker %s: %s; released %d running job(s) back to pending (attempt not used up): %s",

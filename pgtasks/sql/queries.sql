@@ -144,7 +144,11 @@ ORDER BY id;
 -- name: update_job_meta :one
 -- Merge a patch into a running job's meta, fenced by its lease; no row: the lease is lost.
 UPDATE {schema}.jobs AS jobs
-SET meta = jobs.meta || %(patch)s::jsonb,
+-- A progress report's updated_at is the server's clock, as every time pgtasks stores.
+SET meta = jobs.meta || CASE
+        WHEN %(patch)s::jsonb -> 'pgtasks.progress' IS NOT NULL
+        THEN jsonb_set(%(patch)s::jsonb, ARRAY['pgtasks.progress', 'updated_at'], to_jsonb(now()))
+        ELSE %(patch)s::jsonb END,
     updated_at = now()
 WHERE jobs.id = %(id)s
   AND jobs.status = 'running'

@@ -180,3 +180,41 @@ def test_workflows_example_chains_gathers_and_handles_a_failure(
     assert "not sent: WorkflowAborted: step 1 of workflow" in out
     assert "workflow status: failed" in out
     assert "on_error: #billing: step 1 (billing.charge) failed" in out
+
+
+def test_otel_example_traces_the_enqueue_and_both_attempts(example_env: dict[str, str]) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.otel"],
+        cwd=ROOT,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0] == "result: order 42 charged"
+    assert [line.split() for line in lines[1:]] == [
+        ["checkout", "INTERNAL", "same", "trace"],
+        ["send", "shop.charge", "PRODUCER", "same", "trace"],
+        [
+            "process",
+            "shop.charge",
+            "CONSUMER",
+            "same",
+            "trace",
+            "attempt=1",
+            "outcome=retried",
+            "links=0",
+        ],
+        [
+            "process",
+            "shop.charge",
+            "CONSUMER",
+            "new",
+            "trace",
+            "attempt=2",
+            "outcome=done",
+            "links=1",
+        ],
+    ]

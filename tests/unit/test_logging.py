@@ -152,3 +152,12 @@ def test_a_record_with_exc_info_from_a_tuple_is_formatted_once() -> None:
 
     assert first == second
     assert "KeyError: 'k'" in first["exception"]
+
+
+def test_trace_ids_follow_the_extra_keys(logged: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, stream = logged
+
+    logger.info("traced", extra={"span_id": "b" * 16, "job_id": 1, "trace_id": "a" * 32})
+
+    [line] = lines(stream)
+    assert list(line)[4:] == ["job_id", "trace_id", "span_id"]
