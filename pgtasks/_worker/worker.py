@@ -369,10 +369,11 @@ class Worker:
             self._exchanges = self._new_exchanges()
             self._executor.start()  # process pool children import the app before any claim
             try:
-                worker_id = self.registration.register(self._connection.get())
-                # The paused queues before the first claim (the listener reads them after).
+                # The paused queues before the first claim (the listener reads them after),
+                # and before worker_id says the worker is registered.
                 paused = self.app.store.get_paused_queues(self._connection.get())
                 self._exchanges.paused = frozenset(row["queue"] for row in paused)
+                worker_id = self.registration.register(self._connection.get())
                 # Store this app's limits (migration 0009); with any limit stored, claims
                 # take the jobs limits apply to first.
                 stored = self.app.store.upsert_limits(
