@@ -373,13 +373,13 @@ class Worker:
                 # and before worker_id says the worker is registered.
                 paused = self.app.store.get_paused_queues(self._connection.get())
                 self._exchanges.paused = frozenset(row["queue"] for row in paused)
-                worker_id = self.registration.register(self._connection.get())
                 # Store this app's limits (migration 0009); with any limit stored, claims
                 # take the jobs limits apply to first.
                 stored = self.app.store.upsert_limits(
                     self._connection.get(), self.app.limit_definitions()
                 )
                 self._exchanges.limited = stored > 0
+                worker_id = self.registration.register(self._connection.get())
             except BaseException:
                 self._executor.shutdown()
                 raise
