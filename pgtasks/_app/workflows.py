@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import psycopg
 
 from .._errors import JobCancelled, WorkflowError, WorkflowNotFoundError
+from .._jobs import InsertedJob, JobSpec
 from .._payload import encode_arguments
 from .handle import JobHandle
 from .limits import job_limits
@@ -457,7 +458,17 @@ def enqueue_workflow(
     def write(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
         workflow_id = store.insert_workflow(conn, kind=prepared.kind, on_error=prepared.on_error)
         ids = store.reserve_job_ids(conn, len(plan.nodes))
-        store.insert_workflow_jobs(conn, workflow_id=workflow_id, jobs=plan.rows(app, ids))
+        rows = plan.rows(app, ids)
+
+        def insert_rows(specs: Sequence[JobSpec]) -> list[InsertedJob]:
+            _take_meta(rows, specs)
+            store.insert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
+            return [InsertedJob(job_id, False) for job_id in ids]
+
+        if app.instrumentation is None:
+            store.insert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
+        else:  # tracing: the steps' meta carries the context of their enqueue
+            app.instrumentation.insert(_specs(rows), insert_rows)
         return workflow_id, ids
 
     def insert(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
@@ -491,7 +502,17 @@ async def aenqueue_workflow(
             conn, kind=prepared.kind, on_error=prepared.on_error
         )
         ids = await store.areserve_job_ids(conn, len(plan.nodes))
-        await store.ainsert_workflow_jobs(conn, workflow_id=workflow_id, jobs=plan.rows(app, ids))
+        rows = plan.rows(app, ids)
+
+        async def insert_rows(specs: Sequence[JobSpec]) -> list[InsertedJob]:
+            _take_meta(rows, specs)
+            await store.ainsert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
+            return [InsertedJob(job_id, False) for job_id in ids]
+
+        if app.instrumentation is None:
+            await store.ainsert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
+        else:
+            await app.instrumentation.ainsert(_specs(rows), insert_rows)
         return workflow_id, ids
 
     async def insert(conn: psycopg.AsyncConnection[Any]) -> tuple[int, list[int]]:
@@ -506,6 +527,28 @@ async def aenqueue_workflow(
     else:
         workflow_id, ids = await app.database.arun(insert)
     return prepared.handle(workflow_id, ids)
+
+
+def _specs(rows: Sequence[dict[str, Any]]) -> list[JobSpec]:
+    """The steps as the jobs an instrumentation sees (tracing adds their meta)."""
+    return [
+        JobSpec(
+            row["task_name"],
+            row["queue"],
+            row["priority"],
+            row["args_json"],
+            row["kwargs_json"],
+            row["max_attempts"],
+        )
+        for row in rows
+    ]
+
+
+def _take_meta(rows: Sequence[dict[str, Any]], specs: Sequence[JobSpec]) -> None:
+    if len(specs) != len(rows):
+        raise RuntimeError("the instrumentation changed the number of workflow steps")
+    for row, spec in zip(rows, specs, strict=True):
+        row["meta_json"] = spec.meta_json
 
 
 # -- handles ----------------------------------------------------------------------------------

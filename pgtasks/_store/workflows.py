@@ -57,13 +57,20 @@ class WorkflowQueries(StoreBase):
             json.dumps([job["limit_groups"] for job in jobs]) if limited else None
         )
         params["limit_key"] = [job["limit_key"] for job in jobs]
+        # Meta (trace context) of the steps, migration 0008: NULL when no step has any.
+        metas = [job.get("meta_json") for job in jobs]
+        params["meta"] = (
+            "[" + ",".join(meta or "{}" for meta in metas) + "]"
+            if any(meta is not None for meta in metas)
+            else None
+        )
         return params
 
     def insert_workflow_jobs(
         self, conn: psycopg.Connection[Any], *, workflow_id: int, jobs: Sequence[dict[str, Any]]
     ) -> None:
         """Insert a workflow's jobs: dicts with id, task_name, queue, priority, args_json,
-        kwargs_json, max_attempts, step, next, prev, input_mode, limit_groups, limit_key."""
+        kwargs_json, max_attempts, step, next, prev, input_mode, limit_groups, limit_key and optionally meta_json."""
         self._rows(conn, "insert_workflow_jobs", self._workflow_jobs_params(workflow_id, jobs))
 
     async def ainsert_workflow_jobs(

@@ -18,7 +18,8 @@ FROM generate_series(1, %(count)s::int);
 -- 'waiting' for waiting_for predecessors (prev_ids). The notify trigger wakes workers.
 INSERT INTO {schema}.jobs
     (id, task_name, queue, priority, args, kwargs, max_attempts, status, workflow_id,
-     workflow_step, next_ids, prev_ids, waiting_for, input_mode, limit_groups, limit_key)
+     workflow_step, next_ids, prev_ids, waiting_for, input_mode, limit_groups, limit_key,
+     meta)
 OVERRIDING SYSTEM VALUE
 SELECT t.id, t.task_name, t.queue, t.priority, t.args, t.kwargs, t.max_attempts,
        CASE WHEN t.waiting_for > 0 THEN 'waiting' ELSE 'pending' END,
@@ -29,7 +30,9 @@ SELECT t.id, t.task_name, t.queue, t.priority, t.args, t.kwargs, t.max_attempts,
        -- Concurrency and rate limits (migration 0009), as insert_limited_jobs writes them.
        CASE WHEN jsonb_typeof(t.limit_groups) = 'array'
             THEN ARRAY(SELECT jsonb_array_elements_text(t.limit_groups)) END,
-       t.limit_key
+       t.limit_key,
+       -- Trace context (pgtasks.contrib.otel; migration 0008): NULL when no step has meta.
+       coalesce(t.meta, jsonb_build_object())
 FROM ROWS FROM (
     unnest(%(id)s::bigint[]), unnest(%(task_name)s::text[]), unnest(%(queue)s::text[]),
     unnest(%(priority)s::int[]), jsonb_array_elements(%(args)s::jsonb),
@@ -37,9 +40,9 @@ FROM ROWS FROM (
     unnest(%(step)s::text[]), jsonb_array_elements(%(next)s::jsonb),
     jsonb_array_elements(%(prev)s::jsonb), unnest(%(waiting_for)s::int[]),
     unnest(%(input_mode)s::text[]), jsonb_array_elements(%(limit_groups)s::jsonb),
-    unnest(%(limit_key)s::text[])
+    unnest(%(limit_key)s::text[]), jsonb_array_elements(%(meta)s::jsonb)
 ) AS t(id, task_name, queue, priority, args, kwargs, max_attempts, step, next, prev,
-       waiting_for, input_mode, limit_groups, limit_key);
+       waiting_for, input_mode, limit_groups, limit_key, meta);
 
 -- name: get_workflow :one
 -- A workflow and its status from its jobs: running while any is unfinished, then

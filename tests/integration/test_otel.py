@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from pgtasks import App, JobStatus, JsonFormatter, Worker
+from pgtasks import App, JobStatus, JsonFormatter, Worker, chain
 from pgtasks.contrib.otel import TRACE_KEY, instrument, is_instrumented, uninstrument
 from tests.apps.otel_app import Tasks, register_tasks
 from tests.support.environment import ROOT, pgtasks_env
@@ -395,3 +395,22 @@ def test_without_the_api_nothing_happens_and_nothing_fails(
         "meta: {}",
         "otel imported: False",
     ]
+
+
+def test_a_workflow_is_traced_like_a_batch_and_each_step_continues_its_create_span(
+    app: App, tasks: Tasks, exporter: InMemorySpanExporter
+) -> None:
+    workflow = chain(tasks.add.s(1, 2), tasks.add.s(10)).apply_async()
+    spans = finished_spans(exporter)
+    [send] = by_name(spans, "send otel_app.add")
+    creates = by_name(spans, "create otel_app.add")
+    assert send["kind"] == "CLIENT"
+    assert len(creates) == 2
+    with otel_worker(app):
+        assert workflow.get(timeout=20) == 13
+        wait_until(lambda: len(by_name(finished_spans(exporter), "process otel_app.add")) == 2)
+    processes = by_name(finished_spans(exporter), "process otel_app.add")
+    assert {span["trace_id"] for span in processes} == {send["trace_id"]}
+    assert sorted(span["parent_id"] for span in processes) == sorted(
+        span["span_id"] for span in creates
+    )
