@@ -283,9 +283,12 @@ WITH finished AS (
         finished_at = CASE WHEN outcome.status = 'pending' AND NOT jobs.cancel_requested
                            THEN NULL ELSE now() END,
         updated_at = now()
+    -- id, attempt, status, delay and held come as comma-joined text (one string each is
+    -- far cheaper to send than an array of one value per job); result and error as arrays.
     FROM unnest(
-        %(id)s::bigint[], %(attempt)s::int[], %(status)s::text[], %(result)s::jsonb[],
-        %(error)s::text[], %(delay)s::float8[], %(held)s::text[]
+        string_to_array(%(id)s, ',')::bigint[], string_to_array(%(attempt)s, ',')::int[],
+        string_to_array(%(status)s, ','), %(result)s::jsonb[], %(error)s::text[],
+        string_to_array(%(delay)s, ',')::float8[], string_to_array(%(held)s, ',')
     ) AS outcome(id, attempt, status, result, error, delay, held)
     WHERE jobs.id = outcome.id
       -- The fence: still running under the lease this worker took. The expected status
