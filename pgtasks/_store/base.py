@@ -55,13 +55,13 @@ class InfinityTimestamptzLoader(TimestamptzLoader):
 
 class JsonbTextLoader(JsonbLoader):
     """jsonb as psycopg loads it, without its per-value overhead: the text decoded as
-    UTF-8 (what PostgreSQL sends) and parsed, rather than the bytes copied and their
+    UTF-8 (as json.loads decodes it) and parsed, rather than the bytes copied and their
     encoding detected by ``json.loads``. A ``loads`` set with psycopg's
     ``set_json_loads`` is still used as is. (The claim's rows: two values per job.)"""
 
     def load(self, data: Buffer) -> Any:
         if self.loads is json.loads:
-            return _json_loads(str(data, "utf-8"))
+            return _json_loads(str(data, "utf-8", "surrogatepass"))
         return super().load(data)
 
 
