@@ -282,21 +282,27 @@ class Executor:
             self._start_local(running, task)
         return running
 
-    def _start_local(self, running: Running, task: Task[Any, Any]) -> None:
+    def _start_local(self, running: Running, task: Task[Any, Any], *, here: bool = False) -> bool:
+        """Start a job that holds a local slot. ``here``: the caller is a job thread that
+        just ended its job; a sync job is not handed to another thread (a wake-up and a
+        context switch per job) but left to the caller to run: returns True then."""
         running.started = time.monotonic()
         if running.cancel_requested:
             future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
             future.set_result(CANCELLED_BEFORE_START)
         elif running.executor == "async":
             self._start_async(running, task)
-            return
+            return False
         else:
             if task.timeout:
                 running.deadline = running.started + task.timeout
+            if here:
+                return True
             self._threads.submit(self._thread_job, running, task)
-            return
+            return False
         running.future = future
         future.add_done_callback(lambda done: self._finished(running, done))
+        return False
 
     def _start_async(self, running: Running, task: Task[Any, Any]) -> None:
         """Queue the coroutine for the event loop. One wake-up of the loop starts every
@@ -326,13 +332,23 @@ class Executor:
         self.on_finished(running, outcome)
 
     def _thread_job(self, running: Running, task: Task[Any, Any]) -> None:
-        """A sync job on a job thread: no Future per job, the outcome goes straight on."""
-        try:
-            outcome = self._run_sync(running, task)
-        except BaseException as error:  # _run_sync catches everything; a last resort
-            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
-        self._free_local_slot()
-        self.on_finished(running, outcome)
+        """Sync jobs on a job thread: no Future per job, the outcome goes straight on.
+
+        The job waiting for a slot (prefetched) takes this thread's slot and runs on this
+        thread right away, rather than being handed to another one.
+        """
+        while True:
+            try:
+                outcome = self._run_sync(running, task)
+            except BaseException as error:  # _run_sync catches everything; a last resort
+                outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+            following = self._pass_local_slot()
+            self.on_finished(running, outcome)
+            if following is None or following.task is None:
+                return
+            if not self._start_local(following, following.task, here=True):
+                return
+            running, task = following, following.task
 
     def _submit_to_pool(self, running: Running, task: Task[Any, Any]) -> None:
         if self._pool is None:
@@ -369,12 +385,18 @@ class Executor:
         self.on_finished(running, outcome)
 
     def _free_local_slot(self) -> None:
+        following = self._pass_local_slot()
+        if following is not None and following.task is not None:
+            self._start_local(following, following.task)
+
+    def _pass_local_slot(self) -> Running | None:
+        """A local job ended: its slot goes to the first job waiting for one (returned,
+        to be started by the caller), or is freed."""
         with self._lock:
             following = self._local_waiting.popleft() if self._local_waiting else None
             if following is None:
                 self._local_busy -= 1
-        if following is not None and following.task is not None:
-            self._start_local(following, following.task)
+        return following
 
     def _pool_ended(self, token: int, ending: Ending) -> None:
         """Called on the pool's supervisor thread."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import RowFactory
 
 from .._jobs import ExecutorName
 from .._retry import Outcome
@@ -53,6 +55,42 @@ class ClaimedJob:
             worker_id=worker_id,
             meta=row.get("meta") or {},
         )
+
+
+#: ClaimedJob's fields by the claim's column names (``attempts`` is the attempt).
+_CLAIM_FIELDS = {"attempts": "attempt"}
+
+
+def claimed_jobs(worker_id: int) -> RowFactory[ClaimedJob]:
+    """A psycopg row factory that makes claimed rows ClaimedJobs of lease owner
+    ``worker_id`` straight from their values (no dict per row, nor the frozen
+    dataclass's ``__init__``, which sets each field through ``object.__setattr__``)."""
+
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
+        names = [_CLAIM_FIELDS.get(column.name, column.name) for column in cursor.description or ()]
+        missing = _FIELDS.difference(names, ("worker_id",))
+        if missing:
+            raise RuntimeError(f"the claim returned no {', '.join(sorted(missing))} column")
+        new = object.__new__
+
+        def make(values: Sequence[Any]) -> ClaimedJob:
+            job: ClaimedJob = new(ClaimedJob)
+            fields = job.__dict__
+            fields.update(zip(names, values, strict=True))
+            fields["worker_id"] = worker_id
+            return job
+
+        return make
+
+    return factory
+
+
+def claim_order(job: ClaimedJob) -> tuple[int, datetime, int]:
+    """Sort key of claimed jobs in claim order (priority DESC, run_at, id)."""
+    return (-job.priority, job.run_at, job.id)
+
+
+_FIELDS = frozenset(field.name for field in dataclasses.fields(ClaimedJob))
 
 
 @dataclasses.dataclass(eq=False)

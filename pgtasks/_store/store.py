@@ -11,20 +11,21 @@ only differ in how they await the driver.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.pq import PipelineStatus, TransactionStatus
-from psycopg.rows import dict_row
+from psycopg.rows import RowFactory, dict_row
 
 from .._jobs import InsertedJob, JobRow, JobSpec, JobStatus, ScopedJobSpec
 from ..sql import Migration
 from .base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
 from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
-from .base import Params, Row, StoreBase, translate_errors
+from .base import JsonbTextLoader, Params, Row, StoreBase, translate_errors
 from .base import notification_channel as notification_channel
 from .doctor import DoctorQueries
 from .limits import LimitQueries
@@ -49,6 +50,11 @@ ClaimPosition = tuple[int, datetime, int]
 def claim_position(row: Row) -> ClaimPosition:
     """The position of a claimed row (the last of a claim, in claim order)."""
     return (row["priority"], row["run_at"], row["id"])
+
+
+def _claim_order(row: Row) -> tuple[int, datetime, int]:
+    """Sort key of a claimed row in claim order (priority DESC, run_at, id)."""
+    return (-row["priority"], row["run_at"], row["id"])
 
 
 def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
@@ -379,20 +385,25 @@ class Store(
 
     @staticmethod
     def _finish_params(worker_id: int, outcomes: Sequence[OutcomeRow]) -> dict[str, Any]:
-        params: dict[str, Any] = {"worker_id": worker_id}
-        for index, column in enumerate(("id", "attempt", "status", "result", "error", "delay")):
-            params[column] = [outcome[index] for outcome in outcomes]
-        # The exception type is optional (6-tuples are accepted: no type known).
-        params["exception_type"] = [
-            outcome[6] if len(outcome) > 6 else None for outcome in outcomes
-        ]
-        params["held"] = ["running"] * len(outcomes)
-        return params
+        """finish_jobs' parameters (sent in binary): the numbers, statuses and the expected
+        status as comma-joined text, result, error and exception type as arrays (texts of
+        any content; the exception type is optional: 6-tuples are accepted)."""
+        return {
+            "worker_id": worker_id,
+            "id": ",".join([str(outcome[0]) for outcome in outcomes]),
+            "attempt": ",".join([str(outcome[1]) for outcome in outcomes]),
+            "status": ",".join([outcome[2] for outcome in outcomes]),
+            "result": [outcome[3] for outcome in outcomes],
+            "error": [outcome[4] for outcome in outcomes],
+            "delay": ",".join([repr(float(outcome[5])) for outcome in outcomes]),
+            "held": ",".join(["running"] * len(outcomes)),
+            "exception_type": [outcome[6] if len(outcome) > 6 else None for outcome in outcomes],
+        }
 
     @staticmethod
     def _in_claim_order(rows: list[Row]) -> list[Row]:
         # UPDATE … RETURNING does not keep the CTE's order: restore the claim order.
-        rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
+        rows.sort(key=_claim_order)
         return rows
 
     def claim_jobs(
@@ -442,7 +453,8 @@ class Store(
         cancellation was requested); the other ids had lost their lease.
         """
         params = self._finish_params(worker_id, outcomes)
-        return {row["id"]: row["status"] for row in self._rows(conn, "finish_jobs", params)}
+        rows = self._rows(conn, "finish_jobs", params, binary=True)
+        return {row["id"]: row["status"] for row in rows}
 
     def finish_and_claim_jobs(
         self,
@@ -456,34 +468,62 @@ class Store(
         after: ClaimPosition | None = None,
         excluded_queues: Sequence[str] | None = None,
         limited: bool = False,
-    ) -> tuple[dict[int, str], list[Row]]:
+        claimed_rows: RowFactory[Any] = dict_row,
+        claim_order: Callable[[Any], Any] = _claim_order,
+    ) -> tuple[dict[int, str], list[Any]]:
         """``finish_jobs`` for each ``(lease owner, outcomes)`` then ``claim_jobs`` (when
         ``limit`` > 0; from ``after`` when given; leaving out ``excluded_queues``): one
         transaction, one network round trip (pipeline mode).
 
         ``limited`` (some limit is stored, migration 0009): the round trip claims jobs that
         limits apply to (claim_limited_jobs) instead, and when those do not fill ``limit``,
-        a second round trip claims plain jobs for the rest. Claimed rows come limited first.
+        a second round trip claims plain jobs for the rest. Claimed rows come limited first
+        (in the order the limited claim took them), then plain ones in claim order.
+
+        ``claimed_rows`` makes each claimed row (a dict by default; the worker builds its
+        jobs straight from the values) and ``claim_order`` is the sort key that puts plain
+        rows in claim order (of a dict row by default).
 
         A single statement (a claim with nothing to write, or the outcomes of one lease
         owner with nothing to claim) runs alone on an autocommit connection: no pipeline
         or transaction block around it, which saves ~0.3 ms of the claim an idle worker
         makes for a new job.
         """
+        rows_and_order = (claimed_rows, claim_order)
         if limited and limit > 0:
             accepted, rows = self._finish_and_claim(
-                conn, finished, worker_id, queues, limit, task_names, None, excluded_queues, True
-            )
+                conn, finished, worker_id, queues, limit, task_names, None, excluded_queues,
+                True, *rows_and_order,
+            )  # fmt: skip
             if len(rows) < limit:
                 _, plain = self._finish_and_claim(
                     conn, [], worker_id, queues, limit - len(rows), task_names, after,
-                    excluded_queues, False,
+                    excluded_queues, False, *rows_and_order,
                 )  # fmt: skip
                 rows += plain
             return accepted, rows
         return self._finish_and_claim(
-            conn, finished, worker_id, queues, limit, task_names, after, excluded_queues, False
-        )
+            conn, finished, worker_id, queues, limit, task_names, after, excluded_queues,
+            False, *rows_and_order,
+        )  # fmt: skip
+
+    def _claim_statement(
+        self,
+        limited: bool,
+        worker_id: int,
+        queues: Sequence[str] | None,
+        limit: int,
+        task_names: Sequence[str] | None,
+        after: ClaimPosition | None,
+        excluded_queues: Sequence[str] | None,
+    ) -> tuple[str, dict[str, Any]]:
+        """The claim a round trip runs: the limited claim, or the plain one (from ``after``)."""
+        if limited:
+            params = self.limited_claim_params(
+                worker_id, queues, limit, task_names, excluded_queues
+            )
+            return "claim_limited_jobs", dict(params)
+        return self._claim_params(worker_id, queues, limit, task_names, after, excluded_queues)
 
     def _finish_and_claim(
         self,
@@ -496,70 +536,50 @@ class Store(
         after: ClaimPosition | None,
         excluded_queues: Sequence[str] | None,
         limited: bool,
-    ) -> tuple[dict[int, str], list[Row]]:
-        if conn.autocommit and not finished and limit > 0 and limited:
-            claimed = self.claim_limited_jobs(
-                conn,
-                worker_id=worker_id,
-                queues=queues,
-                limit=limit,
-                task_names=task_names,
-                excluded_queues=excluded_queues,
-            )
-            return {}, claimed
+        claimed_rows: RowFactory[Any],
+        claim_order: Callable[[Any], Any],
+    ) -> tuple[dict[int, str], list[Any]]:
         if conn.autocommit and not finished and limit > 0:
-            if after is None:
-                claimed = self.claim_jobs(
-                    conn,
-                    worker_id=worker_id,
-                    queues=queues,
-                    limit=limit,
-                    task_names=task_names,
-                    excluded_queues=excluded_queues,
-                )
-            else:
-                claimed = self.claim_jobs_after(
-                    conn,
-                    after=after,
-                    worker_id=worker_id,
-                    queues=queues,
-                    limit=limit,
-                    task_names=task_names,
-                    excluded_queues=excluded_queues,
-                )
+            name, params = self._claim_statement(
+                limited, worker_id, queues, limit, task_names, after, excluded_queues
+            )
+            with translate_errors(self.schema), conn.cursor(row_factory=claimed_rows) as cursor:
+                cursor.adapters.register_loader("jsonb", JsonbTextLoader)
+                cursor.execute(self._statements[name], params)
+                claimed = cursor.fetchall()
+            if not limited:
+                claimed.sort(key=claim_order)
             return {}, claimed
         if conn.autocommit and len(finished) == 1 and limit <= 0:
             owner, outcomes = finished[0]
             return self.finish_jobs(conn, worker_id=owner, outcomes=outcomes), []
         cursors = []
-        with translate_errors(self.schema), conn.pipeline(), conn.transaction():
+        # On an autocommit connection the statements of a pipeline up to its sync run as
+        # one implicit transaction (an error in one rolls them all back): no BEGIN and
+        # COMMIT, which psycopg's transaction() in a pipeline sends with a sync (and a
+        # round trip) each, about three round trips instead of one.
+        block: contextlib.AbstractContextManager[Any] = (
+            contextlib.nullcontext() if _own_transaction(conn) else conn.transaction()
+        )
+        with translate_errors(self.schema), conn.pipeline(), block:
             for owner, outcomes in finished:
                 cursor = conn.cursor(row_factory=dict_row)
                 cursor.execute(
-                    self._statements["finish_jobs"], self._finish_params(owner, outcomes)
+                    self._binary_statements["finish_jobs"], self._finish_params(owner, outcomes)
                 )
                 cursors.append(cursor)
             claim_cursor = None
             if limit > 0:
-                claim_cursor = conn.cursor(row_factory=dict_row)
-                if limited:
-                    name, params = (
-                        "claim_limited_jobs",
-                        self.limited_claim_params(
-                            worker_id, queues, limit, task_names, excluded_queues
-                        ),
-                    )
-                else:
-                    name, params = self._claim_params(
-                        worker_id, queues, limit, task_names, after, excluded_queues
-                    )
+                claim_cursor = conn.cursor(row_factory=claimed_rows)
+                claim_cursor.adapters.register_loader("jsonb", JsonbTextLoader)
+                name, params = self._claim_statement(
+                    limited, worker_id, queues, limit, task_names, after, excluded_queues
+                )
                 claim_cursor.execute(self._statements[name], params)
         accepted = {row["id"]: row["status"] for cursor in cursors for row in cursor.fetchall()}
-        claimed = (
-            (claim_cursor.fetchall() if limited else self._in_claim_order(claim_cursor.fetchall()))
-            if claim_cursor
-            else []
-        )
+        claimed = claim_cursor.fetchall() if claim_cursor else []
+        if not limited:
+            claimed.sort(key=claim_order)
         return accepted, claimed
 
     def release_jobs(

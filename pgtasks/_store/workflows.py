@@ -70,7 +70,8 @@ class WorkflowQueries(StoreBase):
         self, conn: psycopg.Connection[Any], *, workflow_id: int, jobs: Sequence[dict[str, Any]]
     ) -> None:
         """Insert a workflow's jobs: dicts with id, task_name, queue, priority, args_json,
-        kwargs_json, max_attempts, step, next, prev, input_mode, limit_groups, limit_key and optionally meta_json."""
+        kwargs_json, max_attempts, step, next, prev, input_mode, limit_groups, limit_key
+        and optionally meta_json."""
         self._rows(conn, "insert_workflow_jobs", self._workflow_jobs_params(workflow_id, jobs))
 
     async def ainsert_workflow_jobs(

@@ -22,9 +22,8 @@ import psycopg
 from .._store.store import OutcomeRow as OutcomeRow
 
 if TYPE_CHECKING:
-    from .._execution.running import Running
+    from .._execution.running import ClaimedJob, Running
     from .._retry import Outcome
-    from .._store.base import Row
     from .._store.store import ClaimPosition
 
 
@@ -45,7 +44,8 @@ class Exchange:
     #: The registration the round trip ran under (the lease owner of what it claimed).
     owner: int = 0
     accepted: dict[int, str] = dataclasses.field(default_factory=dict)
-    rows: list[Row] = dataclasses.field(default_factory=list)
+    #: The jobs it claimed, in claim order.
+    jobs: list[ClaimedJob] = dataclasses.field(default_factory=list)
     error: psycopg.Error | None = None
     #: Whether the error broke the connection (vs. the server refusing the statement).
     broken: bool = False

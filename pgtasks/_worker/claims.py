@@ -19,8 +19,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from .._store.base import Row
-from .._store.store import ClaimPosition, claim_position
+from .._execution.running import ClaimedJob
+from .._store.store import ClaimPosition
 
 FULL_CLAIM_SHARE = 20.0
 MAX_FULL_CLAIM_SPACING = 30.0
@@ -55,14 +55,16 @@ class ClaimCursor:
         spacing = min(MAX_FULL_CLAIM_SPACING, max(self.poll_interval, seconds * FULL_CLAIM_SHARE))
         self.next_full_claim = max(self.next_full_claim, time.monotonic() + spacing)
 
-    def claimed(self, rows: Sequence[Row], *, from_start: bool, seconds: float) -> None:
-        """Record a claim's rows (in claim order). An empty claim (idle, or nothing left past
+    def claimed(self, jobs: Sequence[ClaimedJob], *, from_start: bool, seconds: float) -> None:
+        """Record a claim's jobs (in claim order). An empty claim (idle, or nothing left past
         the position) makes the next claim read from the start."""
         if from_start:
             self.full_claim_took(seconds)
         # Jobs that limits apply to come first and have no place in the plain claim order.
-        plain = [row for row in rows[-1:] if not row.get("limited")]
-        self.position = claim_position(plain[0]) if plain else None
+        last = jobs[-1] if jobs else None
+        if last is not None and getattr(last, "limited", False):
+            last = None
+        self.position = (last.priority, last.run_at, last.id) if last is not None else None
 
 
 class Prefetch:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._execution.running import ClaimedJob
+from .._execution.running import claim_order, claimed_jobs
 from .._retry import Outcome
 from .._text import storable
 from .background import BackgroundExchanger, Exchange, OutcomeRow
@@ -181,7 +181,7 @@ class Exchanges:
             raise RuntimeError("the worker is not registered")
         exchange.owner = worker_id
         started = time.monotonic()
-        exchange.accepted, exchange.rows = self.store.finish_and_claim_jobs(
+        exchange.accepted, exchange.jobs = self.store.finish_and_claim_jobs(
             conn,
             finished=exchange.finished,
             worker_id=worker_id,
@@ -191,28 +191,36 @@ class Exchanges:
             after=exchange.after,
             excluded_queues=exchange.excluded_queues,
             limited=exchange.limited,
+            # The lease owner is the registration the claim ran under.
+            claimed_rows=claimed_jobs(worker_id),
+            claim_order=claim_order,
         )
         exchange.seconds = time.monotonic() - started
 
     def apply(self, exchange: Exchange) -> int:
         """Log the written outcomes and start the claimed jobs (loop thread)."""
-        rows = exchange.rows
-        self.reporter.written(exchange.batch, exchange.accepted)
+        jobs = exchange.jobs
+        reporter = self.reporter
+        reporter.written(exchange.batch, exchange.accepted)
         if exchange.limit:
-            self.cursor.claimed(rows, from_start=exchange.after is None, seconds=exchange.seconds)
+            self.cursor.claimed(jobs, from_start=exchange.after is None, seconds=exchange.seconds)
         if exchange.limited:
-            taken = [row["id"] for row in rows if row.get("limited")]
+            taken = [job.id for job in jobs if getattr(job, "limited", False)]
             self.limited_ids.update(taken)
             if len(taken) < exchange.limit:
                 self.limited_retry_at = time.monotonic() + self.poll_interval
-        for row in rows:
-            # The lease owner is the registration the claim ran under.
-            job = ClaimedJob.from_row(row, exchange.owner)
-            self.reporter.notify("job_started", job)
-            running = self.executor.submit(job)
-            self.ledger.in_flight[running.token] = running
-        self.reporter.count("claimed", len(rows))
-        return len(rows)
+        in_flight, submit, observed = (
+            self.ledger.in_flight,
+            self.executor.submit,
+            reporter.observers,
+        )
+        for job in jobs:
+            if observed:
+                reporter.notify("job_started", job)
+            running = submit(job)
+            in_flight[running.token] = running
+        reporter.count("claimed", len(jobs))
+        return len(jobs)
 
     # -- the background round trip --
     def _can_overlap(self, now: float) -> bool:

@@ -48,6 +48,9 @@ class Reporter:
 
     def written(self, batch: list[tuple[Running, Outcome]], accepted: dict[int, str]) -> None:
         """Outcomes a round trip wrote (``accepted``: id → status stored) or fenced out."""
+        if not self.observers and not logger.isEnabledFor(logging.INFO):
+            self._count_quietly(batch, accepted)
+            return
         for running, outcome in batch:
             written = running.job.id in accepted
             if written and accepted[running.job.id] == "cancelled":
@@ -69,6 +72,27 @@ class Reporter:
             trace.end(outcome_name(outcome, written=written), outcome.error)
         except Exception:
             logger.exception("job %d: ending its trace failed", running.job.id)
+
+    def _count_quietly(
+        self, batch: list[tuple[Running, Outcome]], accepted: dict[int, str]
+    ) -> None:
+        """written() with no observer and no INFO log line: the counts, the WARNING lines
+        (which may be enabled alone) and the due time of retries, without the per-job
+        log record."""
+        counts = self.counts
+        for running, outcome in batch:
+            status = accepted.get(running.job.id)
+            if status is None or status == "cancelled" or outcome.kind not in ("done", "retry"):
+                # Lease lost, cancelled, failed: rare; the full path logs them as before.
+                if status == "cancelled":
+                    outcome = Outcome("cancelled", "failed", error=outcome.error)
+                self._log_outcome(running, outcome, written=status is not None)
+            else:
+                counts[outcome.kind] = counts.get(outcome.kind, 0) + 1
+            if running.trace is not None:
+                self._end_trace(running, outcome, status is not None)
+            if outcome.status == "pending" and status is not None:
+                self.next_due = min(self.next_due, time.monotonic() + outcome.delay)
 
     def _log_outcome(self, running: Running, outcome: Outcome, *, written: bool) -> None:
         job = running.job

@@ -323,9 +323,13 @@ WITH finished AS (
                                           'finished_at', now()))
                          END,
         updated_at = now()
+    -- id, attempt, status, delay and held come as comma-joined text (one string each is
+    -- far cheaper to send than an array of one value per job); result and error as arrays.
     FROM unnest(
-        %(id)s::bigint[], %(attempt)s::int[], %(status)s::text[], %(result)s::jsonb[],
-        %(error)s::text[], %(delay)s::float8[], %(held)s::text[], %(exception_type)s::text[]
+        string_to_array(%(id)s, ',')::bigint[], string_to_array(%(attempt)s, ',')::int[],
+        string_to_array(%(status)s, ','), %(result)s::jsonb[], %(error)s::text[],
+        string_to_array(%(delay)s, ',')::float8[], string_to_array(%(held)s, ','),
+        %(exception_type)s::text[]
     ) AS outcome(id, attempt, status, result, error, delay, held, exception_type)
     WHERE jobs.id = outcome.id
       -- The fence: still running under the lease this worker took. The expected status

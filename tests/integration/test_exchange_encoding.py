@@ -1,0 +1,137 @@
+"""The finish-and-claim round trip's encoding: outcomes sent as comma-joined text and
+binary arrays are stored exactly, the pipeline is one transaction, and the claimed rows
+become ClaimedJobs straight from their values."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgtasks import App
+from pgtasks._execution.running import ClaimedJob, claim_order, claimed_jobs
+from pgtasks._store.base import JsonbTextLoader
+from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+
+WORKER = 10**9
+OTHER_WORKER = 10**9 + 1
+
+#: Texts that would need escaping in a text-format array, or split a joined list.
+AWKWARD = 'a, "quoted" {braces} \\ back, slash\nnew line, NULL, é ✓'
+
+
+def test_outcomes_with_awkward_texts_are_stored_exactly(
+    app: App, dsn: str, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task
+    def noop() -> None:
+        return None
+
+    noop.delay_many([{}] * 4)
+    with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
+        claimed = app.store.claim_jobs(conn, worker_id=WORKER, queues=None, limit=4)
+        ids = [row["id"] for row in claimed]
+        outcomes = [
+            (ids[0], 1, "done", json.dumps({"text": AWKWARD, "list": [1, 2]}), None, 0.0),
+            (ids[1], 1, "failed", None, AWKWARD, 0.0),
+            (ids[2], 1, "pending", None, "retry, later", 3600.25),
+            (ids[3], 1, "done", "null", None, 1e-9),
+        ]
+        # Through the pipeline (outcomes and a claim), then the single-statement path.
+        accepted, more = app.store.finish_and_claim_jobs(
+            conn,
+            finished=[(WORKER, outcomes[:3])],
+            worker_id=WORKER,
+            queues=None,
+            limit=1,
+        )
+        assert more == []
+        accepted.update(app.store.finish_jobs(conn, worker_id=WORKER, outcomes=outcomes[3:]))
+    assert accepted == {ids[0]: "done", ids[1]: "failed", ids[2]: "pending", ids[3]: "done"}
+    rows = {
+        row[0]: row[1:]
+        for row in admin.execute(
+            f"SELECT id, status, result, last_error, run_at - now() FROM"
+            f' "{app.schema}".jobs WHERE id = ANY(%s)',
+            (ids,),
+        ).fetchall()
+    }
+    assert rows[ids[0]][:3] == ("done", {"text": AWKWARD, "list": [1, 2]}, None)
+    assert rows[ids[1]][:3] == ("failed", None, AWKWARD)
+    assert rows[ids[2]][:3] == ("pending", None, "retry, later")
+    assert dt.timedelta(minutes=59) < rows[ids[2]][3] <= dt.timedelta(seconds=3600.25)
+    assert rows[ids[3]][:3] == ("done", None, None)  # JSON null loads as None
+
+
+def test_the_round_trip_is_one_transaction(
+    app: App, dsn: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The second owner's outcome cannot be stored (not JSON): the first owner's, written
+    earlier in the same pipeline, is rolled back with it, and nothing is claimed."""
+
+    @app.task
+    def noop() -> None:
+        return None
+
+    noop.delay_many([{}] * 3)
+    with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
+        (first,) = app.store.claim_jobs(conn, worker_id=WORKER, queues=None, limit=1)
+        (second,) = app.store.claim_jobs(conn, worker_id=OTHER_WORKER, queues=None, limit=1)
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            app.store.finish_and_claim_jobs(
+                conn,
+                finished=[
+                    (WORKER, [(first["id"], 1, "done", "null", None, 0.0)]),
+                    (OTHER_WORKER, [(second["id"], 1, "done", "{not json", None, 0.0)]),
+                ],
+                worker_id=WORKER,
+                queues=None,
+                limit=5,
+            )
+        assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    statuses = dict(
+        admin.execute(f'SELECT status, count(*) FROM "{app.schema}".jobs GROUP BY 1').fetchall()
+    )
+    assert statuses == {"running": 2, "pending": 1}
+
+
+def test_claimed_rows_become_claimed_jobs_in_claim_order(app: App, dsn: str) -> None:
+    @app.task
+    def echo(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    low = echo.apply_async((1, "é"), {"key": {"nested": [None]}}, priority=0)
+    high = echo.apply_async(priority=5)
+    with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
+        _, jobs = app.store.finish_and_claim_jobs(
+            conn,
+            finished=[],
+            worker_id=WORKER,
+            queues=None,
+            limit=5,
+            claimed_rows=claimed_jobs(WORKER),
+            claim_order=claim_order,
+        )
+    assert [job.id for job in jobs] == [high.id, low.id]
+    job = jobs[1]
+    assert isinstance(job, ClaimedJob)
+    assert (job.task_name, job.args, job.kwargs) == (
+        echo.name,
+        [1, "é"],
+        {"key": {"nested": [None]}},
+    )
+    assert (job.attempt, job.worker_id, job.priority, job.queue) == (1, WORKER, 0, "default")
+    assert job.run_at.tzinfo is not None and job.claimed_at >= job.created_at
+    assert job == ClaimedJob(**{name: getattr(job, name) for name in vars(job)})
+
+
+@pytest.mark.parametrize(
+    "text", [b"[1, 2.5, true, null]", b'{"a": "\xc3\xa9\\u00e9", "b": {}}', b'"x"', b"{}"]
+)
+def test_the_jsonb_loader_reads_what_json_loads_reads(text: bytes) -> None:
+    loader = JsonbTextLoader(0)
+    assert loader.load(text) == json.loads(text)
+    assert loader.load(memoryview(text)) == json.loads(text)
