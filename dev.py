@@ -2,7 +2,7 @@
 """Developer entry point for pgtasks. Standard library only; runs on any Python >= 3.10.
 
     python3 dev.py setup            create .venv and install '.[embedded,dev]' (cached)
-    python3 dev.py test [ARGS...]   setup, then pytest with ARGS
+    python3 dev.py test [ARGS...]   setup, then pytest with ARGS (none: the whole suite, -n 2)
     python3 dev.py check            setup, then ruff check, ruff format --check, mypy, lint-imports
     python3 dev.py demo             setup, then python -m examples.demo
     python3 dev.py bench [ARGS...]  setup, then python -m benchmarks ARGS
@@ -232,6 +232,11 @@ def cmd_setup(args: Sequence[str]) -> int:
 
 def cmd_test(args: Sequence[str]) -> int:
     setup()
+    if not args:
+        # The whole suite: on PGTASKS_TEST_WORKERS processes (pytest-xdist, default 2),
+        # each test in schemas of its own on the one test server. With arguments, pytest
+        # runs them as given (add -n 2 yourself).
+        args = ["-n", os.environ.get("PGTASKS_TEST_WORKERS", "2")]
     say("running pytest " + " ".join(args))
     # Exit code 5 (no tests collected) is passed through as a failure on purpose.
     return run([str(venv_python()), "-m", "pytest", *args])
