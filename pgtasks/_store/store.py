@@ -72,6 +72,10 @@ def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
     )
 
 
+def _outcome_id(outcome: OutcomeRow) -> int:
+    return outcome[0]
+
+
 def _meta_array(specs: Sequence[JobSpec]) -> str | None:
     """The specs' meta as one JSON array text, or None when no spec has meta."""
     for spec in specs:
@@ -387,7 +391,13 @@ class Store(
     def _finish_params(worker_id: int, outcomes: Sequence[OutcomeRow]) -> dict[str, Any]:
         """finish_jobs' parameters (sent in binary): the numbers, statuses and the expected
         status as comma-joined text, result, error and exception type as arrays (texts of
-        any content; the exception type is optional: 6-tuples are accepted)."""
+        any content; the exception type is optional: 6-tuples are accepted).
+
+        Outcomes go in job id order: the rows (and, through the workflow trigger, the
+        successors a finished step updates) are locked in that order, so two workers
+        finishing members of the same chords lock their callbacks in one order.
+        """
+        outcomes = sorted(outcomes, key=_outcome_id)
         return {
             "worker_id": worker_id,
             "id": ",".join([str(outcome[0]) for outcome in outcomes]),

@@ -135,3 +135,20 @@ def test_the_jsonb_loader_reads_what_json_loads_reads(text: bytes) -> None:
     loader = JsonbTextLoader(0)
     assert loader.load(text) == json.loads(text)
     assert loader.load(memoryview(text)) == json.loads(text)
+
+
+def test_outcomes_are_written_in_job_id_order(app: App) -> None:
+    # Rows, and the workflow successors their trigger updates, are locked in this order:
+    # two workers finishing members of the same chords take the callbacks' locks in one
+    # order (no deadlock between their batches).
+    outcomes = [
+        (9, 1, "done", "1", None, 0.0),
+        (3, 2, "pending", None, "boom", 1.5, "builtins.ValueError"),
+        (5, 1, "failed", None, "no", 0.0),
+    ]
+    params = app.store._finish_params(7, outcomes)
+    assert params["id"] == "3,5,9"
+    assert params["attempt"] == "2,1,1"
+    assert params["status"] == "pending,failed,done"
+    assert params["error"] == ["boom", "no", None]
+    assert params["exception_type"] == ["builtins.ValueError", None, None]
