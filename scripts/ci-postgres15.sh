@@ -152,7 +152,7 @@ cmd_start() {
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$sockdir'
 max_connections = 200
-# `pgtasks doctor` tests provoke a prepared transaction.
+# The pgtasks doctor tests provoke a prepared transaction.
 max_prepared_transactions = 10
 fsync = on
 synchronous_commit = on
