@@ -23,7 +23,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -161,6 +164,41 @@ def drain(dsn: str, store: Store, jobs: int, claimers: int, limited: bool) -> fl
     return jobs / elapsed
 
 
+def worker_round(dsn: str, app_name: str, jobs: int, concurrency: int) -> float:
+    """Jobs/s of one real ``pgtasks worker`` process draining the enqueued jobs (first claim
+    to last finish, from the database's timestamps, as the main runner measures)."""
+    env = {**os.environ, "PGTASKS_DSN": dsn, "PGTASKS_SCHEMA": SCHEMA}
+    command = [
+        *(sys.executable, "-m", "pgtasks", "worker", "-A", f"benchmarks.limits_app:{app_name}"),
+        *("--concurrency", str(concurrency), "--log-level", "WARNING"),
+    ]
+    count = sql.SQL("SELECT count(*) FILTER (WHERE status = 'done') FROM {}.jobs").format(
+        sql.Identifier(SCHEMA)
+    )
+    process = subprocess.Popen(command, cwd=ROOT, env=env)
+    try:
+        deadline = time.monotonic() + 600
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while (conn.execute(count).fetchone() or (0,))[0] < jobs:
+                if process.poll() is not None:
+                    raise RuntimeError(f"the worker exited with {process.returncode}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the worker did not finish in 600 s")
+                time.sleep(0.05)
+            row = conn.execute(
+                sql.SQL(
+                    "SELECT extract(epoch FROM max(finished_at) - min(locked_at)),"
+                    " count(*) FILTER (WHERE attempts <> 1) FROM {}.jobs"
+                ).format(sql.Identifier(SCHEMA))
+            ).fetchone()
+    finally:
+        process.terminate()
+        process.wait(30)
+    if row is None or row[1]:
+        raise RuntimeError(f"jobs did not run exactly once: {row}")
+    return jobs / float(row[0])
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.dsn:
@@ -207,6 +245,36 @@ def main(argv: list[str]) -> int:
         print(
             f"{label:<30} {median:>9.0f} {min(values):>9.0f} {max(values):>9.0f}"
             f" {median / baseline:>7.0%}"
+        )
+    # The same limits end to end: one real worker process, no-op tasks, concurrency 10.
+    worker_modes = [
+        ("worker: plain", "plain", "plain_app"),
+        ("worker: task concurrency=50", "task", "limited_app"),
+        ("worker: key concurrency=1, 1000 keys", "key", "limited_app"),
+    ]
+    worker_jobs = max(args.jobs, 300)
+    print(f"worker throughput: one pgtasks worker, concurrency 10, {worker_jobs} no-op jobs")
+    worker_figures: dict[str, list[float]] = {label: [] for label, *_ in worker_modes}
+    for _ in range(args.runs):
+        for label, kind, app_name in worker_modes:
+            reset(app, tasks, kind, worker_jobs, store_limits=False)
+            worker_figures[label].append(worker_round(dsn, app_name, worker_jobs, 10))
+    worker_baseline = statistics.median(worker_figures["worker: plain"])
+    print(f"{'mode':<38} {'jobs/s':>9} {'min':>9} {'max':>9} {'vs plain':>8}")
+    for label, values in worker_figures.items():
+        median = statistics.median(values)
+        results.append(
+            {
+                "mode": label,
+                "jobs_per_second": median,
+                "min": min(values),
+                "max": max(values),
+                "ratio_to_plain_worker": median / worker_baseline,
+            }
+        )
+        print(
+            f"{label:<38} {median:>9.0f} {min(values):>9.0f} {max(values):>9.0f}"
+            f" {median / worker_baseline:>7.0%}"
         )
     output = Path(args.json)
     output.parent.mkdir(parents=True, exist_ok=True)

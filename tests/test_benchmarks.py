@@ -209,6 +209,9 @@ def test_limits_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
         "plain, limits stored",
         "task concurrency=50",
         "key concurrency=1, 1000 keys",
+        "worker: plain",
+        "worker: task concurrency=50",
+        "worker: key concurrency=1, 1000 keys",
     }
     assert all(row["jobs_per_second"] > 0 for row in modes.values())
 
