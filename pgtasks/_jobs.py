@@ -137,6 +137,11 @@ class JobRow:
     started_at: datetime | None = None
     #: The attempts that ended with an error (see :class:`AttemptError`), oldest first.
     attempt_errors: list[dict[str, Any]] | None = None
+    #: The key of a uniqueness scope (None: no scope), and for ``unique_for=`` the window
+    #: of its enqueue, [start, end) (None: unique while active).
+    unique_key: str | None = None
+    unique_window_start: datetime | None = None
+    unique_window_end: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobRow:
@@ -161,7 +166,14 @@ class JobRow:
 
 
 #: Columns read when the query has them (get_job, get_jobs); other listings omit them.
-OPTIONAL_JOB_COLUMNS = ("meta", "started_at", "attempt_errors")
+OPTIONAL_JOB_COLUMNS = (
+    "meta",
+    "started_at",
+    "attempt_errors",
+    "unique_key",
+    "unique_window_start",
+    "unique_window_end",
+)
 
 #: The meta key of the progress a task reports (JobContext.set_progress).
 PROGRESS_KEY = "pgtasks.progress"

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -306,6 +306,18 @@ def _when(now: datetime, job: JobRow) -> str:
     return f"ended {_ago(now, job.finished_at)}"
 
 
+def _unique_text(job: JobRow, when: Callable[[datetime | None], str]) -> str:
+    """A uniqueness scope's key and scope, or "-"."""
+    if job.unique_key is None:
+        return "-"
+    if job.unique_window_start is None:
+        return f"{job.unique_key} (while active)"
+    return (
+        f"{job.unique_key} (for the window {when(job.unique_window_start)}"
+        f" to {when(job.unique_window_end)})"
+    )
+
+
 def format_job(job: JobRow, now: datetime | None = None) -> str:
     """Every field of one job, then its last error (with the traceback) in full."""
 
@@ -329,6 +341,7 @@ def format_job(job: JobRow, now: datetime | None = None) -> str:
         ("meta", encoded(job.meta)),
         ("progress", _progress_text(job)),
         ("idempotency key", job.idempotency_key or "-"),
+        ("unique key", _unique_text(job, when)),
         ("run at", when(job.run_at)),
         ("created at", when(job.created_at)),
         ("started at", when(job.started_at)),

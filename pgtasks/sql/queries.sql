@@ -128,7 +128,10 @@ RETURNING jobs.id;
 -- One job by id.
 SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
        run_at, locked_at, locked_by, last_error, result, idempotency_key,
-       created_at, updated_at, finished_at, meta, started_at, attempt_errors
+       created_at, updated_at, finished_at, meta, started_at, attempt_errors,
+       -- A uniqueness scope's key and window (migration 0010), the window as its bounds.
+       unique_key, lower(unique_window) AS unique_window_start,
+       upper(unique_window) AS unique_window_end
 FROM {schema}.jobs
 WHERE id = %(id)s;
 
@@ -136,7 +139,9 @@ WHERE id = %(id)s;
 -- Jobs by id (missing ids are absent from the result).
 SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
        run_at, locked_at, locked_by, last_error, result, idempotency_key,
-       created_at, updated_at, finished_at, meta, started_at, attempt_errors
+       created_at, updated_at, finished_at, meta, started_at, attempt_errors,
+       unique_key, lower(unique_window) AS unique_window_start,
+       upper(unique_window) AS unique_window_end
 FROM {schema}.jobs
 WHERE id = ANY(%(ids)s::bigint[])
 ORDER BY id;

@@ -243,3 +243,26 @@ def test_beat_skips_ticks_while_a_scoped_periodic_job_is_active(
     assert all(item.existed and item.job_id == ticks[0].job_id for item in first_tick)
     fresh = {item.job_id for item in after if not item.existed}
     assert len(fresh) == 1 and count(admin, app) == 2
+
+
+def test_jobs_show_and_the_handle_tell_a_jobs_scope(app: App) -> None:
+    @app.task(name="sync", unique_while="active", unique_key=lambda n: f"sync:{n}")
+    def sync(n: int) -> None: ...
+
+    @app.task(name="digest", unique_for=timedelta(hours=1), unique_key=lambda n: f"d:{n}")
+    def digest(n: int) -> None: ...
+
+    active = sync.delay(1).refresh()
+    period = digest.delay(2).refresh()
+    plain = app.tasks["sync"].apply_async([3], idempotency_key="life").refresh()
+    assert (active.row.unique_key, active.row.unique_window_start) == ("sync:1", None)
+    start, end = period.row.unique_window_start, period.row.unique_window_end
+    assert period.row.unique_key == "d:2"
+    assert start is not None and end is not None and end - start == timedelta(hours=1)
+    assert start.timestamp() % 3600 == 0, "windows are aligned to the epoch"
+    assert plain.row.unique_key is not None  # a per-call key keeps the task's scope
+
+    show = cli_runner(app)
+    assert "unique key:      sync:1 (while active)" in show("jobs", "show", str(active.id)).stdout
+    shown = show("jobs", "show", str(period.id)).stdout
+    assert "unique key:      d:2 (for the window " in shown, shown

@@ -271,6 +271,9 @@ def test_job_json_has_every_column() -> None:
         "meta",
         "started_at",
         "attempt_errors",
+        "unique_key",
+        "unique_window_start",
+        "unique_window_end",
     }
 
 
