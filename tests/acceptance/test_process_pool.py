@@ -88,13 +88,16 @@ def test_a_cpu_bound_task_uses_more_than_one_core(
 ) -> None:
     """Two CPU-bound jobs: their children's CPU time adds up to more than 1.4 x wall time.
 
-    The machine may be shared (other test runs use its cores): the best of up to five
-    rounds counts, and when none shows it, two plain processes are measured the same way;
-    if they cannot show it either, the machine has no second core to give right now.
+    The machine may be shared (the suite's other pytest process and other test runs use
+    its cores). A round that does not show it is compared with two plain processes
+    measured right after it: the pool passes when its children got at least 80 % of the
+    cores those processes get (which must be more than one); rounds in which the
+    machine has no second core to give do not count, and when no round counts the test
+    is skipped.
     """
     spawn_worker("--processes=2")
-    ratios = []
-    for _ in range(5):
+    ratios, available = [], []
+    for _ in range(6):
         handles = [tasks.burn.delay(0.8) for _ in range(2)]
         results = [finished(handle, timeout=20).result for handle in handles]
         assert len({result["pid"] for result in results}) == 2
@@ -102,12 +105,15 @@ def test_a_cpu_bound_task_uses_more_than_one_core(
         ratios.append(parallelism(results))
         if ratios[-1] > 1.4:
             break
-    print(f"\n2 CPU-bound jobs on 2 children: CPU time / wall time = {max(ratios):.2f}", ratios)
-    if max(ratios) <= 1.4:
-        available = machine_parallelism()
-        if available <= 1.4:
-            pytest.skip(f"the machine is busy: two plain processes got {available:.2f} cores")
-    assert max(ratios) > 1.4, ratios
+        available.append(machine_parallelism())
+        if available[-1] > 1.4 and ratios[-1] >= 0.8 * available[-1]:
+            break
+    print(f"\n2 CPU-bound jobs on 2 children: CPU time / wall time {ratios}, plain {available}")
+    if ratios[-1] > 1.4 or (available[-1] > 1.4 and ratios[-1] >= 0.8 * available[-1]):
+        return
+    if all(cores <= 1.4 for cores in available):
+        pytest.skip(f"the machine is busy: two plain processes got {max(available):.2f} cores")
+    raise AssertionError(f"children {ratios} against plain processes {available}")
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "fork"])
