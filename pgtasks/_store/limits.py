@@ -3,7 +3,6 @@ migration 0009), one method per named query. Jobs no limit applies to never use 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,50 +11,16 @@ import psycopg
 from .._jobs import InsertedJob, JobSpec
 from .._limits import LimitDefinition
 from .base import Params, Row, StoreBase
+from .params import job_params, jobs_columns, limit_columns, limit_params
 
 
 def limited_job_params(spec: JobSpec) -> Params:
-    return {
-        "task_name": spec.task_name,
-        "queue": spec.queue,
-        "priority": spec.priority,
-        "args": spec.args_json,
-        "kwargs": spec.kwargs_json,
-        "max_attempts": spec.max_attempts,
-        "run_at": spec.run_at,
-        "delay": spec.delay_seconds,
-        "idempotency_key": spec.idempotency_key,
-        "limit_groups": list(spec.limit_groups) if spec.limit_groups is not None else None,
-        "limit_key": spec.limit_key,
-        "meta": spec.meta_json,
-    }
+    return {**job_params(spec), **limit_params(spec)}
 
 
 def limited_jobs_params(specs: Sequence[JobSpec]) -> Params:
     """Columns of insert_limited_jobs (a batch in which at least one job is limited)."""
-    return {
-        "task_name": [spec.task_name for spec in specs],
-        "queue": [spec.queue for spec in specs],
-        "priority": [spec.priority for spec in specs],
-        "args": "[" + ",".join([spec.args_json for spec in specs]) + "]",
-        "kwargs": "[" + ",".join([spec.kwargs_json for spec in specs]) + "]",
-        "max_attempts": [spec.max_attempts for spec in specs],
-        "run_at": [spec.run_at for spec in specs],
-        "delay": [spec.delay_seconds for spec in specs],
-        "idempotency_key": [spec.idempotency_key for spec in specs],
-        "limit_groups": json.dumps(
-            [list(spec.limit_groups) if spec.limit_groups is not None else None for spec in specs]
-        ),
-        "limit_key": [spec.limit_key for spec in specs],
-        "meta": _meta_array(specs),
-    }
-
-
-def _meta_array(specs: Sequence[JobSpec]) -> str | None:
-    """The specs' meta as one JSON array text, or None when no spec has meta."""
-    if all(spec.meta_json is None for spec in specs):
-        return None
-    return "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]"
+    return {**jobs_columns(specs, keys=True), **limit_columns(specs)}
 
 
 class LimitQueries(StoreBase):

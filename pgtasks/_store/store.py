@@ -31,6 +31,7 @@ from .doctor import DoctorQueries
 from .limits import LimitQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
+from .params import job_params, jobs_columns
 from .queues import QueueQueries
 from .unique import UniqueQueries
 from .web import WebQueries
@@ -76,14 +77,6 @@ def _outcome_id(outcome: OutcomeRow) -> int:
     return outcome[0]
 
 
-def _meta_array(specs: Sequence[JobSpec]) -> str | None:
-    """The specs' meta as one JSON array text, or None when no spec has meta."""
-    for spec in specs:
-        if spec.meta_json is not None:
-            return "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]"
-    return None
-
-
 class Store(
     DoctorQueries,
     LimitQueries,
@@ -127,18 +120,7 @@ class Store(
     @staticmethod
     def _job_params(spec: JobSpec) -> Params:
         """Parameters of ``insert_job`` / ``insert_new_job`` (the latter ignores the key)."""
-        return {
-            "task_name": spec.task_name,
-            "queue": spec.queue,
-            "priority": spec.priority,
-            "args": spec.args_json,
-            "kwargs": spec.kwargs_json,
-            "max_attempts": spec.max_attempts,
-            "run_at": spec.run_at,
-            "delay": spec.delay_seconds,
-            "idempotency_key": spec.idempotency_key,
-            "meta": spec.meta_json,
-        }
+        return job_params(spec)
 
     def insert_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
         """Insert one job; an existing idempotency key answers with its job."""
@@ -190,21 +172,8 @@ class Store(
 
     @staticmethod
     def _new_jobs_params(specs: Sequence[JobSpec]) -> Params:
-        """Columns of ``insert_new_jobs``: one list per column, built column by column;
-        args and kwargs as one JSON array text each (every element is valid JSON already).
-        """
-        return {
-            "task_name": [spec.task_name for spec in specs],
-            "queue": [spec.queue for spec in specs],
-            "priority": [spec.priority for spec in specs],
-            "args": "[" + ",".join([spec.args_json for spec in specs]) + "]",
-            "kwargs": "[" + ",".join([spec.kwargs_json for spec in specs]) + "]",
-            "max_attempts": [spec.max_attempts for spec in specs],
-            "run_at": [spec.run_at for spec in specs],
-            "delay": [spec.delay_seconds for spec in specs],
-            # One JSON array of the jobs' meta, or NULL when none has any (the common case).
-            "meta": _meta_array(specs),
-        }
+        """Columns of ``insert_new_jobs`` (see params.py)."""
+        return jobs_columns(specs, keys=False)
 
     @staticmethod
     def _unique_specs(specs: Sequence[JobSpec]) -> tuple[list[JobSpec], list[int]]:

@@ -12,7 +12,6 @@ key-for-life statement answers with that job.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from datetime import timedelta
@@ -24,6 +23,7 @@ from psycopg.pq import TransactionStatus
 
 from .._jobs import InsertedJob, JobSpec, ScopedJobSpec
 from .base import Params, Row, StoreBase
+from .params import jobs_columns, limit_columns
 
 #: The constraint of keys for life (migration 0001).
 LIFE_KEY_CONSTRAINT = "jobs_idempotency_key_key"
@@ -83,34 +83,9 @@ class _Plan:
 
 def _columns(specs: Sequence[ScopedJobSpec]) -> dict[str, Any]:
     return {
-        "task_name": [spec.task_name for spec in specs],
-        "queue": [spec.queue for spec in specs],
-        "priority": [spec.priority for spec in specs],
-        "args": "[" + ",".join([spec.args_json for spec in specs]) + "]",
-        "kwargs": "[" + ",".join([spec.kwargs_json for spec in specs]) + "]",
-        "max_attempts": [spec.max_attempts for spec in specs],
-        "run_at": [spec.run_at for spec in specs],
-        "delay": [spec.delay_seconds for spec in specs],
-        "idempotency_key": [spec.idempotency_key for spec in specs],
+        **jobs_columns(specs, keys=True),
         "unique_key": [spec.unique_key for spec in specs],
-        # One JSON array of the jobs' meta (migration 0008), or NULL when none has any.
-        "meta": (
-            "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]"
-            if any(spec.meta_json is not None for spec in specs)
-            else None
-        ),
-        # Concurrency and rate limits (migration 0009): NULL when no job has any.
-        "limit_groups": (
-            json.dumps(
-                [
-                    list(spec.limit_groups) if spec.limit_groups is not None else None
-                    for spec in specs
-                ]
-            )
-            if any(spec.limit_groups is not None for spec in specs)
-            else None
-        ),
-        "limit_key": [spec.limit_key for spec in specs],
+        **limit_columns(specs),
     }
 
 

@@ -4,34 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
-from tests.support.environment import ROOT, pgtasks_env
-from tests.support.schemas import drop_schema, new_schema_name
+from tests.support.environment import ROOT
+from tests.support.examples import run_example
 
 pytestmark = pytest.mark.acceptance
 
 
-@pytest.fixture
-def example_env(dsn: str) -> Iterator[dict[str, str]]:
-    schema = new_schema_name()
-    yield pgtasks_env(dsn, schema, schema_variable="PGTASKS_SCHEMA")
-    drop_schema(dsn, schema)
-
-
 def test_demo_runs_every_kind_of_job_to_the_end(example_env: dict[str, str]) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "examples.demo"],
-        cwd=ROOT,
-        env=example_env,
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    out = completed.stdout
+    out = run_example("examples.demo", example_env, timeout=150)
     assert "1035 jobs finished" in out
     assert "flaky (succeeds on attempt 3)        5     5      0       5" in out
     assert "always failing                       2     0      2       2" in out
@@ -69,32 +52,15 @@ app.close()
 
 
 def test_cancellation_example_stops_a_running_export(example_env: dict[str, str]) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "examples.cancellation"],
-        cwd=ROOT,
-        env=example_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "is running: cancellation requested" in completed.stdout
-    assert "export: cancellation seen after" in completed.stdout
-    assert "was cancelled" in completed.stdout
-    assert "final status: cancelled" in completed.stdout
+    out = run_example("examples.cancellation", example_env)
+    assert "is running: cancellation requested" in out
+    assert "export: cancellation seen after" in out
+    assert "was cancelled" in out
+    assert "final status: cancelled" in out
 
 
 def test_flow_control_example_pauses_and_resumes_a_queue(example_env: dict[str, str]) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "examples.flow_control"],
-        cwd=ROOT,
-        env=example_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    out = completed.stdout
+    out = run_example("examples.flow_control", example_env)
     assert "pause emails: True" in out
     assert "paused queues: ['emails']" in out
     assert "default queue carries on: image 7 resized" in out
@@ -107,16 +73,7 @@ def test_flow_control_example_pauses_and_resumes_a_queue(example_env: dict[str, 
 def test_metadata_example_reports_progress_and_the_failed_attempt(
     example_env: dict[str, str],
 ) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "examples.metadata"],
-        cwd=ROOT,
-        env=example_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    out = completed.stdout
+    out = run_example("examples.metadata", example_env)
     assert "meta at enqueue: {'customer': 'acme'}" in out
     assert "task: importing for 'acme' (attempt 2)" in out
     assert "progress: " in out
@@ -127,32 +84,14 @@ def test_metadata_example_reports_progress_and_the_failed_attempt(
 
 
 def test_limits_example_keeps_each_limit(example_env: dict[str, str]) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "examples.limits"],
-        cwd=ROOT,
-        env=example_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    out = completed.stdout
+    out = run_example("examples.limits", example_env)
     assert "most jobs of one user at once: 1" in out
     assert "most reports at once: 2" in out or "most reports at once: 1" in out
     assert "12 API calls at 10/s took" in out
 
 
 def test_uniqueness_example_shows_each_scope(example_env: dict[str, str]) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "examples.uniqueness"],
-        cwd=ROOT,
-        env=example_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    out = completed.stdout
+    out = run_example("examples.uniqueness", example_env)
     assert "while active: same job True, existed True" in out
     assert "first: account 42 synced" in out
     assert "after it finished: new job True, existed False" in out
@@ -165,16 +104,7 @@ def test_uniqueness_example_shows_each_scope(example_env: dict[str, str]) -> Non
 def test_workflows_example_chains_gathers_and_handles_a_failure(
     example_env: dict[str, str],
 ) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "examples.workflows"],
-        cwd=ROOT,
-        env=example_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    out = completed.stdout
+    out = run_example("examples.workflows", example_env)
     assert "chain: invoice of 24.0 sent to ada@example.com" in out
     assert "chord: Trip: thumb-0.png, thumb-1.png, thumb-2.png" in out
     assert "not sent: WorkflowAborted: step 1 of workflow" in out
@@ -183,16 +113,8 @@ def test_workflows_example_chains_gathers_and_handles_a_failure(
 
 
 def test_otel_example_traces_the_enqueue_and_both_attempts(example_env: dict[str, str]) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "examples.otel"],
-        cwd=ROOT,
-        env=example_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    lines = completed.stdout.splitlines()
+    out = run_example("examples.otel", example_env)
+    lines = out.splitlines()
     assert lines[0] == "result: order 42 charged"
     assert [line.split() for line in lines[1:]] == [
         ["checkout", "INTERNAL", "same", "trace"],

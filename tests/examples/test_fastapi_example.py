@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
-
 import pytest
 
-from tests.support.environment import ROOT, pgtasks_env
-from tests.support.schemas import drop_schema, new_schema_name
+from tests.support.examples import run_example
 
 pytestmark = pytest.mark.acceptance
-
-
-@pytest.fixture
-def example_env(dsn: str) -> Iterator[dict[str, str]]:
-    schema = new_schema_name()
-    yield pgtasks_env(dsn, schema, schema_variable="PGTASKS_SCHEMA")
-    drop_schema(dsn, schema)
 
 
 def test_fastapi_example_enqueues_in_its_transaction_and_awaits_the_result(
     example_env: dict[str, str],
 ) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "examples.fastapi_app"],
-        cwd=ROOT,
-        env=example_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    out = completed.stdout
+    out = run_example("examples.fastapi_app", example_env)
     assert "created: order 1, job 1" in out
     assert "result: done: order 1 (teapot) confirmed" in out
     assert "refused: HTTP 409" in out

@@ -1,0 +1,80 @@
+"""The parameters of the insert statements, built from JobSpecs: one place for the plain,
+limited (``sql/limits.sql``) and scoped (``sql/unique.sql``) enqueue paths.
+
+Single inserts take one value per column; batches one list per column, with args, kwargs
+and meta as one JSON array text each (every element is valid JSON already: cheaper to
+send than an array of texts).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .._jobs import JobSpec
+from .base import Params
+
+
+def job_params(spec: JobSpec) -> Params:
+    """One job's columns (``insert_job``, ``insert_new_job``; the latter ignores the key)."""
+    return {
+        "task_name": spec.task_name,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "args": spec.args_json,
+        "kwargs": spec.kwargs_json,
+        "max_attempts": spec.max_attempts,
+        "run_at": spec.run_at,
+        "delay": spec.delay_seconds,
+        "idempotency_key": spec.idempotency_key,
+        "meta": spec.meta_json,
+    }
+
+
+def limit_params(spec: JobSpec) -> Params:
+    """One job's concurrency and rate limits (migration 0009)."""
+    return {
+        "limit_groups": list(spec.limit_groups) if spec.limit_groups is not None else None,
+        "limit_key": spec.limit_key,
+    }
+
+
+def jobs_columns(specs: Sequence[JobSpec], *, keys: bool) -> Params:
+    """A batch's columns; with ``keys``, their idempotency keys too."""
+    columns: dict[str, Any] = {
+        "task_name": [spec.task_name for spec in specs],
+        "queue": [spec.queue for spec in specs],
+        "priority": [spec.priority for spec in specs],
+        "args": "[" + ",".join([spec.args_json for spec in specs]) + "]",
+        "kwargs": "[" + ",".join([spec.kwargs_json for spec in specs]) + "]",
+        "max_attempts": [spec.max_attempts for spec in specs],
+        "run_at": [spec.run_at for spec in specs],
+        "delay": [spec.delay_seconds for spec in specs],
+        # One JSON array of the jobs' meta, or NULL when none has any (the common case).
+        "meta": meta_array(specs),
+    }
+    if keys:
+        columns["idempotency_key"] = [spec.idempotency_key for spec in specs]
+    return columns
+
+
+def limit_columns(specs: Sequence[JobSpec]) -> Params:
+    """A batch's limits (migration 0009): a JSON array with an array of names or null per
+    job (NULL when no job has any), and their concurrency keys."""
+    limited = any(spec.limit_groups is not None for spec in specs)
+    return {
+        "limit_groups": (
+            json.dumps([list(spec.limit_groups) if spec.limit_groups else None for spec in specs])
+            if limited
+            else None
+        ),
+        "limit_key": [spec.limit_key for spec in specs],
+    }
+
+
+def meta_array(specs: Sequence[JobSpec]) -> str | None:
+    """The specs' meta as one JSON array text, or None when no spec has meta."""
+    if all(spec.meta_json is None for spec in specs):
+        return None
+    return "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]"
