@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.pq import PipelineStatus, TransactionStatus
-from psycopg.rows import RowFactory, dict_row
+from psycopg.rows import RowFactory, dict_row, tuple_row
 
 from .._jobs import InsertedJob, JobRow, JobSpec, JobStatus, ScopedJobSpec
 from ..sql import Migration
@@ -542,7 +542,7 @@ class Store(
         )
         with translate_errors(self.schema), conn.pipeline(), block:
             for owner, outcomes in finished:
-                cursor = conn.cursor(row_factory=dict_row)
+                cursor = conn.cursor(row_factory=tuple_row)
                 cursor.execute(
                     self._binary_statements["finish_jobs"], self._finish_params(owner, outcomes)
                 )
@@ -555,7 +555,8 @@ class Store(
                     limited, worker_id, queues, limit, task_names, after, excluded_queues
                 )
                 claim_cursor.execute(self._statements[name], params)
-        accepted = {row["id"]: row["status"] for cursor in cursors for row in cursor.fetchall()}
+        # finish_jobs returns (id, status, notifications sent).
+        accepted = {row[0]: row[1] for cursor in cursors for row in cursor.fetchall()}
         claimed = claim_cursor.fetchall() if claim_cursor else []
         if not limited:
             claimed.sort(key=claim_order)

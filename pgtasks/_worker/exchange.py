@@ -2,8 +2,11 @@
 
 Each round trip writes the finished outcomes (fenced by their leases) and claims up to
 the free slots, in one transaction (Store.finish_and_claim_jobs). While jobs keep the
-worker busy, a second round trip runs on its own connection (background.py); the loop
-thread prepares both and applies their results, so all state stays on that thread.
+worker busy, round trips run off the loop thread, on LANES background lanes of their own
+connection each (background.py), and each claims at most its share of the worker's slots
+and prefetch: while one lane's round trip is on the server, the jobs the other one
+claimed run, so neither the jobs nor the server wait for each other. The loop thread
+prepares every round trip and applies its result, so all state stays on that thread.
 Claims read on from the worker's position (claims.py).
 """
 
@@ -20,7 +23,7 @@ from .._execution.running import claim_order, claimed_jobs
 from .._retry import Outcome
 from .._text import storable
 from .background import BackgroundExchanger, Exchange, OutcomeRow
-from .claims import ClaimCursor, Prefetch
+from .claims import ClaimCursor, Prefetch, round_trip_share
 from .services import Connect
 
 if TYPE_CHECKING:
@@ -33,6 +36,12 @@ if TYPE_CHECKING:
     from .services import ErrorLog
 
 logger = logging.getLogger("pgtasks.worker")
+
+#: Round trips in flight at once while jobs keep the worker busy, each on its own lane
+#: (thread and connection). Two keep the server and the jobs busy at the same time: a
+#: round trip takes longer than short jobs take to run a batch, so with one lane the jobs
+#: wait for it, and it for them. The second lane connects when it is first used.
+LANES = 2
 
 
 class Exchanges:
@@ -68,11 +77,11 @@ class Exchanges:
         self.ignore_unknown = ignore_unknown
         self.tasks = tasks
         self.cursor = ClaimCursor(poll_interval)
-        #: The second round trip in flight (see background.py), the number of jobs it is
-        #: claiming, whether a lost reply of it may have left claims to recover, and until
-        #: when it rests after its connection failed.
-        self.background: BackgroundExchanger | None = None
-        self.claiming = 0
+        #: The lanes of round trips off the loop thread (see background.py), the number
+        #: of jobs each round trip in flight is claiming, whether a lost reply may have
+        #: left claims to recover, and until when the lanes rest after a connection failed.
+        self.lanes: list[BackgroundExchanger] = []
+        self._claiming: dict[BackgroundExchanger, int] = {}
         self.recover_needed = False
         self._background_rest_until = 0.0
         #: The last claim took all it asked for: claim again without waiting.
@@ -93,15 +102,28 @@ class Exchanges:
         self.poll_interval = poll_interval
 
     def start_background(self, connect: Connect, wake: Any) -> None:
-        """A second round trip pays off with at least two slots (prefetch included)."""
+        """Round trips off the loop thread pay off with at least two slots (prefetch
+        included): one can run jobs while the other is on the server."""
         if self.executor.capacity + self.prefetch.most >= 2:
-            self.background = BackgroundExchanger(
-                connect, self.run, wake, name=f"pgtasks-exchange-{self.name}"
-            )
+            self.lanes = [
+                BackgroundExchanger(
+                    connect, self.run, wake, name=f"pgtasks-exchange-{self.name}-{number}"
+                )
+                for number in range(1, LANES + 1)
+            ]
 
     def close(self) -> None:
-        if self.background is not None:
-            self.background.close()
+        for lane in self.lanes:
+            lane.close()
+
+    @property
+    def claiming(self) -> int:
+        """Jobs the round trips in flight are claiming (slots they will fill)."""
+        return sum(self._claiming.values()) if self._claiming else 0
+
+    def share(self, free: int) -> int:
+        """How many of ``free`` slots the next round trip claims (claims.round_trip_share)."""
+        return round_trip_share(free, self.executor.capacity + self.prefetch.jobs, len(self.lanes))
 
     def wake_limited(self) -> None:
         """An enqueue was notified: the next claim asks for limited jobs again (any thread)."""
@@ -139,10 +161,10 @@ class Exchanges:
         """Start a round trip claiming up to ``limit`` jobs: in the background while jobs
         keep the worker busy (None: applied when it is back), else at once (the number
         of jobs claimed)."""
-        background = self.background
-        if background is not None and self._can_overlap(now):
-            background.submit(self.prepare(limit))
-            self.claiming = limit
+        lane = self._free_lane(now)
+        if lane is not None:
+            lane.submit(self.prepare(limit))
+            self._claiming[lane] = limit
             return None
         return self.exchange(limit)
 
@@ -222,28 +244,42 @@ class Exchanges:
         reporter.count("claimed", len(jobs))
         return len(jobs)
 
-    # -- the background round trip --
-    def _can_overlap(self, now: float) -> bool:
-        """Start the next round trip in the background? Only while jobs keep the worker
-        busy (an idle worker's claim takes the shortest path) and the second connection
-        is free and healthy."""
-        return (
-            self.background is not None
-            and bool(self.ledger.in_flight or self.ledger.unwritten)
-            and now >= self._background_rest_until
-            and not self.background.busy
-        )
+    # -- the round trips in the background --
+    def _free_lane(self, now: float) -> BackgroundExchanger | None:
+        """The lane to run the next round trip on, if it goes off the loop thread: only
+        while jobs keep the worker busy (an idle worker's claim takes the shortest path)
+        and the lanes are healthy."""
+        if not self.lanes or now < self._background_rest_until:
+            return None
+        if not (self.ledger.in_flight or self.ledger.unwritten or self._claiming):
+            return None
+        for lane in self.lanes:
+            if not lane.busy:
+                return lane
+        return None
 
     @property
     def background_busy(self) -> bool:
-        return self.background is not None and self.background.busy
+        """Some round trip is in flight on a lane."""
+        return any(lane.busy for lane in self.lanes)
+
+    def lanes_full(self, now: float) -> bool:
+        """Every lane has a round trip in flight while jobs keep the worker busy: the
+        next round trip waits for the first one back (its return wakes the loop) rather
+        than block the loop thread on a round trip of its own."""
+        return (
+            bool(self.lanes)
+            and now >= self._background_rest_until
+            and bool(self.ledger.in_flight or self.ledger.unwritten)
+            and all(lane.busy for lane in self.lanes)
+        )
 
     def batch_more(self, limit: int) -> bool:
         """With a round trip in the background, is this one too small to start now?
 
-        A second round trip pays off when it carries a real batch (a quarter of the
+        Another round trip pays off when it carries a real batch (a quarter of the
         worker's slots and prefetch, in outcomes to write and jobs to claim); a trickle
-        waits for the one in flight to come back instead.
+        waits for one in flight to come back instead.
         """
         if not self.background_busy:
             return False
@@ -251,13 +287,14 @@ class Exchanges:
         return len(self.ledger.unwritten) + limit < batch
 
     def take_background(self) -> None:
-        """Apply the background round trip if it is back."""
-        if self.background is None:
-            return
-        exchange = self.background.take()
-        if exchange is None:
-            return
-        self.claiming = 0
+        """Apply the round trips that are back."""
+        for lane in self.lanes:
+            exchange = lane.take()
+            if exchange is not None:
+                self._apply_background(lane, exchange)
+
+    def _apply_background(self, lane: BackgroundExchanger, exchange: Exchange) -> None:
+        self._claiming.pop(lane, None)
         if exchange.error is None:
             claimed = self.apply(exchange)
             if exchange.limit:
@@ -268,23 +305,25 @@ class Exchanges:
         self.maybe_more = True
         if exchange.broken:
             # Its claim may have committed with the reply lost: recover before claiming
-            # again, and rest the second connection for a moment.
+            # again, and rest the lanes for a moment.
             self.errors.failed(exchange.error)
             self.recover_needed = True
             self._background_rest_until = time.monotonic() + 1.0
 
     def settle_background(self, timeout: float) -> None:
-        """Wait for the background round trip (if any) and apply it."""
-        if self.background is None:
-            return
-        if not self.background.wait(timeout):
-            logger.warning(
-                "worker %s: a background round trip did not return within %g s; leaving it",
-                self.name,
-                timeout,
-            )
-            return
-        self.take_background()
+        """Wait for the round trips in flight (if any) and apply them."""
+        deadline = time.monotonic() + timeout
+        for lane in self.lanes:
+            if not lane.wait(max(0.0, deadline - time.monotonic())):
+                logger.warning(
+                    "worker %s: a background round trip did not return within %g s; leaving it",
+                    self.name,
+                    timeout,
+                )
+                continue
+            exchange = lane.take()
+            if exchange is not None:
+                self._apply_background(lane, exchange)
 
     # -- failures --
     def write_one_by_one(self, batch_error: Exception) -> None:

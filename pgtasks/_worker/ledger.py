@@ -37,11 +37,16 @@ class JobLedger:
         self.unwritten: list[Finished] = []
         self._finished: queue.SimpleQueue[Finished] = queue.SimpleQueue()
         self._wake_event = wake_event
+        #: Set by the loop while nothing a job's end brings can be acted on (every lane
+        #: has a round trip in flight): endings then do not wake it; the first round
+        #: trip back does, and the loop collects them all at once.
+        self.quiet = False
 
     def on_finished(self, running: Running, outcome: Outcome) -> None:
         """An attempt ended (any thread): hand over to the loop."""
         self._finished.put((running, outcome))
-        if not self._wake_event.is_set():  # spare the lock when the loop is already awake
+        # Spare the lock when the loop is already awake or would have nothing to do.
+        if not self.quiet and not self._wake_event.is_set():
             self._wake_event.set()
 
     def collect(self) -> None:

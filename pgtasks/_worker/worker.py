@@ -480,6 +480,7 @@ class Worker:
         exchanges.start_background(self._connect, self._wake_event.set)
         while not self._stop_requested.is_set():
             self._wake_event.clear()
+            self._ledger.quiet = False
             try:
                 exchanges.take_background()
                 if failures or exchanges.recover_needed:
@@ -558,9 +559,16 @@ class Worker:
                 reporter.next_due = float("inf")
         if not claim and (not ledger.unwritten or exchanges.batch_more(0)):
             return next_poll
-        limit = free if claim else 0
+        if exchanges.lanes_full(now):
+            # The first round trip back wakes the loop; the jobs that end meanwhile need not.
+            ledger.quiet = True
+            return next_poll
+        limit = exchanges.share(free) if claim else 0
         claimed = exchanges.send(limit, now)
-        if claim and claimed is not None:
+        if claimed is None:
+            # Off the loop thread: step again at once, so another lane can claim the rest.
+            self._wake_event.set()
+        elif claim:
             exchanges.maybe_more = claimed == limit
         return time.monotonic() + self.poll_interval if claim else next_poll
 

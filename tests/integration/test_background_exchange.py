@@ -1,5 +1,6 @@
-"""The worker's second round trip in flight (pgtasks/_exchange.py): its thread and
-connection, and a worker whose connections are killed while both are busy."""
+"""The worker's round trips off the loop thread (pgtasks/_worker/background.py, exchange.py):
+a lane's thread and connection, claims in shares, and a worker whose connections are
+killed while its lanes are busy."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgtasks import App
 from pgtasks._worker.background import BackgroundExchanger, Exchange
@@ -95,11 +97,54 @@ def test_a_statement_the_server_refuses_keeps_the_connection(dsn: str) -> None:
         lane.close()
 
 
-def test_every_job_runs_once_while_the_workers_connections_are_killed(
+def test_a_busy_worker_claims_in_shares_that_run_while_the_other_round_trip_is_out(
     app: App, admin: psycopg.Connection[Any]
 ) -> None:
-    """Both round trips in flight, their backends terminated again and again: claims
-    whose reply was lost are recovered, no outcome is lost, no job runs twice."""
+    """Short jobs at concurrency 50 hold 150 jobs with the automatic prefetch: each round
+    trip claims at most a lane's share (75), so the jobs of one share run while the
+    other's round trip is on the server. Every job runs once."""
+    runs: list[int] = []
+    lock = threading.Lock()
+
+    @app.task(bind=True)
+    def work(ctx: Any) -> None:
+        with lock:
+            runs.append(ctx.job_id)
+
+    jobs = 3000
+    work.delay_many([{}] * jobs)
+    with running_worker(app, concurrency=50) as worker:
+        wait_until(lambda: done_count(admin, app) == jobs, timeout=60, message="all jobs done")
+        lanes = sorted(
+            thread.name
+            for thread in threading.enumerate()
+            if thread.name.startswith(f"pgtasks-exchange-{worker.name}-")
+        )
+    assert lanes == [f"pgtasks-exchange-{worker.name}-1", f"pgtasks-exchange-{worker.name}-2"]
+    # A claim's jobs share its transaction's timestamp (locked_at = now()).
+    sizes = [
+        int(row[0])
+        for row in admin.execute(
+            f'SELECT count(*) FROM "{app.schema}".jobs GROUP BY locked_at ORDER BY 1 DESC'
+        ).fetchall()
+    ]
+    # More than the slots alone (25 a share): the prefetch was on; never the whole 150.
+    assert 25 < sizes[0] <= 75, sizes[:5]
+    assert sum(sizes) == jobs
+    assert len(runs) == jobs and len(set(runs)) == jobs
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "prefetch"),
+    [(8, 24), (25, 75)],
+    ids=["whole-claims", "claims-in-shares"],
+)
+def test_every_job_runs_once_while_the_workers_connections_are_killed(
+    app: App, admin: psycopg.Connection[Any], concurrency: int, prefetch: int
+) -> None:
+    """Round trips in flight on both lanes, their backends terminated again and again:
+    claims whose reply was lost are recovered, no outcome is lost, no job runs twice.
+    (32 jobs held are claimed whole, 100 in shares of 50: claims.round_trip_share.)"""
     runs: list[int] = []
     lock = threading.Lock()
 
@@ -112,7 +157,7 @@ def test_every_job_runs_once_while_the_workers_connections_are_killed(
     jobs = 5000
     work.delay_many([{}] * jobs)
     kills = 0
-    with running_worker(app, concurrency=8, prefetch=24) as worker:
+    with running_worker(app, concurrency=concurrency, prefetch=prefetch) as worker:
         name = f"pgtasks worker {worker.name}"
         deadline = time.monotonic() + 25
         while (
