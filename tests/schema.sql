@@ -72,7 +72,6 @@ column workflows.created_at timestamp with time zone NOT NULL DEFAULT now()
 column workflows.on_error jsonb
 column workflows.error_job_id bigint
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
-constraint jobs.jobs_idempotency_key_key UNIQUE (idempotency_key)
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
@@ -92,7 +91,7 @@ constraint workflows.workflows_kind_check CHECK ((kind = ANY (ARRAY['chain'::tex
 constraint workflows.workflows_pkey PRIMARY KEY (id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
-index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key)
+index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)
 index CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_limited_running_idx ON {schema}.jobs USING btree (id) WHERE ((status = 'running'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND (attempts >= 0))

@@ -42,7 +42,8 @@ SELECT indexes.indexrelname AS index_name,
            WHEN 'jobs_running_idx' THEN (SELECT count(*) FROM {schema}.jobs WHERE status = 'running')
            WHEN 'jobs_finished_idx' THEN (SELECT count(*) FROM {schema}.jobs
                                           WHERE status IN ('done', 'failed', 'cancelled'))
-           WHEN 'jobs_idempotency_key_key' THEN (SELECT count(*) FROM {schema}.jobs)
+           WHEN 'jobs_idempotency_key_key' THEN (SELECT count(*) FROM {schema}.jobs
+                                                 WHERE idempotency_key IS NOT NULL)
            WHEN 'jobs_workflow_idx' THEN (SELECT count(*) FROM {schema}.jobs
                                           WHERE workflow_id IS NOT NULL)
            WHEN 'jobs_waiting_idx' THEN (SELECT count(*) FROM {schema}.jobs

@@ -15,7 +15,8 @@ VALUES (
     %(idempotency_key)s, coalesce(%(meta)s::jsonb, jsonb_build_object()),
     %(limit_groups)s::text[], %(limit_key)s
 )
-ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
+DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
 
 -- name: insert_limited_jobs :many
@@ -45,7 +46,8 @@ SELECT task_name, queue, priority, args, kwargs, max_attempts,
        limit_key
 FROM input
 ORDER BY ord
-ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
+DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
 
 -- name: claim_limited_jobs :many

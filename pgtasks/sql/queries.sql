@@ -54,7 +54,8 @@ FROM input
 ORDER BY ord
 -- The no-op update makes RETURNING yield the existing row (one round trip, no error
 -- to parse); xmax is non-zero only for a row that was updated rather than inserted.
-ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
+DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
 
 -- name: insert_new_jobs :many
@@ -85,7 +86,8 @@ VALUES (
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
     %(idempotency_key)s, coalesce(%(meta)s::jsonb, jsonb_build_object())
 )
-ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
+DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
 
 -- name: insert_and_notify_job :one

@@ -116,7 +116,12 @@ def test_migrate_from_empty_creates_the_documented_tables_indexes_and_constraint
             app.schema,
         )
     )
-    assert constraints["jobs_idempotency_key_key"] == "UNIQUE (idempotency_key)"
+    # A partial unique index since migration 0012: jobs without a key have no entry.
+    assert "jobs_idempotency_key_key" not in constraints
+    assert indexes["jobs_idempotency_key_key"].endswith(
+        "(idempotency_key) WHERE (idempotency_key IS NOT NULL)"
+    )
+    assert "UNIQUE" in indexes["jobs_idempotency_key_key"]
     status_check = constraints["jobs_status_check"]
     assert status_check.startswith("CHECK")
     for status in JobStatus:
