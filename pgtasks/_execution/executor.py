@@ -192,10 +192,13 @@ class Executor:
 
     # -- starting --
     def start(self) -> None:
-        """Decide which executors the registered tasks need; start the process pool."""
+        """Decide which executors the registered tasks need; start the job threads (when
+        sync tasks may run on them) and the process pool."""
         possible = self._possible_executors()
         self.uses_processes = "process" in possible
         self.uses_local = bool(possible & {"thread", "async"}) or not self.uses_processes
+        if "thread" in possible:
+            self._threads.start_all()
         if self.uses_processes:
             self._start_pool()
 

@@ -28,6 +28,13 @@ class JobThreads:
         self._busy: set[threading.Thread] = set()
         self._lock = threading.Lock()
 
+    def start_all(self) -> None:
+        """Start every thread now (a worker's start) rather than one per call of the first
+        burst of jobs: starting a thread waits for it to run, and 50 of them took the
+        loop thread 5-15 ms while its first claimed jobs were waiting to start."""
+        while len(self._threads) < self.size:
+            self._grow()
+
     def submit(self, function: Callable[..., None], *arguments: Any) -> None:
         if len(self._threads) < self.size:
             self._grow()

@@ -49,6 +49,40 @@ def tasks(
     return register_tasks(app)
 
 
+# -- job threads --
+
+
+def test_the_job_threads_start_with_a_worker_of_sync_tasks_only(app: App) -> None:
+    """Started with the worker, not one per job of the first burst (each start waits for
+    its thread, which kept the first claimed jobs waiting); none for async-only apps."""
+
+    @app.task
+    def plain() -> None:
+        pass
+
+    def job_threads(worker: Any) -> int:
+        return len(worker._executor._threads._threads)
+
+    with running_worker(app, concurrency=7) as worker:
+        assert job_threads(worker) == 7
+        assert finished(plain.delay()).status == "done"
+        assert job_threads(worker) == 7
+
+    async_app = App(dsn=app.database.dsn, schema=app.schema)
+
+    @async_app.task(name="plain_async")
+    async def plain_async() -> None:
+        pass
+
+    try:
+        with running_worker(async_app, concurrency=7) as worker:
+            assert job_threads(worker) == 0
+            assert finished(plain_async.delay()).status == "done"
+            assert job_threads(worker) == 0
+    finally:
+        async_app.close()
+
+
 # -- routing --
 
 
