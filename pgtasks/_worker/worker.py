@@ -614,6 +614,7 @@ class Worker:
         return wait
 
     def _shutdown(self) -> None:
+        self._ledger.quiet = False  # the stop waits on each job's end
         GracefulStop(
             name=self.name,
             store=self.app.store,
