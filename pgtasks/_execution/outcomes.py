@@ -73,7 +73,13 @@ def failed_to_start_outcome(error: BaseException) -> Outcome:
     )
 
 
+#: The outcome of a task that returned None (most do): one object, not encoded each time.
+_DONE_WITH_NONE = _retry.done("null")
+
+
 def outcome_of_return(task: Task[Any, Any], value: Any) -> Outcome:
+    if value is None:
+        return _DONE_WITH_NONE
     try:
         return _retry.done(encode_result(task.name, value, max_bytes=task.app.max_result_bytes))
     except Exception as error:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,12 @@ class Exchange:
 
 
 class BackgroundExchanger:
-    """Runs one :class:`Exchange` at a time on its own connection, off the loop thread."""
+    """Runs one :class:`Exchange` at a time on its own connection, off the loop thread.
+
+    A round trip is handed over through a C-level queue (no Python-level condition to
+    notify, about 10 µs of the loop's GIL time per round trip); the state the loop reads
+    (busy, the finished exchange) sits under a plain lock.
+    """
 
     def __init__(
         self,
@@ -68,9 +74,14 @@ class BackgroundExchanger:
         self._run = run
         self._on_done = on_done
         self._conn: psycopg.Connection[Any] | None = None
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
+        #: Submitted exchanges (None: close) for the thread.
+        self._requests: queue.SimpleQueue[Exchange | None] = queue.SimpleQueue()
         self._request: Exchange | None = None
         self._done: Exchange | None = None
+        #: Set while no exchange is in flight (wait()).
+        self._idle = threading.Event()
+        self._idle.set()
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
@@ -85,8 +96,11 @@ class BackgroundExchanger:
         with self._lock:
             if self._request is not None or self._done is not None:
                 raise RuntimeError("the background exchange is busy")
+            if self._closed:
+                raise RuntimeError("the background exchange is closed")
             self._request = exchange
-            self._lock.notify_all()
+            self._idle.clear()
+        self._requests.put(exchange)
 
     def take(self) -> Exchange | None:
         """The finished exchange, if there is one (it is then no longer busy)."""
@@ -96,27 +110,22 @@ class BackgroundExchanger:
 
     def wait(self, timeout: float) -> bool:
         """Wait until the submitted exchange (if any) is done; False on timeout."""
-        with self._lock:
-            return self._lock.wait_for(lambda: self._request is None, timeout)
+        return self._idle.wait(timeout)
 
     def close(self) -> None:
         """Stop the thread after its current exchange; close the connection."""
         with self._lock:
             self._closed = True
-            self._lock.notify_all()
+        self._requests.put(None)
         self._thread.join(1.0)
         if not self._thread.is_alive():
             self._drop()
 
     def _serve(self) -> None:
         while True:
-            with self._lock:
-                self._lock.wait_for(lambda: self._request is not None or self._closed)
-                if self._closed:
-                    return
-                exchange = self._request
+            exchange = self._requests.get()
             if exchange is None:
-                continue
+                return
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
@@ -133,7 +142,7 @@ class BackgroundExchanger:
             with self._lock:
                 self._request = None
                 self._done = exchange
-                self._lock.notify_all()
+                self._idle.set()
             self._on_done()
 
     def _drop(self) -> None:
