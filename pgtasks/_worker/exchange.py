@@ -125,6 +125,11 @@ class Exchanges:
         """How many of ``free`` slots the next round trip claims (claims.round_trip_share)."""
         return round_trip_share(free, self.executor.capacity + self.prefetch.jobs, len(self.lanes))
 
+    def in_shares(self) -> bool:
+        """Whether round trips claim the worker's pipeline in shares now (large enough)."""
+        pipeline = self.executor.capacity + self.prefetch.jobs
+        return self.share(pipeline) < pipeline
+
     def wake_limited(self) -> None:
         """An enqueue was notified: the next claim asks for limited jobs again (any thread)."""
         self.limited_retry_at = 0.0

@@ -595,6 +595,10 @@ class Worker:
         patience turns a trickle of single completions into batches.
         """
         ledger = self._ledger
+        if self._exchanges.in_shares() and self._exchanges.background_busy:
+            # Claimed in shares with a round trip out: batch_more() already holds back
+            # a trickle, and the share's last jobs are what the next round trip waits for.
+            return
         busy = len(ledger.in_flight)
         capacity = self._executor.capacity
         if ledger.unwritten and busy and len(ledger.unwritten) < busy and busy * 2 > capacity:
