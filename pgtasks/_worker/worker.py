@@ -367,8 +367,10 @@ class Worker:
             self._secrets = dsn_secrets(self.app.dsn)
             self._executor = self._new_executor()
             self._exchanges = self._new_exchanges()
-            self._executor.start()  # process pool children import the app before any claim
             try:
+                # The job threads, and the process pool (its children import the app) before
+                # any claim; what started is stopped again if anything below fails.
+                self._executor.start()
                 # The paused queues before the first claim (the listener reads them after),
                 # and before worker_id says the worker is registered.
                 paused = self.app.store.get_paused_queues(self._connection.get())

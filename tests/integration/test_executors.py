@@ -204,8 +204,21 @@ def test_a_child_that_cannot_import_the_app_stops_the_worker_from_starting(
     app: App, tasks: Tasks
 ) -> None:
     worker = Worker(app, app_path="tests.apps.no_such_module:app", processes=1)
+    before = set(threading.enumerate())
     with pytest.raises(ConfigurationError, match="no_such_module"):
         worker.run()
+    # The job threads it started before the pool failed are stopped again.
+    wait_until(
+        lambda: (
+            not [
+                thread
+                for thread in threading.enumerate()
+                if thread not in before and thread.name.startswith("pgtasks-job")
+            ]
+        ),
+        timeout=5,
+        message="the job threads of the worker that did not start to end",
+    )
 
 
 # -- hard limits and child death --
