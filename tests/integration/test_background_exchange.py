@@ -103,14 +103,7 @@ def test_a_busy_worker_claims_in_shares_that_run_while_the_other_round_trip_is_o
     """Short jobs at concurrency 50 hold 150 jobs with the automatic prefetch: each round
     trip claims at most a lane's share (75), so the jobs of one share run while the
     other's round trip is on the server. Every job runs once."""
-    runs: list[int] = []
-    lock = threading.Lock()
-
-    @app.task(bind=True)
-    def work(ctx: Any) -> None:
-        with lock:
-            runs.append(ctx.job_id)
-
+    work, runs = recording_task(app)
     jobs = 3000
     work.delay_many([{}] * jobs)
     with running_worker(app, concurrency=50) as worker:
@@ -145,15 +138,7 @@ def test_every_job_runs_once_while_the_workers_connections_are_killed(
     """Round trips in flight on both lanes, their backends terminated again and again:
     claims whose reply was lost are recovered, no outcome is lost, no job runs twice.
     (32 jobs held are claimed whole, 100 in shares of 50: claims.round_trip_share.)"""
-    runs: list[int] = []
-    lock = threading.Lock()
-
-    @app.task(bind=True)
-    def work(ctx: Any) -> None:
-        with lock:
-            runs.append(ctx.job_id)
-        time.sleep(0.002)
-
+    work, runs = recording_task(app, pause=0.002)
     jobs = 5000
     work.delay_many([{}] * jobs)
     kills = 0
@@ -192,6 +177,22 @@ def test_every_job_runs_once_while_the_workers_connections_are_killed(
         f"SELECT count(*) FROM \"{app.schema}\".jobs WHERE status <> 'done' OR attempts <> 1"
     ).fetchone()
     assert row is not None and row[0] == 0
+
+
+def recording_task(app: App, *, pause: float = 0.0) -> tuple[Any, list[int]]:
+    """A task that records the id of each job it runs (then sleeps ``pause`` seconds),
+    and the list it records them in."""
+    runs: list[int] = []
+    lock = threading.Lock()
+
+    @app.task(bind=True)
+    def work(ctx: Any) -> None:
+        with lock:
+            runs.append(ctx.job_id)
+        if pause:
+            time.sleep(pause)
+
+    return work, runs
 
 
 def done_count(admin: psycopg.Connection[Any], app: App) -> int:
