@@ -119,15 +119,20 @@ class Exchanges:
     @property
     def claiming(self) -> int:
         """Jobs the round trips in flight are claiming (slots they will fill)."""
-        return sum(self._claiming.values()) if self._claiming else 0
+        return sum(self._claiming.values())
+
+    @property
+    def pipeline(self) -> int:
+        """The most jobs the worker holds now: its slots and the prefetch."""
+        return self.executor.capacity + self.prefetch.jobs
 
     def share(self, free: int) -> int:
         """How many of ``free`` slots the next round trip claims (claims.round_trip_share)."""
-        return round_trip_share(free, self.executor.capacity + self.prefetch.jobs, len(self.lanes))
+        return round_trip_share(free, self.pipeline, len(self.lanes))
 
     def in_shares(self) -> bool:
         """Whether round trips claim the worker's pipeline in shares now (large enough)."""
-        pipeline = self.executor.capacity + self.prefetch.jobs
+        pipeline = self.pipeline
         return self.share(pipeline) < pipeline
 
     def wake_limited(self) -> None:
@@ -254,9 +259,7 @@ class Exchanges:
         """The lane to run the next round trip on, if it goes off the loop thread: only
         while jobs keep the worker busy (an idle worker's claim takes the shortest path)
         and the lanes are healthy."""
-        if not self.lanes or now < self._background_rest_until:
-            return None
-        if not (self.ledger.in_flight or self.ledger.unwritten or self._claiming):
+        if not self.lanes or now < self._background_rest_until or not self._busy():
             return None
         for lane in self.lanes:
             if not lane.busy:
@@ -275,9 +278,13 @@ class Exchanges:
         return (
             bool(self.lanes)
             and now >= self._background_rest_until
-            and bool(self.ledger.in_flight or self.ledger.unwritten)
+            and self._busy()
             and all(lane.busy for lane in self.lanes)
         )
+
+    def _busy(self) -> bool:
+        """Jobs keep the worker busy: running, with outcomes to write, or being claimed."""
+        return bool(self.ledger.in_flight or self.ledger.unwritten or self._claiming)
 
     def batch_more(self, limit: int) -> bool:
         """With a round trip in the background, is this one too small to start now?
@@ -288,7 +295,7 @@ class Exchanges:
         """
         if not self.background_busy:
             return False
-        batch = max(1, (self.executor.capacity + self.prefetch.jobs) // 4)
+        batch = max(1, self.pipeline // 4)
         return len(self.ledger.unwritten) + limit < batch
 
     def take_background(self) -> None:

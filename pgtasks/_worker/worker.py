@@ -543,12 +543,7 @@ class Worker:
         self._linger()
         ledger.expire(self._executor)
         now = time.monotonic()
-        free = (
-            self._executor.capacity
-            + self._prefetch.jobs
-            - len(ledger.in_flight)
-            - exchanges.claiming
-        )
+        free = exchanges.pipeline - len(ledger.in_flight) - exchanges.claiming
         due = now >= next_poll or now >= reporter.next_due
         claim = free > 0 and (self._notified or exchanges.maybe_more or due)
         if claim and exchanges.claim_filter() is None:
