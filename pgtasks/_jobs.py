@@ -244,6 +244,22 @@ class AttemptError:
             finished_at=_parse_time(entry.get("finished_at")),
         )
 
+    @property
+    def summary(self) -> str:
+        """One line: the exception and its message, its type named once
+        (``RuntimeError: boom``; the last line of a traceback already names it)."""
+        lines = [line.strip() for line in (self.error or "").strip().splitlines()]
+        last = next((line for line in reversed(lines) if line), "")
+        kind = self.exception_type or ""
+        short = kind.rsplit(".", 1)[-1]
+        if not kind:
+            return last or "-"
+        if not last:
+            return short
+        if any(last == name or last.startswith(name + ":") for name in (kind, short)):
+            return last
+        return f"{short}: {last}"
+
 
 def _parse_time(value: Any) -> datetime | None:
     if not isinstance(value, str):

@@ -318,8 +318,14 @@ def _unique_text(job: JobRow, when: Callable[[datetime | None], str]) -> str:
     )
 
 
-def format_job(job: JobRow, now: datetime | None = None) -> str:
-    """Every field of one job, then its last error (with the traceback) in full."""
+def format_job(
+    job: JobRow,
+    now: datetime | None = None,
+    *,
+    extra_fields: Sequence[tuple[str, str]] = (),
+) -> str:
+    """Every field of one job (``extra_fields`` after them, e.g. its workflow), then the
+    failed attempts, one line each, and its last error (with the traceback) in full."""
 
     def when(value: datetime | None) -> str:
         if value is None:
@@ -349,6 +355,7 @@ def format_job(job: JobRow, now: datetime | None = None) -> str:
         ("locked at", when(job.locked_at)),
         ("locked by", f"worker {job.locked_by}" if job.locked_by is not None else "-"),
         ("finished at", when(job.finished_at)),
+        *extra_fields,
     ]
     width = max(len(name) for name, _ in fields) + 1
     lines = [f"job {job.id}"]
@@ -357,12 +364,11 @@ def format_job(job: JobRow, now: datetime | None = None) -> str:
     if history:
         lines.append("failed attempts:")
         for entry in history:
-            kind = entry.exception_type or "-"
-            summary = _one_line(entry.error)
             worker = f"worker {entry.worker_id}" if entry.worker_id is not None else "worker ?"
             lines.append(
                 printable(
-                    f"  #{entry.attempt} {worker} {when(entry.finished_at)} {kind}: {summary}"
+                    f"  #{entry.attempt} {worker} {when(entry.finished_at)}"
+                    f" {_one_line(entry.summary, width=100)}"
                 )
             )
     if job.last_error:

@@ -322,3 +322,33 @@ def delete_finished_job(app: App, job_id: int) -> tuple[bool, str]:
     if row is None:
         raise _missing(job_id)
     return bool(row["deleted"]), str(row["status"])
+
+
+@dataclasses.dataclass(frozen=True)
+class PurgeCount:
+    """What ``pgtasks purge`` would delete: ``jobs`` pending jobs up to ``max_id``, and
+    the ``workflow_jobs`` pending workflow steps it leaves alone."""
+
+    jobs: int
+    max_id: int
+    workflow_jobs: int
+
+
+def count_purgeable(app: App, queue: str | None, task_name: str | None) -> PurgeCount:
+    row = app.database.run(
+        lambda conn: app.store.count_purgeable_jobs(conn, queue=queue, task_name=task_name)
+    )
+    return PurgeCount(int(row["jobs"]), int(row["max_id"] or 0), int(row["workflow_jobs"]))
+
+
+def purge_jobs(app: App, queue: str | None, task_name: str | None, max_id: int) -> int:
+    """Delete the pending jobs (not workflow steps) of a queue and a task (None: any) with
+    ids up to ``max_id``, in batches of BATCH_SIZE, each its own transaction: the number
+    deleted."""
+    rows = _in_batches(
+        app,
+        lambda conn: app.store.purge_jobs(
+            conn, queue=queue, task_name=task_name, max_id=max_id, limit=BATCH_SIZE
+        ),
+    )
+    return len(rows)

@@ -81,3 +81,23 @@ class OperationsQueries(StoreBase):
 
     def unlock_pruner(self, conn: psycopg.Connection[Any]) -> bool:
         return bool(self._rows(conn, "unlock_pruner", self._prune_lock_params())[0]["unlocked"])
+
+    def count_purgeable_jobs(
+        self, conn: psycopg.Connection[Any], *, queue: str | None, task_name: str | None
+    ) -> Row:
+        """``jobs``, ``max_id`` and ``workflow_jobs``: what ``pgtasks purge`` would delete."""
+        params = {"queue": queue, "task_name": task_name}
+        return self._rows(conn, "count_purgeable_jobs", params)[0]
+
+    def purge_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        queue: str | None,
+        task_name: str | None,
+        max_id: int,
+        limit: int,
+    ) -> list[Row]:
+        """Delete one batch of pending jobs (``pgtasks purge``): their ids."""
+        params = {"queue": queue, "task_name": task_name, "max_id": max_id, "limit": limit}
+        return self._rows(conn, "purge_jobs", params)

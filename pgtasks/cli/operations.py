@@ -129,7 +129,9 @@ def jobs() -> None:
 @click.option(
     "--task", "task_name", default=None, callback=_name("task name"), help="Only this task name."
 )
-@click.option("--limit", default=50, show_default=True, type=SQL_INT)
+@click.option(
+    "--limit", default=50, show_default=True, type=SQL_INT, metavar="N", help="Most jobs listed."
+)
 @json_option
 def list_command(
     app_path: str,
@@ -183,18 +185,24 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
             }
         click.echo(to_json(document))
         return
-    text = format_job(job, now)
+    extra = []
     if workflow is not None:
-        # The workflow line goes with the fields, before the last error.
-        head, separator, tail = text.partition("\nlast error")
-        text = (
-            f"{head}\n  workflow: {workflow['workflow_id']} (step {workflow['workflow_step']};"
-            f" pgtasks workflows show {workflow['workflow_id']}){separator}{tail}"
+        extra.append(
+            (
+                "workflow",
+                f"{workflow['workflow_id']} (step {workflow['workflow_step']};"
+                f" pgtasks workflows show {workflow['workflow_id']})",
+            )
         )
+    text = format_job(job, now, extra_fields=extra)
     click.echo(text)
 
 
-@jobs.command("retry", epilog=RETRY_RULE)
+@jobs.command(
+    "retry",
+    help="Put a failed or cancelled job (ID), or every failed job, back to pending, due"
+    " now.\n\n" + RETRY_RULE,
+)
 @app_option
 @click.argument("job_id", type=JOB_ID, required=False)
 @click.option("--all-failed", is_flag=True, help="Retry every failed job (see --task).")
@@ -209,7 +217,6 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
 def retry_command(
     app_path: str, job_id: int | None, all_failed: bool, task_name: str | None, as_json: bool
 ) -> None:
-    """Put a failed or cancelled job (ID), or every failed job, back to pending, due now."""
     if (job_id is None) == (not all_failed):
         raise click.UsageError("give either a job ID or --all-failed")
     if task_name is not None and not all_failed:
@@ -340,6 +347,7 @@ def workers(app_path: str, since: float, as_json: bool) -> None:
     default=DEFAULT_BATCH_SIZE,
     show_default=True,
     type=SQL_INT,
+    metavar="N",
     help="Rows per DELETE; each batch is its own short transaction.",
 )
 @json_option

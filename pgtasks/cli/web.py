@@ -11,25 +11,36 @@ from types import FrameType
 
 import click
 
-from ._common import app_option, load_app
+from ._common import (
+    app_option,
+    configure_logging,
+    load_app,
+    log_format_option,
+    log_level_option,
+)
 
 
 @click.command("web")
 @app_option
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, metavar="ADDRESS", help="Address to bind."
+)
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    metavar="PORT",
+    help="Port to bind (0: a free one).",
+)
 @click.option("--read-only", is_flag=True, help="Hide every action and refuse its POST (403).")
 @click.option(
     "--insecure-no-auth",
     is_flag=True,
     help="Serve any client without authentication, even on a non-loopback address.",
 )
-@click.option(
-    "--log-level",
-    default="info",
-    show_default=True,
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-)
+@log_level_option
+@log_format_option
 def web(
     app_path: str,
     host: str,
@@ -37,6 +48,7 @@ def web(
     read_only: bool,
     insecure_no_auth: bool,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Serve the dashboard: queues, jobs (retry, cancel, delete), workers, schedules.
 
@@ -62,6 +74,7 @@ def web(
             " PGTASKS_WEB_USER and PGTASKS_WEB_PASSWORD, bind 127.0.0.1, or pass"
             " --insecure-no-auth"
         )
+    configure_logging(log_level, log_format)
     app = load_app(app_path)
     dashboard = asgi(app, auth=auth, read_only=read_only, insecure_no_auth=insecure_no_auth)
     shown = f"[{host}]" if ":" in host else host

@@ -171,3 +171,33 @@ SELECT pg_try_advisory_lock(%(lock_class)s::int, hashtext(%(schema)s::text)) AS 
 -- name: unlock_pruner :one
 -- Stop being the schema's pruner.
 SELECT pg_advisory_unlock(%(lock_class)s::int, hashtext(%(schema)s::text)) AS unlocked;
+
+-- name: count_purgeable_jobs :one
+-- What `pgtasks purge` would delete: pending jobs (of a queue and a task; NULL: any) that
+-- are not workflow steps, the newest one's id, and the pending workflow steps it leaves.
+SELECT count(*) FILTER (WHERE workflow_id IS NULL) AS jobs,
+       max(id) FILTER (WHERE workflow_id IS NULL) AS max_id,
+       count(*) FILTER (WHERE workflow_id IS NOT NULL) AS workflow_jobs
+FROM {schema}.jobs
+WHERE status = 'pending'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text);
+
+-- name: purge_jobs :many
+-- Delete up to %(limit)s pending jobs (not workflow steps) with ids up to %(max_id)s, so
+-- that a job enqueued after the operator saw the count is kept. A row a worker is
+-- claiming is skipped: it is no longer pending.
+WITH picked AS (
+    SELECT id
+    FROM {schema}.jobs
+    WHERE status = 'pending' AND workflow_id IS NULL AND id <= %(max_id)s::bigint
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+    ORDER BY id
+    LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.jobs AS jobs
+USING picked
+WHERE jobs.id = picked.id AND jobs.status = 'pending'
+RETURNING jobs.id;

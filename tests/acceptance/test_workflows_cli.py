@@ -33,7 +33,7 @@ def test_show_and_cancel_a_workflow(cli: Cli, ops_app: App) -> None:
 
     job_text = cli("jobs", "show", str(jobs[2]["id"]))
     assert job_text.returncode == 0, job_text.stderr
-    assert f"workflow: {workflow.id} (step 1.0.1;" in job_text.stdout
+    assert f"  workflow:        {workflow.id} (step 1.0.1;" in job_text.stdout
     job_json = json.loads(cli("jobs", "show", str(jobs[2]["id"]), "--json").stdout)
     assert job_json["workflow"] == {"id": workflow.id, "step": "1.0.1"}
     assert json.loads(cli("jobs", "list", "--status", "waiting", "--json").stdout)
