@@ -3,7 +3,7 @@
 
     python3 dev.py package            (runs this in .venv, with the `package` group)
 
-1. ``python -m build`` makes both distributions into a fresh directory.
+1. ``python -m build`` makes the sdist, then the wheel from the sdist, in a fresh directory.
 2. ``twine check --strict`` checks their metadata and the README as rendered on the
    package index; every classifier is a known one (trove-classifiers).
 3. Their contents: LICENSE in both, every migration, SQL file, template, static file and
@@ -72,8 +72,10 @@ def run(
 
 # -- build and check ------------------------------------------------------------------------------
 def build(out: Path) -> tuple[Path, Path]:
-    say("python -m build --sdist --wheel")
-    run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", out, ROOT])
+    # No --sdist/--wheel: the sdist is built, then the wheel from the sdist, which proves
+    # the sdist holds everything the wheel needs (and leaves no build/ in the checkout).
+    say("python -m build (the sdist, then the wheel from it)")
+    run([sys.executable, "-m", "build", "--outdir", out, ROOT])
     (sdist,) = out.glob("pgtasks-*.tar.gz")
     (wheel,) = out.glob("pgtasks-*.whl")
     sizes = [f"{path.name} ({path.stat().st_size:,} B)" for path in (sdist, wheel)]
