@@ -145,7 +145,7 @@ function workflow_job_ended() 170ad8f4c9d8d1eecfa900b0713fa90c
 function workflow_jobs_ended() c9572907aa766728e58a92237d3f0374
 function workflow_lock_targets() afae7588c98c34b9e89be9346d65e01f
 function workflow_move_on() 90b91d521263453380b4589a73b4b64b
-function workflow_retry_step() 469bf1cd5c995c48cbc439fc5fd66cc8
+function workflow_retry_step() 7d96325662186a0de164fb10b627d9b4
 function workflow_start() 08c109714e3f776e9e68219492294959
 function workflow_start_on_error() f59491197c34e27bd22c8c014757aad8
 function workflow_targets() 840a3716d9893da985b39fa7e9dd6b3b
