@@ -141,11 +141,13 @@ function workflow_abort_reason() d472420a56a6d1bb15f412f3f352df28
 function workflow_cancel_downstream() 12766d509c3e69fbe494ac8f7308a977
 function workflow_heal_step() 5ffb8ef374db26fb9dd9b759c8b7c8c6
 function workflow_incident() 850aaf1fcf8528aa6a68ce0faf2dc11c
+function workflow_input() 45328620f3f22e074e514e8b8ea144c7
 function workflow_job_ended() 170ad8f4c9d8d1eecfa900b0713fa90c
 function workflow_jobs_ended() c9572907aa766728e58a92237d3f0374
 function workflow_lock_targets() afae7588c98c34b9e89be9346d65e01f
-function workflow_move_on() 90b91d521263453380b4589a73b4b64b
+function workflow_move_on() 7c4b391d8456aad68c6301b7f17b1cb2
 function workflow_retry_step() 7d96325662186a0de164fb10b627d9b4
-function workflow_start() 08c109714e3f776e9e68219492294959
+function workflow_start() cc0b49450afb6e37169d456c5f52c8c0
 function workflow_start_on_error() f59491197c34e27bd22c8c014757aad8
+function workflow_start_ready() bb452a4bdf4c978df2bffbd8c2313a1b
 function workflow_targets() 840a3716d9893da985b39fa7e9dd6b3b

@@ -20,15 +20,16 @@
 --   stands, each job that ended is moved on alone so that the others proceed, and every
 --   job whose move failed is recorded in workflow_incidents, where `pgtasks doctor` and
 --   the dashboard read it. Such a step is left waiting for the healing pass.
--- * A waiting step starts when every one of its predecessors is done, checked on their
---   rows under the step's row lock. waiting_for counts the predecessors not done yet; it
---   is decremented by each finisher (the write that serialises concurrent finishers: the
---   last one sees the others' results), stays at least 1 while the step waits, and is 0
---   once the step has started with its input. A cancelled step with waiting_for > 0 and
---   predecessors never received its input (workflow_retry_step).
+-- * waiting_for counts the predecessors not done yet. Each finisher decrements it under
+--   the step's row lock (the write that serialises concurrent finishers: the last one
+--   sees the others' results); the one that takes it to 0 starts the step, once the
+--   rows of all its predecessors say done (else it is recounted: a hand-edited row).
+--   It is at least 1 while the step waits, and 0 once the step has started with its
+--   input (workflow_input: the one assembly of results). A cancelled step with
+--   waiting_for > 0 and predecessors never received its input (workflow_retry_step).
 -- * workflow_heal_step(id): the healing pass (a worker's Healer, `pgtasks workflows
 --   heal`) moves on a waiting step whose predecessors have all finished: it starts it
---   with the same input assembly (workflow_start), or cancels it when a predecessor
+--   with the same input assembly (workflow_input), or cancels it when a predecessor
 --   failed, was cancelled or is gone; each heal is recorded as an incident.
 -- * workflows.shape: the workflow as built (`pgtasks workflows list`).
 
@@ -119,54 +120,90 @@ BEGIN
 END;
 $$;
 
--- Start a waiting step whose predecessors are all done, with its input (input_mode
--- 'one': the predecessor's result; 'list': the predecessors' results in order; NULL:
--- nothing). The caller holds the step's row lock. Returns 'started'; 'waiting' while a
--- predecessor is unfinished; 'blocked' when one failed, was cancelled or is gone (the
--- step will not run); 'moved' when the step is not waiting.
+-- A step's input, from its predecessors' rows (input_mode 'one': the predecessor's
+-- result; 'list': the predecessors' results in order; NULL: nothing). The one assembly
+-- of results, used wherever a step starts (the trigger, the healing pass, a retry).
+CREATE FUNCTION {schema}.workflow_input(p_prev_ids bigint[], p_input_mode text) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT CASE p_input_mode
+               WHEN 'one' THEN jsonb_build_array((jsonb_agg(jobs.result ORDER BY p.ord)) -> 0)
+               WHEN 'list' THEN jsonb_build_array(coalesce(jsonb_agg(jobs.result ORDER BY p.ord),
+                                                           '[]'::jsonb))
+               ELSE '[]'::jsonb END
+    FROM unnest(p_prev_ids) WITH ORDINALITY AS p(id, ord)
+    LEFT JOIN {schema}.jobs AS jobs ON jobs.id = p.id;
+$$;
+
+-- Start the waiting steps ``p_ids`` (their row locks held by the caller) whose
+-- predecessors' rows all say done: pending, due now, their input prepended to args,
+-- waiting_for 0; their queues are notified. A step whose counter reached 0 although a
+-- predecessor is unfinished (a hand-edited row) gets its counter recounted instead. A
+-- statement of its own: under READ COMMITTED its snapshot sees every predecessor that
+-- committed before its decrement released the step's row lock.
+CREATE FUNCTION {schema}.workflow_start_ready(p_ids bigint[]) RETURNS void
+LANGUAGE sql AS $$
+    WITH steps AS (
+        SELECT steps.id, preds.total, preds.done, preds.blocked
+        FROM {schema}.jobs AS steps
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS total,
+                   count(*) FILTER (WHERE jobs.status = 'done') AS done,
+                   coalesce(bool_or(jobs.id IS NULL OR jobs.status IN ('failed', 'cancelled')),
+                            false) AS blocked
+            FROM unnest(steps.prev_ids) AS p(id)
+            LEFT JOIN {schema}.jobs AS jobs ON jobs.id = p.id
+        ) AS preds
+        WHERE steps.id = ANY(p_ids) AND steps.status = 'waiting'
+    ), started AS (
+        UPDATE {schema}.jobs AS jobs
+        SET status = 'pending',
+            args = {schema}.workflow_input(jobs.prev_ids, jobs.input_mode) || jobs.args,
+            waiting_for = 0,
+            run_at = now(),
+            updated_at = now()
+        FROM steps
+        WHERE jobs.id = steps.id AND steps.done = steps.total AND NOT steps.blocked
+        RETURNING jobs.queue
+    ), recounted AS (
+        UPDATE {schema}.jobs AS jobs
+        SET waiting_for = greatest(1, steps.total - steps.done)
+        FROM steps
+        WHERE jobs.id = steps.id AND steps.done < steps.total AND NOT steps.blocked
+          AND jobs.waiting_for IS DISTINCT FROM greatest(1, steps.total - steps.done)
+        RETURNING jobs.id
+    )
+    -- (A data-modifying WITH runs to completion whether its rows are read or not.)
+    SELECT pg_notify({channel}, queue) FROM (SELECT DISTINCT queue FROM started) AS queues;
+$$;
+
+-- Start one waiting step (the caller holds its row lock) when its predecessors are all
+-- done, as workflow_start_ready does. Returns 'started'; 'waiting' while a predecessor is
+-- unfinished; 'blocked' when one failed, was cancelled or is gone (the step will not
+-- run); 'moved' when the step is not waiting.
 CREATE FUNCTION {schema}.workflow_start(step_id bigint) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    step record;
     preds record;
-    input jsonb;
 BEGIN
-    SELECT jobs.id, jobs.prev_ids, jobs.input_mode, jobs.queue INTO step
-    FROM {schema}.jobs AS jobs
-    WHERE jobs.id = step_id AND jobs.status = 'waiting';
-    IF NOT FOUND THEN
+    SELECT coalesce(bool_or(jobs.id IS NULL OR jobs.status IN ('failed', 'cancelled')), false)
+               AS blocked
+    INTO preds
+    FROM {schema}.jobs AS steps
+    CROSS JOIN LATERAL unnest(steps.prev_ids) AS p(id)
+    LEFT JOIN {schema}.jobs AS jobs ON jobs.id = p.id
+    WHERE steps.id = step_id AND steps.status = 'waiting';
+    IF NOT EXISTS (SELECT 1 FROM {schema}.jobs AS jobs
+                   WHERE jobs.id = step_id AND jobs.status = 'waiting') THEN
         RETURN 'moved';
     END IF;
-    -- A statement of its own: under READ COMMITTED its snapshot sees every predecessor
-    -- that committed before its decrement released the step's row lock.
-    SELECT count(*) AS total,
-           count(*) FILTER (WHERE jobs.status = 'done') AS done,
-           bool_or(jobs.id IS NULL OR jobs.status IN ('failed', 'cancelled')) AS blocked,
-           jsonb_agg(jobs.result ORDER BY p.ord) AS results
-    INTO preds
-    FROM unnest(step.prev_ids) WITH ORDINALITY AS p(id, ord)
-    LEFT JOIN {schema}.jobs AS jobs ON jobs.id = p.id;
     IF preds.blocked THEN
         RETURN 'blocked';
     END IF;
-    IF preds.done < preds.total THEN
+    PERFORM {schema}.workflow_start_ready(ARRAY[step_id]);
+    IF EXISTS (SELECT 1 FROM {schema}.jobs AS jobs
+               WHERE jobs.id = step_id AND jobs.status = 'waiting') THEN
         RETURN 'waiting';
     END IF;
-    IF step.input_mode = 'one' THEN
-        input := jsonb_build_array(preds.results -> 0);
-    ELSIF step.input_mode = 'list' THEN
-        input := jsonb_build_array(coalesce(preds.results, '[]'::jsonb));
-    ELSE
-        input := '[]'::jsonb;
-    END IF;
-    UPDATE {schema}.jobs AS jobs
-    SET status = 'pending',
-        args = input || jobs.args,
-        waiting_for = 0,
-        run_at = now(),
-        updated_at = now()
-    WHERE jobs.id = step_id;
-    PERFORM pg_notify({channel}, step.queue);
     RETURN 'started';
 END;
 $$;
@@ -264,7 +301,7 @@ CREATE FUNCTION {schema}.workflow_move_on(ended bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     origin record;
-    successor bigint;
+    due bigint[];
 BEGIN
     -- Failed or cancelled: the steps after them will not run, and say why.
     FOR origin IN
@@ -279,26 +316,25 @@ BEGIN
             PERFORM {schema}.workflow_start_on_error(origin.id);
         END IF;
     END LOOP;
-    -- Done: each waiting successor counts down by its predecessors done here; one whose
-    -- predecessors are all done starts with its input.
-    FOR successor IN
-        WITH finished AS (
-            SELECT following.id, count(*)::int AS n
-            FROM {schema}.jobs AS jobs, unnest(jobs.next_ids) AS following(id)
-            WHERE jobs.id = ANY(ended) AND jobs.status = 'done'
-            GROUP BY following.id
-        ), counted AS (
-            UPDATE {schema}.jobs AS jobs
-            SET waiting_for = greatest(1, coalesce(jobs.waiting_for, 1) - finished.n),
-                updated_at = now()
-            FROM finished
-            WHERE jobs.id = finished.id AND jobs.status = 'waiting'
-            RETURNING jobs.id
-        )
-        SELECT id FROM counted ORDER BY id
-    LOOP
-        PERFORM {schema}.workflow_start(successor);
-    END LOOP;
+    -- Done: each waiting successor counts down by its predecessors done here (the write
+    -- that serialises concurrent finishers); those reaching 0 start, with their input,
+    -- once the rows of all their predecessors say done.
+    WITH finished AS (
+        SELECT following.id, count(*)::int AS n
+        FROM {schema}.jobs AS jobs, unnest(jobs.next_ids) AS following(id)
+        WHERE jobs.id = ANY(ended) AND jobs.status = 'done'
+        GROUP BY following.id
+    ), counted AS (
+        UPDATE {schema}.jobs AS jobs
+        SET waiting_for = coalesce(jobs.waiting_for, 1) - finished.n, updated_at = now()
+        FROM finished
+        WHERE jobs.id = finished.id AND jobs.status = 'waiting'
+        RETURNING jobs.id, jobs.waiting_for
+    )
+    SELECT array_agg(id) INTO due FROM counted WHERE waiting_for <= 0;
+    IF due IS NOT NULL THEN
+        PERFORM {schema}.workflow_start_ready(due);
+    END IF;
 END;
 $$;
 
