@@ -1,7 +1,7 @@
 """Chord races with real workers: how many callbacks are left stuck or start twice.
 
-    python -m benchmarks --workflow-races [--dsn DSN] [--chords N] [--workers W]
-        [--concurrency C] [--no-reference] [--quick] [--json PATH]
+    python -m benchmarks --workflow-races [--dsn DSN] [--chords N] [--rounds R]
+        [--workers W] [--concurrency C] [--no-reference] [--quick] [--json PATH]
 
 Enqueues N nested chords, chord([a1, chord([b1, b2], cy), a3], cx), and lets W
 `pgtasks worker` processes of concurrency C run them: with a small concurrency the
@@ -14,9 +14,11 @@ cx), in the orders that once deadlocked. Then it counts, for the 2N callbacks:
 - wrong: started with another input than its predecessors' results in order;
 - healed: started by the healing pass instead of the trigger (it should have nothing to do).
 
-The reference round runs the same chords in the same run with migration 0011's trigger
+The reference rounds run the same chords in the same run with migration 0011's trigger
 (each finished member moved its own successors on, row by row, and an error there was
-only a server log warning), with the healing pass off: what it loses shows.
+only a server log warning), with the healing pass off: what it loses shows. Rounds
+alternate (current first, then reference first, ...); counts are summed over the rounds,
+jobs/s is the median (first claim to last finish, as the database's clock says).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -48,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--dsn", help="PostgreSQL to use (default: the embedded server)")
     parser.add_argument("--chords", type=int, default=1000, help="nested chords per round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per trigger")
     parser.add_argument("--workers", type=int, default=4, help="worker processes")
     parser.add_argument("--concurrency", type=int, default=2, help="concurrency of each")
     parser.add_argument(
@@ -62,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.chords = 50
+        args.chords, args.rounds = 50, 1
     return args
 
 
@@ -268,26 +272,42 @@ def main(argv: list[str] | None = None) -> int:
     dsn = resolve_dsn(args.dsn)
     print(
         f"{args.chords} nested chords chord([a1, chord([b1, b2], cy), a3], cx) per round,"
-        f" {args.workers} workers of concurrency {args.concurrency}; {os.cpu_count()} cores"
+        f" {args.rounds} round(s) per trigger, {args.workers} workers of concurrency"
+        f" {args.concurrency}; {os.cpu_count()} cores"
     )
-    rounds = [False, True] if args.reference else [False]
-    results = []
     header = f"{'trigger':18} {'callbacks':>9} {'stuck':>6} {'doubled':>7} {'wrong':>6}"
     print(header + f" {'healed':>6} {'jobs/s':>8}")
-    for reference in rounds:
-        result = one_round(args, dsn, reference=reference)
-        results.append(result)
-        print(
-            f"{result['trigger']:18} {result['callbacks']:>9} {result['stuck']:>6}"
-            f" {result['doubled']:>7} {result['wrong']:>6} {result['healed']:>6}"
-            f" {result['jobs_per_second']:>8,.0f}",
-            flush=True,
-        )
+    rounds: list[dict[str, Any]] = []
+    for number in range(args.rounds):
+        order = [False, True] if number % 2 == 0 else [True, False]
+        for reference in order if args.reference else [False]:
+            result = one_round(args, dsn, reference=reference)
+            rounds.append(result)
+            print(row(result), flush=True)
+    results = []
+    for trigger in dict.fromkeys(result["trigger"] for result in rounds):
+        mine = [result for result in rounds if result["trigger"] == trigger]
+        total: dict[str, Any] = {"trigger": trigger, "rounds": len(mine)}
+        for key in ("chords", "jobs", "callbacks", "stuck", "doubled", "wrong", "healed"):
+            total[key] = sum(result[key] for result in mine)
+        total["jobs_per_second"] = statistics.median(result["jobs_per_second"] for result in mine)
+        results.append(total)
+    print("all rounds (counts summed, jobs/s median):")
+    for total in results:
+        print(row(total))
     output = Path(args.json)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"results": results}, indent=2))
+    output.write_text(json.dumps({"results": results, "rounds": rounds}, indent=2))
     current = results[0]
     return 0 if (current["stuck"], current["doubled"], current["wrong"]) == (0, 0, 0) else 1
+
+
+def row(result: dict[str, Any]) -> str:
+    return (
+        f"{result['trigger']:18} {result['callbacks']:>9} {result['stuck']:>6}"
+        f" {result['doubled']:>7} {result['wrong']:>6} {result['healed']:>6}"
+        f" {result['jobs_per_second']:>8,.0f}"
+    )
 
 
 if __name__ == "__main__":
