@@ -4,6 +4,8 @@
     python -m benchmarks --bloat [--quick] [...]   (bloat resilience: benchmarks/bloat.py)
     python -m benchmarks --in-process [...]   (the worker in an asyncio program: inprocess.py)
     python -m benchmarks --limits [...]   (claims with and without limits: limits.py)
+    python -m benchmarks --workflow-races [...]   (stuck and doubled chord callbacks:
+                                                   workflow_races.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -511,6 +513,13 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import limits
 
         return limits.main([argument for argument in arguments if argument != "--limits"])
+    if "--workflow-races" in arguments:
+        # Chord races with real workers: stuck and doubled callbacks (workflow_races.py).
+        from benchmarks import workflow_races
+
+        return workflow_races.main(
+            [argument for argument in arguments if argument != "--workflow-races"]
+        )
     if "--in-process" in arguments:
         # The worker inside an asyncio program (benchmarks/inprocess.py).
         from benchmarks import inprocess

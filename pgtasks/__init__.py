@@ -44,7 +44,9 @@ from ._errors import (
     UnknownTaskError,
     WorkerLostError,
     WorkflowError,
+    WorkflowFailed,
     WorkflowNotFoundError,
+    WorkflowProtectedError,
 )
 from ._jobs import AttemptError, CancelResult, JobContext, JobRow, JobSpec, JobStatus, Progress
 from ._logging import JsonFormatter
@@ -108,7 +110,9 @@ __all__ = [
     "WorkerLostError",
     "WorkerMetrics",
     "WorkflowError",
+    "WorkflowFailed",
     "WorkflowNotFoundError",
+    "WorkflowProtectedError",
     "WorkflowResult",
     "__version__",
     "chain",

@@ -66,11 +66,22 @@ column workers.queues text[]
 column workers.concurrency integer NOT NULL
 column workers.started_at timestamp with time zone NOT NULL DEFAULT now()
 column workers.heartbeat_at timestamp with time zone NOT NULL DEFAULT now()
+column workflow_incidents.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
+column workflow_incidents.kind text NOT NULL
+column workflow_incidents.workflow_id bigint
+column workflow_incidents.job_id bigint NOT NULL
+column workflow_incidents.step text
+column workflow_incidents.detail text NOT NULL
+column workflow_incidents.sqlstate text
+column workflow_incidents.occurrences integer NOT NULL DEFAULT 1
+column workflow_incidents.first_at timestamp with time zone NOT NULL DEFAULT now()
+column workflow_incidents.last_at timestamp with time zone NOT NULL DEFAULT now()
 column workflows.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
 column workflows.kind text NOT NULL
 column workflows.created_at timestamp with time zone NOT NULL DEFAULT now()
 column workflows.on_error jsonb
 column workflows.error_job_id bigint
+column workflows.shape text
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
@@ -87,6 +98,9 @@ constraint periodic.periodic_pkey PRIMARY KEY (name)
 constraint queue_pauses.queue_pauses_pkey PRIMARY KEY (queue)
 constraint worker_history.worker_history_pkey PRIMARY KEY (worker_id)
 constraint workers.workers_pkey PRIMARY KEY (id)
+constraint workflow_incidents.workflow_incidents_job_kind_key UNIQUE (job_id, kind)
+constraint workflow_incidents.workflow_incidents_kind_check CHECK ((kind = ANY (ARRAY['tolerated'::text, 'healed'::text, 'unhealable'::text])))
+constraint workflow_incidents.workflow_incidents_pkey PRIMARY KEY (id)
 constraint workflows.workflows_kind_check CHECK ((kind = ANY (ARRAY['chain'::text, 'group'::text, 'chord'::text])))
 constraint workflows.workflows_pkey PRIMARY KEY (id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
@@ -101,6 +115,7 @@ index CREATE UNIQUE INDEX jobs_unique_active_idx ON {schema}.jobs USING btree (u
 index CREATE UNIQUE INDEX jobs_unique_window_idx ON {schema}.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)
 index CREATE INDEX jobs_waiting_idx ON {schema}.jobs USING btree (queue) WHERE (status = 'waiting'::text)
 index CREATE INDEX jobs_workflow_idx ON {schema}.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
+index CREATE INDEX jobs_workflow_unfinished_idx ON {schema}.jobs USING btree (workflow_id) WHERE ((workflow_id IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text])))
 index CREATE UNIQUE INDEX limits_pkey ON {schema}.limits USING btree (name)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
@@ -108,14 +123,31 @@ index CREATE UNIQUE INDEX queue_pauses_pkey ON {schema}.queue_pauses USING btree
 index CREATE UNIQUE INDEX worker_history_pkey ON {schema}.worker_history USING btree (worker_id)
 index CREATE INDEX worker_history_removed_at_idx ON {schema}.worker_history USING btree (removed_at)
 index CREATE UNIQUE INDEX workers_pkey ON {schema}.workers USING btree (id)
+index CREATE UNIQUE INDEX workflow_incidents_job_kind_key ON {schema}.workflow_incidents USING btree (job_id, kind)
+index CREATE INDEX workflow_incidents_last_at_idx ON {schema}.workflow_incidents USING btree (last_at)
+index CREATE UNIQUE INDEX workflow_incidents_pkey ON {schema}.workflow_incidents USING btree (id)
 index CREATE UNIQUE INDEX workflows_pkey ON {schema}.workflows USING btree (id)
 storage jobs fillfactor=80, autovacuum_vacuum_scale_factor=0.02, autovacuum_analyze_scale_factor=0.02
 storage periodic fillfactor=50
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_workflow_job_ended AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION {schema}.workflow_job_ended()
+trigger CREATE TRIGGER jobs_workflow_jobs_ended AFTER UPDATE OF status ON {schema}.jobs FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
-function workflow_job_ended() a2398aaa2b0b9b0b9549b8f8e0768712
+function workflow_abort_reason() d472420a56a6d1bb15f412f3f352df28
+function workflow_cancel_downstream() 12766d509c3e69fbe494ac8f7308a977
+function workflow_heal_step() 5ffb8ef374db26fb9dd9b759c8b7c8c6
+function workflow_incident() 850aaf1fcf8528aa6a68ce0faf2dc11c
+function workflow_input() 45328620f3f22e074e514e8b8ea144c7
+function workflow_job_ended() 170ad8f4c9d8d1eecfa900b0713fa90c
+function workflow_jobs_ended() c9572907aa766728e58a92237d3f0374
+function workflow_lock_targets() afae7588c98c34b9e89be9346d65e01f
+function workflow_move_on() 7c4b391d8456aad68c6301b7f17b1cb2
+function workflow_retry_step() 7d96325662186a0de164fb10b627d9b4
+function workflow_start() cc0b49450afb6e37169d456c5f52c8c0
+function workflow_start_on_error() f59491197c34e27bd22c8c014757aad8
+function workflow_start_ready() bb452a4bdf4c978df2bffbd8c2313a1b
+function workflow_targets() 840a3716d9893da985b39fa7e9dd6b3b

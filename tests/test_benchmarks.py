@@ -254,3 +254,27 @@ def test_unique_overhead_benchmark_runs_end_to_end(dsn: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     for figure in ("insert one by one", "insert bulk", "claim+finish"):
         assert any(line.startswith(figure) for line in result.stdout.splitlines()), result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_workflow_races_benchmark_counts_no_stuck_nor_doubled_callback(
+    dsn: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "races.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--workflow-races", "--quick"),
+            *("--no-reference", "--dsn", dsn, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (row,) = json.loads(output.read_text())["results"]
+    assert row["trigger"] == "current" and row["callbacks"] == 100
+    assert (row["stuck"], row["doubled"], row["wrong"], row["healed"]) == (0, 0, 0, 0)

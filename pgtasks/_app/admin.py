@@ -2,6 +2,10 @@
 stats and the dashboard overview, job pages, retry (one job, every failed job, or what a
 filter selects), cancellation of what a filter selects, and deletion of a finished job.
 
+Neither a retry nor a deletion may break a workflow (migration workflow_progress): a job
+an unfinished workflow still needs is not deleted, and a step cancelled before it
+received its input is retried with that input (or waits for it again), or refused.
+
 Each function runs its statements through ``app._run`` (a pooled connection, broken
 connections retried) and returns values from ``pgtasks._operations``.
 """
@@ -16,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.errors import UniqueViolation
 
-from .._errors import JobNotFoundError, UniqueKeyTakenError
+from .._errors import JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError
 from .._jobs import JobRow
 from .._limits import LimitState, describe_limit, limit_states
 from .._operations import (
@@ -50,6 +54,10 @@ RETRY_RULE = (
     " stays true) and max_attempts is extended so that at least one more attempt is"
     " allowed: max_attempts = max(max_attempts, attempts + 1). last_error is kept until"
     " the next attempt ends; result, lock, finished_at and the cancellation flag are cleared."
+    " A workflow step cancelled before it received its input gets it back: it starts with"
+    " its input re-assembled from its predecessors when they are all done, waits for them"
+    " again (waiting) while some are unfinished, and is refused while one of them is failed"
+    " or cancelled (retry that one first)."
 )
 
 
@@ -190,6 +198,8 @@ class RetryResult:
     previous_status: str
     attempts: int | None
     max_attempts: int | None
+    #: What the job is now: pending, or waiting (a workflow step waiting for its input).
+    status: str = "pending"
 
     @property
     def refusal(self) -> str:
@@ -216,12 +226,40 @@ def retry_job(app: App, job_id: int) -> RetryResult:
         raise _key_taken(app, job_id, error) from None
     if row is None:
         raise _missing(job_id)
+    if row["needs_input"] and row["previous_status"] in RETRYABLE:
+        return _retry_step(app, job_id, row["previous_status"])
     return RetryResult(
         id=job_id,
         retried=bool(row["retried"]),
         previous_status=row["previous_status"],
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
+    )
+
+
+def _retry_step(app: App, job_id: int, previous_status: str) -> RetryResult:
+    """Retry a workflow step cancelled before it received its input (RETRY_RULE)."""
+
+    def retry(conn: psycopg.Connection[Any]) -> Any:
+        row = app.store.retry_workflow_step(conn, job_id)
+        if row["outcome"] == "pending":
+            app.store.notify_queue(conn, row["queue"])
+        return row
+
+    row = app.database.run(retry)
+    if row["outcome"] == "missing":
+        raise _missing(job_id)
+    if row["outcome"] == "refused":
+        raise WorkflowProtectedError(f"job {job_id} was not retried: {row['detail']}")
+    if row["outcome"] not in ("pending", "waiting"):  # it changed meanwhile: retry normally
+        return retry_job(app, job_id)
+    return RetryResult(
+        id=job_id,
+        retried=True,
+        previous_status=previous_status,
+        attempts=0,
+        max_attempts=None,
+        status=row["outcome"],
     )
 
 
@@ -288,8 +326,24 @@ def retry_failed_jobs(app: App, task_name: str | None = None) -> list[int]:
     return sorted(row["id"] for row in rows)
 
 
+@dataclasses.dataclass(frozen=True)
+class BulkRetry:
+    """What a filtered retry did: the ids retried (pending, or waiting again for their
+    workflow's earlier steps) and the workflow steps refused, with why (RETRY_RULE)."""
+
+    retried: list[int]
+    refused: dict[int, str]
+
+
 def retry_matching(app: App, job_filter: JobFilter) -> list[int]:
     """Retry every failed or cancelled job the filter selects: the ids retried, sorted."""
+    return retry_matching_steps(app, job_filter).retried
+
+
+def retry_matching_steps(app: App, job_filter: JobFilter) -> BulkRetry:
+    """Retry every failed or cancelled job the filter selects, workflow steps that never
+    received their input by RETRY_RULE (in id order: a chain's steps retried together
+    wait for each other)."""
     try:
         rows = _in_batches(
             app,
@@ -297,7 +351,26 @@ def retry_matching(app: App, job_filter: JobFilter) -> list[int]:
         )
     except UniqueViolation as error:
         raise _batch_key_taken(error) from None
-    return sorted(row["id"] for row in rows)
+    retried = [row["id"] for row in rows]
+    refused: dict[int, str] = {}
+
+    def steps(conn: psycopg.Connection[Any]) -> None:
+        after = 0
+        while True:
+            batch = app.store.retry_filtered_steps(conn, job_filter, after=after, limit=BATCH_SIZE)
+            for row in batch:
+                if row["outcome"] == "refused":
+                    refused[row["id"]] = row["detail"]
+                elif row["outcome"] in ("pending", "waiting"):
+                    retried.append(row["id"])
+                    if row["outcome"] == "pending":
+                        app.store.notify_queue(conn, row["queue"])
+            if len(batch) < BATCH_SIZE:
+                return
+            after = batch[-1]["id"]
+
+    app.database.run(steps)
+    return BulkRetry(sorted(retried), refused)
 
 
 def cancel_matching(app: App, job_filter: JobFilter) -> dict[str, list[int]]:
@@ -316,11 +389,21 @@ def cancel_matching(app: App, job_filter: JobFilter) -> dict[str, list[int]]:
 
 def delete_finished_job(app: App, job_id: int) -> tuple[bool, str]:
     """Delete one done, failed or cancelled job: (deleted, its status). A pending or
-    running job is kept (False); JobNotFoundError when it does not exist.
+    running job is kept (False); JobNotFoundError when it does not exist;
+    WorkflowProtectedError for a job of a workflow that has not finished (its later steps
+    read this job's result, its handle returns it).
     """
     row = app.database.run(lambda conn: app.store.delete_finished_job(conn, job_id))
     if row is None:
         raise _missing(job_id)
+    if row["workflow_unfinished"] and row["status"] in ("done", "failed", "cancelled"):
+        workflow = row["workflow_id"]
+        raise WorkflowProtectedError(
+            f"job {job_id} was not deleted: it is step {row['workflow_step']} of workflow"
+            f" {workflow}, which has not finished (its later steps read this job's result)."
+            f" Delete it once the workflow has finished (pgtasks workflows show {workflow}),"
+            f" or cancel the workflow first (pgtasks workflows cancel {workflow})"
+        )
     return bool(row["deleted"]), str(row["status"])
 
 

@@ -41,7 +41,8 @@ from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .schedules import build_schedule
 from .tasks import Task, TaskSettings
-from .workflows import Signature, describe_workflow
+from .workflow_admin import describe_workflow
+from .workflows import Signature
 
 logger = logging.getLogger("pgtasks")
 
@@ -124,6 +125,7 @@ class App:
         prune_done_after: float | None = 86400.0,
         prune_failed_after: float | None = 7 * 86400.0,
         prune_interval: float = 60.0,
+        heal_interval: float = 30.0,
         eager: bool = False,
     ) -> None:
         # An explicit schema="" is an error, not a request for the default.
@@ -166,6 +168,8 @@ class App:
         self.prune_done_after = retention_seconds("prune_done_after", prune_done_after)
         self.prune_failed_after = retention_seconds("prune_failed_after", prune_failed_after)
         self.prune_interval = positive_seconds("prune_interval=", prune_interval)
+        # Workers look for stuck workflow steps every heal_interval seconds (one at a time).
+        self.heal_interval = positive_seconds("heal_interval=", heal_interval)
         if self.heartbeat_interval >= self.lease_timeout:
             raise ConfigurationError(
                 f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"

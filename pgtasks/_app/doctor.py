@@ -241,6 +241,51 @@ def check_connections(row: Row, limits: Thresholds) -> Finding:
     )
 
 
+#: How far back ``doctor`` counts healed steps and tolerated trigger errors.
+WORKFLOW_INCIDENT_WINDOW = 86400.0
+
+
+def check_workflows(health: Row, latest: Sequence[Row], heal_interval: float) -> Finding:
+    """Stuck workflow steps now, steps the healing pass healed and trigger errors tolerated
+    in the last day, and steps it could not heal (migration workflow_progress)."""
+    stuck, healed = int(health["stuck"] or 0), int(health["healed"] or 0)
+    tolerated, unhealable = int(health["tolerated"] or 0), int(health["unhealable"] or 0)
+    last = f" (latest: job {latest[0]['job_id']}: {latest[0]['detail']})" if latest else ""
+    counts = (
+        f"in the last day the healing pass healed {healed} stuck step(s) and the workflow"
+        f" triggers tolerated {tolerated} error(s)"
+    )
+    if unhealable:
+        return Finding(
+            "workflows",
+            "critical",
+            f"{unhealable} stuck step(s) could not be moved on by the healing pass; {counts}{last}",
+            "a hand-edited row breaks them: see `pgtasks workflows show ID`, then cancel the"
+            " workflow (`pgtasks workflows cancel ID`) or repair the row",
+        )
+    if stuck:
+        return Finding(
+            "workflows",
+            "warning",
+            f"{stuck} waiting step(s) have no unfinished predecessor; a worker's healing pass"
+            f" moves them on within heal_interval ({heal_interval:g} s); {counts}",
+            "start a worker if none runs, or run `pgtasks workflows heal` now",
+        )
+    if healed or tolerated:
+        return Finding(
+            "workflows",
+            "warning",
+            f"no stuck step now; {counts}{last}",
+            "each was recorded with its cause: `pgtasks workflows show ID` lists a"
+            " workflow's incidents; hand-edited workflow rows are the usual cause",
+        )
+    return Finding(
+        "workflows",
+        "ok",
+        f"no stuck workflow step; {counts}",
+    )
+
+
 def diagnose(
     app: App, conn: psycopg.Connection[Any], limits: Thresholds | None = None
 ) -> list[Finding]:
@@ -256,6 +301,11 @@ def diagnose(
         check_backlog(store.get_backlog(conn), limits),
         check_exhausted(store.get_exhausted_pending_jobs(conn)),
         check_connections(store.get_connection_usage(conn), limits),
+        check_workflows(
+            store.get_workflow_health(conn, since=WORKFLOW_INCIDENT_WINDOW),
+            store.list_workflow_incidents(conn, limit=1),
+            app.heal_interval,
+        ),
     ]
 
 

@@ -62,6 +62,22 @@ def is_connection_failure(error: BaseException) -> bool:
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
+#: SQLSTATEs of errors that a later try of the same statement may not meet: a lock wait
+#: past lock_timeout (55P03), a statement past statement_timeout (57014), a serialization
+#: failure, a deadlock or any other transaction rollback (class 40), a server short of
+#: resources (class 53). Nothing the statement wrote stays.
+TRANSIENT_STATES = ("55P03", "57014")
+TRANSIENT_CLASSES = ("40", "53")
+
+
+def is_transient(error: BaseException) -> bool:
+    """A database error worth trying the same statement again on the same connection."""
+    if not isinstance(error, psycopg.Error):
+        return False
+    state = error.sqlstate or ""
+    return state in TRANSIENT_STATES or state[:2] in TRANSIENT_CLASSES
+
+
 class Database:
     """The connections of one App (``configured_dsn`` None: the embedded server)."""
 

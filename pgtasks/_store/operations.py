@@ -32,10 +32,17 @@ class OperationsQueries(StoreBase):
         status: str | None = None,
         queue: str | None = None,
         task_name: str | None = None,
+        workflow_id: int | None = None,
         limit: int = 50,
     ) -> tuple[datetime | None, list[JobRow]]:
         """The database's ``now()`` (None when no job matched) and the newest matching jobs."""
-        params = {"status": status, "queue": queue, "task_name": task_name, "limit": limit}
+        params = {
+            "status": status,
+            "queue": queue,
+            "task_name": task_name,
+            "workflow_id": workflow_id,
+            "limit": limit,
+        }
         rows = self._rows(conn, "list_jobs", params)
         return (rows[0]["now"] if rows else None), [JobRow.from_row(row) for row in rows]
 
@@ -45,7 +52,8 @@ class OperationsQueries(StoreBase):
 
     def retry_job(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
         """Retry one failed or cancelled job: None when it does not exist; else a row with
-        ``previous_status`` and ``retried`` (False: it was in another state).
+        ``previous_status``, ``retried`` (False: it was in another state, or is a workflow
+        step that never received its input: ``needs_input``, see retry_workflow_step).
         """
         rows = self._rows(conn, "retry_job", {"id": job_id})
         return rows[0] if rows else None

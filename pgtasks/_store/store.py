@@ -362,9 +362,9 @@ class Store(
         status as comma-joined text, result, error and exception type as arrays (texts of
         any content; the exception type is optional: 6-tuples are accepted).
 
-        Outcomes go in job id order: the rows (and, through the workflow trigger, the
-        successors a finished step updates) are locked in that order, so two workers
-        finishing members of the same chords lock their callbacks in one order.
+        Outcomes go in job id order, so the rows are locked in that order. The workflow
+        steps a finish moves on are locked by the workflow triggers, in job id order too,
+        whatever the order of the outcomes (migration workflow_progress).
         """
         outcomes = sorted(outcomes, key=_outcome_id)
         return {

@@ -67,9 +67,20 @@ class WebQueries(StoreBase):
         return (rows[0]["now"] if rows else None), [JobRow.from_row(row) for row in rows]
 
     def delete_finished_job(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
-        """None when the job does not exist; else ``status`` and ``deleted``."""
+        """None when the job does not exist; else ``status``, ``deleted`` and, for a job of a
+        workflow, ``workflow_id``, ``workflow_step`` and ``workflow_unfinished`` (then it
+        was not deleted)."""
         rows = self._rows(conn, "delete_finished_job", {"id": job_id})
         return rows[0] if rows else None
+
+    def retry_filtered_steps(
+        self, conn: psycopg.Connection[Any], job_filter: JobFilter, *, after: int, limit: int
+    ) -> list[Row]:
+        """One batch of cancelled workflow steps that never received their input, matching
+        the filter, ids above ``after``: rows ``id, outcome, detail, queue`` (outcome
+        waiting, pending or refused; see ``retry_workflow_step``)."""
+        params: Params = {**_filter_params(job_filter), "after": after, "limit": limit}
+        return self._rows(conn, "retry_filtered_steps", params)
 
     def retry_filtered_jobs(
         self, conn: psycopg.Connection[Any], job_filter: JobFilter, *, limit: int

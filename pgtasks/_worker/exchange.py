@@ -21,6 +21,7 @@ import psycopg
 
 from .._execution.running import claim_order, claimed_jobs
 from .._retry import Outcome
+from .._store.database import is_transient
 from .._text import storable
 from .background import BackgroundExchanger, Exchange, OutcomeRow
 from .claims import ClaimCursor, Prefetch, round_trip_share
@@ -42,6 +43,9 @@ logger = logging.getLogger("pgtasks.worker")
 #: round trip takes longer than short jobs take to run a batch, so with one lane the jobs
 #: wait for it, and it for them. The second lane connects when it is first used.
 LANES = 2
+#: Seconds the lanes rest after a round trip met a transient error (the loop thread runs
+#: the next one, and backs off while the error lasts).
+TRANSIENT_REST = 0.5
 
 
 class Exchanges:
@@ -315,6 +319,12 @@ class Exchanges:
         # Not written: the outcomes go back to be written by the next round trip.
         self.ledger.give_back(exchange.batch)
         self.maybe_more = True
+        if is_transient(exchange.error) and not exchange.broken:
+            # A lock timeout, a serialization failure, a deadlock: the next round trip
+            # runs on the loop thread, which pauses before trying again.
+            self.errors.failed(exchange.error)
+            self._background_rest_until = time.monotonic() + TRANSIENT_REST
+            return
         if exchange.broken:
             # Its claim may have committed with the reply lost: recover before claiming
             # again, and rest the lanes for a moment.

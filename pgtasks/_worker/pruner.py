@@ -62,8 +62,10 @@ def prune(
                 break
     retentions = [seconds for seconds in (done_after, failed_after) if seconds is not None]
     if retentions and not stopping():
-        # Workflows whose jobs are all pruned (migration 0011).
+        # Workflows whose jobs are all pruned (migration 0011), and the incidents of the
+        # workflow machinery kept as long as failed jobs (migration workflow_progress).
         store.prune_workflows(conn, older_than=min(retentions))
+        store.prune_workflow_incidents(conn, older_than=max(retentions))
     if history_after is not None and not stopping():
         result.worker_history = store.prune_worker_history(conn, older_than=history_after)
     return result

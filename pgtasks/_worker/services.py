@@ -1,4 +1,5 @@
-"""Background services of a worker: Heartbeat, Rescuer and Listener.
+"""Background services of a worker: Heartbeat, Rescuer (and the healing pass it runs)
+and Listener.
 
 Each runs in its own thread on its own dedicated connection (never the app's pool, so a
 task that exhausts or leaks pooled connections cannot stop heartbeats or rescue). A
@@ -191,7 +192,8 @@ class Heartbeat(Service):
 
 class Rescuer(Service):
     """Returns jobs of dead workers to pending (or failed when out of attempts), and
-    removes dead workers' registrations."""
+    removes dead workers' registrations; then runs ``maintain`` on its connection (the
+    healing pass of stuck workflow steps, when due)."""
 
     name = "rescuer"
 
@@ -203,10 +205,12 @@ class Rescuer(Service):
         *,
         registration: Registration,
         on_rescued: Callable[[int], None] = lambda count: None,
+        maintain: Callable[[psycopg.Connection[Any]], object] = lambda conn: None,
     ) -> None:
         super().__init__(owner, connect, interval)
         self.registration = registration
         self.on_rescued = on_rescued
+        self.maintain = maintain
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         # Beat our own heart first: after an outage longer than the lease we would
@@ -235,6 +239,7 @@ class Rescuer(Service):
             store.notify_queue(conn, queue_name)
         store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])
         self.on_rescued(len(rescued))
+        self.maintain(conn)
 
 
 class Listener(Service):

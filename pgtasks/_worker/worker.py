@@ -36,6 +36,7 @@ from .._execution.process_pool import StartMethod
 from .._execution.running import Running
 from .._payload import check_name
 from .._retry import Outcome, reconnect_delay
+from .._store.database import is_transient
 from .._store.db import dsn_secrets
 from .._validation import seconds_at_least_zero, whole_number
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
@@ -43,6 +44,7 @@ from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
 from .claims import Prefetch
 from .events import WorkerEvents
 from .exchange import Exchanges
+from .healer import Healer
 from .ledger import JobLedger, LoopConnection
 from .pruner import Pruner
 from .registration import Registration
@@ -321,8 +323,19 @@ class Worker:
         )
 
     def _new_services(self) -> list[Service]:
-        """Heartbeat, rescuer, listener and pruner, each given only what it uses."""
+        """Heartbeat, rescuer (which runs the healer), listener and pruner, each given only
+        what it uses."""
         app, owner, connect = self.app, self.name, self._connect
+        healer = Healer(owner, app.heal_interval, store=app.store)
+        rescuer = Rescuer(
+            owner,
+            connect,
+            self.rescue_interval,
+            registration=self.registration,
+            on_rescued=lambda count: self._reporter.count("rescued", count),
+            maintain=healer.run_if_due,
+        )
+        healer.stopping = rescuer.stopping  # a pass stops between steps when the worker does
         return [
             Heartbeat(
                 owner,
@@ -331,13 +344,7 @@ class Worker:
                 registration=self.registration,
                 poll_cancellations=self.poll_cancel_requests,
             ),
-            Rescuer(
-                owner,
-                connect,
-                self.rescue_interval,
-                registration=self.registration,
-                on_rescued=lambda count: self._reporter.count("rescued", count),
-            ),
+            rescuer,
             Listener(
                 owner,
                 connect,
@@ -479,6 +486,7 @@ class Worker:
         exchanges = self._exchanges
         next_poll = 0.0
         failures = 0
+        transient = 0
         exchanges.start_background(self._connect, self._wake_event.set)
         while not self._stop_requested.is_set():
             self._wake_event.clear()
@@ -490,7 +498,7 @@ class Worker:
                     exchanges.recover_leases()
                     exchanges.recover_needed = False
                 next_poll = self._step(next_poll)
-                failures = 0
+                failures = transient = 0
                 if not exchanges.recover_needed:
                     self._errors.recovered()
             except Exception as error:
@@ -513,6 +521,16 @@ class Worker:
                         exchanges.maybe_more = True
                         self._wake_event.wait(reconnect_delay(failures))
                         continue
+                if is_transient(error) and self._connection.usable:
+                    # A lock timeout, a serialization failure, a deadlock (a workflow's
+                    # next step held by another session, a REPEATABLE READ default): the
+                    # round trip wrote nothing. Its outcomes stay unwritten and the same
+                    # round trip is tried again after a pause; no outcome is replaced.
+                    transient += 1
+                    self._errors.failed(error)
+                    exchanges.maybe_more = True
+                    self._wake_event.wait(reconnect_delay(transient))
+                    continue
                 if self._connection.usable and self._ledger.unwritten:
                     # The server refused the batch itself (not the connection): find and
                     # fail the outcome it cannot store, so one bad job cannot stop the loop.

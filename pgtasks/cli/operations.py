@@ -1,5 +1,5 @@
-"""Operations commands: ``pgtasks stats``, ``jobs list|show|retry|cancel``, ``workers``,
-``prune``. Registered onto ``pgtasks.cli.main`` when ``pgtasks.cli`` is imported.
+"""Operations commands: ``pgtasks stats``, ``jobs list|show|retry|cancel|delete``,
+``workers``, ``prune``. Registered onto ``pgtasks.cli.main`` when ``pgtasks.cli`` is imported.
 
 Each command reads or writes through the App's Store (reads never use SKIP LOCKED) and
 prints a table or, with ``--json``, one JSON document. A job id that does not exist is a
@@ -119,7 +119,7 @@ def stats(app_path: str, as_json: bool) -> None:
 # -- jobs -----------------------------------------------------------------------------------------
 @click.group()
 def jobs() -> None:
-    """List, show, retry and cancel jobs."""
+    """List, show, retry, cancel and delete jobs."""
 
 
 @jobs.command("list")
@@ -130,6 +130,14 @@ def jobs() -> None:
     "--task", "task_name", default=None, callback=_name("task name"), help="Only this task name."
 )
 @click.option(
+    "--workflow",
+    "workflow_id",
+    default=None,
+    type=JOB_ID,
+    metavar="ID",
+    help="Only the jobs of this workflow (pgtasks workflows list).",
+)
+@click.option(
     "--limit", default=50, show_default=True, type=SQL_INT, metavar="N", help="Most jobs listed."
 )
 @json_option
@@ -138,6 +146,7 @@ def list_command(
     status: str | None,
     queue: str | None,
     task_name: str | None,
+    workflow_id: int | None,
     limit: int,
     as_json: bool,
 ) -> None:
@@ -147,7 +156,12 @@ def list_command(
         now, rows = _run(
             app,
             lambda conn: app.store.list_jobs(
-                conn, status=status, queue=queue, task_name=task_name, limit=limit
+                conn,
+                status=status,
+                queue=queue,
+                task_name=task_name,
+                workflow_id=workflow_id,
+                limit=limit,
             ),
             "list jobs",
         )
@@ -239,11 +253,21 @@ def _retry_one(app: App, job_id: int, as_json: bool) -> None:
             "id": job_id,
             "retried": True,
             "previous_status": result.previous_status,
-            "status": "pending",
+            "status": result.status,
             "attempts": result.attempts,
             "max_attempts": result.max_attempts,
         }
         click.echo(to_json(document))
+    elif result.status == "waiting":
+        click.echo(
+            f"job {job_id} retried: {result.previous_status} -> waiting for the earlier steps"
+            " of its workflow; it starts with its input when they are done"
+        )
+    elif result.max_attempts is None:
+        click.echo(
+            f"job {job_id} retried: {result.previous_status} -> pending, due now, with its"
+            " input from the earlier steps of its workflow"
+        )
     else:
         click.echo(
             f"job {job_id} retried: {result.previous_status} -> pending, due now"
@@ -259,6 +283,27 @@ def _retry_all_failed(app: App, task_name: str | None, as_json: bool) -> None:
     which = f" of task {task_name}" if task_name else ""
     listed = ": " + ", ".join(map(str, ids[:20])) + (" …" if len(ids) > 20 else "") if ids else ""
     click.echo(f"retried {len(ids)} failed job(s){which}{listed}")
+
+
+@jobs.command("delete")
+@app_option
+@click.argument("job_id", type=JOB_ID)
+@json_option
+def delete_command(app_path: str, job_id: int, as_json: bool) -> None:
+    """Delete one finished (done, failed or cancelled) job.
+
+    A pending or running job is not deleted (cancel it first), nor a job of a workflow
+    that has not finished (its later steps read its result): both exit 1.
+    """
+    app = load_app(app_path)
+    with app:
+        deleted, status = guard(lambda: admin.delete_finished_job(app, job_id))
+    if not deleted:
+        _fail(f"job {job_id} is {status}: only finished jobs can be deleted (cancel it first)")
+    if as_json:
+        click.echo(to_json({"id": job_id, "deleted": True, "status": status}))
+    else:
+        click.echo(f"job {job_id} deleted (it was {status})")
 
 
 @jobs.command("cancel")

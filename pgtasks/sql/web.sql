@@ -99,17 +99,25 @@ LIMIT %(limit)s::int;
 
 -- name: delete_finished_job :one
 -- Delete one done, failed or cancelled job; the row's status tells a missing job (no
--- row) from one that is not finished (deleted false).
+-- row) from one that is not finished (deleted false). A job of a workflow that has
+-- unfinished jobs stays (workflow_unfinished): its later steps read its result.
 WITH target AS (
-    SELECT id, status FROM {schema}.jobs WHERE id = %(id)s::bigint FOR UPDATE
+    SELECT id, status, workflow_id, workflow_step,
+           workflow_id IS NOT NULL AND EXISTS (
+               SELECT 1 FROM {schema}.jobs AS other
+               WHERE other.workflow_id = jobs.workflow_id
+                 AND other.status IN ('waiting', 'pending', 'running')) AS workflow_unfinished
+    FROM {schema}.jobs AS jobs WHERE id = %(id)s::bigint FOR UPDATE
 ), deleted AS (
     DELETE FROM {schema}.jobs AS jobs
     USING target
     WHERE jobs.id = target.id
       AND target.status IN ('done', 'failed', 'cancelled')
+      AND NOT target.workflow_unfinished
     RETURNING jobs.id
 )
-SELECT target.status, deleted.id IS NOT NULL AS deleted
+SELECT target.status, deleted.id IS NOT NULL AS deleted, target.workflow_id,
+       target.workflow_step, target.workflow_unfinished
 FROM target
 LEFT JOIN deleted ON deleted.id = target.id;
 
@@ -121,6 +129,9 @@ WITH picked AS (
     FROM {schema}.jobs AS jobs
     WHERE status IN ('failed', 'cancelled')
       AND (%(status)s::text IS NULL OR status = %(status)s::text)
+      -- A workflow step that never received its input: retry_filtered_steps.
+      AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                       AND cardinality(prev_ids) > 0, false)
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
@@ -150,6 +161,31 @@ SET status = 'pending',
 FROM picked
 WHERE jobs.id = picked.id
 RETURNING jobs.id, jobs.queue;
+
+-- name: retry_filtered_steps :many
+-- Up to %(limit)s cancelled workflow steps that never received their input, matching
+-- the filter, with ids above %(after)s, retried in id order by workflow_retry_step (each
+-- sees the earlier ones: a chain's steps retried together wait for each other); rows
+-- ``id, outcome, detail, queue``.
+SELECT picked.id, retried.outcome, retried.detail, retried.queue
+FROM (
+    SELECT id
+    FROM {schema}.jobs AS jobs
+    WHERE status = 'cancelled'
+      AND coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                   AND cardinality(prev_ids) > 0, false)
+      AND id > %(after)s::bigint
+      AND (%(status)s::text IS NULL OR status = %(status)s::text)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+      AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+      AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+      AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+    ORDER BY id
+    LIMIT %(limit)s::int
+) AS picked
+CROSS JOIN LATERAL {schema}.workflow_retry_step(picked.id) AS retried
+ORDER BY picked.id;
 
 -- name: cancel_filtered_jobs :many
 -- Up to %(limit)s pending jobs, and running jobs not yet asked to stop, matching the

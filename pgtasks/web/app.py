@@ -30,7 +30,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._app import admin
 from .._app.schedules import schedule_statuses
-from .._errors import JobNotFoundError, PgTasksError, UniqueKeyTakenError
+from .._errors import (
+    JobNotFoundError,
+    PgTasksError,
+    UniqueKeyTakenError,
+    WorkflowProtectedError,
+)
 from .._jobs import JobRow
 from .._operations import (
     RETRYABLE,
@@ -314,6 +319,8 @@ class Dashboard:
         except JobNotFoundError as error:
             raise HTTPException(404, str(error)) from None
         except UniqueKeyTakenError as error:  # another job holds its key (migration 0010)
+            raise HTTPException(409, str(error)) from None
+        except WorkflowProtectedError as error:  # it would break an unfinished workflow
             raise HTTPException(409, str(error)) from None
         return self._back(request, f"/jobs/{job_id}", done=done)
 

@@ -5,20 +5,24 @@
 - :class:`PrivateServer`: an embedded PostgreSQL of one test that may be restarted,
   stopped, or put on TCP (and so behind :class:`tests.support.proxy.Proxy`).
 - :func:`terminate_backends`, :func:`set_read_only`: faults through SQL.
+- :func:`database_with`: a database of one test whose sessions default to settings a
+  DBA may choose (lock_timeout, default_transaction_isolation).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import socket
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from pgtasks._embedded import embedded_dsn
 
@@ -109,3 +113,26 @@ def set_read_only(dsn: str, database: str, read_only: bool) -> None:
             " WHERE datname = %s AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
             (database,),
         )
+
+
+@contextlib.contextmanager
+def database_with(dsn: str, **settings: str) -> Iterator[str]:
+    """A new database on ``dsn``'s server whose sessions default to ``settings`` (ALTER
+    DATABASE … SET name = value, as a DBA would set lock_timeout or the isolation level);
+    yields its DSN, and drops it afterwards (ending its sessions)."""
+    name = f"pgtasks_settings_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        for setting, value in settings.items():
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                    sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
+                )
+            )
+    try:
+        yield conninfo.make_conninfo(dsn, dbname=name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
