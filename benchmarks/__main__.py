@@ -4,6 +4,7 @@
     python -m benchmarks --bloat [--quick] [...]   (bloat resilience: benchmarks/bloat.py)
     python -m benchmarks --in-process [...]   (the worker in an asyncio program: inprocess.py)
     python -m benchmarks --limits [...]   (claims with and without limits: limits.py)
+    python -m benchmarks --enqueue [...]   (enqueue beside bare psycopg loops: enqueue.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -511,6 +512,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import limits
 
         return limits.main([argument for argument in arguments if argument != "--limits"])
+    if "--enqueue" in arguments:
+        # Enqueue paths beside bare psycopg loops (benchmarks/enqueue.py).
+        from benchmarks import enqueue
+
+        return enqueue.main([argument for argument in arguments if argument != "--enqueue"])
     if "--in-process" in arguments:
         # The worker inside an asyncio program (benchmarks/inprocess.py).
         from benchmarks import inprocess

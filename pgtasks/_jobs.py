@@ -65,6 +65,50 @@ class JobSpec:
     limit_key: str | None = None
 
 
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+
+def new_job_spec(
+    task_name: str,
+    queue: str,
+    priority: int,
+    args_json: str,
+    kwargs_json: str,
+    max_attempts: int,
+    run_at: datetime | None,
+    delay_seconds: float | None,
+    idempotency_key: str | None,
+    meta_json: str | None,
+    limit_groups: tuple[str, ...] | None,
+    limit_key: str | None,
+) -> JobSpec:
+    """``JobSpec(...)`` of these (already validated) fields, built at about half the cost:
+    the frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
+    which every enqueue paid twelve times. The result is an ordinary JobSpec (equal,
+    hashable, ``dataclasses.replace``-able)."""
+    spec: JobSpec = _new_object(JobSpec)
+    _set_attribute(
+        spec,
+        "__dict__",
+        {
+            "task_name": task_name,
+            "queue": queue,
+            "priority": priority,
+            "args_json": args_json,
+            "kwargs_json": kwargs_json,
+            "max_attempts": max_attempts,
+            "run_at": run_at,
+            "delay_seconds": delay_seconds,
+            "idempotency_key": idempotency_key,
+            "meta_json": meta_json,
+            "limit_groups": limit_groups,
+            "limit_key": limit_key,
+        },
+    )
+    return spec
+
+
 @dataclasses.dataclass(frozen=True)
 class ScopedJobSpec(JobSpec):
     """A job whose key is unique within a scope (docs/howto/flow-control.md, Uniqueness).

@@ -13,7 +13,7 @@ import psycopg
 from typing_extensions import ParamSpec, Unpack
 
 from .._errors import NaiveDatetimeError, TaskRegistrationError
-from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec
+from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec, new_job_spec
 from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments, encode_meta
 from .._validation import positive_number
 from .handle import JobHandle
@@ -278,6 +278,34 @@ class Task(Generic[P, R]):
         return self.function(*args, **kwargs)  # type: ignore[no-any-return]
 
     # -- building job rows --
+    def _arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
+        """Check arguments against the task's signature and encode them as JSON texts;
+        raises before anything is written."""
+        if not isinstance(args, (list, tuple)):
+            raise TypeError(f"args must be a list or tuple, got {type(args).__name__}")
+        # type() first: the ABC check of isinstance(..., Mapping) is slow for the common dict.
+        if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a mapping, got {type(kwargs).__name__}")
+        # Whether arguments bind depends only on their count and keyword names: check each
+        # shape once (bulk enqueues repeat one shape thousands of times).
+        shape = (len(args), frozenset(kwargs) if kwargs else _NO_NAMES)
+        if shape not in self._valid_shapes:
+            try:
+                self.signature.bind(*args, **kwargs)
+            except TypeError as error:
+                raise TypeError(f"arguments do not match task {self.name!r}: {error}") from None
+            if len(self._valid_shapes) < 1024:
+                self._valid_shapes.add(shape)
+        if not args and not kwargs:
+            return "[]", "{}"
+        return encode_arguments(
+            self.name,
+            args,
+            kwargs,
+            max_bytes=self.app.max_payload_bytes,
+            parameter_names=self.parameter_names,
+        )
+
     def build_spec(
         self,
         args: Sequence[Any] = (),
@@ -296,34 +324,13 @@ class Task(Generic[P, R]):
     ) -> JobSpec:
         """Validate and encode one job; raises before anything is written."""
         kwargs = {} if kwargs is None else kwargs
-        if not isinstance(args, (list, tuple)):
-            raise TypeError(f"args must be a list or tuple, got {type(args).__name__}")
-        # type() first: the ABC check of isinstance(..., Mapping) is slow for the common dict.
-        if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
-            raise TypeError(f"kwargs must be a mapping, got {type(kwargs).__name__}")
-        # Whether arguments bind depends only on their count and keyword names: check each
-        # shape once (bulk enqueues repeat one shape thousands of times).
-        shape = (len(args), frozenset(kwargs) if kwargs else _NO_NAMES)
-        if shape not in self._valid_shapes:
-            try:
-                self.signature.bind(*args, **kwargs)
-            except TypeError as error:
-                raise TypeError(f"arguments do not match task {self.name!r}: {error}") from None
-            if len(self._valid_shapes) < 1024:
-                self._valid_shapes.add(shape)
+        args_json, kwargs_json = self._arguments(args, kwargs)
         if countdown is None and eta is None:
             run_at, delay = None, None
         else:
             run_at, delay = schedule_of(countdown, eta)
         if idempotency_key is not None:
             validate_text("idempotency_key", idempotency_key)
-        args_json, kwargs_json = encode_arguments(
-            self.name,
-            args,
-            kwargs,
-            max_bytes=self.app.max_payload_bytes,
-            parameter_names=self.parameter_names,
-        )
         queue = self.queue if queue is None else validate_queue(queue)
         if self.limits is not None or self.app.queue_limits:
             limit_groups, limit_key = job_limits(
@@ -331,8 +338,7 @@ class Task(Generic[P, R]):
             )
         else:
             limit_groups, limit_key = None, None
-        # Positional: a frozen dataclass is slow enough to build for bulk enqueues to notice.
-        spec = JobSpec(
+        spec = new_job_spec(
             self.name,  # task_name
             queue,
             self.priority if priority is None else validate_priority(priority),
@@ -377,25 +383,50 @@ class Task(Generic[P, R]):
     def _many_specs(
         self, items: Iterable[Any], meta: Mapping[str, Any] | None = None
     ) -> list[JobSpec]:
-        specs = []
-        build_spec = self.build_spec
+        """One spec per item of ``delay_many`` (a kwargs mapping or an (args, kwargs) pair)."""
         meta_json = (
             None
             if meta is None
             else encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
         )
+        # Without limits or a uniqueness scope every job of the batch differs only in its
+        # arguments: check and encode those, and share the rest (build_spec, per job,
+        # cost twice as much as the bulk insert's own work per job).
+        plain = (
+            self.limits is None
+            and self.uniqueness is None
+            and self.app.queue_limits.get(self.queue) is None
+        )
+        specs: list[JobSpec] = []
+        append, arguments, build_spec = specs.append, self._arguments, self.build_spec
+        name, queue, priority, max_attempts = (
+            self.name,
+            self.queue,
+            self.priority,
+            self.max_attempts,
+        )
         for item in items:
             if type(item) is dict or isinstance(item, Mapping):
-                specs.append(build_spec((), item))
+                args, kwargs = (), item
             elif isinstance(item, tuple) and len(item) == 2:
-                specs.append(self.build_spec(item[0], item[1]))
+                args, kwargs = item[0], {} if item[1] is None else item[1]
             else:
                 raise TypeError(
                     "delay_many items must be a kwargs dict or an (args, kwargs) pair,"
                     f" got {item!r}"
                 )
-        if meta_json is not None:
-            specs = [dataclasses.replace(spec, meta_json=meta_json) for spec in specs]
+            if not plain:
+                spec = build_spec(args, kwargs)
+                append(
+                    spec if meta_json is None else dataclasses.replace(spec, meta_json=meta_json)
+                )
+                continue
+            args_json, kwargs_json = arguments(args, kwargs)
+            spec = new_job_spec(
+                name, queue, priority, args_json, kwargs_json, max_attempts,
+                None, None, None, meta_json, None, None,
+            )  # fmt: skip
+            append(spec)
         return specs
 
     # -- workflow steps --

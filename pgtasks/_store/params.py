@@ -9,6 +9,7 @@ send than an array of texts).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,3 +79,41 @@ def meta_array(specs: Sequence[JobSpec]) -> str | None:
     if all(spec.meta_json is None for spec in specs):
         return None
     return "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]"
+
+
+#: COPY's text format gives these characters a meaning of their own: escaped in a field.
+_COPY_SPECIAL = re.compile(r"[\\\t\n\r]")
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_field(text: str) -> str:
+    """A text as a field of COPY's text format."""
+    if _COPY_SPECIAL.search(text) is None:
+        return text
+    return text.translate(_COPY_ESCAPES)
+
+
+def copy_text(ids: Sequence[int], specs: Sequence[JobSpec]) -> str:
+    """The rows of ``copy_jobs`` (COPY's text format, its column order) for plain specs
+    without a key, limits or a time to run at: one line per job, ``ids[i]`` its id.
+
+    Most batches repeat a few tasks: the fields every job of a task shares are escaped
+    once per batch.
+    """
+    shared: dict[tuple[str, str, int, int], str] = {}
+    lines = []
+    for job_id, spec in zip(ids, specs, strict=True):
+        key = (spec.task_name, spec.queue, spec.priority, spec.max_attempts)
+        tail = shared.get(key)
+        if tail is None:
+            tail = shared[key] = (
+                f"{_copy_field(spec.task_name)}\t{_copy_field(spec.queue)}"
+                f"\t{spec.priority:d}\t{spec.max_attempts:d}"
+            )
+        args, kwargs, meta = spec.args_json, spec.kwargs_json, spec.meta_json
+        lines.append(
+            f"{job_id:d}\t{args if args == '[]' else _copy_field(args)}"
+            f"\t{kwargs if kwargs == '{}' else _copy_field(kwargs)}"
+            f"\t{'{}' if meta is None else _copy_field(meta)}\t{tail}\n"
+        )
+    return "".join(lines)

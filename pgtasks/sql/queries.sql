@@ -76,6 +76,24 @@ FROM ROWS FROM (
 ORDER BY ord
 RETURNING jobs.id, false AS existed;
 
+-- name: next_job_ids :many
+-- %(count)s new ids of the jobs' identity sequence (increasing), for rows that copy_jobs
+-- writes (COPY returns nothing); the sequence is looked up once, not once per id.
+WITH sequence AS MATERIALIZED (
+    SELECT pg_get_serial_sequence(%(jobs_table)s, 'id')::regclass AS id
+)
+SELECT nextval(sequence.id) AS id
+FROM sequence, generate_series(1, %(count)s::int)
+ORDER BY 1;
+
+-- name: copy_jobs :exec
+-- Plain jobs (no key, limits or time to run at) with their ids from next_job_ids, in
+-- COPY's text format (params.copy_text): for a large batch the server parses and the
+-- client builds far less than insert_new_jobs' arrays. Run at the database's now(); the
+-- notify trigger wakes the workers at commit, as for every insert.
+COPY {schema}.jobs (id, args, kwargs, meta, task_name, queue, priority, max_attempts)
+FROM STDIN;
+
 -- name: insert_job :one
 -- Insert one job; when its idempotency key exists, return that job instead.
 INSERT INTO {schema}.jobs AS jobs

@@ -310,3 +310,57 @@ def test_async_one_job_and_bulk_paths_notify(
     asyncio.run(main())
 
     assert notifications("marker") == ["echo", "echo", "marker"]
+
+
+# -- large batches of plain jobs go by COPY --------------------------------------------------------
+def test_a_copied_batch_reads_like_an_inserted_one_and_notifies_its_queue(
+    app: App, echo: Task[..., Any], notifications: Callable[[str], list[str]]
+) -> None:
+    from pgtasks._store.store import COPY_MIN_JOBS
+
+    items = [(args, kwargs) for args, kwargs in PAYLOADS * 40][: COPY_MIN_JOBS * 2]
+    meta = {"tenant": "tab\there", "path": "C:\\jobs\n"}
+
+    copied = echo.delay_many(items, meta=meta)  # COPY_MIN_JOBS or more: by COPY
+    inserted = echo.delay_many(items[: COPY_MIN_JOBS - 1], meta=meta)  # fewer: by INSERT
+    echo.apply_async(queue="marker")
+
+    assert notifications("marker") == ["echo", "echo", "marker"]
+    rows = {row.id: row for row in app.get_jobs([h.id for h in copied + inserted])}
+    ids = [handle.id for handle in copied]
+    assert ids == sorted(ids) and len(set(ids)) == len(items)
+    for handles in (copied, inserted):
+        for handle, (args, kwargs) in zip(handles, items, strict=False):
+            row = rows[handle.id]
+            assert (row.args, row.kwargs, row.meta) == (args, kwargs, meta)
+            assert (row.task_name, row.queue, row.priority, row.max_attempts) == (
+                "echo",
+                "echo",
+                0,
+                5,
+            )
+            assert row.status is JobStatus.PENDING and row.attempts == 0
+            assert row.run_at == row.created_at
+            assert not handle.existed
+
+
+def test_a_copied_batch_in_an_async_program_and_on_a_dropped_schema(
+    app: App, echo: Task[..., Any], dsn: str
+) -> None:
+    from pgtasks import SchemaNotMigratedError
+    from pgtasks._store.store import COPY_MIN_JOBS
+
+    async def main() -> list[int]:
+        try:
+            handles = await echo.adelay_many([{"n": n} for n in range(COPY_MIN_JOBS)])
+        finally:
+            await app.aclose()
+        return [handle.id for handle in handles]
+
+    ids = asyncio.run(main())
+
+    assert [row.kwargs for row in app.get_jobs(ids)] == [{"n": n} for n in range(COPY_MIN_JOBS)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(app.schema)))
+    with pytest.raises(SchemaNotMigratedError, match="pgtasks migrate"):
+        echo.delay_many([{"n": n} for n in range(COPY_MIN_JOBS)])
