@@ -163,7 +163,12 @@ def measurements(dsn: str, jobs: int, concurrency: int, peers: bool) -> list[tup
 
         target = pgqueuer_bench.install(dsn)
         result = embedded(target, jobs, concurrency, "--mode", "pgqueuer")
-        return float(result["rate"]), int(result["duplicates"]), int(result["lost"]), None
+        return (
+            float(result["rate"]),
+            int(result["duplicates"]),
+            int(result["lost"]),
+            float(result["drain_cpu_us_per_job"]),
+        )
 
     c = f"c{concurrency}"
     rows = [

@@ -22,7 +22,6 @@ import asyncio
 import collections
 import concurrent.futures
 import dataclasses
-import functools
 import itertools
 import logging
 import os
@@ -135,6 +134,7 @@ class Executor:
         self._threads = JobThreads(self.concurrency, name="pgtasks-job")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
+        self._loop_thread_id: int | None = None
         self._lag_monitor: LoopLagMonitor | None = None
         self._soft_limits = ThreadSoftLimits()
         self._tokens = itertools.count(1)
@@ -146,6 +146,8 @@ class Executor:
         self._pool_jobs: dict[int, Running] = {}
         #: Async jobs to start on the loop at its next wake-up.
         self._async_starts: list[tuple[Running, Task[Any, Any]]] = []
+        #: Async jobs that ended, to report at the loop's next pass (loop thread only).
+        self._async_ended: list[tuple[Running, Outcome]] = []
         #: Async jobs whose coroutine is on the loop (named by the lag monitor).
         self._async_jobs: set[Running] = set()
         self.uses_local = True
@@ -308,10 +310,14 @@ class Executor:
         return False
 
     def _start_async(self, running: Running, task: Task[Any, Any]) -> None:
-        """Queue the coroutine for the event loop. One wake-up of the loop starts every
-        coroutine queued meanwhile: a claim brings many jobs at once, and waking the loop's
-        thread once per job cost more than the no-op jobs themselves."""
+        """Start the coroutine on the event loop. From another thread it is queued: one
+        wake-up of the loop starts every coroutine queued meanwhile (a claim brings many
+        jobs at once, and waking the loop's thread once per job cost more than the no-op
+        jobs themselves). On the loop itself (a slot an async job freed) it starts at once."""
         loop = self._event_loop()
+        if threading.get_ident() == self._loop_thread_id:
+            loop.create_task(self._run_async(running, task))
+            return
         with self._lock:
             self._async_starts.append((running, task))
             wake = len(self._async_starts) == 1
@@ -322,17 +328,9 @@ class Executor:
         """On the event loop: start the queued coroutines."""
         with self._lock:
             starts, self._async_starts = self._async_starts, []
+        run_async, create_task = self._run_async, loop.create_task
         for running, task in starts:
-            job = loop.create_task(self._run_async(running, task))
-            job.add_done_callback(functools.partial(self._async_finished, running))
-
-    def _async_finished(self, running: Running, job: asyncio.Task[Outcome]) -> None:
-        try:
-            outcome = job.result()
-        except BaseException as error:  # cancelled before it started (at shutdown)
-            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
-        self._free_local_slot()
-        self.on_finished(running, outcome)
+            create_task(run_async(running, task))
 
     def _thread_job(self, running: Running, task: Task[Any, Any]) -> None:
         """Sync jobs on a job thread: no Future per job, the outcome goes straight on.
@@ -515,12 +513,39 @@ class Executor:
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
         return outcome_of_return(task, value)
 
-    async def _run_async(self, running: Running, task: Task[Any, Any]) -> Outcome:
+    async def _run_async(self, running: Running, task: Task[Any, Any]) -> None:
+        """An async job on the event loop, from its start to its reported end: the end is
+        reported here rather than by a done callback of its asyncio task (a callback is
+        one more scheduling of the loop per job). A task is cancelled before its first
+        step only at shutdown (cancel_async), once the worker released what it held."""
+        try:
+            outcome = await self._attempt_async(running, task)
+        except BaseException as error:  # _attempt_async catches everything; a last resort
+            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+        following = self._pass_local_slot()
+        # Ends are reported after every coroutine the loop runs in this pass has had its
+        # turn: a claim's jobs end together, and reach the worker as one batch.
+        ended = self._async_ended
+        ended.append((running, outcome))
+        if len(ended) == 1:
+            asyncio.get_running_loop().call_soon(self._report_async_ended)
+        if following is not None and following.task is not None:
+            self._start_local(following, following.task)
+
+    def _report_async_ended(self) -> None:
+        """On the event loop: report the async jobs that ended since the last report."""
+        ended, self._async_ended = self._async_ended, []
+        on_finished = self.on_finished
+        for running, outcome in ended:
+            on_finished(running, outcome)
+
+    async def _attempt_async(self, running: Running, task: Task[Any, Any]) -> Outcome:
         running.async_task = asyncio.current_task()
         if running.cancel_requested:
             return CANCELLED_BEFORE_START
-        with self._lock:
-            self._async_jobs.add(running)
+        # Changed on the loop's thread only; the lag monitor copies it (list() of a set is
+        # one step under the GIL), so no lock.
+        self._async_jobs.add(running)
         try:
             if task.app.instrumentation is None or self._start_trace(running, task) is None:
                 return await self._await_task(running, task)
@@ -529,12 +554,11 @@ class Executor:
             with trace.activate():
                 return await self._await_task(running, task)
         finally:
-            with self._lock:
-                self._async_jobs.discard(running)
+            self._async_jobs.discard(running)
 
     async def _await_task(self, running: Running, task: Task[Any, Any]) -> Outcome:
         job = running.job
-        started = time.monotonic()
+        started = time.monotonic() if task.timeout else 0.0
         try:
             coroutine = task.function(*self._call_arguments(running, task), **job.kwargs)
             if task.timeout:
@@ -579,6 +603,7 @@ class Executor:
                 thread.start()
                 ready.wait()
                 self._loop, self._loop_thread = loop, thread
+                self._loop_thread_id = thread.ident
                 threshold = self.options.loop_lag_threshold
                 if threshold:
                     self._lag_monitor = LoopLagMonitor(loop, thread, threshold, self._on_loop)
@@ -587,8 +612,7 @@ class Executor:
 
     def _on_loop(self, current: asyncio.Task[object] | None) -> str:
         """Names the async job(s) on the loop: the current one when it is known."""
-        with self._lock:
-            candidates = list(self._async_jobs)
+        candidates = list(self._async_jobs)
         blocking = [running for running in candidates if running.async_task is current]
 
         def name(running: Running) -> str:
