@@ -124,9 +124,13 @@ class Executor:
         *,
         on_finished: Callable[[Running, Outcome], None],
         app_loader: Callable[[str], App] | None = None,
+        on_refused: Callable[[Running], None] | None = None,
     ) -> None:
         self.app = app
         self.options = options or ExecutorOptions()
+        #: Called when the lease fence refuses a meta update of a running attempt (on the
+        #: job's thread or the event loop).
+        self.on_refused = on_refused
         #: How spawned process-pool children import ``app_path`` (the app layer's loader).
         self.app_loader = app_loader
         self.concurrency = self.options.concurrency
@@ -437,9 +441,9 @@ class Executor:
         )
 
     # -- running --
-    @staticmethod
-    def _context(running: Running) -> JobContext:
+    def _context(self, running: Running) -> JobContext:
         job = running.job
+        on_refused = self.on_refused
         return JobContext(
             job_id=job.id,
             task_name=job.task_name,
@@ -450,7 +454,11 @@ class Executor:
             _cancelled=running.is_cancel_requested,
             meta=job.meta,
             _write_meta=meta_writer(
-                running.task.app if running.task else None, job.id, job.worker_id, job.attempt
+                running.task.app if running.task else None,
+                job.id,
+                job.worker_id,
+                job.attempt,
+                None if on_refused is None else lambda: on_refused(running),
             ),
         )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -27,13 +28,14 @@ from .base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
 from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
 from .base import JsonbTextLoader, Params, Row, StoreBase, translate_errors
 from .base import notification_channel as notification_channel
+from .counters import CounterQueries
 from .doctor import DoctorQueries
 from .limits import LimitQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
 from .params import copy_text, job_params, jobs_columns
 from .queues import QueueQueries
-from .unique import UniqueQueries
+from .unique import UniqueQueries, aatomic, atomic
 from .web import WebQueries
 from .workflows import WorkflowQueries
 
@@ -97,6 +99,7 @@ def _outcome_id(outcome: OutcomeRow) -> int:
 
 
 class Store(
+    CounterQueries,
     DoctorQueries,
     LimitQueries,
     MetricsQueries,
@@ -245,14 +248,20 @@ class Store(
             return self.insert_mixed_jobs(conn, specs)  # one statement per scope
         if any(spec.limit_groups is not None for spec in specs):
             sent, answer = self._unique_specs(specs)
-            return self._inserted(self.insert_limited_jobs(conn, sent), answer)
+            with atomic(conn) if len(sent) < len(specs) else nullcontext():
+                rows = self.insert_limited_jobs(conn, sent)
+                self.count_repeated_keys(conn, len(specs) - len(sent))
+            return self._inserted(rows, answer)
         # The fast path: plain jobs without keys (a scoped job's key is not idempotency_key).
         if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
             if _copyable(conn, specs):
                 return self.copy_new_jobs(conn, specs)
             return self.insert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
-        rows = self._rows(conn, "insert_jobs", params, binary=True, tuples=True)
+        repeated = len(answer) - len(params["task_name"])
+        with atomic(conn) if repeated else nullcontext():
+            rows = self._rows(conn, "insert_jobs", params, binary=True, tuples=True)
+            self.count_repeated_keys(conn, repeated)
         return self._inserted(rows, answer)
 
     async def ainsert_jobs(
@@ -264,13 +273,19 @@ class Store(
             return await self.ainsert_mixed_jobs(conn, specs)
         if any(spec.limit_groups is not None for spec in specs):
             sent, answer = self._unique_specs(specs)
-            return self._inserted(await self.ainsert_limited_jobs(conn, sent), answer)
+            async with aatomic(conn) if len(sent) < len(specs) else nullcontext():
+                rows = await self.ainsert_limited_jobs(conn, sent)
+                await self.acount_repeated_keys(conn, len(specs) - len(sent))
+            return self._inserted(rows, answer)
         if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
             if _copyable(conn, specs):
                 return await self.acopy_new_jobs(conn, specs)
             return await self.ainsert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
-        rows = await self._arows(conn, "insert_jobs", params, binary=True, tuples=True)
+        repeated = len(answer) - len(params["task_name"])
+        async with aatomic(conn) if repeated else nullcontext():
+            rows = await self._arows(conn, "insert_jobs", params, binary=True, tuples=True)
+            await self.acount_repeated_keys(conn, repeated)
         return self._inserted(rows, answer)
 
     def insert_new_jobs(self, conn: psycopg.Connection[Any], params: Params) -> list[InsertedJob]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._counters import UNKNOWN_TASK_JOBS
 from .._execution.running import claim_order, claimed_jobs
 from .._retry import Outcome
 from .._text import storable
@@ -251,6 +252,8 @@ class Exchanges:
                 reporter.notify("job_started", job)
             running = submit(job)
             in_flight[running.token] = running
+            if running.task is None:
+                reporter.exercised(UNKNOWN_TASK_JOBS)
         reporter.count("claimed", len(jobs))
         return len(jobs)
 

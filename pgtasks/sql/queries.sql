@@ -422,29 +422,37 @@ WITH lost AS (
       AND (workers.id IS NULL
            OR workers.heartbeat_at < now() - make_interval(secs => %(lease_timeout)s))
     FOR UPDATE OF jobs SKIP LOCKED
-)
-UPDATE {schema}.jobs AS jobs
-SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled'
-                  WHEN jobs.attempts >= jobs.max_attempts THEN 'failed'
-                  ELSE 'pending' END,
-    last_error = format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
-                        ' during attempt %%s', jobs.locked_by, %(lease_timeout)s, jobs.attempts),
-    run_at = now(),
-    finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
-                       THEN now() END,
-    attempt_errors = coalesce(jobs.attempt_errors, '[]'::jsonb) || jsonb_build_array(
-        jsonb_build_object(
-            'attempt', jobs.attempts,
-            'worker_id', jobs.locked_by,
-            'error', format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
+), rescued AS (
+    UPDATE {schema}.jobs AS jobs
+    SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled'
+                      WHEN jobs.attempts >= jobs.max_attempts THEN 'failed'
+                      ELSE 'pending' END,
+        last_error = format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
                             ' during attempt %%s', jobs.locked_by, %(lease_timeout)s,
                             jobs.attempts),
-            'exception_type', 'pgtasks.WorkerLostError',
-            'finished_at', now())),
-    updated_at = now()
-FROM lost
-WHERE jobs.id = lost.id
-RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue;
+        run_at = now(),
+        finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
+                           THEN now() END,
+        attempt_errors = coalesce(jobs.attempt_errors, '[]'::jsonb) || jsonb_build_array(
+            jsonb_build_object(
+                'attempt', jobs.attempts,
+                'worker_id', jobs.locked_by,
+                'error', format('WorkerLostError: worker %%s was lost (no heartbeat within'
+                                ' %%s s) during attempt %%s', jobs.locked_by,
+                                %(lease_timeout)s, jobs.attempts),
+                'exception_type', 'pgtasks.WorkerLostError',
+                'finished_at', now())),
+        updated_at = now()
+    FROM lost
+    WHERE jobs.id = lost.id
+    RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue
+), counted AS (
+    -- The rescued counter (migration 0013), in the rescue's own transaction: exact
+    -- even if this worker dies right after.
+    INSERT INTO {schema}.counters (name, value)
+    SELECT 'rescued', count(*) FROM rescued HAVING count(*) > 0
+)
+SELECT id, status, locked_by, attempts, queue FROM rescued;
 
 -- name: delete_dead_workers :many
 -- Remove registrations silent past the lease (their jobs are rescued first).
