@@ -109,6 +109,14 @@ def new_job_spec(
     return spec
 
 
+def spec_of(fields: dict[str, Any]) -> JobSpec:
+    """A JobSpec of these fields (a copy of another spec's ``__dict__`` with some of its
+    fields changed, every field present), without the dataclass's ``__init__``."""
+    spec: JobSpec = _new_object(JobSpec)
+    _set_attribute(spec, "__dict__", fields)
+    return spec
+
+
 @dataclasses.dataclass(frozen=True)
 class ScopedJobSpec(JobSpec):
     """A job whose key is unique within a scope (docs/howto/flow-control.md, Uniqueness).

@@ -13,7 +13,7 @@ import psycopg
 from typing_extensions import ParamSpec, Unpack
 
 from .._errors import NaiveDatetimeError, TaskRegistrationError
-from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec, new_job_spec
+from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec, new_job_spec, spec_of
 from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments, encode_meta
 from .._validation import positive_number
 from .handle import JobHandle
@@ -399,12 +399,11 @@ class Task(Generic[P, R]):
         )
         specs: list[JobSpec] = []
         append, arguments, build_spec = specs.append, self._arguments, self.build_spec
-        name, queue, priority, max_attempts = (
-            self.name,
-            self.queue,
-            self.priority,
-            self.max_attempts,
-        )
+        # The fields every job of the batch shares; each job's spec gets a copy.
+        template = new_job_spec(
+            self.name, self.queue, self.priority, "[]", "{}", self.max_attempts,
+            None, None, None, meta_json, None, None,
+        ).__dict__  # fmt: skip
         for item in items:
             if type(item) is dict or isinstance(item, Mapping):
                 args, kwargs = (), item
@@ -421,12 +420,9 @@ class Task(Generic[P, R]):
                     spec if meta_json is None else dataclasses.replace(spec, meta_json=meta_json)
                 )
                 continue
-            args_json, kwargs_json = arguments(args, kwargs)
-            spec = new_job_spec(
-                name, queue, priority, args_json, kwargs_json, max_attempts,
-                None, None, None, meta_json, None, None,
-            )  # fmt: skip
-            append(spec)
+            fields = template.copy()
+            fields["args_json"], fields["kwargs_json"] = arguments(args, kwargs)
+            append(spec_of(fields))
         return specs
 
     # -- workflow steps --

@@ -102,14 +102,24 @@ def copy_text(ids: Sequence[int], specs: Sequence[JobSpec]) -> str:
     """
     shared: dict[tuple[str, str, int, int], str] = {}
     lines = []
+    last: JobSpec | None = None
+    tail = ""
     for job_id, spec in zip(ids, specs, strict=True):
-        key = (spec.task_name, spec.queue, spec.priority, spec.max_attempts)
-        tail = shared.get(key)
-        if tail is None:
-            tail = shared[key] = (
-                f"{_copy_field(spec.task_name)}\t{_copy_field(spec.queue)}"
-                f"\t{spec.priority:d}\t{spec.max_attempts:d}"
-            )
+        if (
+            last is None
+            or spec.task_name is not last.task_name
+            or spec.queue is not last.queue
+            or spec.priority != last.priority
+            or spec.max_attempts != last.max_attempts
+        ):
+            key = (spec.task_name, spec.queue, spec.priority, spec.max_attempts)
+            found = shared.get(key)
+            if found is None:
+                found = shared[key] = (
+                    f"{_copy_field(spec.task_name)}\t{_copy_field(spec.queue)}"
+                    f"\t{spec.priority:d}\t{spec.max_attempts:d}"
+                )
+            tail, last = found, spec
         args, kwargs, meta = spec.args_json, spec.kwargs_json, spec.meta_json
         lines.append(
             f"{job_id:d}\t{args if args == '[]' else _copy_field(args)}"
