@@ -1,0 +1,50 @@
+"""The rows a large batch of plain jobs is copied as (params.copy_text), and the JobSpecs
+built without the dataclass's ``__init__`` (no database)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pgtasks._jobs import JobSpec, new_job_spec, spec_of
+from pgtasks._store.params import copy_text
+
+FIELDS = ("task", "q", 3, "[1]", '{"a":2}', 5, None, None, None, None, None, None)
+
+
+def test_a_spec_built_fast_is_an_ordinary_jobspec() -> None:
+    fast = new_job_spec(*FIELDS)
+    copied = spec_of({**fast.__dict__, "args_json": "[2]"})
+
+    assert fast == JobSpec(*FIELDS)
+    assert hash(fast) == hash(JobSpec(*FIELDS))
+    assert type(fast) is JobSpec and type(copied) is JobSpec
+    assert copied == dataclasses.replace(fast, args_json="[2]")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.queue = "other"  # type: ignore[misc]
+
+
+def test_copy_rows_escape_what_copy_text_format_gives_a_meaning() -> None:
+    plain = JobSpec("shop.send", "emails", -2, "[]", "{}", 5)
+    hostile = JobSpec(
+        "tab\tand\\backslash",
+        "line\nbreak\rreturn",
+        7,
+        '["a\\\\b", "\\u00e9"]',
+        '{"k": "\\t"}',
+        1,
+        meta_json='{"p": "C:\\\\x"}',
+    )
+
+    text = copy_text([10, 11, 12], [plain, hostile, plain])
+
+    lines = text.split("\n")
+    assert lines[-1] == ""  # every row ends with a newline
+    assert lines[0] == "10\t[]\t{}\t{}\tshop.send\temails\t-2\t5"
+    assert lines[1] == (
+        '11\t["a\\\\\\\\b", "\\\\u00e9"]\t{"k": "\\\\t"}\t{"p": "C:\\\\\\\\x"}'
+        "\ttab\\tand\\\\backslash\tline\\nbreak\\rreturn\t7\t1"
+    )
+    assert lines[2] == "12\t[]\t{}\t{}\tshop.send\temails\t-2\t5"
+    assert all(line.count("\t") == 7 for line in lines[:-1])
