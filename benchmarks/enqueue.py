@@ -5,7 +5,7 @@
 Each pgtasks figure is printed with its reference, measured in the same run (median of R
 rounds; the ratio is median / median, the per-round ratios' range beside it):
 
-- ``delay()``, ``apply_async()`` one by one (N/10 jobs, at least 500) against a bare
+- ``delay()``, ``apply_async()`` one by one (N/4 jobs, at least 500) against a bare
   psycopg loop issuing **the same INSERT** pgtasks issues for that call (the same
   statement text and parameters, on a connection with the pool's settings: autocommit);
   a plain ``INSERT … RETURNING id`` of the same row is shown as a second reference;
@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: pgtasks' own rows do).
 COPY_COLUMNS = ("task_name", "queue", "priority", "args", "kwargs", "max_attempts")
 #: One-by-one calls per turn.
-BLOCK = 100
+BLOCK = 50
 #: Jobs per bulk batch.
 BATCH = 1000
 
@@ -320,7 +320,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     dsn = runner.resolve_dsn(args.dsn)
     facts = runner.print_setting(dsn)
-    small = max(500, args.jobs // 10)
+    small = max(500, args.jobs // 4)
     load_before = os.getloadavg()
     print(
         f"one by one: {small} jobs per figure and round, in turns of {BLOCK};"
