@@ -5,6 +5,7 @@
     python -m benchmarks --in-process [...]   (the worker in an asyncio program: inprocess.py)
     python -m benchmarks --limits [...]   (claims with and without limits: limits.py)
     python -m benchmarks --enqueue [...]   (enqueue beside bare psycopg loops: enqueue.py)
+    python -m benchmarks --counters [...]   (the counters' cost, with and without: counters.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -512,6 +513,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import limits
 
         return limits.main([argument for argument in arguments if argument != "--limits"])
+    if "--counters" in arguments:
+        # What the counters of exercised guarantees cost (benchmarks/counters.py).
+        from benchmarks import counters
+
+        return counters.main([argument for argument in arguments if argument != "--counters"])
     if "--enqueue" in arguments:
         # Enqueue paths beside bare psycopg loops (benchmarks/enqueue.py).
         from benchmarks import enqueue

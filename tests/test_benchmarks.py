@@ -227,6 +227,34 @@ def test_enqueue_benchmark_prints_each_ratio_with_its_reference(dsn: str, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_counters_benchmark_compares_with_and_without_the_counters(
+    dsn: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "counters.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--counters", "--quick"),
+            *("--dsn", dsn, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report: dict[str, Any] = json.loads(output.read_text())
+    assert {row["figure"] for row in report["ratios"]} == {
+        "key taken, with",
+        "new key, with",
+        "drain of unknown-task jobs, counted",
+    }
+    assert all(rate > 0 for rates in report["rates"].values() for rate in rates)
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
 @pytest.mark.timeout(300)
 def test_limits_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
     output = tmp_path / "limits.json"
