@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal, overload
 
@@ -190,18 +190,23 @@ class StoreBase:
         except _NOT_MIGRATED as error:
             raise not_migrated_error(self.schema, error) from error
 
-    def _copy(self, conn: psycopg.Connection[Any], name: str, rows: str) -> None:
-        """Run a named ``COPY … FROM STDIN`` statement with ``rows`` (its text format)."""
+    def _copy(self, conn: psycopg.Connection[Any], name: str, rows: Iterable[str]) -> None:
+        """Run a named ``COPY … FROM STDIN`` statement with ``rows`` (pieces of its text
+        format, each sent as soon as it is made)."""
         try:
             with conn.cursor() as cursor, cursor.copy(self._statements[name]) as copy:
-                copy.write(rows)
+                for piece in rows:
+                    copy.write(piece)
         except _NOT_MIGRATED as error:
             raise not_migrated_error(self.schema, error) from error
 
-    async def _acopy(self, conn: psycopg.AsyncConnection[Any], name: str, rows: str) -> None:
+    async def _acopy(
+        self, conn: psycopg.AsyncConnection[Any], name: str, rows: Iterable[str]
+    ) -> None:
         try:
             async with conn.cursor() as cursor, cursor.copy(self._statements[name]) as copy:
-                await copy.write(rows)
+                for piece in rows:
+                    await copy.write(piece)
         except _NOT_MIGRATED as error:
             raise not_migrated_error(self.schema, error) from error
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._jobs import JobSpec
@@ -93,15 +93,27 @@ def _copy_field(text: str) -> str:
     return text.translate(_COPY_ESCAPES)
 
 
+#: Rows per piece of a COPY's data: the server parses one piece while the next is built.
+COPY_CHUNK_ROWS = 200
+
+
 def copy_text(ids: Sequence[int], specs: Sequence[JobSpec]) -> str:
+    """The rows of ``copy_jobs`` for these ids and specs, as one text."""
+    return "".join(copy_chunks(ids, specs))
+
+
+def copy_chunks(
+    ids: Sequence[int], specs: Sequence[JobSpec], rows: int = COPY_CHUNK_ROWS
+) -> Iterator[str]:
     """The rows of ``copy_jobs`` (COPY's text format, its column order) for plain specs
-    without a key, limits or a time to run at: one line per job, ``ids[i]`` its id.
+    without a key, limits or a time to run at: one line per job, ``ids[i]`` its id, in
+    pieces of ``rows`` lines (sent as they are built).
 
     Most batches repeat a few tasks: the fields every job of a task shares are escaped
     once per batch.
     """
     shared: dict[tuple[str, str, int, int], str] = {}
-    lines = []
+    lines: list[str] = []
     last: JobSpec | None = None
     tail = ""
     for job_id, spec in zip(ids, specs, strict=True):
@@ -126,4 +138,8 @@ def copy_text(ids: Sequence[int], specs: Sequence[JobSpec]) -> str:
             f"\t{kwargs if kwargs == '{}' else _copy_field(kwargs)}"
             f"\t{'{}' if meta is None else _copy_field(meta)}\t{tail}\n"
         )
-    return "".join(lines)
+        if len(lines) == rows:
+            yield "".join(lines)
+            lines = []
+    if lines:
+        yield "".join(lines)

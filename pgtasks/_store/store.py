@@ -33,7 +33,7 @@ from .doctor import DoctorQueries
 from .limits import LimitQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
-from .params import copy_text, job_params, jobs_columns
+from .params import copy_chunks, job_params, jobs_columns
 from .queues import QueueQueries
 from .unique import UniqueQueries, aatomic, atomic
 from .web import WebQueries
@@ -334,12 +334,12 @@ class Store(
         self, conn: psycopg.Connection[Any], ids: Sequence[int], specs: Sequence[JobSpec]
     ) -> None:
         """Write plain jobs (see ``_copyable``) with these ids by COPY."""
-        self._copy(conn, "copy_jobs", copy_text(ids, specs))
+        self._copy(conn, "copy_jobs", copy_chunks(ids, specs))
 
     async def acopy_jobs(
         self, conn: psycopg.AsyncConnection[Any], ids: Sequence[int], specs: Sequence[JobSpec]
     ) -> None:
-        await self._acopy(conn, "copy_jobs", copy_text(ids, specs))
+        await self._acopy(conn, "copy_jobs", copy_chunks(ids, specs))
 
     def update_job_meta(
         self,

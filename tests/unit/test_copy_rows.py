@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from pgtasks._jobs import JobSpec, new_job_spec, spec_of
-from pgtasks._store.params import copy_text
+from pgtasks._store.params import copy_chunks, copy_text
 
 FIELDS = ("task", "q", 3, "[1]", '{"a":2}', 5, None, None, None, None, None, None)
 
@@ -48,3 +48,14 @@ def test_copy_rows_escape_what_copy_text_format_gives_a_meaning() -> None:
     )
     assert lines[2] == "12\t[]\t{}\t{}\tshop.send\temails\t-2\t5"
     assert all(line.count("\t") == 7 for line in lines[:-1])
+
+
+def test_copy_rows_come_in_pieces_sent_as_they_are_built() -> None:
+    specs = [JobSpec("t", "q", 0, f"[{n}]", "{}", 1) for n in range(5)]
+
+    pieces = list(copy_chunks(range(5), specs, rows=2))
+
+    assert [piece.count("\n") for piece in pieces] == [2, 2, 1]
+    assert "".join(pieces) == copy_text(range(5), specs)
+    with pytest.raises(ValueError):
+        list(copy_chunks(range(4), specs))  # one id per spec (the COPY fails: no row)
