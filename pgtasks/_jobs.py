@@ -9,9 +9,9 @@ import asyncio
 import dataclasses
 import enum
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 from ._errors import PayloadNotSerializableError, ReservedMetaKeyError
 from ._payload import RESERVED_META_PREFIX
@@ -115,6 +115,53 @@ def spec_of(fields: dict[str, Any]) -> JobSpec:
     spec: JobSpec = _new_object(JobSpec)
     _set_attribute(spec, "__dict__", fields)
     return spec
+
+
+class PlainSpecs(Sequence[JobSpec]):
+    """The specs of a batch of plain jobs (no idempotency key, uniqueness scope, limits or
+    time to run at: ``delay_many``'s), each built from its item when it is first read.
+
+    A large batch goes by COPY, whose first rows reach the server while later ones are
+    still being built: building them all first kept the server idle meanwhile. An item
+    that does not build (arguments that do not bind, or are not JSON) raises where it is
+    read, which is before anything commits: the enqueue paths read a batch lazily only
+    in a transaction of their own (never the caller's), so the error aborts it.
+    """
+
+    def __init__(self, items: Sequence[Any], build: Callable[[Any], JobSpec]) -> None:
+        self._items = items
+        self._build = build
+        self._built: list[JobSpec] = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[JobSpec]:
+        built, items, build = self._built, self._items, self._build
+        for index in range(len(items)):
+            if index == len(built):
+                built.append(build(items[index]))
+            yield built[index]
+
+    @overload
+    def __getitem__(self, index: int) -> JobSpec: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[JobSpec]: ...
+
+    def __getitem__(self, index: int | slice) -> JobSpec | Sequence[JobSpec]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step == 1 and start >= len(self._built):
+                return PlainSpecs(self._items[start:stop], self._build)
+            return list(self)[index]
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(index)
+        built = self._built
+        while len(built) <= position:
+            built.append(self._build(self._items[len(built)]))
+        return built[position]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,15 @@ import psycopg
 from typing_extensions import ParamSpec, Unpack
 
 from .._errors import NaiveDatetimeError, TaskRegistrationError
-from .._jobs import EXECUTOR_NAMES, ExecutorName, JobContext, JobSpec, new_job_spec, spec_of
+from .._jobs import (
+    EXECUTOR_NAMES,
+    ExecutorName,
+    JobContext,
+    JobSpec,
+    PlainSpecs,
+    new_job_spec,
+    spec_of,
+)
 from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments, encode_meta
 from .._validation import positive_number
 from .handle import JobHandle
@@ -154,6 +162,18 @@ def schedule_of(
             return None, validate_delay("countdown", float(countdown))
         raise TypeError(f"countdown must be seconds or a timedelta, got {countdown!r}")
     return None, None
+
+
+def _arguments_of(item: Any) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    """``(args, kwargs)`` of a ``delay_many`` item: a kwargs mapping or an (args, kwargs)
+    pair (kwargs None: none)."""
+    if type(item) is dict or isinstance(item, Mapping):
+        return (), item
+    if isinstance(item, tuple) and len(item) == 2:
+        return item[0], {} if item[1] is None else item[1]
+    raise TypeError(
+        f"delay_many items must be a kwargs dict or an (args, kwargs) pair, got {item!r}"
+    )
 
 
 class Task(Generic[P, R]):
@@ -382,48 +402,41 @@ class Task(Generic[P, R]):
 
     def _many_specs(
         self, items: Iterable[Any], meta: Mapping[str, Any] | None = None
-    ) -> list[JobSpec]:
-        """One spec per item of ``delay_many`` (a kwargs mapping or an (args, kwargs) pair)."""
+    ) -> Sequence[JobSpec]:
+        """One spec per item of ``delay_many`` (a kwargs mapping or an (args, kwargs) pair).
+
+        Without limits or a uniqueness scope every job of the batch differs only in its
+        arguments: the specs share the rest (build_spec per job cost twice the bulk
+        insert's own work per job) and are built as the insert reads them (PlainSpecs).
+        """
         meta_json = (
             None
             if meta is None
             else encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
         )
-        # Without limits or a uniqueness scope every job of the batch differs only in its
-        # arguments: check and encode those, and share the rest (build_spec, per job,
-        # cost twice as much as the bulk insert's own work per job).
-        plain = (
-            self.limits is None
-            and self.uniqueness is None
-            and self.app.queue_limits.get(self.queue) is None
-        )
-        specs: list[JobSpec] = []
-        append, arguments, build_spec = specs.append, self._arguments, self.build_spec
+        items = items if isinstance(items, Sequence) else list(items)
+        if (
+            self.limits is not None
+            or self.uniqueness is not None
+            or self.app.queue_limits.get(self.queue) is not None
+        ):
+            specs = [self.build_spec(*_arguments_of(item)) for item in items]
+            if meta_json is None:
+                return specs
+            return [dataclasses.replace(spec, meta_json=meta_json) for spec in specs]
+        arguments = self._arguments
         # The fields every job of the batch shares; each job's spec gets a copy.
         template = new_job_spec(
             self.name, self.queue, self.priority, "[]", "{}", self.max_attempts,
             None, None, None, meta_json, None, None,
         ).__dict__  # fmt: skip
-        for item in items:
-            if type(item) is dict or isinstance(item, Mapping):
-                args, kwargs = (), item
-            elif isinstance(item, tuple) and len(item) == 2:
-                args, kwargs = item[0], {} if item[1] is None else item[1]
-            else:
-                raise TypeError(
-                    "delay_many items must be a kwargs dict or an (args, kwargs) pair,"
-                    f" got {item!r}"
-                )
-            if not plain:
-                spec = build_spec(args, kwargs)
-                append(
-                    spec if meta_json is None else dataclasses.replace(spec, meta_json=meta_json)
-                )
-                continue
+
+        def build(item: Any) -> JobSpec:
             fields = template.copy()
-            fields["args_json"], fields["kwargs_json"] = arguments(args, kwargs)
-            append(spec_of(fields))
-        return specs
+            fields["args_json"], fields["kwargs_json"] = arguments(*_arguments_of(item))
+            return spec_of(fields)
+
+        return PlainSpecs(items, build)
 
     # -- workflow steps --
     def s(self, *args: Any, **kwargs: Any) -> Signature:

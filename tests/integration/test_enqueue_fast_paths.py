@@ -364,3 +364,22 @@ def test_a_copied_batch_in_an_async_program_and_on_a_dropped_schema(
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(app.schema)))
     with pytest.raises(SchemaNotMigratedError, match="pgtasks migrate"):
         echo.delay_many([{"n": n} for n in range(COPY_MIN_JOBS)])
+
+
+def test_a_bad_item_of_a_batch_in_the_callers_transaction_leaves_it_usable(
+    app: App, admin: Connection, dsn: str, echo: Task[..., Any]
+) -> None:
+    """A batch is built before anything is sent in the caller's transaction: an item that
+    cannot be encoded raises while the transaction is still good (COPY is not aborted)."""
+    items: list[Any] = [{"n": n} for n in range(200)]
+    items[150] = {"n": object()}
+
+    with psycopg.connect(dsn) as conn:
+        echo.delay_many([{"n": 1}], connection=conn)
+        with pytest.raises(PayloadNotSerializableError, match="argument 'n' of task 'echo'"):
+            echo.delay_many(items, connection=conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        echo.delay_many(items[:100], connection=conn)
+        conn.commit()
+
+    assert count_jobs(admin, app) == 101
