@@ -117,31 +117,37 @@ def spec_of(fields: dict[str, Any]) -> JobSpec:
     return spec
 
 
-class PlainSpecs(Sequence[JobSpec]):
-    """The specs of a batch of plain jobs (no idempotency key, uniqueness scope, limits or
-    time to run at: ``delay_many``'s), each built from its item when it is first read.
+class JobBatch(Sequence[JobSpec]):
+    """The jobs of ``delay_many``: one task's, alike in every field but their arguments
+    (no idempotency key, uniqueness scope, limits or time to run at).
 
-    A large batch goes by COPY, whose first rows reach the server while later ones are
-    still being built: building them all first kept the server idle meanwhile. An item
-    that does not build (arguments that do not bind, or are not JSON) raises where it is
-    read, which is before anything commits: the enqueue paths read a batch lazily only
-    in a transaction of their own (never the caller's), so the error aborts it.
+    ``shared`` holds the common fields and ``arguments`` each job's (args, kwargs) JSON
+    texts: the batch is inserted by one statement that takes the shared fields once and
+    the arguments as two JSON arrays (insert_batch_jobs). Read as a sequence, it is the
+    jobs' JobSpecs (built when first read), for every other path.
     """
 
-    def __init__(self, items: Sequence[Any], build: Callable[[Any], JobSpec]) -> None:
-        self._items = items
-        self._build = build
-        self._built: list[JobSpec] = []
+    def __init__(self, shared: JobSpec, arguments: list[tuple[str, str]]) -> None:
+        self.shared = shared
+        self.arguments = arguments
+        self._specs: list[JobSpec] | None = None
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self.arguments)
+
+    def _built(self) -> list[JobSpec]:
+        if self._specs is None:
+            fields = self.shared.__dict__
+            specs = []
+            for args_json, kwargs_json in self.arguments:
+                copy = fields.copy()
+                copy["args_json"], copy["kwargs_json"] = args_json, kwargs_json
+                specs.append(spec_of(copy))
+            self._specs = specs
+        return self._specs
 
     def __iter__(self) -> Iterator[JobSpec]:
-        built, items, build = self._built, self._items, self._build
-        for index in range(len(items)):
-            if index == len(built):
-                built.append(build(items[index]))
-            yield built[index]
+        return iter(self._built())
 
     @overload
     def __getitem__(self, index: int) -> JobSpec: ...
@@ -151,17 +157,8 @@ class PlainSpecs(Sequence[JobSpec]):
 
     def __getitem__(self, index: int | slice) -> JobSpec | Sequence[JobSpec]:
         if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step == 1 and start >= len(self._built):
-                return PlainSpecs(self._items[start:stop], self._build)
-            return list(self)[index]
-        position = index + len(self) if index < 0 else index
-        if not 0 <= position < len(self):
-            raise IndexError(index)
-        built = self._built
-        while len(built) <= position:
-            built.append(self._build(self._items[len(built)]))
-        return built[position]
+            return JobBatch(self.shared, self.arguments[index])
+        return self._built()[index]
 
 
 @dataclasses.dataclass(frozen=True)

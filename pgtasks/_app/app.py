@@ -26,7 +26,7 @@ from .._errors import (
     UnknownTaskError,
 )
 from .._instrumentation import Instrumentation
-from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec, PlainSpecs
+from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._limits import LimitDefinition
 from .._operations import retention_seconds
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
@@ -424,24 +424,12 @@ class App:
         """Insert built JobSpecs (see Task.build_spec); all or none are written."""
         if not specs:
             return []
-        specs = self._built(specs, connection)
         if self.is_eager:
             return run_eagerly(self, specs)
         if connection is not None:
             self.database.check_schema(connection)
             return self._handles(self.insert_specs(connection, specs))
         return self._handles(self.database.run(lambda conn: self.insert_specs(conn, specs)))
-
-    def _built(self, specs: Sequence[JobSpec], connection: object | None) -> Sequence[JobSpec]:
-        """Every spec of a batch built (PlainSpecs builds them as they are read) before
-        anything runs in the caller's transaction, runs eagerly or is traced: an item that
-        does not build raises first, as it always did. A batch in a transaction of its own
-        is read as it is sent."""
-        if type(specs) is PlainSpecs and (
-            connection is not None or self.is_eager or self.instrumentation is not None
-        ):
-            return list(specs)
-        return specs
 
     def enqueue(
         self, spec: JobSpec, *, connection: psycopg.Connection[Any] | None = None
@@ -465,7 +453,6 @@ class App:
     ) -> list[JobHandle[Any]]:
         if not specs:
             return []
-        specs = self._built(specs, connection)
         if self.is_eager:
             return await arun_eagerly(self, specs)
         if connection is not None:

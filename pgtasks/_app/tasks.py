@@ -16,11 +16,10 @@ from .._errors import NaiveDatetimeError, TaskRegistrationError
 from .._jobs import (
     EXECUTOR_NAMES,
     ExecutorName,
+    JobBatch,
     JobContext,
     JobSpec,
-    PlainSpecs,
     new_job_spec,
-    spec_of,
 )
 from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments, encode_meta
 from .._validation import positive_number
@@ -405,16 +404,15 @@ class Task(Generic[P, R]):
     ) -> Sequence[JobSpec]:
         """One spec per item of ``delay_many`` (a kwargs mapping or an (args, kwargs) pair).
 
-        Without limits or a uniqueness scope every job of the batch differs only in its
-        arguments: the specs share the rest (build_spec per job cost twice the bulk
-        insert's own work per job) and are built as the insert reads them (PlainSpecs).
+        Without limits or a uniqueness scope the jobs differ only in their arguments: a
+        JobBatch of their encoded arguments and the fields they share (build_spec per
+        job cost twice the bulk insert's own work per job).
         """
         meta_json = (
             None
             if meta is None
             else encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
         )
-        items = items if isinstance(items, Sequence) else list(items)
         if (
             self.limits is not None
             or self.uniqueness is not None
@@ -425,18 +423,11 @@ class Task(Generic[P, R]):
                 return specs
             return [dataclasses.replace(spec, meta_json=meta_json) for spec in specs]
         arguments = self._arguments
-        # The fields every job of the batch shares; each job's spec gets a copy.
-        template = new_job_spec(
+        shared = new_job_spec(
             self.name, self.queue, self.priority, "[]", "{}", self.max_attempts,
             None, None, None, meta_json, None, None,
-        ).__dict__  # fmt: skip
-
-        def build(item: Any) -> JobSpec:
-            fields = template.copy()
-            fields["args_json"], fields["kwargs_json"] = arguments(*_arguments_of(item))
-            return spec_of(fields)
-
-        return PlainSpecs(items, build)
+        )  # fmt: skip
+        return JobBatch(shared, [arguments(*_arguments_of(item)) for item in items])
 
     # -- workflow steps --
     def s(self, *args: Any, **kwargs: Any) -> Signature:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._jobs import JobSpec
+from .._jobs import JobBatch, JobSpec
 from .base import Params
 
 
@@ -30,6 +30,21 @@ def job_params(spec: JobSpec) -> Params:
         "delay": spec.delay_seconds,
         "idempotency_key": spec.idempotency_key,
         "meta": spec.meta_json,
+    }
+
+
+def batch_params(batch: JobBatch) -> Params:
+    """``insert_batch_jobs``' parameters: the shared fields once, each job's args and
+    kwargs as one JSON array (every element is valid JSON already)."""
+    shared, arguments = batch.shared, batch.arguments
+    return {
+        "task_name": shared.task_name,
+        "queue": shared.queue,
+        "priority": shared.priority,
+        "max_attempts": shared.max_attempts,
+        "meta": shared.meta_json,
+        "args": "[" + ",".join([args for args, _ in arguments]) + "]",
+        "kwargs": "[" + ",".join([kwargs for _, kwargs in arguments]) + "]",
     }
 
 

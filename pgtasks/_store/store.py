@@ -22,7 +22,7 @@ from psycopg import sql
 from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import RowFactory, dict_row, tuple_row
 
-from .._jobs import InsertedJob, JobRow, JobSpec, JobStatus, PlainSpecs, ScopedJobSpec
+from .._jobs import InsertedJob, JobBatch, JobRow, JobSpec, JobStatus, ScopedJobSpec
 from ..sql import Migration
 from .base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
 from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
@@ -33,7 +33,7 @@ from .doctor import DoctorQueries
 from .limits import LimitQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
-from .params import copy_chunks, job_params, jobs_columns
+from .params import batch_params, copy_chunks, job_params, jobs_columns
 from .queues import QueueQueries
 from .unique import UniqueQueries, aatomic, atomic
 from .web import WebQueries
@@ -87,11 +87,10 @@ def _copyable(
     """Whether plain specs without keys (insert_new_jobs') can go by COPY: enough of them,
     none with a time to run at (COPY writes no expression: the column's now() applies),
     and the connection not in pipeline mode (COPY cannot run there)."""
-    if len(specs) < COPY_MIN_JOBS or conn.pgconn.pipeline_status != PipelineStatus.OFF:
-        return False
-    # A plain batch has no time to run at: its specs need not be built to tell.
-    return type(specs) is PlainSpecs or all(
-        spec.run_at is None and spec.delay_seconds is None for spec in specs
+    return (
+        len(specs) >= COPY_MIN_JOBS
+        and conn.pgconn.pipeline_status == PipelineStatus.OFF
+        and all(spec.run_at is None and spec.delay_seconds is None for spec in specs)
     )
 
 
@@ -245,11 +244,8 @@ class Store(
         """Insert jobs in order; an existing idempotency key answers with its job."""
         if len(specs) == 1:
             return [self.insert_job(conn, specs[0])]
-        if type(specs) is PlainSpecs:
-            # delay_many's plain batch: sent as its specs are built (see PlainSpecs).
-            if _copyable(conn, specs):
-                return self.copy_new_jobs(conn, specs)
-            return self.insert_new_jobs(conn, self._new_jobs_params(specs))
+        if type(specs) is JobBatch:
+            return self.insert_batch_jobs(conn, specs)
         if any(isinstance(spec, ScopedJobSpec) for spec in specs):
             return self.insert_mixed_jobs(conn, specs)  # one statement per scope
         if any(spec.limit_groups is not None for spec in specs):
@@ -275,10 +271,8 @@ class Store(
     ) -> list[InsertedJob]:
         if len(specs) == 1:
             return [await self.ainsert_job(conn, specs[0])]
-        if type(specs) is PlainSpecs:
-            if _copyable(conn, specs):
-                return await self.acopy_new_jobs(conn, specs)
-            return await self.ainsert_new_jobs(conn, self._new_jobs_params(specs))
+        if type(specs) is JobBatch:
+            return await self.ainsert_batch_jobs(conn, specs)
         if any(isinstance(spec, ScopedJobSpec) for spec in specs):
             return await self.ainsert_mixed_jobs(conn, specs)
         if any(spec.limit_groups is not None for spec in specs):
@@ -310,6 +304,20 @@ class Store(
         self, conn: psycopg.AsyncConnection[Any], params: Params
     ) -> list[InsertedJob]:
         rows = await self._arows(conn, "insert_new_jobs", params, binary=True, tuples=True)
+        return [InsertedJob(row[0], False) for row in rows]
+
+    def insert_batch_jobs(
+        self, conn: psycopg.Connection[Any], batch: JobBatch
+    ) -> list[InsertedJob]:
+        """Insert delay_many's jobs: one statement, their shared fields once and their
+        arguments as two JSON arrays (the client joins texts; nothing per job is adapted)."""
+        rows = self._rows(conn, "insert_batch_jobs", batch_params(batch), tuples=True)
+        return [InsertedJob(row[0], False) for row in rows]
+
+    async def ainsert_batch_jobs(
+        self, conn: psycopg.AsyncConnection[Any], batch: JobBatch
+    ) -> list[InsertedJob]:
+        rows = await self._arows(conn, "insert_batch_jobs", batch_params(batch), tuples=True)
         return [InsertedJob(row[0], False) for row in rows]
 
     def copy_new_jobs(

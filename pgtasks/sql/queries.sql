@@ -76,6 +76,20 @@ FROM ROWS FROM (
 ORDER BY ord
 RETURNING jobs.id, false AS existed;
 
+-- name: insert_batch_jobs :many
+-- Insert delay_many's jobs, alike in every field but their arguments: the shared fields
+-- once, args and kwargs as one JSON array each (the client joins the texts; nothing per
+-- job is adapted). Due at the database's now(); ids come back in order.
+INSERT INTO {schema}.jobs AS jobs
+    (task_name, queue, priority, args, kwargs, max_attempts, meta)
+SELECT %(task_name)s, %(queue)s, %(priority)s, args, kwargs, %(max_attempts)s,
+       coalesce(%(meta)s::jsonb, jsonb_build_object())
+FROM ROWS FROM (
+    jsonb_array_elements(%(args)s::jsonb), jsonb_array_elements(%(kwargs)s::jsonb)
+) WITH ORDINALITY AS t(args, kwargs, ord)
+ORDER BY ord
+RETURNING jobs.id;
+
 -- name: next_job_ids :many
 -- %(count)s new ids of the jobs' identity sequence (increasing), for rows that copy_jobs
 -- writes (COPY returns nothing); the sequence is looked up once, not once per id.

@@ -312,25 +312,30 @@ def test_async_one_job_and_bulk_paths_notify(
     assert notifications("marker") == ["echo", "echo", "marker"]
 
 
-# -- large batches of plain jobs go by COPY --------------------------------------------------------
-def test_a_copied_batch_reads_like_an_inserted_one_and_notifies_its_queue(
+# -- delay_many's batches, and large batches of other plain jobs by COPY ---------------------------
+def test_batches_by_copy_and_by_the_batch_insert_read_like_one_job_inserts_and_notify(
     app: App, echo: Task[..., Any], notifications: Callable[[str], list[str]]
 ) -> None:
     from pgtasks._store.store import COPY_MIN_JOBS
 
     items = [(args, kwargs) for args, kwargs in PAYLOADS * 40][: COPY_MIN_JOBS * 2]
     meta = {"tenant": "tab\there", "path": "C:\\jobs\n"}
+    specs = [echo.build_spec(args, kwargs, meta=meta) for args, kwargs in items]
 
-    copied = echo.delay_many(items, meta=meta)  # COPY_MIN_JOBS or more: by COPY
-    inserted = echo.delay_many(items[: COPY_MIN_JOBS - 1], meta=meta)  # fewer: by INSERT
+    batch = echo.delay_many(items, meta=meta)  # one statement, shared fields once
+    copied = app.enqueue_many(specs)  # a list of plain specs, COPY_MIN_JOBS or more
+    inserted = app.enqueue_many(specs[: COPY_MIN_JOBS - 1])  # fewer: INSERT of arrays
+    one = echo.apply_async(items[0][0], items[0][1], meta=meta)
     echo.apply_async(queue="marker")
 
-    assert notifications("marker") == ["echo", "echo", "marker"]
-    rows = {row.id: row for row in app.get_jobs([h.id for h in copied + inserted])}
-    ids = [handle.id for handle in copied]
-    assert ids == sorted(ids) and len(set(ids)) == len(items)
-    for handles in (copied, inserted):
-        for handle, (args, kwargs) in zip(handles, items, strict=False):
+    assert notifications("marker") == ["echo", "echo", "echo", "echo", "marker"]
+    handles = batch + copied + inserted + [one]
+    rows = {row.id: row for row in app.get_jobs([handle.id for handle in handles])}
+    for group in (batch, copied):
+        ids = [handle.id for handle in group]
+        assert ids == sorted(ids) and len(set(ids)) == len(items)
+    for group in (batch, copied, inserted, [one]):
+        for handle, (args, kwargs) in zip(group, items, strict=False):
             row = rows[handle.id]
             assert (row.args, row.kwargs, row.meta) == (args, kwargs, meta)
             assert (row.task_name, row.queue, row.priority, row.max_attempts) == (
@@ -344,26 +349,31 @@ def test_a_copied_batch_reads_like_an_inserted_one_and_notifies_its_queue(
             assert not handle.existed
 
 
-def test_a_copied_batch_in_an_async_program_and_on_a_dropped_schema(
+def test_batches_in_an_async_program_and_on_a_dropped_schema(
     app: App, echo: Task[..., Any], dsn: str
 ) -> None:
     from pgtasks import SchemaNotMigratedError
     from pgtasks._store.store import COPY_MIN_JOBS
 
+    items = [{"n": n} for n in range(COPY_MIN_JOBS)]
+
     async def main() -> list[int]:
         try:
-            handles = await echo.adelay_many([{"n": n} for n in range(COPY_MIN_JOBS)])
+            batch = await echo.adelay_many(items)
+            copied = await app.aenqueue_many([echo.build_spec((), item) for item in items])
         finally:
             await app.aclose()
-        return [handle.id for handle in handles]
+        return [handle.id for handle in batch + copied]
 
     ids = asyncio.run(main())
 
-    assert [row.kwargs for row in app.get_jobs(ids)] == [{"n": n} for n in range(COPY_MIN_JOBS)]
+    assert [row.kwargs for row in app.get_jobs(ids)] == items + items
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(app.schema)))
     with pytest.raises(SchemaNotMigratedError, match="pgtasks migrate"):
-        echo.delay_many([{"n": n} for n in range(COPY_MIN_JOBS)])
+        echo.delay_many(items)
+    with pytest.raises(SchemaNotMigratedError, match="pgtasks migrate"):
+        app.enqueue_many([echo.build_spec((), item) for item in items])
 
 
 def test_a_bad_item_of_a_batch_in_the_callers_transaction_leaves_it_usable(

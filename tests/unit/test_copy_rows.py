@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from pgtasks._jobs import JobSpec, PlainSpecs, new_job_spec, spec_of
+from pgtasks._jobs import JobBatch, JobSpec, new_job_spec, spec_of
 from pgtasks._store.params import copy_chunks, copy_text
 
 FIELDS = ("task", "q", 3, "[1]", '{"a":2}', 5, None, None, None, None, None, None)
@@ -61,23 +61,14 @@ def test_copy_rows_come_in_pieces_sent_as_they_are_built() -> None:
         list(copy_chunks(range(4), specs))  # one id per spec (the COPY fails: no row)
 
 
-def test_a_plain_batch_builds_each_spec_once_when_it_is_first_read() -> None:
-    built: list[int] = []
+def test_a_batch_reads_as_the_specs_of_its_jobs_and_slices_as_a_batch() -> None:
+    shared = JobSpec("t", "q", 2, "[]", "{}", 3, meta_json='{"m": 1}')
+    batch = JobBatch(shared, [(f"[{n}]", "{}") for n in range(4)])
 
-    def build(n: int) -> JobSpec:
-        built.append(n)
-        return JobSpec("t", "q", 0, f"[{n}]", "{}", 1)
+    specs = list(batch)
+    tail = batch[2:]
 
-    specs = PlainSpecs(list(range(6)), build)
-    assert len(specs) == 6 and built == []
-
-    first = iter(specs)
-    assert [next(first).args_json, next(first).args_json] == ["[0]", "[1]"]
-    assert specs[3].args_json == "[3]" and built == [0, 1, 2, 3]
-    rest = specs[4:]
-    assert type(rest) is PlainSpecs and len(rest) == 2 and built == [0, 1, 2, 3]
-    assert [spec.args_json for spec in specs] == [f"[{n}]" for n in range(6)]
-    assert specs[-1] is specs[5] and specs[1:3] == [specs[1], specs[2]]
-    assert built == [0, 1, 2, 3, 4, 5]
-    with pytest.raises(IndexError):
-        specs[6]
+    assert len(batch) == 4 and [spec.args_json for spec in specs] == ["[0]", "[1]", "[2]", "[3]"]
+    assert specs[1] == dataclasses.replace(shared, args_json="[1]") and batch[1] is specs[1]
+    assert type(tail) is JobBatch and tail.shared is shared
+    assert tail.arguments == [("[2]", "{}"), ("[3]", "{}")]
