@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from ._counters import every_counter
 from ._jobs import JobRow, JobStatus
 from ._text import printable
 from ._validation import seconds_at_least_zero
@@ -193,6 +194,9 @@ class Stats:
     #: Registered workers silent past the lease, not yet removed by a rescuer.
     silent_workers: int
     lease_timeout: float
+    #: How often the guarantees were exercised since the schema was created, every
+    #: process (pgtasks._counters; migration 0014): name -> total, every name present.
+    counters: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def total(self) -> QueueStats:
@@ -208,6 +212,7 @@ class Stats:
                 "silent": self.silent_workers,
                 "lease_timeout": self.lease_timeout,
             },
+            "counters": every_counter(self.counters),
         }
 
 
@@ -256,7 +261,10 @@ def format_stats(stats: Stats) -> str:
         " OLDEST DUE: wait of the oldest due job;"
         " FINISHED 1M/1H: done, failed or cancelled in the last minute/hour"
     )
-    return "\n".join([f"at {_timestamp(stats.now)}", table, workers, legend])
+    counters = "guarantees exercised (since the schema was created): " + ", ".join(
+        f"{name.replace('_', ' ')} {value}" for name, value in every_counter(stats.counters).items()
+    )
+    return "\n".join([f"at {_timestamp(stats.now)}", table, workers, counters, legend])
 
 
 # -- jobs -----------------------------------------------------------------------------------------
@@ -639,6 +647,8 @@ class Overview:
     unanalyzed: bool = False
     #: The paused queues (migration 0007).
     paused: frozenset[str] = frozenset()
+    #: How often the guarantees were exercised (as Stats.counters; every name present).
+    counters: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def total(self) -> QueueStats:

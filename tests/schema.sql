@@ -1,5 +1,7 @@
 -- Normalised description of a migrated pgtasks schema ({schema} = its name).
 -- Regenerate with: python3 scripts/dump-schema
+column counters.name text NOT NULL
+column counters.value bigint NOT NULL
 column jobs.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
 column jobs.task_name text NOT NULL
 column jobs.queue text NOT NULL
@@ -129,12 +131,14 @@ index CREATE UNIQUE INDEX workflow_incidents_pkey ON {schema}.workflow_incidents
 index CREATE UNIQUE INDEX workflows_pkey ON {schema}.workflows USING btree (id)
 storage jobs fillfactor=80, autovacuum_vacuum_scale_factor=0.02, autovacuum_analyze_scale_factor=0.02
 storage periodic fillfactor=50
+trigger CREATE TRIGGER jobs_count_deduplicated AFTER UPDATE OF idempotency_key, unique_key ON {schema}.jobs FOR EACH ROW WHEN (((NOT (old.idempotency_key IS DISTINCT FROM new.idempotency_key)) AND (NOT (old.unique_key IS DISTINCT FROM new.unique_key)))) EXECUTE FUNCTION {schema}.count_deduplicated_enqueue()
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_workflow_job_ended AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER jobs_workflow_jobs_ended AFTER UPDATE OF status ON {schema}.jobs FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
+function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function workflow_abort_reason() d472420a56a6d1bb15f412f3f352df28

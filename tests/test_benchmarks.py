@@ -170,6 +170,7 @@ def test_in_process_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
     rows = {row["name"]: row for row in report["rows"]}
     expected = {
         "pgtasks worker (CLI process), c10",
+        "pgtasks worker (CLI process), async task, c10",
         "in-process: asyncio.to_thread(Worker.run), sync task, c10",
         "in-process: asyncio.to_thread(Worker.run), async task, c10",
         "in-process: await Worker.arun(), sync task, c10",
@@ -182,6 +183,74 @@ def test_in_process_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
         assert (row["duplicates"], row["lost"]) == (0, 0), row
     assert report["idle_latency_ms"]["p99"] > 0
     assert "threads left" not in result.stdout
+    labels = {row["ratio"] for row in report["ratios"]}
+    assert {"async def / sync task, in-process", "async def / sync task, CLI worker"} <= labels
+    if "in-process: PgQueuer 1.6.0 on the loop, batch_size 10" in rows:
+        assert "in-process sync task / PgQueuer" in labels
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_enqueue_benchmark_prints_each_ratio_with_its_reference(dsn: str, tmp_path: Path) -> None:
+    output = tmp_path / "enqueue.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--enqueue", "--quick"),
+            *("--dsn", dsn, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    report: dict[str, Any] = json.loads(output.read_text())
+    ratios = {(row["figure"], row["reference"]): row for row in report["ratios"]}
+    assert set(ratios) == {
+        ("delay() one by one", "bare loop, the same INSERT (sync)"),
+        ("delay() one by one", "bare loop, plain INSERT … RETURNING id"),
+        ("apply_async() one by one", "bare loop, the same INSERT (sync)"),
+        ("adelay() one by one", "bare loop, the same INSERT (async)"),
+        ("delay_many() x1000", "bare COPY, 1,000 per transaction"),
+        ("delay(user=, n=) one by one", "bare loop, the same INSERT, JSON per row"),
+        ("delay_many(user=, n=) x1000", "bare COPY, 1,000 per transaction, JSON per row"),
+    }
+    for row in ratios.values():
+        assert row["low"] <= row["ratio"] <= row["high"] or row["low"] == row["high"], row
+        assert row["ratio"] > 0, row
+    assert all(len(rates) == 1 and rates[0] > 0 for rates in report["rates"].values())
+    assert "ratios (pgtasks / its reference in the same run" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_counters_benchmark_compares_with_and_without_the_counters(
+    dsn: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "counters.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--counters", "--quick"),
+            *("--dsn", dsn, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report: dict[str, Any] = json.loads(output.read_text())
+    assert {row["figure"] for row in report["ratios"]} == {
+        "key taken, with",
+        "new key, with",
+        "drain of unknown-task jobs, counted",
+    }
+    assert all(rate > 0 for rates in report["rates"].values() for rate in rates)
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.errors import UniqueViolation
 
+from .._counters import every_counter
 from .._errors import JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError
 from .._jobs import JobRow
 from .._limits import LimitState, describe_limit, limit_states
@@ -85,7 +86,14 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         live_workers=sum(worker.state == "live" for worker in workers),
         silent_workers=sum(worker.state == "silent" for worker in workers),
         lease_timeout=app.lease_timeout,
+        counters=every_counter(app.store.get_counters(conn)),
     )
+
+
+def counters(app: App) -> dict[str, int]:
+    """How often the guarantees were exercised since the schema was created, every
+    process (pgtasks._counters): every counter's total, by name (0 when never counted)."""
+    return every_counter(app.database.run(app.store.get_counters))
 
 
 def overview(app: App) -> Overview:
@@ -122,6 +130,7 @@ def overview(app: App) -> Overview:
             per_minute=minutes_of_last_hour(now, per_minute),
             workers=workers,
             lease_timeout=app.lease_timeout,
+            counters=every_counter(store.get_counters(conn)),
         )
 
     return app.database.run(read)

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar, overload
 import psycopg
 from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP035
 
+from .._counters import ENQUEUES_DEDUPLICATED, Tally
 from .._cron import PeriodicOptions, Schedule
 from .._errors import (
     ConfigurationError,
@@ -191,6 +192,9 @@ class App:
         )
         self._results: ResultListener | None = None
         self._results_pid = 0
+        #: What this process counted of pgtasks._counters' names (enqueues answered by an
+        #: existing job); the database holds every process's totals (``pgtasks stats``).
+        self.counters = Tally()
         _apps.add(self)
 
     def __repr__(self) -> str:
@@ -410,7 +414,13 @@ class App:
         return await self.instrumentation.ainsert(specs, lambda traced: self._ainsert(conn, traced))
 
     def _handles(self, inserted: list[InsertedJob]) -> list[JobHandle[Any]]:
-        return [JobHandle(self, job_id, existed=existed) for job_id, existed in inserted]
+        handles: list[JobHandle[Any]] = [
+            JobHandle(self, job_id, existed=existed) for job_id, existed in inserted
+        ]
+        deduplicated = sum(1 for _, existed in inserted if existed)
+        if deduplicated:
+            self.counters.add(ENQUEUES_DEDUPLICATED, deduplicated, store=False)
+        return handles
 
     def enqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.Connection[Any] | None = None
@@ -438,6 +448,8 @@ class App:
             job = self.store.insert_job(connection, spec)
         else:
             job = self.database.run(lambda conn: self.store.insert_job(conn, spec))
+        if job.existed:
+            self.counters.add(ENQUEUES_DEDUPLICATED, store=False)
         return JobHandle(self, job.id, existed=job.existed)
 
     async def aenqueue_many(
@@ -464,6 +476,8 @@ class App:
             job = await self.store.ainsert_job(connection, spec)
         else:
             job = await self.database.arun(lambda conn: self.store.ainsert_job(conn, spec))
+        if job.existed:
+            self.counters.add(ENQUEUES_DEDUPLICATED, store=False)
         return JobHandle(self, job.id, existed=job.existed)
 
     # -- jobs --

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal, overload
 
@@ -120,6 +120,8 @@ class StoreBase:
         #: Cancellation requests for running jobs (payload: the id): workers listen here.
         self.cancel_channel = f"{self.channel}.cancel"
         self._identifier = sql.Identifier(schema)
+        #: The jobs table's qualified name, as text (for pg_get_serial_sequence).
+        self.jobs_table = self._identifier.as_string(None) + ".jobs"
         self._statements: dict[str, bytes] = {
             name: self._render(query.text) for name, query in load_queries().items()
         }
@@ -185,6 +187,26 @@ class StoreBase:
                     dict_cursor.adapters.register_loader("timestamptz", InfinityTimestamptzLoader)
                 dict_cursor.execute(statement, params)
                 return dict_cursor.fetchall() if dict_cursor.description is not None else []
+        except _NOT_MIGRATED as error:
+            raise not_migrated_error(self.schema, error) from error
+
+    def _copy(self, conn: psycopg.Connection[Any], name: str, rows: Iterable[str]) -> None:
+        """Run a named ``COPY … FROM STDIN`` statement with ``rows`` (pieces of its text
+        format, each sent as soon as it is made)."""
+        try:
+            with conn.cursor() as cursor, cursor.copy(self._statements[name]) as copy:
+                for piece in rows:
+                    copy.write(piece)
+        except _NOT_MIGRATED as error:
+            raise not_migrated_error(self.schema, error) from error
+
+    async def _acopy(
+        self, conn: psycopg.AsyncConnection[Any], name: str, rows: Iterable[str]
+    ) -> None:
+        try:
+            async with conn.cursor() as cursor, cursor.copy(self._statements[name]) as copy:
+                for piece in rows:
+                    await copy.write(piece)
         except _NOT_MIGRATED as error:
             raise not_migrated_error(self.schema, error) from error
 

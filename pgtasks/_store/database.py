@@ -9,6 +9,7 @@ their own (never the pool: a task that leaks pooled connections cannot stop them
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import weakref
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import tenacity
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from .._embedded import embedded_dsn
@@ -29,6 +31,8 @@ from .migrate import Migrator, check_version
 from .store import Store
 
 T = TypeVar("T")
+
+logger = logging.getLogger("pgtasks")
 
 #: Every Database of this process, so that a forked child can let go of what it inherited.
 _databases: weakref.WeakSet[Database] = weakref.WeakSet()
@@ -52,6 +56,32 @@ def _forget_inherited_pools() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_pools)
+
+
+def _left_open(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """A transaction is open on ``conn`` (not after an autocommit statement)."""
+    status = conn.pgconn.transaction_status
+    return status != TransactionStatus.IDLE and status != TransactionStatus.UNKNOWN
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> None:
+    """Roll back what an operation that failed left open (as ``with conn:`` does): a
+    connection in a bad state is left to the pool, without hiding the operation's error."""
+    if not _left_open(conn):
+        return
+    try:
+        conn.rollback()
+    except Exception as error:
+        logger.warning("error rolling back a pooled connection: %s", error)
+
+
+async def _arollback(conn: psycopg.AsyncConnection[Any]) -> None:
+    if not _left_open(conn):
+        return
+    try:
+        await conn.rollback()
+    except Exception as error:
+        logger.warning("error rolling back a pooled connection: %s", error)
 
 
 def is_connection_failure(error: BaseException) -> bool:
@@ -257,12 +287,19 @@ class Database:
             except PoolTimeout as error:
                 raise self.unavailable(error) from None
             try:
-                # Commits (or rolls back) what is left open, as pool.connection() does:
-                # a pooled connection may have been taken out of autocommit by its user.
-                with conn:
+                try:
                     if not self.schema_checked:
                         self.check_schema(conn)
-                    return operation(conn)
+                    result = operation(conn)
+                except BaseException:
+                    _rollback(conn)
+                    raise
+                # Commits what is left open, as pool.connection() does (a pooled connection
+                # may have been taken out of autocommit by its user), without its call when
+                # nothing is (an autocommit statement).
+                if _left_open(conn):
+                    conn.commit()
+                return result
             finally:
                 pool.putconn(conn)  # replaces a broken connection
 
@@ -283,8 +320,29 @@ class Database:
         """The async twin of :meth:`run`."""
 
         async def attempt() -> T:
-            async with self.aconnection() as conn:
-                return await operation(conn)
+            # What ``async with self.aconnection()`` does, without its two async generator
+            # context managers (as in run()): an asyncio program's one-job enqueue pays
+            # for every microsecond spent here.
+            apool = self._apool
+            if apool is None or self._apool_loop is not asyncio.get_running_loop():
+                apool = await self.get_apool()
+            try:
+                conn = await apool.getconn(timeout=self.connect_timeout)
+            except PoolTimeout as error:
+                raise self.unavailable(error) from None
+            try:
+                try:
+                    if not self.schema_checked:
+                        await self.acheck_schema(conn)
+                    result = await operation(conn)
+                except BaseException:
+                    await _arollback(conn)
+                    raise
+                if _left_open(conn):
+                    await conn.commit()
+                return result
+            finally:
+                await apool.putconn(conn)
 
         try:
             return await attempt()  # as in run(): the first try without tenacity

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -21,19 +22,20 @@ from psycopg import sql
 from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import RowFactory, dict_row, tuple_row
 
-from .._jobs import InsertedJob, JobRow, JobSpec, JobStatus, ScopedJobSpec
+from .._jobs import InsertedJob, JobBatch, JobRow, JobSpec, JobStatus, ScopedJobSpec
 from ..sql import Migration
 from .base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
 from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
 from .base import JsonbTextLoader, Params, Row, StoreBase, translate_errors
 from .base import notification_channel as notification_channel
+from .counters import CounterQueries
 from .doctor import DoctorQueries
 from .limits import LimitQueries
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
-from .params import job_params, jobs_columns
+from .params import batch_params, copy_chunks, job_params, jobs_columns
 from .queues import QueueQueries
-from .unique import UniqueQueries
+from .unique import UniqueQueries, aatomic, atomic
 from .web import WebQueries
 from .workflows import WorkflowQueries
 
@@ -73,11 +75,31 @@ def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
     )
 
 
+#: Batches of at least this many plain jobs go by COPY (Store.copy_new_jobs): two round
+#: trips instead of one, but for many jobs far less work for both ends than the arrays of
+#: insert_new_jobs (measured by benchmarks/enqueue.py).
+COPY_MIN_JOBS = 64
+
+
+def _copyable(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+) -> bool:
+    """Whether plain specs without keys (insert_new_jobs') can go by COPY: enough of them,
+    none with a time to run at (COPY writes no expression: the column's now() applies),
+    and the connection not in pipeline mode (COPY cannot run there)."""
+    return (
+        len(specs) >= COPY_MIN_JOBS
+        and conn.pgconn.pipeline_status == PipelineStatus.OFF
+        and all(spec.run_at is None and spec.delay_seconds is None for spec in specs)
+    )
+
+
 def _outcome_id(outcome: OutcomeRow) -> int:
     return outcome[0]
 
 
 class Store(
+    CounterQueries,
     DoctorQueries,
     LimitQueries,
     MetricsQueries,
@@ -222,16 +244,26 @@ class Store(
         """Insert jobs in order; an existing idempotency key answers with its job."""
         if len(specs) == 1:
             return [self.insert_job(conn, specs[0])]
+        if type(specs) is JobBatch:
+            return self.insert_batch_jobs(conn, specs)
         if any(isinstance(spec, ScopedJobSpec) for spec in specs):
             return self.insert_mixed_jobs(conn, specs)  # one statement per scope
         if any(spec.limit_groups is not None for spec in specs):
             sent, answer = self._unique_specs(specs)
-            return self._inserted(self.insert_limited_jobs(conn, sent), answer)
+            with atomic(conn) if len(sent) < len(specs) else nullcontext():
+                rows = self.insert_limited_jobs(conn, sent)
+                self.count_repeated_keys(conn, len(specs) - len(sent))
+            return self._inserted(rows, answer)
         # The fast path: plain jobs without keys (a scoped job's key is not idempotency_key).
         if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
+            if _copyable(conn, specs):
+                return self.copy_new_jobs(conn, specs)
             return self.insert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
-        rows = self._rows(conn, "insert_jobs", params, binary=True, tuples=True)
+        repeated = len(answer) - len(params["task_name"])
+        with atomic(conn) if repeated else nullcontext():
+            rows = self._rows(conn, "insert_jobs", params, binary=True, tuples=True)
+            self.count_repeated_keys(conn, repeated)
         return self._inserted(rows, answer)
 
     async def ainsert_jobs(
@@ -239,15 +271,25 @@ class Store(
     ) -> list[InsertedJob]:
         if len(specs) == 1:
             return [await self.ainsert_job(conn, specs[0])]
+        if type(specs) is JobBatch:
+            return await self.ainsert_batch_jobs(conn, specs)
         if any(isinstance(spec, ScopedJobSpec) for spec in specs):
             return await self.ainsert_mixed_jobs(conn, specs)
         if any(spec.limit_groups is not None for spec in specs):
             sent, answer = self._unique_specs(specs)
-            return self._inserted(await self.ainsert_limited_jobs(conn, sent), answer)
+            async with aatomic(conn) if len(sent) < len(specs) else nullcontext():
+                rows = await self.ainsert_limited_jobs(conn, sent)
+                await self.acount_repeated_keys(conn, len(specs) - len(sent))
+            return self._inserted(rows, answer)
         if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
+            if _copyable(conn, specs):
+                return await self.acopy_new_jobs(conn, specs)
             return await self.ainsert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
-        rows = await self._arows(conn, "insert_jobs", params, binary=True, tuples=True)
+        repeated = len(answer) - len(params["task_name"])
+        async with aatomic(conn) if repeated else nullcontext():
+            rows = await self._arows(conn, "insert_jobs", params, binary=True, tuples=True)
+            await self.acount_repeated_keys(conn, repeated)
         return self._inserted(rows, answer)
 
     def insert_new_jobs(self, conn: psycopg.Connection[Any], params: Params) -> list[InsertedJob]:
@@ -263,6 +305,59 @@ class Store(
     ) -> list[InsertedJob]:
         rows = await self._arows(conn, "insert_new_jobs", params, binary=True, tuples=True)
         return [InsertedJob(row[0], False) for row in rows]
+
+    def insert_batch_jobs(
+        self, conn: psycopg.Connection[Any], batch: JobBatch
+    ) -> list[InsertedJob]:
+        """Insert delay_many's jobs: one statement, their shared fields once and their
+        arguments as two JSON arrays (the client joins texts; nothing per job is adapted)."""
+        rows = self._rows(conn, "insert_batch_jobs", batch_params(batch), tuples=True)
+        return [InsertedJob(row[0], False) for row in rows]
+
+    async def ainsert_batch_jobs(
+        self, conn: psycopg.AsyncConnection[Any], batch: JobBatch
+    ) -> list[InsertedJob]:
+        rows = await self._arows(conn, "insert_batch_jobs", batch_params(batch), tuples=True)
+        return [InsertedJob(row[0], False) for row in rows]
+
+    def copy_new_jobs(
+        self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        """insert_new_jobs for a large batch of plain jobs (see ``_copyable``): their ids
+        from next_job_ids, then the rows by copy_jobs. Two round trips and no BEGIN or
+        COMMIT on an autocommit connection (the ids are taken outside any transaction: a
+        failed COPY leaves a gap in the sequence, as a failed INSERT does, and no row).
+        """
+        ids = self.next_job_ids(conn, len(specs))
+        self.copy_jobs(conn, ids, specs)
+        return [InsertedJob(job_id, False) for job_id in ids]
+
+    async def acopy_new_jobs(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        ids = await self.anext_job_ids(conn, len(specs))
+        await self.acopy_jobs(conn, ids, specs)
+        return [InsertedJob(job_id, False) for job_id in ids]
+
+    def next_job_ids(self, conn: psycopg.Connection[Any], count: int) -> list[int]:
+        """``count`` new job ids, increasing."""
+        params = {"count": count, "jobs_table": self.jobs_table}
+        return [row[0] for row in self._rows(conn, "next_job_ids", params, tuples=True)]
+
+    async def anext_job_ids(self, conn: psycopg.AsyncConnection[Any], count: int) -> list[int]:
+        params = {"count": count, "jobs_table": self.jobs_table}
+        return [row[0] for row in await self._arows(conn, "next_job_ids", params, tuples=True)]
+
+    def copy_jobs(
+        self, conn: psycopg.Connection[Any], ids: Sequence[int], specs: Sequence[JobSpec]
+    ) -> None:
+        """Write plain jobs (see ``_copyable``) with these ids by COPY."""
+        self._copy(conn, "copy_jobs", copy_chunks(ids, specs))
+
+    async def acopy_jobs(
+        self, conn: psycopg.AsyncConnection[Any], ids: Sequence[int], specs: Sequence[JobSpec]
+    ) -> None:
+        await self._acopy(conn, "copy_jobs", copy_chunks(ids, specs))
 
     def update_job_meta(
         self,

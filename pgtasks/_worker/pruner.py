@@ -102,6 +102,9 @@ class Pruner(Service):
         self.last_result: PruneResult | None = None
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
+        # The counters' rows (one per count added) folded into one per name, whatever
+        # the retention: two workers folding at once lose or double nothing.
+        self.store.fold_counters(conn)
         self.prune(conn)
 
     def prune(self, conn: psycopg.Connection[Any]) -> PruneResult | None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._counters import FENCED_WRITES_REFUSED, LEASE_LOST, Tally
 from .._instrumentation import outcome_name
 from .._retry import Outcome
 
@@ -32,9 +33,29 @@ class Reporter:
         self.counts: dict[str, int] = {}
         #: time.monotonic() when a job we rescheduled becomes due (claim then, not at the poll).
         self.next_due = float("inf")
+        #: The counters of exercised guarantees (pgtasks._counters) this worker counted:
+        #: added to the database with the heartbeat, and told to observers at once.
+        self.tally = Tally()
 
     def count(self, name: str, amount: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + amount
+
+    def exercised(self, name: str, amount: int = 1, *, store: bool = True) -> None:
+        """A guarantee was exercised ``amount`` times (any thread): counted in the tally
+        (stored with the next heartbeat unless ``store=False``: the statement that did
+        it counted it in the database already) and told to the observers."""
+        if amount <= 0:
+            return
+        self.tally.add(name, amount, store=store)
+        self.notify("counted", name, amount)
+
+    def refused(self, running: Running, amount: int = 1) -> None:
+        """The lease fence refused ``amount`` writes of an attempt: its lease is lost
+        (counted once per attempt)."""
+        self.exercised(FENCED_WRITES_REFUSED, amount)
+        if not running.lease_lost:
+            running.lease_lost = True
+            self.exercised(LEASE_LOST)
 
     def notify(self, event: str, *arguments: Any) -> None:
         for observer in self.observers:
@@ -111,6 +132,7 @@ class Reporter:
         duration = time.monotonic() - running.started
         if not written:
             self.count("lease_lost")
+            self.refused(running)
             logger.warning(
                 "job %d %s attempt %d: lease lost (the job was rescued or released meanwhile);"
                 " outcome %s discarded",

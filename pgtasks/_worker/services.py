@@ -168,7 +168,9 @@ class Service(abc.ABC):
 
 class Heartbeat(Service):
     """Refreshes the worker's heartbeat (re-registering when the registration was
-    removed), then checks for cancellations whose notification was missed."""
+    removed), checks for cancellations whose notification was missed, and stores the
+    counters the worker counted since the last beat (nothing on the claim path waits
+    for them: one statement per beat, none when nothing was counted)."""
 
     name = "heartbeat"
 
@@ -180,14 +182,17 @@ class Heartbeat(Service):
         *,
         registration: Registration,
         poll_cancellations: Callable[[psycopg.Connection[Any]], None],
+        store_counters: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
         super().__init__(owner, connect, interval)
         self.registration = registration
         self.poll_cancellations = poll_cancellations
+        self.store_counters = store_counters
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         self.registration.heartbeat(conn)
         self.poll_cancellations(conn)
+        self.store_counters(conn)
 
 
 class Rescuer(Service):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import psycopg
 
 from .._app.loading import load_app
+from .._counters import RESCUED
 from .._errors import ConfigurationError
 from .._execution.executor import Executor, ExecutorOptions, PoolName
 from .._execution.outcomes import storable_outcome
@@ -296,6 +297,32 @@ class Worker:
         if requested:
             self._cancel_confirmed(requested)
 
+    # -- counters of exercised guarantees --
+    @property
+    def counters(self) -> dict[str, int]:
+        """What this worker counted of pgtasks._counters' names since it started (the
+        database's totals, of every process: ``pgtasks stats --json``)."""
+        return self._reporter.tally.totals()
+
+    def store_counters(self, conn: psycopg.Connection[Any]) -> None:
+        """Add what this worker counted since the last call to the database's counters
+        (the heartbeat calls it; what fails to be stored is kept for the next call)."""
+        tally = self._reporter.tally
+        counts = tally.unstored()
+        if not counts:
+            return
+        try:
+            self.app.store.add_counters(conn, counts)
+        except BaseException:
+            tally.give_back(counts)
+            raise
+
+    def _rescued(self, count: int) -> None:
+        """The rescuer returned ``count`` jobs of dead workers (the rescue statement
+        counted them in the database)."""
+        self._reporter.count("rescued", count)
+        self._reporter.exercised(RESCUED, count, store=False)
+
     # -- parts --
     def _new_executor(self) -> Executor:
         return Executor(
@@ -303,6 +330,7 @@ class Worker:
             self._executor_options,
             on_finished=self._on_finished,
             app_loader=load_app,
+            on_refused=self._reporter.refused,
         )
 
     def _new_exchanges(self) -> Exchanges:
@@ -332,7 +360,7 @@ class Worker:
             connect,
             self.rescue_interval,
             registration=self.registration,
-            on_rescued=lambda count: self._reporter.count("rescued", count),
+            on_rescued=self._rescued,
             maintain=healer.run_if_due,
         )
         healer.stopping = rescuer.stopping  # a pass stops between steps when the worker does
@@ -343,6 +371,7 @@ class Worker:
                 self.heartbeat_interval,
                 registration=self.registration,
                 poll_cancellations=self.poll_cancel_requests,
+                store_counters=self.store_counters,
             ),
             rescuer,
             Listener(
@@ -647,6 +676,7 @@ class Worker:
             errors=self._errors,
             wake_event=self._wake_event,
             deadline=lambda: self._stop_deadline,
+            store_counters=self.store_counters,
         ).run()
         self._reporter.notify("worker_stopped", self)
         logger.info("worker %s stopped (%s)", self.name, self._reporter.summary())

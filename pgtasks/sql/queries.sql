@@ -76,6 +76,38 @@ FROM ROWS FROM (
 ORDER BY ord
 RETURNING jobs.id, false AS existed;
 
+-- name: insert_batch_jobs :many
+-- Insert delay_many's jobs, alike in every field but their arguments: the shared fields
+-- once, args and kwargs as one JSON array each (the client joins the texts; nothing per
+-- job is adapted). Due at the database's now(); ids come back in order.
+INSERT INTO {schema}.jobs AS jobs
+    (task_name, queue, priority, args, kwargs, max_attempts, meta)
+SELECT %(task_name)s, %(queue)s, %(priority)s, args, kwargs, %(max_attempts)s,
+       coalesce(%(meta)s::jsonb, jsonb_build_object())
+FROM ROWS FROM (
+    jsonb_array_elements(%(args)s::jsonb), jsonb_array_elements(%(kwargs)s::jsonb)
+) WITH ORDINALITY AS t(args, kwargs, ord)
+ORDER BY ord
+RETURNING jobs.id;
+
+-- name: next_job_ids :many
+-- %(count)s new ids of the jobs' identity sequence (increasing), for rows that copy_jobs
+-- writes (COPY returns nothing); the sequence is looked up once, not once per id.
+WITH sequence AS MATERIALIZED (
+    SELECT pg_get_serial_sequence(%(jobs_table)s, 'id')::regclass AS id
+)
+SELECT nextval(sequence.id) AS id
+FROM sequence, generate_series(1, %(count)s::int)
+ORDER BY 1;
+
+-- name: copy_jobs :exec
+-- Plain jobs (no key, limits or time to run at) with their ids from next_job_ids, in
+-- COPY's text format (params.copy_text): for a large batch the server parses and the
+-- client builds far less than insert_new_jobs' arrays. Run at the database's now(); the
+-- notify trigger wakes the workers at commit, as for every insert.
+COPY {schema}.jobs (id, args, kwargs, meta, task_name, queue, priority, max_attempts)
+FROM STDIN;
+
 -- name: insert_job :one
 -- Insert one job; when its idempotency key exists, return that job instead.
 INSERT INTO {schema}.jobs AS jobs
@@ -404,29 +436,37 @@ WITH lost AS (
       AND (workers.id IS NULL
            OR workers.heartbeat_at < now() - make_interval(secs => %(lease_timeout)s))
     FOR UPDATE OF jobs SKIP LOCKED
-)
-UPDATE {schema}.jobs AS jobs
-SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled'
-                  WHEN jobs.attempts >= jobs.max_attempts THEN 'failed'
-                  ELSE 'pending' END,
-    last_error = format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
-                        ' during attempt %%s', jobs.locked_by, %(lease_timeout)s, jobs.attempts),
-    run_at = now(),
-    finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
-                       THEN now() END,
-    attempt_errors = coalesce(jobs.attempt_errors, '[]'::jsonb) || jsonb_build_array(
-        jsonb_build_object(
-            'attempt', jobs.attempts,
-            'worker_id', jobs.locked_by,
-            'error', format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
+), rescued AS (
+    UPDATE {schema}.jobs AS jobs
+    SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled'
+                      WHEN jobs.attempts >= jobs.max_attempts THEN 'failed'
+                      ELSE 'pending' END,
+        last_error = format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
                             ' during attempt %%s', jobs.locked_by, %(lease_timeout)s,
                             jobs.attempts),
-            'exception_type', 'pgtasks.WorkerLostError',
-            'finished_at', now())),
-    updated_at = now()
-FROM lost
-WHERE jobs.id = lost.id
-RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue;
+        run_at = now(),
+        finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
+                           THEN now() END,
+        attempt_errors = coalesce(jobs.attempt_errors, '[]'::jsonb) || jsonb_build_array(
+            jsonb_build_object(
+                'attempt', jobs.attempts,
+                'worker_id', jobs.locked_by,
+                'error', format('WorkerLostError: worker %%s was lost (no heartbeat within'
+                                ' %%s s) during attempt %%s', jobs.locked_by,
+                                %(lease_timeout)s, jobs.attempts),
+                'exception_type', 'pgtasks.WorkerLostError',
+                'finished_at', now())),
+        updated_at = now()
+    FROM lost
+    WHERE jobs.id = lost.id
+    RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue
+), counted AS (
+    -- The rescued counter (migration 0014), in the rescue's own transaction: exact
+    -- even if this worker dies right after.
+    INSERT INTO {schema}.counters (name, value)
+    SELECT 'rescued', count(*) FROM rescued HAVING count(*) > 0
+)
+SELECT id, status, locked_by, attempts, queue FROM rescued;
 
 -- name: delete_dead_workers :many
 -- Remove registrations silent past the lease (their jobs are rescued first).

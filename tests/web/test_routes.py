@@ -488,3 +488,22 @@ def test_an_unmigrated_schema_is_a_503_page_that_says_what_to_run(
     response = Client(asgi(make_app(migrate=False))).get("/jobs")
     assert response.status_code == 503
     assert "pgtasks migrate" in response.text
+
+
+def test_overview_shows_how_often_the_guarantees_were_exercised(web: Client, app: App) -> None:
+    with app.connection() as conn:
+        app.store.add_counters(conn, {"rescued": 3, "lease_lost": 1})
+
+    html = web.get("/").text
+
+    counters = dict(
+        re.findall(r'<tr data-counter="(\w+)"><th>[^<]*</th><td class="num">([\d,]+)</td>', html)
+    )
+    assert counters == {
+        "lease_lost": "1",
+        "rescued": "3",
+        "fenced_writes_refused": "0",
+        "enqueues_deduplicated": "0",
+        "released_at_shutdown": "0",
+        "unknown_task_jobs": "0",
+    }
