@@ -75,7 +75,9 @@ _json_loads = json.JSONDecoder().decode
 
 #: Queries whose rows an operator reads (jobs list/show, get_jobs): any timestamp loads.
 #: (The claim clamps run_at in SQL instead: this loader is slower than psycopg's C one.)
-_INFINITE_TIMESTAMPS = frozenset({"get_job", "get_jobs", "list_jobs"})
+_INFINITE_TIMESTAMPS = frozenset(
+    {"get_job", "get_jobs", "list_jobs", "list_jobs_page", "get_job_page"}
+)
 
 
 def notification_channel(schema: str) -> str:
@@ -119,6 +121,9 @@ class StoreBase:
         self.done_channel = f"{self.channel}.done"
         #: Cancellation requests for running jobs (payload: the id): workers listen here.
         self.cancel_channel = f"{self.channel}.cancel"
+        #: Jobs changed without finishing (claimed, retried, meta or progress written;
+        #: payload: what changed, never a job's data): the dashboard listens here.
+        self.activity_channel = f"{self.channel}.activity"
         self._identifier = sql.Identifier(schema)
         self._statements: dict[str, bytes] = {
             name: self._render(query.text) for name, query in load_queries().items()
@@ -135,6 +140,7 @@ class StoreBase:
             channel=sql.Literal(self.channel),
             done_channel=sql.Literal(self.done_channel),
             cancel_channel=sql.Literal(self.cancel_channel),
+            activity_channel=sql.Literal(self.activity_channel),
         )
         return composed.as_string(None).encode()
 

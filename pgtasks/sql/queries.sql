@@ -150,6 +150,8 @@ ORDER BY id;
 
 -- name: update_job_meta :one
 -- Merge a patch into a running job's meta, fenced by its lease; no row: the lease is lost.
+-- The dashboard hears of it (payload: the job id).
+WITH updated AS (
 UPDATE {schema}.jobs AS jobs
 -- A progress report's updated_at is the server's clock, as every time pgtasks stores.
 SET meta = jobs.meta || CASE
@@ -161,7 +163,9 @@ WHERE jobs.id = %(id)s
   AND jobs.status = 'running'
   AND jobs.locked_by = %(worker_id)s
   AND jobs.attempts = %(attempt)s
-RETURNING jobs.id;
+RETURNING jobs.id
+)
+SELECT id, pg_notify({activity_channel}, id::text) IS NULL AS notified FROM updated;
 
 -- name: get_job_status :one
 -- The status of one job by id.
@@ -201,9 +205,10 @@ WITH picked AS (
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+),
 -- The CTE is a fence: the UPDATE touches exactly the rows locked above. The new
 -- lease is (locked_by, attempts); every finishing write is conditional on it.
+claimed AS (
 UPDATE {schema}.jobs AS jobs
 SET status = 'running',
     attempts = jobs.attempts + 1,
@@ -223,7 +228,13 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
           greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
           least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
               AS created_at,
-          clock_timestamp() AS claimed_at;
+          clock_timestamp() AS claimed_at
+)
+-- One notification per claim that took any job (not one per job), for the dashboard's
+-- live views; the condition is evaluated once, before the first row is returned.
+SELECT * FROM claimed
+WHERE (SELECT count(*) FROM (SELECT pg_notify({activity_channel}, 'claimed') FROM claimed
+                             LIMIT 1) AS notified) >= 0;
 
 -- name: claim_jobs_after :many
 -- claim_jobs from a worker's position: the (priority, run_at, id) of the last job its
@@ -282,7 +293,7 @@ WITH picked AS (
     -- The branches run in order and each locks only the rows pulled from it: the limit
     -- stops the scan (and the locking) as soon as it is reached.
     LIMIT %(limit)s
-)
+), claimed AS (
 UPDATE {schema}.jobs AS jobs
 SET status = 'running',
     attempts = jobs.attempts + 1,
@@ -302,7 +313,13 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
           greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
           least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
               AS created_at,
-          clock_timestamp() AS claimed_at;
+          clock_timestamp() AS claimed_at
+)
+-- One notification per claim that took any job (not one per job), for the dashboard's
+-- live views; the condition is evaluated once, before the first row is returned.
+SELECT * FROM claimed
+WHERE (SELECT count(*) FROM (SELECT pg_notify({activity_channel}, 'claimed') FROM claimed
+                             LIMIT 1) AS notified) >= 0;
 
 -- name: finish_jobs :many
 -- Record a batch of outcomes (done, retry, failed), each fenced by its lease; a job whose
@@ -355,6 +372,10 @@ notified AS (
     FROM (SELECT id, (row_number() OVER ()) / 500 AS chunk
           FROM finished WHERE status <> 'pending') AS ended
     GROUP BY chunk
+    UNION ALL
+    -- Attempts that will be retried changed their jobs too: one notification for all.
+    (SELECT pg_notify({activity_channel}, 'retried') FROM finished WHERE status = 'pending'
+     LIMIT 1)
 )
 -- Selecting "sent" keeps the join (and so the notifications) from being optimised away.
 SELECT finished.id, finished.status, notifications.sent
