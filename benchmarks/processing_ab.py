@@ -47,9 +47,7 @@ def measure(checkout: Path, dsn: str, jobs: int, concurrency: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.processing_ab", description=__doc__
-    )
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.processing_ab", description=__doc__)
     parser.add_argument("--baseline", type=Path, required=True, help="the other checkout")
     parser.add_argument("--dsn", help="PostgreSQL to use (default: the embedded server)")
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per run")

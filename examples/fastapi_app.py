@@ -10,6 +10,8 @@ shutdown stops the worker gracefully and closes the pools.
 ``POST /orders`` writes the order and its confirmation job in one transaction: the job
 exists exactly when the order does. ``?fail=true`` raises after both writes, so the
 transaction rolls back and neither exists. ``GET /jobs/{id}`` awaits a job's result.
+The dashboard is mounted at ``/ops/tasks`` (no authentication configured: it answers
+loopback clients only); its open pages never hold up the service's shutdown.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from psycopg import sql
 
 from pgtasks import App, JobCancelled, JobNotFoundError, TaskFailed
 from pgtasks.contrib.fastapi import run_app
+from pgtasks.web import asgi as dashboard
 
 app = App()
 # The example's own table, beside pgtasks' tables in the App's schema.
@@ -52,6 +55,9 @@ async def lifespan(api: FastAPI) -> AsyncIterator[None]:
 
 
 api = FastAPI(lifespan=lifespan)
+# The dashboard, as docs/howto/dashboard.md mounts it (with auth=basic_auth(...) beyond
+# localhost).
+api.mount("/ops/tasks", dashboard(app))
 
 
 @api.post("/orders")
@@ -101,6 +107,8 @@ async def main() -> None:
 
             refused = await client.post("/orders", params={"item": "kettle", "fail": True})
             print(f"refused: HTTP {refused.status_code}")
+            overview = await client.get("/ops/tasks/")
+            print(f"dashboard: HTTP {overview.status_code}")
         async with app.aconnection() as conn:
             cursor = await conn.execute(
                 sql.SQL(

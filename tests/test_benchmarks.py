@@ -239,6 +239,43 @@ def test_enqueue_ab_benchmark_compares_two_checkouts(dsn: str) -> None:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
+def test_processing_ab_benchmark_compares_two_checkouts(dsn: str) -> None:
+    # A database of its own: the benchmark's schema is the other benchmarks' too.
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    name = f"pgtasks_processing_ab_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        result = subprocess.run(
+            [
+                *(sys.executable, "-m", "benchmarks.processing_ab", "--baseline", str(ROOT)),
+                *("--jobs", "300", "--runs", "1", "--concurrency", "4"),
+                *("--dsn", make_conninfo(dsn, dbname=name)),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=230,
+            check=False,
+        )
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert any(line.startswith("c4 ") for line in result.stdout.splitlines()), result.stdout
+    assert "round 1, c4: this" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
 def test_unique_overhead_benchmark_runs_end_to_end(dsn: str) -> None:
     result = subprocess.run(
         [

@@ -12,7 +12,7 @@ import asyncio
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,8 +75,14 @@ class Database:
         pool_max_size: int,
         connect_timeout: float,
         connect_attempts: int,
+        connection_kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
     ) -> None:
         self.store = store
+        #: Further psycopg.connect() arguments of the pooled connections (e.g. options).
+        self.connection_kwargs = dict(connection_kwargs or {})
+        #: The pools' name (pgtasks-<schema> by default).
+        self.name = name or f"pgtasks-{store.schema}"
         self.configured_dsn = configured_dsn
         self.embedded_dir = embedded_dir
         self.pool_min_size = pool_min_size
@@ -116,9 +122,9 @@ class Database:
                 self.dsn,
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
-                kwargs=db.pool_kwargs(),
+                kwargs={**db.pool_kwargs(), **self.connection_kwargs},
                 timeout=self.connect_timeout,
-                name=f"pgtasks-{self.store.schema}",
+                name=self.name,
                 open=False,
             )
             try:
@@ -144,9 +150,9 @@ class Database:
                 self.dsn,
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
-                kwargs=db.pool_kwargs(),
+                kwargs={**db.pool_kwargs(), **self.connection_kwargs},
                 timeout=self.connect_timeout,
-                name=f"pgtasks-{self.store.schema}-async",
+                name=f"{self.name}-async",
                 open=False,
             )
             try:
