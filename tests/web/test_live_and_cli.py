@@ -253,7 +253,7 @@ def test_pgtasks_web_needs_both_user_and_password() -> None:
 def test_pgtasks_web_help_lists_its_options() -> None:
     result = run_cli("web", "--help")
     assert result.exit_code == 0
-    for option in ("--host", "--port", "--read-only", "--insecure-no-auth"):
+    for option in ("--host", "--port", "--read-only", "--insecure-no-auth", "--allowed-host"):
         assert option in result.output
 
 
