@@ -5,7 +5,9 @@
 
 Runs the processing figure of ``python -m benchmarks`` (a real ``pgtasks worker``
 process draining N pre-enqueued no-op jobs; jobs/s from the database's timestamps, first
-claim to last finish) for this checkout and the baseline in turn, R rounds, alternating
+claim to last finish), or with ``--figure raw`` its raw-SQL ceiling (the worker's claim
+and finish statements in a bare loop, ``concurrency`` jobs a round trip), for this
+checkout and the baseline in turn, R rounds, alternating
 which goes first, each in a fresh process that imports its own checkout (the worker it
 starts runs that checkout too) and migrates the benchmark schema with its own
 migrations. Prints, per concurrency, the median of each checkout, their ratio and the
@@ -27,15 +29,21 @@ from benchmarks.__main__ import ROOT, resolve_dsn
 _MEASURE = """
 import json, sys
 from benchmarks import __main__ as bench
-dsn, jobs, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-print(json.dumps({"jobs_per_second": bench.processing(dsn, jobs, concurrency)}))
+dsn, jobs, concurrency, figure = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if figure == "raw":
+    rate = bench.raw_sql_ceiling(dsn, jobs, concurrency)
+else:
+    rate = bench.processing(dsn, jobs, concurrency)
+print(json.dumps({"jobs_per_second": rate}))
 """
 
 
-def measure(checkout: Path, dsn: str, jobs: int, concurrency: int) -> float:
-    """One processing run, in a process importing ``checkout``'s pgtasks."""
+def measure(checkout: Path, dsn: str, jobs: int, concurrency: int, figure: str = "worker") -> float:
+    """One run, in a process importing ``checkout``'s pgtasks: a worker process draining
+    the jobs (``worker``), or the worker's claim and finish statements in a bare loop
+    claiming ``concurrency`` jobs per round trip (``raw``)."""
     completed = subprocess.run(
-        [sys.executable, "-c", _MEASURE, dsn, str(jobs), str(concurrency)],
+        [sys.executable, "-c", _MEASURE, dsn, str(jobs), str(concurrency), figure],
         cwd=checkout,
         capture_output=True,
         text=True,
@@ -55,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--concurrency", default="10,50", help="worker concurrencies, comma-separated"
     )
+    parser.add_argument(
+        "--figure",
+        choices=("worker", "raw"),
+        default="worker",
+        help="worker: a pgtasks worker process; raw: its claim and finish statements alone",
+    )
     args = parser.parse_args(argv)
     dsn = resolve_dsn(args.dsn)
     concurrencies = [int(value) for value in args.concurrency.split(",") if value.strip()]
@@ -67,12 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         for concurrency in concurrencies:
             line = []
             for side in order:
-                rate = measure(sides[side], dsn, args.jobs, concurrency)
+                rate = measure(sides[side], dsn, args.jobs, concurrency, args.figure)
                 results[(side, concurrency)].append(rate)
                 line.append(f"{side} {rate:,.0f}")
             print(f"round {round_number + 1}, c{concurrency}: {', '.join(line)} jobs/s", flush=True)
     print(f"this: {ROOT}\nbaseline: {sides['baseline']}")
-    print(f"{args.runs} rounds of {args.jobs:,} no-op jobs, 1 worker process (median, jobs/s)")
+    what = "1 worker process" if args.figure == "worker" else "claim+finish statements alone"
+    print(f"{args.runs} rounds of {args.jobs:,} no-op jobs, {what} (median, jobs/s)")
     print(f"{'concurrency':12} {'this':>10} {'baseline':>10} {'ratio':>7}  this won")
     for concurrency in concurrencies:
         mine, theirs = results[("this", concurrency)], results[("baseline", concurrency)]

@@ -274,6 +274,25 @@ def test_processing_ab_benchmark_compares_two_checkouts(dsn: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_claim_sql_ab_benchmark_compares_the_statements_of_two_checkouts(dsn: str) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.claim_sql_ab", "--baseline", str(ROOT)),
+            *("--jobs", "400", "--batch", "16", "--runs", "1", "--dsn", dsn),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for shape in ("pipeline", "claim only"):
+        assert f"{shape:10} this/baseline over 1 runs: median trip" in result.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
 def test_unique_overhead_benchmark_runs_end_to_end(dsn: str) -> None:

@@ -111,6 +111,11 @@ def translate_errors(schema: str) -> Iterator[None]:
         raise not_migrated_error(schema, error) from error
 
 
+#: Claims that, run in a round trip that writes no outcome, announce themselves (see
+#: StoreBase._announced): ``<name>_announced`` is the same claim plus one notification.
+ANNOUNCED_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_limited_jobs")
+
+
 class StoreBase:
     """Rendered statements of one schema, and how to run them."""
 
@@ -128,6 +133,8 @@ class StoreBase:
         self._statements: dict[str, bytes] = {
             name: self._render(query.text) for name, query in load_queries().items()
         }
+        for name in ANNOUNCED_CLAIMS:
+            self._statements[f"{name}_announced"] = self._announced(self._statements[name])
         #: Statements whose parameters are sent in binary (``%(name)b``): arrays of many
         #: values dump several times faster so, and the server parses them faster too.
         self._binary_statements: dict[str, bytes] = {
@@ -143,6 +150,23 @@ class StoreBase:
             activity_channel=sql.Literal(self.activity_channel),
         )
         return composed.as_string(None).encode()
+
+    def _announced(self, claim: bytes) -> bytes:
+        """``claim`` sending one notification on the activity channel when it took any job
+        (the rows, and their order, unchanged), for the dashboard's live pages.
+
+        A round trip that also writes outcomes runs the claim as it is: its finish
+        notifies (``done``, or ``retried``) in the same transaction. A claim alone (an idle
+        worker's) would otherwise go unheard until the dashboard's next poll. The condition
+        is evaluated once, before the first row; a claim that took nothing notifies nothing.
+        """
+        body = claim.decode().rstrip().removesuffix(";")
+        channel = sql.Literal(self.activity_channel).as_string(None)
+        return (
+            f"WITH claimed AS (\n{body}\n)\nSELECT * FROM claimed"
+            f" WHERE (SELECT count(*) FROM (SELECT pg_notify({channel}, 'claimed')"
+            " FROM claimed LIMIT 1) AS notified) >= 0"
+        ).encode()
 
     # -- executors --
     @overload

@@ -52,8 +52,7 @@ RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
 
 -- name: claim_limited_jobs :many
 -- Claim up to %(limit)s due jobs that limits apply to, never past a limit (see the
--- function in migration 0009); filters as in claim_jobs, one notification as claim_jobs.
-WITH claimed AS (
+-- function in migration 0009); filters as in claim_jobs.
 SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts, meta,
        greatest(run_at, '0002-01-01 00:00:00+00') AS run_at,
        least(greatest(created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
@@ -63,11 +62,7 @@ SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts, met
 FROM {schema}.claim_limited_jobs(
     %(worker_id)s, %(queues)s::text[], %(excluded_queues)s::text[], %(task_names)s::text[],
     %(limit)s
-)
-)
-SELECT * FROM claimed
-WHERE (SELECT count(*) FROM (SELECT pg_notify({activity_channel}, 'claimed') FROM claimed
-                             LIMIT 1) AS notified) >= 0;
+);
 
 -- name: upsert_limits :one
 -- Store the limit definitions of a worker's app (a changed definition replaces the stored

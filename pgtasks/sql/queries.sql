@@ -205,10 +205,9 @@ WITH picked AS (
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-),
+)
 -- The CTE is a fence: the UPDATE touches exactly the rows locked above. The new
 -- lease is (locked_by, attempts); every finishing write is conditional on it.
-claimed AS (
 UPDATE {schema}.jobs AS jobs
 SET status = 'running',
     attempts = jobs.attempts + 1,
@@ -228,13 +227,7 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
           greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
           least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
               AS created_at,
-          clock_timestamp() AS claimed_at
-)
--- One notification per claim that took any job (not one per job), for the dashboard's
--- live views; the condition is evaluated once, before the first row is returned.
-SELECT * FROM claimed
-WHERE (SELECT count(*) FROM (SELECT pg_notify({activity_channel}, 'claimed') FROM claimed
-                             LIMIT 1) AS notified) >= 0;
+          clock_timestamp() AS claimed_at;
 
 -- name: claim_jobs_after :many
 -- claim_jobs from a worker's position: the (priority, run_at, id) of the last job its
@@ -293,7 +286,7 @@ WITH picked AS (
     -- The branches run in order and each locks only the rows pulled from it: the limit
     -- stops the scan (and the locking) as soon as it is reached.
     LIMIT %(limit)s
-), claimed AS (
+)
 UPDATE {schema}.jobs AS jobs
 SET status = 'running',
     attempts = jobs.attempts + 1,
@@ -313,13 +306,7 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
           greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
           least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
               AS created_at,
-          clock_timestamp() AS claimed_at
-)
--- One notification per claim that took any job (not one per job), for the dashboard's
--- live views; the condition is evaluated once, before the first row is returned.
-SELECT * FROM claimed
-WHERE (SELECT count(*) FROM (SELECT pg_notify({activity_channel}, 'claimed') FROM claimed
-                             LIMIT 1) AS notified) >= 0;
+          clock_timestamp() AS claimed_at;
 
 -- name: finish_jobs :many
 -- Record a batch of outcomes (done, retry, failed), each fenced by its lease; a job whose
