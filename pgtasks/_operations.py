@@ -545,6 +545,16 @@ class JobFilter:
         return {name: value for name, value in values.items() if value is not None}
 
     @property
+    def scans(self) -> bool:
+        """Whether listing it reads jobs no index selects: a filter on args, task,
+        creation time, due, or a queue (except with a status a partial index serves)."""
+        if self.args is not None or self.task_name is not None or self.due is not None:
+            return True
+        if self.created_from is not None or self.created_to is not None:
+            return True
+        return self.queue is not None and self.status not in ("waiting", "pending", "running")
+
+    @property
     def counted_by_status(self) -> bool:
         """Whether status counts describe it: it selects at most a queue (and a status)."""
         return dataclasses.replace(self, queue=None, status=None) == JobFilter()

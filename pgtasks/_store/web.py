@@ -77,6 +77,37 @@ class WebQueries(StoreBase):
         }
         return self._rows(conn, "list_jobs_page", params)
 
+    def list_jobs_scan(
+        self,
+        conn: psycopg.Connection[Any],
+        job_filter: JobFilter,
+        *,
+        before: int | None,
+        limit: int,
+        scan: int,
+        args_bytes: int,
+        args_chars: int,
+        error_chars: int,
+    ) -> list[Row]:
+        """``list_jobs_page`` among the ``scan`` newest jobs below ``before`` only."""
+        params: Params = {
+            **_filter_params(job_filter),
+            "before": before,
+            "limit": limit,
+            "scan": scan,
+            "args_bytes": args_bytes,
+            "args_chars": args_chars,
+            "error_chars": error_chars,
+        }
+        return self._rows(conn, "list_jobs_scan", params)
+
+    def get_scan_floor(
+        self, conn: psycopg.Connection[Any], *, before: int | None, scan: int
+    ) -> tuple[int | None, int]:
+        """The lowest id list_jobs_scan reads (None: no job) and how many jobs it reads."""
+        row = self._rows(conn, "get_scan_floor", {"before": before, "scan": scan})[0]
+        return row["floor"], int(row["scanned"])
+
     def count_filtered_jobs(
         self, conn: psycopg.Connection[Any], job_filter: JobFilter, *, cap: int
     ) -> Row:

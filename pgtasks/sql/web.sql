@@ -115,6 +115,50 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
+-- name: list_jobs_scan :many
+-- list_jobs_page reading at most %(scan)s jobs (newest first, older than %(before)s):
+-- filters no index serves (args, task, creation times, a queue) cost what one page of
+-- them costs, whatever the table holds; get_scan_floor tells where the scan stopped.
+SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
+       created_at, finished_at, workflow_id,
+       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
+            THEN left(args::text, %(args_chars)s::int) END AS args_head,
+       pg_column_size(args) AS args_size,
+       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
+            %(error_chars)s::int) AS error_line,
+       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
+       now() AS now
+FROM (
+    SELECT *
+    FROM {schema}.jobs
+    WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+    ORDER BY id DESC
+    LIMIT %(scan)s::int
+) AS jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  -- due: pending and due now (true), or pending and scheduled later (false).
+  AND (%(due)s::boolean IS NULL
+       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+ORDER BY id DESC
+LIMIT %(limit)s::int;
+
+-- name: get_scan_floor :one
+-- Where list_jobs_scan stops: the lowest id among the %(scan)s newest jobs older than
+-- %(before)s, and how many there are (fewer: the scan reached the oldest job).
+SELECT min(id) AS floor, count(*)::int AS scanned
+FROM (
+    SELECT id
+    FROM {schema}.jobs
+    WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+    ORDER BY id DESC
+    LIMIT %(scan)s::int
+) AS scanned;
+
 -- name: count_filtered_jobs :one
 -- How many jobs a bulk action of the filter would touch, each count stopping at
 -- %(cap)s: retryable (failed or cancelled) and cancellable (waiting, pending, or running

@@ -52,6 +52,7 @@ from .._payload import check_name
 from .charts import charts
 from .live import END, LiveHub
 from .reads import (
+    SCAN_ROWS,
     DashboardDatabase,
     FinishedMinutes,
     format_bytes,
@@ -245,6 +246,8 @@ class Dashboard:
         older = None
         if data.more and data.jobs:
             older = _query({**query, "before": data.jobs[-1].id})
+        elif data.searched_to is not None:  # not a full page: the scan stopped there
+            older = _query({**query, "before": data.searched_to})
         counts = data.counts
         return {
             "now": data.now,
@@ -254,6 +257,8 @@ class Dashboard:
             "query_string": _query(query),
             "older": older,
             "paged": before is not None,
+            "searched_to": data.searched_to,
+            "scan_rows": SCAN_ROWS,
             "counts": counts,
             "tab_counts": counts.of(job_filter.queue)
             if counts is not None and job_filter.counted_by_status

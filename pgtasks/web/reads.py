@@ -57,6 +57,9 @@ PAGE_JSON_CHARS = 65_536
 PAGE_ERROR_CHARS = 65_536
 #: The counts of a bulk action's button stop at this many jobs.
 BULK_COUNT_CAP = 100_000
+#: Jobs a page of a filter no index serves reads at most (newest first): a page of a
+#: rare value costs what a page of a common one does, and says where it stopped.
+SCAN_ROWS = 20_000
 
 
 class DashboardDatabase:
@@ -347,6 +350,9 @@ class JobsPage:
     jobs: list[JobListRow]
     more: bool
     counts: StatusCounts | None
+    #: A filter no index serves read only SCAN_ROWS jobs and the page is not full: the
+    #: lowest id read (older jobs were not searched; ``?before=`` it goes on), else None.
+    searched_to: int | None = None
 
 
 def jobs_page(
@@ -362,19 +368,28 @@ def jobs_page(
 
     def read(conn: psycopg.Connection[Any]) -> JobsPage:
         store = database.store
-        rows = store.list_jobs_page(
-            conn,
-            job_filter,
-            before=before,
-            limit=limit + 1,
-            args_bytes=LIST_ARGS_BYTES,
-            args_chars=LIST_ARGS_CHARS,
-            error_chars=LIST_ERROR_CHARS,
-        )
+        cuts = {
+            "args_bytes": LIST_ARGS_BYTES,
+            "args_chars": LIST_ARGS_CHARS,
+            "error_chars": LIST_ERROR_CHARS,
+        }
+        searched_to = None
+        if job_filter.scans:
+            rows = store.list_jobs_scan(
+                conn, job_filter, before=before, limit=limit + 1, scan=SCAN_ROWS, **cuts
+            )
+            if len(rows) <= limit:
+                floor, scanned = store.get_scan_floor(conn, before=before, scan=SCAN_ROWS)
+                if scanned >= SCAN_ROWS and floor is not None:
+                    searched_to = floor
+        else:
+            rows = store.list_jobs_page(conn, job_filter, before=before, limit=limit + 1, **cuts)
         now = rows[0]["now"] if rows else store.get_database_time(conn)
         jobs = [JobListRow.from_row(row) for row in rows[:limit]]
         tabs = read_status_counts(store, conn, paused=False) if counts else None
-        return JobsPage(now=now, jobs=jobs, more=len(rows) > limit, counts=tabs)
+        return JobsPage(
+            now=now, jobs=jobs, more=len(rows) > limit, counts=tabs, searched_to=searched_to
+        )
 
     return database.run(read)
 

@@ -272,3 +272,27 @@ def test_controls_share_one_look(web: Client, path: str) -> None:
     assert "style=" not in page  # the CSP forbids inline styles: every look is app.css
     for button in re.findall(r"<button[^>]*>", page):
         assert re.search(r'class="(action|primary)', button), button
+
+
+def test_a_filter_no_index_serves_reads_a_bounded_number_of_jobs_per_page(
+    web: Client, app: App, admin: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rare args value: each page reads SCAN_ROWS jobs at most and says where it
+    stopped; "search older jobs" goes on from there until the oldest job."""
+    monkeypatch.setattr(reads, "SCAN_ROWS", 5)
+    old_match = insert_job(admin, app, args='["needle"]')
+    others = [insert_job(admin, app) for _ in range(7)]
+    new_match = insert_job(admin, app, args='["needle"]')
+
+    page = web.get('/jobs?args=["needle"]').text
+    assert [int(i) for i in re.findall(r'<tr data-job="(\d+)">', page)] == [new_match]
+    assert 'id="searched"' in page
+    link = re.search(r'href="/jobs\?([^"]+)" rel="next">search older jobs', page)
+    assert link, page
+    assert f"before={others[3]}" in link[1]  # the lowest id the 5-job scan read
+    older = web.get("/jobs?" + html_module.unescape(link[1])).text
+    assert [int(i) for i in re.findall(r'<tr data-job="(\d+)">', older)] == [old_match]
+    assert 'rel="next"' not in older  # the scan reached the oldest job: nothing more
+    assert 'id="searched"' not in older
+    # A page full of matches pages as usual (from its last job).
+    assert 'id="searched"' not in web.get("/jobs").text
