@@ -24,7 +24,8 @@ Throughput (``--throughput``): a real ``pgtasks worker`` process (concurrency 10
 pre-enqueued no-op jobs in the schema ``pgtasks_bench_dashboard_tp``, with no dashboard,
 then with the dashboard served by uvicorn in this process and one browser-like client
 holding the overview's event stream open (each finish notifies the done channel; the
-overview is re-rendered at most twice a second). After a warm-up run, the modes
+overview is re-rendered at most four times a second, less when rendering is slow). After
+a warm-up run, the modes
 alternate (which goes first alternates too); medians and ranges are printed.
 Throughput is computed from the database's timestamps (first claim to last finish).
 Index cost (``--index-cost``): enqueue rates (``delay_many`` by 1,000 and ``delay`` one
@@ -409,7 +410,7 @@ def dashboard_open(app: App) -> Iterator[dict[str, int]]:
             client.stream("GET", f"http://127.0.0.1:{port}/events") as response,
         ):
             for line in response.iter_lines():
-                if line.startswith("event: overview"):
+                if line.startswith("event: update"):
                     seen["events"] += 1
                 if stop.is_set():
                     return
@@ -487,7 +488,7 @@ def throughput(dsn: str, jobs: int, runs: int) -> None:
             if with_dashboard:
                 events.append(seen)
             mode = "dashboard open" if with_dashboard else "no dashboard  "
-            extra = f" ({seen} overview events received)" if with_dashboard else ""
+            extra = f" ({seen} overview updates received)" if with_dashboard else ""
             print(f"run {run + 1}: {mode} {rate:8,.0f} jobs/s{extra}", flush=True)
     without, with_open = statistics.median(figures[False]), statistics.median(figures[True])
     print(

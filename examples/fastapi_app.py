@@ -41,6 +41,11 @@ def confirm_order(order_id: int, item: str) -> str:
     return f"order {order_id} ({item}) confirmed"
 
 
+# The dashboard, as docs/howto/dashboard.md mounts it (with auth=basic_auth(...) beyond
+# localhost). Its event streams end by themselves when the server stops.
+ops = dashboard(app)
+
+
 @asynccontextmanager
 async def lifespan(api: FastAPI) -> AsyncIterator[None]:
     # Your own startup composes with pgtasks': here, the example's table.
@@ -51,13 +56,14 @@ async def lifespan(api: FastAPI) -> AsyncIterator[None]:
                     "CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, item text)"
                 ).format(ORDERS)
             )
-        yield
+        try:
+            yield
+        finally:
+            ops.close()  # the dashboard's own connections
 
 
 api = FastAPI(lifespan=lifespan)
-# The dashboard, as docs/howto/dashboard.md mounts it (with auth=basic_auth(...) beyond
-# localhost).
-api.mount("/ops/tasks", dashboard(app))
+api.mount("/ops/tasks", ops)
 
 
 @api.post("/orders")

@@ -59,7 +59,7 @@ PAGE_ERROR_CHARS = 65_536
 BULK_COUNT_CAP = 100_000
 #: Jobs a page of a filter no index serves reads at most (newest first): a page of a
 #: rare value costs what a page of a common one does, and says where it stopped.
-SCAN_ROWS = 20_000
+SCAN_ROWS = 10_000
 
 
 class DashboardDatabase:

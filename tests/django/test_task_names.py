@@ -22,11 +22,9 @@ from pgtasks.contrib.django._compat import (
     task_backends,
 )
 from pgtasks.contrib.django.results import loaded_tasks, registered_task
-from pgtasks.web import asgi
 from tests.apps.django_project.shop import tasks
 from tests.support.environment import ROOT
 from tests.support.waiting import wait_until
-from tests.support.web import Client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -146,6 +144,10 @@ def test_the_worker_knows_every_django_task_under_its_path(django_env: dict[str,
 
 
 def test_the_dashboard_lists_django_jobs_by_their_path() -> None:
+    pytest.importorskip("jinja2", reason="the dashboard needs the web extra")
+    from pgtasks.web import asgi
+    from tests.support.web import Client
+
     result = tasks.send_email.enqueue("a@example.com")
     page = Client(asgi(get_app())).get("/jobs").text
     assert f'<tr data-job="{result.id}">' in page

@@ -325,7 +325,7 @@ def test_screenshots_of_every_page(
     )
     served = serve(asgi(app))
     shots = screenshot_dir(tmp_path)
-    page.set_viewport_size({"width": 1280, "height": 800})
+    page.set_viewport_size({"width": 1440, "height": 860})
     for path, name, ready in (
         ("/", "overview", "#queues"),
         ("/jobs", "jobs", "#jobs"),
