@@ -160,10 +160,15 @@ class StoreBase:
         worker's) would otherwise go unheard until the dashboard's next poll. The condition
         is evaluated once, before the first row; a claim that took nothing notifies nothing.
         """
-        body = claim.decode().rstrip().removesuffix(";")
+        lines = claim.decode().rstrip().removesuffix(";").splitlines()
+        # The claim's own header comment stays first: pg_stat_activity shows it.
+        header = 0
+        while header < len(lines) and lines[header].startswith("--"):
+            header += 1
+        comments, body = "\n".join(lines[:header]), "\n".join(lines[header:])
         channel = sql.Literal(self.activity_channel).as_string(None)
         return (
-            f"WITH claimed AS (\n{body}\n)\nSELECT * FROM claimed"
+            f"{comments}\nWITH claimed AS (\n{body}\n)\nSELECT * FROM claimed"
             f" WHERE (SELECT count(*) FROM (SELECT pg_notify({channel}, 'claimed')"
             " FROM claimed LIMIT 1) AS notified) >= 0"
         ).encode()
