@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,28 @@ SUMMARY_NUMBERS = (
     "latency_p95_ms",
     "latency_p99_ms",
 )
+
+
+@pytest.fixture
+def own_database(dsn: str) -> Iterator[str]:
+    """A database of its own, dropped after: the runner's schema (pgtasks_bench) is every
+    benchmark's, and the suite runs tests in parallel."""
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    name = f"pgtasks_bench_test_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(dsn, dbname=name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 @pytest.mark.slow
@@ -120,12 +143,12 @@ def test_a_peer_that_is_not_installed_is_named_with_the_extra_to_install(
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(180)
-def test_bloat_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
+def test_bloat_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> None:
     output = tmp_path / "bloat.json"
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks", "--bloat", "--quick"),
-            *("--dsn", dsn, "--json", str(output)),
+            *("--dsn", own_database, "--json", str(output)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -288,11 +311,11 @@ def test_limits_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
-def test_enqueue_ab_benchmark_compares_two_checkouts(dsn: str) -> None:
+def test_enqueue_ab_benchmark_compares_two_checkouts(own_database: str) -> None:
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks.enqueue_ab", "--baseline", str(ROOT)),
-            *("--jobs", "1000", "--runs", "1", "--dsn", dsn),
+            *("--jobs", "1000", "--runs", "1", "--dsn", own_database),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -303,6 +326,45 @@ def test_enqueue_ab_benchmark_compares_two_checkouts(dsn: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     for figure in ("enqueue_one_by_one", "enqueue_bulk", "enqueue_transactional"):
         assert any(line.startswith(figure) for line in result.stdout.splitlines()), result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_processing_ab_benchmark_compares_two_checkouts(own_database: str) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.processing_ab", "--baseline", str(ROOT)),
+            *("--jobs", "300", "--runs", "1", "--concurrency", "4", "--dsn", own_database),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert any(line.startswith("c4 ") for line in result.stdout.splitlines()), result.stdout
+    assert "round 1, c4: this" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_claim_sql_ab_benchmark_compares_the_statements_of_two_checkouts(dsn: str) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.claim_sql_ab", "--baseline", str(ROOT)),
+            *("--jobs", "400", "--batch", "16", "--runs", "1", "--dsn", dsn),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for shape in ("pipeline", "claim only"):
+        assert f"{shape:10} this/baseline over 1 runs: median trip" in result.stdout
 
 
 @pytest.mark.slow

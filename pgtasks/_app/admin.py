@@ -1,6 +1,7 @@
 """Operator reads and writes shared by ``pgtasks stats|jobs|workers`` and ``pgtasks web``:
-stats and the dashboard overview, job pages, retry (one job, every failed job, or what a
-filter selects), cancellation of what a filter selects, and deletion of a finished job.
+stats, workers, queues and limits, retry (one job, every failed job, or what a filter
+selects), cancellation of what a filter selects, and deletion of a finished job. (The
+dashboard's own reads are in ``pgtasks.web.reads``.)
 
 Neither a retry nor a deletion may break a workflow (migration workflow_progress): a job
 an unfinished workflow still needs is not deleted, and a step cancelled before it
@@ -24,16 +25,7 @@ from .._counters import every_counter
 from .._errors import JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError
 from .._jobs import JobRow
 from .._limits import LimitState, describe_limit, limit_states
-from .._operations import (
-    RETRYABLE,
-    JobFilter,
-    Overview,
-    QueueStats,
-    Stats,
-    WorkerInfo,
-    minutes_of_last_hour,
-    overview_queues,
-)
+from .._operations import RETRYABLE, JobFilter, QueueStats, Stats, WorkerInfo
 from .._queues import QueueState, queue_states
 from .._store.base import Row
 
@@ -44,9 +36,6 @@ if TYPE_CHECKING:
 ACTIVE_KEY_INDEX = "jobs_unique_active_idx"
 #: Rows per UPDATE of a bulk retry or cancel (each batch commits on its own).
 BATCH_SIZE = 1000
-#: Below this many rows (pg_class.reltuples) the overview counts finished jobs exactly;
-#: above, it estimates them from ANALYZE's statistics (see migration 0006).
-EXACT_COUNT_LIMIT = 50_000
 #: Removed workers the overview and workers page list (seconds since removal).
 WORKER_HISTORY = 3600.0
 
@@ -96,46 +85,6 @@ def counters(app: App) -> dict[str, int]:
     return every_counter(app.database.run(app.store.get_counters))
 
 
-def overview(app: App) -> Overview:
-    """The dashboard's overview without reading finished rows one by one: pending and
-    running through their partial indexes, finished jobs exactly on small tables and
-    estimated on large ones, the last hour's throughput through jobs_finished_idx.
-    """
-
-    def read(conn: psycopg.Connection[Any]) -> Overview:
-        store = app.store
-        unfinished = store.get_unfinished_stats(conn)
-        size = store.get_jobs_table_size(conn)
-        estimated = size >= EXACT_COUNT_LIMIT
-        # A large table whose statistics ANALYZE has not built yet (migration 0006 on an
-        # existing table): finished counts are unknown until it has, never counted.
-        finished = store.get_finished_estimates(conn) if estimated else []
-        unanalyzed = estimated and not finished
-        if not estimated:
-            finished = store.get_finished_counts(conn)
-        per_minute = store.get_finished_per_minute(conn)
-        now, workers = read_workers(app, conn, since=WORKER_HISTORY)
-        paused = frozenset(row["queue"] for row in store.get_paused_queues(conn))
-        queues = overview_queues(unfinished, finished)
-        shown = {queue.queue for queue in queues}
-        # A paused queue without jobs is listed too: its resume button must be reachable.
-        queues += [QueueStats(queue) for queue in paused if queue not in shown]
-        queues.sort(key=lambda queue: queue.queue or "")
-        return Overview(
-            now=now,
-            queues=queues,
-            paused=paused,
-            estimated=estimated,
-            unanalyzed=unanalyzed,
-            per_minute=minutes_of_last_hour(now, per_minute),
-            workers=workers,
-            lease_timeout=app.lease_timeout,
-            counters=every_counter(store.get_counters(conn)),
-        )
-
-    return app.database.run(read)
-
-
 def queues(app: App) -> list[QueueState]:
     """What ``pgtasks queues list`` shows: every known queue (declared by a task, with
     unfinished jobs, or paused), its pending, due and running jobs, and whether it is
@@ -165,34 +114,6 @@ def limits(app: App) -> tuple[list[LimitState], list[Row]]:
         return limit_states(app.store.get_limits(conn), usage), usage
 
     return app.database.run(read)
-
-
-def jobs_page(
-    app: App, job_filter: JobFilter, *, before: int | None, limit: int
-) -> tuple[datetime, list[JobRow], bool]:
-    """The database's now, up to ``limit`` jobs matching the filter older than ``before``
-    (newest first), and whether more follow.
-    """
-
-    def read(conn: psycopg.Connection[Any]) -> tuple[datetime, list[JobRow], bool]:
-        now, rows = app.store.list_jobs_page(conn, job_filter, before=before, limit=limit + 1)
-        if now is None:
-            now = app.store.get_database_time(conn)
-        return now, rows[:limit], len(rows) > limit
-
-    return app.database.run(read)
-
-
-def job_detail(app: App, job_id: int) -> tuple[datetime, JobRow]:
-    """The database's now and one job; JobNotFoundError when it does not exist."""
-
-    def read(conn: psycopg.Connection[Any]) -> tuple[datetime, JobRow | None]:
-        return app.store.get_database_time(conn), app.store.get_job(conn, job_id)
-
-    now, job = app.database.run(read)
-    if job is None:
-        raise _missing(job_id)
-    return now, job
 
 
 # -- writes ---------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -121,8 +121,14 @@ class Database:
         pool_max_size: int,
         connect_timeout: float,
         connect_attempts: int,
+        connection_kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
     ) -> None:
         self.store = store
+        #: Further psycopg.connect() arguments of the pooled connections (e.g. options).
+        self.connection_kwargs = dict(connection_kwargs or {})
+        #: The pools' name (pgtasks-<schema> by default).
+        self.name = name or f"pgtasks-{store.schema}"
         self.configured_dsn = configured_dsn
         self.embedded_dir = embedded_dir
         self.pool_min_size = pool_min_size
@@ -162,9 +168,9 @@ class Database:
                 self.dsn,
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
-                kwargs=db.pool_kwargs(),
+                kwargs={**db.pool_kwargs(), **self.connection_kwargs},
                 timeout=self.connect_timeout,
-                name=f"pgtasks-{self.store.schema}",
+                name=self.name,
                 open=False,
             )
             try:
@@ -190,9 +196,9 @@ class Database:
                 self.dsn,
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
-                kwargs=db.pool_kwargs(),
+                kwargs={**db.pool_kwargs(), **self.connection_kwargs},
                 timeout=self.connect_timeout,
-                name=f"pgtasks-{self.store.schema}-async",
+                name=f"{self.name}-async",
                 open=False,
             )
             try:

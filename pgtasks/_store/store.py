@@ -619,7 +619,8 @@ class Store(
             )
             with translate_errors(self.schema), conn.cursor(row_factory=claimed_rows) as cursor:
                 cursor.adapters.register_loader("jsonb", JsonbTextLoader)
-                cursor.execute(self._statements[name], params)
+                # A claim alone announces itself (no finish notifies in its transaction).
+                cursor.execute(self._statements[f"{name}_announced"], params)
                 claimed = cursor.fetchall()
             if not limited:
                 claimed.sort(key=claim_order)
@@ -649,6 +650,8 @@ class Store(
                 name, params = self._claim_statement(
                     limited, worker_id, queues, limit, task_names, after, excluded_queues
                 )
+                if not cursors:  # nothing finished in this transaction: announce the claim
+                    name = f"{name}_announced"
                 claim_cursor.execute(self._statements[name], params)
         # finish_jobs returns (id, status, notifications sent).
         accepted = {row[0]: row[1] for cursor in cursors for row in cursor.fetchall()}

@@ -37,7 +37,17 @@ from ._common import (
 @click.option(
     "--insecure-no-auth",
     is_flag=True,
-    help="Serve any client without authentication, even on a non-loopback address.",
+    help="Serve any client without authentication, even on a non-loopback address or"
+    " through a proxy (something in front must authenticate).",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name to serve (repeatable; .example.com: the domain and its subdomains)."
+    " Without authentication only localhost and loopback addresses are served besides"
+    " these; with authentication, only these when any is given.",
 )
 @log_level_option
 @log_format_option
@@ -47,14 +57,16 @@ def web(
     port: int,
     read_only: bool,
     insecure_no_auth: bool,
+    allowed_hosts: tuple[str, ...],
     log_level: str,
     log_format: str,
 ) -> None:
     """Serve the dashboard: queues, jobs (retry, cancel, delete), workers, schedules.
 
     Authentication: HTTP basic auth with PGTASKS_WEB_USER and PGTASKS_WEB_PASSWORD.
-    Without them only loopback clients are served, and a non-loopback --host is refused
-    unless --insecure-no-auth. Needs the web extra: pip install 'pgtasks[web]'.
+    Without them only loopback clients asking for localhost (or an --allowed-host) are
+    served, never through a proxy, and a non-loopback --host is refused unless
+    --insecure-no-auth. Needs the web extra: pip install 'pgtasks[web]'.
     """
     try:
         import uvicorn
@@ -76,7 +88,13 @@ def web(
         )
     configure_logging(log_level, log_format)
     app = load_app(app_path)
-    dashboard = asgi(app, auth=auth, read_only=read_only, insecure_no_auth=insecure_no_auth)
+    dashboard = asgi(
+        app,
+        auth=auth,
+        read_only=read_only,
+        insecure_no_auth=insecure_no_auth,
+        allowed_hosts=allowed_hosts or None,
+    )
     shown = f"[{host}]" if ":" in host else host
     mode = ", read-only" if read_only else ""
     protection = "basic auth" if auth is not None else "no authentication"
@@ -103,6 +121,6 @@ def web(
             dashboard.close_streams()
             super().handle_exit(sig, frame)
 
-    with app, contextlib.suppress(KeyboardInterrupt):
+    with app, contextlib.closing(dashboard), contextlib.suppress(KeyboardInterrupt):
         # uvicorn re-raises the SIGINT it handled once it has stopped (as uvicorn.run).
         Server(config).run()

@@ -182,6 +182,8 @@ ORDER BY id;
 
 -- name: update_job_meta :one
 -- Merge a patch into a running job's meta, fenced by its lease; no row: the lease is lost.
+-- The dashboard hears of it (payload: the job id).
+WITH updated AS (
 UPDATE {schema}.jobs AS jobs
 -- A progress report's updated_at is the server's clock, as every time pgtasks stores.
 SET meta = jobs.meta || CASE
@@ -193,7 +195,9 @@ WHERE jobs.id = %(id)s
   AND jobs.status = 'running'
   AND jobs.locked_by = %(worker_id)s
   AND jobs.attempts = %(attempt)s
-RETURNING jobs.id;
+RETURNING jobs.id
+)
+SELECT id, pg_notify({activity_channel}, id::text) IS NULL AS notified FROM updated;
 
 -- name: get_job_status :one
 -- The status of one job by id.
@@ -387,6 +391,10 @@ notified AS (
     FROM (SELECT id, (row_number() OVER ()) / 500 AS chunk
           FROM finished WHERE status <> 'pending') AS ended
     GROUP BY chunk
+    UNION ALL
+    -- Attempts that will be retried changed their jobs too: one notification for all.
+    (SELECT pg_notify({activity_channel}, 'retried') FROM finished WHERE status = 'pending'
+     LIMIT 1)
 )
 -- Selecting "sent" keeps the join (and so the notifications) from being optimised away.
 SELECT finished.id, finished.status, notifications.sent
