@@ -23,7 +23,6 @@ from psycopg.errors import UniqueViolation
 
 from .._counters import every_counter
 from .._errors import JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError
-from .._jobs import JobRow
 from .._limits import LimitState, describe_limit, limit_states
 from .._operations import RETRYABLE, JobFilter, QueueStats, Stats, WorkerInfo
 from .._queues import QueueState, queue_states

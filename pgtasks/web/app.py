@@ -38,7 +38,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._app import admin
-from .._app.schedules import schedule_statuses
 from .._errors import (
     JobNotFoundError,
     PgTasksError,
