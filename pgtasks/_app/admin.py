@@ -2,8 +2,10 @@
 stats and the dashboard overview, job pages, retry (one job, every failed job, or what a
 filter selects), cancellation of what a filter selects, and deletion of a finished job.
 
-Each function runs its statements through ``app._run`` (a pooled connection, broken
-connections retried) and returns values from ``pgtasks._operations``.
+Each function runs its statements through ``app.database`` (a pooled connection, broken
+connections retried) and returns values from ``pgtasks._operations``. Reads that may lag
+take ``replica=True`` (the dashboard, ``pgtasks stats``, ``pgtasks jobs list``): they run
+on the app's replica when it has one (``Database.read``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.errors import UniqueViolation
@@ -34,6 +36,8 @@ from .._store.base import Row
 
 if TYPE_CHECKING:
     from .app import App
+
+T = TypeVar("T")
 
 #: The unique index of keys unique while active (migration 0010).
 ACTIVE_KEY_INDEX = "jobs_unique_active_idx"
@@ -80,7 +84,12 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
     )
 
 
-def overview(app: App) -> Overview:
+def _reader(app: App, replica: bool) -> Callable[[Callable[[psycopg.Connection[Any]], T]], T]:
+    """How a read runs: on the replica when asked and the app has one, else the primary."""
+    return app.database.read if replica else app.database.run
+
+
+def overview(app: App, *, replica: bool = False) -> Overview:
     """The dashboard's overview without reading finished rows one by one: pending and
     running through their partial indexes, finished jobs exactly on small tables and
     estimated on large ones, the last hour's throughput through jobs_finished_idx.
@@ -116,7 +125,7 @@ def overview(app: App) -> Overview:
             lease_timeout=app.lease_timeout,
         )
 
-    return app.database.run(read)
+    return _reader(app, replica)(read)
 
 
 def queues(app: App) -> list[QueueState]:
@@ -151,7 +160,7 @@ def limits(app: App) -> tuple[list[LimitState], list[Row]]:
 
 
 def jobs_page(
-    app: App, job_filter: JobFilter, *, before: int | None, limit: int
+    app: App, job_filter: JobFilter, *, before: int | None, limit: int, replica: bool = False
 ) -> tuple[datetime, list[JobRow], bool]:
     """The database's now, up to ``limit`` jobs matching the filter older than ``before``
     (newest first), and whether more follow.
@@ -163,16 +172,17 @@ def jobs_page(
             now = app.store.get_database_time(conn)
         return now, rows[:limit], len(rows) > limit
 
-    return app.database.run(read)
+    return _reader(app, replica)(read)
 
 
-def job_detail(app: App, job_id: int) -> tuple[datetime, JobRow]:
-    """The database's now and one job; JobNotFoundError when it does not exist."""
+def job_detail(app: App, job_id: int, *, replica: bool = False) -> tuple[datetime, JobRow]:
+    """The database's now and one job; JobNotFoundError when it does not exist (on a
+    replica: does not exist there yet, or any more)."""
 
     def read(conn: psycopg.Connection[Any]) -> tuple[datetime, JobRow | None]:
         return app.store.get_database_time(conn), app.store.get_job(conn, job_id)
 
-    now, job = app.database.run(read)
+    now, job = _reader(app, replica)(read)
     if job is None:
         raise _missing(job_id)
     return now, job

@@ -100,12 +100,25 @@ class App:
     embedded PostgreSQL in ``./.pgtasks`` (development only; needs ``pgtasks[embedded]``).
     ``schema``: ``App(schema=...)`` > ``PGTASKS_SCHEMA`` > ``"pgtasks"``.
     Pools are created on first use and closed by :meth:`close` or ``with app:``.
+
+    Behind a transaction-mode pooler (PgBouncer ``pool_mode = transaction``): ``dsn`` is
+    the pooler and ``session_dsn`` (or ``PGTASKS_SESSION_DSN``) the server itself, for
+    LISTEN, the beat and pruner locks and migrations; ``pooled=True`` without a
+    ``session_dsn`` makes pgtasks poll instead. ``prepared_statements``: whether
+    connections to a pooled ``dsn`` may prepare statements (off by default: PgBouncer
+    before 1.21 cannot hold them). ``replica_dsn`` (or ``PGTASKS_REPLICA_DSN``): a
+    streaming replica for the dashboard, ``pgtasks stats``, ``pgtasks jobs list`` and
+    metrics; never for reads of the app's own writes. See docs/howto/deployment.md.
     """
 
     def __init__(
         self,
         dsn: str | None = None,
         *,
+        session_dsn: str | None = None,
+        replica_dsn: str | None = None,
+        pooled: bool | None = None,
+        prepared_statements: bool | None = None,
         schema: str | None = None,
         embedded_dir: str | os.PathLike[str] | None = None,
         default_queue: str = "default",
@@ -131,6 +144,12 @@ class App:
             schema if schema is not None else os.environ.get("PGTASKS_SCHEMA") or "pgtasks"
         )
         configured_dsn = _db.resolve_dsn(dsn)
+        self._connections = _db.ConnectionSettings.resolve(
+            session_dsn=session_dsn,
+            replica_dsn=replica_dsn,
+            pooled=pooled,
+            prepared_statements=prepared_statements,
+        )
         self.embedded_dir: Path = _db.embedded_data_dir(embedded_dir)
         if not isinstance(default_queue, str) or not default_queue:
             raise ConfigurationError(
@@ -338,16 +357,33 @@ class App:
         """Every statement pgtasks runs, rendered for this App's schema."""
         return self.database.store
 
-    def use_database(self, dsn: str | None, schema: str | None = None) -> Database:
+    def use_database(
+        self,
+        dsn: str | None,
+        schema: str | None = None,
+        *,
+        session_dsn: str | None = None,
+        replica_dsn: str | None = None,
+        pooled: bool | None = None,
+    ) -> Database:
         """Point this App at another database and schema (None: the embedded server; the
         current schema); its pools are closed first. Returns the Database used until
-        now, for :meth:`restore_database`.
+        now, for :meth:`restore_database`. The session DSN, replica and pooling are those
+        given here (none by default), never the previous database's.
 
         For tests (``pgtasks.testing.use_test_database``) and tools that switch databases;
         not while a worker of this App runs.
         """
         previous = self.database
-        new = self._new_database(dsn, validate_schema_name(schema or self.schema))
+        connections = _db.ConnectionSettings(
+            session_dsn=session_dsn,
+            replica_dsn=replica_dsn,
+            pooled=pooled,
+            prepared_statements=self._connections.prepared_statements,
+        )
+        new = self._new_database(
+            dsn, validate_schema_name(schema or self.schema), connections=connections
+        )
         self.close()
         self.database = new
         return previous
@@ -357,7 +393,10 @@ class App:
         self.close()
         self.database = database
 
-    def _new_database(self, dsn: str | None, schema: str) -> Database:
+    def _new_database(
+        self, dsn: str | None, schema: str, connections: _db.ConnectionSettings | None = None
+    ) -> Database:
+        connections = connections or self._connections
         return Database(
             Store(schema),
             dsn,
@@ -366,6 +405,10 @@ class App:
             pool_max_size=self.pool_max_size,
             connect_timeout=self.connect_timeout,
             connect_attempts=self.connect_attempts,
+            session_dsn=connections.session_dsn,
+            replica_dsn=connections.replica_dsn,
+            pooled=connections.pooled,
+            prepared_statements=connections.prepared_statements,
         )
 
     # -- enqueue --

@@ -115,13 +115,14 @@ class ScheduleStatus:
     declared: bool
 
 
-def schedule_statuses(app: App) -> tuple[datetime, list[ScheduleStatus]]:
-    """The database's now and every schedule: declared ones first, then stored-only ones."""
+def schedule_statuses(app: App, *, replica: bool = False) -> tuple[datetime, list[ScheduleStatus]]:
+    """The database's now and every schedule: declared ones first, then stored-only ones
+    (``replica``: read on the app's replica when it has one)."""
 
     def read(conn: psycopg.Connection[Any]) -> tuple[datetime, list[dict[str, Any]]]:
         return app.store.get_database_time(conn), app.store.list_periodic(conn)
 
-    now, rows = app.database.run(read)
+    now, rows = (app.database.read if replica else app.database.run)(read)
     stored = {row["name"]: row for row in rows}
     statuses = []
     for name, schedule in sorted(app.schedules.items()):

@@ -5,11 +5,16 @@ Reads go through ``pgtasks._app.admin`` (the queries behind ``pgtasks stats|jobs
 workers|schedules``, plus the dashboard's own in ``sql/web.sql``); writes use the same
 functions as the CLI (``app.cancel``, ``admin.retry_job``, …). Database calls are
 synchronous and run in Starlette's thread pool.
+
+Pages read from the app's replica when it has one (``replica_dsn``), except the page an
+action redirects to (its URL carries ``done=``): that one reads the primary, so the
+change just made shows at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -73,6 +78,8 @@ MESSAGES = {
     "deleted": "The job was deleted.",
     "bulk-retried": "Retried {count} job(s).",
     "bulk-cancelled": "Cancelled {count} pending job(s), asked {requested} running job(s) to stop.",
+    "paused": "Paused: workers claim none of its jobs from their next poll on.",
+    "resumed": "Resumed: its workers were woken.",
 }
 
 
@@ -174,7 +181,7 @@ class Dashboard:
 
     def render_live(self) -> str:
         """The overview's live part, as the event stream sends it (runs in a thread)."""
-        data = admin.overview(self.app)
+        data = admin.overview(self.app, replica=True)
         return self.templates.get_template("_overview_live.html").render(
             base=self.base,
             schema=self.app.schema,
@@ -189,8 +196,12 @@ class Dashboard:
 
     # -- pages --
     async def overview(self, request: Request) -> Response:
-        data = await run_in_threadpool(admin.overview, self.app)
-        return self.page(request, "overview.html", **self._overview_context(data))
+        data = await run_in_threadpool(
+            functools.partial(admin.overview, self.app, replica=_replica(request))
+        )
+        return self.page(
+            request, "overview.html", message=_message(request), **self._overview_context(data)
+        )
 
     async def events(self, request: Request) -> Response:
         # Links in the pushed HTML follow the mount point (one per Dashboard).
@@ -220,7 +231,14 @@ class Dashboard:
         job_filter = _filter_or_400(dict(request.query_params))
         before = _optional_id(request.query_params.get("before"), "before")
         now, rows, more = await run_in_threadpool(
-            admin.jobs_page, self.app, job_filter, before=before, limit=PAGE_SIZE
+            functools.partial(
+                admin.jobs_page,
+                self.app,
+                job_filter,
+                before=before,
+                limit=PAGE_SIZE,
+                replica=_replica(request),
+            )
         )
         query = job_filter.as_query()
         older = None
@@ -244,7 +262,9 @@ class Dashboard:
     async def job(self, request: Request) -> Response:
         job_id = _path_id(request)
         try:
-            now, job = await run_in_threadpool(admin.job_detail, self.app, job_id)
+            now, job = await run_in_threadpool(
+                functools.partial(admin.job_detail, self.app, job_id, replica=_replica(request))
+            )
         except JobNotFoundError as error:
             raise HTTPException(404, str(error)) from None
         return self.page(
@@ -259,7 +279,7 @@ class Dashboard:
 
     async def workers(self, request: Request) -> Response:
         def read() -> Any:
-            return self.app.database.run(
+            return self.app.database.read(
                 lambda conn: admin.read_workers(self.app, conn, since=admin.WORKER_HISTORY)
             )
 
@@ -269,7 +289,9 @@ class Dashboard:
         )
 
     async def schedules(self, request: Request) -> Response:
-        now, statuses = await run_in_threadpool(schedule_statuses, self.app)
+        now, statuses = await run_in_threadpool(
+            functools.partial(schedule_statuses, self.app, replica=True)
+        )
         return self.page(request, "schedules.html", now=now, schedules=statuses)
 
     # -- actions --
@@ -326,9 +348,9 @@ class Dashboard:
             raise HTTPException(400, str(error)) from None
         if request.path_params["action"] == "pause":
             await run_in_threadpool(self.app.pause_queue, queue)
-        else:
-            await run_in_threadpool(self.app.resume_queue, queue)
-        return self._back(request, "/")
+            return self._back(request, "/", done="paused")
+        await run_in_threadpool(self.app.resume_queue, queue)
+        return self._back(request, "/", done="resumed")
 
     async def bulk_action(self, request: Request) -> Response:
         form = await self._form(request)
@@ -376,6 +398,12 @@ def _path_id(request: Request) -> int:
     if not text.isdigit() or int(text) > MAX_ID:
         raise HTTPException(404, f"no job {text!r}: job ids are positive integers")
     return int(text)
+
+
+def _replica(request: Request) -> bool:
+    """Whether a page may read the replica: not right after an action (``done=``), which
+    must show the change it made."""
+    return "done" not in request.query_params
 
 
 def _message(request: Request) -> str | None:

@@ -7,6 +7,10 @@ the overview stale; the broadcaster renders it at most once per ``debounce`` sec
 hands the HTML to every subscriber (each keeps only the newest). Every ``poll`` seconds
 it renders anyway: workers' heartbeats notify nothing, and a notification can be missed
 while the listener reconnects. Nothing runs while no browser is subscribed.
+
+The listener connects to the session DSN (LISTEN needs a server session of its own; a
+replica cannot LISTEN); a pooled dsn without one leaves only the polling. The overview
+itself is read from the replica when one is set.
 """
 
 from __future__ import annotations
@@ -98,10 +102,11 @@ class LiveHub:
         self._stale = asyncio.Event()
         self._flagged = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._listen, args=(self._stop,), name="pgtasks-web-listen", daemon=True
-        )
-        self._thread.start()
+        if self.app.database.has_session:  # else (a pooled dsn alone): poll only
+            self._thread = threading.Thread(
+                target=self._listen, args=(self._stop,), name="pgtasks-web-listen", daemon=True
+            )
+            self._thread.start()
         self._task = loop.create_task(self._broadcast(self._stale))
 
     def _shutdown(self) -> None:
@@ -128,11 +133,8 @@ class LiveHub:
         failures = 0
         while not stop.is_set():
             try:
-                with psycopg.connect(
-                    self.app.dsn,
-                    autocommit=True,
-                    connect_timeout=max(1, round(self.app.connect_timeout)),
-                    application_name="pgtasks web",
+                with self.app.database.connect(
+                    session=True, application_name="pgtasks web"
                 ) as conn:
                     store.listen(conn, store.channel, store.done_channel)
                     failures = 0
