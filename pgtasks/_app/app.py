@@ -31,6 +31,7 @@ from .._operations import retention_seconds
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
 from .._store import db as _db
 from .._store.database import Database
+from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
 from .._store.store import Store
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from .._validation import positive_seconds, whole_number
@@ -337,9 +338,32 @@ class App:
         async with self.database.aconnection() as conn:
             yield conn
 
-    def migrate(self) -> list[Migration]:
-        """Create or upgrade the schema; safe to run concurrently and repeatedly."""
-        return self.database.migrate()
+    def migrate(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+    ) -> list[Migration]:
+        """Create or upgrade the schema; safe to run concurrently and repeatedly.
+
+        Online on a live database: indexes are built concurrently, each catalog change
+        waits at most ``lock_timeout`` seconds for its lock (then rolls back and is tried
+        again, for up to ``lock_retry_for`` seconds: MigrationLockError after that), large
+        backfills go in batches. Runs on the session connection (``session_dsn``).
+        """
+        return self.database.migrate(lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+
+    def migration_plan(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+    ) -> MigrationPlan:
+        """What :meth:`migrate` would do: each pending step and the locks it takes
+        (``pgtasks migrate --plan``). Reads only."""
+        return self.database.migration_plan(
+            lock_timeout=lock_timeout, lock_retry_for=lock_retry_for
+        )
 
     def check_schema(self) -> None:
         """Raise SchemaNotMigratedError / SchemaTooNewError unless the schema is current."""

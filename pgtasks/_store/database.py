@@ -40,7 +40,13 @@ from .._embedded import embedded_dsn
 from .._errors import ConfigurationError, PoolExhaustedError
 from ..sql import Migration
 from . import db
-from .migrate import Migrator, check_version
+from .migrate import (
+    DEFAULT_LOCK_RETRY_FOR,
+    DEFAULT_LOCK_TIMEOUT,
+    MigrationPlan,
+    Migrator,
+    check_version,
+)
 from .store import Store
 
 logger = logging.getLogger("pgtasks.db")
@@ -432,17 +438,44 @@ class Database:
             check_version(self.store.schema, await self.store.aget_schema_version(conn))
             self.schema_checked = True
 
-    def migrate(self) -> list[Migration]:
-        """Create or upgrade the schema; safe to run concurrently and repeatedly."""
-        pool = self.get_pool()
+    def _migration_connection(self) -> psycopg.Connection[Any]:
+        """A direct connection of its own for the migrator (the session DSN)."""
+        session_dsn = self.session_dsn
+        if session_dsn is None:
+            raise ConfigurationError(
+                f"pgtasks migrate needs a direct connection, and {db.describe_dsn(self.dsn)}"
+                " goes through a transaction pooler: set App(session_dsn=...) or"
+                " PGTASKS_SESSION_DSN to the server itself"
+            )
         try:
-            with pool.connection(timeout=self.connect_timeout) as conn:
-                applied = Migrator(self.store).migrate(conn)
-                check_version(self.store.schema, self.store.get_schema_version(conn))
-        except PoolTimeout as error:
-            raise self.unavailable(error) from None
+            return self.connect(session=True, application_name="pgtasks migrate")
+        except psycopg.OperationalError as error:
+            raise db.unavailable_error(session_dsn, error, self.connect_timeout) from None
+
+    def migrate(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+    ) -> list[Migration]:
+        """Create or upgrade the schema online; safe to run concurrently and repeatedly."""
+        migrator = Migrator(self.store, lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+        with self._migration_connection() as conn:
+            applied = migrator.migrate(conn)
+            check_version(self.store.schema, self.store.get_schema_version(conn))
         self.schema_checked = True
         return applied
+
+    def migration_plan(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+    ) -> MigrationPlan:
+        """What :meth:`migrate` would do now (read only)."""
+        migrator = Migrator(self.store, lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+        with self._migration_connection() as conn:
+            return migrator.plan(conn)
 
     # -- the replica --
     def get_replica_pool(self) -> ConnectionPool[Any]:

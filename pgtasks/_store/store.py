@@ -30,6 +30,7 @@ from .base import notification_channel as notification_channel
 from .doctor import DoctorQueries
 from .limits import LimitQueries
 from .metrics import MetricsQueries
+from .migrations import MigrationQueries
 from .operations import OperationsQueries
 from .params import job_params, jobs_columns
 from .queues import QueueQueries
@@ -81,6 +82,7 @@ class Store(
     DoctorQueries,
     LimitQueries,
     MetricsQueries,
+    MigrationQueries,
     OperationsQueries,
     QueueQueries,
     UniqueQueries,
@@ -104,11 +106,6 @@ class Store(
     def record_migration(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
         params = {"version": migration.version, "name": migration.name}
         self._rows(conn, "record_migration", params)
-
-    def apply_migration(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
-        """Run a migration file's statements (several per file, so no parameters)."""
-        with translate_errors(self.schema):
-            conn.execute(self._render(migration.text))
 
     def get_schema_version(self, conn: psycopg.Connection[Any]) -> int:
         return int(self._rows(conn, "get_schema_version", None)[0]["version"])
