@@ -4,6 +4,7 @@
     python -m benchmarks --bloat [--quick] [...]   (bloat resilience: benchmarks/bloat.py)
     python -m benchmarks --in-process [...]   (the worker in an asyncio program: inprocess.py)
     python -m benchmarks --limits [...]   (claims with and without limits: limits.py)
+    python -m benchmarks --migrations [...]   (stalls while migrating a live table: migrations.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -506,6 +507,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import bloat
 
         return bloat.main([argument for argument in arguments if argument != "--bloat"])
+    if "--migrations" in arguments:
+        # Enqueue and claim stalls while migrate runs on a large table (migrations.py).
+        from benchmarks import migrations
+
+        return migrations.main([argument for argument in arguments if argument != "--migrations"])
     if "--limits" in arguments:
         # Claim throughput with and without concurrency limits (benchmarks/limits.py).
         from benchmarks import limits
