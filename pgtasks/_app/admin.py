@@ -7,8 +7,10 @@ Neither a retry nor a deletion may break a workflow (migration workflow_progress
 an unfinished workflow still needs is not deleted, and a step cancelled before it
 received its input is retried with that input (or waits for it again), or refused.
 
-Each function runs its statements through ``app._run`` (a pooled connection, broken
-connections retried) and returns values from ``pgtasks._operations``.
+Each function runs its statements through ``app.database`` (a pooled connection, broken
+connections retried) and returns values from ``pgtasks._operations``. Reads that may lag
+take ``replica=True`` (the dashboard, ``pgtasks stats``, ``pgtasks jobs list``): they run
+on the app's replica when it has one (``Database.read``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.errors import UniqueViolation
@@ -30,6 +32,8 @@ from .._store.base import Row
 
 if TYPE_CHECKING:
     from .app import App
+
+T = TypeVar("T")
 
 #: The unique index of keys unique while active (migration 0010).
 ACTIVE_KEY_INDEX = "jobs_unique_active_idx"

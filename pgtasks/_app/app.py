@@ -32,6 +32,7 @@ from .._operations import retention_seconds
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
 from .._store import db as _db
 from .._store.database import Database
+from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
 from .._store.store import Store
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from .._validation import positive_seconds, whole_number
@@ -102,12 +103,25 @@ class App:
     embedded PostgreSQL in ``./.pgtasks`` (development only; needs ``pgtasks[embedded]``).
     ``schema``: ``App(schema=...)`` > ``PGTASKS_SCHEMA`` > ``"pgtasks"``.
     Pools are created on first use and closed by :meth:`close` or ``with app:``.
+
+    Behind a transaction-mode pooler (PgBouncer ``pool_mode = transaction``): ``dsn`` is
+    the pooler and ``session_dsn`` (or ``PGTASKS_SESSION_DSN``) the server itself, for
+    LISTEN, the beat and pruner locks and migrations; ``pooled=True`` without a
+    ``session_dsn`` makes pgtasks poll instead. ``prepared_statements``: whether
+    connections to a pooled ``dsn`` may prepare statements (off by default: PgBouncer
+    before 1.21 cannot hold them). ``replica_dsn`` (or ``PGTASKS_REPLICA_DSN``): a
+    streaming replica for the dashboard, ``pgtasks stats``, ``pgtasks jobs list`` and
+    metrics; never for reads of the app's own writes. See docs/howto/deployment.md.
     """
 
     def __init__(
         self,
         dsn: str | None = None,
         *,
+        session_dsn: str | None = None,
+        replica_dsn: str | None = None,
+        pooled: bool | None = None,
+        prepared_statements: bool | None = None,
         schema: str | None = None,
         embedded_dir: str | os.PathLike[str] | None = None,
         default_queue: str = "default",
@@ -134,6 +148,12 @@ class App:
             schema if schema is not None else os.environ.get("PGTASKS_SCHEMA") or "pgtasks"
         )
         configured_dsn = _db.resolve_dsn(dsn)
+        self._connections = _db.ConnectionSettings.resolve(
+            session_dsn=session_dsn,
+            replica_dsn=replica_dsn,
+            pooled=pooled,
+            prepared_statements=prepared_statements,
+        )
         self.embedded_dir: Path = _db.embedded_data_dir(embedded_dir)
         if not isinstance(default_queue, str) or not default_queue:
             raise ConfigurationError(
@@ -326,9 +346,32 @@ class App:
         async with self.database.aconnection() as conn:
             yield conn
 
-    def migrate(self) -> list[Migration]:
-        """Create or upgrade the schema; safe to run concurrently and repeatedly."""
-        return self.database.migrate()
+    def migrate(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+    ) -> list[Migration]:
+        """Create or upgrade the schema; safe to run concurrently and repeatedly.
+
+        Online on a live database: indexes are built concurrently, each catalog change
+        waits at most ``lock_timeout`` seconds for its lock (then rolls back and is tried
+        again, for up to ``lock_retry_for`` seconds: MigrationLockError after that), large
+        backfills go in batches. Runs on the session connection (``session_dsn``).
+        """
+        return self.database.migrate(lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+
+    def migration_plan(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+    ) -> MigrationPlan:
+        """What :meth:`migrate` would do: each pending step and the locks it takes
+        (``pgtasks migrate --plan``). Reads only."""
+        return self.database.migration_plan(
+            lock_timeout=lock_timeout, lock_retry_for=lock_retry_for
+        )
 
     def check_schema(self) -> None:
         """Raise SchemaNotMigratedError / SchemaTooNewError unless the schema is current."""
@@ -346,16 +389,33 @@ class App:
         """Every statement pgtasks runs, rendered for this App's schema."""
         return self.database.store
 
-    def use_database(self, dsn: str | None, schema: str | None = None) -> Database:
+    def use_database(
+        self,
+        dsn: str | None,
+        schema: str | None = None,
+        *,
+        session_dsn: str | None = None,
+        replica_dsn: str | None = None,
+        pooled: bool | None = None,
+    ) -> Database:
         """Point this App at another database and schema (None: the embedded server; the
         current schema); its pools are closed first. Returns the Database used until
-        now, for :meth:`restore_database`.
+        now, for :meth:`restore_database`. The session DSN, replica and pooling are those
+        given here (none by default), never the previous database's.
 
         For tests (``pgtasks.testing.use_test_database``) and tools that switch databases;
         not while a worker of this App runs.
         """
         previous = self.database
-        new = self._new_database(dsn, validate_schema_name(schema or self.schema))
+        connections = _db.ConnectionSettings(
+            session_dsn=session_dsn,
+            replica_dsn=replica_dsn,
+            pooled=pooled,
+            prepared_statements=self._connections.prepared_statements,
+        )
+        new = self._new_database(
+            dsn, validate_schema_name(schema or self.schema), connections=connections
+        )
         self.close()
         self.database = new
         return previous
@@ -365,7 +425,10 @@ class App:
         self.close()
         self.database = database
 
-    def _new_database(self, dsn: str | None, schema: str) -> Database:
+    def _new_database(
+        self, dsn: str | None, schema: str, connections: _db.ConnectionSettings | None = None
+    ) -> Database:
+        connections = connections or self._connections
         return Database(
             Store(schema),
             dsn,
@@ -374,6 +437,10 @@ class App:
             pool_max_size=self.pool_max_size,
             connect_timeout=self.connect_timeout,
             connect_attempts=self.connect_attempts,
+            session_dsn=connections.session_dsn,
+            replica_dsn=connections.replica_dsn,
+            pooled=connections.pooled,
+            prepared_statements=connections.prepared_statements,
         )
 
     # -- enqueue --

@@ -11,9 +11,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import psycopg
+import psycopg
 
+from .._store.db import describe_dsn
+
+if TYPE_CHECKING:
     from .app import App
 
 Row = Mapping[str, Any]
@@ -51,6 +53,8 @@ class Thresholds:
     backlog_critical: float = 3600.0
     connections_warning: float = 0.8
     connections_critical: float = 0.95
+    replica_lag_warning: float = 60.0
+    replica_lag_critical: float = 600.0
 
 
 def _level(value: float, warning: float, critical: float) -> str:
@@ -286,11 +290,110 @@ def check_workflows(health: Row, latest: Sequence[Row], heal_interval: float) ->
     )
 
 
+def check_pooler(app: App, defaults: Row) -> Finding:
+    """How the app connects: directly, or through a transaction pooler with or without a
+    session connection (without one: polling, no leader election); through a pooler, the
+    transaction isolation its server connections start with."""
+    database = app.database
+    if not database.pooled:
+        return Finding("pooler", "ok", "direct connections (no transaction pooler declared)")
+    where = describe_dsn(database.dsn)
+    prepared = "on" if database.prepared_statements else "off"
+    isolation = str(defaults["isolation"])
+    if isolation != "read committed":
+        return Finding(
+            "pooler",
+            "critical",
+            f"the pooler's server connections at {where} start transactions in {isolation}:"
+            " claims, limits and workflows rely on READ COMMITTED, and a pooled connection"
+            " cannot be pinned per session",
+            "set default_transaction_isolation = 'read committed' for pgtasks' role (ALTER"
+            " ROLE … SET) or in the pooler's connect_query for pgtasks' database entry",
+        )
+    session = database.configured_session_dsn
+    if session is None:
+        return Finding(
+            "pooler",
+            "warning",
+            f"{where} goes through a transaction pooler and no session_dsn is set: workers"
+            f" find new jobs by polling (every {app.poll_interval:g} s) instead of LISTEN,"
+            " job.get() polls, beat runs without leader election (every beat enqueues each"
+            " tick; the tick key keeps one job), the pruner runs without its lock, and"
+            " migrate refuses to run",
+            "set App(session_dsn=...) or PGTASKS_SESSION_DSN to a direct connection to the"
+            " server (not through the pooler)",
+        )
+    return Finding(
+        "pooler",
+        "ok",
+        f"{where} goes through a transaction pooler (prepared statements {prepared});"
+        f" LISTEN, beat and pruner locks and migrations use {describe_dsn(session)}",
+    )
+
+
+def check_replica(app: App, primary_lsn: str | None, limits: Thresholds) -> Finding | None:
+    """The replica's health when the app has one (None otherwise): reachable, a standby,
+    how far behind, and what hot_standby_feedback means for the primary."""
+    database = app.database
+    if not database.replica_dsn:
+        return None
+    where = describe_dsn(database.replica_dsn)
+    try:
+        with database.connect(replica=True, application_name="pgtasks doctor") as conn:
+            row = app.store.get_replica_state(conn, primary_lsn)
+    except psycopg.Error as error:
+        return Finding(
+            "replica",
+            "warning",
+            f"replica {where} cannot be read ({type(error).__name__}): the dashboard, stats,"
+            " jobs list and metrics read the primary meanwhile",
+            "check that the replica runs and that replica_dsn is right",
+        )
+    if not row["standby"]:
+        return Finding(
+            "replica",
+            "warning",
+            f"{where} is not a standby (pg_is_in_recovery() is false): replica reads land on"
+            " a primary",
+            "point replica_dsn at a streaming replica of this database",
+        )
+    behind = row["behind_bytes"]
+    age = row["replay_age"]
+    lag = (
+        f"{int(behind) / 1024 / 1024:.1f} MiB of WAL behind"
+        if behind is not None
+        else "lag unknown"
+    )
+    if behind and age is not None:
+        lag += f", last replayed transaction {_duration(float(age))} old"
+    feedback = row["hot_standby_feedback"] == "on"
+    effect = (
+        "hot_standby_feedback is on: long replica queries hold back the primary's xmin"
+        " horizon (bloat; see the xmin horizon check)"
+        if feedback
+        else "hot_standby_feedback is off: a replica query that conflicts with replay is"
+        f" cancelled after max_standby_streaming_delay ({row['max_standby_streaming_delay']})"
+        " and retried, then read from the primary"
+    )
+    seconds = float(age) if behind and age is not None else 0.0
+    level = _level(seconds, limits.replica_lag_warning, limits.replica_lag_critical)
+    return Finding(
+        "replica",
+        level,
+        f"{where}: {lag}; {effect}",
+        ""
+        if level == "ok"
+        else "the dashboard, stats and metrics show the queue as it was: check the"
+        " replica's replay (pg_stat_replication on the primary, its log)",
+    )
+
+
 def diagnose(
     app: App, conn: psycopg.Connection[Any], limits: Thresholds | None = None
 ) -> list[Finding]:
     limits = limits or Thresholds()
     store = app.store
+    replica = check_replica(app, store.get_wal_position(conn), limits)
     return [
         check_snapshot(store.get_oldest_snapshot(conn), limits),
         check_slots(store.get_replication_slots(conn), limits),
@@ -306,6 +409,8 @@ def diagnose(
             store.list_workflow_incidents(conn, limit=1),
             app.heal_interval,
         ),
+        check_pooler(app, store.get_session_defaults(conn)),
+        *([replica] if replica is not None else []),
     ]
 
 

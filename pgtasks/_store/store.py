@@ -32,6 +32,7 @@ from .counters import CounterQueries
 from .doctor import DoctorQueries
 from .limits import LimitQueries
 from .metrics import MetricsQueries
+from .migrations import MigrationQueries
 from .operations import OperationsQueries
 from .params import batch_params, copy_chunks, job_params, jobs_columns
 from .queues import QueueQueries
@@ -103,6 +104,7 @@ class Store(
     DoctorQueries,
     LimitQueries,
     MetricsQueries,
+    MigrationQueries,
     OperationsQueries,
     QueueQueries,
     UniqueQueries,
@@ -126,11 +128,6 @@ class Store(
     def record_migration(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
         params = {"version": migration.version, "name": migration.name}
         self._rows(conn, "record_migration", params)
-
-    def apply_migration(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
-        """Run a migration file's statements (several per file, so no parameters)."""
-        with translate_errors(self.schema):
-            conn.execute(self._render(migration.text))
 
     def get_schema_version(self, conn: psycopg.Connection[Any]) -> int:
         return int(self._rows(conn, "get_schema_version", None)[0]["version"])

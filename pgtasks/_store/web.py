@@ -28,6 +28,10 @@ def _filter_params(job_filter: JobFilter) -> dict[str, Any]:
 class WebQueries(StoreBase):
     """What ``pgtasks web`` reads and writes beyond the operations queries."""
 
+    def begin_read_committed(self, conn: psycopg.Connection[Any]) -> None:
+        """The current transaction runs READ COMMITTED (its first statement)."""
+        self._rows(conn, "begin_read_committed", None)
+
     def get_unfinished_stats(self, conn: psycopg.Connection[Any]) -> list[Row]:
         """Per queue: ``pending``, ``due``, ``running``, ``oldest_due_age`` (indexes only)."""
         return self._rows(conn, "get_unfinished_stats", None)

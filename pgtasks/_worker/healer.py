@@ -98,11 +98,15 @@ class Healer:
 
     One worker of a schema heals at a time: a pass starts only when it gets the schema's
     healer advisory lock (a session lock on that connection, released after the pass, or
-    by the server if the connection dies).
+    by the server if the connection dies). ``use_lock`` False (a connection through a
+    transaction pooler, where a session lock would stay on whichever server connection
+    took it): every worker runs its passes, which is safe because each step is moved on
+    under its own row lock, exactly once; only the work is repeated.
     """
 
-    def __init__(self, owner: str, interval: float, *, store: Store) -> None:
+    def __init__(self, owner: str, interval: float, *, store: Store, use_lock: bool = True) -> None:
         self.owner = owner
+        self.use_lock = use_lock
         self.interval = interval
         self.store = store
         self.stopping = threading.Event()
@@ -123,6 +127,10 @@ class Healer:
     def heal(self, conn: psycopg.Connection[Any]) -> HealResult | None:
         """One pass; None when another worker holds the lock."""
         store = self.store
+        if not self.use_lock:
+            result = heal(store, conn, stopping=self.stopping.is_set)
+            self.last_result = result
+            return result
         if not store.lock_healer(conn):
             logger.debug("healer of worker %s: another worker is healing", self.owner)
             return None

@@ -4,7 +4,8 @@
 a ``CollectorRegistry`` of its own, so two workers in one process never share series.
 Counters and histograms are updated from the worker's events; the busy-slot gauges
 are read from the worker when Prometheus scrapes; queue depths are sampled every
-``queue_depth_interval`` seconds by a thread on a connection of its own.
+``queue_depth_interval`` seconds by a thread on a connection of its own (to the app's
+replica when it has one).
 ``serve(port, host)`` exposes the registry over HTTP (``pgtasks worker --metrics-port``).
 
 Series (``task`` and ``queue`` labels come from the job)::
@@ -302,14 +303,14 @@ class QueueDepthSampler:
 
     def sample_once(self) -> None:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self.app.dsn,
-                autocommit=True,
-                connect_timeout=max(1, round(self.app.connect_timeout)),
-                application_name=f"pgtasks metrics {self.name}"[:63],
-                options=f"-c statement_timeout={QUEUE_DEPTH_STATEMENT_TIMEOUT_MS}",
+            # The replica when the app has one (a sample may lag), else the app's dsn.
+            self._conn = self.app.database.connect(
+                replica=True, application_name=f"pgtasks metrics {self.name}"[:63]
             )
-        depths = self.app.store.get_queue_depths(self._conn, self.queues)
+        store = self.app.store
+        with self._conn.transaction():
+            store.limit_statement_time(self._conn, QUEUE_DEPTH_STATEMENT_TIMEOUT_MS / 1000)
+            depths = store.get_queue_depths(self._conn, self.queues)
         self.collector.update(
             ((depth.queue, depth.pending, depth.running, depth.waiting) for depth in depths),
             expected=self.queues or (),

@@ -77,6 +77,11 @@ class Pruner(Service):
     One worker of a schema prunes at a time: a pass starts only when it gets the
     schema's pruner advisory lock (a session lock on this service's own connection,
     released after the pass, or by the server if the connection dies).
+
+    ``use_lock=False`` (a pooled ``dsn`` without a session connection, where a session
+    lock would stay behind on a server connection of the pooler): every worker prunes;
+    each batch skips the rows another one holds, so passes that overlap delete each job
+    once.
     """
 
     name = "pruner"
@@ -91,8 +96,10 @@ class Pruner(Service):
         done_after: float | None,
         failed_after: float | None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        use_lock: bool = True,
     ) -> None:
         super().__init__(owner, connect, interval)
+        self.use_lock = use_lock
         self.store = store
         #: Retention in seconds of done, and of failed and cancelled jobs (None: kept).
         self.done_after = done_after
@@ -112,21 +119,29 @@ class Pruner(Service):
         if self.done_after is None and self.failed_after is None:
             return None
         store = self.store
+        if not self.use_lock:
+            return self._finish(self._pass(conn))
         if not store.lock_pruner(conn):
             logger.debug("pruner of worker %s: another worker is pruning", self.owner)
             return None
         try:
-            result = prune(
-                store,
-                conn,
-                done_after=self.done_after,
-                failed_after=self.failed_after,
-                batch_size=self.batch_size,
-                stopping=self.stopping.is_set,
-            )
+            result = self._pass(conn)
         finally:
             if not conn.closed and not conn.broken:
                 store.unlock_pruner(conn)
+        return self._finish(result)
+
+    def _pass(self, conn: psycopg.Connection[Any]) -> PruneResult:
+        return prune(
+            self.store,
+            conn,
+            done_after=self.done_after,
+            failed_after=self.failed_after,
+            batch_size=self.batch_size,
+            stopping=self.stopping.is_set,
+        )
+
+    def _finish(self, result: PruneResult) -> PruneResult:
         self.last_result = result
         if result.total or result.worker_history:
             logger.info(

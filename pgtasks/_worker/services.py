@@ -50,24 +50,44 @@ ERROR_LOG_INTERVAL = 10.0
 Connect = Callable[[], "psycopg.Connection[Any]"]
 
 
-def connector(database: Database, *, owner: str) -> Connect:
+def connector(database: Database, *, owner: str, session: bool = False) -> Connect:
     """Opens a worker's dedicated connections: autocommit, TCP keepalives (dead peers are
-    noticed), the worker's name in pg_stat_activity, and WORKER_CONNECTION_OPTIONS."""
+    noticed), the worker's name in pg_stat_activity, and WORKER_CONNECTION_OPTIONS.
+
+    ``session``: to the session DSN (LISTEN, session locks) rather than ``dsn``. Through a
+    transaction pooler (``dsn`` pooled) no startup option is sent and no statement is
+    prepared: docs/howto/deployment.md says how the pooler can set the options instead.
+    """
 
     def connect() -> psycopg.Connection[Any]:
-        return psycopg.connect(
-            database.dsn,
-            autocommit=True,
-            connect_timeout=max(1, round(database.connect_timeout)),
-            keepalives=1,
-            keepalives_idle=5,
-            keepalives_interval=2,
-            keepalives_count=3,
-            application_name=f"pgtasks worker {owner}",
-            options=WORKER_CONNECTION_OPTIONS,
-        )
+        try:
+            return database.connect(
+                session=session,
+                options=WORKER_CONNECTION_OPTIONS,
+                keepalives=1,
+                keepalives_idle=5,
+                keepalives_interval=2,
+                keepalives_count=3,
+                application_name=f"pgtasks worker {owner}",
+            )
+        except psycopg.OperationalError as error:
+            raise explain_pooler_refusal(error) from error
 
     return connect
+
+
+def explain_pooler_refusal(error: psycopg.OperationalError) -> psycopg.OperationalError:
+    """A pooler that refuses startup options (PgBouncer before 1.20, in any pool mode)
+    says "unsupported startup parameter": say what to configure."""
+    text = str(error)
+    if "unsupported startup parameter" not in text:
+        return error
+    return psycopg.OperationalError(
+        f"{' '.join(text.split())}. The server is a connection pooler (PgBouncer) that"
+        " refuses the startup options of pgtasks' worker connections: declare it with"
+        " App(dsn=<pooler>, session_dsn=<the server itself>), or App(pooled=True) when no"
+        " direct connection is possible (pgtasks then polls)"
+    )
 
 
 class ErrorLog:
@@ -255,6 +275,11 @@ class Listener(Service):
     After (re)connecting it wakes the loop once, so jobs enqueued while it was away are
     claimed at once rather than at the next poll.
 
+    ``listen=False`` (a pooled ``dsn`` without a session connection, where LISTEN cannot
+    work): it only polls. Every ``paused_refresh`` seconds it reads the paused queues and
+    calls ``poll_cancellations`` (so a cancelled job stops within that time, not the
+    heartbeat's); the claim loop finds new jobs at its poll interval.
+
     The paused queues are read here, on the listener's connection, so the claim loop
     pays nothing for them: one read of a table that holds a row per paused queue, every
     half poll interval. A notification for a queue it knows as paused (``resume_queue``
@@ -274,8 +299,12 @@ class Listener(Service):
         cancel: Callable[[set[int]], None],
         paused: Callable[[frozenset[str]], None] = lambda queues: None,
         paused_refresh: float = 0.5,
+        listen: bool = True,
+        poll_cancellations: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
         super().__init__(owner, connect, interval=0.0)
+        self.listen = listen
+        self.poll_cancellations = poll_cancellations
         self.store = store
         self.queues = set(queues) if queues is not None else None
         self.wake = wake
@@ -295,6 +324,9 @@ class Listener(Service):
         return 0.0
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
+        if not self.listen:
+            self._poll(conn)
+            return
         store = self.store
         store.listen(conn, store.channel, store.cancel_channel)
         next_read = self.read_paused(conn)
@@ -313,4 +345,15 @@ class Listener(Service):
                     self.wake()
             if reread or time.monotonic() >= next_read:
                 next_read = self.read_paused(conn)
+            self.last_success = time.monotonic()
+
+    def _poll(self, conn: psycopg.Connection[Any]) -> None:
+        """Without LISTEN: the paused queues and the cancellations, every paused_refresh."""
+        self.read_paused(conn)
+        self.wake()
+        self.errors.recovered()
+        self.last_success = time.monotonic()
+        while not self.stopping.wait(self.paused_refresh):
+            self.read_paused(conn)
+            self.poll_cancellations(conn)
             self.last_success = time.monotonic()

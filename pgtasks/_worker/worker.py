@@ -352,9 +352,17 @@ class Worker:
 
     def _new_services(self) -> list[Service]:
         """Heartbeat, rescuer (which runs the healer), listener and pruner, each given only
-        what it uses."""
+        what it uses.
+
+        The listener and the pruner's session lock need a server session of their own:
+        the session DSN. A pooled dsn without one: the listener polls, the pruner runs
+        without its lock (docs/howto/deployment.md). The healer runs on the rescuer's
+        connection: through a pooler, without its session lock.
+        """
         app, owner, connect = self.app, self.name, self._connect
-        healer = Healer(owner, app.heal_interval, store=app.store)
+        sessions = app.database.has_session
+        session = connector(app.database, owner=owner, session=True) if sessions else connect
+        healer = Healer(owner, app.heal_interval, store=app.store, use_lock=not app.database.pooled)
         rescuer = Rescuer(
             owner,
             connect,
@@ -376,21 +384,24 @@ class Worker:
             rescuer,
             Listener(
                 owner,
-                connect,
+                session,
                 store=app.store,
                 queues=self.queues,
                 wake=lambda: self.wake(notified=True),
                 cancel=self.cancel_jobs,
                 paused=self._set_paused,
                 paused_refresh=max(0.05, self.poll_interval / 2),
+                listen=sessions,
+                poll_cancellations=self.poll_cancel_requests,
             ),
             Pruner(
                 owner,
-                connect,
+                session,
                 app.prune_interval,
                 store=app.store,
                 done_after=app.prune_done_after,
                 failed_after=app.prune_failed_after,
+                use_lock=sessions,
             ),
         ]
 
@@ -449,6 +460,17 @@ class Worker:
             self.poll_interval,
             extra={"worker_id": worker_id},
         )
+        if not self.app.database.has_session:
+            logger.warning(
+                "worker %s: the database goes through a transaction pooler and no session_dsn"
+                " is set: no LISTEN, so new jobs are found by polling every %g s and"
+                " cancellations every %g s; pruning runs without its lock. Set"
+                " App(session_dsn=...) to a direct connection for instant wake-ups",
+                self.name,
+                self.poll_interval,
+                max(0.05, self.poll_interval / 2),
+                extra={"worker_id": worker_id},
+            )
         self._services = self._new_services()
         for service in self._services:
             service.start()

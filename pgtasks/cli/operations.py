@@ -92,6 +92,12 @@ def _run(app: App, operation: Callable[[psycopg.Connection[Any]], T], describe: 
     return result
 
 
+def _read(app: App, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
+    """Run a read that may lag on the app's replica when it has one (else as ``_run``)."""
+    result: T = guard(lambda: app.database.read(operation))
+    return result
+
+
 def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(1)
@@ -108,11 +114,12 @@ def _missing(job_id: int) -> NoReturn:
 def stats(app_path: str, as_json: bool) -> None:
     """Jobs per queue and status, oldest due job's wait, recent throughput, live workers.
 
-    Counts read every row, including rows workers hold locked (no SKIP LOCKED).
+    Counts read every row, including rows workers hold locked (no SKIP LOCKED); on the
+    app's replica when it has one (replica_dsn).
     """
     app = load_app(app_path)
     with app:
-        result = _run(app, lambda conn: admin.collect_stats(app, conn), "stats")
+        result = _read(app, lambda conn: admin.collect_stats(app, conn))
     click.echo(to_json(result.as_json()) if as_json else format_stats(result))
 
 
@@ -150,10 +157,10 @@ def list_command(
     limit: int,
     as_json: bool,
 ) -> None:
-    """The newest jobs first, optionally filtered."""
+    """The newest jobs first, optionally filtered (on the app's replica when it has one)."""
     app = load_app(app_path)
     with app:
-        now, rows = _run(
+        now, rows = _read(
             app,
             lambda conn: app.store.list_jobs(
                 conn,
@@ -163,7 +170,6 @@ def list_command(
                 workflow_id=workflow_id,
                 limit=limit,
             ),
-            "list jobs",
         )
     if as_json:
         click.echo(to_json([job_as_json(job) for job in rows]))

@@ -82,3 +82,24 @@ WHERE status = 'pending' AND attempts >= max_attempts;
 SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend') AS used,
        current_setting('max_connections')::int AS max_connections,
        current_setting('superuser_reserved_connections')::int AS reserved;
+
+-- name: get_session_defaults :one
+-- Settings a pgtasks session starts with (through a pooler: those of its server connections).
+SELECT current_setting('default_transaction_isolation') AS isolation,
+       current_setting('server_version') AS server_version;
+
+-- name: get_wal_position :one
+-- The primary's current WAL position (NULL on a standby), to measure a replica's lag.
+SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END AS lsn;
+
+-- name: get_replica_state :one
+-- On the replica: whether it is a standby, how far its replay is behind the given primary
+-- position, how old the last transaction it replayed is, and its conflict settings.
+SELECT pg_is_in_recovery() AS standby,
+       CASE WHEN pg_is_in_recovery() AND %(primary_lsn)s::text IS NOT NULL
+            THEN greatest(0, pg_wal_lsn_diff(%(primary_lsn)s::pg_lsn,
+                                             pg_last_wal_replay_lsn()))::bigint
+       END AS behind_bytes,
+       extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8 AS replay_age,
+       current_setting('hot_standby_feedback') AS hot_standby_feedback,
+       current_setting('max_standby_streaming_delay') AS max_standby_streaming_delay;

@@ -4,12 +4,19 @@
 -- Parameters are named (%(name)s); time comes from the server (now()).
 
 -- name: create_migrations_table :exec
--- Create the schema and the migration version table if they are missing.
+-- Create the schema, the migration version table and the table of the steps done of an
+-- unfinished migration, if they are missing.
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.migrations (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.migration_steps (
+    version    integer     NOT NULL,
+    step       integer     NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (version, step)
 );
 
 -- name: lock_migrations :exec
@@ -21,7 +28,7 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(schema)s));
 SELECT version FROM {schema}.migrations ORDER BY version;
 
 -- name: record_migration :exec
--- Record a version before applying it (a concurrent migrator then waits on the lock).
+-- Record a version, in the transaction of its last step (or of the whole migration).
 INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s, %(name)s);
 
 -- name: get_schema_version :one

@@ -361,3 +361,8 @@ SELECT id, status,
             ELSE pg_notify({done_channel}, id::text)
        END IS NULL AS notified
 FROM cancelled;
+
+-- name: begin_read_committed :exec
+-- The first statement of a dashboard read through a transaction pooler, which refuses
+-- startup options: this transaction runs READ COMMITTED whatever the server's default.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;

@@ -6,6 +6,10 @@ small pool of its own with a statement timeout; writes use the same functions as
 (``app.cancel``, ``admin.retry_job``, …). Database calls are synchronous and run in
 Starlette's thread pool. Pages with a live part (overview, jobs, a job, workers) render
 it with the same template the event stream pushes.
+
+Pages read from the app's replica when it has one (``replica_dsn``), except the page an
+action redirects to (its URL carries ``done=``): that one reads the primary, so the
+change just made shows at once.
 """
 
 from __future__ import annotations
@@ -134,6 +138,8 @@ MESSAGES = {
         " {refused} had already finished."
     ),
     "selected-deleted": "Deleted {count} selected job(s); {refused} could not be deleted.",
+    "paused": "Paused: workers claim none of its jobs from their next poll on.",
+    "resumed": "Resumed: its workers were woken.",
 }
 #: Which job statuses a page about the jobs list links to, in life-cycle order.
 TAB_STATUSES = STATUSES
@@ -236,17 +242,26 @@ class Dashboard:
         )
         return HTMLResponse(html, status_code=status_code)
 
+    def reads(self, request: Request) -> DashboardDatabase:
+        """Where a page reads: the replica when the app has one, except right after an
+        action (``done=``), whose page must show the change it made (the primary)."""
+        return self.db.on_primary() if "done" in request.query_params else self.db
+
     # -- what each page shows (run in a thread) --
-    def overview_context(self) -> dict[str, Any]:
+    def overview_context(self, db: DashboardDatabase | None = None) -> dict[str, Any]:
         cached = self._chart
         fresh = cached is not None and time.monotonic() - cached[0] < CHART_MAX_AGE
-        data = read_overview(self.app, self.db, finished=cached[1] if fresh and cached else None)
+        data = read_overview(
+            self.app, db or self.db, finished=cached[1] if fresh and cached else None
+        )
         if not fresh:
             self._chart = (time.monotonic(), data.finished)
         return {"overview": data, "now": data.now, "charts": charts(data.finished)}
 
-    def jobs_context(self, job_filter: JobFilter, before: int | None) -> dict[str, Any]:
-        data = read_jobs_page(self.db, job_filter, before=before, limit=PAGE_SIZE)
+    def jobs_context(
+        self, job_filter: JobFilter, before: int | None, db: DashboardDatabase | None = None
+    ) -> dict[str, Any]:
+        data = read_jobs_page(db or self.db, job_filter, before=before, limit=PAGE_SIZE)
         query = job_filter.as_query()
         older = None
         if data.more and data.jobs:
@@ -271,8 +286,8 @@ class Dashboard:
             "tab_links": _tab_links(job_filter),
         }
 
-    def job_context(self, job_id: int) -> dict[str, Any]:
-        data = read_job_page(self.db, job_id)
+    def job_context(self, job_id: int, db: DashboardDatabase | None = None) -> dict[str, Any]:
+        data = read_job_page(db or self.db, job_id)
         job = data.job
         return {
             "now": data.now,
@@ -282,19 +297,27 @@ class Dashboard:
             "retryable": job.status.value in RETRYABLE,
         }
 
-    def workers_context(self) -> dict[str, Any]:
-        now, infos = read_workers(self.app, self.db)
+    def workers_context(self, db: DashboardDatabase | None = None) -> dict[str, Any]:
+        now, infos = read_workers(self.app, db or self.db)
         return {"now": now, "workers": infos, "lease": self.app.lease_timeout}
 
     # -- pages --
     async def overview(self, request: Request) -> Response:
-        context = await run_in_threadpool(self.overview_context)
-        return self.page(request, "overview.html", live=_live_url(request, "/"), **context)
+        context = await run_in_threadpool(self.overview_context, self.reads(request))
+        return self.page(
+            request,
+            "overview.html",
+            live=_live_url(request, "/"),
+            message=_message(request),
+            **context,
+        )
 
     async def jobs(self, request: Request) -> Response:
         job_filter = _filter_or_400(request.query_params)
         before = _optional_id(request.query_params.get("before"), "before")
-        context = await run_in_threadpool(self.jobs_context, job_filter, before)
+        context = await run_in_threadpool(
+            self.jobs_context, job_filter, before, self.reads(request)
+        )
         return self.page(
             request,
             "jobs.html",
@@ -316,7 +339,7 @@ class Dashboard:
     async def job(self, request: Request) -> Response:
         job_id = _path_id(request)
         try:
-            context = await run_in_threadpool(self.job_context, job_id)
+            context = await run_in_threadpool(self.job_context, job_id, self.reads(request))
         except JobNotFoundError as error:
             raise HTTPException(404, str(error)) from None
         return self.page(
@@ -328,11 +351,11 @@ class Dashboard:
         )
 
     async def workers(self, request: Request) -> Response:
-        context = await run_in_threadpool(self.workers_context)
+        context = await run_in_threadpool(self.workers_context, self.reads(request))
         return self.page(request, "workers.html", live=_live_url(request, "/workers"), **context)
 
     async def schedules(self, request: Request) -> Response:
-        now, statuses = await run_in_threadpool(read_schedules, self.app, self.db)
+        now, statuses = await run_in_threadpool(read_schedules, self.app, self.reads(request))
         return self.page(request, "schedules.html", now=now, schedules=statuses)
 
     async def favicon(self, request: Request) -> Response:
@@ -507,9 +530,9 @@ class Dashboard:
             raise HTTPException(400, str(error)) from None
         if request.path_params["action"] == "pause":
             await run_in_threadpool(self.app.pause_queue, queue)
-        else:
-            await run_in_threadpool(self.app.resume_queue, queue)
-        return self._back(request, "/")
+            return self._back(request, "/", done="paused")
+        await run_in_threadpool(self.app.resume_queue, queue)
+        return self._back(request, "/", done="resumed")
 
     async def bulk_action(self, request: Request) -> Response:
         form = dict(await self._form(request))

@@ -18,6 +18,10 @@ SIGINT waits for open responses to end before it runs its shutdown (uvicorn does
 the first stream of a dashboard served from the main thread chains the process's
 SIGTERM and SIGINT handlers: the signal ends every stream, then goes on to the handler
 that was there (the server's).
+
+The listener connects to the session DSN (LISTEN needs a server session of its own; a
+replica cannot LISTEN); a pooled dsn without one leaves only the polling. The overview
+itself is read from the replica when one is set.
 """
 
 from __future__ import annotations
@@ -199,10 +203,11 @@ class LiveHub:
         self._stale = asyncio.Event()
         self._flagged = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._listen, args=(self._stop,), name="pgtasks-web-listen", daemon=True
-        )
-        self._thread.start()
+        if self.app.database.has_session:  # else (a pooled dsn alone): poll only
+            self._thread = threading.Thread(
+                target=self._listen, args=(self._stop,), name="pgtasks-web-listen", daemon=True
+            )
+            self._thread.start()
         self._task = loop.create_task(self._broadcast(self._stale))
         self._chain_signals()
 
@@ -231,11 +236,8 @@ class LiveHub:
         failures = 0
         while not stop.is_set():
             try:
-                with psycopg.connect(
-                    self.app.dsn,
-                    autocommit=True,
-                    connect_timeout=max(1, round(self.app.connect_timeout)),
-                    application_name="pgtasks web",
+                with self.app.database.connect(
+                    session=True, application_name="pgtasks web"
                 ) as conn:
                     store.listen(conn, store.channel, store.done_channel, store.activity_channel)
                     failures = 0

@@ -63,28 +63,62 @@ BULK_COUNT_CAP = 100_000
 SCAN_ROWS = 10_000
 
 
+@dataclasses.dataclass
+class _Connections:
+    """The pools a dashboard and its primary-reading view share."""
+
+    database: Database | None = None
+    source: Database | None = None
+
+
 class DashboardDatabase:
     """The dashboard's own connections to the App's database: a small pool (opened on
     first use, so building a dashboard connects nowhere), a statement timeout on every
     connection, READ COMMITTED whatever the database's default. It follows the App to
     another database (``App.use_database``).
+
+    Reads go to the App's replica when it has one (``replica_dsn``; the primary while
+    the replica cannot be reached); :meth:`on_primary` gives a view that reads the
+    primary (a page right after an action must show the change it made). Through a
+    transaction pooler, which refuses startup options, each read is a transaction that
+    sets its own statement timeout and isolation.
     """
 
-    def __init__(self, app: App, *, pool_size: int, statement_timeout: float) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        pool_size: int,
+        statement_timeout: float,
+        replica: bool = True,
+        connections: _Connections | None = None,
+    ) -> None:
         self.app = app
         self.pool_size = pool_size
         self.statement_timeout = statement_timeout
-        self._database: Database | None = None
-        self._source: Database | None = None
+        #: Reads may go to the replica.
+        self.replica = replica
+        self._connections = connections if connections is not None else _Connections()
+
+    def on_primary(self) -> DashboardDatabase:
+        """The same connections, reading the primary."""
+        return DashboardDatabase(
+            self.app,
+            pool_size=self.pool_size,
+            statement_timeout=self.statement_timeout,
+            replica=False,
+            connections=self._connections,
+        )
 
     @property
     def database(self) -> Database:
+        shared = self._connections
         source = self.app.database
-        if self._database is None or self._source is not source:
-            if self._database is not None:
-                self._database.close()
+        if shared.database is None or shared.source is not source:
+            if shared.database is not None:
+                shared.database.close()
             timeout_ms = max(1, round(self.statement_timeout * 1000))
-            self._database = Database(
+            shared.database = Database(
                 source.store,
                 source.configured_dsn,
                 source.embedded_dir,
@@ -92,6 +126,10 @@ class DashboardDatabase:
                 pool_max_size=self.pool_size,
                 connect_timeout=source.connect_timeout,
                 connect_attempts=source.connect_attempts,
+                session_dsn=source.configured_session_dsn,
+                replica_dsn=source.replica_dsn,
+                pooled=source.pooled,
+                prepared_statements=source.prepared_statements,
                 connection_kwargs={
                     "application_name": "pgtasks web",
                     "options": f"-c statement_timeout={timeout_ms}"
@@ -99,20 +137,39 @@ class DashboardDatabase:
                 },
                 name=f"pgtasks-web-{source.store.schema}",
             )
-            self._source = source
-        return self._database
+            shared.source = source
+        return shared.database
 
     @property
     def store(self) -> Store:
         return self.database.store
 
     def run(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
-        return self.database.run(operation)
+        database = self.database
+        if database.pooled:
+            operation = self._limited(operation)
+        return database.read(operation) if self.replica else database.run(operation)
+
+    def _limited(
+        self, operation: Callable[[psycopg.Connection[Any]], T]
+    ) -> Callable[[psycopg.Connection[Any]], T]:
+        """``operation`` in a transaction of its own that sets what the startup options
+        would have (a pooled connection gets none)."""
+        store, timeout = self.store, self.statement_timeout
+
+        def limited(conn: psycopg.Connection[Any]) -> T:
+            with conn.transaction():
+                store.begin_read_committed(conn)
+                store.limit_statement_time(conn, timeout)
+                return operation(conn)
+
+        return limited
 
     def close(self) -> None:
-        if self._database is not None:
-            self._database.close()
-        self._database = self._source = None
+        shared = self._connections
+        if shared.database is not None:
+            shared.database.close()
+        shared.database = shared.source = None
 
 
 # -- the overview ---------------------------------------------------------------------------------

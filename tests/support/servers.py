@@ -7,6 +7,8 @@
 - :func:`terminate_backends`, :func:`set_read_only`: faults through SQL.
 - :func:`database_with`: a database of one test whose sessions default to settings a
   DBA may choose (lock_timeout, default_transaction_isolation).
+- :func:`app_connection_options`: how test Apps connect (directly, or through PgBouncer);
+  :func:`pgbouncer_dsn`, :func:`replica_dsn`: the servers `.ci/run` starts (skip without).
 """
 
 from __future__ import annotations
@@ -20,11 +22,50 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import conninfo, sql
 
 from pgtasks._embedded import embedded_dsn
+from tests.support.environment import via_pgbouncer
+
+#: What a test that needs a server .ci/run starts says when it is absent.
+START_SERVERS = (
+    "start them with `python3 dev.py servers start` and export what it prints"
+    " (CI: .ci/run starts them)"
+)
+
+
+def app_connection_options(dsn: str) -> tuple[str, dict[str, Any]]:
+    """The dsn and the connection options of a test App on the test server ``dsn``:
+    through PgBouncer with ``dsn`` as session_dsn when PGTASKS_TEST_VIA_PGBOUNCER=1."""
+    pooled = via_pgbouncer(dsn)
+    if pooled is None:
+        return dsn, {}
+    return pooled, {"session_dsn": dsn}
+
+
+def pgbouncer_dsn() -> str:
+    """PGTASKS_TEST_PGBOUNCER_DSN (PgBouncer, transaction mode, in front of the test
+    server); the test is skipped without it."""
+    import pytest
+
+    value = os.environ.get("PGTASKS_TEST_PGBOUNCER_DSN")
+    if not value:
+        pytest.skip(f"PGTASKS_TEST_PGBOUNCER_DSN is not set (no PgBouncer): {START_SERVERS}")
+    return value
+
+
+def replica_dsn() -> str:
+    """PGTASKS_TEST_REPLICA_DSN (a streaming replica of PGTASKS_TEST_DSN); the test is
+    skipped without it."""
+    import pytest
+
+    value = os.environ.get("PGTASKS_TEST_REPLICA_DSN")
+    if not value:
+        pytest.skip(f"PGTASKS_TEST_REPLICA_DSN is not set (no replica): {START_SERVERS}")
+    return value
 
 
 def pg_ctl(arguments: list[str], pgdata: Path) -> None:

@@ -207,7 +207,7 @@ def test_an_action_redirects_to_a_path_not_the_host(
         origin="http://attacker.example",
     )
     assert response.status_code == 303
-    assert response.headers["location"] == "/"
+    assert response.headers["location"] == "/?done=paused"
 
 
 # -- hostile filters ------------------------------------------------------------------------------

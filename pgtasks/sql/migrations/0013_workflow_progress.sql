@@ -32,7 +32,18 @@
 --   with the same input assembly (workflow_input), or cancels it when a predecessor
 --   failed, was cancelled or is gone; each heal is recorded as an incident.
 -- * workflows.shape: the workflow as built (`pgtasks workflows list`).
+--
+-- Online: the index of unfinished workflow jobs is built concurrently (reads, writes and
+-- claims go on), then one transaction adds the rest (catalog changes under lock_timeout,
+-- retried; no scan of jobs).
 
+-- pgtasks:step concurrently
+-- The unfinished jobs of workflows: which workflows run (`pgtasks workflows list
+-- --status running`), whether a workflow still needs a job (delete, prune).
+CREATE INDEX CONCURRENTLY jobs_workflow_unfinished_idx ON {schema}.jobs (workflow_id)
+    WHERE workflow_id IS NOT NULL AND status IN ('waiting', 'pending', 'running');
+
+-- pgtasks:step transaction
 CREATE TABLE {schema}.workflow_incidents (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- tolerated: moving on after job_id ended failed (a hand-edited row, say);
@@ -53,11 +64,6 @@ CREATE TABLE {schema}.workflow_incidents (
 CREATE INDEX workflow_incidents_last_at_idx ON {schema}.workflow_incidents (last_at);
 
 ALTER TABLE {schema}.workflows ADD COLUMN shape text;
-
--- The unfinished jobs of workflows: which workflows run (`pgtasks workflows list
--- --status running`), whether a workflow still needs a job (delete, prune).
-CREATE INDEX jobs_workflow_unfinished_idx ON {schema}.jobs (workflow_id)
-    WHERE workflow_id IS NOT NULL AND status IN ('waiting', 'pending', 'running');
 
 -- Record (or count again) an incident of a job of a workflow.
 CREATE FUNCTION {schema}.workflow_incident(
