@@ -29,7 +29,7 @@ from .._instrumentation import Instrumentation
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._limits import LimitDefinition
 from .._operations import retention_seconds
-from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
+from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name, encode_meta
 from .._store import db as _db
 from .._store.database import Database
 from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
@@ -575,6 +575,23 @@ class App:
         if row is None:
             raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
         return CancelResult.from_row(job_id, row)
+
+    def update_job_meta(
+        self, job_id: int, *, worker_id: int, attempt: int, patch: Mapping[str, Any]
+    ) -> bool:
+        """Merge ``patch`` into a running job's meta under its lease (worker_id, attempt):
+        one fenced UPDATE. False when the lease is lost (nothing written); an empty patch
+        writes nothing. JobContext.update_meta and set_progress write through it."""
+        patch_json = encode_meta(
+            "meta update", patch, max_bytes=self.max_payload_bytes, internal=True
+        )
+        if patch_json is None:
+            return True
+        return self.database.run(
+            lambda conn: self.store.update_job_meta(
+                conn, job_id=job_id, worker_id=worker_id, attempt=attempt, patch_json=patch_json
+            )
+        )
 
     # -- workflows --
     def get_workflow(self, workflow_id: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._store.db import describe_dsn
+from .._dsn import describe_dsn
 
 if TYPE_CHECKING:
     from .app import App

@@ -28,20 +28,19 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .._app.app import App
+from .._app.loading import load_app
+from .._app.tasks import Task
 from .._errors import ConfigurationError, SoftTimeLimitExceeded
-from .._instrumentation import outcome_name
+from .._instrumentation import AttemptTrace, outcome_name
 from .._jobs import JobContext
 from .._retry import Outcome
-
-if TYPE_CHECKING:
-    from .._app.app import App
-    from .._app.tasks import Task
-    from .._instrumentation import AttemptTrace
+from .meta import meta_writer
+from .outcomes import outcome_of_error, outcome_of_return, unknown_task_outcome
 
 #: Seconds between checks that the parent is still alive.
 PARENT_CHECK_INTERVAL = 1.0
@@ -74,10 +73,9 @@ class JobMessage:
 class ChildSettings:
     """How a child starts: where its app comes from and where its logs go."""
 
+    #: ``module:attribute`` a spawned child imports (None: a forked child, which runs
+    #: the App it inherited).
     app_path: str | None
-    #: Imports ``app_path`` in a spawned child (the app layer's loader, passed down so
-    #: that this layer never imports it; a module-level function pickles by name).
-    app_loader: Callable[[str], App] | None
     parent_pid: int
     log_level: int
     #: File descriptors a forked child inherited but must not hold (siblings' pipes).
@@ -259,9 +257,6 @@ def run_job(
     app: App, message: JobMessage, cancel_event: threading.Event, soft: SoftLimit
 ) -> Outcome:
     """Run one attempt in this (main) thread; SIGTERM unwinds it as _Terminated."""
-    from .meta import meta_writer
-    from .outcomes import unknown_task_outcome
-
     task = app.tasks.get(message.task_name)
     if task is None:
         return unknown_task_outcome(message.task_name, app)
@@ -334,8 +329,6 @@ def _call(
     soft: SoftLimit,
     trace: AttemptTrace | None = None,
 ) -> Outcome:
-    from .outcomes import outcome_of_error, outcome_of_return
-
     try:
         try:
             soft.arm(message.soft_timeout)
@@ -375,8 +368,8 @@ def child_main(
         try:
             if inherited_app is not None:
                 app = inherited_app
-            elif settings.app_path is not None and settings.app_loader is not None:
-                app = settings.app_loader(settings.app_path)
+            elif settings.app_path is not None:
+                app = load_app(settings.app_path)
             else:
                 raise ConfigurationError("a spawned child needs the app's module:attribute path")
         except Exception as error:

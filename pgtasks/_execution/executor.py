@@ -124,7 +124,6 @@ class Executor:
         options: ExecutorOptions | None = None,
         *,
         on_finished: Callable[[Running, Outcome], None],
-        app_loader: Callable[[str], App] | None = None,
         on_refused: Callable[[Running], None] | None = None,
     ) -> None:
         self.app = app
@@ -132,8 +131,6 @@ class Executor:
         #: Called when the lease fence refuses a meta update of a running attempt (on the
         #: job's thread or the event loop).
         self.on_refused = on_refused
-        #: How spawned process-pool children import ``app_path`` (the app layer's loader).
-        self.app_loader = app_loader
         self.concurrency = self.options.concurrency
         self.on_finished = on_finished
         self._threads = JobThreads(self.concurrency, name="pgtasks-job")
@@ -243,7 +240,6 @@ class Executor:
             size=options.pool_size,
             start_method=options.process_start_method,
             app_path=app_path,
-            app_loader=self.app_loader,
             max_tasks_per_child=options.max_tasks_per_child,
             max_memory_per_child=int(memory * 2**20) if memory is not None else None,
             on_ended=self._pool_ended,

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _retry
+from .._dsn import redact
 from .._payload import encode_result
 from .._retry import Outcome, RetryPolicy
-from .._store.db import redact
 from .._text import storable, truncate
 
 if TYPE_CHECKING:

@@ -149,7 +149,6 @@ class ProcessPool:
         size: int,
         start_method: StartMethod,
         app_path: str | None,
-        app_loader: Callable[[str], App] | None,
         max_tasks_per_child: int | None,
         max_memory_per_child: int | None,
         on_ended: Callable[[int, Ending], None],
@@ -159,7 +158,6 @@ class ProcessPool:
         self.size = size
         self.start_method = start_method
         self.app_path = app_path
-        self.app_loader = app_loader
         self.max_tasks_per_child = max_tasks_per_child
         #: Bytes of resident memory after a job above which its child is replaced.
         self.max_memory_per_child = max_memory_per_child
@@ -302,7 +300,6 @@ class ProcessPool:
         fork = self.start_method == "fork"
         settings = ChildSettings(
             app_path=None if fork else self.app_path,
-            app_loader=None if fork else self.app_loader,
             parent_pid=os.getpid(),
             log_level=logging.getLogger().getEffectiveLevel(),
             close_fds=inherited_fds if fork else (),

@@ -37,6 +37,7 @@ import tenacity
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
+from .._dsn import describe_dsn, redact_for
 from .._embedded import embedded_dsn
 from .._errors import ConfigurationError, PoolExhaustedError
 from ..sql import Migration
@@ -235,16 +236,16 @@ class Database:
 
     def describe(self) -> str:
         """Where the connections go, for logs (never the password)."""
-        where = db.describe_dsn(self.dsn)
+        where = describe_dsn(self.dsn)
         if self.pooled:
             session = self.configured_session_dsn
             where += (
                 " (pooled; sessions: "
-                + (db.describe_dsn(session) if session else "none, polling")
+                + (describe_dsn(session) if session else "none, polling")
                 + ")"
             )
         if self.replica_dsn:
-            where += f" (replica: {db.describe_dsn(self.replica_dsn)})"
+            where += f" (replica: {describe_dsn(self.replica_dsn)})"
         return where
 
     def connection_kwargs(self, *, session: bool = False) -> dict[str, Any]:
@@ -283,7 +284,7 @@ class Database:
             target_or_none = self.session_dsn
             if target_or_none is None:
                 raise ConfigurationError(
-                    f"{db.describe_dsn(self.dsn)} goes through a transaction pooler and no"
+                    f"{describe_dsn(self.dsn)} goes through a transaction pooler and no"
                     " session_dsn is set: session-scoped work (LISTEN, session locks,"
                     " migrations) needs a direct connection. Set App(session_dsn=...) or"
                     " PGTASKS_SESSION_DSN"
@@ -527,7 +528,7 @@ class Database:
         session_dsn = self.session_dsn
         if session_dsn is None:
             raise ConfigurationError(
-                f"pgtasks migrate needs a direct connection, and {db.describe_dsn(self.dsn)}"
+                f"pgtasks migrate needs a direct connection, and {describe_dsn(self.dsn)}"
                 " goes through a transaction pooler: set App(session_dsn=...) or"
                 " PGTASKS_SESSION_DSN to the server itself"
             )
@@ -614,11 +615,10 @@ class Database:
         now = time.monotonic()
         if now - self._replica_fallback_logged >= REPLICA_FALLBACK_LOG_INTERVAL:
             self._replica_fallback_logged = now
-            password = db.dsn_password(self.replica_dsn)
             logger.warning(
                 "replica %s could not serve a read (%s); reading from the primary",
-                db.describe_dsn(self.replica_dsn),
-                db.redact(" ".join(str(cause).split()), (password,) if password else ()),
+                describe_dsn(self.replica_dsn),
+                redact_for(self.replica_dsn, str(cause)),
             )
         return self.run(operation)
 

@@ -1,19 +1,18 @@
-"""Connections: DSN resolution, password redaction, pools and the reconnect policy."""
+"""Connections: DSN resolution, the connection settings and the errors of a server that
+cannot be reached (the DSN text itself: pgtasks._dsn)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, quote_plus
 
 import psycopg
-from psycopg import conninfo
 
+from .._dsn import describe_dsn, redact_for
 from .._errors import ConfigurationError, DatabaseUnavailableError
 
 logger = logging.getLogger("pgtasks.db")
@@ -62,14 +61,6 @@ class ConnectionSettings:
         )
 
 
-_URL_PASSWORD = re.compile(r"(?P<head>postgres(?:ql)?://[^:/@?#]*:)(?P<password>[^@/]*)(?=@)")
-#: A key=value password: quoted ('a b', with \' and \\ escapes), or unquoted up to the
-#: next space that is not escaped (libpq reads "a\ b" as "a b").
-_KEYWORD_PASSWORD = re.compile(
-    r"(?P<head>\bpassword\s*=\s*)(?P<password>'(?:[^'\\]|\\.)*'?|(?:\\.|[^\s\\])+\\?)"
-)
-
-
 def resolve_dsn(explicit: str | None, environ: Mapping[str, str] | None = None) -> str | None:
     """The DSN to use: explicit > PGTASKS_DSN > DATABASE_URL > None (embedded)."""
     if explicit:
@@ -82,53 +73,10 @@ def resolve_dsn(explicit: str | None, environ: Mapping[str, str] | None = None) 
     return None
 
 
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Hide passwords in a DSN (URL or key=value form) or in any text that may hold one."""
-    text = _URL_PASSWORD.sub(lambda match: match["head"] + "***", text)
-    text = _KEYWORD_PASSWORD.sub(lambda match: match["head"] + "***", text)
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
-def dsn_password(dsn: str) -> str | None:
-    try:
-        password = conninfo.conninfo_to_dict(dsn).get("password")
-        return str(password) if password else None
-    except psycopg.ProgrammingError:
-        return None
-
-
-def dsn_secrets(dsn: str) -> tuple[str, ...]:
-    """The forms of ``dsn``'s password that a text may hold: as is and URL-encoded."""
-    password = dsn_password(dsn)
-    if not password:
-        return ()
-    forms = {password, quote(password, safe=""), quote_plus(password, safe="")}
-    # Longest first: a form that contains another is replaced whole.
-    return tuple(sorted(forms, key=len, reverse=True))
-
-
-def describe_dsn(dsn: str) -> str:
-    """``host:port/dbname`` for logs; never the password."""
-    try:
-        params = conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return redact(dsn)
-    host = str(params.get("host") or params.get("hostaddr") or "localhost")
-    if host.startswith("/"):
-        host = f"socket {host}"
-    port = params.get("port")
-    database = params.get("dbname") or params.get("user") or "postgres"
-    return f"{host}{':' + str(port) if port else ''}/{database}"
-
-
 def unavailable_error(dsn: str, cause: BaseException | None, timeout: float) -> Exception:
     """A DatabaseUnavailableError naming the server (never the password) and the cause."""
-    password = dsn_password(dsn)
-    detail = redact(str(cause), (password,) if password else ()) if cause else "no connection"
-    detail = " ".join(detail.split())  # libpq's messages span lines; keep errors on one
+    # libpq's messages span lines; keep errors on one
+    detail = redact_for(dsn, str(cause)) if cause else "no connection"
     return DatabaseUnavailableError(
         f"cannot reach PostgreSQL at {describe_dsn(dsn)} within {timeout:g} s: {detail.strip()}"
         " (is the server running, and is PGTASKS_DSN right?)"
@@ -143,8 +91,7 @@ def lost_prepared_statement(error: BaseException) -> bool:
 
 def pooler_error(dsn: str, error: BaseException, *, declared: bool) -> ConfigurationError:
     """The ConfigurationError for :func:`lost_prepared_statement`: what to configure."""
-    password = dsn_password(dsn)
-    detail = " ".join(redact(str(error), (password,) if password else ()).split())
+    detail = redact_for(dsn, str(error))
     advice = (
         "keep prepared_statements=False (the default when pooled) unless the pooler holds"
         " them (PgBouncer >= 1.21 with max_prepared_statements)"

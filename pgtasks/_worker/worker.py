@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
-from .._app.loading import load_app
 from .._counters import RESCUED
+from .._dsn import dsn_secrets
 from .._errors import ConfigurationError
 from .._execution.executor import Executor, ExecutorOptions, PoolName
 from .._execution.outcomes import storable_outcome
@@ -38,7 +38,6 @@ from .._execution.running import Running
 from .._payload import check_name
 from .._retry import Outcome, reconnect_delay
 from .._store.database import is_transient
-from .._store.db import dsn_secrets
 from .._validation import seconds_at_least_zero, whole_number
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
 from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
@@ -329,7 +328,6 @@ class Worker:
             self.app,
             self._executor_options,
             on_finished=self._on_finished,
-            app_loader=load_app,
             on_refused=self._reporter.refused,
         )
 
