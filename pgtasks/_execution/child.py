@@ -2,8 +2,8 @@
 
 A child never writes a job's state (status, result): it receives a :class:`JobMessage`
 (task name, arguments, the job's context fields), runs the task, and sends back the
-attempt's outcome ``(kind, status, result_json, error, delay)`` and its resident memory.
-The parent writes the outcome, fenced, with everything else (see _process_pool). The only
+attempt's Outcome and its resident memory.
+The parent writes the outcome, fenced, with everything else (see process_pool.py). The only
 write a child makes is a task's own meta/progress update (JobContext.update_meta), fenced by
 the lease, on the child's own connection.
 
@@ -14,7 +14,7 @@ messages (jobs, cancellations, exit), and exits the process when the parent is g
 Messages, parent → child: ``("run", JobMessage)``, ``("cancel", token)``, ``("exit",)``,
 and ``("terminate",)`` just before the worker's own SIGTERM (others' SIGTERMs are ignored).
 Child → parent: ``("ready", pid, task_names)`` or ``("failed", error)`` once, then
-``("done", token, outcome_fields, rss_bytes)`` per job and ``("log", record_fields)``.
+``("done", token, outcome, rss_bytes, seconds)`` per job and ``("log", record_fields)``.
 """
 
 from __future__ import annotations
@@ -399,14 +399,7 @@ def child_main(
                 (
                     "done",
                     message.token,
-                    (
-                        outcome.kind,
-                        outcome.status,
-                        outcome.result_json,
-                        outcome.error,
-                        outcome.delay,
-                        outcome.exception_type,
-                    ),
+                    outcome,
                     resident_bytes(),
                     time.monotonic() - started,
                 )

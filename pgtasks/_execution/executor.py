@@ -406,7 +406,7 @@ class Executor:
             try:
                 outcome = self._run_sync(running, task)
             except BaseException as error:  # _run_sync catches everything; a last resort
-                outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+                outcome = Outcome.failed(_retry.describe_error(error))
             following = self._pass_local_slot()
             self.on_finished(running, outcome)
             if following is None or following.task is None:
@@ -444,7 +444,7 @@ class Executor:
         try:
             outcome = future.result()
         except BaseException as error:  # the wrappers catch everything; this is a last resort
-            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+            outcome = Outcome.failed(_retry.describe_error(error))
         if running.executor in ("thread", "async"):
             self._free_local_slot()
         self.on_finished(running, outcome)
@@ -594,7 +594,7 @@ class Executor:
         try:
             outcome = await self._attempt_async(running, task)
         except BaseException as error:  # _attempt_async catches everything; a last resort
-            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+            outcome = Outcome.failed(_retry.describe_error(error))
         running.async_task = None  # no longer this job's: a late cancel() is not for it
         following = self._pass_local_slot()
         # Ends are reported after every job the loop runs in this pass has had its turn: a
@@ -644,7 +644,7 @@ class Executor:
                 value = await coroutine
         except asyncio.CancelledError as error:
             if running.cancel_requested:
-                return Outcome("cancelled", "failed", error="CancelledError: the job was cancelled")
+                return Outcome.cancelled("CancelledError: the job was cancelled")
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
         except asyncio.TimeoutError as error:
             if task.timeout and time.monotonic() - started >= task.timeout:

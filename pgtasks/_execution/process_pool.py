@@ -473,14 +473,14 @@ class ProcessPool:
             self._restart_delay,
         )
 
-    def _job_done(self, child: Child, token: int, fields: tuple[Any, ...], rss: int) -> None:
+    def _job_done(self, child: Child, token: int, outcome: Outcome, rss: int) -> None:
         job = child.job
         if job is None or job.message.token != token or child.stopping in ("timeout", "released"):
             return  # too late: the outcome was decided without it
         with self._lock:
             child.job, child.deadline = None, None
         child.jobs_done += 1
-        self.on_ended(token, Ending("outcome", Outcome(*fields), pid=child.pid))
+        self.on_ended(token, Ending("outcome", outcome, pid=child.pid))
         reason = self._recycle_reason(child, rss)
         if reason:
             self.recycled += 1

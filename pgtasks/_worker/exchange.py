@@ -367,13 +367,11 @@ class Exchanges:
                 if isinstance(error, psycopg.Error) and not self.connection.usable:
                     ledger.unwritten = batch[index:]
                     raise
-                replacement = Outcome(
-                    "failed",
-                    "failed",
-                    error=storable(
+                replacement = Outcome.failed(
+                    storable(
                         f"pgtasks could not record this attempt's outcome ({outcome.kind}):"
                         f" {type(error).__name__}: {error}"
-                    ),
+                    )
                 )
             ledger.unwritten = [(running, replacement)]
             try:

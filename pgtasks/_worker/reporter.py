@@ -75,7 +75,7 @@ class Reporter:
         for running, outcome in batch:
             written = running.job.id in accepted
             if written and accepted[running.job.id] == "cancelled":
-                outcome = Outcome("cancelled", "failed", error=outcome.error)
+                outcome = Outcome.cancelled(outcome.error)
             self._log_outcome(running, outcome, written=written)
             if running.trace is not None:
                 self._end_trace(running, outcome, written)
@@ -106,7 +106,7 @@ class Reporter:
             if status is None or status == "cancelled" or outcome.kind not in ("done", "retry"):
                 # Lease lost, cancelled, failed: rare; the full path logs them as before.
                 if status == "cancelled":
-                    outcome = Outcome("cancelled", "failed", error=outcome.error)
+                    outcome = Outcome.cancelled(outcome.error)
                 self._log_outcome(running, outcome, written=status is not None)
             else:
                 counts[outcome.kind] = counts.get(outcome.kind, 0) + 1

@@ -645,10 +645,8 @@ class Worker:
                 outcome, max_error_bytes=self.app.max_error_bytes, secrets=self._secrets
             )
         except Exception as error:  # the job's end is never lost
-            outcome = Outcome(
-                "failed",
-                "failed",
-                error=f"pgtasks could not store this attempt's outcome: {type(error).__name__}",
+            outcome = Outcome.failed(
+                f"pgtasks could not store this attempt's outcome: {type(error).__name__}"
             )
         self._ledger.on_finished(running, outcome)
 
