@@ -36,7 +36,7 @@ from ._worker.metrics import outcome_series
 from ._worker.worker import Worker
 
 if TYPE_CHECKING:
-    from ._execution.running import ClaimedJob
+    from ._leases import ClaimedJob
 
 __all__ = ["RunSummary", "isolated_schema", "run_until_empty", "use_test_database"]
 

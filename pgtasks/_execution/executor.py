@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import _retry
 from .._errors import ConfigurationError
 from .._jobs import ExecutorName, JobContext
+from .._leases import ClaimedJob
 from .._retry import Outcome
 from .._validation import positive_number, whole_number
 from .child import JobMessage
@@ -49,7 +50,7 @@ from .outcomes import (
     unknown_task_outcome,
 )
 from .process_pool import START_METHODS, Ending, PoolJob, ProcessPool, StartMethod, find_app_path
-from .running import ClaimedJob, Running
+from .running import Running
 from .threads import JobThreads
 from .watchdogs import LoopLagMonitor, SoftLimit, ThreadSoftLimits
 

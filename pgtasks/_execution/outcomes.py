@@ -20,7 +20,7 @@ from .._text import storable, truncate
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
-    from .running import ClaimedJob
+    from .._leases import ClaimedJob
 
 
 def policy_of(task: Task[Any, Any]) -> RetryPolicy:

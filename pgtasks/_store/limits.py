@@ -1,5 +1,6 @@
 """LimitQueries: the Store's queries for concurrency and rate limits (``sql/limits.sql``,
-migration 0009), one method per named query. Jobs no limit applies to never use them."""
+migration 0009), one method per named query; the limited claim is a claim like the others
+(claims.py). Jobs no limit applies to never use them."""
 
 from __future__ import annotations
 
@@ -51,37 +52,6 @@ class LimitQueries(StoreBase):
     ) -> list[tuple[Any, ...]]:
         params = limited_jobs_params(specs)
         return await self._arows(conn, "insert_limited_jobs", params, binary=True, tuples=True)
-
-    # -- claim --
-    @staticmethod
-    def limited_claim_params(
-        worker_id: int,
-        queues: Sequence[str] | None,
-        limit: int,
-        task_names: Sequence[str] | None,
-        excluded_queues: Sequence[str] | None,
-    ) -> Params:
-        return {
-            "worker_id": worker_id,
-            "queues": list(queues) if queues is not None else None,
-            "excluded_queues": list(excluded_queues) if excluded_queues else None,
-            "limit": limit,
-            "task_names": list(task_names) if task_names is not None else None,
-        }
-
-    def claim_limited_jobs(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        worker_id: int,
-        queues: Sequence[str] | None,
-        limit: int,
-        task_names: Sequence[str] | None = None,
-        excluded_queues: Sequence[str] | None = None,
-    ) -> list[Row]:
-        """Claim up to ``limit`` due jobs that limits apply to, within the limits."""
-        params = self.limited_claim_params(worker_id, queues, limit, task_names, excluded_queues)
-        return self._rows(conn, "claim_limited_jobs", params)
 
     # -- definitions --
     def upsert_limits(

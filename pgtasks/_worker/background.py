@@ -20,38 +20,35 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._store.store import OutcomeRow as OutcomeRow
+from .._leases import ClaimRequest, Finish, RoundTrip
 
 if TYPE_CHECKING:
-    from .._execution.running import ClaimedJob, Running
+    from .._execution.running import Running
     from .._retry import Outcome
-    from .._store.store import ClaimPosition
+
+#: The result of a round trip that has not run.
+NOTHING = RoundTrip({}, ())
 
 
 @dataclasses.dataclass
 class Exchange:
-    """One round trip: the outcomes to write (per lease owner) and the jobs to claim."""
+    """One round trip: the attempts whose ends it writes (``batch``, as ``finishes``) and
+    the claim it makes (None: none), then what it did (``trip``) or the error it met."""
 
     batch: list[tuple[Running, Outcome]]
-    finished: Sequence[tuple[int, Sequence[OutcomeRow]]]
-    limit: int
-    after: ClaimPosition | None
-    task_names: list[str] | None
-    #: The queues to claim from (None: all) and those to leave out (paused queues).
-    queues: list[str] | None = None
-    excluded_queues: list[str] | None = None
-    #: Claim jobs that limits apply to first (some limit is stored, migration 0009).
-    limited: bool = False
-    #: The registration the round trip ran under (the lease owner of what it claimed).
-    owner: int = 0
-    accepted: dict[int, str] = dataclasses.field(default_factory=dict)
-    #: The jobs it claimed, in claim order.
-    jobs: list[ClaimedJob] = dataclasses.field(default_factory=list)
+    finishes: Sequence[Finish]
+    claim: ClaimRequest | None
+    trip: RoundTrip = NOTHING
     error: psycopg.Error | None = None
     #: Whether the error broke the connection (vs. the server refusing the statement).
     broken: bool = False
     #: How long the round trip took.
     seconds: float = 0.0
+
+    @property
+    def limit(self) -> int:
+        """How many jobs it claims at most."""
+        return self.claim.limit if self.claim is not None else 0
 
 
 class BackgroundExchanger:

@@ -20,19 +20,18 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._counters import UNKNOWN_TASK_JOBS
-from .._execution.running import claim_order, claimed_jobs
+from .._leases import ClaimRequest, Finish
 from .._retry import Outcome
 from .._store.database import is_transient
 from .._text import storable
-from .background import BackgroundExchanger, Exchange, OutcomeRow
+from .background import BackgroundExchanger, Exchange
 from .claims import ClaimCursor, Prefetch, round_trip_share
 from .services import Connect
 
 if TYPE_CHECKING:
     from .._execution.executor import Executor
-    from .._execution.running import Running
     from .._store.store import Store
-    from .ledger import JobLedger, LoopConnection
+    from .ledger import Finished, JobLedger, LoopConnection
     from .registration import Registration
     from .reporter import Reporter
     from .services import ErrorLog
@@ -77,7 +76,7 @@ class Exchanges:
         self.connection = connection
         self.reporter = reporter
         self.errors = errors
-        self.queues = list(queues) if queues is not None else None
+        self.queues = tuple(queues) if queues is not None else None
         self.prefetch = prefetch
         self.ignore_unknown = ignore_unknown
         self.tasks = tasks
@@ -94,7 +93,7 @@ class Exchanges:
         #: The paused queues (migration 0007) as the listener last read them: left out
         #: of every claim. Replaced whole by the listener thread, read by the loop.
         self.paused: frozenset[str] = frozenset()
-        self._task_names: list[str] | None = None
+        self._task_names: tuple[str, ...] | None = None
         #: Some concurrency or rate limit is stored (migration 0009): claims take limited
         #: jobs first (Store.finish_and_claim_jobs). Set at start.
         self.limited = False
@@ -145,7 +144,7 @@ class Exchanges:
         self.limited_retry_at = 0.0
 
     # -- paused queues --
-    def claim_filter(self) -> tuple[list[str] | None, list[str] | None] | None:
+    def claim_filter(self) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None] | None:
         """The queues to claim from and the queues to leave out, given the paused queues;
         None when every queue of this worker is paused (nothing to claim).
 
@@ -157,8 +156,8 @@ class Exchanges:
         if not paused:
             return self.queues, None
         if self.queues is None:
-            return None, sorted(paused)
-        queues = [queue for queue in self.queues if queue not in paused]
+            return None, tuple(sorted(paused))
+        queues = tuple(queue for queue in self.queues if queue not in paused)
         return (queues, None) if queues else None
 
     # -- one round trip --
@@ -186,28 +185,30 @@ class Exchanges:
     def prepare(self, limit: int) -> Exchange:
         """Take the unwritten outcomes into a round trip that claims up to ``limit`` jobs."""
         batch = self.ledger.take_unwritten()
-        by_owner: dict[int, list[OutcomeRow]] = {}
-        for running, outcome in batch:
-            by_owner.setdefault(running.job.worker_id, []).append(_outcome_row(running, outcome))
+        finish = Finish.of
+        finishes = [finish(running.job, outcome) for running, outcome in batch]
+        return Exchange(batch, finishes, self._claim_request(batch, limit) if limit else None)
+
+    def _claim_request(self, batch: list[Finished], limit: int) -> ClaimRequest | None:
+        """What the round trip claims: None when every queue of this worker is paused."""
         limited = False
-        if self.limited and limit:
+        if self.limited:
             for running, _ in batch:
                 if running.job.id in self.limited_ids:
                     self.limited_ids.discard(running.job.id)
                     self.limited_retry_at = 0.0
             limited = time.monotonic() >= self.limited_retry_at
-        claim_filter = self.claim_filter() if limit else None
+        claim_filter = self.claim_filter()
         if claim_filter is None:
-            limit = 0  # every queue of this worker is paused
-        queues, excluded = claim_filter if claim_filter is not None else (self.queues, None)
-        return Exchange(
-            batch=batch,
-            finished=list(by_owner.items()),
+            return None
+        queues, excluded = claim_filter
+        return ClaimRequest(
+            worker_id=self.registration.worker_id or 0,
             limit=limit,
-            after=self.cursor.claim_from() if limit else None,
-            task_names=self._known_task_names() if self.ignore_unknown else None,
             queues=queues,
             excluded_queues=excluded,
+            task_names=self._known_task_names() if self.ignore_unknown else None,
+            after=self.cursor.claim_from(),
             limited=limited,
         )
 
@@ -216,35 +217,24 @@ class Exchanges:
         worker_id = self.registration.worker_id
         if worker_id is None:
             raise RuntimeError("the worker is not registered")
-        exchange.owner = worker_id
+        # The lease owner is the registration the claim runs under.
+        claim = exchange.claim.for_worker(worker_id) if exchange.claim is not None else None
         started = time.monotonic()
-        exchange.accepted, exchange.jobs = self.store.finish_and_claim_jobs(
-            conn,
-            finished=exchange.finished,
-            worker_id=worker_id,
-            queues=exchange.queues,
-            limit=exchange.limit,
-            task_names=exchange.task_names,
-            after=exchange.after,
-            excluded_queues=exchange.excluded_queues,
-            limited=exchange.limited,
-            # The lease owner is the registration the claim ran under.
-            claimed_rows=claimed_jobs(worker_id),
-            claim_order=claim_order,
-        )
+        exchange.trip = self.store.finish_and_claim_jobs(conn, exchange.finishes, claim)
         exchange.seconds = time.monotonic() - started
 
     def apply(self, exchange: Exchange) -> int:
         """Log the written outcomes and start the claimed jobs (loop thread)."""
-        jobs = exchange.jobs
+        jobs = exchange.trip.claimed
         reporter = self.reporter
-        reporter.written(exchange.batch, exchange.accepted)
-        if exchange.limit:
-            self.cursor.claimed(jobs, from_start=exchange.after is None, seconds=exchange.seconds)
-        if exchange.limited:
-            taken = [job.id for job in jobs if getattr(job, "limited", False)]
+        reporter.written(exchange.batch, exchange.trip.written)
+        claim = exchange.claim
+        if claim is not None:
+            self.cursor.claimed(jobs, from_start=claim.after is None, seconds=exchange.seconds)
+        if claim is not None and claim.limited:
+            taken = [job.id for job in jobs if job.limited]
             self.limited_ids.update(taken)
-            if len(taken) < exchange.limit:
+            if len(taken) < claim.limit:
                 self.limited_retry_at = time.monotonic() + self.poll_interval
         in_flight, submit, observed = (
             self.ledger.in_flight,
@@ -405,20 +395,8 @@ class Exchanges:
                 ", ".join(str(job_id) for job_id in sorted(released)),
             )
 
-    def _known_task_names(self) -> list[str]:
+    def _known_task_names(self) -> tuple[str, ...]:
         """The app's task names for --ignore-unknown claims, sorted once per change."""
         if self._task_names is None or len(self._task_names) != len(self.tasks):
-            self._task_names = sorted(self.tasks)
+            self._task_names = tuple(sorted(self.tasks))
         return self._task_names
-
-
-def _outcome_row(running: Running, outcome: Outcome) -> OutcomeRow:
-    return (
-        running.job.id,
-        running.job.attempt,
-        outcome.status,
-        outcome.result_json,
-        outcome.error,
-        outcome.delay,
-        outcome.exception_type if outcome.error is not None else None,
-    )

@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
     from .._app.app import App
-    from .._execution.running import ClaimedJob
+    from .._leases import ClaimedJob
     from .worker import Worker
 
 logger = logging.getLogger("pgtasks.metrics")

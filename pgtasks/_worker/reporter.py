@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._counters import FENCED_WRITES_REFUSED, LEASE_LOST, Tally
@@ -67,7 +67,7 @@ class Reporter:
     def summary(self) -> str:
         return ", ".join(f"{name}={count}" for name, count in sorted(self.counts.items())) or "idle"
 
-    def written(self, batch: list[tuple[Running, Outcome]], accepted: dict[int, str]) -> None:
+    def written(self, batch: list[tuple[Running, Outcome]], accepted: Mapping[int, str]) -> None:
         """Outcomes a round trip wrote (``accepted``: id → status stored) or fenced out."""
         if not self.observers and not logger.isEnabledFor(logging.INFO):
             self._count_quietly(batch, accepted)
@@ -95,7 +95,7 @@ class Reporter:
             logger.exception("job %d: ending its trace failed", running.job.id)
 
     def _count_quietly(
-        self, batch: list[tuple[Running, Outcome]], accepted: dict[int, str]
+        self, batch: list[tuple[Running, Outcome]], accepted: Mapping[int, str]
     ) -> None:
         """written() with no observer and no INFO log line: the counts, the WARNING lines
         (which may be enabled alone) and the due time of retries, without the per-job

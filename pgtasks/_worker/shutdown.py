@@ -177,21 +177,14 @@ class GracefulStop:
             self.ledger.unwritten = []
 
     def _release(self, leftovers: list[Running], *, why: str = "shutdown deadline reached") -> None:
-        by_owner: dict[int, list[Running]] = {}
         for running in leftovers:
             running.abandoned = True
-            by_owner.setdefault(running.job.worker_id, []).append(running)
         released: set[int] = set()
         answered = False
         for attempt in range(1, _WRITE_TRIES + 1):
             try:
                 conn = self.connection.get()
-                for owner, items in by_owner.items():
-                    released |= self.store.release_jobs(
-                        conn,
-                        worker_id=owner,
-                        leases=[(running.job.id, running.job.attempt) for running in items],
-                    )
+                released |= self.store.release_jobs(conn, [running.job for running in leftovers])
                 answered = True
                 break
             except psycopg.Error as error:

@@ -13,6 +13,7 @@ import pytest
 
 from pgtasks import App
 from pgtasks._app.doctor import Thresholds, diagnose, exit_code
+from pgtasks._leases import ClaimRequest
 from tests.support.environment import ROOT, pgtasks_env
 
 #: Thresholds low enough that a few seconds of age already count.
@@ -70,7 +71,7 @@ def test_a_job_running_under_a_dead_worker_is_reported_stuck(
         return None
 
     orphan.delay()
-    app.store.claim_jobs(admin, worker_id=10**9, queues=None, limit=1)
+    app.store.claim_jobs(admin, ClaimRequest(10**9, limit=1))
 
     result = finding(app, "stuck jobs")
 
@@ -118,7 +119,7 @@ def test_doctor_cli_prints_json_and_exits_1_on_warnings(
         return None
 
     noop.delay()
-    app.store.claim_jobs(admin, worker_id=10**9, queues=None, limit=1)
+    app.store.claim_jobs(admin, ClaimRequest(10**9, limit=1))
     env = pgtasks_env(dsn, app.schema)
     completed = subprocess.run(
         [sys.executable, "-m", "pgtasks", "doctor", "-A", "tests.apps.basic:app", "--json"],

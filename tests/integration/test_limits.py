@@ -9,7 +9,8 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobStatus, LimitKeyError
-from pgtasks._store.base import Row
+from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
+from pgtasks._retry import Outcome
 from tests.support.inprocess import finished, running_worker
 
 
@@ -21,19 +22,16 @@ def _register(app: App, count: int) -> list[int]:
         ]
 
 
-def _claim(app: App, worker_id: int, limit: int, **options: Any) -> list[Row]:
+def _claim(app: App, worker_id: int, limit: int) -> list[ClaimedJob]:
+    """A worker's claim when some limit is stored: limited jobs first, then plain ones."""
     with app.connection() as conn:
-        _, rows = app.store.finish_and_claim_jobs(
-            conn, finished=[], worker_id=worker_id, queues=None, limit=limit, limited=True,
-            **options,
-        )  # fmt: skip
-        return rows
+        claim = ClaimRequest(worker_id, limit, limited=True)
+        return list(app.store.finish_and_claim_jobs(conn, (), claim).claimed)
 
 
-def _finish(app: App, worker_id: int, rows: list[Row]) -> None:
-    outcomes = [(row["id"], row["attempts"], "done", None, None, 0.0) for row in rows]
+def _finish(app: App, jobs: list[ClaimedJob]) -> None:
     with app.connection() as conn:
-        app.store.finish_jobs(conn, worker_id=worker_id, outcomes=outcomes)
+        app.store.finish_jobs(conn, [Finish.of(job, Outcome.done("null")) for job in jobs])
 
 
 def _store_limits(app: App) -> int:
@@ -79,15 +77,15 @@ def test_a_task_concurrency_is_never_exceeded_by_several_claimers(app: App) -> N
     plain.delay_many([{"n": n} for n in range(5)])
     first, second = _register(app, 2)
     rows = _claim(app, first, 1)
-    assert [row["task_name"] for row in rows] == [limited.name]
+    assert [row.task_name for row in rows] == [limited.name]
     rows += _claim(app, second, 8)
     # one more limited job, then the plain ones fill the rest
-    assert [row["task_name"] for row in rows].count(limited.name) == 2
-    assert [row["task_name"] for row in rows].count(plain.name) == 5
+    assert [row.task_name for row in rows].count(limited.name) == 2
+    assert [row.task_name for row in rows].count(plain.name) == 5
     assert _claim(app, first, 8) == []
-    _finish(app, first, [rows[0]])
+    _finish(app, [rows[0]])
     again = _claim(app, first, 8)
-    assert [row["task_name"] for row in again] == [limited.name]
+    assert [row.task_name for row in again] == [limited.name]
 
 
 def test_a_per_key_limit_lets_other_keys_pass_a_busy_key(app: App) -> None:
@@ -100,7 +98,7 @@ def test_a_per_key_limit_lets_other_keys_pass_a_busy_key(app: App) -> None:
     sync.delay_many([{"user": f"u{n}", "n": n} for n in range(5)])
     (worker,) = _register(app, 1)
     rows = _claim(app, worker, 10)
-    keys = sorted(row["kwargs"]["user"] for row in rows)
+    keys = sorted(row.kwargs["user"] for row in rows)
     assert keys == ["busy", "u0", "u1", "u2", "u3", "u4"]
     assert _claim(app, worker, 10) == []
 
@@ -119,7 +117,7 @@ def test_queue_and_task_limits_both_apply(app: App) -> None:
     b.delay_many([{"n": n} for n in range(5)])
     (worker,) = _register(app, 1)
     rows = _claim(app, worker, 10)
-    names = [row["task_name"] for row in rows]
+    names = [row.task_name for row in rows]
     assert len(rows) == 3 and names.count(a.name) == 2
 
 
@@ -175,7 +173,7 @@ def test_a_hostile_limit_row_is_claimed_or_left_never_an_error(
     )
     (worker,) = _register(app, 1)
     rows = _claim(app, worker, 5)
-    assert [row["id"] for row in rows] == [job.id]
+    assert [row.id for row in rows] == [job.id]
     assert job.status() is JobStatus.RUNNING
 
 
@@ -232,10 +230,10 @@ def test_limited_jobs_keep_their_meta(app: App) -> None:
     many = work.delay_many([{"user": "bob"}, {"user": "cid"}], meta={"batch": 7})
     plain = work.delay("dan")
     (worker,) = _register(app, 1)
-    rows = {row["id"]: row for row in _claim(app, worker, 10)}
-    assert rows[one.id]["meta"] == {"source": "api"}
-    assert [rows[handle.id]["meta"] for handle in many] == [{"batch": 7}, {"batch": 7}]
-    assert rows[plain.id]["meta"] == {}
+    jobs = {job.id: job for job in _claim(app, worker, 10)}
+    assert jobs[one.id].meta == {"source": "api"}
+    assert [jobs[handle.id].meta for handle in many] == [{"batch": 7}, {"batch": 7}]
+    assert jobs[plain.id].meta == {}
     assert one.meta == {"source": "api"}
 
 
@@ -257,6 +255,6 @@ def test_a_claimer_stuck_inside_its_transaction_holds_up_the_others_briefly(
             "SELECT pg_advisory_xact_lock(1885828204, hashtext(%s))", [f"task:{limited.name}"]
         )
         rows = _claim(app, worker, 5)
-        assert [row["task_name"] for row in rows] == [plain.name]
+        assert [row.task_name for row in rows] == [plain.name]
         stuck.rollback()
     assert len(_claim(app, worker, 5)) == 3
