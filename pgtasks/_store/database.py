@@ -29,7 +29,6 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
@@ -50,8 +49,6 @@ from .migrate import (
     check_version,
 )
 from .store import Store
-
-logger = logging.getLogger("pgtasks.db")
 
 T = TypeVar("T")
 
@@ -153,55 +150,48 @@ def is_recovery_conflict(error: BaseException) -> bool:
 
 
 class Database:
-    """The connections of one App (``configured_dsn`` None: the embedded server).
-
-    ``session_dsn``: a direct connection for session-scoped work when ``dsn`` goes through
-    a transaction pooler; ``pooled``: ``dsn`` is such a pooler (default: when
-    ``session_dsn`` is given); ``prepared_statements``: whether connections to ``dsn``
-    may prepare statements (default: not when pooled; PgBouncer >= 1.21 with
-    ``max_prepared_statements`` can hold them); ``replica_dsn``: a streaming replica for
-    reads that may lag.
+    """The connections of one store: where they go (``settings``: ``dsn`` None is the
+    embedded server; a ``session_dsn`` for a pooled dsn, a ``replica_dsn``) and the pools
+    (``pools``). ``store`` holds the schema's statements (rendered for
+    ``settings.schema`` when not given); ``connection_kwargs``: further psycopg.connect()
+    arguments of the pooled and replica connections (options never go to a pooled dsn);
+    ``name``: the pools' name (pgtasks-<schema> by default).
     """
 
     def __init__(
         self,
-        store: Store,
-        configured_dsn: str | None,
-        embedded_dir: Path,
+        settings: db.DatabaseSettings,
+        pools: db.PoolSettings,
         *,
-        pool_min_size: int,
-        pool_max_size: int,
-        connect_timeout: float,
-        connect_attempts: int,
+        store: Store | None = None,
         connection_kwargs: Mapping[str, Any] | None = None,
         name: str | None = None,
-        session_dsn: str | None = None,
-        replica_dsn: str | None = None,
-        pooled: bool | None = None,
-        prepared_statements: bool | None = None,
     ) -> None:
-        self.store = store
-        #: Further psycopg.connect() arguments of the pooled and replica connections (e.g.
-        #: application_name, options; options never go to a pooled dsn).
+        self.settings = settings
+        self.pools = pools
+        self.store = store if store is not None else Store(settings.schema)
         self.extra_kwargs = dict(connection_kwargs or {})
-        #: The pools' name (pgtasks-<schema> by default).
-        self.name = name or f"pgtasks-{store.schema}"
-        self.configured_dsn = configured_dsn
-        self.embedded_dir = embedded_dir
-        self.pool_min_size = pool_min_size
-        self.pool_max_size = pool_max_size
-        self.connect_timeout = connect_timeout
-        self.connect_attempts = connect_attempts
-        self.configured_session_dsn = session_dsn or None
-        self.replica_dsn = replica_dsn or None
+        self.name = name or f"pgtasks-{settings.schema}"
+        self.configured_dsn = settings.dsn
+        self.embedded_dir = settings.embedded_dir
+        self.pool_min_size = pools.min_size
+        self.pool_max_size = pools.max_size
+        self.connect_timeout = pools.connect_timeout
+        self.connect_attempts = pools.connect_attempts
+        self.configured_session_dsn = settings.session_dsn or None
+        self.replica_dsn = settings.replica_dsn or None
         #: ``dsn`` goes through a transaction-mode pooler (PgBouncer pool_mode=transaction).
-        self.pooled = bool(session_dsn) if pooled is None else bool(pooled)
+        self.pooled = (
+            bool(settings.session_dsn) if settings.pooled is None else bool(settings.pooled)
+        )
         #: Connections to ``dsn`` may prepare statements (psycopg's prepare_threshold).
         self.prepared_statements = (
-            not self.pooled if prepared_statements is None else bool(prepared_statements)
+            not self.pooled
+            if settings.prepared_statements is None
+            else bool(settings.prepared_statements)
         )
         self._lock = threading.Lock()
-        self._dsn: str | None = configured_dsn
+        self._dsn: str | None = settings.dsn
         self._pool: ConnectionPool[Any] | None = None
         self._pool_pid = 0
         self._apool: AsyncConnectionPool[Any] | None = None

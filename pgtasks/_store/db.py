@@ -14,6 +14,7 @@ import psycopg
 
 from .._dsn import describe_dsn, redact_for
 from .._errors import ConfigurationError, DatabaseUnavailableError
+from .._validation import positive_seconds, schema_name, whole_number
 
 logger = logging.getLogger("pgtasks.db")
 
@@ -25,40 +26,90 @@ REPLICA_DSN_ENVIRONMENT = "PGTASKS_REPLICA_DSN"
 
 
 @dataclasses.dataclass(frozen=True)
-class ConnectionSettings:
-    """An App's connections besides ``dsn``: a direct ``session_dsn`` for a ``pooled``
-    dsn, a ``replica_dsn``, and whether a pooled dsn may prepare statements."""
+class DatabaseSettings:
+    """Where one store's connections go: ``dsn`` (None: the embedded server in
+    ``embedded_dir``) and the ``schema`` of its tables; a direct ``session_dsn`` when
+    ``dsn`` is a transaction pooler (``pooled``; default: when a session_dsn is given), a
+    ``replica_dsn`` for reads that may lag, and whether connections to a pooled dsn may
+    prepare statements (``prepared_statements``; default: not when pooled)."""
 
+    dsn: str | None
+    schema: str
+    embedded_dir: Path
     session_dsn: str | None = None
     replica_dsn: str | None = None
     pooled: bool | None = None
     prepared_statements: bool | None = None
 
-    @classmethod
-    def resolve(
-        cls,
-        *,
-        session_dsn: str | None,
-        replica_dsn: str | None,
-        pooled: bool | None,
-        prepared_statements: bool | None,
-        environ: Mapping[str, str] | None = None,
-    ) -> ConnectionSettings:
-        """Explicit values, else PGTASKS_SESSION_DSN / PGTASKS_REPLICA_DSN."""
-        environ = os.environ if environ is None else environ
-        for name, flag in (("pooled", pooled), ("prepared_statements", prepared_statements)):
+    def __post_init__(self) -> None:
+        schema_name(self.schema)
+        for name in ("pooled", "prepared_statements"):
+            flag = getattr(self, name)
             if flag is not None and not isinstance(flag, bool):
                 raise ConfigurationError(f"{name}= must be True, False or None, got {flag!r}")
-        for name, dsn in (("session_dsn", session_dsn), ("replica_dsn", replica_dsn)):
+        for name in ("dsn", "session_dsn", "replica_dsn"):
+            dsn = getattr(self, name)
             if dsn is not None and not isinstance(dsn, str):
                 kind = type(dsn).__name__
                 raise ConfigurationError(f"{name}= must be a DSN string, got {kind}")
+
+    @classmethod
+    def resolve(
+        cls,
+        dsn: str | None,
+        *,
+        schema: str | None,
+        embedded_dir: str | os.PathLike[str] | None = None,
+        session_dsn: str | None = None,
+        replica_dsn: str | None = None,
+        pooled: bool | None = None,
+        prepared_statements: bool | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> DatabaseSettings:
+        """Explicit values, else the environment: PGTASKS_DSN or DATABASE_URL,
+        PGTASKS_SCHEMA (default "pgtasks"), PGTASKS_SESSION_DSN, PGTASKS_REPLICA_DSN,
+        PGTASKS_EMBEDDED_DIR (default ./.pgtasks)."""
+        environ = os.environ if environ is None else environ
+        for name, value in (("session_dsn", session_dsn), ("replica_dsn", replica_dsn)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigurationError(
+                    f"{name}= must be a DSN string, got {type(value).__name__}"
+                )
         return cls(
+            dsn=resolve_dsn(dsn, environ),
+            # An explicit schema="" is an error, not a request for the default.
+            schema=schema if schema is not None else environ.get("PGTASKS_SCHEMA") or "pgtasks",
+            embedded_dir=embedded_data_dir(embedded_dir, environ),
             session_dsn=session_dsn or environ.get(SESSION_DSN_ENVIRONMENT) or None,
             replica_dsn=replica_dsn or environ.get(REPLICA_DSN_ENVIRONMENT) or None,
             pooled=pooled,
             prepared_statements=prepared_statements,
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolSettings:
+    """An App's connection pools: their sizes, how long to wait for a connection and how
+    many times an operation is tried on a broken connection."""
+
+    min_size: int = 1
+    max_size: int = 10
+    connect_timeout: float = 5.0
+    connect_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.min_size, int)
+            or not isinstance(self.max_size, int)
+            or not 0 <= self.min_size <= self.max_size
+            or self.max_size < 1
+        ):
+            raise ConfigurationError(
+                "need 0 <= pool_min_size <= pool_max_size and pool_max_size >= 1"
+            )
+        timeout = positive_seconds("connect_timeout=", self.connect_timeout)
+        object.__setattr__(self, "connect_timeout", timeout)
+        whole_number("connect_attempts=", self.connect_attempts)
 
 
 def resolve_dsn(explicit: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -118,5 +169,10 @@ def pool_kwargs() -> dict[str, Any]:
     return {"autocommit": True}
 
 
-def embedded_data_dir(configured: str | os.PathLike[str] | None) -> Path:
-    return Path(configured or os.environ.get("PGTASKS_EMBEDDED_DIR") or ".pgtasks").resolve()
+def embedded_data_dir(
+    configured: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None
+) -> Path:
+    """The embedded server's data directory: explicit, else PGTASKS_EMBEDDED_DIR, else
+    ./.pgtasks."""
+    environ = os.environ if environ is None else environ
+    return Path(configured or environ.get("PGTASKS_EMBEDDED_DIR") or ".pgtasks").resolve()

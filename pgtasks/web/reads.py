@@ -119,17 +119,9 @@ class DashboardDatabase:
                 shared.database.close()
             timeout_ms = max(1, round(self.statement_timeout * 1000))
             shared.database = Database(
-                source.store,
-                source.configured_dsn,
-                source.embedded_dir,
-                pool_min_size=1,
-                pool_max_size=self.pool_size,
-                connect_timeout=source.connect_timeout,
-                connect_attempts=source.connect_attempts,
-                session_dsn=source.configured_session_dsn,
-                replica_dsn=source.replica_dsn,
-                pooled=source.pooled,
-                prepared_statements=source.prepared_statements,
+                source.settings,
+                dataclasses.replace(source.pools, min_size=1, max_size=self.pool_size),
+                store=source.store,
                 connection_kwargs={
                     "application_name": "pgtasks web",
                     "options": f"-c statement_timeout={timeout_ms}"
