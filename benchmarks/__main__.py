@@ -43,7 +43,7 @@ from psycopg import sql
 
 from pgtasks._leases import ClaimPosition, ClaimRequest, Finish
 from pgtasks._retry import Outcome
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "pgtasks_bench"
@@ -268,7 +268,7 @@ def raw_sql_ceiling(dsn: str, jobs: int, batch: int) -> float:
     with psycopg.connect(
         dsn,
         autocommit=True,
-        # The worker's connection settings (pgtasks._worker.services.connect).
+        # The worker's connection settings (pgtasks._worker.connection.connector).
         options=WORKER_CONNECTION_OPTIONS,
     ) as conn:
         worker_id = store.register_worker(

@@ -35,7 +35,7 @@ from pgtasks._leases import ClaimPosition, ClaimRequest, Finish
 from pgtasks._retry import Outcome
 from pgtasks._store.base import _TEXT_PLACEHOLDER
 from pgtasks._store.store import Store
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 from pgtasks.sql import parse_queries
 
 SCHEMA = "pgtasks_bench_claim_sql_ab"

@@ -26,7 +26,7 @@ from benchmarks.__main__ import resolve_dsn
 from pgtasks import App
 from pgtasks._leases import ClaimPosition, ClaimRequest, Finish
 from pgtasks._retry import Outcome
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 
 SCHEMAS = {"with": "pgtasks_bench_unique", "without": "pgtasks_bench_plain"}
 # Migration 0014's counting trigger names unique_key (it fires only on a conflict, which

@@ -25,18 +25,16 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import _retry
 from .._errors import ConfigurationError
 from .._jobs import ExecutorName, JobContext
 from .._leases import ClaimedJob
 from .._retry import Outcome
-from .._validation import positive_number, whole_number
 from .child import JobMessage
 from .meta import meta_writer
 from .outcomes import (
@@ -49,8 +47,9 @@ from .outcomes import (
     policy_of,
     unknown_task_outcome,
 )
-from .process_pool import START_METHODS, Ending, PoolJob, ProcessPool, StartMethod, find_app_path
+from .process_pool import Ending, PoolJob, ProcessPool, find_app_path
 from .running import Running
+from .settings import ExecutorSettings
 from .threads import JobThreads
 from .watchdogs import LoopLagMonitor, SoftLimit, ThreadSoftLimits
 
@@ -61,60 +60,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("pgtasks.worker")
 
-PoolName = Literal["thread", "process"]
-POOL_NAMES: tuple[PoolName, ...] = ("thread", "process")
-
-
-@dataclasses.dataclass(frozen=True)
-class ExecutorOptions:
-    """How a worker runs its jobs (the executor-related ``Worker(...)`` options)."""
-
-    concurrency: int = 10
-    #: The executor of sync tasks that name none (and whose queue names none).
-    pool: PoolName = "thread"
-    #: Size of the process pool (default: the number of CPUs).
-    processes: int | None = None
-    #: Default executor of sync tasks per queue, e.g. {"cpu": "process"}.
-    queue_executors: Mapping[str, PoolName] = dataclasses.field(default_factory=dict)
-    process_start_method: StartMethod = "spawn"
-    #: ``module:attribute`` spawned children import (default: found from the app).
-    app_path: str | None = None
-    max_tasks_per_child: int | None = None
-    #: Megabytes of resident memory after a job above which a child is replaced.
-    max_memory_per_child: float | None = None
-    #: Seconds of event-loop silence that log a blocking-call warning (None: off).
-    loop_lag_threshold: float | None = 0.5
-
-    def __post_init__(self) -> None:
-        whole_number("concurrency=", self.concurrency)
-        for name in ("processes", "max_tasks_per_child"):
-            if getattr(self, name) is not None:
-                whole_number(f"{name}=", getattr(self, name))
-        if self.pool not in POOL_NAMES:
-            raise ConfigurationError(f"pool= must be 'thread' or 'process', got {self.pool!r}")
-        for queue_name, executor in self.queue_executors.items():
-            if executor not in POOL_NAMES:
-                raise ConfigurationError(
-                    f"queue_executors[{queue_name!r}] must be 'thread' or 'process', got"
-                    f" {executor!r} (async def tasks always run on the event loop)"
-                )
-        if self.process_start_method not in START_METHODS:
-            raise ConfigurationError(
-                "process_start_method= must be 'spawn' or 'fork', got"
-                f" {self.process_start_method!r}"
-            )
-        for name in ("max_memory_per_child", "loop_lag_threshold"):
-            if getattr(self, name) is not None:
-                positive_number(f"{name}=", getattr(self, name))
-        if self.app_path is not None and (":" not in self.app_path or self.app_path[0] == ":"):
-            raise ConfigurationError(
-                f"app_path= must look like module:attribute, got {self.app_path!r}"
-            )
-
-    @property
-    def pool_size(self) -> int:
-        return self.processes or os.cpu_count() or 1
-
 
 class Executor:
     """Runs jobs and reports each ending through ``on_finished(running, outcome)``."""
@@ -122,17 +67,17 @@ class Executor:
     def __init__(
         self,
         app: App,
-        options: ExecutorOptions | None = None,
+        settings: ExecutorSettings | None = None,
         *,
         on_finished: Callable[[Running, Outcome], None],
         on_refused: Callable[[Running], None] | None = None,
     ) -> None:
         self.app = app
-        self.options = options or ExecutorOptions()
+        self.settings = settings or ExecutorSettings()
         #: Called when the lease fence refuses a meta update of a running attempt (on the
         #: job's thread or the event loop).
         self.on_refused = on_refused
-        self.concurrency = self.options.concurrency
+        self.concurrency = self.settings.concurrency
         self.on_finished = on_finished
         self._threads = JobThreads(self.concurrency, name="pgtasks-job")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -171,10 +116,10 @@ class Executor:
             return task.executor
         if task.is_async:
             return "async"
-        return self.options.queue_executors.get(queue, self.options.pool)
+        return self.settings.queue_executors.get(queue, self.settings.pool)
 
     def _possible_executors(self) -> set[ExecutorName]:
-        defaults: set[ExecutorName] = {self.options.pool, *self.options.queue_executors.values()}
+        defaults: set[ExecutorName] = {self.settings.pool, *self.settings.queue_executors.values()}
         possible: set[ExecutorName] = set()
         for task in self.app.tasks.values():
             if task.executor is not None:
@@ -189,14 +134,14 @@ class Executor:
     def capacity(self) -> int:
         """Jobs this worker may hold at once: the slots of the executors it can use."""
         local = self.concurrency if self.uses_local else 0
-        return local + (self.options.pool_size if self.uses_processes else 0)
+        return local + (self.settings.pool_size if self.uses_processes else 0)
 
     def describe(self) -> str:
         """For the start banner, e.g. ``threads+async=10 processes=4 (spawn)``."""
         parts = [f"threads+async={self.concurrency}"] if self.uses_local else []
         if self.uses_processes:
             parts.append(
-                f"processes={self.options.pool_size} ({self.options.process_start_method})"
+                f"processes={self.settings.pool_size} ({self.settings.process_start_method})"
             )
         return " ".join(parts)
 
@@ -216,7 +161,7 @@ class Executor:
             self._start_pool()
 
     def _process_task_names(self) -> set[str]:
-        defaults = {self.options.pool, *self.options.queue_executors.values()}
+        defaults = {self.settings.pool, *self.settings.queue_executors.values()}
         return {
             task.name
             for task in self.app.tasks.values()
@@ -225,9 +170,9 @@ class Executor:
         }
 
     def _start_pool(self) -> None:
-        options = self.options
-        app_path = options.app_path
-        if options.process_start_method == "spawn" and app_path is None:
+        settings = self.settings
+        app_path = settings.app_path
+        if settings.process_start_method == "spawn" and app_path is None:
             app_path = find_app_path(self.app)
             if app_path is None:
                 raise ConfigurationError(
@@ -235,13 +180,13 @@ class Executor:
                     " app is not a module-level variable: pass app_path='module:attribute'"
                     " (the CLI passes -A), or use process_start_method='fork'"
                 )
-        memory = options.max_memory_per_child
+        memory = settings.max_memory_per_child
         pool = ProcessPool(
             self.app,
-            size=options.pool_size,
-            start_method=options.process_start_method,
+            size=settings.pool_size,
+            start_method=settings.process_start_method,
             app_path=app_path,
-            max_tasks_per_child=options.max_tasks_per_child,
+            max_tasks_per_child=settings.max_tasks_per_child,
             max_memory_per_child=int(memory * 2**20) if memory is not None else None,
             on_ended=self._pool_ended,
         )
@@ -682,7 +627,7 @@ class Executor:
                 ready.wait()
                 self._loop, self._loop_thread = loop, thread
                 self._loop_thread_id = thread.ident
-                threshold = self.options.loop_lag_threshold
+                threshold = self.settings.loop_lag_threshold
                 if threshold:
                     self._lag_monitor = LoopLagMonitor(loop, thread, threshold, self._on_loop)
                     self._lag_monitor.start()

@@ -40,14 +40,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._errors import ConfigurationError
 from .._retry import Outcome
 from .child import ChildSettings, JobMessage, child_main
+from .settings import StartMethod
 
 if TYPE_CHECKING:
     from .._app.app import App
 
 logger = logging.getLogger("pgtasks.worker")
 
-StartMethod = Literal["spawn", "fork"]
-START_METHODS: tuple[StartMethod, ...] = ("spawn", "fork")
 #: Seconds between SIGTERM and SIGKILL for a child past its hard time limit.
 KILL_GRACE = 2.0
 #: Seconds the pool waits for its first children to import the app.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -26,15 +26,13 @@ from .._store.database import is_transient
 from .._text import storable
 from .background import BackgroundExchanger, Exchange
 from .claims import ClaimCursor, Prefetch, round_trip_share
-from .services import Connect
+from .connection import Connect
 
 if TYPE_CHECKING:
-    from .._execution.executor import Executor
     from .._store.store import Store
-    from .ledger import Finished, JobLedger, LoopConnection
-    from .registration import Registration
-    from .reporter import Reporter
-    from .services import ErrorLog
+    from .ledger import Finished
+    from .parts import LoopParts
+    from .settings import WorkerSettings
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -53,50 +51,43 @@ class Exchanges:
 
     def __init__(
         self,
+        settings: WorkerSettings,
+        parts: LoopParts,
         *,
-        name: str,
         store: Store,
-        registration: Registration,
-        ledger: JobLedger,
-        executor: Executor,
-        connection: LoopConnection,
-        reporter: Reporter,
-        errors: ErrorLog,
-        queues: Sequence[str] | None,
         prefetch: Prefetch,
-        poll_interval: float,
-        ignore_unknown: bool,
         tasks: Mapping[str, object],
     ) -> None:
-        self.name = name
+        self.name = parts.name
         self.store = store
-        self.registration = registration
-        self.ledger = ledger
-        self.executor = executor
-        self.connection = connection
-        self.reporter = reporter
-        self.errors = errors
-        self.queues = tuple(queues) if queues is not None else None
+        self.registration = parts.registration
+        self.ledger = parts.ledger
+        self.executor = parts.executor
+        self.connection = parts.connection
+        self.reporter = parts.reporter
+        self.errors = parts.errors
+        self.queues = settings.queues
         self.prefetch = prefetch
-        self.ignore_unknown = ignore_unknown
+        self.ignore_unknown = settings.ignore_unknown
         self.tasks = tasks
+        poll_interval = settings.poll_interval
         self.cursor = ClaimCursor(poll_interval)
         #: The lanes of round trips off the loop thread (see background.py), the number
         #: of jobs each round trip in flight is claiming, whether a lost reply may have
         #: left claims to recover, and until when the lanes rest after a connection failed.
         self.lanes: list[BackgroundExchanger] = []
         self._claiming: dict[BackgroundExchanger, int] = {}
-        self.recover_needed = False
+        self._recover_needed = False
         self._background_rest_until = 0.0
         #: The last claim took all it asked for: claim again without waiting.
-        self.maybe_more = True
+        self._maybe_more = True
         #: The paused queues (migration 0007) as the listener last read them: left out
         #: of every claim. Replaced whole by the listener thread, read by the loop.
-        self.paused: frozenset[str] = frozenset()
+        self._paused: frozenset[str] = frozenset()
         self._task_names: tuple[str, ...] | None = None
         #: Some concurrency or rate limit is stored (migration 0009): claims take limited
         #: jobs first (Store.finish_and_claim_jobs). Set at start.
-        self.limited = False
+        self._limited = False
         #: Limited jobs this worker holds (one ending may free room for the next).
         self.limited_ids: set[int] = set()
         #: time.monotonic() before which claims skip limited jobs: after a limited claim
@@ -104,6 +95,51 @@ class Exchanges:
         #: notified (wake_limited) or a limited job of this worker ended.
         self.limited_retry_at = 0.0
         self.poll_interval = poll_interval
+
+    def start(self, *, paused: frozenset[str], limited: bool) -> None:
+        """What the worker read before its first claim: the paused queues, and whether
+        some limit is stored."""
+        self._paused, self._limited = paused, limited
+
+    # -- state the loop reads, changed through the methods below --
+    @property
+    def paused(self) -> frozenset[str]:
+        return self._paused
+
+    def set_paused(self, paused: frozenset[str]) -> frozenset[str]:
+        """The listener read the paused queues (its thread); returns the previous ones."""
+        previous, self._paused = self._paused, paused
+        return previous
+
+    @property
+    def maybe_more(self) -> bool:
+        """The last claim took all it asked for, or a failure may have hidden jobs: claim
+        again without waiting for a wake-up."""
+        return self._maybe_more
+
+    def claim_again(self) -> None:
+        """Claim at once on the next step (a failure spent the wake-up that led to it)."""
+        self._maybe_more = True
+
+    def claimed(self, claimed: int, limit: int) -> None:
+        """A claim took ``claimed`` of the ``limit`` it asked for."""
+        self._maybe_more = claimed == limit
+
+    @property
+    def recover_needed(self) -> bool:
+        """A reply may have been lost with claims in it: recover before claiming."""
+        return self._recover_needed
+
+    def lost_track(self) -> None:
+        """Something failed between a claim and its reply: recover, then claim again."""
+        self._recover_needed = self._maybe_more = True
+
+    def recover(self, timeout: float) -> None:
+        """Settle the round trips in flight (waiting up to ``timeout`` seconds) and
+        release the jobs claimed by replies lost with a connection."""
+        self.settle_background(timeout)
+        self.recover_leases()
+        self._recover_needed = False
 
     def start_background(self, connect: Connect, wake: Any) -> None:
         """Round trips off the loop thread pay off with at least two slots (prefetch
@@ -152,7 +188,7 @@ class Exchanges:
         unchanged); a worker of every queue leaves the paused ones out. With none
         paused, both are as before the feature: ``(queues, None)``.
         """
-        paused = self.paused
+        paused = self._paused
         if not paused:
             return self.queues, None
         if self.queues is None:
@@ -192,7 +228,7 @@ class Exchanges:
     def _claim_request(self, batch: list[Finished], limit: int) -> ClaimRequest | None:
         """What the round trip claims: None when every queue of this worker is paused."""
         limited = False
-        if self.limited:
+        if self._limited:
             for running, _ in batch:
                 if running.job.id in self.limited_ids:
                     self.limited_ids.discard(running.job.id)
@@ -309,11 +345,11 @@ class Exchanges:
         if exchange.error is None:
             claimed = self.apply(exchange)
             if exchange.limit:
-                self.maybe_more = claimed == exchange.limit
+                self.claimed(claimed, exchange.limit)
             return
         # Not written: the outcomes go back to be written by the next round trip.
         self.ledger.give_back(exchange.batch)
-        self.maybe_more = True
+        self._maybe_more = True
         if is_transient(exchange.error) and not exchange.broken:
             # A lock timeout, a serialization failure, a deadlock: the next round trip
             # runs on the loop thread, which pauses before trying again.
@@ -324,7 +360,7 @@ class Exchanges:
             # Its claim may have committed with the reply lost: recover before claiming
             # again, and rest the lanes for a moment.
             self.errors.failed(exchange.error)
-            self.recover_needed = True
+            self._recover_needed = True
             self._background_rest_until = time.monotonic() + 1.0
 
     def settle_background(self, timeout: float) -> None:
@@ -349,13 +385,13 @@ class Exchanges:
         ledger = self.ledger
         batch = ledger.take_unwritten()
         for index, (running, outcome) in enumerate(batch):
-            ledger.unwritten = [(running, outcome)]
+            ledger.replace_unwritten([(running, outcome)])
             try:
                 self.exchange(0)
                 continue
             except Exception as error:
                 if isinstance(error, psycopg.Error) and not self.connection.usable:
-                    ledger.unwritten = batch[index:]
+                    ledger.replace_unwritten(batch[index:])
                     raise
                 replacement = Outcome.failed(
                     storable(
@@ -363,11 +399,11 @@ class Exchanges:
                         f" {type(error).__name__}: {error}"
                     )
                 )
-            ledger.unwritten = [(running, replacement)]
+            ledger.replace_unwritten([(running, replacement)])
             try:
                 self.exchange(0)
             except Exception:
-                ledger.unwritten = []
+                ledger.replace_unwritten([])
                 logger.exception(
                     "job %d: cannot record any outcome (%s); it will be rescued",
                     running.job.id,

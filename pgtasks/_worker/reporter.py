@@ -18,7 +18,10 @@ from .._instrumentation import outcome_name
 from .._retry import Outcome
 
 if TYPE_CHECKING:
+    import psycopg
+
     from .._execution.running import Running
+    from .._store.store import Store
     from .events import WorkerEvents
 
 logger = logging.getLogger("pgtasks.worker")
@@ -36,6 +39,22 @@ class Reporter:
         #: The counters of exercised guarantees (pgtasks._counters) this worker counted:
         #: added to the database with the heartbeat, and told to observers at once.
         self.tally = Tally()
+
+    def due_claimed(self) -> None:
+        """A claim ran at or after ``next_due``: the jobs due then are claimed."""
+        self.next_due = float("inf")
+
+    def store_counters(self, store: Store, conn: psycopg.Connection[Any]) -> None:
+        """Add what the tally counted since the last call to the database's counters
+        (what fails to be stored is kept for the next call)."""
+        counts = self.tally.unstored()
+        if not counts:
+            return
+        try:
+            store.add_counters(conn, counts)
+        except BaseException:
+            self.tally.give_back(counts)
+            raise
 
     def count(self, name: str, amount: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + amount

@@ -24,32 +24,32 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from .._counters import RESCUED
 from .._dsn import dsn_secrets
-from .._errors import ConfigurationError
-from .._execution.executor import Executor, ExecutorOptions, PoolName
+from .._execution.executor import Executor
 from .._execution.outcomes import storable_outcome
-from .._execution.process_pool import StartMethod
 from .._execution.running import Running
-from .._payload import check_name
 from .._retry import Outcome, reconnect_delay
 from .._store.database import is_transient
-from .._validation import seconds_at_least_zero, whole_number
+from .cancellations import Cancellations
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
 from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
 from .claims import Prefetch
+from .connection import OwnConnection, connector
 from .events import WorkerEvents
 from .exchange import Exchanges
 from .healer import Healer
-from .ledger import JobLedger, LoopConnection
+from .ledger import JobLedger
+from .parts import LoopParts
 from .pruner import Pruner
 from .registration import Registration
 from .reporter import Reporter
-from .services import ErrorLog, Heartbeat, Listener, Rescuer, Service, connector
+from .services import ErrorLog, Heartbeat, Listener, ListenerCalls, Rescuer, Service
+from .settings import WorkerSettings
 from .shutdown import HARD_EXIT_MARGIN as HARD_EXIT_MARGIN
 from .shutdown import SHUTDOWN_WRITE_BOUND, GracefulStop, StopSignals
 
@@ -62,19 +62,15 @@ logger = logging.getLogger("pgtasks.worker")
 LINGER = 0.001
 
 
-def _seconds(name: str, value: float | None, default: float) -> float:
-    if value is None:
-        return default
-    return seconds_at_least_zero(f"{name}=", value)
-
-
 class Worker:
     """Claims and runs jobs of ``queues`` (None: every queue) until stopped.
 
     ``run()`` blocks; ``await arun()`` runs it from an asyncio program without blocking
     the event loop; ``stop()`` (thread-safe) stops claiming, lets running jobs finish
     for up to ``shutdown_timeout`` seconds, releases the rest back to pending without
-    using up their attempt, and deregisters.
+    using up their attempt, and deregisters. The keywords make a
+    :class:`~pgtasks._worker.settings.WorkerSettings` (the App's intervals fill in those
+    not given); :meth:`from_settings` takes one made already (``pgtasks worker`` does).
     """
 
     def __init__(
@@ -100,39 +96,43 @@ class Worker:
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
     ) -> None:
-        whole_number("concurrency=", concurrency)
-        if queues is not None:
-            queues = [queue_name.strip() for queue_name in queues if queue_name.strip()]
-            if not queues:
-                raise ConfigurationError("queues= must name at least one queue (or be None)")
-            for queue_name in queues:
-                try:
-                    check_name("queue", queue_name)
-                except ValueError as error:
-                    raise ConfigurationError(f"queues=: {error}") from None
-        self.app = app
-        self.queues: list[str] | None = list(queues) if queues is not None else None
-        self.concurrency = concurrency
-        self.lease_timeout = _seconds("lease_timeout", lease_timeout, app.lease_timeout)
-        self.heartbeat_interval = _seconds(
-            "heartbeat_interval", heartbeat_interval, app.heartbeat_interval
+        settings = WorkerSettings.derive(
+            app.settings,
+            queues,
+            concurrency=concurrency,
+            lease_timeout=lease_timeout,
+            heartbeat_interval=heartbeat_interval,
+            rescue_interval=rescue_interval,
+            poll_interval=poll_interval,
+            shutdown_timeout=shutdown_timeout,
+            ignore_unknown=ignore_unknown,
+            prefetch=prefetch,
+            pool=pool,
+            processes=processes,
+            queue_executors=queue_executors,
+            process_start_method=process_start_method,
+            app_path=app_path,
+            max_tasks_per_child=max_tasks_per_child,
+            max_memory_per_child=max_memory_per_child,
+            loop_lag_threshold=loop_lag_threshold,
         )
-        self.rescue_interval = _seconds("rescue_interval", rescue_interval, app.rescue_interval)
-        self.poll_interval = _seconds("poll_interval", poll_interval, app.poll_interval)
-        self.shutdown_timeout = _seconds("shutdown_timeout", shutdown_timeout, 30.0)
-        if self.heartbeat_interval >= self.lease_timeout:
-            raise ConfigurationError(
-                f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"
-                f" lease_timeout ({self.lease_timeout:g} s)"
-            )
-        self.ignore_unknown = ignore_unknown
-        if prefetch is not None:
-            whole_number("prefetch=", prefetch, minimum=0)
-        #: Jobs claimed beyond the free slots, waiting in this worker to start as slots free
-        #: up: the next batch's round trip overlaps the current one's work. They are held
-        #: (leased and heartbeated) while other workers might be idle. None (the default):
-        #: two per slot while this worker's jobs are short (see claims.Prefetch), else none.
-        self.prefetch = prefetch
+        self._configure(app, settings, observers)
+
+    @classmethod
+    def from_settings(
+        cls, app: App, settings: WorkerSettings, *, observers: Sequence[WorkerEvents] = ()
+    ) -> Worker:
+        """A worker of ``app`` with settings made already (WorkerSettings.derive)."""
+        worker = cls.__new__(cls)
+        worker._configure(app, settings, observers)
+        return worker
+
+    def _configure(
+        self, app: App, settings: WorkerSettings, observers: Sequence[WorkerEvents]
+    ) -> None:
+        self.app = app
+        #: What this worker runs with, checked once (see WorkerSettings).
+        self.settings = settings
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.name = f"{self.hostname}:{self.pid}"
@@ -143,15 +143,15 @@ class Worker:
             hostname=self.hostname,
             pid=self.pid,
             queues=self.queues,
-            concurrency=concurrency,
-            lease_timeout=self.lease_timeout,
+            concurrency=settings.concurrency,
+            lease_timeout=settings.lease_timeout,
         )
         self._reporter = Reporter(observers)
         #: Counters since start (read by tests and the demo).
         self.counts = self._reporter.counts
         #: Opens the worker's own connections (claim loop, round trips, services).
         self._connect = connector(app.database, owner=self.name)
-        self._connection = LoopConnection(self._connect)
+        self._connection = OwnConnection(self._connect)
         self._wake_event = threading.Event()
         self._notified = True  # claim at once on start
         self._ledger = JobLedger(self._wake_event)
@@ -162,26 +162,55 @@ class Worker:
         self._stopped = self.registration.ended
         self._run_thread: threading.Thread | None = None
         self._errors = ErrorLog(f"claim loop of worker {self.name}")
-        #: The listener thread's connection to confirm cancel notifications (opened lazily).
-        self._confirmations = LoopConnection(self._connect)
         #: The forms of the connection password, scrubbed from every error text written.
         self._secrets: tuple[str, ...] = ()
-        #: Executors (see docs/howto/executors.md): ``pool`` is the default of sync tasks.
-        self._executor_options = ExecutorOptions(
-            concurrency=concurrency,
-            pool=cast(PoolName, pool),
-            processes=processes,
-            queue_executors=cast("dict[str, PoolName]", dict(queue_executors or {})),
-            process_start_method=cast(StartMethod, process_start_method),
-            app_path=app_path,
-            max_tasks_per_child=max_tasks_per_child,
-            max_memory_per_child=max_memory_per_child,
-            loop_lag_threshold=loop_lag_threshold or None,
-        )
         self._executor = self._new_executor()
-        self._prefetch = Prefetch(prefetch, lambda: self._executor.capacity)
+        self._prefetch = Prefetch(settings.prefetch, lambda: self._executor.capacity)
         self._exchanges = self._new_exchanges()
+        self._cancellations = self._new_cancellations()
         self._services: list[Service] = []
+
+    # -- the settings, as attributes of earlier releases --
+    @property
+    def queues(self) -> list[str] | None:
+        """The queues this worker claims from (None: every queue)."""
+        queues = self.settings.queues
+        return list(queues) if queues is not None else None
+
+    @property
+    def concurrency(self) -> int:
+        return self.settings.concurrency
+
+    @property
+    def lease_timeout(self) -> float:
+        return self.settings.lease_timeout
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.settings.heartbeat_interval
+
+    @property
+    def rescue_interval(self) -> float:
+        return self.settings.rescue_interval
+
+    @property
+    def poll_interval(self) -> float:
+        return self.settings.poll_interval
+
+    @property
+    def shutdown_timeout(self) -> float:
+        return self.settings.shutdown_timeout
+
+    @property
+    def ignore_unknown(self) -> bool:
+        return self.settings.ignore_unknown
+
+    @property
+    def prefetch(self) -> int | None:
+        """Jobs claimed beyond the free slots, waiting in this worker to start as slots
+        free up (None: two per slot while this worker's jobs are short, see
+        claims.Prefetch)."""
+        return self.settings.prefetch
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} id={self.worker_id} queues={self.queues or 'all'}>"
@@ -240,7 +269,7 @@ class Worker:
     def _set_paused(self, paused: frozenset[str]) -> None:
         """The listener read the paused queues (its thread): claims use them from the
         next round trip on; a queue resumed wakes the loop to claim from it."""
-        previous, self._exchanges.paused = self._exchanges.paused, paused
+        previous = self._exchanges.set_paused(paused)
         if previous != paused:
             logger.info(
                 "worker %s: paused queues now %s",
@@ -251,50 +280,13 @@ class Worker:
             self.wake(notified=True)
 
     def cancel_jobs(self, job_ids: set[int]) -> None:
-        """A cancel notification named these jobs (the listener's thread).
-
-        A notification is only a hint: any role may send one on the channel. A job running
-        here is cancelled once its row confirms ``cancel_requested``; on a database error
-        the heartbeat's poll (:meth:`poll_cancel_requests`) confirms it later.
-        """
-        if not any(running.job.id in job_ids for running in list(self._ledger.in_flight.values())):
-            return
-        worker_id = self.worker_id
-        if worker_id is None:
-            return
-        try:
-            requested = self.app.store.get_cancel_requests(self._confirmations.get(), worker_id)
-        except psycopg.Error as error:
-            self._confirmations.drop()
-            logger.warning(
-                "worker %s: cannot confirm a cancellation (%s); the heartbeat will",
-                self.name,
-                error,
-            )
-            return
-        self._cancel_confirmed(requested & job_ids)
-
-    def _cancel_confirmed(self, job_ids: set[int]) -> None:
-        """Ask running attempts of these jobs (cancel_requested on their rows) to stop."""
-        for running in list(self._ledger.in_flight.values()):
-            if running.job.id in job_ids and not running.cancel_requested:
-                logger.info(
-                    "job %d %s attempt %d: cancellation requested",
-                    running.job.id,
-                    running.job.task_name,
-                    running.job.attempt,
-                    extra={"job_id": running.job.id, "task": running.job.task_name},
-                )
-                self._executor.cancel(running)
+        """A cancel notification named these jobs (the listener's thread): see
+        cancellations.py."""
+        self._cancellations.notified(job_ids)
 
     def poll_cancel_requests(self, conn: psycopg.Connection[Any]) -> None:
         """Heartbeat-time check for cancellations whose notification was missed."""
-        worker_id = self.worker_id
-        if worker_id is None or not self._ledger.in_flight:
-            return
-        requested = self.app.store.get_cancel_requests(conn, worker_id)
-        if requested:
-            self._cancel_confirmed(requested)
+        self._cancellations.poll(conn)
 
     # -- counters of exercised guarantees --
     @property
@@ -306,15 +298,7 @@ class Worker:
     def store_counters(self, conn: psycopg.Connection[Any]) -> None:
         """Add what this worker counted since the last call to the database's counters
         (the heartbeat calls it; what fails to be stored is kept for the next call)."""
-        tally = self._reporter.tally
-        counts = tally.unstored()
-        if not counts:
-            return
-        try:
-            self.app.store.add_counters(conn, counts)
-        except BaseException:
-            tally.give_back(counts)
-            raise
+        self._reporter.store_counters(self.app.store, conn)
 
     def _rescued(self, count: int) -> None:
         """The rescuer returned ``count`` jobs of dead workers (the rescue statement
@@ -326,26 +310,37 @@ class Worker:
     def _new_executor(self) -> Executor:
         return Executor(
             self.app,
-            self._executor_options,
+            self.settings.executor,
             on_finished=self._on_finished,
             on_refused=self._reporter.refused,
         )
 
-    def _new_exchanges(self) -> Exchanges:
-        return Exchanges(
-            name=self.name,
-            store=self.app.store,
+    def _parts(self) -> LoopParts:
+        return LoopParts(
             registration=self.registration,
             ledger=self._ledger,
             executor=self._executor,
             connection=self._connection,
             reporter=self._reporter,
             errors=self._errors,
-            queues=self.queues,
+        )
+
+    def _new_exchanges(self) -> Exchanges:
+        return Exchanges(
+            self.settings,
+            self._parts(),
+            store=self.app.store,
             prefetch=self._prefetch,
-            poll_interval=self.poll_interval,
-            ignore_unknown=self.ignore_unknown,
             tasks=self.app.tasks,
+        )
+
+    def _new_cancellations(self) -> Cancellations:
+        return Cancellations(
+            self._connect,
+            store=self.app.store,
+            registration=self.registration,
+            ledger=self._ledger,
+            executor=self._executor,
         )
 
     def _new_services(self) -> list[Service]:
@@ -357,50 +352,44 @@ class Worker:
         without its lock (docs/howto/deployment.md). The healer runs on the rescuer's
         connection: through a pooler, without its session lock.
         """
-        app, owner, connect = self.app, self.name, self._connect
+        app, settings, owner, connect = self.app, self.settings, self.name, self._connect
+        store, registration = app.store, self.registration
         sessions = app.database.has_session
         session = connector(app.database, owner=owner, session=True) if sessions else connect
-        healer = Healer(owner, app.heal_interval, store=app.store, use_lock=not app.database.pooled)
-        rescuer = Rescuer(
+        # A healing pass stops between steps when the worker does.
+        stopping = threading.Event()
+        healer = Healer(
             owner,
-            connect,
-            self.rescue_interval,
-            registration=self.registration,
-            on_rescued=self._rescued,
-            maintain=healer.run_if_due,
+            settings.heal_interval,
+            store=store,
+            use_lock=not app.database.pooled,
+            stopping=stopping,
         )
-        healer.stopping = rescuer.stopping  # a pass stops between steps when the worker does
+        calls = ListenerCalls(
+            wake=lambda: self.wake(notified=True),
+            cancel=self.cancel_jobs,
+            paused=self._set_paused,
+            poll_cancellations=self.poll_cancel_requests,
+        )
         return [
             Heartbeat(
-                owner,
                 connect,
-                self.heartbeat_interval,
-                registration=self.registration,
+                settings,
+                registration,
                 poll_cancellations=self.poll_cancel_requests,
                 store_counters=self.store_counters,
             ),
-            rescuer,
-            Listener(
-                owner,
-                session,
-                store=app.store,
-                queues=self.queues,
-                wake=lambda: self.wake(notified=True),
-                cancel=self.cancel_jobs,
-                paused=self._set_paused,
-                paused_refresh=max(0.05, self.poll_interval / 2),
-                listen=sessions,
-                poll_cancellations=self.poll_cancel_requests,
+            Rescuer(
+                connect,
+                settings,
+                registration,
+                store,
+                on_rescued=self._rescued,
+                maintain=healer.run_if_due,
+                stopping=stopping,
             ),
-            Pruner(
-                owner,
-                session,
-                app.prune_interval,
-                store=app.store,
-                done_after=app.prune_done_after,
-                failed_after=app.prune_failed_after,
-                use_lock=sessions,
-            ),
+            Listener(owner, session, settings, store, calls, listen=sessions),
+            Pruner(owner, session, settings, store=store, use_lock=sessions),
         ]
 
     # -- the loop --
@@ -412,6 +401,7 @@ class Worker:
             self._secrets = dsn_secrets(self.app.dsn)
             self._executor = self._new_executor()
             self._exchanges = self._new_exchanges()
+            self._cancellations = self._new_cancellations()
             try:
                 # The job threads, and the process pool (its children import the app) before
                 # any claim; what started is stopped again if anything below fails.
@@ -419,13 +409,14 @@ class Worker:
                 # The paused queues before the first claim (the listener reads them after),
                 # and before worker_id says the worker is registered.
                 paused = self.app.store.get_paused_queues(self._connection.get())
-                self._exchanges.paused = frozenset(row["queue"] for row in paused)
                 # Store this app's limits (migration 0009); with any limit stored, claims
                 # take the jobs limits apply to first.
                 stored = self.app.store.upsert_limits(
                     self._connection.get(), self.app.limit_definitions()
                 )
-                self._exchanges.limited = stored > 0
+                self._exchanges.start(
+                    paused=frozenset(row["queue"] for row in paused), limited=stored > 0
+                )
                 worker_id = self.registration.register(self._connection.get())
             except BaseException:
                 self._executor.shutdown()
@@ -466,7 +457,7 @@ class Worker:
                 " App(session_dsn=...) to a direct connection for instant wake-ups",
                 self.name,
                 self.poll_interval,
-                max(0.05, self.poll_interval / 2),
+                self.settings.paused_refresh,
                 extra={"worker_id": worker_id},
             )
         self._services = self._new_services()
@@ -479,7 +470,7 @@ class Worker:
             try:
                 self._shutdown()
             finally:
-                self._confirmations.drop()
+                self._cancellations.close()
                 for signum, handler in previous_handlers.items():
                     signal.signal(signum, handler)
                 self._stopped.set()
@@ -539,13 +530,11 @@ class Worker:
         exchanges.start_background(self._connect, self._wake_event.set)
         while not self._stop_requested.is_set():
             self._wake_event.clear()
-            self._ledger.quiet = False
+            self._ledger.set_quiet(False)
             try:
                 exchanges.take_background()
                 if failures or exchanges.recover_needed:
-                    exchanges.settle_background(SHUTDOWN_WRITE_BOUND)
-                    exchanges.recover_leases()
-                    exchanges.recover_needed = False
+                    exchanges.recover(SHUTDOWN_WRITE_BOUND)
                 next_poll = self._step(next_poll)
                 failures = transient = 0
                 if not exchanges.recover_needed:
@@ -566,8 +555,7 @@ class Worker:
                         # we hold, then go on after a pause.
                         failures += 1
                         self._errors.failed(error)
-                        exchanges.recover_needed = True
-                        exchanges.maybe_more = True
+                        exchanges.lost_track()
                         self._wake_event.wait(reconnect_delay(failures))
                         continue
                 if is_transient(error) and self._connection.usable:
@@ -577,7 +565,7 @@ class Worker:
                     # round trip is tried again after a pause; no outcome is replaced.
                     transient += 1
                     self._errors.failed(error)
-                    exchanges.maybe_more = True
+                    exchanges.claim_again()
                     self._wake_event.wait(reconnect_delay(transient))
                     continue
                 if self._connection.usable and self._ledger.unwritten:
@@ -597,7 +585,7 @@ class Worker:
                 # The wake-up that led here was spent on a failed claim, and notifications
                 # may be lost with the listener's connection: claim at once on recovery
                 # instead of waiting for the next poll.
-                exchanges.maybe_more = True
+                exchanges.claim_again()
                 self._wake_event.wait(reconnect_delay(failures))
                 continue
             self._wake_event.wait(self._wait_time(next_poll))
@@ -620,12 +608,12 @@ class Worker:
         elif claim:
             self._notified = False
             if now >= reporter.next_due:
-                reporter.next_due = float("inf")
+                reporter.due_claimed()
         if not claim and (not ledger.unwritten or exchanges.batch_more(0)):
             return next_poll
         if exchanges.lanes_full(now):
             # The first round trip back wakes the loop; the jobs that end meanwhile need not.
-            ledger.quiet = True
+            ledger.set_quiet(True)
             return next_poll
         limit = exchanges.share(free) if claim else 0
         claimed = exchanges.send(limit, now)
@@ -633,7 +621,7 @@ class Worker:
             # Off the loop thread: step again at once, so another lane can claim the rest.
             self._wake_event.set()
         elif claim:
-            exchanges.maybe_more = claimed == limit
+            exchanges.claimed(claimed, limit)
         return time.monotonic() + self.poll_interval if claim else next_poll
 
     def _on_finished(self, running: Running, outcome: Outcome) -> None:
@@ -642,7 +630,7 @@ class Worker:
         self._prefetch.observe(time.monotonic() - running.started)
         try:
             outcome = storable_outcome(
-                outcome, max_error_bytes=self.app.max_error_bytes, secrets=self._secrets
+                outcome, max_error_bytes=self.settings.max_error_bytes, secrets=self._secrets
             )
         except Exception as error:  # the job's end is never lost
             outcome = Outcome.failed(
@@ -680,18 +668,12 @@ class Worker:
         return wait
 
     def _shutdown(self) -> None:
-        self._ledger.quiet = False  # the stop waits on each job's end
+        self._ledger.set_quiet(False)  # the stop waits on each job's end
         GracefulStop(
-            name=self.name,
+            self._parts(),
             store=self.app.store,
-            registration=self.registration,
-            ledger=self._ledger,
-            executor=self._executor,
             exchanges=self._exchanges,
-            connection=self._connection,
             services=self._services,
-            reporter=self._reporter,
-            errors=self._errors,
             wake_event=self._wake_event,
             deadline=lambda: self._stop_deadline,
             store_counters=self.store_counters,

@@ -16,7 +16,7 @@ from psycopg import sql
 from pgtasks._leases import ClaimRequest, Finish
 from pgtasks._retry import Outcome
 from pgtasks._store.claims import claim_statement
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 from tests.support.faults import FaultEnv
 from tests.support.probe import assert_invariants
 from tests.support.waiting import wait_until

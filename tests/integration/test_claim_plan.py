@@ -14,7 +14,7 @@ from pgtasks import App
 from pgtasks._leases import ClaimedJob, ClaimPosition, ClaimRequest, Finish
 from pgtasks._retry import Outcome
 from pgtasks._store.claims import claim_statement, finish_params
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 from tests.support.waiting import wait_until
 
 WORKER = 10**9

@@ -16,7 +16,7 @@ from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
 from pgtasks._retry import Outcome
 from pgtasks._store.base import JsonbTextLoader
 from pgtasks._store.claims import finish_params
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 
 WORKER = 10**9
 OTHER_WORKER = 10**9 + 1
