@@ -5,7 +5,9 @@ Heartbeat, Rescuer, Listener and Pruner run beside it (services.py, pruner.py). 
 Worker composes the parts that hold the state: the Registration (its row and lease
 owner id), the JobLedger (jobs from claim to written outcome), the Exchanges (the round
 trips that write outcomes and claim jobs, and the claim position), the Reporter (logs,
-counters, observers) and, when stopping, GracefulStop and StopSignals (shutdown.py).
+counters, observers), Cancellations (cancellations.py), LoopFailures (how a failed step
+is met, failures.py) and, when stopping, GracefulStop and StopSignals (shutdown.py).
+Each gets the WorkerSettings (settings.py) or the part of them it uses.
 
     loop:  write finished outcomes (one fenced statement per batch)
            time out sync attempts past their deadline
@@ -15,8 +17,6 @@ counters, observers) and, when stopping, GracefulStop and StopSignals (shutdown.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -33,8 +33,8 @@ from .._dsn import dsn_secrets
 from .._execution.executor import Executor
 from .._execution.outcomes import storable_outcome
 from .._execution.running import Running
-from .._retry import Outcome, reconnect_delay
-from .._store.database import is_transient
+from .._retry import Outcome
+from .arun import run_on_a_thread
 from .cancellations import Cancellations
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
 from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
@@ -42,6 +42,7 @@ from .claims import Prefetch
 from .connection import OwnConnection, connector
 from .events import WorkerEvents
 from .exchange import Exchanges
+from .failures import LoopFailures
 from .healer import Healer
 from .ledger import JobLedger
 from .parts import LoopParts
@@ -207,9 +208,7 @@ class Worker:
 
     @property
     def prefetch(self) -> int | None:
-        """Jobs claimed beyond the free slots, waiting in this worker to start as slots
-        free up (None: two per slot while this worker's jobs are short, see
-        claims.Prefetch)."""
+        """Jobs claimed beyond the free slots (None: see claims.Prefetch)."""
         return self.settings.prefetch
 
     def __repr__(self) -> str:
@@ -485,108 +484,26 @@ class Worker:
         meanwhile releases the running jobs at once. An error of ``run()`` (an unmigrated
         schema, say) is raised here.
         """
-        loop = asyncio.get_running_loop()
-        ended: asyncio.Future[None] = loop.create_future()
-
-        def report(error: BaseException | None) -> None:
-            if ended.done():
-                return
-            if error is None:
-                ended.set_result(None)
-            else:
-                ended.set_exception(error)
-
-        def run() -> None:
-            error: BaseException | None = None
-            try:
-                self.run()
-            except BaseException as failure:
-                error = failure
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(report, error)
-
-        thread = threading.Thread(target=run, name=f"pgtasks-worker-{self.name}", daemon=True)
-        thread.start()
-        try:
-            await asyncio.shield(ended)
-        except asyncio.CancelledError:
-            self.stop(wait=False)
-            while not ended.done():
-                try:
-                    await asyncio.shield(ended)
-                except asyncio.CancelledError:
-                    self.stop(0.0, wait=False)  # cancelled again: release running jobs now
-                except BaseException:
-                    break  # run() failed while stopping: the cancellation is what we report
-            thread.join()  # it has returned from run(): it only ends
-            raise
-        thread.join()
+        await run_on_a_thread(self.run, self.stop, name=f"pgtasks-worker-{self.name}")
 
     def _loop(self) -> None:
         exchanges = self._exchanges
+        failures = LoopFailures(self._parts(), exchanges)
         next_poll = 0.0
-        failures = 0
-        transient = 0
         exchanges.start_background(self._connect, self._wake_event.set)
         while not self._stop_requested.is_set():
             self._wake_event.clear()
             self._ledger.set_quiet(False)
             try:
                 exchanges.take_background()
-                if failures or exchanges.recover_needed:
+                if failures.failures or exchanges.recover_needed:
                     exchanges.recover(SHUTDOWN_WRITE_BOUND)
                 next_poll = self._step(next_poll)
-                failures = transient = 0
-                if not exchanges.recover_needed:
-                    self._errors.recovered()
+                failures.succeeded()
             except Exception as error:
-                if not isinstance(error, psycopg.Error):
-                    # Not the database: something one job brought (text that cannot be
-                    # encoded, a bug). Find the outcome behind it and fail that job alone.
-                    logger.exception("worker %s: unexpected error in the claim loop", self.name)
-                    if self._ledger.unwritten:
-                        try:
-                            exchanges.write_one_by_one(error)
-                            continue
-                        except Exception as lost:
-                            error = lost
-                    if not isinstance(error, psycopg.Error):
-                        # A claim's rows may be lost with it: release what we do not know
-                        # we hold, then go on after a pause.
-                        failures += 1
-                        self._errors.failed(error)
-                        exchanges.lost_track()
-                        self._wake_event.wait(reconnect_delay(failures))
-                        continue
-                if is_transient(error) and self._connection.usable:
-                    # A lock timeout, a serialization failure, a deadlock (a workflow's
-                    # next step held by another session, a REPEATABLE READ default): the
-                    # round trip wrote nothing. Its outcomes stay unwritten and the same
-                    # round trip is tried again after a pause; no outcome is replaced.
-                    transient += 1
-                    self._errors.failed(error)
-                    exchanges.claim_again()
-                    self._wake_event.wait(reconnect_delay(transient))
-                    continue
-                if self._connection.usable and self._ledger.unwritten:
-                    # The server refused the batch itself (not the connection): find and
-                    # fail the outcome it cannot store, so one bad job cannot stop the loop.
-                    try:
-                        exchanges.write_one_by_one(error)
-                        continue
-                    except Exception as lost:
-                        # The connection was lost after all (a pipeline can fail before
-                        # psycopg marks it broken): the outcomes not written are kept in
-                        # the ledger; recover as from any connection failure.
-                        error = lost
-                failures += 1
-                self._errors.failed(error)
-                self._connection.drop()
-                # The wake-up that led here was spent on a failed claim, and notifications
-                # may be lost with the listener's connection: claim at once on recovery
-                # instead of waiting for the next poll.
-                exchanges.claim_again()
-                self._wake_event.wait(reconnect_delay(failures))
+                pause = failures.handle(error)
+                if pause:
+                    self._wake_event.wait(pause)
                 continue
             self._wake_event.wait(self._wait_time(next_poll))
 
