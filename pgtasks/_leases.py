@@ -51,6 +51,10 @@ class ClaimedJob:
     #: Claimed by the limited claim (a concurrency or rate limit applies to it).
     limited: bool = False
 
+    @property
+    def job_id(self) -> int:
+        return self.id
+
     @classmethod
     def from_row(cls, row: Mapping[str, Any], worker_id: int) -> ClaimedJob:
         return cls(

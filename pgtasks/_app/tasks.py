@@ -285,14 +285,7 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the function directly, in this process, without a job."""
         if self.bind:
-            context = JobContext(
-                job_id=None,
-                task_name=self.name,
-                attempt=1,
-                max_attempts=self.max_attempts,
-                worker_id=None,
-                queue=self.queue,
-            )
+            context = JobContext.direct(self.name, max_attempts=self.max_attempts, queue=self.queue)
             return self.function(context, *args, **kwargs)  # type: ignore[no-any-return]
         return self.function(*args, **kwargs)  # type: ignore[no-any-return]
 

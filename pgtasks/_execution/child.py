@@ -36,7 +36,7 @@ from .._app.app import App
 from .._app.loading import load_app
 from .._app.tasks import Task
 from .._errors import ConfigurationError, SoftTimeLimitExceeded
-from .._instrumentation import AttemptTrace, outcome_name
+from .._instrumentation import AttemptTrace, outcome_name, start_attempt_trace
 from .._jobs import JobContext
 from .._retry import Outcome
 from .meta import meta_writer
@@ -260,21 +260,15 @@ def run_job(
     task = app.tasks.get(message.task_name)
     if task is None:
         return unknown_task_outcome(message.task_name, app)
-    context = JobContext(
-        job_id=message.job_id,
-        task_name=message.task_name,
-        attempt=message.attempt,
-        max_attempts=message.max_attempts,
-        worker_id=message.worker_id,
-        queue=message.queue,
-        _cancelled=cancel_event.is_set,
-        meta=message.meta,
+    context = JobContext.of_attempt(
+        message,
+        cancelled=cancel_event.is_set,
         # The child writes meta itself, on a connection of its own (opened on first use),
         # fenced by the lease like the worker's writes: the parent is not involved.
-        _write_meta=meta_writer(app, message.job_id, message.worker_id, message.attempt),
+        write_meta=meta_writer(app, message.job_id, message.worker_id, message.attempt),
     )
     arguments = [context, *message.args] if task.bind else list(message.args)
-    trace = _start_trace(app, message)
+    trace = start_attempt_trace(app.instrumentation, message)
     if trace is None:
         return _call(task, message, arguments, soft)
     # The attempt's span lives here, in the child: it ends with the outcome decided here
@@ -300,26 +294,6 @@ def _flush_traces(app: App) -> None:
         app.instrumentation.flush()
     except Exception:
         logging.getLogger("pgtasks.worker").exception("flushing this child's traces failed")
-
-
-def _start_trace(app: App, message: JobMessage) -> AttemptTrace | None:
-    instrumentation = app.instrumentation
-    if instrumentation is None:
-        return None
-    try:
-        return instrumentation.attempt(
-            job_id=message.job_id,
-            task_name=message.task_name,
-            queue=message.queue,
-            attempt=message.attempt,
-            worker_id=message.worker_id,
-            meta=message.meta,
-        )
-    except Exception:
-        logging.getLogger("pgtasks.worker").exception(
-            "job %d: starting its trace failed; running it untraced", message.job_id
-        )
-        return None
 
 
 def _call(
