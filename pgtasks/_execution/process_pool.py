@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._errors import ConfigurationError
 from .._retry import Outcome
 from .child import ChildSettings, JobMessage, child_main
-from .settings import StartMethod
+from .settings import ExecutorSettings, StartMethod
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -129,6 +129,46 @@ def find_app_path(app: App) -> str | None:
 
 
 _live_pools: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
+
+
+def start_pool(
+    app: App,
+    settings: ExecutorSettings,
+    task_names: set[str],
+    *,
+    on_ended: Callable[[int, Ending], None],
+) -> ProcessPool:
+    """Start the pool of ``settings``; its children must know every one of ``task_names``
+    (the tasks that may run in it), or it is closed again with a ConfigurationError."""
+    app_path = settings.app_path
+    if settings.process_start_method == "spawn" and app_path is None:
+        app_path = find_app_path(app)
+        if app_path is None:
+            raise ConfigurationError(
+                "the process pool's spawned children must import the app, and this"
+                " app is not a module-level variable: pass app_path='module:attribute'"
+                " (the CLI passes -A), or use process_start_method='fork'"
+            )
+    memory = settings.max_memory_per_child
+    pool = ProcessPool(
+        app,
+        size=settings.pool_size,
+        start_method=settings.process_start_method,
+        app_path=app_path,
+        max_tasks_per_child=settings.max_tasks_per_child,
+        max_memory_per_child=int(memory * 2**20) if memory is not None else None,
+        on_ended=on_ended,
+    )
+    pool.start()
+    missing = sorted(task_names - pool.child_tasks)
+    if missing:
+        pool.close(0.0)
+        raise ConfigurationError(
+            f"task(s) {', '.join(missing)} may run in the process pool, but the app its"
+            f" children import ({app_path}) does not define them: register tasks when"
+            " that module is imported, or use process_start_method='fork'"
+        )
+    return pool
 
 
 @atexit.register

@@ -71,5 +71,10 @@ class ExecutorSettings:
             )
 
     @property
+    def sync_defaults(self) -> frozenset[PoolName]:
+        """The executors a sync task that names none may run on (by its queue)."""
+        return frozenset({self.pool, *self.queue_executors.values()})
+
+    @property
     def pool_size(self) -> int:
         return self.processes or os.cpu_count() or 1
