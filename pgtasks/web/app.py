@@ -48,15 +48,9 @@ from .._errors import (
     UniqueKeyTakenError,
     WorkflowProtectedError,
 )
+from .._job_filter import FILTER_FIELDS, JobFilter, parse_job_filter
 from .._jobs import JobRow
-from .._operations import (
-    FILTER_FIELDS,
-    RETRYABLE,
-    STATUSES,
-    JobFilter,
-    format_duration,
-    parse_job_filter,
-)
+from .._operations import RETRYABLE, STATUSES, format_duration
 from .._payload import check_name
 from .charts import charts
 from .live import END, LiveHub

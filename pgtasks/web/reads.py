@@ -22,11 +22,11 @@ from .._app import admin
 from .._app.schedules import ScheduleStatus, schedule_statuses
 from .._counters import every_counter
 from .._errors import JobNotFoundError
+from .._job_filter import JobFilter
 from .._jobs import PROGRESS_KEY, JobRow, JobStatus, Progress
 from .._limits import SEPARATOR
 from .._operations import (
     STATUSES,
-    JobFilter,
     QueueStats,
     WorkerInfo,
     overview_queues,

@@ -19,7 +19,7 @@ import pytest
 from pgtasks import App, JobStatus
 from pgtasks._app import admin as operations
 from pgtasks._app.doctor import diagnose
-from pgtasks._operations import JobFilter
+from pgtasks._job_filter import JobFilter
 from pgtasks._worker.metrics import QueueDepthCollector, QueueDepthSampler
 from pgtasks.web import asgi
 from tests.support.inprocess import running_worker
