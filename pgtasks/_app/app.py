@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar, overload
 import psycopg
 from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP035
 
-from .._counters import ENQUEUES_DEDUPLICATED, Tally
+from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
 from .._errors import (
     ConfigurationError,
@@ -34,7 +34,7 @@ from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, Migra
 from .._store.store import Store
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from ..sql import Migration
-from .eager import arun_eagerly, run_eagerly
+from . import enqueue
 from .handle import JobHandle
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
@@ -51,9 +51,6 @@ R = TypeVar("R")
 T = TypeVar("T")
 TaskT = TypeVar("TaskT", bound="Task[Any, Any]")
 
-#: Rows per INSERT statement in bulk enqueues (several statements share one transaction).
-BULK_CHUNK = 5000
-
 #: Every App of this process, so that a forked child can let go of what it inherited.
 _apps: weakref.WeakSet[App] = weakref.WeakSet()
 #: In a forked child: the parent's result listeners, kept (never used or closed).
@@ -61,10 +58,8 @@ _inherited: list[object] = []
 
 
 def _forget_inherited_listeners() -> None:
-    """``os.fork()`` hook (child side): the parent's result listener is not the child's.
-
-    (The pools are let go of by the Database's own hook.)
-    """
+    """``os.fork()`` hook (child side): the parent's result listener is not the child's
+    (the pools are let go of by the Database's own hook)."""
     for app in list(_apps):
         if app._results is not None:
             _inherited.append(app._results)
@@ -379,13 +374,11 @@ class App:
         """Point this App at another database and schema (None: the embedded server; the
         current schema); its pools are closed first. Returns the Database used until
         now, for :meth:`restore_database`. The session DSN, replica and pooling are those
-        given here (none by default), never the previous database's.
-
-        For tests (``pgtasks.testing.use_test_database``) and tools that switch databases;
-        not while a worker of this App runs.
+        given here (none by default), never the previous database's. For tests
+        (``pgtasks.testing.use_test_database``) and tools; not while a worker runs.
         """
         previous = self.database
-        database = dataclasses.replace(
+        where = dataclasses.replace(
             self.settings.database,
             dsn=dsn,
             schema=schema or self.schema,
@@ -393,10 +386,7 @@ class App:
             replica_dsn=replica_dsn,
             pooled=pooled,
         )
-        new = Database(database, self.settings.pools)
-        self.close()
-        self.database = new
-        self.settings = dataclasses.replace(self.settings, database=database)
+        self.restore_database(Database(where, self.settings.pools))
         return previous
 
     def restore_database(self, database: Database) -> None:
@@ -406,108 +396,45 @@ class App:
         self.settings = dataclasses.replace(self.settings, database=database.settings)
 
     # -- enqueue --
-    def _insert(self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]) -> list[InsertedJob]:
-        if len(specs) <= BULK_CHUNK:
-            return self.store.insert_jobs(conn, specs)
-        inserted: list[InsertedJob] = []
-        with conn.transaction():
-            for start in range(0, len(specs), BULK_CHUNK):
-                inserted += self.store.insert_jobs(conn, specs[start : start + BULK_CHUNK])
-        return inserted
-
-    async def _ainsert(
-        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
-    ) -> list[InsertedJob]:
-        if len(specs) <= BULK_CHUNK:
-            return await self.store.ainsert_jobs(conn, specs)
-        inserted: list[InsertedJob] = []
-        async with conn.transaction():
-            for start in range(0, len(specs), BULK_CHUNK):
-                inserted += await self.store.ainsert_jobs(conn, specs[start : start + BULK_CHUNK])
-        return inserted
-
     def insert_specs(
         self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
         """Insert specs on ``conn``: the one insert path every enqueue and beat share (the
         instrumentation, when set, wraps it)."""
+        insert = self.store.insert_jobs_in_chunks
         if self.instrumentation is None:
-            return self._insert(conn, specs)
-        return self.instrumentation.insert(specs, lambda traced: self._insert(conn, traced))
+            return insert(conn, specs)
+        return self.instrumentation.insert(specs, lambda traced: insert(conn, traced))
 
     async def ainsert_specs(
         self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
+        insert = self.store.ainsert_jobs_in_chunks
         if self.instrumentation is None:
-            return await self._ainsert(conn, specs)
-        return await self.instrumentation.ainsert(specs, lambda traced: self._ainsert(conn, traced))
-
-    def _handles(self, inserted: list[InsertedJob]) -> list[JobHandle[Any]]:
-        handles: list[JobHandle[Any]] = [
-            JobHandle(self, job_id, existed=existed) for job_id, existed in inserted
-        ]
-        deduplicated = sum(1 for _, existed in inserted if existed)
-        if deduplicated:
-            self.counters.add(ENQUEUES_DEDUPLICATED, deduplicated, store=False)
-        return handles
+            return await insert(conn, specs)
+        return await self.instrumentation.ainsert(specs, lambda traced: insert(conn, traced))
 
     def enqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.Connection[Any] | None = None
     ) -> list[JobHandle[Any]]:
         """Insert built JobSpecs (see Task.build_spec); all or none are written."""
-        if not specs:
-            return []
-        if self.is_eager:
-            return run_eagerly(self, specs)
-        if connection is not None:
-            self.database.check_schema(connection)
-            return self._handles(self.insert_specs(connection, specs))
-        return self._handles(self.database.run(lambda conn: self.insert_specs(conn, specs)))
+        return enqueue.enqueue_many(self, specs, connection)
 
     def enqueue(
         self, spec: JobSpec, *, connection: psycopg.Connection[Any] | None = None
     ) -> JobHandle[Any]:
         """Insert one built JobSpec (the path of ``delay`` and ``apply_async``)."""
-        if self.is_eager:
-            return run_eagerly(self, [spec])[0]
-        if self.instrumentation is not None:
-            return self.enqueue_many([spec], connection=connection)[0]
-        if connection is not None:
-            self.database.check_schema(connection)
-            job = self.store.insert_job(connection, spec)
-        else:
-            job = self.database.run(lambda conn: self.store.insert_job(conn, spec))
-        if job.existed:
-            self.counters.add(ENQUEUES_DEDUPLICATED, store=False)
-        return JobHandle(self, job.id, existed=job.existed)
+        return enqueue.enqueue(self, spec, connection)
 
     async def aenqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> list[JobHandle[Any]]:
-        if not specs:
-            return []
-        if self.is_eager:
-            return await arun_eagerly(self, specs)
-        if connection is not None:
-            await self.database.acheck_schema(connection)
-            return self._handles(await self.ainsert_specs(connection, specs))
-        return self._handles(await self.database.arun(lambda conn: self.ainsert_specs(conn, specs)))
+        return await enqueue.aenqueue_many(self, specs, connection)
 
     async def aenqueue(
         self, spec: JobSpec, *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> JobHandle[Any]:
-        if self.is_eager:
-            return (await arun_eagerly(self, [spec]))[0]
-        if self.instrumentation is not None:
-            return (await self.aenqueue_many([spec], connection=connection))[0]
-        if connection is not None:
-            await self.database.acheck_schema(connection)
-            job = await self.store.ainsert_job(connection, spec)
-        else:
-            job = await self.database.arun(lambda conn: self.store.ainsert_job(conn, spec))
-        if job.existed:
-            self.counters.add(ENQUEUES_DEDUPLICATED, store=False)
-        return JobHandle(self, job.id, existed=job.existed)
+        return await enqueue.aenqueue(self, spec, connection)
 
     # -- jobs --
     def get_job(self, job_id: int) -> JobHandle[Any]:

@@ -21,6 +21,8 @@ from .unique import UniqueQueries, aatomic, atomic
 #: trips instead of one, but for many jobs far less work for both ends than the arrays of
 #: insert_new_jobs (measured by benchmarks/enqueue.py).
 COPY_MIN_JOBS = 64
+#: Rows per INSERT statement in bulk enqueues (several statements share one transaction).
+BULK_CHUNK = 5000
 
 
 def _copyable(
@@ -138,6 +140,29 @@ class InsertQueries(LimitQueries, UniqueQueries):
             sent.add(row_index)
             results.append(InsertedJob(row[0], existed))
         return results
+
+    def insert_jobs_in_chunks(
+        self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        """insert_jobs, BULK_CHUNK rows a statement, every statement in one transaction."""
+        if len(specs) <= BULK_CHUNK:
+            return self.insert_jobs(conn, specs)
+        inserted: list[InsertedJob] = []
+        with conn.transaction():
+            for start in range(0, len(specs), BULK_CHUNK):
+                inserted += self.insert_jobs(conn, specs[start : start + BULK_CHUNK])
+        return inserted
+
+    async def ainsert_jobs_in_chunks(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        if len(specs) <= BULK_CHUNK:
+            return await self.ainsert_jobs(conn, specs)
+        inserted: list[InsertedJob] = []
+        async with conn.transaction():
+            for start in range(0, len(specs), BULK_CHUNK):
+                inserted += await self.ainsert_jobs(conn, specs[start : start + BULK_CHUNK])
+        return inserted
 
     def insert_jobs(
         self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
