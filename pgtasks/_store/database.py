@@ -33,7 +33,6 @@ from typing import Any, TypeVar
 
 import psycopg
 import tenacity
-from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from .._dsn import describe_dsn, redact_for
@@ -41,6 +40,13 @@ from .._embedded import embedded_dsn
 from .._errors import ConfigurationError, PoolExhaustedError
 from ..sql import Migration
 from . import db
+from .failures import (
+    arollback_left_open,
+    is_connection_failure,
+    is_recovery_conflict,
+    left_open,
+    rollback_left_open,
+)
 from .migrate import (
     DEFAULT_LOCK_RETRY_FOR,
     DEFAULT_LOCK_TIMEOUT,
@@ -80,56 +86,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_pools)
 
 
-def _left_open(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
-    """A transaction is open on ``conn`` (not after an autocommit statement)."""
-    status = conn.pgconn.transaction_status
-    return status != TransactionStatus.IDLE and status != TransactionStatus.UNKNOWN
-
-
-def _rollback(conn: psycopg.Connection[Any]) -> None:
-    """Roll back what an operation that failed left open (as ``with conn:`` does): a
-    connection in a bad state is left to the pool, without hiding the operation's error."""
-    if not _left_open(conn):
-        return
-    try:
-        conn.rollback()
-    except Exception as error:
-        logger.warning("error rolling back a pooled connection: %s", error)
-
-
-async def _arollback(conn: psycopg.AsyncConnection[Any]) -> None:
-    if not _left_open(conn):
-        return
-    try:
-        await conn.rollback()
-    except Exception as error:
-        logger.warning("error rolling back a pooled connection: %s", error)
-
-
-def is_connection_failure(error: BaseException) -> bool:
-    """Errors worth a retry on a fresh connection: the connection broke, not the query."""
-    if not isinstance(error, psycopg.OperationalError) or isinstance(error, PoolTimeout):
-        return False
-    state = error.sqlstate
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
-
-
-#: SQLSTATEs of errors that a later try of the same statement may not meet: a lock wait
-#: past lock_timeout (55P03), a statement past statement_timeout (57014), a serialization
-#: failure, a deadlock or any other transaction rollback (class 40), a server short of
-#: resources (class 53). Nothing the statement wrote stays.
-TRANSIENT_STATES = ("55P03", "57014")
-TRANSIENT_CLASSES = ("40", "53")
-
-
-def is_transient(error: BaseException) -> bool:
-    """A database error worth trying the same statement again on the same connection."""
-    if not isinstance(error, psycopg.Error):
-        return False
-    state = error.sqlstate or ""
-    return state in TRANSIENT_STATES or state[:2] in TRANSIENT_CLASSES
-
-
 #: Connections of the replica pool, per process (dashboard pages, stats, metrics).
 REPLICA_POOL_MAX = 4
 #: Seconds between two log lines saying that replica reads fall back to the primary.
@@ -138,15 +94,6 @@ REPLICA_FALLBACK_LOG_INTERVAL = 60.0
 REPLICA_CONFLICT_TRIES = 2
 #: Seconds replica reads go to the primary after the replica could not be reached.
 REPLICA_RETRY_AFTER = 30.0
-
-
-def is_recovery_conflict(error: BaseException) -> bool:
-    """A hot standby cancelled the query to apply WAL (``max_standby_streaming_delay``)."""
-    return (
-        isinstance(error, psycopg.Error)
-        and error.sqlstate == "40001"
-        and "conflict with recovery" in str(error)
-    )
 
 
 class Database:
@@ -430,12 +377,12 @@ class Database:
                         self.check_schema(conn)
                     result = operation(conn)
                 except BaseException:
-                    _rollback(conn)
+                    rollback_left_open(conn)
                     raise
                 # Commits what is left open, as pool.connection() does (a pooled connection
                 # may have been taken out of autocommit by its user), without its call when
                 # nothing is (an autocommit statement).
-                if _left_open(conn):
+                if left_open(conn):
                     conn.commit()
                 return result
             except psycopg.Error as error:
@@ -478,9 +425,9 @@ class Database:
                         await self.acheck_schema(conn)
                     result = await operation(conn)
                 except BaseException:
-                    await _arollback(conn)
+                    await arollback_left_open(conn)
                     raise
-                if _left_open(conn):
+                if left_open(conn):
                     await conn.commit()
                 return result
             except psycopg.Error as error:

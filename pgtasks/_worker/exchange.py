@@ -22,7 +22,7 @@ import psycopg
 from .._counters import UNKNOWN_TASK_JOBS
 from .._leases import ClaimRequest, Finish
 from .._retry import Outcome
-from .._store.database import is_transient
+from .._store.failures import is_transient
 from .._text import storable
 from .background import BackgroundExchanger, Exchange
 from .claims import ClaimCursor, Prefetch, round_trip_share

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._store.database import is_transient
+from .._store.failures import is_transient
 from .._workflows_text import HealResult
 
 if TYPE_CHECKING:
