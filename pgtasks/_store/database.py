@@ -485,6 +485,9 @@ class Database:
         with self._migration_connection() as conn:
             applied = migrator.migrate(conn)
             check_version(self.store.schema, self.store.get_schema_version(conn))
+            if conn.autocommit:
+                # Today's partitions of jobs_history (the pruner keeps them coming).
+                self.store.prepare_history_days(conn)
         self.schema_checked = True
         return applied
 

@@ -304,6 +304,7 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         (r"^CREATE\s+SCHEMA\b", "", "none"),
         (r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\b", "", "none"),
         (r"^CREATE\s+(?:UNLOGGED\s+)?TABLE\b", "", "none"),
+        (r"^CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\b", "", "none"),
         (r"^COMMENT\s+ON\b", "", "none"),
         (
             r"^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+(?:IF\s+NOT\s+EXISTS\s+)?\w+\s+ON\s+"

@@ -52,7 +52,7 @@ SELECT coalesce(
 -- name: get_finished_counts :many
 -- Exact finished jobs per queue and status (small tables only: it reads every one).
 SELECT queue, status, count(*)::bigint AS jobs
-FROM {schema}.jobs
+FROM {schema}.all_jobs
 WHERE status IN ('done', 'failed', 'cancelled')
 GROUP BY queue, status;
 
@@ -78,7 +78,7 @@ WHERE stats.schemaname = %(schema)s::text
 SELECT queue, status, date_trunc('minute', finished_at) AS minute, count(*)::int AS jobs
 FROM (
     SELECT queue, status, finished_at
-    FROM {schema}.jobs
+    FROM {schema}.all_jobs
     WHERE status IN ('done', 'failed', 'cancelled')
       AND finished_at >= date_trunc('minute', now()) - interval '59 minutes'
     ORDER BY finished_at DESC
@@ -101,7 +101,7 @@ SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, l
             %(error_chars)s::int) AS error_line,
        CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
        now() AS now
-FROM {schema}.jobs
+FROM {schema}.all_jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -130,7 +130,7 @@ SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, l
        now() AS now
 FROM (
     SELECT *
-    FROM {schema}.jobs
+    FROM {schema}.all_jobs
     WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
     ORDER BY id DESC
     LIMIT %(scan)s::int
@@ -153,7 +153,7 @@ LIMIT %(limit)s::int;
 SELECT min(id) AS floor, count(*)::int AS scanned
 FROM (
     SELECT id
-    FROM {schema}.jobs
+    FROM {schema}.all_jobs
     WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
     ORDER BY id DESC
     LIMIT %(scan)s::int
@@ -165,7 +165,7 @@ FROM (
 -- and not yet asked to stop).
 SELECT
     (SELECT count(*) FROM (
-        SELECT 1 FROM {schema}.jobs
+        SELECT 1 FROM {schema}.all_jobs
         WHERE status IN ('failed', 'cancelled')
           AND (%(status)s::text IS NULL OR status = %(status)s::text)
           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -226,7 +226,7 @@ SELECT jobs.id, task_name, queue, priority, status, attempts, max_attempts,
              WITH ORDINALITY AS history(entry, position)
         WHERE jsonb_typeof(entry) = 'object') AS attempt_errors,
        now() AS now
-FROM {schema}.jobs AS jobs
+FROM {schema}.all_jobs AS jobs
 CROSS JOIN LATERAL (
     SELECT jobs.args::text AS args, jobs.kwargs::text AS kwargs, jobs.result::text AS result,
            jobs.meta::text AS meta
@@ -234,23 +234,23 @@ CROSS JOIN LATERAL (
 WHERE jobs.id = %(id)s::bigint;
 
 -- name: delete_finished_job :one
--- Delete one done, failed or cancelled job; the row's status tells a missing job (no
--- row) from one that is not finished (deleted false). A job of a workflow that has
--- unfinished jobs stays (workflow_unfinished): its later steps read its result.
+-- Delete one done, failed or cancelled job (from jobs_history, with the keys it holds);
+-- the row's status tells a missing job (no row) from one that is not finished (deleted
+-- false). A job of a workflow that has unfinished jobs stays (workflow_unfinished): its
+-- later steps read its result.
 WITH target AS (
     SELECT id, status, workflow_id, workflow_step,
            workflow_id IS NOT NULL AND EXISTS (
                SELECT 1 FROM {schema}.jobs AS other
                WHERE other.workflow_id = jobs.workflow_id
                  AND other.status IN ('waiting', 'pending', 'running')) AS workflow_unfinished
-    FROM {schema}.jobs AS jobs WHERE id = %(id)s::bigint FOR UPDATE
+    FROM {schema}.all_jobs AS jobs WHERE id = %(id)s::bigint
 ), deleted AS (
-    DELETE FROM {schema}.jobs AS jobs
-    USING target
-    WHERE jobs.id = target.id
-      AND target.status IN ('done', 'failed', 'cancelled')
+    SELECT deleted.id
+    FROM target
+    CROSS JOIN LATERAL {schema}.jobs_delete_finished(ARRAY[target.id]) AS deleted
+    WHERE target.status IN ('done', 'failed', 'cancelled')
       AND NOT target.workflow_unfinished
-    RETURNING jobs.id
 )
 SELECT target.status, deleted.id IS NOT NULL AS deleted, target.workflow_id,
        target.workflow_step, target.workflow_unfinished
@@ -259,10 +259,10 @@ LEFT JOIN deleted ON deleted.id = target.id;
 
 -- name: retry_filtered_jobs :many
 -- Up to %(limit)s failed or cancelled jobs matching the filter back to pending, due now
--- (the rule of retry_job); rows ``id, queue``.
+-- (the rule of retry_job: jobs_retry); rows ``id, queue``.
 WITH picked AS (
     SELECT id
-    FROM {schema}.jobs AS jobs
+    FROM {schema}.jobs_history AS jobs
     WHERE status IN ('failed', 'cancelled')
       AND (%(status)s::text IS NULL OR status = %(status)s::text)
       -- A workflow step that never received its input: retry_filtered_steps.
@@ -286,19 +286,7 @@ WITH picked AS (
     -- A row another session holds is left for the next pass, not waited for.
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {schema}.jobs AS jobs
-SET status = 'pending',
-    run_at = now(),
-    max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
-    locked_by = NULL,
-    locked_at = NULL,
-    result = NULL,
-    finished_at = NULL,
-    cancel_requested = false,
-    updated_at = now()
-FROM picked
-WHERE jobs.id = picked.id
-RETURNING jobs.id, jobs.queue;
+SELECT id, queue FROM {schema}.jobs_retry(ARRAY(SELECT id FROM picked ORDER BY id));
 
 -- name: retry_filtered_steps :many
 -- Up to %(limit)s cancelled workflow steps that never received their input, matching
@@ -308,7 +296,7 @@ RETURNING jobs.id, jobs.queue;
 SELECT picked.id, retried.outcome, retried.detail, retried.queue
 FROM (
     SELECT id
-    FROM {schema}.jobs AS jobs
+    FROM {schema}.all_jobs AS jobs
     WHERE status = 'cancelled'
       AND coalesce(workflow_id IS NOT NULL AND waiting_for > 0
                    AND cardinality(prev_ids) > 0, false)

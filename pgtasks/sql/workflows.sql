@@ -57,7 +57,7 @@ SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
        CASE WHEN NOT bool_or(jobs.status IN ('waiting', 'pending', 'running'))
             THEN max(jobs.finished_at) END AS finished_at
 FROM {schema}.workflows AS workflows
-LEFT JOIN {schema}.jobs AS jobs ON jobs.workflow_id = workflows.id
+LEFT JOIN {schema}.all_jobs AS jobs ON jobs.workflow_id = workflows.id
 WHERE workflows.id = %(id)s
 GROUP BY workflows.id;
 
@@ -65,13 +65,13 @@ GROUP BY workflows.id;
 -- A workflow's jobs in insertion order, with their links.
 SELECT id, task_name, queue, status, attempts, max_attempts, workflow_step, next_ids,
        prev_ids, waiting_for, last_error, finished_at
-FROM {schema}.jobs
+FROM {schema}.all_jobs
 WHERE workflow_id = %(id)s
 ORDER BY id;
 
 -- name: get_job_workflow :one
 -- The workflow of one job (no row for a job outside any workflow, or no such job).
-SELECT workflow_id, workflow_step FROM {schema}.jobs
+SELECT workflow_id, workflow_step FROM {schema}.all_jobs
 WHERE id = %(id)s AND workflow_id IS NOT NULL;
 
 -- name: cancel_workflow :many
@@ -106,7 +106,7 @@ ORDER BY id;
 WITH deleted AS (
     DELETE FROM {schema}.workflows AS workflows
     WHERE workflows.created_at < now() - make_interval(secs => %(older_than)s::float8)
-      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS jobs
+      AND NOT EXISTS (SELECT 1 FROM {schema}.all_jobs AS jobs
                       WHERE jobs.workflow_id = workflows.id)
     RETURNING id
 )
@@ -131,7 +131,7 @@ CROSS JOIN LATERAL (
                 ELSE 'done' END AS state,
            CASE WHEN NOT bool_or(jobs.status IN ('waiting', 'pending', 'running'))
                 THEN max(jobs.finished_at) END AS finished_at
-    FROM {schema}.jobs AS jobs
+    FROM {schema}.all_jobs AS jobs
     WHERE jobs.workflow_id = workflows.id
 ) AS progress
 WHERE (%(before)s::bigint IS NULL OR workflows.id < %(before)s::bigint)
@@ -148,7 +148,7 @@ SELECT id, task_name, queue, status, attempts, max_attempts, workflow_step, prev
        left(result::text, %(max_result)s::int) AS result_text,
        coalesce(length(result::text) > %(max_result)s::int, false) AS result_cut,
        left((regexp_match(rtrim(last_error, E' \n\r\t'), '[^\n]*$'))[1], 500) AS error_line
-FROM {schema}.jobs
+FROM {schema}.all_jobs
 WHERE workflow_id = %(id)s
 ORDER BY id;
 

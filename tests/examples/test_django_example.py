@@ -66,7 +66,7 @@ def test_the_django_example_runs(example_database: str) -> None:
     run_demo(PGTASKS_DSN=example_database)
     assert conninfo_to_dict(example_database)["dbname"].startswith("pgtasks_django_example_")
     with psycopg.connect(example_database) as conn:
-        names = conn.execute("SELECT DISTINCT task_name FROM pgtasks.jobs").fetchall()
+        names = conn.execute("SELECT DISTINCT task_name FROM pgtasks.all_jobs").fetchall()
     assert names == [(TASK_PATH,)]
 
 

@@ -69,7 +69,7 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         query = psycopg.sql.SQL(
-            "SELECT task_name, queue, limit_key FROM {}.jobs"
+            "SELECT task_name, queue, limit_key FROM {}.all_jobs"
             " WHERE status = 'running' AND limit_groups IS NOT NULL"
         ).format(psycopg.sql.Identifier(self.schema))
         with psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -116,7 +116,7 @@ def test_concurrency_limits_hold_across_ten_workers_with_three_killed(env: Env) 
     holders = {
         row["pid"]
         for row in probe.rows(
-            "SELECT workers.pid FROM {schema}.jobs"
+            "SELECT workers.pid FROM {schema}.all_jobs"
             " JOIN {schema}.workers ON workers.id = jobs.locked_by WHERE jobs.status = 'running'"
         )
     }
@@ -143,7 +143,7 @@ def test_concurrency_limits_hold_across_ten_workers_with_three_killed(env: Env) 
     rows = probe.rows(
         "SELECT jobs.task_name, jobs.queue, jobs.limit_key, executions.started,"
         " coalesce(executions.finished, %s) AS ended"
-        " FROM {schema}.executions JOIN {schema}.jobs ON jobs.id = executions.job_id",
+        " FROM {schema}.executions JOIN {schema}.all_jobs ON jobs.id = executions.job_id",
         [killed_at],
     )
     intervals: dict[tuple[str, str], list[tuple[datetime, datetime]]] = {}
@@ -156,7 +156,7 @@ def test_concurrency_limits_hold_across_ten_workers_with_three_killed(env: Env) 
             intervals.setdefault(group, []).append(span)
     for group, limit in limits.items():
         assert max_overlap(intervals[group]) <= limit, group
-    rescued = probe.rows("SELECT count(*) AS n FROM {schema}.jobs WHERE attempts > 1")[0]["n"]
+    rescued = probe.rows("SELECT count(*) AS n FROM {schema}.all_jobs WHERE attempts > 1")[0]["n"]
     print(f"[limits] {rescued} job(s) ran again after the kills")
     assert rescued > 0
     assert_invariants(probe, [job.id for job in jobs])
@@ -171,7 +171,7 @@ def test_a_rate_limit_holds_across_ten_workers(env: Env) -> None:
     wait_all_finished(probe, count, timeout=60)
     claims = [
         row["locked_at"]
-        for row in probe.rows("SELECT locked_at FROM {schema}.jobs ORDER BY locked_at")
+        for row in probe.rows("SELECT locked_at FROM {schema}.all_jobs ORDER BY locked_at")
     ]
     window = timedelta(seconds=5)
     allowed = RATE_PER_SECOND * window.total_seconds() + 1

@@ -87,7 +87,7 @@ def test_the_round_trip_is_one_transaction(
             )
         assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
     statuses = dict(
-        admin.execute(f'SELECT status, count(*) FROM "{app.schema}".jobs GROUP BY 1').fetchall()
+        admin.execute(f'SELECT status, count(*) FROM "{app.schema}".all_jobs GROUP BY 1').fetchall()
     )
     assert statuses == {"running": 2, "pending": 1}
 

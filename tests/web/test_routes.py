@@ -26,7 +26,7 @@ Connection = psycopg.Connection[Any]
 
 
 def status_of(admin: Connection, app: App, job_id: int) -> str | None:
-    rows = select(admin, app, "SELECT status FROM {schema}.jobs WHERE id = %s", [job_id])
+    rows = select(admin, app, "SELECT status FROM {schema}.all_jobs WHERE id = %s", [job_id])
     return rows[0][0] if rows else None
 
 
@@ -267,7 +267,7 @@ def test_retry_a_failed_job(
     assert response.status_code == 303
     assert response.headers["location"] == f"/jobs/{failed}?done=retried"
     assert status_of(admin, app, failed) == "pending"
-    rows = select(admin, app, "SELECT max_attempts FROM {schema}.jobs WHERE id = %s", [failed])
+    rows = select(admin, app, "SELECT max_attempts FROM {schema}.all_jobs WHERE id = %s", [failed])
     assert rows == [(4,)]  # one more attempt allowed (the CLI's rule)
     assert "Retried" in web.get(f"/jobs/{failed}?done=retried").text
 
@@ -287,7 +287,7 @@ def test_cancel_pending_and_running_jobs(
     flagged = select(
         admin,
         app,
-        "SELECT cancel_requested FROM {schema}.jobs WHERE id = %s",
+        "SELECT cancel_requested FROM {schema}.all_jobs WHERE id = %s",
         [population["running"]],
     )
     assert flagged == [(True,)]
