@@ -280,7 +280,8 @@ def test_worker_with_beat_enqueues_and_runs_periodic_jobs(
         )
     try:
         query = sql.SQL(
-            "SELECT count(*) FROM {}.all_jobs WHERE task_name = 'beat_app.record' AND status = 'done'"
+            "SELECT count(*) FROM {}.all_jobs"
+            " WHERE task_name = 'beat_app.record' AND status = 'done'"
         ).format(sql.Identifier(app.schema))
 
         def done_periodic_jobs() -> int:
