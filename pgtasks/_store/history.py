@@ -57,7 +57,7 @@ class HistoryQueries(StoreBase):
         caller's transaction: its name (none: none was missing)."""
         return [row["name"] for row in self._rows(conn, "create_history_days", {"days": days})]
 
-    def expired_history_days(
+    def get_expired_history_days(
         self, conn: psycopg.Connection[Any], *, history_class: str, older_than: float
     ) -> list[str]:
         """The day partitions of ``history_class`` ('done' or 'failed') whose whole day
@@ -66,6 +66,14 @@ class HistoryQueries(StoreBase):
         return [
             row["partition_name"] for row in self._rows(conn, "get_expired_history_days", params)
         ]
+
+    def forget_history_day_keys(
+        self, conn: psycopg.Connection[Any], *, partition: str
+    ) -> dict[str, int]:
+        """Before ``partition`` is dropped: its jobs by status (those of unfinished
+        workflows, which are kept, left out); the keys they held deleted."""
+        rows = self._rows(conn, "forget_history_day_keys", {"partition": partition})
+        return {row["status"]: int(row["jobs"]) for row in rows}
 
     def drop_history_day(
         self, conn: psycopg.Connection[Any], *, history_class: str, partition: str
@@ -78,10 +86,7 @@ class HistoryQueries(StoreBase):
         granted raises psycopg.errors.LockNotAvailable: the next pass tries again).
         """
         with conn.transaction():
-            counted = {
-                row["status"]: int(row["jobs"])
-                for row in self._rows(conn, "forget_history_day_keys", {"partition": partition})
-            }
+            counted = self.forget_history_day_keys(conn, partition=partition)
         with conn.transaction():
             self.set_lock_timeout(conn)
             row = self._rows(

@@ -118,7 +118,7 @@ def _drop_days(
 ) -> bool:
     """Drop the day partitions of ``history_class`` past ``older_than``; whether any."""
     dropped_any = False
-    for partition in store.expired_history_days(
+    for partition in store.get_expired_history_days(
         conn, history_class=history_class, older_than=older_than
     ):
         if stopping():

@@ -185,4 +185,17 @@ def test_a_schema_name_with_a_quote_cannot_break_out_of_the_identifier() -> None
 
     rendered = store._statements["get_job_status"].decode()
 
-    assert '"evil""; DROP TABLE users; --".jobs' in rendered
+    assert '"evil""; DROP TABLE users; --".all_jobs' in rendered
+
+
+def test_the_finish_moves_every_column_of_jobs_into_jobs_history_in_order() -> None:
+    """finish_jobs lists jobs' columns for its INSERT INTO jobs_history (migration
+    jobs_history): a migration that adds a column to jobs must add it there too."""
+    snapshot = (Path(__file__).parent.parent / "schema.sql").read_text()
+    jobs_columns = re.findall(r"^column jobs\.(\w+) ", snapshot, re.MULTILINE)
+    history_columns = re.findall(r"^column jobs_history\.(\w+) ", snapshot, re.MULTILINE)
+    finish = load_queries()["finish_jobs"].text
+    listed = re.search(r"INSERT INTO \{schema\}\.jobs_history\s*\(([^)]*)\)", finish)
+    assert listed is not None
+    inserted = [name.strip() for name in listed.group(1).split(",")]
+    assert jobs_columns and inserted == jobs_columns == history_columns

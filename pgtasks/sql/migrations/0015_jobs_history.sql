@@ -2,26 +2,26 @@
 -- Placeholders: {schema} (quoted identifier), {channel} and {done_channel} (literals).
 --
 -- A job that ends (done, failed, cancelled) moves out of jobs into jobs_history in the
--- statement that ends it: the worker's finish is one fenced DELETE … RETURNING whose rows
+-- statement that ends it: the worker’s finish is one fenced DELETE … RETURNING whose rows
 -- one INSERT writes into jobs_history (a lost lease matches nothing; a racing cancel finds
--- nothing), and every other statement that ends a job (a cancel, a rescue, a workflow's
--- cascade, an operator's UPDATE) is moved by jobs_move_finished, a row trigger. jobs keeps
+-- nothing), and every other statement that ends a job (a cancel, a rescue, a workflow’s
+-- cascade, an operator’s UPDATE) is moved by jobs_move_finished, a row trigger. jobs keeps
 -- the jobs that wait, are due or run: its size follows the backlog, not the history, and
 -- the pruner never deletes a row of it.
 --
--- * jobs_history has jobs' columns in jobs' order. It is partitioned by retention class
+-- * jobs_history has jobs’ columns in jobs’ order. It is partitioned by retention class
 --   (done; failed and cancelled) and then by the UTC day the job finished
 --   (jobs_history_done_pYYYYMMDD, jobs_history_failed_pYYYYMMDD), each class with a
---   default partition for a day not created yet. The pruner creates the coming days'
+--   default partition for a day not created yet. The pruner creates the coming days’
 --   partitions ahead (moving into a new day what its default partition held of it) and
---   drops a day once the whole day is past the class's retention (retentions under a day
+--   drops a day once the whole day is past the class’s retention (retentions under a day
 --   delete the rows past it from the day still kept).
--- * all_jobs (jobs UNION ALL jobs_history) is what reads of a job by id, the workflows'
+-- * all_jobs (jobs UNION ALL jobs_history) is what reads of a job by id, the workflows’
 --   result assembly, `pgtasks jobs`, stats and the dashboard read.
 -- * job_keys: the idempotency key and the unique_for window of every job that has one,
 --   from its enqueue (a row trigger) until its history is pruned. Its unique indexes make
 --   a key exact across both tables: an enqueue of a key whose job finished (and left the
---   jobs' own unique index) fails on job_keys, and the enqueue answers with that job.
+--   jobs’ own unique index) fails on job_keys, and the enqueue answers with that job.
 -- * The workflow triggers fire when a row enters jobs_history, and the workflow functions
 --   read the jobs that ended through all_jobs.
 -- * jobs_restore / jobs_refinish move jobs back for a retry (and again if not retried).
@@ -78,8 +78,8 @@ CREATE VIEW {schema}.all_jobs AS
 
 -- Register the key of a job inserted into jobs. Enqueues answer a key registered here
 -- before they insert; a key registered meanwhile by another job (one that finished while
--- this insert waited for it to leave jobs' own unique index) is a unique violation named
--- as jobs' index would name it (the enqueue is retried, and then answers with that job).
+-- this insert waited for it to leave jobs’ own unique index) is a unique violation named
+-- as jobs’ index would name it (the enqueue is retried, and then answers with that job).
 -- A job moved back by jobs_restore finds its own row.
 CREATE FUNCTION {schema}.register_job_key() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -120,7 +120,7 @@ FROM {schema}.jobs
 WHERE idempotency_key IS NOT NULL OR unique_window IS NOT NULL
 ON CONFLICT DO NOTHING;
 
--- Move a job that a statement ended (other than the worker's finish, which moves its
+-- Move a job that a statement ended (other than the worker’s finish, which moves its
 -- rows itself) into jobs_history: the row leaves jobs first, so that nothing reads it
 -- twice through all_jobs while the workflow triggers of jobs_history run.
 CREATE FUNCTION {schema}.move_finished_job() RETURNS trigger
@@ -168,7 +168,7 @@ $$;
 
 -- The first missing day partition of jobs_history from the day of ``first_day`` to
 -- ``days`` days after it (done, then failed); rows of its day held by the default
--- partition move into it. A partition is attached (SHARE UPDATE EXCLUSIVE on the class's
+-- partition move into it. A partition is attached (SHARE UPDATE EXCLUSIVE on the class’s
 -- table: finishes go on; ACCESS EXCLUSIVE on its default partition while it is checked).
 -- Returns the partition created (no row: none was missing).
 CREATE FUNCTION {schema}.jobs_history_create_days(first_day timestamptz, days integer)
@@ -205,7 +205,7 @@ BEGIN
             EXECUTE format('ALTER TABLE {schema}.%I DROP CONSTRAINT %I',
                            name, name || '_bound');
             RETURN NEXT name;
-            -- One partition a transaction: the caller holds one default partition's
+            -- One partition a transaction: the caller holds one default partition’s
             -- ACCESS EXCLUSIVE lock at a time (and so never waits in a cycle).
             RETURN;
         END LOOP;
@@ -230,7 +230,7 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- The workflow functions of migration workflow_progress, reading the jobs that ended
--- (and their predecessors' results) through all_jobs.
+-- (and their predecessors’ results) through all_jobs.
 -- Record (or count again) an incident of a job of a workflow.
 CREATE OR REPLACE FUNCTION {schema}.workflow_incident(
     p_kind text, p_job_id bigint, p_detail text, p_sqlstate text
@@ -292,8 +292,8 @@ BEGIN
 END;
 $$;
 
--- A step's input, from its predecessors' rows (input_mode 'one': the predecessor's
--- result; 'list': the predecessors' results in order; NULL: nothing). The one assembly
+-- A step’s input, from its predecessors’ rows (input_mode 'one': the predecessor’s
+-- result; 'list': the predecessors’ results in order; NULL: nothing). The one assembly
 -- of results, used wherever a step starts (the trigger, the healing pass, a retry).
 CREATE OR REPLACE FUNCTION {schema}.workflow_input(p_prev_ids bigint[], p_input_mode text) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
@@ -307,11 +307,11 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- Start the waiting steps ``p_ids`` (their row locks held by the caller) whose
--- predecessors' rows all say done: pending, due now, their input prepended to args,
+-- predecessors’ rows all say done: pending, due now, their input prepended to args,
 -- waiting_for 0; their queues are notified. A step whose counter reached 0 although a
 -- predecessor is unfinished (a hand-edited row) gets its counter recounted instead. A
 -- statement of its own: under READ COMMITTED its snapshot sees every predecessor that
--- committed before its decrement released the step's row lock.
+-- committed before its decrement released the step’s row lock.
 CREATE OR REPLACE FUNCTION {schema}.workflow_start_ready(p_ids bigint[]) RETURNS void
 LANGUAGE sql AS $$
     WITH steps AS (
@@ -417,7 +417,7 @@ LANGUAGE sql STABLE AS $$
     FROM {schema}.all_jobs AS jobs WHERE jobs.id = origin;
 $$;
 
--- The workflow's on_error job, once per workflow, after ``failed_id`` failed for good.
+-- The workflow’s on_error job, once per workflow, after ``failed_id`` failed for good.
 CREATE OR REPLACE FUNCTION {schema}.workflow_start_on_error(failed_id bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -550,7 +550,7 @@ BEGIN
                             ' %s, no longer exists; this step was not run',
                             blocker.id, step.workflow_id)
                 ELSE {schema}.workflow_abort_reason(blocker.id) END;
-            -- Not a cascade: this step's own trigger cancels the steps after it.
+            -- Not a cascade: this step’s own trigger cancels the steps after it.
             UPDATE {schema}.jobs AS jobs
             SET status = 'cancelled', last_error = reason, finished_at = now(),
                 updated_at = now()
@@ -594,7 +594,7 @@ BEGIN
     -- A cancelled step lives in jobs_history (migration jobs_history): back to jobs for
     -- the retry; it moves back below if it is not retried.
     PERFORM {schema}.jobs_restore(ARRAY[step_id]);
-    -- The predecessors' rows first (a share lock, in id order: they precede the step), so
+    -- The predecessors’ rows first (a share lock, in id order: they precede the step), so
     -- that a predecessor cannot end unseen meanwhile: its finish waits for this retry and
     -- then finds the step waiting, or this retry waits for it and then finds it ended.
     PERFORM 1
@@ -700,7 +700,7 @@ BEGIN
         locked_at = NULL,
         result = NULL,
         finished_at = NULL,
-        -- A cancelled job's flag would cancel the new attempt too.
+        -- A cancelled job’s flag would cancel the new attempt too.
         cancel_requested = false,
         updated_at = now()
     WHERE jobs.id = ANY(ids) AND jobs.status IN ('failed', 'cancelled')
@@ -708,7 +708,7 @@ BEGIN
 END;
 $$;
 
--- Delete finished jobs and the keys they hold (an operator's delete; the pruner's
+-- Delete finished jobs and the keys they hold (an operator’s delete; the pruner’s
 -- deletes of rows past retention). Rows: the status of each job deleted.
 CREATE FUNCTION {schema}.jobs_delete_finished(ids bigint[])
 RETURNS TABLE (id bigint, status text)
@@ -735,10 +735,10 @@ CREATE STATISTICS {schema}.jobs_history_queue_status_stats (mcv) ON queue, statu
     FROM {schema}.jobs_history;
 
 -- Drop the day partition ``partition_name`` of ``class`` (expired: the pruner checked).
--- Rows of workflows that still have unfinished jobs stay (a chord's callback reads its
--- members' results): they move to the class's default partition, pruned row by row
+-- Rows of workflows that still have unfinished jobs stay (a chord’s callback reads its
+-- members’ results): they move to the class’s default partition, pruned row by row
 -- later. Run by the pruner in a short transaction of its own under lock_timeout: the
--- detach takes ACCESS EXCLUSIVE on the class's table for a catalog change. The keys the
+-- detach takes ACCESS EXCLUSIVE on the class’s table for a catalog change. The keys the
 -- dropped rows held were deleted before (jobs_history_forget_day_keys).
 CREATE FUNCTION {schema}.jobs_history_drop_day(class text, partition_name text)
 RETURNS bigint
