@@ -261,30 +261,61 @@ LEFT JOIN deleted ON deleted.id = target.id;
 -- Up to %(limit)s failed or cancelled jobs matching the filter back to pending, due now
 -- (the rule of retry_job: jobs_retry); rows ``id, queue``.
 WITH picked AS (
-    SELECT id
-    FROM {schema}.jobs_history AS jobs
-    WHERE status IN ('failed', 'cancelled')
-      AND (%(status)s::text IS NULL OR status = %(status)s::text)
-      -- A workflow step that never received its input: retry_filtered_steps.
-      AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
-                       AND cardinality(prev_ids) > 0, false)
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-      AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-      AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-      AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-      AND (%(due)s::boolean IS NULL
-           OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
-      -- A job unique while active (migration 0010) whose key an active job holds
-      -- stays as it is: retrying it would make a second active job of the key.
-      AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
-          SELECT FROM {schema}.jobs AS holder
-          WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
-            AND holder.status IN ('pending', 'running')))
-    ORDER BY id
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs_history AS jobs
+        WHERE status IN ('failed', 'cancelled')
+          AND (%(status)s::text IS NULL OR status = %(status)s::text)
+          -- A workflow step that never received its input: retry_filtered_steps.
+          AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                           AND cardinality(prev_ids) > 0, false)
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+          AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+          AND (%(due)s::boolean IS NULL
+               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          -- A job unique while active (migration 0010) whose key an active job holds
+          -- stays as it is: retrying it would make a second active job of the key.
+          AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
+              SELECT FROM {schema}.jobs AS holder
+              WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
+                AND holder.status IN ('pending', 'running')))
+        ORDER BY id
+        LIMIT %(limit)s::int
+        -- A row another session holds is left for the next pass, not waited for.
+        FOR UPDATE SKIP LOCKED
+    ) AS history
+    UNION ALL
+    -- Jobs that finished before migration jobs_history, until the pruner moves them.
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs AS jobs
+        WHERE status IN ('failed', 'cancelled')
+          AND (%(status)s::text IS NULL OR status = %(status)s::text)
+          -- A workflow step that never received its input: retry_filtered_steps.
+          AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                           AND cardinality(prev_ids) > 0, false)
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+          AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+          AND (%(due)s::boolean IS NULL
+               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          -- A job unique while active (migration 0010) whose key an active job holds
+          -- stays as it is: retrying it would make a second active job of the key.
+          AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
+              SELECT FROM {schema}.jobs AS holder
+              WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
+                AND holder.status IN ('pending', 'running')))
+        ORDER BY id
+        LIMIT %(limit)s::int
+        -- A row another session holds is left for the next pass, not waited for.
+        FOR UPDATE SKIP LOCKED
+    ) AS legacy
     LIMIT %(limit)s::int
-    -- A row another session holds is left for the next pass, not waited for.
-    FOR UPDATE SKIP LOCKED
 )
 SELECT id, queue FROM {schema}.jobs_retry(ARRAY(SELECT id FROM picked ORDER BY id));
 

@@ -51,7 +51,7 @@ def test_outcomes_with_awkward_texts_are_stored_exactly(
         row[0]: row[1:]
         for row in admin.execute(
             f"SELECT id, status, result, last_error, run_at - now() FROM"
-            f' "{app.schema}".jobs WHERE id = ANY(%s)',
+            f' "{app.schema}".all_jobs WHERE id = ANY(%s)',
             (ids,),
         ).fetchall()
     }
