@@ -131,7 +131,7 @@ def drain_unknown(dsn: str, jobs: int, *, enabled: bool) -> float:
     with counting(enabled):
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
-        jobs_table = sql.Identifier(WITH, "jobs")
+        jobs_table = sql.Identifier(WITH, "all_jobs")
         with psycopg.connect(dsn, autocommit=True) as conn:
             deadline = time.monotonic() + 600
             while True:

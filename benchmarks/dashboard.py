@@ -226,7 +226,7 @@ def percentile(values: list[float], p: float) -> float:
 def newest_id(dsn: str, condition: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
-            sql.SQL("SELECT max(id) FROM {}.jobs WHERE " + condition).format(
+            sql.SQL("SELECT max(id) FROM {}.all_jobs WHERE " + condition).format(
                 sql.Identifier(PAGES_SCHEMA)
             )
         ).fetchone()
@@ -478,7 +478,7 @@ def one_run(dsn: str, app: App, jobs: int, with_dashboard: bool) -> tuple[float,
         watching = dashboard_open(app) if with_dashboard else nullcontext({"events": 0})
         with watching as seen, worker_processes(1, "--concurrency", "10"):
             deadline = time.monotonic() + 600
-            query = sql.SQL("SELECT count(*) FROM {}.jobs WHERE status = 'done'").format(table)
+            query = sql.SQL("SELECT count(*) FROM {}.all_jobs WHERE status = 'done'").format(table)
             while (conn.execute(query).fetchone() or [0])[0] < jobs:
                 if time.monotonic() > deadline:
                     raise RuntimeError("throughput run did not finish in 600 s")
@@ -488,7 +488,7 @@ def one_run(dsn: str, app: App, jobs: int, with_dashboard: bool) -> tuple[float,
         wall = time.perf_counter() - wall_started
         row = conn.execute(
             sql.SQL(
-                "SELECT extract(epoch FROM max(finished_at) - min(locked_at)) FROM {}.jobs"
+                "SELECT extract(epoch FROM max(finished_at) - min(locked_at)) FROM {}.all_jobs"
             ).format(table)
         ).fetchone()
     assert row is not None

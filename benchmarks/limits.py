@@ -168,7 +168,7 @@ def worker_round(dsn: str, app_name: str, jobs: int, concurrency: int) -> float:
         *(sys.executable, "-m", "pgtasks", "worker", "-A", f"benchmarks.limits_app:{app_name}"),
         *("--concurrency", str(concurrency), "--log-level", "WARNING"),
     ]
-    count = sql.SQL("SELECT count(*) FILTER (WHERE status = 'done') FROM {}.jobs").format(
+    count = sql.SQL("SELECT count(*) FILTER (WHERE status = 'done') FROM {}.all_jobs").format(
         sql.Identifier(SCHEMA)
     )
     process = subprocess.Popen(command, cwd=ROOT, env=env)
@@ -184,7 +184,7 @@ def worker_round(dsn: str, app_name: str, jobs: int, concurrency: int) -> float:
             row = conn.execute(
                 sql.SQL(
                     "SELECT extract(epoch FROM max(finished_at) - min(locked_at)),"
-                    " count(*) FILTER (WHERE attempts <> 1) FROM {}.jobs"
+                    " count(*) FILTER (WHERE attempts <> 1) FROM {}.all_jobs"
                 ).format(sql.Identifier(SCHEMA))
             ).fetchone()
     finally:

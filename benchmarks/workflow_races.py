@@ -135,7 +135,8 @@ def enqueue(app: App, count: int) -> list[dict[str, int]]:
     jobs = app.database.run(
         lambda conn: conn.execute(
             sql.SQL(
-                "SELECT workflow_id, workflow_step, id FROM {}.jobs WHERE workflow_id IS NOT NULL"
+                "SELECT workflow_id, workflow_step, id FROM {}.all_jobs"
+                " WHERE workflow_id IS NOT NULL"
             ).format(sql.Identifier(app.schema))
         ).fetchall()
     )
