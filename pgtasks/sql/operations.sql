@@ -290,8 +290,14 @@ WITH picked AS (
     ORDER BY id
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
+), purged AS (
+    DELETE FROM {schema}.jobs AS jobs
+    USING picked
+    WHERE jobs.id = picked.id AND jobs.status = 'pending'
+    RETURNING jobs.id
+), keys AS (
+    -- The keys the purged jobs held (migration jobs_history) are free again.
+    DELETE FROM {schema}.job_keys AS keys
+    WHERE keys.job_id IN (SELECT id FROM purged)
 )
-DELETE FROM {schema}.jobs AS jobs
-USING picked
-WHERE jobs.id = picked.id AND jobs.status = 'pending'
-RETURNING jobs.id;
+SELECT id FROM purged;

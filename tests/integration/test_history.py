@@ -321,3 +321,18 @@ def test_a_day_holding_an_unfinished_workflow_keeps_its_rows(app: App, conn: Any
     assert (result.days_dropped, result.deleted["done"]) == (1, 9)
     kept = select(conn, app, "SELECT id, result FROM {schema}.all_jobs WHERE id < 0")
     assert kept == [(-1, 1)]
+
+
+def test_a_purged_job_frees_its_key(app: App, conn: Any) -> None:
+    @app.task
+    def once() -> None: ...
+
+    first = once.apply_async(idempotency_key="purged")
+    count = app.store.count_purgeable_jobs(conn, queue=None, task_name=None)
+    purged = app.store.purge_jobs(
+        conn, queue=None, task_name=None, max_id=count["max_id"], limit=100
+    )
+    conn.commit()
+    assert [row["id"] for row in purged] == [first.id]
+    again = once.apply_async(idempotency_key="purged")
+    assert (again.existed, again.id != first.id) == (False, True)
