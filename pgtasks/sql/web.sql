@@ -43,11 +43,16 @@ FULL JOIN waiting USING (queue)
 ORDER BY queue;
 
 -- name: get_jobs_table_size :one
--- The planner's row count of the jobs table (-1: never analyzed or vacuumed).
-SELECT coalesce(
-           (SELECT reltuples FROM pg_class
-            WHERE oid = to_regclass(quote_ident(%(schema)s::text) || '.jobs')),
-           -1)::float8 AS reltuples;
+-- The planner's row count of jobs and of jobs_history's partitions together (-1: never
+-- analyzed or vacuumed).
+SELECT coalesce(CASE WHEN bool_and(class.reltuples < 0) THEN -1
+                     ELSE sum(greatest(class.reltuples, 0)) END, -1)::float8 AS reltuples
+FROM pg_class AS class
+WHERE class.oid = to_regclass(quote_ident(%(schema)s::text) || '.jobs')
+   OR class.oid IN (
+       SELECT relid
+       FROM pg_partition_tree(to_regclass(quote_ident(%(schema)s::text) || '.jobs_history'))
+       WHERE isleaf);
 
 -- name: get_finished_counts :many
 -- Exact finished jobs per queue and status (small tables only: it reads every one).
@@ -58,18 +63,33 @@ GROUP BY queue, status;
 
 -- name: get_finished_estimates :many
 -- Finished jobs per queue and status estimated from ANALYZE's statistics: the (queue,
--- status) most-common-values list of jobs_queue_status_stats (migration 0006) times
--- the table's row count. No row of the table is read.
+-- status) most-common-values lists of jobs_history_queue_status_stats (migration
+-- jobs_history; the pruner analyzes jobs_history) and of jobs_queue_status_stats
+-- (migration 0006: finished jobs an older version left in jobs), each times its table's
+-- row count. No row of the tables is read.
+WITH sources AS (
+    SELECT 'jobs' AS tablename, 'jobs_queue_status_stats' AS statistics_name,
+           (SELECT greatest(reltuples, 0) FROM pg_class
+            WHERE oid = to_regclass(quote_ident(%(schema)s::text) || '.jobs')) AS reltuples
+    UNION ALL
+    SELECT 'jobs_history', 'jobs_history_queue_status_stats',
+           (SELECT coalesce(sum(greatest(reltuples, 0)), 0) FROM pg_class
+            WHERE oid IN (SELECT relid
+                          FROM pg_partition_tree(to_regclass(
+                              quote_ident(%(schema)s::text) || '.jobs_history'))
+                          WHERE isleaf))
+)
 SELECT stats.most_common_vals[item][1] AS queue,
        stats.most_common_vals[item][2] AS status,
-       round(stats.most_common_freqs[item] * greatest(class.reltuples, 0))::bigint AS jobs
-FROM pg_stats_ext AS stats
+       sum(round(stats.most_common_freqs[item] * sources.reltuples))::bigint AS jobs
+FROM sources
+JOIN pg_stats_ext AS stats
+  ON stats.schemaname = %(schema)s::text
+ AND stats.tablename = sources.tablename
+ AND stats.statistics_name = sources.statistics_name
 CROSS JOIN LATERAL generate_subscripts(stats.most_common_freqs, 1) AS item
-JOIN pg_class AS class ON class.oid = to_regclass(quote_ident(%(schema)s::text) || '.jobs')
-WHERE stats.schemaname = %(schema)s::text
-  AND stats.tablename = 'jobs'
-  AND stats.statistics_name = 'jobs_queue_status_stats'
-  AND stats.most_common_vals[item][2] IN ('done', 'failed', 'cancelled');
+WHERE stats.most_common_vals[item][2] IN ('done', 'failed', 'cancelled')
+GROUP BY 1, 2;
 
 -- name: get_finished_minutes :many
 -- Jobs finished per queue, status and minute over the last hour, newest first through

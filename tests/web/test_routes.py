@@ -132,6 +132,28 @@ def test_overview_estimates_finished_jobs_of_a_large_table_from_statistics(
     assert "estimates" in html
 
 
+def test_overview_estimates_finished_jobs_in_history_from_its_statistics(
+    web: Client, app: App, admin: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(30):
+        insert_job(admin, app, status="done", queue="bulk", finished_ago=7200)
+    for _ in range(10):
+        insert_job(admin, app, status="failed", queue="bulk", finished_ago=7200)
+    insert_job(admin, app, queue="bulk")
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        # As the pruner moves finished jobs an older version left in jobs.
+        assert app.store.archive_finished_jobs(conn, limit=1000) == 40
+    admin.execute(f'ANALYZE "{app.schema}".jobs')
+    admin.execute(f'ANALYZE "{app.schema}".jobs_history')
+    monkeypatch.setattr(reads, "EXACT_COUNT_LIMIT", 10)
+
+    overview = reads.overview(app, web.state.db)
+
+    assert overview.counts.estimated
+    (bulk,) = overview.queues
+    assert (bulk.done, bulk.failed, bulk.pending) == (30, 10, 1)
+
+
 def test_finished_counts_of_a_large_table_not_yet_analyzed_are_unknown_not_counted(
     web: Client, app: App, admin: Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
