@@ -145,7 +145,7 @@ def assert_invariants(
         "            executions.id DESC))[1] AS last_finished"
         " FROM {schema}.all_jobs AS jobs"
         " LEFT JOIN {schema}.executions AS executions ON executions.job_id = jobs.id"
-        " GROUP BY jobs.id"
+        " GROUP BY jobs.id, jobs.status, jobs.attempts, jobs.max_attempts, jobs.locked_by"
     )
     by_id = {row["id"]: row for row in rows}
     running = [row["id"] for row in rows if row["status"] == "running"]
