@@ -143,7 +143,7 @@ def test_concurrency_limits_hold_across_ten_workers_with_three_killed(env: Env) 
     rows = probe.rows(
         "SELECT jobs.task_name, jobs.queue, jobs.limit_key, executions.started,"
         " coalesce(executions.finished, %s) AS ended"
-        " FROM {schema}.executions JOIN {schema}.all_jobs ON jobs.id = executions.job_id",
+        " FROM {schema}.executions JOIN {schema}.all_jobs AS jobs ON jobs.id = executions.job_id",
         [killed_at],
     )
     intervals: dict[tuple[str, str], list[tuple[datetime, datetime]]] = {}

@@ -29,7 +29,7 @@ def test_a_queue_paused_under_load_is_claimed_by_no_worker_after_one_poll_interv
     def hot_started() -> int:
         rows = probe.rows(
             "SELECT count(*) AS n FROM {schema}.executions"
-            " JOIN {schema}.all_jobs ON jobs.id = executions.job_id WHERE jobs.queue = %s",
+            " JOIN {schema}.all_jobs AS jobs ON jobs.id = executions.job_id WHERE jobs.queue = %s",
             [HOT],
         )
         return int(rows[0]["n"])
@@ -65,7 +65,7 @@ def test_a_queue_paused_under_load_is_claimed_by_no_worker_after_one_poll_interv
     assert claimed["pending"] > 0
     started_late = probe.rows(
         "SELECT executions.job_id FROM {schema}.executions"
-        " JOIN {schema}.all_jobs ON jobs.id = executions.job_id"
+        " JOIN {schema}.all_jobs AS jobs ON jobs.id = executions.job_id"
         " WHERE jobs.queue = %s AND executions.started > %s",
         [HOT, paused_at + timedelta(seconds=POLL_INTERVAL) + SLACK],
     )
