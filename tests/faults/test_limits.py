@@ -116,7 +116,7 @@ def test_concurrency_limits_hold_across_ten_workers_with_three_killed(env: Env) 
     holders = {
         row["pid"]
         for row in probe.rows(
-            "SELECT workers.pid FROM {schema}.all_jobs"
+            "SELECT workers.pid FROM {schema}.jobs"
             " JOIN {schema}.workers ON workers.id = jobs.locked_by WHERE jobs.status = 'running'"
         )
     }
