@@ -93,7 +93,11 @@ def build_app(dsn: str) -> tuple[App, dict[str, Any]]:
 
 def reset(app: App, tasks: dict[str, Any], kind: str, jobs: int, store_limits: bool) -> None:
     with app.connection() as conn:
-        conn.execute(sql.SQL("TRUNCATE {}.jobs").format(sql.Identifier(SCHEMA)))
+        conn.execute(
+            sql.SQL("TRUNCATE {}.jobs, {}.jobs_history, {}.job_keys").format(
+                *[sql.Identifier(SCHEMA)] * 3
+            )
+        )
         conn.execute(sql.SQL("DELETE FROM {}.limits").format(sql.Identifier(SCHEMA)))
         conn.execute(sql.SQL("DELETE FROM {}.workers").format(sql.Identifier(SCHEMA)))
         if store_limits:
