@@ -12,6 +12,9 @@ import psycopg
 from .._job_filter import JobFilter
 from .base import Params, Row, StoreBase
 
+#: Statuses of jobs that ended: in jobs_history (migration jobs_history).
+FINISHED_STATUSES = frozenset({"done", "failed", "cancelled"})
+
 
 def _filter_params(job_filter: JobFilter) -> dict[str, Any]:
     return {
@@ -79,6 +82,11 @@ class WebQueries(StoreBase):
             "args_chars": args_chars,
             "error_chars": error_chars,
         }
+        # A status filter reads the one place such jobs are (migration jobs_history).
+        if job_filter.status in FINISHED_STATUSES:
+            return self._rows(conn, "list_finished_jobs_page", params)
+        if job_filter.status is not None:
+            return self._rows(conn, "list_unfinished_jobs_page", params)
         return self._rows(conn, "list_jobs_page", params)
 
     def list_jobs_scan(

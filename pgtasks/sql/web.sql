@@ -135,6 +135,74 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
+-- name: list_finished_jobs_page :many
+-- list_jobs_page for a finished status (done, failed, cancelled): jobs_history (its other
+-- class's partitions skipped), and the finished jobs an older version left in jobs through
+-- jobs_finished_idx; the backlog in jobs is never walked for a status it cannot hold.
+-- One page of jobs matching the filter, newest first, older than the %(before)s id
+-- (keyset paging: no OFFSET). Asks for one row more than a page to tell if one follows.
+-- Only what the list shows is read, cut on the server: the head of the args (when their
+-- stored size is small: a large document is not rendered at all), the last line of the
+-- last error, the progress of meta (when meta is not large), never result or kwargs.
+SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
+       created_at, finished_at, workflow_id,
+       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
+            THEN left(args::text, %(args_chars)s::int) END AS args_head,
+       pg_column_size(args) AS args_size,
+       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
+            %(error_chars)s::int) AS error_line,
+       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
+       now() AS now
+FROM (
+    SELECT * FROM {schema}.jobs_history
+    UNION ALL
+    SELECT * FROM {schema}.jobs
+    WHERE status IN ('done', 'failed', 'cancelled')
+) AS jobs
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  -- due: pending and due now (true), or pending and scheduled later (false).
+  AND (%(due)s::boolean IS NULL
+       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+ORDER BY id DESC
+LIMIT %(limit)s::int;
+
+-- name: list_unfinished_jobs_page :many
+-- list_jobs_page for an unfinished status (waiting, pending, running): jobs alone (no
+-- finished job is ever in that state).
+-- One page of jobs matching the filter, newest first, older than the %(before)s id
+-- (keyset paging: no OFFSET). Asks for one row more than a page to tell if one follows.
+-- Only what the list shows is read, cut on the server: the head of the args (when their
+-- stored size is small: a large document is not rendered at all), the last line of the
+-- last error, the progress of meta (when meta is not large), never result or kwargs.
+SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
+       created_at, finished_at, workflow_id,
+       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
+            THEN left(args::text, %(args_chars)s::int) END AS args_head,
+       pg_column_size(args) AS args_size,
+       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
+            %(error_chars)s::int) AS error_line,
+       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
+       now() AS now
+FROM {schema}.jobs
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  -- due: pending and due now (true), or pending and scheduled later (false).
+  AND (%(due)s::boolean IS NULL
+       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+ORDER BY id DESC
+LIMIT %(limit)s::int;
+
 -- name: list_jobs_scan :many
 -- list_jobs_page reading at most %(scan)s jobs (newest first, older than %(before)s):
 -- filters no index serves (args, task, creation times, a queue) cost what one page of
