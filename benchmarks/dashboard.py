@@ -53,6 +53,7 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.__main__ import ROOT, print_setting, resolve_dsn, worker_processes
+from benchmarks.history_prune import move_into_history
 from pgtasks import App
 from pgtasks._job_filter import parse_job_filter
 from pgtasks.web import asgi
@@ -184,38 +185,13 @@ def populate(dsn: str, app: App, jobs: int, reuse: bool) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         statement = sql.SQL(POPULATE).format(schema=sql.Identifier(PAGES_SCHEMA))
         conn.execute(statement, {"jobs": jobs})
-        move_into_history(conn)
+        move_into_history(conn, PAGES_SCHEMA)
         inserted = time.perf_counter() - started
         conn.execute(sql.SQL("VACUUM (ANALYZE) {}.jobs").format(sql.Identifier(PAGES_SCHEMA)))
     print(
         f"inserted {jobs:,} jobs in {inserted:.1f} s (one INSERT … SELECT generate_series),"
         f" VACUUM ANALYZE in {time.perf_counter() - started - inserted:.1f} s"
     )
-
-
-def move_into_history(conn: psycopg.Connection[Any]) -> None:
-    """Where finishes put finished jobs (migration jobs_history): the finished rows move
-    from jobs into the day partitions of jobs_history (created for the 31 days they span),
-    as the pruner moves rows an older version left in jobs. A checkout without
-    jobs_history keeps them in jobs."""
-    schema = sql.Identifier(PAGES_SCHEMA)
-    history = conn.execute(
-        "SELECT to_regclass(%s)", [sql.SQL("{}.jobs_history").format(schema).as_string(conn)]
-    ).fetchone()
-    if not history or history[0] is None:
-        return
-    create = sql.SQL("SELECT * FROM {}.jobs_history_create_days(now() - interval '31 days', 33)")
-    while conn.execute(create.format(schema)).fetchall():
-        pass
-    with conn.transaction():
-        conn.execute("SELECT set_config('pgtasks.archiving', 'on', true)")
-        conn.execute(
-            sql.SQL(
-                "WITH moved AS (DELETE FROM {}.jobs WHERE status IN ('done', 'failed',"
-                " 'cancelled') RETURNING *) INSERT INTO {}.jobs_history SELECT * FROM moved"
-            ).format(schema, schema)
-        )
-    conn.execute(sql.SQL("VACUUM (ANALYZE) {}.jobs_history").format(schema))
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -22,6 +22,10 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
 
 from benchmarks.__main__ import ROOT, resolve_dsn
 
@@ -84,6 +88,31 @@ app.close()
 print(json.dumps({"seconds": elapsed, "pruned": result.total, "wal_bytes": float(wal),
                   "dead_tuples": int(dead)}))
 """
+
+
+def move_into_history(conn: psycopg.Connection[Any], schema_name: str) -> None:
+    """Where finishes put finished jobs (migration jobs_history): the finished rows move
+    from jobs into the day partitions of jobs_history (created for the 31 days they span),
+    as the pruner moves rows an older version left in jobs. A checkout without
+    jobs_history keeps them in jobs."""
+    schema = sql.Identifier(schema_name)
+    history = conn.execute(
+        "SELECT to_regclass(%s)", [sql.SQL("{}.jobs_history").format(schema).as_string(conn)]
+    ).fetchone()
+    if not history or history[0] is None:
+        return
+    create = sql.SQL("SELECT * FROM {}.jobs_history_create_days(now() - interval '31 days', 33)")
+    while conn.execute(create.format(schema)).fetchall():
+        pass
+    with conn.transaction():
+        conn.execute("SELECT set_config('pgtasks.archiving', 'on', true)")
+        conn.execute(
+            sql.SQL(
+                "WITH moved AS (DELETE FROM {}.jobs WHERE status IN ('done', 'failed',"
+                " 'cancelled') RETURNING *) INSERT INTO {}.jobs_history SELECT * FROM moved"
+            ).format(schema, schema)
+        )
+    conn.execute(sql.SQL("VACUUM (ANALYZE) {}.jobs_history").format(schema))
 
 
 def measure(checkout: Path, dsn: str, jobs: int) -> dict[str, float]:

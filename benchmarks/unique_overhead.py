@@ -5,7 +5,8 @@
 Two schemas on one server, both migrated by this checkout; in ``without``, the objects
 of migration 0010 that plain jobs pay for (the check and the unique indexes on
 jobs.unique_key and jobs.unique_window) are dropped again; the two columns stay (always
-NULL for plain jobs: jobs_history, the all_jobs view and the finish list them). The same code then runs, in alternating order each round, the
+NULL for plain jobs: jobs_history, the all_jobs view and the finish list them). The
+same code then runs, in alternating order each round, the
 statements of plain jobs (no key, no scope) against each: N one-job inserts in one
 transaction (the statement of ``apply_async(connection=...)``; no commit per job, so
 the disk's commit latency does not drown the difference), bulk inserts (``delay_many``),
