@@ -79,8 +79,9 @@ CREATE VIEW {schema}.all_jobs AS
 -- Register the key of a job inserted into jobs. Enqueues answer a key registered here
 -- before they insert; a key registered meanwhile by another job (one that finished while
 -- this insert waited for it to leave jobs’ own unique index) is a unique violation named
--- as jobs’ index would name it (the enqueue is retried, and then answers with that job).
--- A job moved back by jobs_restore finds its own row.
+-- as jobs’ index would name it (a one-job enqueue of its own tries once more and is then
+-- answered with that job; in a caller’s transaction the error stands, and nothing is
+-- duplicated). A job moved back by jobs_restore finds its own row.
 CREATE FUNCTION {schema}.register_job_key() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
