@@ -84,10 +84,19 @@ class WebQueries(StoreBase):
         }
         # A status filter reads the one place such jobs are (migration jobs_history).
         if job_filter.status in FINISHED_STATUSES:
-            return self._rows(conn, "list_finished_jobs_page", params)
+            return self.list_finished_jobs_page(conn, params)
         if job_filter.status is not None:
-            return self._rows(conn, "list_unfinished_jobs_page", params)
+            return self.list_unfinished_jobs_page(conn, params)
         return self._rows(conn, "list_jobs_page", params)
+
+    def list_finished_jobs_page(self, conn: psycopg.Connection[Any], params: Params) -> list[Row]:
+        """``list_jobs_page`` for a done, failed or cancelled filter (``params`` as built
+        there): jobs_history, and finished jobs an older version left in jobs."""
+        return self._rows(conn, "list_finished_jobs_page", params)
+
+    def list_unfinished_jobs_page(self, conn: psycopg.Connection[Any], params: Params) -> list[Row]:
+        """``list_jobs_page`` for a waiting, pending or running filter: jobs alone."""
+        return self._rows(conn, "list_unfinished_jobs_page", params)
 
     def list_jobs_scan(
         self,
