@@ -1,5 +1,37 @@
 -- Normalised description of a migrated pgtasks schema ({schema} = its name).
 -- Regenerate with: python3 scripts/dump-schema
+column all_jobs.id bigint
+column all_jobs.task_name text
+column all_jobs.queue text
+column all_jobs.priority integer
+column all_jobs.args jsonb
+column all_jobs.kwargs jsonb
+column all_jobs.status text
+column all_jobs.attempts integer
+column all_jobs.max_attempts integer
+column all_jobs.run_at timestamp with time zone
+column all_jobs.locked_at timestamp with time zone
+column all_jobs.locked_by bigint
+column all_jobs.last_error text
+column all_jobs.result jsonb
+column all_jobs.idempotency_key text
+column all_jobs.created_at timestamp with time zone
+column all_jobs.updated_at timestamp with time zone
+column all_jobs.finished_at timestamp with time zone
+column all_jobs.cancel_requested boolean
+column all_jobs.meta jsonb
+column all_jobs.started_at timestamp with time zone
+column all_jobs.attempt_errors jsonb
+column all_jobs.limit_groups text[]
+column all_jobs.limit_key text
+column all_jobs.unique_key text
+column all_jobs.unique_window tstzrange
+column all_jobs.workflow_id bigint
+column all_jobs.workflow_step text
+column all_jobs.next_ids bigint[]
+column all_jobs.prev_ids bigint[]
+column all_jobs.waiting_for integer
+column all_jobs.input_mode text
 column counters.name text NOT NULL
 column counters.value bigint NOT NULL
 column job_keys.job_id bigint NOT NULL
