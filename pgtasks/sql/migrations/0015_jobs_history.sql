@@ -26,38 +26,15 @@
 --   read the jobs that ended through all_jobs.
 -- * jobs_restore / jobs_refinish move jobs back for a retry (and again if not retried).
 --
--- Online: new tables, a view, functions and triggers (catalog changes under
--- lock_timeout, retried). Finished jobs already in jobs stay there and age out: the
--- pruner moves them into jobs_history in batches (rows of an old day go to the default
--- partition of their class and are deleted when past retention).
+-- Online, in three steps: job_keys and the trigger that registers the key of each job
+-- inserted from then on (catalog changes under lock_timeout, retried); the keys of the
+-- keyed jobs already in jobs copied in batches of ids (one short transaction each:
+-- enqueues and claims go on); then new tables, a view, functions and triggers (catalog
+-- changes again). Finished jobs already in jobs stay there and age out: the pruner moves
+-- them into jobs_history in batches (rows of an old day go to the default partition of
+-- their class and are deleted when past retention).
 
-CREATE TABLE {schema}.jobs_history (LIKE {schema}.jobs INCLUDING DEFAULTS)
-    PARTITION BY LIST (status);
-
-CREATE TABLE {schema}.jobs_history_done PARTITION OF {schema}.jobs_history
-    FOR VALUES IN ('done') PARTITION BY RANGE (finished_at);
-
-CREATE TABLE {schema}.jobs_history_failed PARTITION OF {schema}.jobs_history
-    FOR VALUES IN ('failed', 'cancelled') PARTITION BY RANGE (finished_at);
-
-CREATE TABLE {schema}.jobs_history_done_default PARTITION OF {schema}.jobs_history_done
-    DEFAULT;
-
-CREATE TABLE {schema}.jobs_history_failed_default PARTITION OF {schema}.jobs_history_failed
-    DEFAULT;
-
--- Indexes of the (still empty) partitioned table, created on every partition.
-CREATE INDEX jobs_history_id_idx ON {schema}.jobs_history (id);
-
-CREATE INDEX jobs_history_finished_idx ON {schema}.jobs_history (finished_at);
-
-CREATE INDEX jobs_history_workflow_idx ON {schema}.jobs_history (workflow_id, id)
-    WHERE workflow_id IS NOT NULL;
-
--- The keyed jobs of a partition, for pruning job_keys in step with it.
-CREATE INDEX jobs_history_keyed_idx ON {schema}.jobs_history (id)
-    WHERE idempotency_key IS NOT NULL OR unique_window IS NOT NULL;
-
+-- pgtasks:step transaction
 CREATE TABLE {schema}.job_keys (
     job_id          bigint PRIMARY KEY,
     idempotency_key text,
@@ -70,11 +47,6 @@ CREATE UNIQUE INDEX job_keys_idempotency_key ON {schema}.job_keys (idempotency_k
 
 CREATE UNIQUE INDEX job_keys_unique_window ON {schema}.job_keys (unique_key, unique_window)
     WHERE unique_window IS NOT NULL;
-
-CREATE VIEW {schema}.all_jobs AS
-    SELECT * FROM {schema}.jobs
-    UNION ALL
-    SELECT * FROM {schema}.jobs_history;
 
 -- Register the key of a job inserted into jobs. Enqueues answer a key registered here
 -- before they insert; a key registered meanwhile by another job (one that finished while
@@ -112,14 +84,50 @@ CREATE TRIGGER jobs_register_key
     WHEN (NEW.idempotency_key IS NOT NULL OR NEW.unique_window IS NOT NULL)
     EXECUTE FUNCTION {schema}.register_job_key();
 
--- Keyed jobs already in jobs (read through the two key indexes; the trigger above holds
--- off inserts until this transaction commits, so none is missed). Finished ones among
+-- pgtasks:step batched table=jobs size=10000
+-- Keyed jobs already in jobs, a batch of ids at a time (jobs inserted since the step
+-- above registered their own keys; a key copied twice is kept once). Finished ones among
 -- them keep their key until they are pruned.
 INSERT INTO {schema}.job_keys (job_id, idempotency_key, unique_key, unique_window)
 SELECT id, idempotency_key, unique_key, unique_window
 FROM {schema}.jobs
-WHERE idempotency_key IS NOT NULL OR unique_window IS NOT NULL
+WHERE id >= %(start)s AND id < %(stop)s
+  AND (idempotency_key IS NOT NULL OR unique_window IS NOT NULL)
 ON CONFLICT DO NOTHING;
+
+-- pgtasks:step transaction
+-- The history, its view, and the statements that move jobs into it and back.
+CREATE TABLE {schema}.jobs_history (LIKE {schema}.jobs INCLUDING DEFAULTS)
+    PARTITION BY LIST (status);
+
+CREATE TABLE {schema}.jobs_history_done PARTITION OF {schema}.jobs_history
+    FOR VALUES IN ('done') PARTITION BY RANGE (finished_at);
+
+CREATE TABLE {schema}.jobs_history_failed PARTITION OF {schema}.jobs_history
+    FOR VALUES IN ('failed', 'cancelled') PARTITION BY RANGE (finished_at);
+
+CREATE TABLE {schema}.jobs_history_done_default PARTITION OF {schema}.jobs_history_done
+    DEFAULT;
+
+CREATE TABLE {schema}.jobs_history_failed_default PARTITION OF {schema}.jobs_history_failed
+    DEFAULT;
+
+-- Indexes of the (still empty) partitioned table, created on every partition.
+CREATE INDEX jobs_history_id_idx ON {schema}.jobs_history (id);
+
+CREATE INDEX jobs_history_finished_idx ON {schema}.jobs_history (finished_at);
+
+CREATE INDEX jobs_history_workflow_idx ON {schema}.jobs_history (workflow_id, id)
+    WHERE workflow_id IS NOT NULL;
+
+-- The keyed jobs of a partition, for pruning job_keys in step with it.
+CREATE INDEX jobs_history_keyed_idx ON {schema}.jobs_history (id)
+    WHERE idempotency_key IS NOT NULL OR unique_window IS NOT NULL;
+
+CREATE VIEW {schema}.all_jobs AS
+    SELECT * FROM {schema}.jobs
+    UNION ALL
+    SELECT * FROM {schema}.jobs_history;
 
 -- Move a job that a statement ended (other than the worker’s finish, which moves its
 -- rows itself) into jobs_history: the row leaves jobs first, so that nothing reads it
