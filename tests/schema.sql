@@ -285,11 +285,17 @@ column workflows.error_job_id bigint
 column workflows.shape text
 constraint job_keys.job_keys_pkey PRIMARY KEY (job_id)
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
+constraint jobs.jobs_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
 constraint jobs.jobs_unique_window_check CHECK (((unique_window IS NULL) OR ((unique_key IS NOT NULL) AND (NOT isempty(unique_window)))))
+constraint jobs_history.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
+constraint jobs_history_done.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
+constraint jobs_history_done_default.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
+constraint jobs_history_failed.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
+constraint jobs_history_failed_default.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint limits.limits_burst_check CHECK ((burst >= (1)::double precision))
 constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 1)))
 constraint limits.limits_pkey PRIMARY KEY (name)
@@ -357,29 +363,36 @@ index CREATE UNIQUE INDEX workflows_pkey ON {schema}.workflows USING btree (id)
 storage jobs fillfactor=80, autovacuum_vacuum_scale_factor=0.02, autovacuum_analyze_scale_factor=0.02
 storage periodic fillfactor=50
 trigger CREATE TRIGGER jobs_count_deduplicated AFTER UPDATE OF idempotency_key, unique_key ON {schema}.jobs FOR EACH ROW WHEN (((NOT (old.idempotency_key IS DISTINCT FROM new.idempotency_key)) AND (NOT (old.unique_key IS DISTINCT FROM new.unique_key)))) EXECUTE FUNCTION {schema}.count_deduplicated_enqueue()
+trigger CREATE CONSTRAINT TRIGGER jobs_forget_key AFTER DELETE ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_move_finished AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))) EXECUTE FUNCTION {schema}.move_finished_job()
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_register_key AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.idempotency_key IS NOT NULL) OR (new.unique_window IS NOT NULL))) EXECUTE FUNCTION {schema}.register_job_key()
+trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
+trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
+trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
+trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
+trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
-function jobs_delete_finished() 2c611b9960498bfb89f396453d5d7de7
-function jobs_history_create_days() a240d0b281158071c3faf8c31dd9ee75
+function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5
+function jobs_delete_finished() fba10730102f9ad3208aef84ea4ca94a
+function jobs_history_create_days() dedd22508bc53bb4644570e7ec532f5c
 function jobs_history_drop_day() 21bb88b14310d010219f0bafb630c1d0
 function jobs_history_expired_days() 45249fefc222df9532d287e1d09c14de
 function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
 function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
-function jobs_restore() 0f2f65b32e33b6ec10fe8de1ad984778
+function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
 function jobs_retry() aa4515305d5545e72b9e62bcf19489af
-function move_finished_job() 3468a71114532625394328266e3a0dda
+function move_finished_job() 6e37a640903b5f4060a3be8a47805373
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362

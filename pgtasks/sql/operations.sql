@@ -230,7 +230,9 @@ ANALYZE {schema}.jobs_history;
 -- jobs_history, oldest first (the workflows they belong to moved on when they ended:
 -- pgtasks.archiving keeps the triggers from doing it again).
 WITH flag AS (
-    SELECT set_config('pgtasks.archiving', 'on', true)
+    -- (And the jobs moved keep their keys: jobs_forget_key leaves their rows alone.)
+    SELECT set_config('pgtasks.archiving', 'on', true),
+           set_config('pgtasks.keys_handled', 'on', true)
 ), doomed AS (
     SELECT id
     FROM {schema}.jobs AS jobs
@@ -290,10 +292,14 @@ WITH picked AS (
     ORDER BY id
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
+), flag AS (
+    -- This statement deletes the keys itself (jobs_forget_key leaves its rows alone).
+    SELECT set_config('pgtasks.keys_handled', 'on', true)
 ), purged AS (
     DELETE FROM {schema}.jobs AS jobs
     USING picked
     WHERE jobs.id = picked.id AND jobs.status = 'pending'
+      AND (SELECT count(*) FROM flag) = 1
     RETURNING jobs.id
 ), keys AS (
     -- The keys the purged jobs held (migration jobs_history) are free again.

@@ -400,10 +400,16 @@ WITH outcome AS MATERIALIZED (
         %(exception_type)s::text[]
     ) AS outcome(id, attempt, status, result, error, delay, held, exception_type)
 ),
+flag AS (
+    -- The jobs this statement moves keep their keys (jobs_forget_key leaves their rows
+    -- alone); set for the rest of the transaction, the worker's round trip.
+    SELECT set_config('pgtasks.keys_handled', 'on', true)
+),
 ended AS (
     DELETE FROM {schema}.jobs AS jobs
     USING outcome
     WHERE jobs.id = outcome.id
+      AND (SELECT count(*) FROM flag) = 1
       -- The fence: still running under the lease this worker took. The expected status
       -- comes with each outcome ('running') rather than as a constant, so the planner
       -- cannot pick jobs_running_idx for this join: it reaches each job by its primary

@@ -336,3 +336,71 @@ def test_a_purged_job_frees_its_key(app: App, conn: Any) -> None:
     assert [row["id"] for row in purged] == [first.id]
     again = once.apply_async(idempotency_key="purged")
     assert (again.existed, again.id != first.id) == (False, True)
+
+
+def test_a_job_deleted_by_hand_frees_its_key_when_its_transaction_commits(
+    app: App, conn: Any
+) -> None:
+    """A key is taken as long as its job exists: a row deleted outright (from jobs or from
+    jobs_history) frees it at commit, and the next enqueue of the key makes a new job."""
+
+    @app.task
+    def once(n: int) -> int:
+        return n
+
+    pending = once.apply_async((1,), idempotency_key="by-hand-pending", countdown=3600)
+    finished = once.apply_async((2,), idempotency_key="by-hand-finished")
+    with running_worker(app):
+        assert finished.get(timeout=20) == 2
+    assert hot_and_history(conn, app, finished.id) == (0, 1)
+    pending_but_late = once.apply_async((3,), idempotency_key="by-hand-pending")
+    assert pending_but_late.id == pending.id
+    execute(conn, app, "DELETE FROM {schema}.jobs WHERE id = %s", [pending.id])
+    execute(conn, app, "DELETE FROM {schema}.jobs_history WHERE id = %s", [finished.id])
+    # Until the deletes commit, the keys stay taken.
+    assert select(conn, app, "SELECT count(*) FROM {schema}.job_keys")[0][0] == 2
+    conn.commit()
+
+    assert select(conn, app, "SELECT count(*) FROM {schema}.job_keys")[0][0] == 0
+    again = once.apply_async((1,), idempotency_key="by-hand-pending")
+    assert (again.existed, again.id != pending.id) == (False, True)
+    assert once.apply_async((2,), idempotency_key="by-hand-finished").existed is False
+
+
+def test_a_job_that_moves_keeps_its_key(app: App, conn: Any) -> None:
+    """Cancelled (moved by the trigger), retried (moved back), and moved out of a default
+    partition into the day partition made for it: the key stays with the job."""
+
+    @app.task
+    def once() -> None: ...
+
+    cancelled = once.apply_async(idempotency_key="moves-cancelled", countdown=3600)
+    later = once.apply_async(idempotency_key="moves-later", countdown=3600)
+    assert app.cancel(cancelled.id).outcome == "cancelled"
+    assert hot_and_history(conn, app, cancelled.id) == (0, 1)
+    assert retry_job(app, cancelled.id).retried
+    assert hot_and_history(conn, app, cancelled.id) == (1, 0)
+    # Finished five days ahead: no partition holds that day yet, so the default one does,
+    # until the day's partition is made (its rows move into it).
+    execute(
+        conn,
+        app,
+        "UPDATE {schema}.jobs SET status = 'done', finished_at = now() + interval '5 days'"
+        " WHERE id = %s",
+        [later.id],
+    )
+    conn.commit()
+    where = "SELECT tableoid::regclass::text FROM {schema}.jobs_history WHERE id = %s"
+    assert select(conn, app, where, [later.id])[0][0].endswith("jobs_history_done_default")
+    made = select(
+        conn,
+        app,
+        "SELECT {schema}.jobs_history_create_days(now() + interval '5 days', 0)",
+    )
+    conn.commit()
+
+    assert made and select(conn, app, where, [later.id])[0][0].endswith(made[0][0])
+    for handle, key in ((cancelled, "moves-cancelled"), (later, "moves-later")):
+        again = once.apply_async(idempotency_key=key)
+        assert (again.id, again.existed) == (handle.id, True)
+    assert select(conn, app, "SELECT count(*) FROM {schema}.job_keys")[0][0] == 2

@@ -21,20 +21,49 @@
 -- * job_keys: the idempotency key and the unique_for window of every job that has one,
 --   from its enqueue (a row trigger) until its history is pruned. Its unique indexes make
 --   a key exact across both tables: an enqueue of a key whose job finished (and left the
---   jobs’ own unique index) fails on job_keys, and the enqueue answers with that job.
+--   jobs’ own unique index) fails on job_keys, and the enqueue answers with that job. A
+--   job deleted outright (by hand, or by the pruner of an earlier release) frees its key
+--   when its transaction commits (jobs_forget_key, jobs_history_forget_key).
 -- * The workflow triggers fire when a row enters jobs_history, and the workflow functions
 --   read the jobs that ended through all_jobs.
 -- * jobs_restore / jobs_refinish move jobs back for a retry (and again if not retried).
 --
--- Online, in three steps: job_keys and the trigger that registers the key of each job
--- inserted from then on (catalog changes under lock_timeout, retried); the keys of the
--- keyed jobs already in jobs copied in batches of ids (one short transaction each:
--- enqueues and claims go on); then new tables, a view, functions and triggers (catalog
--- changes again). Finished jobs already in jobs stay there and age out: the pruner moves
+-- Online, in three steps: jobs_history, job_keys and the triggers that register the key
+-- of each job inserted from then on and forget those of jobs deleted (catalog changes
+-- under lock_timeout, retried); the keys of the keyed jobs already in jobs copied in
+-- batches of ids (one short transaction each: enqueues and claims go on); then a view,
+-- functions and triggers (catalog changes again). Finished jobs already in jobs stay there and age out: the pruner moves
 -- them into jobs_history in batches (rows of an old day go to the default partition of
 -- their class and are deleted when past retention).
 
 -- pgtasks:step transaction
+CREATE TABLE {schema}.jobs_history (LIKE {schema}.jobs INCLUDING DEFAULTS)
+    PARTITION BY LIST (status);
+
+CREATE TABLE {schema}.jobs_history_done PARTITION OF {schema}.jobs_history
+    FOR VALUES IN ('done') PARTITION BY RANGE (finished_at);
+
+CREATE TABLE {schema}.jobs_history_failed PARTITION OF {schema}.jobs_history
+    FOR VALUES IN ('failed', 'cancelled') PARTITION BY RANGE (finished_at);
+
+CREATE TABLE {schema}.jobs_history_done_default PARTITION OF {schema}.jobs_history_done
+    DEFAULT;
+
+CREATE TABLE {schema}.jobs_history_failed_default PARTITION OF {schema}.jobs_history_failed
+    DEFAULT;
+
+-- Indexes of the (still empty) partitioned table, created on every partition.
+CREATE INDEX jobs_history_id_idx ON {schema}.jobs_history (id);
+
+CREATE INDEX jobs_history_finished_idx ON {schema}.jobs_history (finished_at);
+
+CREATE INDEX jobs_history_workflow_idx ON {schema}.jobs_history (workflow_id, id)
+    WHERE workflow_id IS NOT NULL;
+
+-- The keyed jobs of a partition, for pruning job_keys in step with it.
+CREATE INDEX jobs_history_keyed_idx ON {schema}.jobs_history (id)
+    WHERE idempotency_key IS NOT NULL OR unique_window IS NOT NULL;
+
 CREATE TABLE {schema}.job_keys (
     job_id          bigint PRIMARY KEY,
     idempotency_key text,
@@ -84,6 +113,39 @@ CREATE TRIGGER jobs_register_key
     WHEN (NEW.idempotency_key IS NOT NULL OR NEW.unique_window IS NOT NULL)
     EXECUTE FUNCTION {schema}.register_job_key();
 
+-- Forget the key of a job deleted outright (by hand, or by the pruner of an earlier
+-- release): a key is taken as long as its job exists. pgtasks’ own statements that move
+-- jobs between the two tables (the key stays) or delete them with their keys set
+-- pgtasks.keys_handled, so no event is queued for their rows. Deferred to the commit: a
+-- job deleted by another statement but moved in the same transaction is found where it
+-- went, and keeps its key.
+CREATE FUNCTION {schema}.forget_job_key() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM {schema}.jobs WHERE id = OLD.id)
+       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs_history WHERE id = OLD.id) THEN
+        DELETE FROM {schema}.job_keys WHERE job_id = OLD.id;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+CREATE CONSTRAINT TRIGGER jobs_forget_key
+    AFTER DELETE ON {schema}.jobs
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN ((OLD.idempotency_key IS NOT NULL OR OLD.unique_window IS NOT NULL)
+          AND current_setting('pgtasks.keys_handled', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION {schema}.forget_job_key();
+
+CREATE CONSTRAINT TRIGGER jobs_history_forget_key
+    AFTER DELETE ON {schema}.jobs_history
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN ((OLD.idempotency_key IS NOT NULL OR OLD.unique_window IS NOT NULL)
+          AND current_setting('pgtasks.keys_handled', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION {schema}.forget_job_key();
+
 -- pgtasks:step batched table=jobs size=10000
 -- Keyed jobs already in jobs, a batch of ids at a time (jobs inserted since the step
 -- above registered their own keys; a key copied twice is kept once). Finished ones among
@@ -96,34 +158,7 @@ WHERE id >= %(start)s AND id < %(stop)s
 ON CONFLICT DO NOTHING;
 
 -- pgtasks:step transaction
--- The history, its view, and the statements that move jobs into it and back.
-CREATE TABLE {schema}.jobs_history (LIKE {schema}.jobs INCLUDING DEFAULTS)
-    PARTITION BY LIST (status);
-
-CREATE TABLE {schema}.jobs_history_done PARTITION OF {schema}.jobs_history
-    FOR VALUES IN ('done') PARTITION BY RANGE (finished_at);
-
-CREATE TABLE {schema}.jobs_history_failed PARTITION OF {schema}.jobs_history
-    FOR VALUES IN ('failed', 'cancelled') PARTITION BY RANGE (finished_at);
-
-CREATE TABLE {schema}.jobs_history_done_default PARTITION OF {schema}.jobs_history_done
-    DEFAULT;
-
-CREATE TABLE {schema}.jobs_history_failed_default PARTITION OF {schema}.jobs_history_failed
-    DEFAULT;
-
--- Indexes of the (still empty) partitioned table, created on every partition.
-CREATE INDEX jobs_history_id_idx ON {schema}.jobs_history (id);
-
-CREATE INDEX jobs_history_finished_idx ON {schema}.jobs_history (finished_at);
-
-CREATE INDEX jobs_history_workflow_idx ON {schema}.jobs_history (workflow_id, id)
-    WHERE workflow_id IS NOT NULL;
-
--- The keyed jobs of a partition, for pruning job_keys in step with it.
-CREATE INDEX jobs_history_keyed_idx ON {schema}.jobs_history (id)
-    WHERE idempotency_key IS NOT NULL OR unique_window IS NOT NULL;
-
+-- The view over both tables, and the statements that move jobs into the history and back.
 CREATE VIEW {schema}.all_jobs AS
     SELECT * FROM {schema}.jobs
     UNION ALL
@@ -134,9 +169,15 @@ CREATE VIEW {schema}.all_jobs AS
 -- twice through all_jobs while the workflow triggers of jobs_history run.
 CREATE FUNCTION {schema}.move_finished_job() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    keys_handled text := coalesce(current_setting('pgtasks.keys_handled', true), 'off');
+    moved boolean;
 BEGIN
+    PERFORM set_config('pgtasks.keys_handled', 'on', true);
     DELETE FROM {schema}.jobs WHERE id = NEW.id;
-    IF FOUND THEN
+    moved := FOUND;
+    PERFORM set_config('pgtasks.keys_handled', keys_handled, true);
+    IF moved THEN
         INSERT INTO {schema}.jobs_history SELECT NEW.*;
     END IF;
     RETURN NULL;
@@ -152,7 +193,12 @@ CREATE TRIGGER jobs_move_finished
 -- Jobs back from jobs_history into jobs (their status unchanged), for a retry; the ids
 -- that moved. A job still in jobs is left as it is.
 CREATE FUNCTION {schema}.jobs_restore(ids bigint[]) RETURNS bigint[]
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+    keys_handled text := coalesce(current_setting('pgtasks.keys_handled', true), 'off');
+    moved bigint[];
+BEGIN
+    PERFORM set_config('pgtasks.keys_handled', 'on', true);
     WITH restored AS (
         DELETE FROM {schema}.jobs_history WHERE id = ANY(ids) RETURNING *
     ), inserted AS (
@@ -160,7 +206,10 @@ LANGUAGE sql AS $$
         SELECT * FROM restored
         RETURNING id
     )
-    SELECT coalesce(array_agg(id), ARRAY[]::bigint[]) FROM inserted;
+    SELECT coalesce(array_agg(id), ARRAY[]::bigint[]) INTO moved FROM inserted;
+    PERFORM set_config('pgtasks.keys_handled', keys_handled, true);
+    RETURN moved;
+END;
 $$;
 
 -- Jobs restored but not retried back into jobs_history, without moving any workflow on
@@ -189,6 +238,7 @@ DECLARE
     name text;
     lower_bound timestamptz;
     upper_bound timestamptz;
+    keys_handled text;
 BEGIN
     FOREACH class IN ARRAY ARRAY['done', 'failed'] LOOP
         FOR offset_days IN 0 .. days LOOP
@@ -203,11 +253,14 @@ BEGIN
             EXECUTE format('ALTER TABLE {schema}.%I ADD CONSTRAINT %I CHECK (finished_at'
                            ' IS NOT NULL AND finished_at >= %L AND finished_at < %L)',
                            name, name || '_bound', lower_bound, upper_bound);
+            keys_handled := coalesce(current_setting('pgtasks.keys_handled', true), 'off');
+            PERFORM set_config('pgtasks.keys_handled', 'on', true);
             EXECUTE format('WITH moved AS (DELETE FROM {schema}.%I WHERE finished_at >= %L'
                            ' AND finished_at < %L RETURNING *) INSERT INTO {schema}.%I'
                            ' SELECT * FROM moved',
                            'jobs_history_' || class || '_default', lower_bound, upper_bound,
                            name);
+            PERFORM set_config('pgtasks.keys_handled', keys_handled, true);
             EXECUTE format('ALTER TABLE {schema}.%I ATTACH PARTITION {schema}.%I'
                            ' FOR VALUES FROM (%L) TO (%L)',
                            'jobs_history_' || class, name, lower_bound, upper_bound);
@@ -721,7 +774,13 @@ $$;
 -- deletes of rows past retention). Rows: the status of each job deleted.
 CREATE FUNCTION {schema}.jobs_delete_finished(ids bigint[])
 RETURNS TABLE (id bigint, status text)
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    keys_handled text := coalesce(current_setting('pgtasks.keys_handled', true), 'off');
+BEGIN
+    PERFORM set_config('pgtasks.keys_handled', 'on', true);
+    RETURN QUERY
     WITH deleted AS (
         DELETE FROM {schema}.jobs_history AS history
         WHERE history.id = ANY(ids)
@@ -738,6 +797,8 @@ LANGUAGE sql AS $$
     SELECT deleted.id, deleted.status FROM deleted
     UNION ALL
     SELECT legacy.id, legacy.status FROM legacy;
+    PERFORM set_config('pgtasks.keys_handled', keys_handled, true);
+END;
 $$;
 
 CREATE STATISTICS {schema}.jobs_history_queue_status_stats (mcv) ON queue, status
