@@ -311,9 +311,12 @@ LANGUAGE sql AS $$
 $$;
 
 -- The steps that moving on after ``ended`` may change: the successors of those done,
--- and every step downstream of those failed or cancelled.
+-- and every step downstream of those failed or cancelled. No JIT (here and in
+-- workflow_cancel_downstream): the planner's estimate of a recursion over all_jobs (a
+-- union of many partitions) passes jit_above_cost, and a server with JIT compiled the
+-- plan at every finish of a workflow's job, for a few index lookups.
 CREATE OR REPLACE FUNCTION {schema}.workflow_targets(ended bigint[]) RETURNS SETOF bigint
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SET jit = off AS $$
     WITH RECURSIVE origins AS (
         SELECT jobs.status, jobs.next_ids
         FROM {schema}.all_jobs AS jobs
@@ -445,7 +448,7 @@ $$;
 -- Cancel the waiting steps downstream of ``origin`` with ``reason``; their own row
 -- triggers do nothing (pgtasks.workflow_cascade). Waiters hear of them.
 CREATE OR REPLACE FUNCTION {schema}.workflow_cancel_downstream(origin bigint, reason text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET jit = off AS $$
 DECLARE
     ended bigint[];
 BEGIN
