@@ -1,4 +1,5 @@
--- pgtasks 0015: finished jobs leave the hot table (migration jobs_history).
+-- pgtasks migration jobs_history (numbered by its file name): finished jobs leave the hot
+-- table.
 -- Placeholders: {schema} (quoted identifier), {channel} and {done_channel} (literals).
 --
 -- A job that ends (done, failed, cancelled) moves out of jobs into jobs_history in the
