@@ -200,11 +200,13 @@ def isolated_schema(dsn: str, *, prefix: str = "pgtasks_test_") -> Iterator[str]
     schema = validate_schema_name(f"{prefix}{secrets.token_hex(4)}")
     store = Store(schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
+        store.pin_isolation(conn)
         Migrator(store).migrate(conn)
     try:
         yield schema
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
+            store.pin_isolation(conn)
             store.drop_schema(conn)
 
 

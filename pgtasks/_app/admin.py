@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.errors import UniqueViolation
 
-from .._errors import JobNotFoundError, UniqueKeyTakenError
+from .._errors import DatabaseError, JobNotFoundError, UniqueKeyTakenError
 from .._jobs import JobRow
 from .._limits import LimitState, describe_limit, limit_states
 from .._operations import (
@@ -30,7 +30,6 @@ from .._operations import (
     overview_queues,
 )
 from .._queues import QueueState, queue_states
-from .._store.base import Row
 
 if TYPE_CHECKING:
     from .app import App
@@ -77,6 +76,7 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         live_workers=sum(worker.state == "live" for worker in workers),
         silent_workers=sum(worker.state == "silent" for worker in workers),
         lease_timeout=app.lease_timeout,
+        unknown_tasks=app.store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
     )
 
 
@@ -139,15 +139,29 @@ def queues(app: App) -> list[QueueState]:
     return app.database.run(read)
 
 
-def limits(app: App) -> tuple[list[LimitState], list[Row]]:
-    """What ``pgtasks limits`` shows: every stored limit with its running and pending jobs,
-    and the running and pending jobs per key of the per-key limits (keys with jobs)."""
+def limits(app: App, *, top_keys: int = 10) -> list[LimitState]:
+    """Every limit as ``pgtasks limits`` (and the dashboard) shows it: kind, capacity,
+    rate tokens and refill, the running, pending and due jobs under it, those it holds
+    back, and for per-key limits the ``top_keys`` busiest keys; then the limits jobs name
+    that are not stored. Counts are read without SKIP LOCKED. A table that cannot be read
+    raises DatabaseError with the reason (never a driver traceback)."""
 
-    def read(conn: psycopg.Connection[Any]) -> tuple[list[LimitState], list[Row]]:
-        usage = app.store.get_limit_usage(conn)
-        return limit_states(app.store.get_limits(conn), usage), usage
+    def read(conn: psycopg.Connection[Any]) -> list[LimitState]:
+        store = app.store
+        return limit_states(
+            store.get_limits(conn),
+            store.get_limit_usage(conn),
+            store.get_limit_top_keys(conn, per_limit=top_keys),
+        )
 
-    return app.database.run(read)
+    try:
+        return app.database.run(read)
+    except psycopg.Error as error:
+        raise DatabaseError(
+            "the limits cannot be read"
+            f" ({type(error).__name__}: {' '.join(str(error).split())}); `pgtasks doctor`"
+            " checks the limits table, `pgtasks migrate` repairs a schema that is behind"
+        ) from None
 
 
 def jobs_page(

@@ -11,9 +11,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import psycopg
+import psycopg
 
+from .._errors import SchemaNotMigratedError
+from .._text import printable
+
+if TYPE_CHECKING:
     from .app import App
 
 Row = Mapping[str, Any]
@@ -241,12 +244,120 @@ def check_connections(row: Row, limits: Thresholds) -> Finding:
     )
 
 
+def check_isolation(row: Row) -> Finding:
+    """The database's default isolation; pgtasks pins READ COMMITTED on its connections."""
+    default = str(row["default_isolation"])
+    pinned = str(row["isolation"])
+    if pinned != "read committed":
+        return Finding(
+            "isolation",
+            "critical",
+            f"this pgtasks connection runs {pinned.upper()} although pgtasks pins READ"
+            " COMMITTED: limits could be exceeded and workflows stall",
+            "a pooler between pgtasks and PostgreSQL may drop session settings: run its"
+            " connections in session mode, or set default_transaction_isolation ="
+            " 'read committed' for the role pgtasks uses",
+        )
+    if default == "read committed":
+        return Finding("isolation", "ok", "database default READ COMMITTED, as pgtasks runs")
+    return Finding(
+        "isolation",
+        "ok",
+        f"database default {default.upper()}; every pgtasks connection runs READ COMMITTED"
+        " (pinned), so limits, fencing and workflows hold. Connections your code passes with"
+        " connection= keep your level",
+    )
+
+
+def check_limits(row: Row, declared: Sequence[str]) -> list[Finding]:
+    """The limits table: values the claim cannot take, pending jobs under limits that are
+    not stored, and jobs under more limit instances than the claim takes."""
+    findings = []
+    stored = int(row["stored"] or 0)
+    bad = [printable(name) for name in row["bad_values"] or []]
+    if bad:
+        findings.append(
+            Finding(
+                "limits values",
+                "warning",
+                f"{len(bad)} stored limit(s) hold values the claim cannot take as they are"
+                f" ({', '.join(bad[:5])}): it clamps them (tokens, burst, period, refill time)",
+                "start a worker of the app that declares them (it stores its values again),"
+                " or DELETE the rows: their jobs then run unlimited",
+            )
+        )
+    unstored = [printable(name) for name in row["unstored"] or []]
+    if unstored:
+        findings.append(
+            Finding(
+                "limits not stored",
+                "warning",
+                f"{int(row['unstored_jobs'] or 0)} pending job(s) count in limits that are"
+                f" not stored ({', '.join(unstored[:5])}): they run without those limits",
+                "if the limits should hold, start a worker of the app that declares them"
+                " (workers store their app's limits when they start); if they were lifted on"
+                " purpose, nothing to do",
+            )
+        )
+    overlimited = int(row["overlimited"] or 0)
+    if overlimited:
+        findings.append(
+            Finding(
+                "jobs under too many limits",
+                "warning",
+                f"{overlimited} pending job(s) count in more than 8 limit instances (the first:"
+                f" job {row['first_overlimited']}); the claim leaves them pending",
+                "rows written by hand before migration 0013 refused them: cancel them"
+                " (pgtasks jobs cancel ID) or enqueue them again",
+            )
+        )
+    if not findings:
+        undeclared = stored - len(declared)
+        summary = f"{stored} limit(s) stored, every value usable, no job left out"
+        if declared and undeclared > 0:
+            summary += f" ({undeclared} not declared by this app)"
+        findings.append(Finding("limits", "ok", summary))
+    return findings
+
+
+def limits_unreadable(error: Exception) -> Finding:
+    return Finding(
+        "limits",
+        "critical",
+        f"the limits table cannot be read ({type(error).__name__}:"
+        f" {' '.join(str(error).split())}): workers claim plain jobs only and retry the"
+        " limited claim with backoff",
+        "run `pgtasks migrate`; if the table was changed by hand, restore it (see"
+        " docs/reference/schema.md)",
+    )
+
+
+def check_unknown_tasks(rows: Sequence[Row]) -> Finding:
+    if not rows:
+        return Finding(
+            "unknown tasks", "ok", "every pending job's task is known to a live worker of its queue"
+        )
+    total = sum(int(row["jobs"]) for row in rows)
+    shown = "; ".join(
+        f"{row['jobs']} job(s) of task `{printable(row['task_name'])}` in queue"
+        f" {printable(row['queue'])}"
+        for row in rows[:5]
+    )
+    return Finding(
+        "unknown tasks",
+        "warning",
+        f"{total} pending job(s) no live worker knows: {shown}",
+        "deploy workers whose app registers these tasks (for those queues); until then the"
+        " jobs wait, untouched. A typo in send_task's name? Cancel them (pgtasks jobs cancel)",
+    )
+
+
 def diagnose(
     app: App, conn: psycopg.Connection[Any], limits: Thresholds | None = None
 ) -> list[Finding]:
     limits = limits or Thresholds()
     store = app.store
-    return [
+    findings = [
         check_snapshot(store.get_oldest_snapshot(conn), limits),
         check_slots(store.get_replication_slots(conn), limits),
         check_prepared(store.get_prepared_transactions(conn), limits),
@@ -256,7 +367,17 @@ def diagnose(
         check_backlog(store.get_backlog(conn), limits),
         check_exhausted(store.get_exhausted_pending_jobs(conn)),
         check_connections(store.get_connection_usage(conn), limits),
+        check_isolation(store.get_isolation(conn)),
+        check_unknown_tasks(store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout)),
     ]
+    try:
+        problems = store.get_limit_problems(conn)
+    except (psycopg.Error, SchemaNotMigratedError) as error:
+        findings.append(limits_unreadable(error))
+    else:
+        declared = [definition.name for definition in app.limit_definitions()]
+        findings += check_limits(problems, declared)
+    return findings
 
 
 def exit_code(findings: list[Finding]) -> int:

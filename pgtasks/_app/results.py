@@ -90,6 +90,7 @@ class ResultListener:
                     connect_timeout=max(1, round(self.app.connect_timeout)),
                     application_name="pgtasks results",
                 ) as conn:
+                    self.app.store.pin_isolation(conn)
                     self.app.store.listen(conn, self.app.store.done_channel)
                     self._ready.set()
                     failures = 0

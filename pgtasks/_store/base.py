@@ -119,6 +119,9 @@ class StoreBase:
         self.done_channel = f"{self.channel}.done"
         #: Cancellation requests for running jobs (payload: the id): workers listen here.
         self.cancel_channel = f"{self.channel}.cancel"
+        #: A limited job left 'running' (payload "<lease owner>:<limit names>", migration
+        #: 0013): workers waiting for a slot of one of those limits claim at once.
+        self.limits_channel = f"{self.channel}.limits"
         self._identifier = sql.Identifier(schema)
         self._statements: dict[str, bytes] = {
             name: self._render(query.text) for name, query in load_queries().items()
@@ -135,6 +138,7 @@ class StoreBase:
             channel=sql.Literal(self.channel),
             done_channel=sql.Literal(self.done_channel),
             cancel_channel=sql.Literal(self.cancel_channel),
+            limits_channel=sql.Literal(self.limits_channel),
         )
         return composed.as_string(None).encode()
 

@@ -117,6 +117,8 @@ class Database:
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
                 kwargs=db.pool_kwargs(),
+                # READ COMMITTED whatever the database or role default (pin_isolation).
+                configure=self.store.pin_isolation,
                 timeout=self.connect_timeout,
                 name=f"pgtasks-{self.store.schema}",
                 open=False,
@@ -145,6 +147,7 @@ class Database:
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
                 kwargs=db.pool_kwargs(),
+                configure=self.store.apin_isolation,
                 timeout=self.connect_timeout,
                 name=f"pgtasks-{self.store.schema}-async",
                 open=False,

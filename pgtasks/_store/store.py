@@ -28,7 +28,7 @@ from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
 from .base import JsonbTextLoader, Params, Row, StoreBase, translate_errors
 from .base import notification_channel as notification_channel
 from .doctor import DoctorQueries
-from .limits import LimitQueries
+from .limits import LimitedClaimReport, LimitQueries, split_limited_rows
 from .metrics import MetricsQueries
 from .operations import OperationsQueries
 from .params import job_params, jobs_columns
@@ -109,6 +109,15 @@ class Store(
         """Run a migration file's statements (several per file, so no parameters)."""
         with translate_errors(self.schema):
             conn.execute(self._render(migration.text))
+
+    # -- connections --
+    def pin_isolation(self, conn: psycopg.Connection[Any]) -> None:
+        """Run ``conn``'s transactions READ COMMITTED whatever the database or role default
+        (every connection pgtasks opens: pools, worker, listeners, CLI, dashboard)."""
+        self._rows(conn, "pin_isolation", None)
+
+    async def apin_isolation(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await self._arows(conn, "pin_isolation", None)
 
     def get_schema_version(self, conn: psycopg.Connection[Any]) -> int:
         return int(self._rows(conn, "get_schema_version", None)[0]["version"])
@@ -315,12 +324,16 @@ class Store(
         pid: int,
         queues: Sequence[str] | None,
         concurrency: int,
+        task_names: Sequence[str] | None = None,
     ) -> int:
+        """A new registration (its id is the lease owner of the worker's claims);
+        ``task_names``: the tasks the worker knows (None: any, as before migration 0013)."""
         params = {
             "hostname": hostname,
             "pid": pid,
             "queues": list(queues) if queues is not None else None,
             "concurrency": concurrency,
+            "task_names": list(task_names) if task_names is not None else None,
         }
         return int(self._rows(conn, "register_worker", params)[0]["id"])
 
@@ -449,15 +462,18 @@ class Store(
         limited: bool = False,
         claimed_rows: RowFactory[Any] = dict_row,
         claim_order: Callable[[Any], Any] = _claim_order,
+        report: LimitedClaimReport | None = None,
     ) -> tuple[dict[int, str], list[Any]]:
         """``finish_jobs`` for each ``(lease owner, outcomes)`` then ``claim_jobs`` (when
         ``limit`` > 0; from ``after`` when given; leaving out ``excluded_queues``): one
         transaction, one network round trip (pipeline mode).
 
         ``limited`` (some limit is stored, migration 0009): the round trip claims jobs that
-        limits apply to (claim_limited_jobs) instead, and when those do not fill ``limit``,
-        a second round trip claims plain jobs for the rest. Claimed rows come limited first
-        (in the order the limited claim took them), then plain ones in claim order.
+        limits apply to (claim_limited, migration 0013) instead, and when those do not fill
+        ``limit``, a second round trip claims plain jobs for the rest. Claimed rows come
+        limited first (in the order the limited claim took them), then plain ones in claim
+        order. What held limited jobs back, or the error that ended the limited claim (it
+        never raises one: the plain claim goes on), goes into ``report``.
 
         ``claimed_rows`` makes each claimed row (a dict by default; the worker builds its
         jobs straight from the values) and ``claim_order`` is the sort key that puts plain
@@ -474,6 +490,7 @@ class Store(
                 conn, finished, worker_id, queues, limit, task_names, None, excluded_queues,
                 True, *rows_and_order,
             )  # fmt: skip
+            rows = split_limited_rows(rows, report)
             if len(rows) < limit:
                 _, plain = self._finish_and_claim(
                     conn, [], worker_id, queues, limit - len(rows), task_names, after,
@@ -501,7 +518,7 @@ class Store(
             params = self.limited_claim_params(
                 worker_id, queues, limit, task_names, excluded_queues
             )
-            return "claim_limited_jobs", dict(params)
+            return "claim_limited", dict(params)
         return self._claim_params(worker_id, queues, limit, task_names, after, excluded_queues)
 
     def _finish_and_claim(

@@ -200,13 +200,19 @@ class QueueDepthSampler:
 
     def sample_once(self) -> None:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
+            conn = psycopg.connect(
                 self.app.dsn,
                 autocommit=True,
                 connect_timeout=max(1, round(self.app.connect_timeout)),
                 application_name=f"pgtasks metrics {self.name}"[:63],
                 options=f"-c statement_timeout={QUEUE_DEPTH_STATEMENT_TIMEOUT_MS}",
             )
+            try:
+                self.app.store.pin_isolation(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
         depths = self.app.store.get_queue_depths(self._conn, self.queues)
         self.collector.update(
             ((depth.queue, depth.pending, depth.running, depth.waiting) for depth in depths),

@@ -51,10 +51,11 @@ Connect = Callable[[], "psycopg.Connection[Any]"]
 
 def connector(database: Database, *, owner: str) -> Connect:
     """Opens a worker's dedicated connections: autocommit, TCP keepalives (dead peers are
-    noticed), the worker's name in pg_stat_activity, and WORKER_CONNECTION_OPTIONS."""
+    noticed), the worker's name in pg_stat_activity, WORKER_CONNECTION_OPTIONS, and READ
+    COMMITTED whatever the database or role default (Store.pin_isolation)."""
 
     def connect() -> psycopg.Connection[Any]:
-        return psycopg.connect(
+        conn = psycopg.connect(
             database.dsn,
             autocommit=True,
             connect_timeout=max(1, round(database.connect_timeout)),
@@ -65,6 +66,12 @@ def connector(database: Database, *, owner: str) -> Connect:
             application_name=f"pgtasks worker {owner}",
             options=WORKER_CONNECTION_OPTIONS,
         )
+        try:
+            database.store.pin_isolation(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     return connect
 
@@ -239,8 +246,8 @@ class Rescuer(Service):
 
 class Listener(Service):
     """LISTENs for enqueue notifications and wakes the claim loop for its queues; passes
-    cancellation requests on; reads the paused queues (migration 0007) every
-    ``paused_refresh`` seconds and passes them on.
+    cancellation requests and freed slots of limits (migration 0013) on; reads the paused
+    queues (migration 0007) every ``paused_refresh`` seconds and passes them on.
 
     After (re)connecting it wakes the loop once, so jobs enqueued while it was away are
     claimed at once rather than at the next poll.
@@ -264,12 +271,15 @@ class Listener(Service):
         cancel: Callable[[set[int]], None],
         paused: Callable[[frozenset[str]], None] = lambda queues: None,
         paused_refresh: float = 0.5,
+        limits_freed: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(owner, connect, interval=0.0)
         self.store = store
         self.queues = set(queues) if queues is not None else None
         self.wake = wake
         self.cancel = cancel
+        #: Slots of limits were freed (payload "<worker id>:<limit names>", migration 0013).
+        self.limits_freed = limits_freed
         self.on_paused = paused
         self.paused_refresh = paused_refresh
         self.paused: frozenset[str] = frozenset()
@@ -286,7 +296,10 @@ class Listener(Service):
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         store = self.store
-        store.listen(conn, store.channel, store.cancel_channel)
+        channels = [store.channel, store.cancel_channel]
+        if self.limits_freed is not None:
+            channels.append(store.limits_channel)
+        store.listen(conn, *channels)
         next_read = self.read_paused(conn)
         self.wake()
         self.errors.recovered()
@@ -298,6 +311,9 @@ class Listener(Service):
                 if notify.channel == store.cancel_channel:
                     if notify.payload.isascii() and notify.payload.isdigit():
                         self.cancel({int(notify.payload)})
+                elif notify.channel == store.limits_channel:
+                    if self.limits_freed is not None:
+                        self.limits_freed(notify.payload)
                 elif queues is None or notify.payload in queues:
                     reread = reread or notify.payload in self.paused
                     self.wake()

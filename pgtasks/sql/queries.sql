@@ -24,6 +24,12 @@ SELECT version FROM {schema}.migrations ORDER BY version;
 -- Record a version before applying it (a concurrent migrator then waits on the lock).
 INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s, %(name)s);
 
+-- name: pin_isolation :exec
+-- Every connection pgtasks opens runs READ COMMITTED, whatever the database or role
+-- default: the claims, the limits and the fenced writes rely on its per-statement
+-- snapshots (a REPEATABLE READ claim would count running jobs as of its start).
+SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED;
+
 -- name: get_schema_version :one
 -- The highest applied migration version.
 SELECT coalesce(max(version), 0) AS version FROM {schema}.migrations;
@@ -168,9 +174,10 @@ RETURNING jobs.id;
 SELECT status FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: register_worker :one
--- Register a worker; its id is the lease owner written to the jobs it claims.
-INSERT INTO {schema}.workers (hostname, pid, queues, concurrency)
-VALUES (%(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
+-- Register a worker; its id is the lease owner written to the jobs it claims. task_names:
+-- the tasks it knows and claims (migration 0013; NULL: any).
+INSERT INTO {schema}.workers (hostname, pid, queues, concurrency, task_names)
+VALUES (%(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(task_names)s::text[])
 RETURNING id;
 
 -- name: heartbeat_worker :one
@@ -194,7 +201,7 @@ WITH picked AS (
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
       -- Paused queues (migration 0007) of a worker of every queue; NULL while none is.
       AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
-      -- Workers started with --ignore-unknown claim only the tasks they know.
+      -- A worker claims only the tasks it knows (NULL: any).
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
       -- Jobs that limits apply to (migration 0011) are claimed by claim_limited_jobs.
       AND limit_groups IS NULL
@@ -347,7 +354,7 @@ WITH finished AS (
       AND jobs.status = outcome.held
       AND jobs.locked_by = %(worker_id)s
       AND jobs.attempts = outcome.attempt
-    RETURNING jobs.id, jobs.status
+    RETURNING jobs.id, jobs.status, jobs.limit_groups
 ),
 notified AS (
     -- One notification per 500 finished jobs, payload "id,id,…" (under the 8 kB limit).
@@ -355,14 +362,24 @@ notified AS (
     FROM (SELECT id, (row_number() OVER ()) / 500 AS chunk
           FROM finished WHERE status <> 'pending') AS ended
     GROUP BY chunk
+),
+freed AS (
+    -- Limited jobs that left 'running' free a slot of each of their limits (migration
+    -- 0013): one notification "<worker id>:<limit names>" wakes the workers waiting.
+    SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
+                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
+    FROM finished, unnest(finished.limit_groups) AS inst
+    WHERE finished.limit_groups IS NOT NULL AND inst IS NOT NULL
+    HAVING count(*) > 0
 )
--- Selecting "sent" keeps the join (and so the notifications) from being optimised away.
-SELECT finished.id, finished.status, notifications.sent
+-- Selecting "sent" keeps the joins (and so the notifications) from being optimised away.
+SELECT finished.id, finished.status, notifications.sent + limits.sent
 FROM finished
-LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true;
+LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true
+LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
 -- name: release_jobs :many
--- Put a stopping worker's unfinished jobs back to pending without using up an attempt.
+-- Put the unfinished jobs of a stopping worker back to pending without using up an attempt.
 WITH released AS (
     UPDATE {schema}.jobs AS jobs
     SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'pending' END,
@@ -375,27 +392,49 @@ WITH released AS (
       AND jobs.status = 'running'
       AND jobs.locked_by = %(worker_id)s
       AND jobs.attempts = lease.attempt
-    RETURNING jobs.id, jobs.queue
+    RETURNING jobs.id, jobs.queue, jobs.limit_groups
+),
+freed AS (
+    -- Their slots of limits are free (migration 0013): wake the workers waiting for one.
+    SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
+                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
+    FROM released, unnest(released.limit_groups) AS inst
+    WHERE released.limit_groups IS NOT NULL AND inst IS NOT NULL
+    HAVING count(*) > 0
 )
 SELECT released.id, pg_notify({channel}, released.queue) IS NULL AS notified
-FROM released;
+FROM released
+LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
 -- name: release_orphaned_jobs :many
 -- Release jobs running under this worker that it does not know it holds (a claim whose
 -- reply was lost with the connection); they never started, so the attempt is returned.
-UPDATE {schema}.jobs AS jobs
-SET status = 'pending',
-    attempts = jobs.attempts - 1,
-    run_at = now(),
-    updated_at = now()
-WHERE jobs.status = 'running'
-  AND jobs.locked_by = %(worker_id)s
-  AND jobs.id <> ALL(%(known_ids)s::bigint[])
-RETURNING jobs.id;
+WITH released AS (
+    UPDATE {schema}.jobs AS jobs
+    SET status = 'pending',
+        attempts = jobs.attempts - 1,
+        run_at = now(),
+        updated_at = now()
+    WHERE jobs.status = 'running'
+      AND jobs.locked_by = %(worker_id)s
+      AND jobs.id <> ALL(%(known_ids)s::bigint[])
+    RETURNING jobs.id, jobs.limit_groups
+), freed AS (
+    -- Their slots of limits are free (migration 0013): wake the workers waiting for one.
+    SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
+                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
+    FROM released, unnest(released.limit_groups) AS inst
+    WHERE released.limit_groups IS NOT NULL AND inst IS NOT NULL
+    HAVING count(*) > 0
+)
+SELECT released.id
+FROM released
+LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
 -- name: rescue_jobs :many
 -- Jobs running under a worker that is gone or silent past the lease: back to pending,
--- or failed when out of attempts. Live workers' long jobs are never touched.
+-- or failed when out of attempts. The long jobs of live workers are never touched. The slots
+-- of limits they held are free: the workers waiting for one are notified.
 WITH lost AS (
     SELECT jobs.id
     FROM {schema}.jobs AS jobs
@@ -404,29 +443,39 @@ WITH lost AS (
       AND (workers.id IS NULL
            OR workers.heartbeat_at < now() - make_interval(secs => %(lease_timeout)s))
     FOR UPDATE OF jobs SKIP LOCKED
+), rescued AS (
+    UPDATE {schema}.jobs AS jobs
+    SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled'
+                      WHEN jobs.attempts >= jobs.max_attempts THEN 'failed'
+                      ELSE 'pending' END,
+        last_error = format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
+                            ' during attempt %%s', jobs.locked_by, %(lease_timeout)s, jobs.attempts),
+        run_at = now(),
+        finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
+                           THEN now() END,
+        attempt_errors = coalesce(jobs.attempt_errors, '[]'::jsonb) || jsonb_build_array(
+            jsonb_build_object(
+                'attempt', jobs.attempts,
+                'worker_id', jobs.locked_by,
+                'error', format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
+                                ' during attempt %%s', jobs.locked_by, %(lease_timeout)s,
+                                jobs.attempts),
+                'exception_type', 'pgtasks.WorkerLostError',
+                'finished_at', now())),
+        updated_at = now()
+    FROM lost
+    WHERE jobs.id = lost.id
+    RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue, jobs.limit_groups
+), freed AS (
+    SELECT pg_notify({limits_channel}, left('0:'
+                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
+    FROM rescued, unnest(rescued.limit_groups) AS inst
+    WHERE rescued.limit_groups IS NOT NULL AND inst IS NOT NULL
+    HAVING count(*) > 0
 )
-UPDATE {schema}.jobs AS jobs
-SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled'
-                  WHEN jobs.attempts >= jobs.max_attempts THEN 'failed'
-                  ELSE 'pending' END,
-    last_error = format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
-                        ' during attempt %%s', jobs.locked_by, %(lease_timeout)s, jobs.attempts),
-    run_at = now(),
-    finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
-                       THEN now() END,
-    attempt_errors = coalesce(jobs.attempt_errors, '[]'::jsonb) || jsonb_build_array(
-        jsonb_build_object(
-            'attempt', jobs.attempts,
-            'worker_id', jobs.locked_by,
-            'error', format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
-                            ' during attempt %%s', jobs.locked_by, %(lease_timeout)s,
-                            jobs.attempts),
-            'exception_type', 'pgtasks.WorkerLostError',
-            'finished_at', now())),
-    updated_at = now()
-FROM lost
-WHERE jobs.id = lost.id
-RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue;
+SELECT rescued.id, rescued.status, rescued.locked_by, rescued.attempts, rescued.queue
+FROM rescued
+LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
 -- name: delete_dead_workers :many
 -- Remove registrations silent past the lease (their jobs are rescued first).
@@ -478,9 +527,11 @@ SELECT pg_notify({done_channel}, %(ids)s);
 SELECT pg_notify({channel}, %(queue)s);
 
 -- name: configure_beat_session :exec
--- Beat: bound waits on its connection; the server drops a vanished beat host's session.
+-- Beat: bound waits on its connection; the server drops a vanished beat host's session;
+-- READ COMMITTED whatever the database or role default (as pin_isolation).
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false),
+       set_config('default_transaction_isolation', 'read committed', false),
        -- Server-side keepalives (ignored on Unix sockets): a partitioned leader's session
        -- and its lock end after about idle + interval * count seconds.
        set_config('tcp_keepalives_idle', %(keepalives_idle)s, false),

@@ -134,6 +134,7 @@ class LiveHub:
                     connect_timeout=max(1, round(self.app.connect_timeout)),
                     application_name="pgtasks web",
                 ) as conn:
+                    store.pin_isolation(conn)
                     store.listen(conn, store.channel, store.done_channel)
                     failures = 0
                     # Whatever happened while not listening: render once now.
