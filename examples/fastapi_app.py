@@ -15,6 +15,7 @@ transaction rolls back and neither exists. ``GET /jobs/{id}`` awaits a job's res
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,7 +29,9 @@ from psycopg import sql
 from pgtasks import App, JobCancelled, JobNotFoundError, TaskFailed
 from pgtasks.contrib.fastapi import run_app
 
-app = App()
+# A schema of its own: this example never meets the jobs of your own workers (nor
+# they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
+app = App(schema=os.environ.get("PGTASKS_EXAMPLE_SCHEMA", "examples_fastapi"))
 # The example's own table, beside pgtasks' tables in the App's schema.
 ORDERS = sql.SQL("{}.example_orders").format(sql.Identifier(app.schema))
 

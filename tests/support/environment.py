@@ -14,7 +14,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Inherited variables a test subprocess must not see: the test sets what it needs.
-NOT_INHERITED = ("PGTASKS_APP", "DATABASE_URL", "PGTASKS_SCHEMA", "PGTASKS_TEST_CLOCK_SKEW")
+NOT_INHERITED = (
+    "PGTASKS_APP",
+    "DATABASE_URL",
+    "PGTASKS_SCHEMA",
+    "PGTASKS_EXAMPLE_SCHEMA",
+    "PGTASKS_TEST_CLOCK_SKEW",
+)
 
 
 def pgtasks_command(*arguments: str) -> list[str]:
