@@ -35,15 +35,18 @@ def _value(row: Any, name: str) -> Any:
 
 def split_limited_rows(rows: list[Any], report: LimitedClaimReport | None) -> list[Any]:
     """The claimed rows of claim_limited without its report row (its last, id NULL),
-    whose values go into ``report``."""
+    whose values (in its meta) go into ``report``."""
     if not rows or _value(rows[-1], "id") is not None:
         return rows  # claim_limited always ends with its report: keep what came
     last = rows.pop()
-    if report is not None:
-        wait = _value(last, "wait")
-        report.wait = float(wait) if wait is not None else None
-        report.blocked = tuple(_value(last, "blocked") or ())
-        report.error = _value(last, "error")
+    values = _value(last, "meta")
+    if report is not None and isinstance(values, dict):
+        wait = values.get("wait")
+        report.wait = float(wait) if isinstance(wait, (int, float)) else None
+        blocked = values.get("blocked")
+        report.blocked = tuple(str(name) for name in blocked) if isinstance(blocked, list) else ()
+        error = values.get("error")
+        report.error = str(error) if error is not None else None
     return rows
 
 

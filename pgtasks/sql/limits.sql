@@ -66,11 +66,15 @@ FROM {schema}.claim_limited_jobs(
 
 -- name: claim_limited :many
 -- Claim up to %(limit)s due jobs that limits apply to, never past a limit (the function of
--- migration 0013); filters as in claim_jobs. The last row is a report (id NULL): seconds
--- until the next rate token that held a job back (wait), the limits that held jobs back
--- (blocked), the error that ended the claim (error; nothing was claimed then).
-SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts, meta,
-       run_at, created_at, claimed_at, true AS limited, wait, blocked, error
+-- migration 0013); filters as in claim_jobs. The claimed jobs have the columns of
+-- claim_jobs; the last row is a report (id NULL) whose meta holds the seconds until the
+-- next rate token that held a job back (wait), the limits that held jobs back (blocked)
+-- and the error that ended the claim (error; nothing was claimed then).
+SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts,
+       CASE WHEN id IS NULL
+            THEN jsonb_build_object('wait', wait, 'blocked', blocked, 'error', error)
+            ELSE meta END AS meta,
+       run_at, created_at, claimed_at, true AS limited
 FROM {schema}.claim_limited(
     %(worker_id)s, %(queues)s::text[], %(excluded_queues)s::text[], %(task_names)s::text[],
     %(limit)s
