@@ -16,6 +16,14 @@ finish. Modes, in alternating rounds (median of R):
   per poll interval of 1 s);
 - ``task concurrency=50``: every job of a task limited to 50 running at once;
 - ``key concurrency=1, 1000 keys``: every job limited to one running per key, over 1000 keys.
+
+Then the same limits on one real ``pgtasks worker`` process (concurrency 10, no-op tasks),
+and the promises as a user meets them on workers at their default settings
+(benchmarks/limits_promises.py): the time from a job's end to the start of the next one
+under a limit of one at a time, on the same worker and handed over to another worker
+(p50, p95), and the rate reached by "5/s" and "20/s". With ``--baseline CHECKOUT``, the
+promises run for that checkout too, in alternating rounds (its pgtasks imported in the
+processes of its side), and both sides are printed.
 """
 
 from __future__ import annotations
@@ -24,9 +32,11 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -55,6 +65,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--json", default=str(ROOT / "benchmarks" / "results" / "limits.json"), help="output"
     )
+    parser.add_argument(
+        "--baseline", type=Path, default=None, help="another checkout: its promises too"
+    )
+    parser.add_argument("--only-promises", action="store_true", help="skip the throughput sections")
     args = parser.parse_args(argv)
     if args.quick:
         args.jobs, args.runs = 300, 1
@@ -199,6 +213,118 @@ def worker_round(dsn: str, app_name: str, jobs: int, concurrency: int) -> float:
     return jobs / float(row[0])
 
 
+#: The promises measured (limits_promises.py): scenario, jobs per run (quick: fewer).
+PROMISES = (
+    ("handoff-same", 40, 8),
+    ("handoff-across", 30, 6),
+    ("rate-5", 25, 25),
+    ("rate-20", 60, 30),
+)
+
+
+def promise_round(checkout: Path, dsn: str, scenario: str, jobs: int, schema: str) -> Any:
+    """One run of a scenario of limits_promises.py with ``checkout``'s pgtasks."""
+    with tempfile.TemporaryDirectory() as directory:
+        shutil.copy(
+            ROOT / "benchmarks" / "limits_promises.py",
+            Path(directory) / "pgtasks_bench_promises.py",
+        )
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in ("PGTASKS_SCHEMA", "PGTASKS_APP", "DATABASE_URL")
+        }
+        env.update(PGTASKS_DSN=dsn, PGTASKS_SCHEMA=schema, PYTHONPATH=directory)
+        completed = subprocess.run(
+            [sys.executable, "-m", "pgtasks_bench_promises", scenario, str(jobs)],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+    if completed.returncode != 0:
+        raise RuntimeError(
+            f"{scenario} on {checkout} failed:\n{completed.stdout}{completed.stderr}"
+        )
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def promises(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
+    """The handoff and rate figures, for this checkout (and the baseline), alternating."""
+    sides = {"this": ROOT}
+    if args.baseline is not None:
+        sides["baseline"] = args.baseline.resolve()
+    runs = max(1, args.runs)
+    collected: dict[tuple[str, str], list[Any]] = {}
+    for round_number in range(runs):
+        order = list(sides) if round_number % 2 == 0 else list(reversed(sides))
+        for scenario, jobs, quick_jobs in PROMISES:
+            for side in order:
+                schema = f"pgtasks_bench_promises_{side}"
+                result = promise_round(
+                    sides[side], dsn, scenario, quick_jobs if args.quick else jobs, schema
+                )
+                collected.setdefault((side, scenario), []).append(result)
+    print(
+        f"limits as users meet them: workers at their default settings, {runs} round(s)"
+        + (f", alternating with {sides['baseline']}" if "baseline" in sides else "")
+    )
+    print(f"{'figure':44} " + " ".join(f"{side:>18}" for side in sides))
+    results: list[dict[str, Any]] = []
+    rows: dict[str, dict[str, str]] = {}
+    for (side, scenario), runs_of in collected.items():
+        if scenario.startswith("handoff"):
+            pooled = [gap for run in runs_of for gap in run["gaps"]]
+            p50, p95 = percentile(pooled, 0.5), percentile(pooled, 0.95)
+            spread = [percentile(run["gaps"], 0.95) for run in runs_of]
+            label = "same worker" if scenario == "handoff-same" else "to another worker"
+            rows.setdefault(f"freed slot taken, {label}: p50", {})[side] = f"{p50 * 1000:.1f} ms"
+            rows.setdefault(f"freed slot taken, {label}: p95", {})[side] = (
+                f"{p95 * 1000:.1f} ms"
+                + (f" ({min(spread) * 1000:.0f}-{max(spread) * 1000:.0f})" if runs > 1 else "")
+            )
+            results.append(
+                {
+                    "mode": f"{scenario} ({side})",
+                    "handoff_p50_ms": p50 * 1000,
+                    "handoff_p95_ms": p95 * 1000,
+                    "handoffs": len(pooled),
+                    "p95_per_round_ms": [value * 1000 for value in spread],
+                }
+            )
+        else:
+            declared = 5.0 if scenario == "rate-5" else 20.0
+            achieved = [run["achieved"] for run in runs_of]
+            median = statistics.median(achieved)
+            label = f'rate "{int(declared)}/s" reached'
+            rows.setdefault(label, {})[side] = f"{median:.2f}/s {median / declared:.0%}" + (
+                f" ({min(achieved):.2f}-{max(achieved):.2f})" if runs > 1 else ""
+            )
+            rows.setdefault(f'rate "{int(declared)}/s": most claims in 1 s', {})[side] = str(
+                max(run["most_in_1s"] for run in runs_of)
+            )
+            results.append(
+                {
+                    "mode": f"{scenario} ({side})",
+                    "achieved_per_second": median,
+                    "declared_per_second": declared,
+                    "achieved_per_round": achieved,
+                    "burst": max(run["burst"] for run in runs_of),
+                    "most_in_1s": max(run["most_in_1s"] for run in runs_of),
+                }
+            )
+    for label, values in rows.items():
+        print(f"{label:44} " + " ".join(f"{values.get(side, '-'):>18}" for side in sides))
+    return results
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.dsn:
@@ -207,6 +333,18 @@ def main(argv: list[str]) -> int:
         from pgtasks._embedded import embedded_dsn
 
         dsn = embedded_dsn(ROOT / ".pgtasks-bench")
+    results: list[dict[str, Any]] = []
+    if not args.only_promises:
+        results += throughput(args, dsn)
+    results += promises(args, dsn)
+    output = Path(args.json)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps({"claimers": args.claimers, "results": results}, indent=2))
+    return 0
+
+
+def throughput(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
+    """The claim alone and one real worker: limited claims against plain ones."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
     app, tasks = build_app(dsn)
@@ -276,8 +414,5 @@ def main(argv: list[str]) -> int:
             f"{label:<38} {median:>9.0f} {min(values):>9.0f} {max(values):>9.0f}"
             f" {median / worker_baseline:>7.0%}"
         )
-    output = Path(args.json)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"claimers": args.claimers, "results": results}, indent=2))
     app.close()
-    return 0
+    return results
