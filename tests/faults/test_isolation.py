@@ -100,7 +100,9 @@ def test_limits_workflows_and_fencing_hold_whatever_the_default_isolation(
     sampler = Sampler(scenario.dsn, scenario.app.schema)
     sampler.start()
     workers = [
-        scenario.processes.worker(scenario.dsn, scenario.app.schema, "--concurrency=4")
+        scenario.processes.worker(
+            scenario.dsn, scenario.app.schema, "--concurrency=4", started_timeout=60.0
+        )
         for _ in range(3)
     ]
     limited = limits.per_task.delay_many([{"seconds": 0.3} for _ in range(4 * TASK_CONCURRENCY)])

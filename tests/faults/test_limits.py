@@ -10,6 +10,7 @@ within the rate plus the bucket's burst."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import signal
@@ -164,15 +165,21 @@ def test_a_rate_limit_holds_across_ten_workers(env: Env) -> None:
     assert_invariants(probe, [job.id for job in jobs])
 
 
+#: A worker of these scenarios may take long to start on a loaded machine.
+STARTED_TIMEOUT = 60.0
+
+
 def test_a_rate_limit_runs_at_its_declared_rate_on_a_default_worker(env: Env) -> None:
     """ "5/s" on one worker at default settings (poll interval 1 s): the worker sleeps until
     the next token is due, not until its next poll, and a claim a little late still finds
     its token (the bucket's burst), so the declared rate is reached and never passed by
-    more than the burst."""
+    more than the burst. A worker that waited for its polls would reach 1 job per second
+    (2 with this burst); `python -m benchmarks --limits` measures the rate reached on a
+    quiet machine (at least 90 % of it), this test checks the mechanism on a loaded one."""
     tasks, probe = env.tasks, env.probe
+    env.processes.worker(env.dsn, env.app.schema, timing=(), started_timeout=STARTED_TIMEOUT)
     count = 25
     jobs = tasks.fast_rated.delay_many([{} for _ in range(count)])
-    env.processes.worker(env.dsn, env.app.schema, timing=())
     wait_all_finished(probe, count, timeout=60)
     claims = [
         row["locked_at"]
@@ -180,7 +187,7 @@ def test_a_rate_limit_runs_at_its_declared_rate_on_a_default_worker(env: Env) ->
     ]
     rate = parse_rate_limit("rate", FAST_RATE)
     burst = math.floor(rate.burst)
-    span = (claims[-1] - claims[0]).total_seconds()
+    span = (claims[-1] - claims[burst - 1]).total_seconds()
     achieved = (count - burst) / span  # the first `burst` start at once from a full bucket
     window = timedelta(seconds=1)
     most = max(
@@ -188,38 +195,40 @@ def test_a_rate_limit_runs_at_its_declared_rate_on_a_default_worker(env: Env) ->
         for index, start in enumerate(claims)
     )
     print(f"\n[rate] {count} jobs at {FAST_RATE}: {achieved:.2f}/s, at most {most} in 1 s")
-    assert achieved >= 0.9 * rate.per_second
+    assert achieved >= 0.8 * rate.per_second
     assert most <= rate.per_second + rate.burst
     assert_invariants(probe, [job.id for job in jobs])
 
 
 def handoff_gaps(rows: list[dict[str, Any]], concurrency: int) -> list[float]:
-    """Seconds from the end of a job that freed a slot of a limit to the start of the next
-    job under it: with a backlog, the (concurrency + i)-th start takes the slot of the
-    i-th end."""
-    starts = sorted(row["started"] for row in rows)
-    ends = sorted(row["finished"] for row in rows)
+    """Seconds from the write that freed a slot of a limit (a job's finished_at: the start
+    of the transaction that wrote its outcome) to the claim of the next job under it (its
+    locked_at), both on the database's clock: with a backlog, the (concurrency + i)-th
+    claim takes the slot of the i-th end. The worker that freed the slot claims in that
+    same transaction, so its gap is that of one round trip, on any machine."""
+    claims = sorted(row["locked_at"] for row in rows)
+    ends = sorted(row["finished_at"] for row in rows)
     return [
-        (start - end).total_seconds()
-        for start, end in zip(starts[concurrency:], ends, strict=False)
+        (claim - end).total_seconds()
+        for claim, end in zip(claims[concurrency:], ends, strict=False)
     ]
 
 
-def executions_of(probe: Probe, task_name: str, key: str | None = None) -> list[dict[str, Any]]:
+def limited_jobs(probe: Probe, task_name: str, key: str | None = None) -> list[dict[str, Any]]:
     return probe.rows(
-        "SELECT executions.started, executions.finished FROM {schema}.executions"
-        " JOIN {schema}.jobs ON jobs.id = executions.job_id"
-        " WHERE jobs.task_name = %s AND jobs.limit_key IS NOT DISTINCT FROM %s",
+        "SELECT locked_at, finished_at, locked_by FROM {schema}.jobs"
+        " WHERE task_name = %s AND limit_key IS NOT DISTINCT FROM %s",
         [task_name, key],
     )
 
 
-def assert_taken_at_once(gaps: list[float], what: str) -> None:
+def assert_taken_at_once(gaps: list[float], what: str, *, median: float, most: float) -> None:
     gaps = sorted(gaps)
     print(f"[handoff] {what}: {', '.join(f'{gap * 1000:.0f}' for gap in gaps)} ms")
-    # A worker that waited for its next poll (1 s) would show half a second on average.
-    assert gaps[len(gaps) // 2] <= 0.2, (what, gaps)
-    assert gaps[-1] <= 0.6, (what, gaps)
+    # A worker that waited for its next poll (1 s, from its last claim) would show most of
+    # a second here.
+    assert gaps[len(gaps) // 2] <= median, (what, gaps)
+    assert gaps[-1] <= most, (what, gaps)
 
 
 def test_a_freed_slot_is_taken_at_once_on_default_workers(env: Env) -> None:
@@ -228,30 +237,31 @@ def test_a_freed_slot_is_taken_at_once_on_default_workers(env: Env) -> None:
     hand each freed slot over at once (keys 1,1,1,2,2,3 take three job lengths, not six)."""
     tasks, probe = env.tasks, env.probe
     for _ in range(2):
-        env.processes.worker(env.dsn, env.app.schema, "--concurrency=4", timing=())
+        env.processes.worker(
+            env.dsn, env.app.schema, "--concurrency=4", timing=(), started_timeout=STARTED_TIMEOUT
+        )
     seconds = 0.3
     jobs = tasks.per_task.delay_many([{"seconds": seconds} for _ in range(3 * TASK_CONCURRENCY)])
     jobs += tasks.in_queue.delay_many([{"seconds": seconds} for _ in range(3 * QUEUE_CONCURRENCY)])
     users = ["1", "1", "1", "2", "2", "3"]
     jobs += tasks.per_key.delay_many([{"user": user, "seconds": seconds} for user in users])
-    wait_all_finished(probe, len(jobs), timeout=60)
+    wait_all_finished(probe, len(jobs), timeout=90)
 
-    assert_taken_at_once(
-        handoff_gaps(executions_of(probe, tasks.per_task.name), TASK_CONCURRENCY), "task"
-    )
-    assert_taken_at_once(
-        handoff_gaps(executions_of(probe, tasks.in_queue.name), QUEUE_CONCURRENCY), "queue"
-    )
+    for name, concurrency, what in (
+        (tasks.per_task.name, TASK_CONCURRENCY, "task"),
+        (tasks.in_queue.name, QUEUE_CONCURRENCY, "queue"),
+    ):
+        gaps = handoff_gaps(limited_jobs(probe, name), concurrency)
+        assert_taken_at_once(gaps, what, median=0.1, most=0.5)
     key_gaps = [
         gap
         for user in ("1", "2")
-        for gap in handoff_gaps(executions_of(probe, tasks.per_key.name, user), KEY_CONCURRENCY)
+        for gap in handoff_gaps(limited_jobs(probe, tasks.per_key.name, user), KEY_CONCURRENCY)
     ]
-    assert_taken_at_once(key_gaps, "key")
+    assert_taken_at_once(key_gaps, "key", median=0.1, most=0.5)
     span = probe.rows(
-        "SELECT extract(epoch FROM max(executions.finished) - min(executions.started)) AS s"
-        " FROM {schema}.executions JOIN {schema}.jobs ON jobs.id = executions.job_id"
-        " WHERE jobs.task_name = %s",
+        "SELECT extract(epoch FROM max(finished_at) - min(locked_at)) AS s"
+        " FROM {schema}.jobs WHERE task_name = %s",
         [tasks.per_key.name],
     )[0]["s"]
     print(f"[handoff] keys 1,1,1,2,2,3 of {seconds} s jobs took {span:.2f} s")
@@ -261,21 +271,30 @@ def test_a_freed_slot_is_taken_at_once_on_default_workers(env: Env) -> None:
 
 def test_a_freed_slot_wakes_the_worker_waiting_for_it(env: Env) -> None:
     """A slot freed on one worker is taken by another at once (a notification on the
-    limit): the jobs of a task limited to one at a time alternate between two queues, each
-    served by its own worker at default settings, so every slot changes worker."""
+    limit): jobs of a task limited to one at a time alternate between two queues, each
+    served by its own worker at default settings, and each is enqueued once the one
+    before it runs, so every freed slot goes to the other worker, which waits for it."""
     tasks, probe = env.tasks, env.probe
-    env.processes.worker(env.dsn, env.app.schema, "--queues=a", timing=())
-    env.processes.worker(env.dsn, env.app.schema, "--queues=b", timing=())
-    jobs = [
-        tasks.solo.apply_async(kwargs={"seconds": 0.2}, queue=queue) for queue in ["a", "b"] * 4
+    workers = [
+        env.processes.worker(
+            env.dsn, env.app.schema, f"--queues={queue}", timing=(), started_timeout=STARTED_TIMEOUT
+        )
+        for queue in ("a", "b")
     ]
+    jobs = []
+    for queue in ["a", "b"] * 4:
+        jobs.append(tasks.solo.apply_async(kwargs={"seconds": 0.3}, queue=queue))
+        wait_until(
+            lambda: probe.job(jobs[-1].id)["status"] != "pending",
+            timeout=30,
+            message=f"job {jobs[-1].id} to start",
+        )
     wait_all_finished(probe, len(jobs), timeout=60)
-    rows = probe.rows(
-        "SELECT executions.started, executions.finished, executions.pid"
-        " FROM {schema}.executions ORDER BY executions.started"
-    )
-    assert len({row["pid"] for row in rows}) == 2
-    assert_taken_at_once(handoff_gaps(rows, 1), "across workers")
+    rows = limited_jobs(probe, tasks.solo.name)
+    owners = [row["locked_by"] for row in sorted(rows, key=lambda row: row["locked_at"])]
+    assert all(first != second for first, second in itertools.pairwise(owners)), owners
+    assert len(workers) == len(set(owners)) == 2
+    assert_taken_at_once(handoff_gaps(rows, 1), "across workers", median=0.3, most=0.9)
     assert_invariants(probe, [job.id for job in jobs])
 
 
@@ -298,7 +317,12 @@ def test_no_limits_row_or_error_halts_the_claim_of_any_worker(env: Env) -> None:
     any more (a DBA dropped them): the claim clamps them and the limits still hold."""
     tasks, probe, app = env.tasks, env.probe, env.app
     cli = cli_runner(app, APP_PATH)
-    workers = [env.processes.worker(env.dsn, app.schema, "--concurrency=3") for _ in range(3)]
+    workers = [
+        env.processes.worker(
+            env.dsn, app.schema, "--concurrency=3", started_timeout=STARTED_TIMEOUT
+        )
+        for _ in range(3)
+    ]
     app_schema = app.schema
     alter(env, "ALTER TABLE {schema}.limits RENAME COLUMN tokens TO tokens_by_hand")
     limited = tasks.per_task.delay_many([{"seconds": 0.05} for _ in range(6)])
