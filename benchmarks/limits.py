@@ -69,6 +69,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--baseline", type=Path, default=None, help="another checkout: its promises too"
     )
     parser.add_argument("--only-promises", action="store_true", help="skip the throughput sections")
+    parser.add_argument("--no-promises", action="store_true", help="skip the promises section")
     args = parser.parse_args(argv)
     if args.quick:
         args.jobs, args.runs = 300, 1
@@ -336,7 +337,8 @@ def main(argv: list[str]) -> int:
     results: list[dict[str, Any]] = []
     if not args.only_promises:
         results += throughput(args, dsn)
-    results += promises(args, dsn)
+    if not args.no_promises:
+        results += promises(args, dsn)
     output = Path(args.json)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({"claimers": args.claimers, "results": results}, indent=2))

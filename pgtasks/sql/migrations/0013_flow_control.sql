@@ -120,7 +120,6 @@ DECLARE
     v_ids       bigint[];          -- this round's candidates, in claim order
     v_counts    integer[];         -- how many instances each names
     v_insts     text[];            -- their instances, flattened in the same order
-    v_places    integer[];         -- each instance's place in v_held (0: held elsewhere)
     v_new       text[];
     v_locked    text[];
     v_count     integer;
@@ -266,23 +265,17 @@ BEGIN
                 END LOOP;
             END IF;
 
-            -- Each instance as its place among the held ones (0: held elsewhere), then
-            -- take the candidates in order while every instance of each has room.
-            SELECT array_agg(CASE WHEN u.inst IS NULL THEN NULL ELSE coalesce(h.pos, 0) END
-                             ORDER BY u.ord)
-            INTO v_places
-            FROM unnest(v_insts) WITH ORDINALITY AS u(inst, ord)
-            LEFT JOIN unnest(v_held) WITH ORDINALITY AS h(inst, pos) ON h.inst = u.inst;
+            -- Take the candidates in order while every instance of each has room.
             v_pos := 1;
             FOR v_job IN 1 .. v_count LOOP
                 v_n := v_counts[v_job];
                 IF v_taken < v_limit THEN
                     v_ok := true;
                     FOR v_at IN v_pos .. v_pos + v_n - 1 LOOP
-                        v_place := v_places[v_at];
-                        CONTINUE WHEN v_place IS NULL;
-                        IF v_place = 0 THEN
-                            v_ok := false;
+                        CONTINUE WHEN v_insts[v_at] IS NULL;
+                        v_place := array_position(v_held, v_insts[v_at]);
+                        IF v_place IS NULL THEN
+                            v_ok := false;  -- another claim holds it
                         ELSIF v_room[v_place] <= 0 THEN
                             v_ok := false;
                             v_full[v_place] := true;
@@ -292,8 +285,8 @@ BEGIN
                         v_accepted := v_accepted || v_ids[v_job];
                         v_taken := v_taken + 1;
                         FOR v_at IN v_pos .. v_pos + v_n - 1 LOOP
-                            v_place := v_places[v_at];
-                            CONTINUE WHEN v_place IS NULL;
+                            CONTINUE WHEN v_insts[v_at] IS NULL;
+                            v_place := array_position(v_held, v_insts[v_at]);
                             v_room[v_place] := v_room[v_place] - 1;
                             v_used[v_place] := v_used[v_place] + 1;
                         END LOOP;
