@@ -27,6 +27,9 @@ class LimitedClaimReport:
     wait: float | None = None
     blocked: tuple[str, ...] = ()
     error: str | None = None
+    #: The error of the plain claim that followed the limited one in its own round trip
+    #: (the limited claim's outcomes and jobs stand; the plain claim is tried again).
+    plain_error: str | None = None
 
 
 def _value(row: Any, name: str) -> Any:

@@ -473,7 +473,10 @@ class Store(
         ``limit``, a second round trip claims plain jobs for the rest. Claimed rows come
         limited first (in the order the limited claim took them), then plain ones in claim
         order. What held limited jobs back, or the error that ended the limited claim (it
-        never raises one: the plain claim goes on), goes into ``report``.
+        never raises one: the plain claim goes on), goes into ``report``. The second round
+        trip is a transaction of its own: when the server refuses it (the connection still
+        usable), the first one's outcomes and claims stand and are returned, and its error
+        goes into ``report.plain_error`` (the plain claim is tried again next time).
 
         ``claimed_rows`` makes each claimed row (a dict by default; the worker builds its
         jobs straight from the values) and ``claim_order`` is the sort key that puts plain
@@ -492,10 +495,18 @@ class Store(
             )  # fmt: skip
             rows = split_limited_rows(rows, report)
             if len(rows) < limit:
-                _, plain = self._finish_and_claim(
-                    conn, [], worker_id, queues, limit - len(rows), task_names, after,
-                    excluded_queues, False, *rows_and_order,
-                )  # fmt: skip
+                try:
+                    _, plain = self._finish_and_claim(
+                        conn, [], worker_id, queues, limit - len(rows), task_names, after,
+                        excluded_queues, False, *rows_and_order,
+                    )  # fmt: skip
+                except psycopg.Error as error:
+                    if conn.closed or conn.broken or report is None:
+                        raise
+                    # The outcomes written and the jobs claimed by the first round trip
+                    # are committed: they must reach the worker, whatever the second did.
+                    report.plain_error = f"{type(error).__name__}: {str(error).strip()}"
+                    plain = []
                 rows += plain
             return accepted, rows
         return self._finish_and_claim(

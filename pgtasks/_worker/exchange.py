@@ -27,7 +27,7 @@ from .._text import storable
 from .background import BackgroundExchanger, Exchange, OutcomeRow
 from .claims import ClaimCursor, Prefetch, round_trip_share
 from .limited import LimitedClaims
-from .services import Connect
+from .services import Connect, ErrorLog
 
 if TYPE_CHECKING:
     from .._execution.executor import Executor
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from .ledger import JobLedger, LoopConnection
     from .registration import Registration
     from .reporter import Reporter
-    from .services import ErrorLog
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -94,6 +93,8 @@ class Exchanges:
         #: When claims ask for jobs under limits (migration 0009) first, and what they
         #: wait for in between (limited.py). ``limited.stored`` is set at start.
         self.limited = LimitedClaims(name, poll_interval)
+        #: Failures of a plain claim that followed a limited one in a round trip of its own.
+        self.plain_errors = ErrorLog(f"plain claim of worker {name}")
         #: Limited jobs this worker holds (one ending frees room for the next).
         self.limited_ids: set[int] = set()
         self.poll_interval = poll_interval
@@ -274,6 +275,12 @@ class Exchanges:
                 report=exchange.report,
                 started=exchange.started,
             )
+            if exchange.report.plain_error is not None:
+                # The plain claim after the limited one failed on its own: the limited
+                # jobs and the outcomes stand; the plain claim is tried again next time.
+                self.plain_errors.failed(RuntimeError(exchange.report.plain_error))
+            else:
+                self.plain_errors.recovered()
         in_flight, submit, observed = (
             self.ledger.in_flight,
             self.executor.submit,

@@ -205,6 +205,9 @@ WITH picked AS (
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
       -- Jobs that limits apply to (migration 0011) are claimed by claim_limited_jobs.
       AND limit_groups IS NULL
+      -- A row whose next attempt number would not fit (written by hand) is left pending
+      -- rather than fail every claim.
+      AND attempts < 2147483647
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -252,6 +255,7 @@ WITH picked AS (
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
+          AND attempts < 2147483647
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS higher_priority
@@ -268,6 +272,7 @@ WITH picked AS (
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
+          AND attempts < 2147483647
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS same_priority
@@ -283,6 +288,7 @@ WITH picked AS (
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
+          AND attempts < 2147483647
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS lower_priority

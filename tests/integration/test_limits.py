@@ -3,6 +3,7 @@ the limited claim against the database, with several claimers (worker ids) in tu
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import psycopg
@@ -423,3 +424,55 @@ def test_the_limited_claim_refuses_to_count_outside_read_committed(app: App) -> 
     assert rows == []
     assert report.error is not None
     assert "needs READ COMMITTED" in report.error and "REPEATABLE READ" in report.error
+
+
+def test_a_plain_claim_that_fails_after_a_limited_one_keeps_what_the_limited_one_took(
+    app: App,
+) -> None:
+    @app.task(concurrency=2)
+    def limited(n: int) -> None: ...
+
+    @app.task
+    def plain(n: int) -> None: ...
+
+    _store_limits(app)
+    limited.delay_many([{"n": n} for n in range(3)])
+    plain.delay_many([{"n": n} for n in range(3)])
+    (worker,) = _register(app, 1)
+    store = copy.copy(app.store)
+    store._statements = {**app.store._statements, "claim_jobs": b"SELECT 1 / 0"}
+    report = LimitedClaimReport()
+    with app.connection() as conn:
+        _, rows = store.finish_and_claim_jobs(
+            conn, finished=[], worker_id=worker, queues=None, limit=5, limited=True,
+            report=report,
+        )  # fmt: skip
+    # The limited claim's jobs stand (committed in its own round trip) and are returned.
+    assert [row["task_name"] for row in rows] == [limited.name] * 2
+    assert report.error is None
+    assert report.plain_error is not None and "DivisionByZero" in report.plain_error
+    # The limit is full: the next claim takes the plain jobs.
+    assert [row["task_name"] for row in _claim(app, worker, 5)] == [plain.name] * 3
+
+
+def test_a_pending_row_whose_next_attempt_would_not_fit_is_left_and_stops_no_claim(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task
+    def plain(n: int) -> None: ...
+
+    @app.task(concurrency=5)
+    def limited(n: int) -> None: ...
+
+    _store_limits(app)
+    stuck = [plain.delay(0), limited.delay(0)]
+    admin.execute(
+        f"UPDATE {app.schema}.jobs SET attempts = 2147483647, max_attempts = 2147483647"
+        " WHERE id = ANY(%s)",
+        [[job.id for job in stuck]],
+    )
+    others = [*plain.delay_many([{"n": n} for n in range(2)]), limited.delay(1)]
+    (worker,) = _register(app, 1)
+    rows = _claim(app, worker, 10)
+    assert sorted(row["id"] for row in rows) == sorted(job.id for job in others)
+    assert [job.status() for job in stuck] == [JobStatus.PENDING] * 2
