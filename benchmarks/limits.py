@@ -12,7 +12,7 @@ finish. Modes, in alternating rounds (median of R):
   filter (what the claim was before limits), plain jobs;
 - ``plain``: the claim statements as they are now, plain jobs, no limit stored;
 - ``plain, limits stored``: plain jobs on workers whose schema stores a limit (as a
-  worker does, a claimer asks claim_limited_jobs first, and after it found nothing, once
+  worker does, a claimer asks claim_limited first, and after it found nothing, once
   per poll interval of 1 s);
 - ``task concurrency=50``: every job of a task limited to 50 running at once;
 - ``key concurrency=1, 1000 keys``: every job limited to one running per key, over 1000 keys.

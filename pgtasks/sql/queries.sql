@@ -203,7 +203,7 @@ WITH picked AS (
       AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
       -- A worker claims only the tasks it knows (NULL: any).
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-      -- Jobs that limits apply to (migration 0011) are claimed by claim_limited_jobs.
+      -- Jobs that limits apply to (migration 0009) are claimed by claim_limited (0013).
       AND limit_groups IS NULL
       -- A row whose next attempt number would not fit (written by hand) is left pending
       -- rather than fail every claim.
