@@ -122,7 +122,7 @@ trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERE
 trigger CREATE TRIGGER jobs_workflow_job_ended AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
-function claim_limited() 987db0541a8f7dc77bee5f7bbfa59718
+function claim_limited() cddda0e7b81d4b84b0be35ded98cfc96
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05

@@ -134,7 +134,15 @@ DECLARE
     v_wait      double precision;
     v_blocked   text[];
     v_error     text;
-    r           record;
+    v_fits      boolean;                  -- this round's candidates all fit
+    v_new_held  text[];
+    v_new_room  bigint[];
+    v_new_per_sec double precision[];
+    v_new_tokens double precision[];
+    v_new_clock timestamptz[];
+    v_new_rated boolean;
+    v_demand    bigint[];
+    v_report    {schema}.limited_claim;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         -- The counts below would not see claims committed after this transaction began.
@@ -207,64 +215,85 @@ BEGIN
                 v_skip := v_skip || v_new;
                 v_contended := true;
             END IF;
+            v_fits := false;
             IF cardinality(v_locked) > 0 THEN
                 -- A new statement, so a new snapshot: it sees every claim committed
                 -- before the locks were free. Room = concurrency - running, and whole
-                -- rate tokens (values clamped: a row written by hand cannot break this).
-                FOR r IN
-                    WITH locked AS MATERIALIZED (
-                        SELECT inst, split_part(inst, chr(31), 1) AS name
-                        FROM unnest(v_locked) AS inst
-                    ), running AS (
-                        SELECT l.inst, count(*) AS n
-                        FROM {schema}.jobs AS j
-                        CROSS JOIN LATERAL unnest(j.limit_groups) AS g(inst)
-                        JOIN locked AS l ON l.inst = g.inst
-                        WHERE j.status = 'running' AND j.limit_groups IS NOT NULL
-                        GROUP BY l.inst
-                    ), definitions AS MATERIALIZED (
-                        SELECT d.name, d.concurrency, d.rate_count, d.rate_period, d.burst,
-                               d.tokens, d.refilled_at
-                        FROM {schema}.limits AS d
-                        WHERE d.name = ANY(ARRAY(SELECT DISTINCT name FROM locked))
-                    ), state AS (
-                        SELECT l.inst, d.concurrency,
-                               coalesce(running.n, 0) AS running,
-                               clock_timestamp() AS clock,
-                               CASE WHEN d.rate_count > 0 AND d.rate_period > 0
-                                         AND d.name = l.inst THEN
-                                   least(greatest(d.rate_count::double precision
-                                                  / d.rate_period, 1e-9), 1e9)
-                               END AS per_sec,
-                               least(greatest(d.burst, 1), 1e9) AS burst,
-                               least(greatest(d.tokens, 0), 1e9) AS tokens,
-                               CASE WHEN isfinite(d.refilled_at)
-                                    THEN greatest(0, least(1e9, extract(epoch FROM
-                                         clock_timestamp() - d.refilled_at)))
-                                    ELSE 1e9 END AS elapsed
-                        FROM locked AS l
-                        LEFT JOIN definitions AS d ON d.name = l.name
-                        LEFT JOIN running ON running.inst = l.inst
-                    )
-                    SELECT inst, clock, per_sec,
-                           CASE WHEN per_sec IS NOT NULL
-                                THEN least(burst, tokens + elapsed * per_sec) END AS tokens,
-                           concurrency, running
-                    FROM state
-                LOOP
-                    v_held := v_held || r.inst;
-                    v_room := v_room || greatest(0, least(
-                        coalesce(r.concurrency::bigint - r.running, 2147483647),
-                        coalesce(floor(r.tokens)::bigint, 2147483647)));
-                    v_used := v_used || 0::bigint;
-                    v_full := v_full || false;
-                    v_per_sec := v_per_sec || r.per_sec;
-                    v_tokens := v_tokens || r.tokens;
-                    v_clock := v_clock || r.clock;
-                    v_rated := v_rated OR r.per_sec IS NOT NULL;
-                END LOOP;
+                -- rate tokens (values clamped: a row written by hand cannot break this);
+                -- and whether this round's candidates all fit (their demand per instance).
+                WITH locked AS MATERIALIZED (
+                    SELECT inst, split_part(inst, chr(31), 1) AS name
+                    FROM unnest(v_locked) AS inst
+                ), running AS (
+                    SELECT l.inst, count(*) AS n
+                    FROM {schema}.jobs AS j
+                    CROSS JOIN LATERAL unnest(j.limit_groups) AS g(inst)
+                    JOIN locked AS l ON l.inst = g.inst
+                    WHERE j.status = 'running' AND j.limit_groups IS NOT NULL
+                    GROUP BY l.inst
+                ), definitions AS MATERIALIZED (
+                    SELECT d.name, d.concurrency, d.rate_count, d.rate_period, d.burst,
+                           d.tokens, d.refilled_at
+                    FROM {schema}.limits AS d
+                    WHERE d.name = ANY(ARRAY(SELECT DISTINCT name FROM locked))
+                ), demand AS (
+                    SELECT inst, count(*) AS n FROM unnest(v_insts) AS inst
+                    WHERE inst IS NOT NULL GROUP BY inst
+                ), state AS (
+                    SELECT l.inst, d.concurrency,
+                           coalesce(running.n, 0) AS running,
+                           coalesce(demand.n, 0) AS demand,
+                           clock_timestamp() AS clock,
+                           CASE WHEN d.rate_count > 0 AND d.rate_period > 0
+                                     AND d.name = l.inst THEN
+                               least(greatest(d.rate_count::double precision
+                                              / d.rate_period, 1e-9), 1e9)
+                           END AS per_sec,
+                           least(greatest(d.burst, 1), 1e9) AS burst,
+                           least(greatest(d.tokens, 0), 1e9) AS tokens,
+                           CASE WHEN isfinite(d.refilled_at)
+                                THEN greatest(0, least(1e9, extract(epoch FROM
+                                     clock_timestamp() - d.refilled_at)))
+                                ELSE 1e9 END AS elapsed
+                    FROM locked AS l
+                    LEFT JOIN definitions AS d ON d.name = l.name
+                    LEFT JOIN running ON running.inst = l.inst
+                    LEFT JOIN demand ON demand.inst = l.inst
+                ), rooms AS (
+                    SELECT inst, clock, per_sec, demand, tokens_now,
+                           greatest(0, least(
+                               coalesce(concurrency::bigint - running, 2147483647),
+                               coalesce(floor(tokens_now)::bigint, 2147483647))) AS room
+                    FROM (SELECT *, CASE WHEN per_sec IS NOT NULL
+                                         THEN least(burst, tokens + elapsed * per_sec)
+                                    END AS tokens_now
+                          FROM state) AS computed
+                )
+                SELECT array_agg(inst), array_agg(room), array_agg(per_sec),
+                       array_agg(tokens_now), array_agg(clock), array_agg(demand),
+                       bool_and(demand <= room), bool_or(per_sec IS NOT NULL)
+                INTO v_new_held, v_new_room, v_new_per_sec, v_new_tokens, v_new_clock,
+                     v_demand, v_fits, v_new_rated
+                FROM rooms;
+                v_n := cardinality(v_new_held);
+                v_held := v_held || v_new_held;
+                v_room := v_room || v_new_room;
+                v_used := v_used || array_fill(0::bigint, ARRAY[v_n]);
+                v_full := v_full || array_fill(false, ARRAY[v_n]);
+                v_per_sec := v_per_sec || v_new_per_sec;
+                v_tokens := v_tokens || v_new_tokens;
+                v_clock := v_clock || v_new_clock;
+                v_rated := v_rated OR v_new_rated;
             END IF;
 
+            IF v_round = 1 AND v_fits AND cardinality(v_new) = 0 THEN
+                -- Every candidate fits in its instances' room (the common case): take them
+                -- all, without walking them one by one. (Round 1: the held instances are
+                -- those just locked, in the order of v_demand.)
+                v_accepted := v_ids;
+                v_taken := v_count;
+                v_used := v_demand;
+            ELSE
             -- Take the candidates in order while every instance of each has room.
             v_pos := 1;
             FOR v_job IN 1 .. v_count LOOP
@@ -294,6 +323,7 @@ BEGIN
                 END IF;
                 v_pos := v_pos + v_n;
             END LOOP;
+            END IF;
         EXCEPTION WHEN OTHERS THEN
             -- Nothing of this claim is kept: the plain claim goes on, and the worker
             -- tries again later (and logs the error once).
@@ -360,11 +390,11 @@ BEGIN
             v_wait := least(coalesce(v_wait, 0.05), 0.05);
         END IF;
     END IF;
-    RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::integer,
-        NULL::jsonb, NULL::jsonb, NULL::integer, NULL::integer, NULL::jsonb,
-        NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-        CASE WHEN v_wait IS NOT NULL THEN least(greatest(v_wait, 0), 1e9) END,
-        ARRAY(SELECT DISTINCT b FROM unnest(v_blocked) AS b ORDER BY 1),
-        v_error;
+    v_report.wait := CASE WHEN v_wait IS NOT NULL THEN least(greatest(v_wait, 0), 1e9) END;
+    v_report.blocked := CASE WHEN v_blocked IS NULL THEN ARRAY[]::text[]
+                             ELSE ARRAY(SELECT DISTINCT b FROM unnest(v_blocked) AS b ORDER BY 1)
+                        END;
+    v_report.error := v_error;
+    RETURN NEXT v_report;
 END;
 $$;
