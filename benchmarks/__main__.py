@@ -4,6 +4,11 @@
     python -m benchmarks --bloat [--quick] [...]   (bloat resilience: benchmarks/bloat.py)
     python -m benchmarks --in-process [...]   (the worker in an asyncio program: inprocess.py)
     python -m benchmarks --limits [...]   (claims with and without limits: limits.py)
+    python -m benchmarks --workflow-races [...]   (stuck and doubled chord callbacks:
+                                                   workflow_races.py)
+    python -m benchmarks --enqueue [...]   (enqueue beside bare psycopg loops: enqueue.py)
+    python -m benchmarks --counters [...]   (the counters' cost, with and without: counters.py)
+    python -m benchmarks --migrations [...]   (stalls while migrating a live table: migrations.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -19,6 +24,7 @@ closes the run.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -499,23 +505,26 @@ def side_by_side(figures: list[Figure], runs: int) -> list[dict[str, Any]]:
     return rows
 
 
+#: Flags that hand the whole command line to a benchmark module of their own.
+SUBCOMMANDS = {
+    "--bloat": "bloat",  # bloat resilience: 1,000,000 jobs, then a pinned xmin horizon
+    "--migrations": "migrations",  # enqueue and claim stalls while migrate runs
+    "--limits": "limits",  # claims with and without concurrency and rate limits
+    "--workflow-races": "workflow_races",  # chord races: stuck and doubled callbacks
+    "--counters": "counters",  # what the counters of exercised guarantees cost
+    "--enqueue": "enqueue",  # enqueue paths beside bare psycopg loops
+    "--in-process": "inprocess",  # the worker inside an asyncio program
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
-    if "--bloat" in arguments:
-        # The bloat resilience run has options of its own (benchmarks/bloat.py).
-        from benchmarks import bloat
-
-        return bloat.main([argument for argument in arguments if argument != "--bloat"])
-    if "--limits" in arguments:
-        # Claim throughput with and without concurrency limits (benchmarks/limits.py).
-        from benchmarks import limits
-
-        return limits.main([argument for argument in arguments if argument != "--limits"])
-    if "--in-process" in arguments:
-        # The worker inside an asyncio program (benchmarks/inprocess.py).
-        from benchmarks import inprocess
-
-        return inprocess.main([argument for argument in arguments if argument != "--in-process"])
+    for flag, module_name in SUBCOMMANDS.items():
+        if flag in arguments:
+            # A benchmark with options of its own (benchmarks/<module>.py).
+            module = importlib.import_module(f"benchmarks.{module_name}")
+            rest = [argument for argument in arguments if argument != flag]
+            return int(module.main(rest))
     args = parse_args(argv)
     dsn = resolve_dsn(args.dsn)
     facts = print_setting(dsn)

@@ -23,3 +23,8 @@ async def anoop() -> None:
 def pickup(sent: float) -> float:
     """Seconds from just before the producer's enqueue call to the start of this task."""
     return time.time() - sent
+
+
+@app.task
+def record(user: str, n: int) -> None:
+    """Takes two keyword arguments (the enqueue benchmark's rows with arguments)."""

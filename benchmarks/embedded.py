@@ -198,9 +198,11 @@ async def run_pgqueuer(args: argparse.Namespace, record: Record) -> dict[str, An
             pending = await producer.fetchval("SELECT count(*) FROM pgqueuer")
             return int(args.jobs - int(pending))
 
+        cpu_before = process_cpu()
         running = asyncio.ensure_future(pgq.run(batch_size=args.concurrency))
         try:
             finished = await wait_until(done, args.jobs, args.wait_interval)
+            drain_cpu = process_cpu() - cpu_before
         finally:
             pgq.shutdown.set()
             await running
@@ -211,6 +213,7 @@ async def run_pgqueuer(args: argparse.Namespace, record: Record) -> dict[str, An
     return {
         "rate": args.jobs / (finished - record.first_start),
         "db_rate": None,
+        "drain_cpu_us_per_job": drain_cpu / args.jobs * 1e6,
         "duplicates": duplicates,
         "lost": lost,
         "threads_left": [],

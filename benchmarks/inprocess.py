@@ -5,7 +5,8 @@
 Each processing figure drains N pre-enqueued no-op jobs with one process:
 
 - ``pgtasks worker`` (the CLI process; the reference row), as the main runner measures it:
-  first claim -> last finish, from the database's timestamps;
+  first claim -> last finish, from the database's timestamps (a sync and an ``async def``
+  no-op task);
 - benchmarks/embedded.py, a program running an asyncio loop with the worker inside it:
   ``Worker(app, concurrency=C).run()`` in ``asyncio.to_thread`` (a sync task that records
   its argument in a dict under a ``threading.Lock``, and an ``async def`` one), and
@@ -18,7 +19,10 @@ done in the database (it reads every 50 ms on its loop). The rows with ``prefetc
 the worker's earlier default, for comparison. Rounds alternate the systems (the machine's
 load moves figures between runs: compare within one run); each figure is the median of the
 rounds. Every run counts executions: duplicates and losses are reported. The idle pickup
-latency of the CLI worker (default, and ``--prefetch 0``) closes the run.
+latency of the CLI worker (default, and ``--prefetch 0``) follows, and the ratios of the
+goals close the run (each figure over its reference of the same run: median over median,
+and the lowest and highest ratio of one round): ``async def`` over sync tasks, in-process
+and in the CLI worker, and the in-process worker over PgQueuer.
 """
 
 from __future__ import annotations
@@ -136,10 +140,10 @@ def measurements(dsn: str, jobs: int, concurrency: int, peers: bool) -> list[tup
     """(row name, one run) for every system at this concurrency, in the order of a round."""
     from benchmarks import __main__ as runner
 
-    def cli(*flags: str) -> Run:
+    def cli(*flags: str, task: str = "noop") -> Run:
         def run() -> tuple[float, int, int, float | None]:
             checks = len(runner.PGTASKS_CHECKS)
-            rate = runner.processing(dsn, jobs, concurrency, worker_flags=flags)
+            rate = runner.processing(dsn, jobs, concurrency, task=task, worker_flags=flags)
             duplicates, lost = runner.PGTASKS_CHECKS[checks]
             return rate, duplicates, lost, None
 
@@ -163,12 +167,18 @@ def measurements(dsn: str, jobs: int, concurrency: int, peers: bool) -> list[tup
 
         target = pgqueuer_bench.install(dsn)
         result = embedded(target, jobs, concurrency, "--mode", "pgqueuer")
-        return float(result["rate"]), int(result["duplicates"]), int(result["lost"]), None
+        return (
+            float(result["rate"]),
+            int(result["duplicates"]),
+            int(result["lost"]),
+            float(result["drain_cpu_us_per_job"]),
+        )
 
     c = f"c{concurrency}"
     rows = [
         (f"pgtasks worker (CLI process), {c}", cli()),
         (f"pgtasks worker (CLI process), {c}, --prefetch 0", cli("--prefetch", "0")),
+        (f"pgtasks worker (CLI process), async task, {c}", cli(task="anoop")),
         (
             f"in-process: asyncio.to_thread(Worker.run), sync task, {c}",
             program("--mode", "thread", "--task", "sync"),
@@ -202,7 +212,11 @@ def main(argv: list[str]) -> int:
     peers = args.peers if args.peers is not None else pgqueuer.available()
     if peers and not pgqueuer.available():
         raise SystemExit("PgQueuer is not installed (pip install 'pgtasks[bench]')")
-    print(f"jobs per run: {args.jobs}; rounds: {args.runs} (median); in-process: see --help\n")
+    load_before = os.getloadavg()
+    print(
+        f"jobs per run: {args.jobs}; rounds: {args.runs} (median); in-process: see --help;"
+        " load average before: " + " ".join(f"{value:.2f}" for value in load_before) + "\n"
+    )
     concurrencies = [int(part) for part in args.concurrency.split(",") if part.strip()]
     plan = [entry for c in concurrencies for entry in measurements(dsn, args.jobs, c, bool(peers))]
     rows = {name: Row(name) for name, _ in plan}
@@ -235,14 +249,17 @@ def main(argv: list[str]) -> int:
             + " / ".join(f"{figures[p]:.1f}" for p in labels)
             + " ms (p50 / p95 / p99)"
         )
+    ratios = print_ratios(rows, concurrencies, bool(peers))
+    print("load average after: " + " ".join(f"{value:.2f}" for value in os.getloadavg()))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(
         json.dumps(
             {
-                "machine": {"cores": os.cpu_count()},
+                "machine": {"cores": os.cpu_count(), "load_before": load_before},
                 "postgres": facts,
                 "jobs": args.jobs,
                 "rows": [row.as_dict() for row in rows.values()],
+                "ratios": ratios,
                 "idle_latency_ms": percentiles,
                 "idle_latency_prefetch_0_ms": before,
             },
@@ -251,6 +268,68 @@ def main(argv: list[str]) -> int:
     )
     print(f"\nwritten: {args.json}")
     return 0
+
+
+#: (label, figure, reference) per concurrency; ``{c}`` is the concurrency's tag.
+RATIOS = (
+    (
+        "async def / sync task, in-process",
+        "in-process: asyncio.to_thread(Worker.run), async task, {c}",
+        "in-process: asyncio.to_thread(Worker.run), sync task, {c}",
+    ),
+    (
+        "async def / sync task, CLI worker",
+        "pgtasks worker (CLI process), async task, {c}",
+        "pgtasks worker (CLI process), {c}",
+    ),
+)
+PEER_RATIOS = (
+    (
+        "in-process sync task / PgQueuer",
+        "in-process: asyncio.to_thread(Worker.run), sync task, {c}",
+        "in-process: PgQueuer 1.6.0 on the loop, batch_size {n}",
+    ),
+    (
+        "in-process arun() / PgQueuer",
+        "in-process: await Worker.arun(), sync task, {c}",
+        "in-process: PgQueuer 1.6.0 on the loop, batch_size {n}",
+    ),
+    (
+        "in-process async def / PgQueuer",
+        "in-process: asyncio.to_thread(Worker.run), async task, {c}",
+        "in-process: PgQueuer 1.6.0 on the loop, batch_size {n}",
+    ),
+)
+
+
+def print_ratios(rows: dict[str, Row], concurrencies: list[int], peers: bool) -> list[Any]:
+    """Each ratio of the goals, median / median of this run, with the per-round range."""
+    print("\nratios (same run; median / median, per-round range in brackets)")
+    found = []
+    for concurrency in concurrencies:
+        for label, figure, reference in RATIOS + (PEER_RATIOS if peers else ()):
+            names = [
+                name.format(c=f"c{concurrency}", n=concurrency) for name in (figure, reference)
+            ]
+            if not all(name in rows for name in names):
+                continue
+            top, bottom = rows[names[0]], rows[names[1]]
+            ratio = top.median / bottom.median
+            pairs = [a / b for a, b in zip(top.rates, bottom.rates, strict=True)]
+            print(
+                f"c{concurrency:<3} {label:36} {ratio:6.2f}"
+                f"  [{min(pairs):.2f} .. {max(pairs):.2f}]"
+                f"  ({top.median:,.0f} / {bottom.median:,.0f} jobs/s)"
+            )
+            found.append(
+                {
+                    "concurrency": concurrency,
+                    "ratio": label,
+                    "median": ratio,
+                    "rounds": pairs,
+                }
+            )
+    return found
 
 
 def plan_order(plan: list[tuple[str, Any]], name: str) -> int:

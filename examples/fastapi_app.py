@@ -10,6 +10,8 @@ shutdown stops the worker gracefully and closes the pools.
 ``POST /orders`` writes the order and its confirmation job in one transaction: the job
 exists exactly when the order does. ``?fail=true`` raises after both writes, so the
 transaction rolls back and neither exists. ``GET /jobs/{id}`` awaits a job's result.
+The dashboard is mounted at ``/ops/tasks`` (no authentication configured: it answers
+loopback clients only); its open pages never hold up the service's shutdown.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from psycopg import sql
 
 from pgtasks import App, JobCancelled, JobNotFoundError, TaskFailed
 from pgtasks.contrib.fastapi import run_app
+from pgtasks.web import asgi as dashboard
 
 # A schema of its own: this example never meets the jobs of your own workers (nor
 # they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
@@ -41,6 +44,11 @@ def confirm_order(order_id: int, item: str) -> str:
     return f"order {order_id} ({item}) confirmed"
 
 
+# The dashboard, as docs/howto/dashboard.md mounts it (with auth=basic_auth(...) beyond
+# localhost). Its event streams end by themselves when the server stops.
+ops = dashboard(app)
+
+
 @asynccontextmanager
 async def lifespan(api: FastAPI) -> AsyncIterator[None]:
     # Your own startup composes with pgtasks': here, the example's table.
@@ -51,10 +59,14 @@ async def lifespan(api: FastAPI) -> AsyncIterator[None]:
                     "CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, item text)"
                 ).format(ORDERS)
             )
-        yield
+        try:
+            yield
+        finally:
+            ops.close()  # the dashboard's own connections
 
 
 api = FastAPI(lifespan=lifespan)
+api.mount("/ops/tasks", ops)
 
 
 @api.post("/orders")
@@ -104,6 +116,8 @@ async def main() -> None:
 
             refused = await client.post("/orders", params={"item": "kettle", "fail": True})
             print(f"refused: HTTP {refused.status_code}")
+            overview = await client.get("/ops/tasks/")
+            print(f"dashboard: HTTP {overview.status_code}")
         async with app.aconnection() as conn:
             cursor = await conn.execute(
                 sql.SQL(

@@ -5,7 +5,8 @@
 Runs a worker in this process (``pgtasks.Worker``). A chain fetches an order, prices it
 and sends an invoice, each step receiving the previous step's result; a chord resizes
 images in parallel and then builds a gallery from the list of their results; a chain
-whose second step fails cancels the rest, and its ``on_error`` handler runs once. Every
+whose second step fails cancels the rest (``get()`` raises ``WorkflowFailed`` naming that
+step), and its ``on_error`` handler runs once. Every
 workflow is stored in the database when it is enqueued (in one transaction): a worker
 crash between two steps loses nothing.
 """
@@ -16,7 +17,7 @@ import os
 import threading
 from typing import Any
 
-from pgtasks import App, JobCancelled, Worker, chain, chord, group
+from pgtasks import App, Worker, WorkflowFailed, chain, chord, group
 
 # A schema of its own: this example never meets the jobs of your own workers (nor
 # they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
@@ -76,8 +77,8 @@ def main() -> int:
         handle = failing.apply_async(on_error=alert.s(channel="#billing"))
         try:
             handle.get(timeout=30)
-        except JobCancelled as error:
-            print(f"not sent: {error.reason}")
+        except WorkflowFailed as error:  # a TaskFailed naming the step that failed
+            print(f"not sent: step {error.step} ({error.task_name}) failed: {error.message}")
         jobs = app.get_workflow(handle.id)["jobs"]
         handler = next(job for job in jobs if job["workflow_step"] == "on_error")
         print(f"on_error: {app.get_job(handler['id']).get(timeout=30)}")

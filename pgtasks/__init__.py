@@ -26,6 +26,7 @@ from ._errors import (
     JobNotFoundError,
     LeaseLostError,
     LimitKeyError,
+    MigrationLockError,
     NaiveDatetimeError,
     PayloadError,
     PayloadNotSerializableError,
@@ -44,7 +45,9 @@ from ._errors import (
     UnknownTaskError,
     WorkerLostError,
     WorkflowError,
+    WorkflowFailed,
     WorkflowNotFoundError,
+    WorkflowProtectedError,
 )
 from ._jobs import AttemptError, CancelResult, JobContext, JobRow, JobSpec, JobStatus, Progress
 from ._logging import JsonFormatter
@@ -80,6 +83,7 @@ __all__ = [
     "JsonFormatter",
     "LeaseLostError",
     "LimitKeyError",
+    "MigrationLockError",
     "NaiveDatetimeError",
     "PayloadError",
     "PayloadNotSerializableError",
@@ -108,7 +112,9 @@ __all__ = [
     "WorkerLostError",
     "WorkerMetrics",
     "WorkflowError",
+    "WorkflowFailed",
     "WorkflowNotFoundError",
+    "WorkflowProtectedError",
     "WorkflowResult",
     "__version__",
     "chain",

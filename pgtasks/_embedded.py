@@ -27,6 +27,7 @@ running after they exit (``pgtasks embedded stop`` stops it).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
@@ -246,22 +247,75 @@ def _ensure_running(data_dir: Path, bin_dir: Path) -> str:
     return _dsn(started[1])
 
 
-def embedded_dsn(data_dir: Path) -> str:
-    """Start (or find) the embedded server for ``data_dir`` and return its DSN."""
+def start_embedded(data_dir: Path) -> str:
+    """Start the embedded server of ``data_dir`` unless it runs already; its DSN."""
     with _lock:
-        if data_dir in _started:
-            return _started[data_dir]
         bin_dir = _bin_dir()  # before creating anything: is the extra installed?
         data_dir.mkdir(parents=True, exist_ok=True)
         with _file_lock(data_dir / "server.lock"):
             dsn = _ensure_running(data_dir, bin_dir)
         _started[data_dir] = dsn
+    return dsn
+
+
+def embedded_dsn(data_dir: Path) -> str:
+    """Start (or find) the embedded server for ``data_dir`` and return its DSN."""
+    with _lock:
+        if data_dir in _started:
+            return _started[data_dir]
+    dsn = start_embedded(data_dir)
     logger.warning(
         "no database configured: using the embedded PostgreSQL in %s (for development only;"
         " set PGTASKS_DSN to a PostgreSQL server in production)",
         data_dir,
     )
     return dsn
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddedStatus:
+    """The embedded server of a data directory, as ``pgtasks embedded status`` shows it."""
+
+    data_dir: Path
+    #: initdb has run (the directory holds a cluster).
+    initialized: bool
+    #: The PostgreSQL major version of the cluster (None: not initialized).
+    version: str | None
+    #: The postmaster's pid while the server runs and accepts connections.
+    pid: int | None
+    #: Its DSN while it runs.
+    dsn: str | None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "data_dir": str(self.data_dir),
+            "running": self.running,
+            "initialized": self.initialized,
+            "version": self.version,
+            "pid": self.pid,
+            "dsn": self.dsn,
+        }
+
+
+def embedded_status(data_dir: Path) -> EmbeddedStatus:
+    """Whether the embedded server of ``data_dir`` runs (reads its files; starts nothing)."""
+    pgdata = data_dir / "pgdata"
+    try:
+        version: str | None = (pgdata / "PG_VERSION").read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        version = None
+    running = _postmaster(pgdata)
+    return EmbeddedStatus(
+        data_dir=data_dir,
+        initialized=version is not None,
+        version=version,
+        pid=running[0] if running else None,
+        dsn=_dsn(running[1]) if running else None,
+    )
 
 
 def stop_embedded(data_dir: Path) -> bool:

@@ -13,6 +13,7 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     ├── DatabaseError
     │   ├── DatabaseUnavailableError  the server cannot be reached (after bounded retries)
     │   ├── PoolExhaustedError        every pooled connection stayed in use (leaked ones?)
+    │   ├── MigrationLockError        a migration step never got its locks (holders named)
     │   └── SchemaError
     │       ├── SchemaNotMigratedError   schema missing or behind the code
     │       └── SchemaTooNewError        schema ahead of the code
@@ -31,7 +32,9 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     ├── WorkerLostError               recorded (never raised): an attempt's worker was lost
     ├── WorkflowError (+ ValueError)                   a chain/group/chord built wrongly
     ├── WorkflowNotFoundError (+ LookupError)          no workflow with that id
+    ├── WorkflowProtectedError        delete/retry refused: it would break a workflow
     ├── TaskFailed                    job.get(): the job failed (remote type, message, traceback)
+    │   └── WorkflowFailed            workflow.get(): a step failed (its step, task, job, error)
     └── JobCancelled                  job.get(): the job was cancelled (with the reason, if known)
 
 Outside the tree, like ``Retry`` and ``Discard``, one control-flow signal raised *inside*
@@ -83,6 +86,11 @@ class SchemaNotMigratedError(SchemaError):
 
 class SchemaTooNewError(SchemaError):
     """The pgtasks schema is newer than this version of pgtasks: upgrade pgtasks."""
+
+
+class MigrationLockError(DatabaseError):
+    """A migration step could not take its locks within its retries: other sessions held
+    them the whole time (the message names them). Steps done so far are kept."""
 
 
 class TaskRegistrationError(PgTasksError):
@@ -147,6 +155,34 @@ class TaskFailed(PgTasksError):
         super().__init__(f"job {job_id if job_id is not None else '?'} failed: {summary}")
 
 
+class WorkflowFailed(TaskFailed):
+    """A step of the workflow failed for good, so its result cannot be made:
+    ``workflow_id``, ``step``, ``task_name``, ``job_id`` and the step's error
+    (``exc_type``, ``message``, ``traceback``, as :class:`TaskFailed`)."""
+
+    def __init__(
+        self,
+        workflow_id: int | None = None,
+        step: str | None = None,
+        task_name: str | None = None,
+        job_id: int | None = None,
+        last_error: str | None = None,
+    ) -> None:
+        super().__init__(job_id, last_error)
+        self.workflow_id = workflow_id
+        self.step = step
+        self.task_name = task_name
+        summary = f"{self.exc_type}: {self.message}" if self.message else self.exc_type
+        self.args = (
+            f"workflow {_known(workflow_id)} failed at step {_known(step)} (task"
+            f" {_known(task_name)}, job {_known(job_id)}): {summary}",
+        )
+
+
+def _known(value: object) -> str:
+    return "?" if value is None else str(value)
+
+
 class JobCancelled(PgTasksError):
     """The job was cancelled."""
 
@@ -168,6 +204,11 @@ class WorkflowNotFoundError(PgTasksError, LookupError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class WorkflowProtectedError(PgTasksError):
+    """Refused: the job is part of an unfinished workflow that still needs it (delete), or
+    a step that cannot get its input back (retry). The message names the workflow."""
 
 
 class ReservedMetaKeyError(PayloadError, ValueError):

@@ -12,9 +12,10 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
+from ._counters import every_counter
 from ._jobs import JobRow, JobStatus
 from ._text import printable
 from ._validation import seconds_at_least_zero
@@ -196,6 +197,9 @@ class Stats:
     #: Pending jobs that no live worker would claim (its task is unknown to every live
     #: worker of its queue): rows of get_unknown_task_jobs (task_name, queue, jobs).
     unknown_tasks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: How often the guarantees were exercised since the schema was created, every
+    #: process (pgtasks._counters; migration 0014): name -> total, every name present.
+    counters: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def total(self) -> QueueStats:
@@ -215,6 +219,7 @@ class Stats:
                 {"task": row["task_name"], "queue": row["queue"], "jobs": int(row["jobs"])}
                 for row in self.unknown_tasks
             ],
+            "counters": every_counter(self.counters),
         }
 
 
@@ -269,7 +274,10 @@ def format_stats(stats: Stats) -> str:
         " OLDEST DUE: wait of the oldest due job;"
         " FINISHED 1M/1H: done, failed or cancelled in the last minute/hour"
     )
-    return "\n".join([f"at {_timestamp(stats.now)}", table, workers, legend])
+    counters = "guarantees exercised (since the schema was created): " + ", ".join(
+        f"{name.replace('_', ' ')} {value}" for name, value in every_counter(stats.counters).items()
+    )
+    return "\n".join([f"at {_timestamp(stats.now)}", table, workers, counters, legend])
 
 
 # -- jobs -----------------------------------------------------------------------------------------
@@ -331,8 +339,14 @@ def _unique_text(job: JobRow, when: Callable[[datetime | None], str]) -> str:
     )
 
 
-def format_job(job: JobRow, now: datetime | None = None) -> str:
-    """Every field of one job, then its last error (with the traceback) in full."""
+def format_job(
+    job: JobRow,
+    now: datetime | None = None,
+    *,
+    extra_fields: Sequence[tuple[str, str]] = (),
+) -> str:
+    """Every field of one job (``extra_fields`` after them, e.g. its workflow), then the
+    failed attempts, one line each, and its last error (with the traceback) in full."""
 
     def when(value: datetime | None) -> str:
         if value is None:
@@ -362,6 +376,7 @@ def format_job(job: JobRow, now: datetime | None = None) -> str:
         ("locked at", when(job.locked_at)),
         ("locked by", f"worker {job.locked_by}" if job.locked_by is not None else "-"),
         ("finished at", when(job.finished_at)),
+        *extra_fields,
     ]
     width = max(len(name) for name, _ in fields) + 1
     lines = [f"job {job.id}"]
@@ -370,12 +385,11 @@ def format_job(job: JobRow, now: datetime | None = None) -> str:
     if history:
         lines.append("failed attempts:")
         for entry in history:
-            kind = entry.exception_type or "-"
-            summary = _one_line(entry.error)
             worker = f"worker {entry.worker_id}" if entry.worker_id is not None else "worker ?"
             lines.append(
                 printable(
-                    f"  #{entry.attempt} {worker} {when(entry.finished_at)} {kind}: {summary}"
+                    f"  #{entry.attempt} {worker} {when(entry.finished_at)}"
+                    f" {_one_line(entry.summary, width=100)}"
                 )
             )
     if job.last_error:
@@ -518,7 +532,9 @@ def format_prune(
 
 # -- job filters (the dashboard's jobs page and its bulk actions) ---------------------------------
 #: Query-string names of a JobFilter's fields, in the order the jobs page shows them.
-FILTER_FIELDS = ("status", "queue", "task", "args", "from", "to")
+FILTER_FIELDS = ("status", "queue", "task", "args", "from", "to", "due")
+#: What the ``due`` filter accepts: pending and due now (yes), or scheduled later (no).
+DUE_VALUES = {"yes": True, "no": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -526,7 +542,8 @@ class JobFilter:
     """Which jobs a listing or a bulk action selects; None fields match anything.
 
     ``args``: a JSON value the job's args contain (jsonb ``@>``), e.g. ``[42]`` or
-    ``[{"user": 7}]``; ``created_from`` / ``created_to``: a half-open range of created_at.
+    ``[{"user": 7}]``; ``created_from`` / ``created_to``: a half-open range of created_at;
+    ``due``: pending jobs due now (True) or scheduled for later (False).
     """
 
     status: str | None = None
@@ -535,6 +552,7 @@ class JobFilter:
     args: Any = None
     created_from: datetime | None = None
     created_to: datetime | None = None
+    due: bool | None = None
 
     @property
     def empty(self) -> bool:
@@ -549,8 +567,24 @@ class JobFilter:
             "args": None if self.args is None else json.dumps(self.args, ensure_ascii=False),
             "from": None if self.created_from is None else self.created_from.isoformat(),
             "to": None if self.created_to is None else self.created_to.isoformat(),
+            "due": None if self.due is None else ("yes" if self.due else "no"),
         }
         return {name: value for name, value in values.items() if value is not None}
+
+    @property
+    def scans(self) -> bool:
+        """Whether listing it reads jobs no index selects: a filter on args, task,
+        creation time, due, or a queue (except with a status a partial index serves)."""
+        if self.args is not None or self.task_name is not None or self.due is not None:
+            return True
+        if self.created_from is not None or self.created_to is not None:
+            return True
+        return self.queue is not None and self.status not in ("waiting", "pending", "running")
+
+    @property
+    def counted_by_status(self) -> bool:
+        """Whether status counts describe it: it selects at most a queue (and a status)."""
+        return dataclasses.replace(self, queue=None, status=None) == JobFilter()
 
 
 def _filter_time(name: str, text: str) -> datetime:
@@ -564,11 +598,20 @@ def _filter_time(name: str, text: str) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 
+def _encodable(text: str) -> bool:
+    """UTF-8 can encode it (no lone surrogate such as ``\\ud800`` from a JSON escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _jsonb_storable(value: Any) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, str):
-        return "\x00" not in value
+        return "\x00" not in value and _encodable(value)
     if isinstance(value, list):
         return all(_jsonb_storable(item) for item in value)
     if isinstance(value, dict):
@@ -589,6 +632,8 @@ def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
         value = params.get(name, "").strip()
         if "\x00" in value:
             raise ValueError(f"{name}: NUL characters are not allowed")
+        if not _encodable(value):
+            raise ValueError(f"{name}: {value!r} is not valid text (a lone surrogate)")
         return value or None
 
     status = get("status")
@@ -599,16 +644,20 @@ def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
     if args_text is not None:
         try:
             args = json.loads(args_text, parse_constant=_no_constant)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             raise ValueError(
                 f'args: {args_text!r} is not JSON (e.g. [42], ["a@example.com"] or'
                 ' [{"user": 7}]: jobs whose args contain it)'
             ) from None
         if not _jsonb_storable(args):
-            # Out-of-range numbers (1e400) and NUL characters: PostgreSQL's jsonb has neither.
+            # Out-of-range numbers (1e400), NUL characters and lone surrogates ("\ud800"):
+            # PostgreSQL's jsonb has none of them.
             raise ValueError(f"args: {args_text!r} holds a value jsonb cannot store")
     created_from = get("from")
     created_to = get("to")
+    due_text = get("due")
+    if due_text is not None and due_text not in DUE_VALUES:
+        raise ValueError(f"due: {due_text!r} is not one of {', '.join(DUE_VALUES)}")
     job_filter = JobFilter(
         status=status,
         queue=get("queue"),
@@ -616,6 +665,7 @@ def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
         args=args,
         created_from=None if created_from is None else _filter_time("from", created_from),
         created_to=None if created_to is None else _filter_time("to", created_to),
+        due=None if due_text is None else DUE_VALUES[due_text],
     )
     if (
         job_filter.created_from is not None
@@ -627,35 +677,6 @@ def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
 
 
 # -- the dashboard's overview ---------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Overview:
-    """What the dashboard's overview shows.
-
-    ``queues``: per queue counts (pending, due, running and the oldest due wait are exact;
-    done, failed and cancelled are estimates when ``estimated``, and unknown (0) when
-    ``unanalyzed``: a large table ANALYZE has not built statistics for); ``per_minute``: jobs
-    finished in each of the last 60 minutes, oldest first (the current minute last).
-    """
-
-    now: datetime
-    queues: list[QueueStats]
-    estimated: bool
-    per_minute: list[tuple[datetime, int]]
-    workers: list[WorkerInfo]
-    lease_timeout: float
-    unanalyzed: bool = False
-    #: The paused queues (migration 0007).
-    paused: frozenset[str] = frozenset()
-
-    @property
-    def total(self) -> QueueStats:
-        return total_stats(self.queues)
-
-    @property
-    def live_workers(self) -> int:
-        return sum(worker.state == "live" for worker in self.workers)
-
-
 def overview_queues(
     unfinished: Iterable[Mapping[str, Any]], finished: Iterable[Mapping[str, Any]]
 ) -> list[QueueStats]:
@@ -675,13 +696,3 @@ def overview_queues(
         counts = merged.setdefault(row["queue"], {})
         counts[row["status"]] = counts.get(row["status"], 0) + int(row["jobs"])
     return [QueueStats(queue, **counts) for queue, counts in sorted(merged.items())]
-
-
-def minutes_of_last_hour(
-    now: datetime, rows: Iterable[Mapping[str, Any]]
-) -> list[tuple[datetime, int]]:
-    """60 (minute, finished) pairs ending with ``now``'s minute; absent minutes are 0."""
-    current = now.replace(second=0, microsecond=0)
-    counts = {row["minute"]: int(row["finished"]) for row in rows}
-    minutes = [current - timedelta(minutes=back) for back in range(59, -1, -1)]
-    return [(minute, counts.get(minute, 0)) for minute in minutes]

@@ -55,16 +55,22 @@ def check_name(what: str, value: object, max_bytes: int = MAX_NAME_BYTES) -> str
     return value
 
 
+#: Values that hold nothing to look into (most arguments): not walked.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _check_keys(value: Any) -> None:
     """json would turn non-str dict keys into strings silently: refuse them instead."""
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"dict key {key!r} is not a string (JSON keys are strings)")
-            _check_keys(item)
+            if type(item) not in _LEAVES:
+                _check_keys(item)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _check_keys(item)
+            if type(item) not in _LEAVES:
+                _check_keys(item)
 
 
 def _dumps(value: Any) -> str:
@@ -114,8 +120,9 @@ def encode_arguments(
     ``max_bytes`` in UTF-8.
     """
     try:
-        args_json = _dumps(list(args)) if args else "[]"
-        kwargs_json = _dumps(dict(kwargs)) if kwargs else "{}"
+        # json writes a tuple as a list; a mapping other than a dict is copied to one.
+        args_json = _dumps(args if type(args) in (list, tuple) else list(args)) if args else "[]"
+        kwargs_json = _dumps(kwargs if type(kwargs) is dict else dict(kwargs)) if kwargs else "{}"
     except (TypeError, ValueError):
         _raise_for_culprit(task_name, args, kwargs, parameter_names)
         raise  # pragma: no cover - _raise_for_culprit always raises

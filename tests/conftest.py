@@ -1,4 +1,10 @@
-"""Fixtures: a real PostgreSQL (embedded, or PGTASKS_TEST_DSN) and an isolated schema per test."""
+"""Fixtures: a real PostgreSQL (embedded, or PGTASKS_TEST_DSN) and an isolated schema per test.
+
+With PGTASKS_TEST_VIA_PGBOUNCER=1 (and PGTASKS_TEST_PGBOUNCER_DSN: PgBouncer in transaction
+mode in front of PGTASKS_TEST_DSN), every App the tests build, in this process and in the
+processes they start, connects through PgBouncer with the test server as its session_dsn
+(tests.support.servers.pooled_app_dsn). Assertions and schema setup stay on the server.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,14 @@ import pytest
 
 from pgtasks import App
 from pgtasks._embedded import embedded_dsn
-from tests.support.environment import ROOT
+from tests.support.environment import ROOT, forget_connection_environment
 from tests.support.schemas import SchemaAdmin, new_schema_name
+from tests.support.servers import app_connection_options
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A session or replica DSN set in the developer's shell must not reach test Apps.
+    forget_connection_environment()
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +76,10 @@ def make_app(
         premigrated = migrate and premigrated_schemas and "schema" not in options
         options.setdefault("schema", new_schema_name())
         options.setdefault("connect_timeout", 3.0)
-        app = App(dsn, **options)
+        app_dsn, connections = app_connection_options(dsn)
+        for name, value in connections.items():
+            options.setdefault(name, value)
+        app = App(options.pop("dsn", app_dsn), **options)
         apps.append(app)
         if premigrated:
             schema_admin.create_migrated(app.schema)

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,28 @@ SUMMARY_NUMBERS = (
     "latency_p95_ms",
     "latency_p99_ms",
 )
+
+
+@pytest.fixture
+def own_database(dsn: str) -> Iterator[str]:
+    """A database of its own, dropped after: the runner's schema (pgtasks_bench) is every
+    benchmark's, and the suite runs tests in parallel."""
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    name = f"pgtasks_bench_test_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(dsn, dbname=name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 @pytest.mark.slow
@@ -120,12 +143,12 @@ def test_a_peer_that_is_not_installed_is_named_with_the_extra_to_install(
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(180)
-def test_bloat_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
+def test_bloat_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> None:
     output = tmp_path / "bloat.json"
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks", "--bloat", "--quick"),
-            *("--dsn", dsn, "--json", str(output)),
+            *("--dsn", own_database, "--json", str(output)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -170,6 +193,7 @@ def test_in_process_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
     rows = {row["name"]: row for row in report["rows"]}
     expected = {
         "pgtasks worker (CLI process), c10",
+        "pgtasks worker (CLI process), async task, c10",
         "in-process: asyncio.to_thread(Worker.run), sync task, c10",
         "in-process: asyncio.to_thread(Worker.run), async task, c10",
         "in-process: await Worker.arun(), sync task, c10",
@@ -182,6 +206,74 @@ def test_in_process_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
         assert (row["duplicates"], row["lost"]) == (0, 0), row
     assert report["idle_latency_ms"]["p99"] > 0
     assert "threads left" not in result.stdout
+    labels = {row["ratio"] for row in report["ratios"]}
+    assert {"async def / sync task, in-process", "async def / sync task, CLI worker"} <= labels
+    if "in-process: PgQueuer 1.6.0 on the loop, batch_size 10" in rows:
+        assert "in-process sync task / PgQueuer" in labels
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_enqueue_benchmark_prints_each_ratio_with_its_reference(dsn: str, tmp_path: Path) -> None:
+    output = tmp_path / "enqueue.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--enqueue", "--quick"),
+            *("--dsn", dsn, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    report: dict[str, Any] = json.loads(output.read_text())
+    ratios = {(row["figure"], row["reference"]): row for row in report["ratios"]}
+    assert set(ratios) == {
+        ("delay() one by one", "bare loop, the same INSERT (sync)"),
+        ("delay() one by one", "bare loop, plain INSERT … RETURNING id"),
+        ("apply_async() one by one", "bare loop, the same INSERT (sync)"),
+        ("adelay() one by one", "bare loop, the same INSERT (async)"),
+        ("delay_many() x1000", "bare COPY, 1,000 per transaction"),
+        ("delay(user=, n=) one by one", "bare loop, the same INSERT, JSON per row"),
+        ("delay_many(user=, n=) x1000", "bare COPY, 1,000 per transaction, JSON per row"),
+    }
+    for row in ratios.values():
+        assert row["low"] <= row["ratio"] <= row["high"] or row["low"] == row["high"], row
+        assert row["ratio"] > 0, row
+    assert all(len(rates) == 1 and rates[0] > 0 for rates in report["rates"].values())
+    assert "ratios (pgtasks / its reference in the same run" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_counters_benchmark_compares_with_and_without_the_counters(
+    dsn: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "counters.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--counters", "--quick"),
+            *("--dsn", dsn, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report: dict[str, Any] = json.loads(output.read_text())
+    assert {row["figure"] for row in report["ratios"]} == {
+        "key taken, with",
+        "new key, with",
+        "drain of unknown-task jobs, counted",
+    }
+    assert all(rate > 0 for rates in report["rates"].values() for rate in rates)
 
 
 @pytest.mark.slow
@@ -231,11 +323,11 @@ def test_limits_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
-def test_enqueue_ab_benchmark_compares_two_checkouts(dsn: str) -> None:
+def test_enqueue_ab_benchmark_compares_two_checkouts(own_database: str) -> None:
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks.enqueue_ab", "--baseline", str(ROOT)),
-            *("--jobs", "1000", "--runs", "1", "--dsn", dsn),
+            *("--jobs", "1000", "--runs", "1", "--dsn", own_database),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -246,6 +338,45 @@ def test_enqueue_ab_benchmark_compares_two_checkouts(dsn: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     for figure in ("enqueue_one_by_one", "enqueue_bulk", "enqueue_transactional"):
         assert any(line.startswith(figure) for line in result.stdout.splitlines()), result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_processing_ab_benchmark_compares_two_checkouts(own_database: str) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.processing_ab", "--baseline", str(ROOT)),
+            *("--jobs", "300", "--runs", "1", "--concurrency", "4", "--dsn", own_database),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert any(line.startswith("c4 ") for line in result.stdout.splitlines()), result.stdout
+    assert "round 1, c4: this" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_claim_sql_ab_benchmark_compares_the_statements_of_two_checkouts(dsn: str) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.claim_sql_ab", "--baseline", str(ROOT)),
+            *("--jobs", "400", "--batch", "16", "--runs", "1", "--dsn", dsn),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for shape in ("pipeline", "claim only"):
+        assert f"{shape:10} this/baseline over 1 runs: median trip" in result.stdout
 
 
 @pytest.mark.slow
@@ -266,3 +397,27 @@ def test_unique_overhead_benchmark_runs_end_to_end(dsn: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     for figure in ("insert one by one", "insert bulk", "claim+finish"):
         assert any(line.startswith(figure) for line in result.stdout.splitlines()), result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_workflow_races_benchmark_counts_no_stuck_nor_doubled_callback(
+    dsn: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "races.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--workflow-races", "--quick"),
+            *("--no-reference", "--dsn", dsn, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (row,) = json.loads(output.read_text())["results"]
+    assert row["trigger"] == "current" and row["callbacks"] == 100
+    assert (row["stuck"], row["doubled"], row["wrong"], row["healed"]) == (0, 0, 0, 0)

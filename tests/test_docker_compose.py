@@ -204,8 +204,9 @@ def test_dockerfile_installs_the_package_from_the_copied_sources() -> None:
         if op == "RUN" and _installs_local_package(args)
     )
     copied = " ".join(args for op, args in instructions[:install] if op == "COPY").split()
-    # Everything setuptools needs to build the package, README.md included (pyproject readme).
-    for needed in ("pyproject.toml", "README.md", "pgtasks"):
+    # Everything setuptools needs to build the package: README.md (pyproject readme) and
+    # LICENSE (license-files) included.
+    for needed in ("pyproject.toml", "README.md", "LICENSE", "pgtasks"):
         assert needed in copied, f"{needed} is not copied before `pip install .`"
 
 

@@ -91,3 +91,28 @@ def test_pgtasks_has_no_import_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_importing_pgtasks_main_runs_nothing() -> None:
+    """``import pgtasks.__main__`` (a documentation tool, a test collector) does not run
+    the command line; ``python -m pgtasks`` does."""
+    import subprocess
+    import sys
+
+    imported = subprocess.run(
+        [sys.executable, "-c", "import pgtasks.__main__; print('imported')"],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (imported.returncode, imported.stdout) == (0, "imported\n"), imported.stderr
+    assert "Usage" not in imported.stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "pgtasks", "--help"],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and "Usage" in run.stdout

@@ -54,8 +54,11 @@ def test_every_error_class_is_exported_and_in_the_documented_tree() -> None:
     assert error_classes <= set(pgtasks.__all__)
     for name in error_classes:
         assert name in (_errors.__doc__ or ""), f"{name} is missing from the _errors tree"
-        # TaskFailed and JobCancelled are the names users look for (as in Celery).
-        assert name.endswith("Error") or name in ("TaskFailed", "JobCancelled"), name
+        # TaskFailed and JobCancelled are the names users look for (as in Celery), and
+        # WorkflowFailed is the TaskFailed of a workflow.
+        assert name.endswith("Error") or name in ("TaskFailed", "JobCancelled", "WorkflowFailed"), (
+            name
+        )
 
 
 def test_every_error_has_a_default_message() -> None:

@@ -1,7 +1,9 @@
 """The Django example end to end: ``python -m examples.django_project.demo``.
 
 Migrates, starts ``manage.py pgtasks_worker``, enqueues a task inside a transaction that
-commits and another inside one that rolls back, and prints what became of each.
+commits and another inside one that rolls back, prints what became of each, and reads
+the job back as the admin lists it (``/admin/pgtasks/job/``), under its task's own name.
+With no ``PGTASKS_DSN`` or ``DATABASE_URL`` it runs on pgtasks' embedded PostgreSQL.
 """
 
 from __future__ import annotations
@@ -34,6 +36,25 @@ class PaymentFailed(Exception):
     pass
 
 
+def show_in_admin(job_id: str) -> None:
+    """What the admin's list of jobs shows of the job (as a staff user sees it)."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    staff = User.objects.filter(username="demo-admin").first() or User.objects.create_superuser(
+        "demo-admin", "admin@example.com", None
+    )
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(staff)
+    page = client.get("/admin/pgtasks/job/", {"q": job_id})
+    shown = send_welcome_email.module_path in page.content.decode()
+    print(
+        f"admin: HTTP {page.status_code}, job {job_id} listed as {send_welcome_email.module_path}"
+        if shown
+        else f"admin: HTTP {page.status_code}, job {job_id} not listed"
+    )
+
+
 def main() -> None:
     call_command("migrate", verbosity=0)  # Django's tables, and pgtasks' schema
     worker = subprocess.Popen([sys.executable, str(MANAGE), "pgtasks_worker", "-c", "2"])
@@ -62,6 +83,7 @@ def main() -> None:
             send_welcome_email.get_result(lost.id)
         except TaskResultDoesNotExist:
             print(f"task {lost.id} was rolled back with its transaction: no job")
+        show_in_admin(welcome.id)
     finally:
         worker.send_signal(signal.SIGTERM)
         print(f"worker stopped with exit code {worker.wait(30)}")

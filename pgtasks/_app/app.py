@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar, overload
 import psycopg
 from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP035
 
+from .._counters import ENQUEUES_DEDUPLICATED, Tally
 from .._cron import PeriodicOptions, Schedule
 from .._errors import (
     ConfigurationError,
@@ -31,6 +32,7 @@ from .._operations import retention_seconds
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
 from .._store import db as _db
 from .._store.database import Database
+from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
 from .._store.store import Store
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from .._validation import positive_seconds, whole_number
@@ -41,7 +43,8 @@ from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .schedules import build_schedule
 from .tasks import Task, TaskSettings
-from .workflows import Signature, describe_workflow
+from .workflow_admin import describe_workflow
+from .workflows import Signature
 
 logger = logging.getLogger("pgtasks")
 
@@ -100,12 +103,25 @@ class App:
     embedded PostgreSQL in ``./.pgtasks`` (development only; needs ``pgtasks[embedded]``).
     ``schema``: ``App(schema=...)`` > ``PGTASKS_SCHEMA`` > ``"pgtasks"``.
     Pools are created on first use and closed by :meth:`close` or ``with app:``.
+
+    Behind a transaction-mode pooler (PgBouncer ``pool_mode = transaction``): ``dsn`` is
+    the pooler and ``session_dsn`` (or ``PGTASKS_SESSION_DSN``) the server itself, for
+    LISTEN, the beat and pruner locks and migrations; ``pooled=True`` without a
+    ``session_dsn`` makes pgtasks poll instead. ``prepared_statements``: whether
+    connections to a pooled ``dsn`` may prepare statements (off by default: PgBouncer
+    before 1.21 cannot hold them). ``replica_dsn`` (or ``PGTASKS_REPLICA_DSN``): a
+    streaming replica for the dashboard, ``pgtasks stats``, ``pgtasks jobs list`` and
+    metrics; never for reads of the app's own writes. See docs/howto/deployment.md.
     """
 
     def __init__(
         self,
         dsn: str | None = None,
         *,
+        session_dsn: str | None = None,
+        replica_dsn: str | None = None,
+        pooled: bool | None = None,
+        prepared_statements: bool | None = None,
         schema: str | None = None,
         embedded_dir: str | os.PathLike[str] | None = None,
         default_queue: str = "default",
@@ -124,6 +140,7 @@ class App:
         prune_done_after: float | None = 86400.0,
         prune_failed_after: float | None = 7 * 86400.0,
         prune_interval: float = 60.0,
+        heal_interval: float = 30.0,
         eager: bool = False,
     ) -> None:
         # An explicit schema="" is an error, not a request for the default.
@@ -131,6 +148,12 @@ class App:
             schema if schema is not None else os.environ.get("PGTASKS_SCHEMA") or "pgtasks"
         )
         configured_dsn = _db.resolve_dsn(dsn)
+        self._connections = _db.ConnectionSettings.resolve(
+            session_dsn=session_dsn,
+            replica_dsn=replica_dsn,
+            pooled=pooled,
+            prepared_statements=prepared_statements,
+        )
         self.embedded_dir: Path = _db.embedded_data_dir(embedded_dir)
         if not isinstance(default_queue, str) or not default_queue:
             raise ConfigurationError(
@@ -166,6 +189,8 @@ class App:
         self.prune_done_after = retention_seconds("prune_done_after", prune_done_after)
         self.prune_failed_after = retention_seconds("prune_failed_after", prune_failed_after)
         self.prune_interval = positive_seconds("prune_interval=", prune_interval)
+        # Workers look for stuck workflow steps every heal_interval seconds (one at a time).
+        self.heal_interval = positive_seconds("heal_interval=", heal_interval)
         if self.heartbeat_interval >= self.lease_timeout:
             raise ConfigurationError(
                 f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"
@@ -187,6 +212,9 @@ class App:
         )
         self._results: ResultListener | None = None
         self._results_pid = 0
+        #: What this process counted of pgtasks._counters' names (enqueues answered by an
+        #: existing job); the database holds every process's totals (``pgtasks stats``).
+        self.counters = Tally()
         _apps.add(self)
 
     def __repr__(self) -> str:
@@ -318,9 +346,32 @@ class App:
         async with self.database.aconnection() as conn:
             yield conn
 
-    def migrate(self) -> list[Migration]:
-        """Create or upgrade the schema; safe to run concurrently and repeatedly."""
-        return self.database.migrate()
+    def migrate(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+    ) -> list[Migration]:
+        """Create or upgrade the schema; safe to run concurrently and repeatedly.
+
+        Online on a live database: indexes are built concurrently, each catalog change
+        waits at most ``lock_timeout`` seconds for its lock (then rolls back and is tried
+        again, for up to ``lock_retry_for`` seconds: MigrationLockError after that), large
+        backfills go in batches. Runs on the session connection (``session_dsn``).
+        """
+        return self.database.migrate(lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+
+    def migration_plan(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+    ) -> MigrationPlan:
+        """What :meth:`migrate` would do: each pending step and the locks it takes
+        (``pgtasks migrate --plan``). Reads only."""
+        return self.database.migration_plan(
+            lock_timeout=lock_timeout, lock_retry_for=lock_retry_for
+        )
 
     def check_schema(self) -> None:
         """Raise SchemaNotMigratedError / SchemaTooNewError unless the schema is current."""
@@ -338,16 +389,33 @@ class App:
         """Every statement pgtasks runs, rendered for this App's schema."""
         return self.database.store
 
-    def use_database(self, dsn: str | None, schema: str | None = None) -> Database:
+    def use_database(
+        self,
+        dsn: str | None,
+        schema: str | None = None,
+        *,
+        session_dsn: str | None = None,
+        replica_dsn: str | None = None,
+        pooled: bool | None = None,
+    ) -> Database:
         """Point this App at another database and schema (None: the embedded server; the
         current schema); its pools are closed first. Returns the Database used until
-        now, for :meth:`restore_database`.
+        now, for :meth:`restore_database`. The session DSN, replica and pooling are those
+        given here (none by default), never the previous database's.
 
         For tests (``pgtasks.testing.use_test_database``) and tools that switch databases;
         not while a worker of this App runs.
         """
         previous = self.database
-        new = self._new_database(dsn, validate_schema_name(schema or self.schema))
+        connections = _db.ConnectionSettings(
+            session_dsn=session_dsn,
+            replica_dsn=replica_dsn,
+            pooled=pooled,
+            prepared_statements=self._connections.prepared_statements,
+        )
+        new = self._new_database(
+            dsn, validate_schema_name(schema or self.schema), connections=connections
+        )
         self.close()
         self.database = new
         return previous
@@ -357,7 +425,10 @@ class App:
         self.close()
         self.database = database
 
-    def _new_database(self, dsn: str | None, schema: str) -> Database:
+    def _new_database(
+        self, dsn: str | None, schema: str, connections: _db.ConnectionSettings | None = None
+    ) -> Database:
+        connections = connections or self._connections
         return Database(
             Store(schema),
             dsn,
@@ -366,6 +437,10 @@ class App:
             pool_max_size=self.pool_max_size,
             connect_timeout=self.connect_timeout,
             connect_attempts=self.connect_attempts,
+            session_dsn=connections.session_dsn,
+            replica_dsn=connections.replica_dsn,
+            pooled=connections.pooled,
+            prepared_statements=connections.prepared_statements,
         )
 
     # -- enqueue --
@@ -406,7 +481,13 @@ class App:
         return await self.instrumentation.ainsert(specs, lambda traced: self._ainsert(conn, traced))
 
     def _handles(self, inserted: list[InsertedJob]) -> list[JobHandle[Any]]:
-        return [JobHandle(self, job_id, existed=existed) for job_id, existed in inserted]
+        handles: list[JobHandle[Any]] = [
+            JobHandle(self, job_id, existed=existed) for job_id, existed in inserted
+        ]
+        deduplicated = sum(1 for _, existed in inserted if existed)
+        if deduplicated:
+            self.counters.add(ENQUEUES_DEDUPLICATED, deduplicated, store=False)
+        return handles
 
     def enqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.Connection[Any] | None = None
@@ -434,6 +515,8 @@ class App:
             job = self.store.insert_job(connection, spec)
         else:
             job = self.database.run(lambda conn: self.store.insert_job(conn, spec))
+        if job.existed:
+            self.counters.add(ENQUEUES_DEDUPLICATED, store=False)
         return JobHandle(self, job.id, existed=job.existed)
 
     async def aenqueue_many(
@@ -460,6 +543,8 @@ class App:
             job = await self.store.ainsert_job(connection, spec)
         else:
             job = await self.database.arun(lambda conn: self.store.ainsert_job(conn, spec))
+        if job.existed:
+            self.counters.add(ENQUEUES_DEDUPLICATED, store=False)
         return JobHandle(self, job.id, existed=job.existed)
 
     # -- jobs --

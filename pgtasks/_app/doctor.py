@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._errors import SchemaNotMigratedError
+from .._store.db import describe_dsn
 from .._text import printable
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ class Thresholds:
     backlog_critical: float = 3600.0
     connections_warning: float = 0.8
     connections_critical: float = 0.95
+    replica_lag_warning: float = 60.0
+    replica_lag_critical: float = 600.0
 
 
 def _level(value: float, warning: float, critical: float) -> str:
@@ -244,29 +247,58 @@ def check_connections(row: Row, limits: Thresholds) -> Finding:
     )
 
 
-def check_isolation(row: Row) -> Finding:
-    """The database's default isolation; pgtasks pins READ COMMITTED on its connections."""
-    default = str(row["default_isolation"])
-    pinned = str(row["isolation"])
-    if pinned != "read committed":
+def check_isolation(app: App, pinned: Row, default: str | None) -> Finding:
+    """The isolation pgtasks' connections run in (pinned READ COMMITTED) and the database's
+    default for pgtasks' role (``default``: None when it could not be read)."""
+    level = str(pinned["isolation"])
+    shown = default.upper() if default else "unknown"
+    if app.database.pooled:
+        # Through a transaction pooler a statement runs at the server connection's default:
+        # the pooler check says whether that is READ COMMITTED.
+        return Finding(
+            "isolation",
+            "ok" if level == "read committed" else "warning",
+            f"database default {shown}; through the pooler pgtasks pins READ COMMITTED per"
+            " transaction (the worker's claims and finishes, explicit transactions), lone"
+            f" statements run at its server connections' default ({level.upper()})",
+            "" if level == "read committed" else "see the pooler check",
+        )
+    if level != "read committed":
         return Finding(
             "isolation",
             "critical",
-            f"this pgtasks connection runs {pinned.upper()} although pgtasks pins READ"
+            f"this pgtasks connection runs {level.upper()} although pgtasks pins READ"
             " COMMITTED: limits could be exceeded and workflows stall",
-            "a pooler between pgtasks and PostgreSQL may drop session settings: run its"
-            " connections in session mode, or set default_transaction_isolation ="
-            " 'read committed' for the role pgtasks uses",
+            "a pooler between pgtasks and PostgreSQL drops the startup option that pins it:"
+            " declare it (App(dsn=<pooler>, session_dsn=<the server itself>)), or set"
+            " default_transaction_isolation = 'read committed' for the role pgtasks uses",
         )
-    if default == "read committed":
-        return Finding("isolation", "ok", "database default READ COMMITTED, as pgtasks runs")
+    if default is None or default == "read committed":
+        return Finding("isolation", "ok", f"database default {shown}; pgtasks runs READ COMMITTED")
     return Finding(
         "isolation",
         "ok",
-        f"database default {default.upper()}; every pgtasks connection runs READ COMMITTED"
+        f"database default {shown}; every pgtasks connection runs READ COMMITTED"
         " (pinned), so limits, fencing and workflows hold. Connections your code passes with"
         " connection= keep your level",
     )
+
+
+def default_isolation(app: App) -> str | None:
+    """The isolation a session of pgtasks' role starts with on its database, before pgtasks
+    pins it: read on a connection of its own without the pin (it runs this one read), to
+    the session DSN or ``dsn``. None when it cannot be read."""
+    database = app.database
+    try:
+        with psycopg.connect(
+            database.session_dsn or database.dsn,
+            autocommit=True,
+            connect_timeout=max(1, round(database.connect_timeout)),
+            application_name="pgtasks doctor",
+        ) as conn:
+            return str(app.store.get_session_defaults(conn)["isolation"])
+    except psycopg.Error:
+        return None
 
 
 def check_limits(row: Row, declared: Sequence[str]) -> list[Finding]:
@@ -307,7 +339,7 @@ def check_limits(row: Row, declared: Sequence[str]) -> list[Finding]:
                 "warning",
                 f"{overlimited} pending job(s) count in more than 8 limit instances (the first:"
                 f" job {row['first_overlimited']}); the claim leaves them pending",
-                "rows written by hand before migration 0013 refused them: cancel them"
+                "rows written by hand (enqueues refuse them): cancel them"
                 " (pgtasks jobs cancel ID) or enqueue them again",
             )
         )
@@ -352,11 +384,157 @@ def check_unknown_tasks(rows: Sequence[Row]) -> Finding:
     )
 
 
+#: How far back ``doctor`` counts healed steps and tolerated trigger errors.
+WORKFLOW_INCIDENT_WINDOW = 86400.0
+
+
+def check_workflows(health: Row, latest: Sequence[Row], heal_interval: float) -> Finding:
+    """Stuck workflow steps now, steps the healing pass healed and trigger errors tolerated
+    in the last day, and steps it could not heal (migration workflow_progress)."""
+    stuck, healed = int(health["stuck"] or 0), int(health["healed"] or 0)
+    tolerated, unhealable = int(health["tolerated"] or 0), int(health["unhealable"] or 0)
+    last = f" (latest: job {latest[0]['job_id']}: {latest[0]['detail']})" if latest else ""
+    counts = (
+        f"in the last day the healing pass healed {healed} stuck step(s) and the workflow"
+        f" triggers tolerated {tolerated} error(s)"
+    )
+    if unhealable:
+        return Finding(
+            "workflows",
+            "critical",
+            f"{unhealable} stuck step(s) could not be moved on by the healing pass; {counts}{last}",
+            "a hand-edited row breaks them: see `pgtasks workflows show ID`, then cancel the"
+            " workflow (`pgtasks workflows cancel ID`) or repair the row",
+        )
+    if stuck:
+        return Finding(
+            "workflows",
+            "warning",
+            f"{stuck} waiting step(s) have no unfinished predecessor; a worker's healing pass"
+            f" moves them on within heal_interval ({heal_interval:g} s); {counts}",
+            "start a worker if none runs, or run `pgtasks workflows heal` now",
+        )
+    if healed or tolerated:
+        return Finding(
+            "workflows",
+            "warning",
+            f"no stuck step now; {counts}{last}",
+            "each was recorded with its cause: `pgtasks workflows show ID` lists a"
+            " workflow's incidents; hand-edited workflow rows are the usual cause",
+        )
+    return Finding(
+        "workflows",
+        "ok",
+        f"no stuck workflow step; {counts}",
+    )
+
+
+def check_pooler(app: App, defaults: Row) -> Finding:
+    """How the app connects: directly, or through a transaction pooler with or without a
+    session connection (without one: polling, no leader election); through a pooler, the
+    transaction isolation its server connections start with."""
+    database = app.database
+    if not database.pooled:
+        return Finding("pooler", "ok", "direct connections (no transaction pooler declared)")
+    where = describe_dsn(database.dsn)
+    prepared = "on" if database.prepared_statements else "off"
+    isolation = str(defaults["isolation"])
+    if isolation != "read committed":
+        return Finding(
+            "pooler",
+            "critical",
+            f"the pooler's server connections at {where} start transactions in {isolation}:"
+            " claims, limits and workflows rely on READ COMMITTED; a pooled connection"
+            " cannot be pinned per session, and pgtasks pins only its claims, finishes and"
+            " explicit transactions per transaction (rescues, releases and other lone"
+            " statements run at this default)",
+            "set default_transaction_isolation = 'read committed' for pgtasks' role (ALTER"
+            " ROLE … SET) or in the pooler's connect_query for pgtasks' database entry",
+        )
+    session = database.configured_session_dsn
+    if session is None:
+        return Finding(
+            "pooler",
+            "warning",
+            f"{where} goes through a transaction pooler and no session_dsn is set: workers"
+            f" find new jobs by polling (every {app.poll_interval:g} s) instead of LISTEN,"
+            " job.get() polls, beat runs without leader election (every beat enqueues each"
+            " tick; the tick key keeps one job), the pruner runs without its lock, and"
+            " migrate refuses to run",
+            "set App(session_dsn=...) or PGTASKS_SESSION_DSN to a direct connection to the"
+            " server (not through the pooler)",
+        )
+    return Finding(
+        "pooler",
+        "ok",
+        f"{where} goes through a transaction pooler (prepared statements {prepared});"
+        f" LISTEN, beat and pruner locks and migrations use {describe_dsn(session)}",
+    )
+
+
+def check_replica(app: App, primary_lsn: str | None, limits: Thresholds) -> Finding | None:
+    """The replica's health when the app has one (None otherwise): reachable, a standby,
+    how far behind, and what hot_standby_feedback means for the primary."""
+    database = app.database
+    if not database.replica_dsn:
+        return None
+    where = describe_dsn(database.replica_dsn)
+    try:
+        with database.connect(replica=True, application_name="pgtasks doctor") as conn:
+            row = app.store.get_replica_state(conn, primary_lsn)
+    except psycopg.Error as error:
+        return Finding(
+            "replica",
+            "warning",
+            f"replica {where} cannot be read ({type(error).__name__}): the dashboard, stats,"
+            " jobs list and metrics read the primary meanwhile",
+            "check that the replica runs and that replica_dsn is right",
+        )
+    if not row["standby"]:
+        return Finding(
+            "replica",
+            "warning",
+            f"{where} is not a standby (pg_is_in_recovery() is false): replica reads land on"
+            " a primary",
+            "point replica_dsn at a streaming replica of this database",
+        )
+    behind = row["behind_bytes"]
+    age = row["replay_age"]
+    lag = (
+        f"{int(behind) / 1024 / 1024:.1f} MiB of WAL behind"
+        if behind is not None
+        else "lag unknown"
+    )
+    if behind and age is not None:
+        lag += f", last replayed transaction {_duration(float(age))} old"
+    feedback = row["hot_standby_feedback"] == "on"
+    effect = (
+        "hot_standby_feedback is on: long replica queries hold back the primary's xmin"
+        " horizon (bloat; see the xmin horizon check)"
+        if feedback
+        else "hot_standby_feedback is off: a replica query that conflicts with replay is"
+        f" cancelled after max_standby_streaming_delay ({row['max_standby_streaming_delay']})"
+        " and retried, then read from the primary"
+    )
+    seconds = float(age) if behind and age is not None else 0.0
+    level = _level(seconds, limits.replica_lag_warning, limits.replica_lag_critical)
+    return Finding(
+        "replica",
+        level,
+        f"{where}: {lag}; {effect}",
+        ""
+        if level == "ok"
+        else "the dashboard, stats and metrics show the queue as it was: check the"
+        " replica's replay (pg_stat_replication on the primary, its log)",
+    )
+
+
 def diagnose(
     app: App, conn: psycopg.Connection[Any], limits: Thresholds | None = None
 ) -> list[Finding]:
     limits = limits or Thresholds()
     store = app.store
+    replica = check_replica(app, store.get_wal_position(conn), limits)
     findings = [
         check_snapshot(store.get_oldest_snapshot(conn), limits),
         check_slots(store.get_replication_slots(conn), limits),
@@ -367,8 +545,15 @@ def diagnose(
         check_backlog(store.get_backlog(conn), limits),
         check_exhausted(store.get_exhausted_pending_jobs(conn)),
         check_connections(store.get_connection_usage(conn), limits),
-        check_isolation(store.get_isolation(conn)),
+        check_isolation(app, store.get_isolation(conn), default_isolation(app)),
         check_unknown_tasks(store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout)),
+        check_workflows(
+            store.get_workflow_health(conn, since=WORKFLOW_INCIDENT_WINDOW),
+            store.list_workflow_incidents(conn, limit=1),
+            app.heal_interval,
+        ),
+        check_pooler(app, store.get_session_defaults(conn)),
+        *([replica] if replica is not None else []),
     ]
     try:
         problems = store.get_limit_problems(conn)

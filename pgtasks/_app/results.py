@@ -1,10 +1,12 @@
 """Waiting for results: ``job.get()`` / ``await job.aget()``.
 
-One ResultListener per App and process holds a connection that LISTENs on the
-schema's "done" channel; every finishing write (and cancel, and rescue to failed)
-notifies it with the ids of the jobs that ended. Waiters register a callback for their
-job id and re-read the row when woken. A polling fallback covers a missed notification
-or a listener that is reconnecting, so a waiter never depends on NOTIFY alone.
+One ResultListener per App and process holds a connection (the session DSN: LISTEN
+needs a server session of its own) that LISTENs on the schema's "done" channel; every
+finishing write (and cancel, and rescue to failed) notifies it with the ids of the jobs
+that ended. Waiters register a callback for their job id and re-read the row when woken.
+A polling fallback covers a missed notification or a listener that is reconnecting (or,
+behind a transaction pooler without session_dsn, absent), so a waiter never depends on
+NOTIFY alone.
 """
 
 from __future__ import annotations
@@ -50,10 +52,15 @@ class ResultListener:
         return self._ready.is_set()
 
     def subscribe(self, job_id: int, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` (from the listener thread) when job ``job_id`` may have ended."""
+        """Call ``callback`` (from the listener thread) when job ``job_id`` may have ended.
+
+        Without a session connection (a pooled dsn without session_dsn) nothing listens:
+        the listener never becomes healthy and waiters poll the row.
+        """
         with self._lock:
             self._waiters.setdefault(job_id, set()).add(callback)
-            if self._thread is None or not self._thread.is_alive():
+            listening = self.app.database.has_session
+            if listening and (self._thread is None or not self._thread.is_alive()):
                 self._closing.clear()
                 self._thread = threading.Thread(
                     target=self._run, name="pgtasks-results", daemon=True
@@ -71,6 +78,9 @@ class ResultListener:
         return unsubscribe
 
     def wait_ready(self, timeout: float) -> bool:
+        """Wait until the listener listens (False at once when nothing can listen)."""
+        if not self.app.database.has_session:
+            return False
         return self._ready.wait(timeout)
 
     def close(self) -> None:
@@ -84,13 +94,9 @@ class ResultListener:
         failures = 0
         while not self._closing.is_set():
             try:
-                with psycopg.connect(
-                    self.app.dsn,
-                    autocommit=True,
-                    connect_timeout=max(1, round(self.app.connect_timeout)),
-                    application_name="pgtasks results",
+                with self.app.database.connect(
+                    session=True, application_name="pgtasks results"
                 ) as conn:
-                    self.app.store.pin_isolation(conn)
                     self.app.store.listen(conn, self.app.store.done_channel)
                     self._ready.set()
                     failures = 0

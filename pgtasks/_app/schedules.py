@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -115,13 +115,18 @@ class ScheduleStatus:
     declared: bool
 
 
-def schedule_statuses(app: App) -> tuple[datetime, list[ScheduleStatus]]:
-    """The database's now and every schedule: declared ones first, then stored-only ones."""
+def schedule_statuses(
+    app: App, *, run: Callable[[Callable[[psycopg.Connection[Any]], Any]], Any] | None = None
+) -> tuple[datetime, list[ScheduleStatus]]:
+    """The database's now and every schedule: declared ones first, then stored-only ones.
+
+    ``run`` runs the read on a connection (default: the App's pool).
+    """
 
     def read(conn: psycopg.Connection[Any]) -> tuple[datetime, list[dict[str, Any]]]:
         return app.store.get_database_time(conn), app.store.list_periodic(conn)
 
-    now, rows = app.database.run(read)
+    now, rows = (run or app.database.run)(read)
     stored = {row["name"]: row for row in rows}
     statuses = []
     for name, schedule in sorted(app.schedules.items()):

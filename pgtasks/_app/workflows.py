@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
-from .._errors import JobCancelled, WorkflowError, WorkflowNotFoundError
+from .._errors import WorkflowError
 from .._jobs import InsertedJob, JobSpec
-from .._payload import encode_arguments
 from .handle import JobHandle
-from .limits import job_limits
+from .workflow_results import GroupResult as GroupResult
+from .workflow_results import WorkflowResult as WorkflowResult
+from .workflow_rows import encode_step, step_specs, take_meta
 
 if TYPE_CHECKING:
     from .app import App
@@ -28,6 +28,16 @@ if TYPE_CHECKING:
 
 #: Signature options (``sig.set(...)``) and what checks them.
 SIGNATURE_OPTIONS = ("queue", "priority", "max_attempts")
+#: How deeply chains, groups and chords may nest (a signature is depth 0; a chord of
+#: signatures 1; a chord with that chord in its header 2, …): deeper is a WorkflowError
+#: when it is built. Chains within chains are one chain and do not nest.
+MAX_DEPTH = 64
+#: Longest shape text kept for a workflow (`pgtasks workflows list`).
+MAX_SHAPE_CHARS = 300
+#: Group members a shape names before "+N more".
+SHAPE_MEMBERS = 4
+#: Counts equal members in a row of a group's shape (the multiplication sign).
+TIMES = "\N{MULTIPLICATION SIGN}"
 
 
 class Signature:
@@ -39,6 +49,9 @@ class Signature:
     """
 
     __slots__ = ("args", "immutable", "kwargs", "options", "task")
+
+    #: Nesting depth (see MAX_DEPTH): a signature nests nothing.
+    depth = 0
 
     def __init__(
         self,
@@ -118,6 +131,18 @@ class _Workflow:
     kind = ""
     #: A signature enqueued once when a job of the workflow fails for good.
     on_error: Signature | None = None
+    #: Nesting depth (see MAX_DEPTH), computed from the parts when built.
+    depth = 1
+
+    def _nest(self, parts: Iterable[Canvas]) -> None:
+        """Set this workflow's depth from its parts (already built and checked)."""
+        self.depth = 1 + max((part.depth for part in parts), default=0)
+        if self.depth > MAX_DEPTH:
+            raise WorkflowError(
+                f"workflows nest at most {MAX_DEPTH} deep (a chain, group or chord inside"
+                f" another); this {self.kind} would be {self.depth} deep: flatten it (a chain"
+                " of chords runs them one after the other)"
+            )
 
     def __or__(self, other: Canvas) -> Chain:
         return Chain(cast("Canvas", self), other)
@@ -175,6 +200,7 @@ class Chain(_Workflow):
             self.steps.extend(step.steps if isinstance(step, Chain) else [step])  # type: ignore[list-item]
         if not self.steps:
             raise WorkflowError("a chain needs at least one step")
+        self._nest(self.steps)
 
     def __repr__(self) -> str:
         return " | ".join(repr(step) for step in self.steps)
@@ -193,6 +219,7 @@ class Group(_Workflow):
         self.members: list[Canvas] = list(members)  # type: ignore[arg-type]
         if not self.members:
             raise WorkflowError("a group needs at least one member (got an empty group)")
+        self._nest(self.members)
 
     def __repr__(self) -> str:
         return f"group({', '.join(repr(member) for member in self.members)})"
@@ -214,6 +241,7 @@ class Chord(_Workflow):
         _check_canvas(body, "a chord callback")
         self.body = body
         self.on_error = on_error
+        self._nest([*self.header.members, body])
 
     def __repr__(self) -> str:
         return f"chord({self.header!r}, {self.body!r})"
@@ -252,6 +280,39 @@ def _check_canvas(value: object, what: str) -> None:
             f"{what} must be a signature (task.s(...) or task.si(...)), a chain, a group"
             f" or a chord, got {value!r}"
         )
+
+
+def shape(element: Canvas) -> str:
+    """A workflow as one short line of text, ``a → [3 TIMES b] → c`` (TIMES, the sign) for
+    ``chain(a.s(), chord([b.s(1), b.s(2), b.s(3)], c.s()))`` (a chord is its group, then its
+    callback; equal members in a row are counted); cut to MAX_SHAPE_CHARS."""
+    text = _shape(element, nested=False)
+    return text if len(text) <= MAX_SHAPE_CHARS else text[: MAX_SHAPE_CHARS - 1] + "…"
+
+
+def _shape(element: Canvas, *, nested: bool) -> str:
+    """``nested``: a member of a group, where a sequence is put in parentheses."""
+    if isinstance(element, Signature):
+        return element.task.name
+    if isinstance(element, Group):
+        runs: list[list[Any]] = []
+        for member in element.members:
+            text = _shape(member, nested=True)
+            if runs and runs[-1][0] == text:
+                runs[-1][1] += 1
+            else:
+                runs.append([text, 1])
+        shown = [text if count == 1 else f"{count}{TIMES}{text}" for text, count in runs]
+        if len(shown) > SHAPE_MEMBERS:
+            hidden = sum(count for _, count in runs[SHAPE_MEMBERS:])
+            shown = [*shown[:SHAPE_MEMBERS], f"+{hidden} more"]
+        return f"[{', '.join(shown)}]"
+    if isinstance(element, Chain):
+        parts = [_shape(step, nested=False) for step in element.steps]
+    else:
+        parts = [_shape(element.header, nested=False), _shape(element.body, nested=False)]
+    text = " → ".join(parts)
+    return f"({text})" if nested and len(parts) > 1 else text
 
 
 # -- planning ---------------------------------------------------------------------------------
@@ -311,7 +372,7 @@ class _Plan:
         """Validated, encoded rows for ``insert_workflow_jobs`` (raises before writing)."""
         rows = []
         for node, job_id in zip(self.nodes, ids, strict=True):
-            row = _encode(app, node.signature, node.input_mode is not None, f"step {node.step}")
+            row = encode_step(app, node.signature, node.input_mode is not None, f"step {node.step}")
             row.update(
                 id=job_id,
                 step=node.step,
@@ -321,69 +382,6 @@ class _Plan:
             )
             rows.append(row)
         return rows
-
-
-def _encode(app: App, signature: Signature, receives_input: bool, label: str) -> dict[str, Any]:
-    """The job columns of a signature, validated and encoded (raises before writing)."""
-    task = signature.task
-    if app.tasks.get(task.name) is not task:
-        raise WorkflowError(f"task {task.name!r} of {signature!r} is not registered with this app")
-    # A step that receives an input gets it as its first positional argument.
-    placeholder = (None,) if receives_input else ()
-    try:
-        task.signature.bind(*placeholder, *signature.args, **signature.kwargs)
-    except TypeError as error:
-        received = " (after the input it receives first)" if receives_input else ""
-        raise WorkflowError(
-            f"arguments of {label} {signature!r}{received} do not match task {task.name!r}: {error}"
-        ) from None
-    args_json, kwargs_json = encode_arguments(
-        task.name,
-        signature.args,
-        signature.kwargs,
-        max_bytes=app.max_payload_bytes,
-        parameter_names=task.parameter_names[len(placeholder) :],
-    )
-    options = signature.options
-    try:
-        spec = (
-            task.build_spec((*placeholder, *signature.args), signature.kwargs, **options)
-            if options
-            else None
-        )
-    except (TypeError, ValueError) as error:
-        raise WorkflowError(f"options of {label} {signature!r}: {error}") from None
-    queue = spec.queue if spec else task.queue
-    limit_groups, limit_key = _limits(app, signature, queue, receives_input, label)
-    return {
-        "task_name": task.name,
-        "queue": queue,
-        "priority": spec.priority if spec else task.priority,
-        "max_attempts": spec.max_attempts if spec else task.max_attempts,
-        "args_json": args_json,
-        "kwargs_json": kwargs_json,
-        "limit_groups": limit_groups,
-        "limit_key": limit_key,
-    }
-
-
-def _limits(
-    app: App, signature: Signature, queue: str, receives_input: bool, label: str
-) -> tuple[list[str] | None, str | None]:
-    """The concurrency and rate limits a step counts in, as a plain enqueue computes them."""
-    task_limits = signature.task.limits
-    queue_limits = app.queue_limits.get(queue)
-    if task_limits is None and queue_limits is None:
-        return None, None
-    if receives_input and task_limits is not None and task_limits.concurrency_key is not None:
-        # The key is computed from the arguments when the workflow is written; the input
-        # this step receives from the step before does not exist yet.
-        raise WorkflowError(
-            f"{label} {signature!r}: task {signature.task.name!r} has a concurrency_key=, which"
-            " needs all of the job's arguments when the workflow is written; make the step"
-            " immutable (.si()) so that it does not receive the previous result"
-        )
-    return job_limits(task_limits, queue_limits, signature.args, signature.kwargs)
 
 
 def _join(step: str, position: int) -> str:
@@ -398,7 +396,7 @@ def _on_error_spec(app: App, on_error: Signature | None) -> str | None:
         raise WorkflowError(
             f"on_error= must be a signature (task.s() or task.si()), got {on_error!r}"
         )
-    row = _encode(app, on_error, not on_error.immutable, "on_error")
+    row = encode_step(app, on_error, not on_error.immutable, "on_error")
     return json.dumps(
         {
             "task_name": row["task_name"],
@@ -420,6 +418,7 @@ class _Prepared:
     kind: str
     plan: _Plan
     on_error: str | None
+    shape: str
 
     def handle(self, workflow_id: int, ids: Sequence[int]) -> WorkflowResult:
         terminals = [JobHandle[Any](self.app, ids[index]) for index in self.plan.terminals]
@@ -442,7 +441,7 @@ def _prepare(root: Canvas, on_error: Signature | None) -> _Prepared:
             " can use a worker, see docs/howto/testing.md)"
         )
     plan.rows(app, list(range(len(plan.nodes))))
-    return _Prepared(app, root.kind, plan, _on_error_spec(app, on_error))
+    return _Prepared(app, root.kind, plan, _on_error_spec(app, on_error), shape(root))
 
 
 def enqueue_workflow(
@@ -456,19 +455,21 @@ def enqueue_workflow(
     app, plan, store = prepared.app, prepared.plan, prepared.app.store
 
     def write(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
-        workflow_id = store.insert_workflow(conn, kind=prepared.kind, on_error=prepared.on_error)
+        workflow_id = store.insert_workflow(
+            conn, kind=prepared.kind, on_error=prepared.on_error, shape=prepared.shape
+        )
         ids = store.reserve_job_ids(conn, len(plan.nodes))
         rows = plan.rows(app, ids)
 
         def insert_rows(specs: Sequence[JobSpec]) -> list[InsertedJob]:
-            _take_meta(rows, specs)
+            take_meta(rows, specs)
             store.insert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
             return [InsertedJob(job_id, False) for job_id in ids]
 
         if app.instrumentation is None:
             store.insert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
         else:  # tracing: the steps' meta carries the context of their enqueue
-            app.instrumentation.insert(_specs(rows), insert_rows)
+            app.instrumentation.insert(step_specs(rows), insert_rows)
         return workflow_id, ids
 
     def insert(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
@@ -499,20 +500,20 @@ async def aenqueue_workflow(
 
     async def write(conn: psycopg.AsyncConnection[Any]) -> tuple[int, list[int]]:
         workflow_id = await store.ainsert_workflow(
-            conn, kind=prepared.kind, on_error=prepared.on_error
+            conn, kind=prepared.kind, on_error=prepared.on_error, shape=prepared.shape
         )
         ids = await store.areserve_job_ids(conn, len(plan.nodes))
         rows = plan.rows(app, ids)
 
         async def insert_rows(specs: Sequence[JobSpec]) -> list[InsertedJob]:
-            _take_meta(rows, specs)
+            take_meta(rows, specs)
             await store.ainsert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
             return [InsertedJob(job_id, False) for job_id in ids]
 
         if app.instrumentation is None:
             await store.ainsert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
         else:
-            await app.instrumentation.ainsert(_specs(rows), insert_rows)
+            await app.instrumentation.ainsert(step_specs(rows), insert_rows)
         return workflow_id, ids
 
     async def insert(conn: psycopg.AsyncConnection[Any]) -> tuple[int, list[int]]:
@@ -527,106 +528,3 @@ async def aenqueue_workflow(
     else:
         workflow_id, ids = await app.database.arun(insert)
     return prepared.handle(workflow_id, ids)
-
-
-def _specs(rows: Sequence[dict[str, Any]]) -> list[JobSpec]:
-    """The steps as the jobs an instrumentation sees (tracing adds their meta)."""
-    return [
-        JobSpec(
-            row["task_name"],
-            row["queue"],
-            row["priority"],
-            row["args_json"],
-            row["kwargs_json"],
-            row["max_attempts"],
-        )
-        for row in rows
-    ]
-
-
-def _take_meta(rows: Sequence[dict[str, Any]], specs: Sequence[JobSpec]) -> None:
-    if len(specs) != len(rows):
-        raise RuntimeError("the instrumentation changed the number of workflow steps")
-    for row, spec in zip(rows, specs, strict=True):
-        row["meta_json"] = spec.meta_json
-
-
-# -- handles ----------------------------------------------------------------------------------
-class WorkflowResult:
-    """A workflow by id; ``get()`` returns its result (the last step's; a list after a
-    group), ``status`` reads its state, ``cancel()`` cancels what has not run."""
-
-    def __init__(
-        self, app: App, workflow_id: int, terminals: Sequence[JobHandle[Any]], *, kind: str
-    ) -> None:
-        self.app = app
-        self.id = workflow_id
-        self.kind = kind
-        #: The jobs whose results make the workflow's result.
-        self.results = list(terminals)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} id={self.id} kind={self.kind}>"
-
-    def _wait(self, timeout: float | None) -> list[Any]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        values = []
-        for job in self.results:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                values.append(job.get(timeout=remaining))
-            except JobCancelled as error:
-                raise JobCancelled(job.id, job.refresh().last_error) from error
-        return values
-
-    async def _await(self, timeout: float | None) -> list[Any]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        values = []
-        for job in self.results:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                values.append(await job.aget(timeout=remaining))
-            except JobCancelled as error:
-                raise JobCancelled(job.id, (await job.arefresh()).last_error) from error
-        return values
-
-    async def aget(self, timeout: float | None = None) -> Any:
-        """The async twin of :meth:`get`."""
-        return (await self._await(timeout))[0]
-
-    def get(self, timeout: float | None = None) -> Any:
-        """Wait for the workflow's result. Raises TaskFailed for a failed last step,
-        JobCancelled (with the reason, naming the step that ended the workflow) for a
-        step that was not run, TimeoutError after ``timeout`` seconds."""
-        return self._wait(timeout)[0]
-
-    @property
-    def status(self) -> str:
-        """``running`` while a job is unfinished, then ``done``, ``failed`` or ``cancelled``."""
-        return str(self.app.get_workflow(self.id)["status"])
-
-    def cancel(self) -> int:
-        """Cancel every job that has not run (running ones are asked to stop); returns how
-        many jobs were cancelled or asked to stop."""
-        return self.app.cancel_workflow(self.id)
-
-
-class GroupResult(WorkflowResult):
-    """A workflow ending in a group: ``get()`` returns the members' results in order."""
-
-    def get(self, timeout: float | None = None) -> list[Any]:
-        return self._wait(timeout)
-
-    async def aget(self, timeout: float | None = None) -> list[Any]:
-        return await self._await(timeout)
-
-
-def describe_workflow(app: App, workflow_id: int) -> dict[str, Any]:
-    """The workflow's row and its jobs (``app.get_workflow``)."""
-    row = app.database.run(lambda conn: app.store.get_workflow(conn, workflow_id))
-    if row is None:
-        raise WorkflowNotFoundError(
-            f"workflow {workflow_id} does not exist (its jobs may have been pruned)"
-        )
-    jobs = app.database.run(lambda conn: app.store.get_workflow_jobs(conn, workflow_id))
-    return {**row, "jobs": jobs}

@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
-import functools
 import itertools
 import logging
 import os
@@ -125,9 +125,13 @@ class Executor:
         *,
         on_finished: Callable[[Running, Outcome], None],
         app_loader: Callable[[str], App] | None = None,
+        on_refused: Callable[[Running], None] | None = None,
     ) -> None:
         self.app = app
         self.options = options or ExecutorOptions()
+        #: Called when the lease fence refuses a meta update of a running attempt (on the
+        #: job's thread or the event loop).
+        self.on_refused = on_refused
         #: How spawned process-pool children import ``app_path`` (the app layer's loader).
         self.app_loader = app_loader
         self.concurrency = self.options.concurrency
@@ -135,6 +139,7 @@ class Executor:
         self._threads = JobThreads(self.concurrency, name="pgtasks-job")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
+        self._loop_thread_id: int | None = None
         self._lag_monitor: LoopLagMonitor | None = None
         self._soft_limits = ThreadSoftLimits()
         self._tokens = itertools.count(1)
@@ -146,6 +151,16 @@ class Executor:
         self._pool_jobs: dict[int, Running] = {}
         #: Async jobs to start on the loop at its next wake-up.
         self._async_starts: list[tuple[Running, Task[Any, Any]]] = []
+        #: Async jobs that ended, to report at the loop's next pass (loop thread only).
+        self._async_ended: list[tuple[Running, Outcome]] = []
+        #: Async jobs started (holding their slot) that no runner has taken yet, the
+        #: runners (one asyncio task per slot at most, made as needed), those waiting
+        #: for a job (each on a future of its own), and whether more runners are to be
+        #: woken at the loop's next pass. Loop thread only.
+        self._async_ready: collections.deque[tuple[Running, Task[Any, Any]]] = collections.deque()
+        self._runners: list[asyncio.Task[None]] = []
+        self._idle_runners: list[asyncio.Future[None]] = []
+        self._spreading = False
         #: Async jobs whose coroutine is on the loop (named by the lag monitor).
         self._async_jobs: set[Running] = set()
         self.uses_local = True
@@ -308,10 +323,15 @@ class Executor:
         return False
 
     def _start_async(self, running: Running, task: Task[Any, Any]) -> None:
-        """Queue the coroutine for the event loop. One wake-up of the loop starts every
-        coroutine queued meanwhile: a claim brings many jobs at once, and waking the loop's
-        thread once per job cost more than the no-op jobs themselves."""
+        """Hand the job to the runners on the event loop. From another thread it is
+        queued: one wake-up of the loop starts every job queued meanwhile (a claim brings
+        many jobs at once, and waking the loop's thread once per job cost more than the
+        no-op jobs themselves). On the loop (a slot an async job freed), the runner that
+        freed it takes it next."""
         loop = self._event_loop()
+        if threading.get_ident() == self._loop_thread_id:
+            self._async_ready.append((running, task))
+            return
         with self._lock:
             self._async_starts.append((running, task))
             wake = len(self._async_starts) == 1
@@ -319,20 +339,66 @@ class Executor:
             loop.call_soon_threadsafe(self._start_queued_async, loop)
 
     def _start_queued_async(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the event loop: start the queued coroutines."""
+        """On the event loop: hand the queued jobs to the runners."""
         with self._lock:
             starts, self._async_starts = self._async_starts, []
-        for running, task in starts:
-            job = loop.create_task(self._run_async(running, task))
-            job.add_done_callback(functools.partial(self._async_finished, running))
+        self._async_ready.extend(starts)
+        self._wake_runner(loop)
 
-    def _async_finished(self, running: Running, job: asyncio.Task[Outcome]) -> None:
-        try:
-            outcome = job.result()
-        except BaseException as error:  # cancelled before it started (at shutdown)
-            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
-        self._free_local_slot()
-        self.on_finished(running, outcome)
+    def _wake_runner(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """On the event loop: get one more runner going for the jobs waiting (an idle one,
+        or a new one while there are fewer than slots); False when none can be."""
+        if self._idle_runners:
+            self._idle_runners.pop().set_result(None)
+            return True
+        if len(self._runners) < self.concurrency:
+            self._runners.append(loop.create_task(self._runner(), name="pgtasks-async-runner"))
+            return True
+        return False
+
+    def _spread(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the event loop, a pass after a runner took a job while others waited: that
+        runner is awaiting inside its job, so wake one runner per job still waiting."""
+        self._spreading = False
+        for _ in range(len(self._async_ready)):
+            if not self._wake_runner(loop):
+                return
+
+    async def _runner(self) -> None:
+        """Runs async jobs one after the other on one asyncio task, as a job thread runs
+        sync ones: no task, and no scheduling of the loop, per job. A job that ends
+        without awaiting anything (or only what is ready) hands over to the next at once;
+        one that awaits leaves the jobs waiting to the runners woken a pass later.
+
+        Like sync jobs on their thread, the jobs of one runner share its context: a
+        context variable a job sets and does not reset is seen by the runner's next job.
+        """
+        loop = asyncio.get_running_loop()
+        # Python 3.11+ counts cancellation requests (asyncio.timeout and TaskGroup read
+        # them); 3.10 does not.
+        me = asyncio.current_task()
+        cancelling = getattr(me, "cancelling", None)
+        uncancel = getattr(me, "uncancel", None)
+        ready = self._async_ready
+        while True:
+            while ready:
+                running, task = ready.popleft()
+                if ready and not self._spreading:
+                    self._spreading = True
+                    loop.call_soon(self._spread, loop)
+                await self._run_async(running, task)
+                # A cancellation meant for the job (cancel() of the job, its timeout)
+                # is not the runner's: the next job starts with none pending.
+                while cancelling is not None and uncancel is not None and cancelling():
+                    uncancel()
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._idle_runners.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                with contextlib.suppress(ValueError):
+                    self._idle_runners.remove(waiter)
+                return  # the worker is stopping
 
     def _thread_job(self, running: Running, task: Task[Any, Any]) -> None:
         """Sync jobs on a job thread: no Future per job, the outcome goes straight on.
@@ -439,9 +505,9 @@ class Executor:
         )
 
     # -- running --
-    @staticmethod
-    def _context(running: Running) -> JobContext:
+    def _context(self, running: Running) -> JobContext:
         job = running.job
+        on_refused = self.on_refused
         return JobContext(
             job_id=job.id,
             task_name=job.task_name,
@@ -452,7 +518,11 @@ class Executor:
             _cancelled=running.is_cancel_requested,
             meta=job.meta,
             _write_meta=meta_writer(
-                running.task.app if running.task else None, job.id, job.worker_id, job.attempt
+                running.task.app if running.task else None,
+                job.id,
+                job.worker_id,
+                job.attempt,
+                None if on_refused is None else lambda: on_refused(running),
             ),
         )
 
@@ -463,11 +533,19 @@ class Executor:
     def cancel(self, running: Running) -> None:
         """Ask a running attempt to stop: the flag for sync tasks, cancel() for coroutines."""
         running.cancel_requested = True
-        loop, async_task = self._loop, running.async_task
-        if loop is not None and async_task is not None:
-            loop.call_soon_threadsafe(async_task.cancel)
+        loop = self._loop
+        if loop is not None and running.async_task is not None:
+            loop.call_soon_threadsafe(self._cancel_async_job, running)
         if running.executor == "process" and self._pool is not None:
             self._pool.cancel(running.token)
+
+    @staticmethod
+    def _cancel_async_job(running: Running) -> None:
+        """On the event loop: cancel the runner's await inside this job, if the job is
+        still on it (a runner runs one job after another)."""
+        runner = running.async_task
+        if runner is not None:
+            runner.cancel()
 
     @staticmethod
     def _start_trace(running: Running, task: Task[Any, Any]) -> AttemptTrace | None:
@@ -515,12 +593,40 @@ class Executor:
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
         return outcome_of_return(task, value)
 
-    async def _run_async(self, running: Running, task: Task[Any, Any]) -> Outcome:
+    async def _run_async(self, running: Running, task: Task[Any, Any]) -> None:
+        """An async job on its runner, from its start to its reported end."""
+        try:
+            outcome = await self._attempt_async(running, task)
+        except BaseException as error:  # _attempt_async catches everything; a last resort
+            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+        running.async_task = None  # no longer this job's: a late cancel() is not for it
+        following = self._pass_local_slot()
+        # Ends are reported after every job the loop runs in this pass has had its turn: a
+        # claim's jobs end together, and reach the worker as one batch.
+        ended = self._async_ended
+        ended.append((running, outcome))
+        if len(ended) == 1:
+            asyncio.get_running_loop().call_soon(self._report_async_ended)
+        if following is not None and following.task is not None:
+            self._start_local(following, following.task)
+
+    def _report_async_ended(self) -> None:
+        """On the event loop: report the async jobs that ended since the last report."""
+        ended, self._async_ended = self._async_ended, []
+        on_finished = self.on_finished
+        for running, outcome in ended:
+            on_finished(running, outcome)
+
+    async def _attempt_async(self, running: Running, task: Task[Any, Any]) -> Outcome:
         running.async_task = asyncio.current_task()
+        # Its run time (the automatic prefetch, durations in logs and metrics) counts from
+        # here, not from its queueing for the loop: a busy loop's wait is not the job's.
+        running.started = time.monotonic()
         if running.cancel_requested:
             return CANCELLED_BEFORE_START
-        with self._lock:
-            self._async_jobs.add(running)
+        # Changed on the loop's thread only; the lag monitor copies it (list() of a set is
+        # one step under the GIL), so no lock.
+        self._async_jobs.add(running)
         try:
             if task.app.instrumentation is None or self._start_trace(running, task) is None:
                 return await self._await_task(running, task)
@@ -529,12 +635,11 @@ class Executor:
             with trace.activate():
                 return await self._await_task(running, task)
         finally:
-            with self._lock:
-                self._async_jobs.discard(running)
+            self._async_jobs.discard(running)
 
     async def _await_task(self, running: Running, task: Task[Any, Any]) -> Outcome:
         job = running.job
-        started = time.monotonic()
+        started = running.started
         try:
             coroutine = task.function(*self._call_arguments(running, task), **job.kwargs)
             if task.timeout:
@@ -579,6 +684,7 @@ class Executor:
                 thread.start()
                 ready.wait()
                 self._loop, self._loop_thread = loop, thread
+                self._loop_thread_id = thread.ident
                 threshold = self.options.loop_lag_threshold
                 if threshold:
                     self._lag_monitor = LoopLagMonitor(loop, thread, threshold, self._on_loop)
@@ -587,8 +693,7 @@ class Executor:
 
     def _on_loop(self, current: asyncio.Task[object] | None) -> str:
         """Names the async job(s) on the loop: the current one when it is known."""
-        with self._lock:
-            candidates = list(self._async_jobs)
+        candidates = list(self._async_jobs)
         blocking = [running for running in candidates if running.async_task is current]
 
         def name(running: Running) -> str:
@@ -640,5 +745,11 @@ class Executor:
         self.stop_processes()
         loop, thread = self._loop, self._loop_thread
         if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
+            loop.call_soon_threadsafe(self._stop_loop, loop)
             thread.join(5.0)
+
+    def _stop_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the event loop: end the idle runners, then stop the loop once they have."""
+        for waiter in self._idle_runners:
+            waiter.cancel()
+        loop.call_soon(loop.stop)

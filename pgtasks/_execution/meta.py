@@ -17,9 +17,14 @@ if TYPE_CHECKING:
 
 
 def meta_writer(
-    app: App | None, job_id: int, worker_id: int, attempt: int
+    app: App | None,
+    job_id: int,
+    worker_id: int,
+    attempt: int,
+    on_refused: Callable[[], None] | None = None,
 ) -> Callable[[dict[str, Any]], None] | None:
-    """A function merging a patch into the job's meta under this lease (None without app)."""
+    """A function merging a patch into the job's meta under this lease (None without app);
+    ``on_refused`` is called when the fence refuses the write (the lease is lost)."""
     if app is None:
         return None
 
@@ -35,6 +40,8 @@ def meta_writer(
             )
         )
         if not written:
+            if on_refused is not None:
+                on_refused()
             raise LeaseLostError(
                 f"job {job_id}: attempt {attempt} on worker {worker_id} no longer holds the"
                 " job (it was rescued, finished, cancelled or released meanwhile): its meta"

@@ -29,6 +29,8 @@ def policy_of(task: Task[Any, Any]) -> RetryPolicy:
 
 #: Seconds a job of a task this worker does not know waits before it may be claimed again.
 UNKNOWN_TASK_DELAY = 60.0
+#: The exception type recorded for such a release (the worker counts it: unknown_task_jobs).
+UNKNOWN_TASK_ERROR = "pgtasks.UnknownTaskError"
 
 
 def unknown_task_outcome(task_name: str, app: App) -> Outcome:
@@ -46,7 +48,7 @@ def unknown_task_outcome(task_name: str, app: App) -> Outcome:
             f" {UNKNOWN_TASK_DELAY:g} s)"
         ),
         delay=UNKNOWN_TASK_DELAY,
-        exception_type="pgtasks.UnknownTaskError",
+        exception_type=UNKNOWN_TASK_ERROR,
     )
 
 

@@ -107,6 +107,8 @@ class Running:
     abandoned: bool = False
     #: Set when cancellation of the job was requested (JobContext.cancelled() reads it).
     cancel_requested: bool = False
+    #: Set when the lease fence first refused a write of this attempt (it is counted once).
+    lease_lost: bool = False
 
     def is_cancel_requested(self) -> bool:
         return self.cancel_requested

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal, overload
 
@@ -75,7 +75,9 @@ _json_loads = json.JSONDecoder().decode
 
 #: Queries whose rows an operator reads (jobs list/show, get_jobs): any timestamp loads.
 #: (The claim clamps run_at in SQL instead: this loader is slower than psycopg's C one.)
-_INFINITE_TIMESTAMPS = frozenset({"get_job", "get_jobs", "list_jobs"})
+_INFINITE_TIMESTAMPS = frozenset(
+    {"get_job", "get_jobs", "list_jobs", "list_jobs_page", "list_jobs_scan", "get_job_page"}
+)
 
 
 def notification_channel(schema: str) -> str:
@@ -109,6 +111,11 @@ def translate_errors(schema: str) -> Iterator[None]:
         raise not_migrated_error(schema, error) from error
 
 
+#: Claims that, run in a round trip that writes no outcome, announce themselves (see
+#: StoreBase._announced): ``<name>_announced`` is the same claim plus one notification.
+ANNOUNCED_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_limited_jobs", "claim_limited")
+
+
 class StoreBase:
     """Rendered statements of one schema, and how to run them."""
 
@@ -119,13 +126,20 @@ class StoreBase:
         self.done_channel = f"{self.channel}.done"
         #: Cancellation requests for running jobs (payload: the id): workers listen here.
         self.cancel_channel = f"{self.channel}.cancel"
+        #: Jobs changed without finishing (claimed, retried, meta or progress written;
+        #: payload: what changed, never a job's data): the dashboard listens here.
+        self.activity_channel = f"{self.channel}.activity"
         #: A limited job left 'running' (payload "<lease owner>:<limit names>", migration
-        #: 0013): workers waiting for a slot of one of those limits claim at once.
+        #: flow_control): workers waiting for a slot of one of those limits claim at once.
         self.limits_channel = f"{self.channel}.limits"
         self._identifier = sql.Identifier(schema)
+        #: The jobs table's qualified name, as text (for pg_get_serial_sequence).
+        self.jobs_table = self._identifier.as_string(None) + ".jobs"
         self._statements: dict[str, bytes] = {
             name: self._render(query.text) for name, query in load_queries().items()
         }
+        for name in ANNOUNCED_CLAIMS:
+            self._statements[f"{name}_announced"] = self._announced(self._statements[name])
         #: Statements whose parameters are sent in binary (``%(name)b``): arrays of many
         #: values dump several times faster so, and the server parses them faster too.
         self._binary_statements: dict[str, bytes] = {
@@ -138,9 +152,33 @@ class StoreBase:
             channel=sql.Literal(self.channel),
             done_channel=sql.Literal(self.done_channel),
             cancel_channel=sql.Literal(self.cancel_channel),
+            activity_channel=sql.Literal(self.activity_channel),
             limits_channel=sql.Literal(self.limits_channel),
         )
         return composed.as_string(None).encode()
+
+    def _announced(self, claim: bytes) -> bytes:
+        """``claim`` sending one notification on the activity channel when it took any job
+        (the rows, and their order, unchanged), for the dashboard's live pages.
+
+        A round trip that also writes outcomes runs the claim as it is: its finish
+        notifies (``done``, or ``retried``) in the same transaction. A claim alone (an idle
+        worker's) would otherwise go unheard until the dashboard's next poll. The condition
+        is evaluated once, before the first row; a claim that took nothing notifies nothing
+        (claim_limited's report row, id NULL, is not a job taken).
+        """
+        lines = claim.decode().rstrip().removesuffix(";").splitlines()
+        # The claim's own header comment stays first: pg_stat_activity shows it.
+        header = 0
+        while header < len(lines) and lines[header].startswith("--"):
+            header += 1
+        comments, body = "\n".join(lines[:header]), "\n".join(lines[header:])
+        channel = sql.Literal(self.activity_channel).as_string(None)
+        return (
+            f"{comments}\nWITH claimed AS (\n{body}\n)\nSELECT * FROM claimed"
+            f" WHERE (SELECT count(*) FROM (SELECT pg_notify({channel}, 'claimed')"
+            " FROM claimed WHERE id IS NOT NULL LIMIT 1) AS notified) >= 0"
+        ).encode()
 
     # -- executors --
     @overload
@@ -189,6 +227,26 @@ class StoreBase:
                     dict_cursor.adapters.register_loader("timestamptz", InfinityTimestamptzLoader)
                 dict_cursor.execute(statement, params)
                 return dict_cursor.fetchall() if dict_cursor.description is not None else []
+        except _NOT_MIGRATED as error:
+            raise not_migrated_error(self.schema, error) from error
+
+    def _copy(self, conn: psycopg.Connection[Any], name: str, rows: Iterable[str]) -> None:
+        """Run a named ``COPY … FROM STDIN`` statement with ``rows`` (pieces of its text
+        format, each sent as soon as it is made)."""
+        try:
+            with conn.cursor() as cursor, cursor.copy(self._statements[name]) as copy:
+                for piece in rows:
+                    copy.write(piece)
+        except _NOT_MIGRATED as error:
+            raise not_migrated_error(self.schema, error) from error
+
+    async def _acopy(
+        self, conn: psycopg.AsyncConnection[Any], name: str, rows: Iterable[str]
+    ) -> None:
+        try:
+            async with conn.cursor() as cursor, cursor.copy(self._statements[name]) as copy:
+                for piece in rows:
+                    await copy.write(piece)
         except _NOT_MIGRATED as error:
             raise not_migrated_error(self.schema, error) from error
 

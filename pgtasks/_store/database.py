@@ -3,32 +3,58 @@ and async pools, the schema-version check, and operations retried on broken conn
 
 The App (settings, registry, client API) owns one; the handles, results, operations and
 schedules use it through ``app.database``. Worker and beat services open connections of
-their own (never the pool: a task that leaks pooled connections cannot stop them).
+their own (never the pool: a task that leaks pooled connections cannot stop them), with
+:meth:`Database.connect`.
+
+Three kinds of connection, each to its own DSN:
+
+- ``dsn``: everything by default; with ``pooled``, a transaction-mode pooler (PgBouncer):
+  claims, finishes, enqueues, transaction-level advisory locks, ``set_config(..., true)``
+  and NOTIFY work through it; startup options and (below PgBouncer 1.21) prepared
+  statements do not, so none are used on it.
+- the session DSN (``session_dsn``, else ``dsn`` when it is not pooled): what needs a
+  server session of its own: LISTEN, the beat and pruner session locks, migrations.
+  A pooled ``dsn`` without ``session_dsn`` has none: pgtasks then polls.
+- ``replica_dsn``: reads that may lag (the dashboard, stats, the jobs list, metrics;
+  :meth:`Database.read`), never a read of the app's own writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
+import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 import tenacity
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from .._embedded import embedded_dsn
-from .._errors import PoolExhaustedError
+from .._errors import ConfigurationError, PoolExhaustedError
 from ..sql import Migration
 from . import db
-from .migrate import Migrator, check_version
+from .migrate import (
+    DEFAULT_LOCK_RETRY_FOR,
+    DEFAULT_LOCK_TIMEOUT,
+    MigrationPlan,
+    Migrator,
+    check_version,
+)
 from .store import Store
 
+logger = logging.getLogger("pgtasks.db")
+
 T = TypeVar("T")
+
+logger = logging.getLogger("pgtasks")
 
 #: Every Database of this process, so that a forked child can let go of what it inherited.
 _databases: weakref.WeakSet[Database] = weakref.WeakSet()
@@ -44,14 +70,42 @@ def _forget_inherited_pools() -> None:
     break the parent. The child's first query opens pools of its own.
     """
     for database in list(_databases):
-        _inherited.extend(pool for pool in (database._pool, database._apool) if pool is not None)
+        pools = (database._pool, database._apool, database._replica_pool)
+        _inherited.extend(pool for pool in pools if pool is not None)
         database._lock = threading.Lock()  # another thread may have held it during the fork
         database._pool, database._pool_pid = None, 0
         database._apool, database._apool_loop = None, None
+        database._replica_pool, database._replica_pid = None, 0
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_pools)
+
+
+def _left_open(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """A transaction is open on ``conn`` (not after an autocommit statement)."""
+    status = conn.pgconn.transaction_status
+    return status != TransactionStatus.IDLE and status != TransactionStatus.UNKNOWN
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> None:
+    """Roll back what an operation that failed left open (as ``with conn:`` does): a
+    connection in a bad state is left to the pool, without hiding the operation's error."""
+    if not _left_open(conn):
+        return
+    try:
+        conn.rollback()
+    except Exception as error:
+        logger.warning("error rolling back a pooled connection: %s", error)
+
+
+async def _arollback(conn: psycopg.AsyncConnection[Any]) -> None:
+    if not _left_open(conn):
+        return
+    try:
+        await conn.rollback()
+    except Exception as error:
+        logger.warning("error rolling back a pooled connection: %s", error)
 
 
 def is_connection_failure(error: BaseException) -> bool:
@@ -62,8 +116,51 @@ def is_connection_failure(error: BaseException) -> bool:
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
+#: SQLSTATEs of errors that a later try of the same statement may not meet: a lock wait
+#: past lock_timeout (55P03), a statement past statement_timeout (57014), a serialization
+#: failure, a deadlock or any other transaction rollback (class 40), a server short of
+#: resources (class 53). Nothing the statement wrote stays.
+TRANSIENT_STATES = ("55P03", "57014")
+TRANSIENT_CLASSES = ("40", "53")
+
+
+def is_transient(error: BaseException) -> bool:
+    """A database error worth trying the same statement again on the same connection."""
+    if not isinstance(error, psycopg.Error):
+        return False
+    state = error.sqlstate or ""
+    return state in TRANSIENT_STATES or state[:2] in TRANSIENT_CLASSES
+
+
+#: Connections of the replica pool, per process (dashboard pages, stats, metrics).
+REPLICA_POOL_MAX = 4
+#: Seconds between two log lines saying that replica reads fall back to the primary.
+REPLICA_FALLBACK_LOG_INTERVAL = 60.0
+#: Tries of a replica read cancelled by a conflict with recovery before the primary serves it.
+REPLICA_CONFLICT_TRIES = 2
+#: Seconds replica reads go to the primary after the replica could not be reached.
+REPLICA_RETRY_AFTER = 30.0
+
+
+def is_recovery_conflict(error: BaseException) -> bool:
+    """A hot standby cancelled the query to apply WAL (``max_standby_streaming_delay``)."""
+    return (
+        isinstance(error, psycopg.Error)
+        and error.sqlstate == "40001"
+        and "conflict with recovery" in str(error)
+    )
+
+
 class Database:
-    """The connections of one App (``configured_dsn`` None: the embedded server)."""
+    """The connections of one App (``configured_dsn`` None: the embedded server).
+
+    ``session_dsn``: a direct connection for session-scoped work when ``dsn`` goes through
+    a transaction pooler; ``pooled``: ``dsn`` is such a pooler (default: when
+    ``session_dsn`` is given); ``prepared_statements``: whether connections to ``dsn``
+    may prepare statements (default: not when pooled; PgBouncer >= 1.21 with
+    ``max_prepared_statements`` can hold them); ``replica_dsn``: a streaming replica for
+    reads that may lag.
+    """
 
     def __init__(
         self,
@@ -75,20 +172,43 @@ class Database:
         pool_max_size: int,
         connect_timeout: float,
         connect_attempts: int,
+        connection_kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        session_dsn: str | None = None,
+        replica_dsn: str | None = None,
+        pooled: bool | None = None,
+        prepared_statements: bool | None = None,
     ) -> None:
         self.store = store
+        #: Further psycopg.connect() arguments of the pooled and replica connections (e.g.
+        #: application_name, options; options never go to a pooled dsn).
+        self.extra_kwargs = dict(connection_kwargs or {})
+        #: The pools' name (pgtasks-<schema> by default).
+        self.name = name or f"pgtasks-{store.schema}"
         self.configured_dsn = configured_dsn
         self.embedded_dir = embedded_dir
         self.pool_min_size = pool_min_size
         self.pool_max_size = pool_max_size
         self.connect_timeout = connect_timeout
         self.connect_attempts = connect_attempts
+        self.configured_session_dsn = session_dsn or None
+        self.replica_dsn = replica_dsn or None
+        #: ``dsn`` goes through a transaction-mode pooler (PgBouncer pool_mode=transaction).
+        self.pooled = bool(session_dsn) if pooled is None else bool(pooled)
+        #: Connections to ``dsn`` may prepare statements (psycopg's prepare_threshold).
+        self.prepared_statements = (
+            not self.pooled if prepared_statements is None else bool(prepared_statements)
+        )
         self._lock = threading.Lock()
         self._dsn: str | None = configured_dsn
         self._pool: ConnectionPool[Any] | None = None
         self._pool_pid = 0
         self._apool: AsyncConnectionPool[Any] | None = None
         self._apool_loop: asyncio.AbstractEventLoop | None = None
+        self._replica_pool: ConnectionPool[Any] | None = None
+        self._replica_pid = 0
+        self._replica_fallback_logged = 0.0
+        self._replica_down_until = 0.0
         #: The schema's version was found current (checked once, on first use).
         self.schema_checked = False
         _databases.add(self)
@@ -100,9 +220,115 @@ class Database:
             self._dsn = embedded_dsn(self.embedded_dir)
         return self._dsn
 
+    @property
+    def session_dsn(self) -> str | None:
+        """Where session-scoped work connects: ``session_dsn``, else ``dsn`` unless it is
+        pooled (None: there is no such connection, pgtasks polls)."""
+        if self.configured_session_dsn:
+            return self.configured_session_dsn
+        return None if self.pooled else self.dsn
+
+    @property
+    def has_session(self) -> bool:
+        """Whether LISTEN, session locks and migrations have a connection to use."""
+        return bool(self.configured_session_dsn) or not self.pooled
+
     def describe(self) -> str:
         """Where the connections go, for logs (never the password)."""
-        return db.describe_dsn(self.dsn)
+        where = db.describe_dsn(self.dsn)
+        if self.pooled:
+            session = self.configured_session_dsn
+            where += (
+                " (pooled; sessions: "
+                + (db.describe_dsn(session) if session else "none, polling")
+                + ")"
+            )
+        if self.replica_dsn:
+            where += f" (replica: {db.describe_dsn(self.replica_dsn)})"
+        return where
+
+    def connection_kwargs(self, *, session: bool = False) -> dict[str, Any]:
+        """Keyword arguments of psycopg.connect for a pooled connection to ``dsn`` (or the
+        session DSN): the extra arguments given, without startup options when ``dsn`` is a
+        transaction pooler (it refuses them), and no prepared statements where the pooler
+        cannot hold them. A direct connection's options pin READ COMMITTED (pin_isolation)."""
+        kwargs = dict(self.extra_kwargs)
+        if self.pooled and not session:
+            kwargs.pop("options", None)
+        else:
+            kwargs["options"] = db.pinned_options(kwargs.get("options"))
+        if not session and not self.prepared_statements:
+            kwargs["prepare_threshold"] = None
+        return kwargs
+
+    @staticmethod
+    def pin_isolation(conn: psycopg.Connection[Any]) -> None:
+        """Every pgtasks connection runs READ COMMITTED, whatever the database or role
+        default (claims, limits and workflows rely on it).
+
+        A direct connection (``dsn`` not pooled, the session DSN, the replica) is pinned
+        for its whole session by a startup option (``default_transaction_isolation``,
+        db.pinned_options). A connection through a transaction pooler cannot be: its
+        statements run on whichever server connection the pooler lends, which keeps no
+        session setting of ours and accepts no startup option. There each transaction
+        pgtasks opens is pinned instead: this sets psycopg's ``isolation_level``, so every
+        explicit transaction begins ``BEGIN ISOLATION LEVEL READ COMMITTED`` (no round trip
+        of its own), and the worker's round trips of claims and finishes, which run as
+        implicit transactions, begin and end their own in the same round trip
+        (Store.finish_and_claim_jobs). A lone autocommit statement (an enqueue, a
+        heartbeat) runs at the server connection's default: ``pgtasks doctor``'s pooler
+        check says when that is not READ COMMITTED."""
+        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+
+    @staticmethod
+    async def apin_isolation(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
+
+    def connect(
+        self,
+        *,
+        session: bool = False,
+        replica: bool = False,
+        options: str | None = None,
+        **kwargs: Any,
+    ) -> psycopg.Connection[Any]:
+        """A new connection of its own (autocommit unless ``autocommit=False``) to ``dsn``,
+        the session DSN (``session``) or the replica (``replica``), READ COMMITTED whatever
+        the server's default (:meth:`pin_isolation`).
+
+        ``options`` (libpq startup options, ``-c name=value``) are sent on direct
+        connections only: a transaction pooler refuses them (PgBouncer before 1.20) or
+        cannot keep them per client. ConfigurationError when ``session`` is asked of a
+        pooled ``dsn`` without ``session_dsn``.
+        """
+        if replica:
+            target = self.replica_dsn or self.dsn
+            direct = bool(self.replica_dsn) or not self.pooled
+            extra = {} if self.replica_dsn else self.connection_kwargs()
+        elif session:
+            target_or_none = self.session_dsn
+            if target_or_none is None:
+                raise ConfigurationError(
+                    f"{db.describe_dsn(self.dsn)} goes through a transaction pooler and no"
+                    " session_dsn is set: session-scoped work (LISTEN, session locks,"
+                    " migrations) needs a direct connection. Set App(session_dsn=...) or"
+                    " PGTASKS_SESSION_DSN"
+                )
+            target, direct, extra = target_or_none, True, {}
+        else:
+            target, direct, extra = self.dsn, not self.pooled, self.connection_kwargs()
+        if direct:
+            # The caller's options replace those given to the App (as before), and the
+            # isolation pin goes with either.
+            extra["options"] = (
+                db.pinned_options(options) if options else extra.get("options") or db.PINNED
+            )
+        kwargs.setdefault("autocommit", True)
+        kwargs.setdefault("connect_timeout", max(1, round(self.connect_timeout)))
+        conn = psycopg.connect(target, **{**extra, **kwargs})
+        if not direct:
+            self.pin_isolation(conn)
+        return conn
 
     # -- pools --
     def get_pool(self) -> ConnectionPool[Any]:
@@ -116,11 +342,11 @@ class Database:
                 self.dsn,
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
-                kwargs=db.pool_kwargs(),
-                # READ COMMITTED whatever the database or role default (pin_isolation).
-                configure=self.store.pin_isolation,
+                kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
+                # READ COMMITTED whatever the database or role default (see pin_isolation).
+                configure=self.pin_isolation if self.pooled else None,
                 timeout=self.connect_timeout,
-                name=f"pgtasks-{self.store.schema}",
+                name=self.name,
                 open=False,
             )
             try:
@@ -146,10 +372,10 @@ class Database:
                 self.dsn,
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
-                kwargs=db.pool_kwargs(),
-                configure=self.store.apin_isolation,
+                kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
+                configure=self.apin_isolation if self.pooled else None,
                 timeout=self.connect_timeout,
-                name=f"pgtasks-{self.store.schema}-async",
+                name=f"{self.name}-async",
                 open=False,
             )
             try:
@@ -166,7 +392,18 @@ class Database:
         """The error to raise when no connection could be had: the server is down or
         unreachable (DatabaseUnavailableError), or the pool is exhausted."""
         if isinstance(cause, PoolTimeout) or cause is None:
-            probed = db.probe_connection_error(self.dsn, self.connect_timeout)
+            probed = db.probe_connection_error(
+                self.dsn, self.connect_timeout, self.connection_kwargs()
+            )
+            if probed is not None and db.refuses_startup_options(probed):
+                password = db.dsn_password(self.dsn)
+                detail = " ".join(db.redact(str(probed), (password,) if password else ()).split())
+                return ConfigurationError(
+                    f"{db.describe_dsn(self.dsn)} refused pgtasks' startup options ({detail}):"
+                    " it is a connection pooler (PgBouncer). Declare it with"
+                    " App(dsn=<pooler>, session_dsn=<the server itself>), or App(pooled=True)"
+                    " when no direct connection is possible (pgtasks then polls)"
+                )
             if probed is None and isinstance(cause, PoolTimeout):
                 # The server answers: the pool is exhausted, not the database down.
                 return PoolExhaustedError(
@@ -244,12 +481,23 @@ class Database:
             except PoolTimeout as error:
                 raise self.unavailable(error) from None
             try:
-                # Commits (or rolls back) what is left open, as pool.connection() does:
-                # a pooled connection may have been taken out of autocommit by its user.
-                with conn:
+                try:
                     if not self.schema_checked:
                         self.check_schema(conn)
-                    return operation(conn)
+                    result = operation(conn)
+                except BaseException:
+                    _rollback(conn)
+                    raise
+                # Commits what is left open, as pool.connection() does (a pooled connection
+                # may have been taken out of autocommit by its user), without its call when
+                # nothing is (an autocommit statement).
+                if _left_open(conn):
+                    conn.commit()
+                return result
+            except psycopg.Error as error:
+                if db.lost_prepared_statement(error):
+                    raise db.pooler_error(self.dsn, error, declared=self.pooled) from error
+                raise
             finally:
                 pool.putconn(conn)  # replaces a broken connection
 
@@ -270,8 +518,33 @@ class Database:
         """The async twin of :meth:`run`."""
 
         async def attempt() -> T:
-            async with self.aconnection() as conn:
-                return await operation(conn)
+            # What ``async with self.aconnection()`` does, without its two async generator
+            # context managers (as in run()): an asyncio program's one-job enqueue pays
+            # for every microsecond spent here.
+            apool = self._apool
+            if apool is None or self._apool_loop is not asyncio.get_running_loop():
+                apool = await self.get_apool()
+            try:
+                conn = await apool.getconn(timeout=self.connect_timeout)
+            except PoolTimeout as error:
+                raise self.unavailable(error) from None
+            try:
+                try:
+                    if not self.schema_checked:
+                        await self.acheck_schema(conn)
+                    result = await operation(conn)
+                except BaseException:
+                    await _arollback(conn)
+                    raise
+                if _left_open(conn):
+                    await conn.commit()
+                return result
+            except psycopg.Error as error:
+                if db.lost_prepared_statement(error):
+                    raise db.pooler_error(self.dsn, error, declared=self.pooled) from error
+                raise
+            finally:
+                await apool.putconn(conn)
 
         try:
             return await attempt()  # as in run(): the first try without tenacity
@@ -296,25 +569,117 @@ class Database:
             check_version(self.store.schema, await self.store.aget_schema_version(conn))
             self.schema_checked = True
 
-    def migrate(self) -> list[Migration]:
-        """Create or upgrade the schema; safe to run concurrently and repeatedly."""
-        pool = self.get_pool()
+    def _migration_connection(self) -> psycopg.Connection[Any]:
+        """A direct connection of its own for the migrator (the session DSN)."""
+        session_dsn = self.session_dsn
+        if session_dsn is None:
+            raise ConfigurationError(
+                f"pgtasks migrate needs a direct connection, and {db.describe_dsn(self.dsn)}"
+                " goes through a transaction pooler: set App(session_dsn=...) or"
+                " PGTASKS_SESSION_DSN to the server itself"
+            )
         try:
-            with pool.connection(timeout=self.connect_timeout) as conn:
-                applied = Migrator(self.store).migrate(conn)
-                check_version(self.store.schema, self.store.get_schema_version(conn))
-        except PoolTimeout as error:
-            raise self.unavailable(error) from None
+            return self.connect(session=True, application_name="pgtasks migrate")
+        except psycopg.OperationalError as error:
+            raise db.unavailable_error(session_dsn, error, self.connect_timeout) from None
+
+    def migrate(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+    ) -> list[Migration]:
+        """Create or upgrade the schema online; safe to run concurrently and repeatedly."""
+        migrator = Migrator(self.store, lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+        with self._migration_connection() as conn:
+            applied = migrator.migrate(conn)
+            check_version(self.store.schema, self.store.get_schema_version(conn))
         self.schema_checked = True
         return applied
+
+    def migration_plan(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+    ) -> MigrationPlan:
+        """What :meth:`migrate` would do now (read only)."""
+        migrator = Migrator(self.store, lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+        with self._migration_connection() as conn:
+            return migrator.plan(conn)
+
+    # -- the replica --
+    def get_replica_pool(self) -> ConnectionPool[Any]:
+        """This process's pool of replica connections (opened on first use)."""
+        replica_dsn = self.replica_dsn
+        if replica_dsn is None:
+            raise ConfigurationError("no replica_dsn is set")
+        with self._lock:
+            pid = os.getpid()
+            if self._replica_pool is not None and self._replica_pid == pid:
+                return self._replica_pool
+            pool: ConnectionPool[Any] = ConnectionPool(
+                replica_dsn,
+                min_size=0,
+                max_size=REPLICA_POOL_MAX,
+                kwargs={
+                    **db.pool_kwargs(),
+                    "application_name": "pgtasks replica reads",
+                    **self.extra_kwargs,
+                    "options": db.pinned_options(self.extra_kwargs.get("options")),
+                },
+                timeout=self.connect_timeout,
+                name=f"{self.name}-replica",
+                open=True,
+            )
+            self._replica_pool, self._replica_pid = pool, pid
+            return pool
+
+    def read(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run a read that may lag behind the primary: on the replica when one is set,
+        else like :meth:`run`. Never for what must see the app's own writes (``get()``).
+
+        A query the replica cancels to apply WAL (hot_standby_feedback off) is tried
+        again. A replica that cannot be reached (or keeps cancelling) hands the read to
+        the primary, and so do the reads of the next REPLICA_RETRY_AFTER seconds (each
+        would wait connect_timeout for it); logged at most once a minute.
+        """
+        if not self.replica_dsn or time.monotonic() < self._replica_down_until:
+            return self.run(operation)
+        cause: BaseException | None = None
+        for _ in range(REPLICA_CONFLICT_TRIES):
+            try:
+                with self.get_replica_pool().connection(timeout=self.connect_timeout) as conn:
+                    return operation(conn)
+            except (psycopg.Error, PoolTimeout) as error:
+                cause = error
+                if is_recovery_conflict(error):
+                    continue
+                if not isinstance(error, PoolTimeout) and not is_connection_failure(error):
+                    raise
+                self._replica_down_until = time.monotonic() + REPLICA_RETRY_AFTER
+                break
+        now = time.monotonic()
+        if now - self._replica_fallback_logged >= REPLICA_FALLBACK_LOG_INTERVAL:
+            self._replica_fallback_logged = now
+            password = db.dsn_password(self.replica_dsn)
+            logger.warning(
+                "replica %s could not serve a read (%s); reading from the primary",
+                db.describe_dsn(self.replica_dsn),
+                db.redact(" ".join(str(cause).split()), (password,) if password else ()),
+            )
+        return self.run(operation)
 
     # -- lifetime --
     def close(self) -> None:
         """Close this process's pools (the async one only from outside its own loop)."""
         with self._lock:
             pool, self._pool = self._pool, None
+            replica, self._replica_pool = self._replica_pool, None
         if pool is not None and self._pool_pid == os.getpid():
             pool.close()
+        if replica is not None and self._replica_pid == os.getpid():
+            replica.close()
         apool, self._apool = self._apool, None
         if apool is not None:
             loop = self._apool_loop

@@ -50,3 +50,13 @@ class DoctorQueries(StoreBase):
         self, conn: psycopg.Connection[Any], *, lease_timeout: float
     ) -> list[Row]:
         return self._rows(conn, "get_unknown_task_jobs", {"lease_timeout": lease_timeout})
+
+    def get_session_defaults(self, conn: psycopg.Connection[Any]) -> Row:
+        return self._rows(conn, "get_session_defaults", None)[0]
+
+    def get_wal_position(self, conn: psycopg.Connection[Any]) -> str | None:
+        lsn = self._rows(conn, "get_wal_position", None)[0]["lsn"]
+        return str(lsn) if lsn is not None else None
+
+    def get_replica_state(self, conn: psycopg.Connection[Any], primary_lsn: str | None) -> Row:
+        return self._rows(conn, "get_replica_state", {"primary_lsn": primary_lsn})[0]

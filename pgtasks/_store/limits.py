@@ -17,7 +17,7 @@ from .params import job_params, jobs_columns, limit_columns, limit_params
 
 @dataclasses.dataclass
 class LimitedClaimReport:
-    """What a limited claim (claim_limited, migration 0013) says besides its jobs.
+    """What a limited claim (claim_limited, migration flow_control) says besides its jobs.
 
     ``wait``: seconds until the next rate token that held a job back is due (None when
     no rate did); ``blocked``: the names of the limits that held jobs back for want of
@@ -39,9 +39,14 @@ def _value(row: Any, name: str) -> Any:
 def split_limited_rows(rows: list[Any], report: LimitedClaimReport | None) -> list[Any]:
     """The claimed rows of claim_limited without its report row (its last, id NULL),
     whose values (in its meta) go into ``report``."""
-    if not rows or _value(rows[-1], "id") is not None:
-        return rows  # claim_limited always ends with its report: keep what came
-    last = rows.pop()
+    if rows and _value(rows[-1], "id") is None:
+        last = rows.pop()  # where claim_limited returns it
+    else:
+        # Wrapped (an announced claim), the rows may come in another order.
+        found = [index for index, row in enumerate(rows) if _value(row, "id") is None]
+        if not found:
+            return rows
+        last = rows.pop(found[0])
     values = _value(last, "meta")
     if report is not None and isinstance(values, dict):
         wait = values.get("wait")

@@ -29,6 +29,11 @@ def _queues_param(queues: Sequence[str] | None) -> dict[str, Any]:
 class MetricsQueries(StoreBase):
     """Counts for metrics and ``pgtasks.testing`` (never SKIP LOCKED), and test schemas."""
 
+    def limit_statement_time(self, conn: psycopg.Connection[Any], seconds: float) -> None:
+        """``statement_timeout`` for the rest of the current transaction."""
+        params = {"statement_timeout": f"{max(1, round(seconds * 1000))}ms"}
+        self._rows(conn, "limit_statement_time", params)
+
     def get_queue_depths(
         self, conn: psycopg.Connection[Any], queues: Sequence[str] | None = None
     ) -> list[QueueDepth]:

@@ -1,54 +1,551 @@
-"""Migrator: applies the numbered SQL migrations shipped in ``pgtasks/sql/migrations``.
+"""Migrator: applies the numbered migrations shipped in ``pgtasks/sql/migrations``, step
+by step, without stopping enqueues and claims on a large table.
 
-Each migration runs in its own transaction that first takes a transaction-level
-advisory lock on the schema, re-reads the applied versions, records its version,
-then runs the file. Two migrators started at once therefore apply each migration
-exactly once; re-running is a no-op.
+One migrator per schema at a time: it holds the schema's migration advisory lock for its
+whole run (a session lock; a second migrator waits, then finds everything applied). Each
+step of a migration (``pgtasks/sql/steps.py``) runs as its kind says:
+
+- a transaction step sets a short ``lock_timeout`` (``lock_timeout``, 0.25 s by default):
+  a catalog change that cannot get its lock in time rolls back and is tried again after
+  a backoff, for up to ``lock_retry_for`` seconds, so the table's readers and writers
+  never queue behind it for longer than that. Its transaction also takes the migration
+  lock at transaction level (what migrators before online steps took).
+- a concurrently step runs alone, outside a transaction. An invalid index left by an
+  earlier build that failed is dropped (concurrently) and built again; a valid one is kept.
+- a batched step walks the table's ids ``size`` at a time, one transaction per batch
+  (each under ``lock_timeout``, retried), until it has passed the highest id.
+
+Steps done are recorded in ``<schema>.migration_steps`` (in the step's transaction where
+there is one), the version in ``<schema>.migrations`` with the last step: a migrator
+stopped in the middle resumes at the first step not done. A schema being created (no
+migration applied yet: its tables are empty) gets each migration as one transaction.
+A connection already inside a transaction (Django's migrations) gets the same, as
+before online steps existed, with a warning when the schema is not new.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
+import random
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 
-from .._errors import SchemaNotMigratedError, SchemaTooNewError
+from .._errors import MigrationLockError, SchemaNotMigratedError, SchemaTooNewError
+from .._validation import positive_seconds
 from ..sql import Migration, load_migrations
+from ..sql.steps import EFFECTS, StatementLocks, Step, step_locks
 from .store import Store
 
 logger = logging.getLogger("pgtasks.migrate")
 
 MIGRATE_COMMAND = "pgtasks migrate -A module:app"
+#: Longest wait for a lock of a transactional step (or a batch) before it is retried.
+DEFAULT_LOCK_TIMEOUT = 0.25
+#: How long a step whose lock is not granted is retried before the migration fails.
+DEFAULT_LOCK_RETRY_FOR = 600.0
+#: Longest pause between two tries of a step whose lock was not granted.
+MAX_RETRY_PAUSE = 5.0
+#: Errors after which a transactional step is tried again (it rolled back whole).
+_RETRIED = (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected)
 
 
 def head_version() -> int:
     return len(load_migrations())
 
 
-class Migrator:
-    def __init__(self, store: Store) -> None:
-        self.store = store
+@dataclasses.dataclass(frozen=True)
+class PlannedStep:
+    """A step of a pending migration, what its statements lock, and whether an earlier,
+    interrupted run already did it."""
 
-    def migrate(self, conn: psycopg.Connection[Any]) -> list[Migration]:
-        """Apply every pending migration; returns those this call applied."""
-        applied_now: list[Migration] = []
-        for migration in load_migrations():
-            with conn.transaction():
-                self.store.lock_migrations(conn)
-                self.store.create_migrations_table(conn)
-                if migration.version in self.store.get_applied_migrations(conn):
-                    continue
-                self.store.record_migration(conn, migration)
-                self.store.apply_migration(conn, migration)
-            logger.info(
-                "applied migration %04d_%s to schema %s",
-                migration.version,
-                migration.name,
-                self.store.schema,
+    migration: Migration
+    step: Step
+    statements: tuple[StatementLocks, ...]
+    done: bool
+
+    @property
+    def effect(self) -> str:
+        effects = [lock.effect for statement in self.statements for lock in statement.locks]
+        return max(effects, key=EFFECTS.index, default="none")
+
+
+@dataclasses.dataclass(frozen=True)
+class MigrationPlan:
+    """What ``migrate`` would do to a schema (``pgtasks migrate --plan``)."""
+
+    schema: str
+    version: int
+    head: int
+    #: No migration is applied yet: each one runs as a single transaction on empty tables.
+    fresh: bool
+    steps: tuple[PlannedStep, ...]
+    lock_timeout: float
+    lock_retry_for: float
+
+    @property
+    def migrations(self) -> list[Migration]:
+        seen: dict[int, Migration] = {}
+        for planned in self.steps:
+            seen.setdefault(planned.migration.version, planned.migration)
+        return list(seen.values())
+
+    def describe(self) -> str:
+        """The plan as text: each pending step, its statements and the locks they take."""
+        count = len(self.migrations)
+        if not count:
+            return f"schema {self.schema!r} is up to date (version {self.head})"
+        lines = [
+            f"schema {self.schema!r} is at version {self.version}, this code's is {self.head}:"
+            f" {count} migration(s) to apply"
+        ]
+        if self.fresh:
+            lines.append(
+                "the schema is new (no migration applied): each migration runs as one"
+                " transaction on empty tables, nothing waits on them"
             )
+        for migration in self.migrations:
+            lines += ["", f"{migration.label}"]
+            steps = [planned for planned in self.steps if planned.migration is migration]
+            for planned in steps:
+                lines += self._describe_step(planned, len(migration.steps))
+        return "\n".join(lines)
+
+    def _describe_step(self, planned: PlannedStep, total: int) -> list[str]:
+        step = planned.step
+        how = {
+            "transaction": (
+                f"one transaction, lock_timeout {self.lock_timeout:g} s,"
+                f" retried for up to {self.lock_retry_for:g} s"
+            ),
+            "concurrently": "outside a transaction",
+            "batched": (
+                f"in batches of {step.size} ids of {step.table}, one transaction each"
+                f" (lock_timeout {self.lock_timeout:g} s)"
+            ),
+        }[step.kind]
+        if self.fresh:
+            how = "in the migration's one transaction"
+        done = " (done by an earlier run)" if planned.done else ""
+        lines = [f"  step {step.number} of {total}: {step.kind}, {how}{done}"]
+        for statement in planned.statements:
+            lines.append(f"    {statement.summary}")
+            if self.fresh:
+                continue
+            lines += [f"      {lock.describe()}" for lock in statement.locks]
+        return lines
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "version": self.version,
+            "head": self.head,
+            "fresh": self.fresh,
+            "lock_timeout": self.lock_timeout,
+            "lock_retry_for": self.lock_retry_for,
+            "steps": [
+                {
+                    "migration": planned.migration.label,
+                    "step": planned.step.number,
+                    "kind": planned.step.kind,
+                    "done": planned.done,
+                    "effect": "none" if self.fresh else planned.effect,
+                    "statements": [
+                        {
+                            "statement": statement.summary,
+                            "locks": [
+                                {
+                                    "relation": lock.relation,
+                                    "mode": lock.mode,
+                                    "effect": lock.effect,
+                                    "note": lock.note,
+                                }
+                                for lock in statement.locks
+                            ],
+                        }
+                        for statement in planned.statements
+                    ],
+                }
+                for planned in self.steps
+            ],
+        }
+
+
+def plan_migrations(
+    migrations: Sequence[Migration],
+) -> dict[tuple[int, int], tuple[StatementLocks, ...]]:
+    """The locks of every step of ``migrations``, by (version, step number)."""
+    locks: dict[tuple[int, int], tuple[StatementLocks, ...]] = {}
+    for migration in migrations:
+        new_tables: set[str] = set()
+        for step in migration.steps:
+            locks[(migration.version, step.number)] = tuple(step_locks(step, new_tables))
+    return locks
+
+
+class Migrator:
+    """Applies migrations (all shipped ones by default) to one Store's schema."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
+        migrations: Sequence[Migration] | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
+        self.store = store
+        self.lock_timeout = positive_seconds("lock_timeout=", lock_timeout)
+        if lock_retry_for < 0:
+            raise ValueError(f"lock_retry_for= must be >= 0, got {lock_retry_for!r}")
+        self.lock_retry_for = float(lock_retry_for)
+        self.migrations = tuple(migrations) if migrations is not None else load_migrations()
+        self._sleep = sleep
+
+    # -- the plan --
+    def plan(self, conn: psycopg.Connection[Any]) -> MigrationPlan:
+        """What :meth:`migrate` would do now, read without writing anything."""
+        tables = self.store.get_migration_tables(conn)
+        applied = self.store.get_applied_migrations(conn) if tables["migrations"] else set()
+        steps_done = self.store.get_applied_steps(conn) if tables["steps"] else set()
+        locks = plan_migrations(self.migrations)
+        planned = tuple(
+            PlannedStep(
+                migration,
+                step,
+                locks[(migration.version, step.number)],
+                (migration.version, step.number) in steps_done,
+            )
+            for migration in self.migrations
+            if migration.version not in applied
+            for step in migration.steps
+        )
+        return MigrationPlan(
+            schema=self.store.schema,
+            version=max(applied, default=0),
+            head=max((migration.version for migration in self.migrations), default=0),
+            fresh=not applied and not steps_done,
+            steps=planned,
+            lock_timeout=self.lock_timeout,
+            lock_retry_for=self.lock_retry_for,
+        )
+
+    # -- applying --
+    def migrate(self, conn: psycopg.Connection[Any]) -> list[Migration]:
+        """Apply every pending migration; returns those this call applied.
+
+        ``conn`` is a direct connection (never through a transaction pooler): autocommit
+        for online steps, or inside a transaction (each migration then runs whole in it).
+        """
+        if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+            return self._migrate_in_transaction(conn)
+        previous = self.store.configure_migration_session(conn, local=False)
+        try:
+            self._take_session_lock(conn)
+            try:
+                return self._migrate_online(conn)
+            finally:
+                if not conn.closed and not conn.broken:
+                    self.store.unlock_migrations_session(conn)
+        finally:
+            if not conn.closed and not conn.broken:
+                self.store.restore_migration_session(
+                    conn,
+                    statement_timeout=previous["statement_timeout"],
+                    lock_timeout=previous["lock_timeout"],
+                )
+
+    def _take_session_lock(self, conn: psycopg.Connection[Any]) -> None:
+        if not self.store.lock_migrations_session(conn):
+            logger.info(
+                "another migrator is migrating schema %s; waiting for it", self.store.schema
+            )
+            self.store.wait_migrations_session(conn)
+
+    def _migrate_online(self, conn: psycopg.Connection[Any]) -> list[Migration]:
+        store = self.store
+        with conn.transaction():
+            store.create_migrations_table(conn)
+        applied = store.get_applied_migrations(conn)
+        steps_done = store.get_applied_steps(conn)
+        fresh = not applied and not steps_done
+        applied_now: list[Migration] = []
+        for migration in self.migrations:
+            if migration.version in applied:
+                continue
+            if fresh:
+                self._apply_whole(conn, migration)
+            else:
+                self._apply_steps(conn, migration, steps_done)
+            logger.info("applied migration %s to schema %s", migration.label, store.schema)
             applied_now.append(migration)
         return applied_now
+
+    def _migrate_in_transaction(self, conn: psycopg.Connection[Any]) -> list[Migration]:
+        store = self.store
+        applied_now: list[Migration] = []
+        with conn.transaction():
+            store.configure_migration_session(conn, local=True)
+            store.lock_migrations(conn)
+            store.create_migrations_table(conn)
+            applied = store.get_applied_migrations(conn)
+        for migration in self.migrations:
+            if migration.version in applied:
+                continue
+            if applied and migration.online:
+                logger.warning(
+                    "migration %s runs inside the caller's transaction: its indexes are built"
+                    " without CONCURRENTLY and block writes to the table while they build;"
+                    " run `%s` outside a transaction to apply it online",
+                    migration.label,
+                    MIGRATE_COMMAND,
+                )
+            with conn.transaction():
+                store.lock_migrations(conn)
+                if migration.version in store.get_applied_migrations(conn):
+                    continue
+                self._run_whole(conn, migration)
+            logger.info("applied migration %s to schema %s", migration.label, store.schema)
+            applied_now.append(migration)
+        return applied_now
+
+    def _run_whole(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
+        for step in migration.steps:
+            self.store.run_migration_sql(conn, step.in_transaction_text())
+        self.store.record_migration(conn, migration)
+
+    def _apply_whole(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
+        """A migration of a new schema: its steps in one transaction (the tables are empty)."""
+        with conn.transaction():
+            self.store.lock_migrations(conn)
+            self._run_whole(conn, migration)
+
+    def _apply_steps(
+        self, conn: psycopg.Connection[Any], migration: Migration, steps_done: set[tuple[int, int]]
+    ) -> None:
+        version = migration.version
+        pending = [step for step in migration.steps if (version, step.number) not in steps_done]
+        if len(pending) < len(migration.steps):
+            logger.info(
+                "migration %s resumes at step %d of %d (an earlier run stopped after the steps"
+                " before it)",
+                migration.label,
+                pending[0].number if pending else len(migration.steps),
+                len(migration.steps),
+            )
+        if not pending:  # every step done, the version not recorded yet
+            self._in_retried_transaction(conn, migration, None, lambda: None)
+            return
+        for step in pending:
+            started = time.monotonic()
+            last = step is pending[-1]
+            if step.kind == "transaction":
+                self._in_retried_transaction(
+                    conn,
+                    migration,
+                    step if not last else None,
+                    functools.partial(self.store.run_migration_sql, conn, step.text),
+                    step=step,
+                )
+            elif step.kind == "concurrently":
+                self._run_concurrently(conn, migration, step)
+                self._record(conn, migration, step, last)
+            else:
+                self._run_batched(conn, migration, step)
+                self._record(conn, migration, step, last)
+            logger.info(
+                "migration %s step %d of %d (%s) done in %.2f s",
+                migration.label,
+                step.number,
+                len(migration.steps),
+                step.kind,
+                time.monotonic() - started,
+            )
+
+    def _record(
+        self, conn: psycopg.Connection[Any], migration: Migration, step: Step, last: bool
+    ) -> None:
+        """Record a step done outside a transaction (and the version after the last one)."""
+        self._in_retried_transaction(conn, migration, None if last else step, lambda: None)
+
+    def _in_retried_transaction(
+        self,
+        conn: psycopg.Connection[Any],
+        migration: Migration,
+        record_step: Step | None,
+        body: Callable[[], object],
+        *,
+        step: Step | None = None,
+    ) -> None:
+        """Run ``body`` in a transaction under lock_timeout, retried while its locks are not
+        granted; record ``record_step`` in it, or (None) the migration's version."""
+
+        def attempt() -> None:
+            with conn.transaction():
+                self.store.set_step_lock_timeout(conn, self.lock_timeout)
+                self.store.lock_migrations(conn)
+                body()
+                if record_step is not None:
+                    self.store.record_migration_step(conn, migration.version, record_step.number)
+                else:
+                    self.store.record_migration(conn, migration)
+                    self.store.clear_migration_steps(conn, migration.version)
+
+        self._retrying(conn, migration, step, attempt)
+
+    def _retrying(
+        self,
+        conn: psycopg.Connection[Any],
+        migration: Migration,
+        step: Step | None,
+        attempt: Callable[[], None],
+    ) -> None:
+        started = time.monotonic()
+        tries = 0
+        while True:
+            try:
+                attempt()
+                return
+            except _RETRIED as error:
+                tries += 1
+                elapsed = time.monotonic() - started
+                where = f"migration {migration.label}" + (f" step {step.number}" if step else "")
+                if elapsed >= self.lock_retry_for:
+                    raise self._lock_error(conn, migration, step, where, tries, error) from None
+                pause = min(MAX_RETRY_PAUSE, self.lock_timeout * 2 ** min(tries, 10))
+                pause *= random.uniform(0.5, 1.0)  # noqa: S311 - spreading retries only
+                pause = min(pause, max(0.0, self.lock_retry_for - elapsed))
+                logger.log(
+                    logging.INFO if tries < 3 else logging.WARNING,
+                    "%s: %s (try %d); trying again in %.2f s",
+                    where,
+                    "a lock was not granted within lock_timeout"
+                    if isinstance(error, pg_errors.LockNotAvailable)
+                    else "deadlock",
+                    tries,
+                    pause,
+                )
+                self._sleep(pause)
+
+    def _lock_error(
+        self,
+        conn: psycopg.Connection[Any],
+        migration: Migration,
+        step: Step | None,
+        where: str,
+        tries: int,
+        error: Exception,
+    ) -> MigrationLockError:
+        relations = sorted(
+            {
+                lock.relation
+                for statement in plan_migrations([migration]).get(
+                    (migration.version, step.number if step else 0), ()
+                )
+                for lock in statement.locks
+            }
+            | {"jobs"}
+        )
+        try:
+            holders = self.store.get_lock_holders(conn, relations)
+        except psycopg.Error:
+            holders = []
+        who = "; ".join(
+            f"pid {row['pid']} ({row['application_name'] or 'no application_name'},"
+            f" {row['state']}, {row['mode']}"
+            + (
+                f", transaction open {row['transaction_seconds']:.0f} s"
+                if row["transaction_seconds"] is not None
+                else ""
+            )
+            + f": {' '.join(str(row['query'] or '').split())[:80]})"
+            for row in holders
+        )
+        return MigrationLockError(
+            f"{where} did not get its locks in {tries} tries over {self.lock_retry_for:g} s"
+            f" (lock_timeout {self.lock_timeout:g} s each; last: {error.__class__.__name__}):"
+            f" {who or 'no session holds a lock on ' + ', '.join(relations) + ' now'}."
+            " End or shorten those transactions, or run migrate again with a longer"
+            " --lock-retry-for; steps done so far are kept"
+        )
+
+    def _run_concurrently(
+        self, conn: psycopg.Connection[Any], migration: Migration, step: Step
+    ) -> None:
+        store = self.store
+        name = step.index_name()
+        state = store.get_index_state(conn, name)
+        if step.builds_index:
+            if state is True:
+                logger.info(
+                    "migration %s step %d: index %s exists and is valid (built by an earlier"
+                    " run); kept",
+                    migration.label,
+                    step.number,
+                    name,
+                )
+                return
+            if state is False:
+                logger.warning(
+                    "migration %s step %d: index %s was left invalid by a build that did not"
+                    " finish; dropping it (concurrently) and building it again",
+                    migration.label,
+                    step.number,
+                    name,
+                )
+                store.run_migration_sql(
+                    conn, f"DROP INDEX CONCURRENTLY IF EXISTS {{schema}}.{name}"
+                )
+        elif state is None:
+            return  # dropped or rebuilt already: nothing to do
+        store.run_migration_sql(conn, step.text)
+
+    def _run_batched(self, conn: psycopg.Connection[Any], migration: Migration, step: Step) -> None:
+        store = self.store
+        bounds = store.get_id_range(conn, step.table_name())
+        if bounds is None:
+            return
+        start, high = bounds
+        batches = 0
+        changed: list[int] = []
+        while start <= high:
+            params = {"start": start, "stop": start + step.size}
+            self._retrying(
+                conn,
+                migration,
+                step,
+                functools.partial(self._one_batch, conn, step, params, changed),
+            )
+            batches += 1
+            start += step.size
+            if start > high:  # rows added meanwhile: walk on to the highest id now
+                latest = store.get_id_range(conn, step.table_name())
+                high = latest[1] if latest is not None else high
+        logger.info(
+            "migration %s step %d: %d batch(es) of %d ids of %s, %d row(s) changed",
+            migration.label,
+            step.number,
+            batches,
+            step.size,
+            step.table,
+            sum(changed),
+        )
+
+    def _one_batch(
+        self, conn: psycopg.Connection[Any], step: Step, params: dict[str, int], changed: list[int]
+    ) -> None:
+        """One batch of a batched step in its transaction; appends the rows it changed."""
+        with conn.transaction():
+            self.store.set_step_lock_timeout(conn, self.lock_timeout)
+            count = self.store.run_migration_sql(conn, step.text, params)
+        changed.append(count)
 
     def check(self, version: int) -> None:
         """Raise unless ``version`` (read from the database) is this code's head."""

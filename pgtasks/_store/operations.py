@@ -32,10 +32,17 @@ class OperationsQueries(StoreBase):
         status: str | None = None,
         queue: str | None = None,
         task_name: str | None = None,
+        workflow_id: int | None = None,
         limit: int = 50,
     ) -> tuple[datetime | None, list[JobRow]]:
         """The database's ``now()`` (None when no job matched) and the newest matching jobs."""
-        params = {"status": status, "queue": queue, "task_name": task_name, "limit": limit}
+        params = {
+            "status": status,
+            "queue": queue,
+            "task_name": task_name,
+            "workflow_id": workflow_id,
+            "limit": limit,
+        }
         rows = self._rows(conn, "list_jobs", params)
         return (rows[0]["now"] if rows else None), [JobRow.from_row(row) for row in rows]
 
@@ -45,7 +52,8 @@ class OperationsQueries(StoreBase):
 
     def retry_job(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
         """Retry one failed or cancelled job: None when it does not exist; else a row with
-        ``previous_status`` and ``retried`` (False: it was in another state).
+        ``previous_status``, ``retried`` (False: it was in another state, or is a workflow
+        step that never received its input: ``needs_input``, see retry_workflow_step).
         """
         rows = self._rows(conn, "retry_job", {"id": job_id})
         return rows[0] if rows else None
@@ -81,3 +89,23 @@ class OperationsQueries(StoreBase):
 
     def unlock_pruner(self, conn: psycopg.Connection[Any]) -> bool:
         return bool(self._rows(conn, "unlock_pruner", self._prune_lock_params())[0]["unlocked"])
+
+    def count_purgeable_jobs(
+        self, conn: psycopg.Connection[Any], *, queue: str | None, task_name: str | None
+    ) -> Row:
+        """``jobs``, ``max_id`` and ``workflow_jobs``: what ``pgtasks purge`` would delete."""
+        params = {"queue": queue, "task_name": task_name}
+        return self._rows(conn, "count_purgeable_jobs", params)[0]
+
+    def purge_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        queue: str | None,
+        task_name: str | None,
+        max_id: int,
+        limit: int,
+    ) -> list[Row]:
+        """Delete one batch of pending jobs (``pgtasks purge``): their ids."""
+        params = {"queue": queue, "task_name": task_name, "max_id": max_id, "limit": limit}
+        return self._rows(conn, "purge_jobs", params)

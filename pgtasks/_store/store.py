@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -21,19 +22,21 @@ from psycopg import sql
 from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import RowFactory, dict_row, tuple_row
 
-from .._jobs import InsertedJob, JobRow, JobSpec, JobStatus, ScopedJobSpec
+from .._jobs import InsertedJob, JobBatch, JobRow, JobSpec, JobStatus, ScopedJobSpec
 from ..sql import Migration
 from .base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
 from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
 from .base import JsonbTextLoader, Params, Row, StoreBase, translate_errors
 from .base import notification_channel as notification_channel
+from .counters import CounterQueries
 from .doctor import DoctorQueries
 from .limits import LimitedClaimReport, LimitQueries, split_limited_rows
 from .metrics import MetricsQueries
+from .migrations import MigrationQueries
 from .operations import OperationsQueries
-from .params import job_params, jobs_columns
+from .params import batch_params, copy_chunks, job_params, jobs_columns
 from .queues import QueueQueries
-from .unique import UniqueQueries
+from .unique import UniqueQueries, aatomic, atomic
 from .web import WebQueries
 from .workflows import WorkflowQueries
 
@@ -73,14 +76,53 @@ def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
     )
 
 
+def _pinned_per_transaction(conn: psycopg.Connection[Any]) -> bool:
+    """``conn`` goes through a transaction pooler (Database.pin_isolation set its
+    isolation level) and runs each statement as a transaction of its own: a round trip
+    that relies on READ COMMITTED begins its own transaction at that level."""
+    return conn.isolation_level is not None and _own_transaction(conn)
+
+
+def _roll_back_failed_block(conn: psycopg.Connection[Any]) -> None:
+    """A statement of a pinned round trip failed: the server skipped the rest (the COMMIT
+    too), so the transaction it began is still open, aborted. End it; the connection stays
+    usable (a broken one is replaced by its owner)."""
+    if conn.closed or conn.broken:
+        return
+    if conn.pgconn.transaction_status != TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            conn.rollback()
+
+
+#: Batches of at least this many plain jobs go by COPY (Store.copy_new_jobs): two round
+#: trips instead of one, but for many jobs far less work for both ends than the arrays of
+#: insert_new_jobs (measured by benchmarks/enqueue.py).
+COPY_MIN_JOBS = 64
+
+
+def _copyable(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+) -> bool:
+    """Whether plain specs without keys (insert_new_jobs') can go by COPY: enough of them,
+    none with a time to run at (COPY writes no expression: the column's now() applies),
+    and the connection not in pipeline mode (COPY cannot run there)."""
+    return (
+        len(specs) >= COPY_MIN_JOBS
+        and conn.pgconn.pipeline_status == PipelineStatus.OFF
+        and all(spec.run_at is None and spec.delay_seconds is None for spec in specs)
+    )
+
+
 def _outcome_id(outcome: OutcomeRow) -> int:
     return outcome[0]
 
 
 class Store(
+    CounterQueries,
     DoctorQueries,
     LimitQueries,
     MetricsQueries,
+    MigrationQueries,
     OperationsQueries,
     QueueQueries,
     UniqueQueries,
@@ -105,19 +147,14 @@ class Store(
         params = {"version": migration.version, "name": migration.name}
         self._rows(conn, "record_migration", params)
 
-    def apply_migration(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
-        """Run a migration file's statements (several per file, so no parameters)."""
-        with translate_errors(self.schema):
-            conn.execute(self._render(migration.text))
+    # -- transaction blocks through a pooler (Database.pin_isolation) --
+    def begin_read_committed_block(self, conn: psycopg.Connection[Any]) -> None:
+        """Begin a transaction block, READ COMMITTED whatever the server's default (on an
+        autocommit connection; a pipelined round trip sends the same statement)."""
+        self._rows(conn, "begin_read_committed_block", None)
 
-    # -- connections --
-    def pin_isolation(self, conn: psycopg.Connection[Any]) -> None:
-        """Run ``conn``'s transactions READ COMMITTED whatever the database or role default
-        (every connection pgtasks opens: pools, worker, listeners, CLI, dashboard)."""
-        self._rows(conn, "pin_isolation", None)
-
-    async def apin_isolation(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        await self._arows(conn, "pin_isolation", None)
+    def commit_block(self, conn: psycopg.Connection[Any]) -> None:
+        self._rows(conn, "commit_block", None)
 
     def get_schema_version(self, conn: psycopg.Connection[Any]) -> int:
         return int(self._rows(conn, "get_schema_version", None)[0]["version"])
@@ -231,16 +268,26 @@ class Store(
         """Insert jobs in order; an existing idempotency key answers with its job."""
         if len(specs) == 1:
             return [self.insert_job(conn, specs[0])]
+        if type(specs) is JobBatch:
+            return self.insert_batch_jobs(conn, specs)
         if any(isinstance(spec, ScopedJobSpec) for spec in specs):
             return self.insert_mixed_jobs(conn, specs)  # one statement per scope
         if any(spec.limit_groups is not None for spec in specs):
             sent, answer = self._unique_specs(specs)
-            return self._inserted(self.insert_limited_jobs(conn, sent), answer)
+            with atomic(conn) if len(sent) < len(specs) else nullcontext():
+                rows = self.insert_limited_jobs(conn, sent)
+                self.count_repeated_keys(conn, len(specs) - len(sent))
+            return self._inserted(rows, answer)
         # The fast path: plain jobs without keys (a scoped job's key is not idempotency_key).
         if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
+            if _copyable(conn, specs):
+                return self.copy_new_jobs(conn, specs)
             return self.insert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
-        rows = self._rows(conn, "insert_jobs", params, binary=True, tuples=True)
+        repeated = len(answer) - len(params["task_name"])
+        with atomic(conn) if repeated else nullcontext():
+            rows = self._rows(conn, "insert_jobs", params, binary=True, tuples=True)
+            self.count_repeated_keys(conn, repeated)
         return self._inserted(rows, answer)
 
     async def ainsert_jobs(
@@ -248,15 +295,25 @@ class Store(
     ) -> list[InsertedJob]:
         if len(specs) == 1:
             return [await self.ainsert_job(conn, specs[0])]
+        if type(specs) is JobBatch:
+            return await self.ainsert_batch_jobs(conn, specs)
         if any(isinstance(spec, ScopedJobSpec) for spec in specs):
             return await self.ainsert_mixed_jobs(conn, specs)
         if any(spec.limit_groups is not None for spec in specs):
             sent, answer = self._unique_specs(specs)
-            return self._inserted(await self.ainsert_limited_jobs(conn, sent), answer)
+            async with aatomic(conn) if len(sent) < len(specs) else nullcontext():
+                rows = await self.ainsert_limited_jobs(conn, sent)
+                await self.acount_repeated_keys(conn, len(specs) - len(sent))
+            return self._inserted(rows, answer)
         if all(spec.idempotency_key is None and type(spec) is JobSpec for spec in specs):
+            if _copyable(conn, specs):
+                return await self.acopy_new_jobs(conn, specs)
             return await self.ainsert_new_jobs(conn, self._new_jobs_params(specs))
         params, answer = self._insert_jobs_plan(specs)
-        rows = await self._arows(conn, "insert_jobs", params, binary=True, tuples=True)
+        repeated = len(answer) - len(params["task_name"])
+        async with aatomic(conn) if repeated else nullcontext():
+            rows = await self._arows(conn, "insert_jobs", params, binary=True, tuples=True)
+            await self.acount_repeated_keys(conn, repeated)
         return self._inserted(rows, answer)
 
     def insert_new_jobs(self, conn: psycopg.Connection[Any], params: Params) -> list[InsertedJob]:
@@ -272,6 +329,59 @@ class Store(
     ) -> list[InsertedJob]:
         rows = await self._arows(conn, "insert_new_jobs", params, binary=True, tuples=True)
         return [InsertedJob(row[0], False) for row in rows]
+
+    def insert_batch_jobs(
+        self, conn: psycopg.Connection[Any], batch: JobBatch
+    ) -> list[InsertedJob]:
+        """Insert delay_many's jobs: one statement, their shared fields once and their
+        arguments as two JSON arrays (the client joins texts; nothing per job is adapted)."""
+        rows = self._rows(conn, "insert_batch_jobs", batch_params(batch), tuples=True)
+        return [InsertedJob(row[0], False) for row in rows]
+
+    async def ainsert_batch_jobs(
+        self, conn: psycopg.AsyncConnection[Any], batch: JobBatch
+    ) -> list[InsertedJob]:
+        rows = await self._arows(conn, "insert_batch_jobs", batch_params(batch), tuples=True)
+        return [InsertedJob(row[0], False) for row in rows]
+
+    def copy_new_jobs(
+        self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        """insert_new_jobs for a large batch of plain jobs (see ``_copyable``): their ids
+        from next_job_ids, then the rows by copy_jobs. Two round trips and no BEGIN or
+        COMMIT on an autocommit connection (the ids are taken outside any transaction: a
+        failed COPY leaves a gap in the sequence, as a failed INSERT does, and no row).
+        """
+        ids = self.next_job_ids(conn, len(specs))
+        self.copy_jobs(conn, ids, specs)
+        return [InsertedJob(job_id, False) for job_id in ids]
+
+    async def acopy_new_jobs(
+        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
+    ) -> list[InsertedJob]:
+        ids = await self.anext_job_ids(conn, len(specs))
+        await self.acopy_jobs(conn, ids, specs)
+        return [InsertedJob(job_id, False) for job_id in ids]
+
+    def next_job_ids(self, conn: psycopg.Connection[Any], count: int) -> list[int]:
+        """``count`` new job ids, increasing."""
+        params = {"count": count, "jobs_table": self.jobs_table}
+        return [row[0] for row in self._rows(conn, "next_job_ids", params, tuples=True)]
+
+    async def anext_job_ids(self, conn: psycopg.AsyncConnection[Any], count: int) -> list[int]:
+        params = {"count": count, "jobs_table": self.jobs_table}
+        return [row[0] for row in await self._arows(conn, "next_job_ids", params, tuples=True)]
+
+    def copy_jobs(
+        self, conn: psycopg.Connection[Any], ids: Sequence[int], specs: Sequence[JobSpec]
+    ) -> None:
+        """Write plain jobs (see ``_copyable``) with these ids by COPY."""
+        self._copy(conn, "copy_jobs", copy_chunks(ids, specs))
+
+    async def acopy_jobs(
+        self, conn: psycopg.AsyncConnection[Any], ids: Sequence[int], specs: Sequence[JobSpec]
+    ) -> None:
+        await self._acopy(conn, "copy_jobs", copy_chunks(ids, specs))
 
     def update_job_meta(
         self,
@@ -327,7 +437,7 @@ class Store(
         task_names: Sequence[str] | None = None,
     ) -> int:
         """A new registration (its id is the lease owner of the worker's claims);
-        ``task_names``: the tasks the worker knows (None: any, as before migration 0013)."""
+        ``task_names``: the tasks the worker knows (None: any, as before migration flow_control)."""
         params = {
             "hostname": hostname,
             "pid": pid,
@@ -375,9 +485,9 @@ class Store(
         status as comma-joined text, result, error and exception type as arrays (texts of
         any content; the exception type is optional: 6-tuples are accepted).
 
-        Outcomes go in job id order: the rows (and, through the workflow trigger, the
-        successors a finished step updates) are locked in that order, so two workers
-        finishing members of the same chords lock their callbacks in one order.
+        Outcomes go in job id order, so the rows are locked in that order. The workflow
+        steps a finish moves on are locked by the workflow triggers, in job id order too,
+        whatever the order of the outcomes (migration workflow_progress).
         """
         outcomes = sorted(outcomes, key=_outcome_id)
         return {
@@ -469,7 +579,7 @@ class Store(
         transaction, one network round trip (pipeline mode).
 
         ``limited`` (some limit is stored, migration 0009): the round trip claims jobs that
-        limits apply to (claim_limited, migration 0013) instead, and when those do not fill
+        limits apply to (claim_limited, migration flow_control) instead, and when those do not fill
         ``limit``, a second round trip claims plain jobs for the rest. Claimed rows come
         limited first (in the order the limited claim took them), then plain ones in claim
         order. What held limited jobs back, or the error that ended the limited claim (it
@@ -546,18 +656,22 @@ class Store(
         claimed_rows: RowFactory[Any],
         claim_order: Callable[[Any], Any],
     ) -> tuple[dict[int, str], list[Any]]:
-        if conn.autocommit and not finished and limit > 0:
+        # Through a transaction pooler (Database.pin_isolation) the round trip begins and
+        # ends a READ COMMITTED transaction of its own, in the same pipeline.
+        pinned = _pinned_per_transaction(conn)
+        if conn.autocommit and not finished and limit > 0 and not pinned:
             name, params = self._claim_statement(
                 limited, worker_id, queues, limit, task_names, after, excluded_queues
             )
             with translate_errors(self.schema), conn.cursor(row_factory=claimed_rows) as cursor:
                 cursor.adapters.register_loader("jsonb", JsonbTextLoader)
-                cursor.execute(self._statements[name], params)
+                # A claim alone announces itself (no finish notifies in its transaction).
+                cursor.execute(self._statements[f"{name}_announced"], params)
                 claimed = cursor.fetchall()
             if not limited:
                 claimed.sort(key=claim_order)
             return {}, claimed
-        if conn.autocommit and len(finished) == 1 and limit <= 0:
+        if conn.autocommit and len(finished) == 1 and limit <= 0 and not pinned:
             owner, outcomes = finished[0]
             return self.finish_jobs(conn, worker_id=owner, outcomes=outcomes), []
         cursors = []
@@ -568,21 +682,33 @@ class Store(
         block: contextlib.AbstractContextManager[Any] = (
             contextlib.nullcontext() if _own_transaction(conn) else conn.transaction()
         )
-        with translate_errors(self.schema), conn.pipeline(), block:
-            for owner, outcomes in finished:
-                cursor = conn.cursor(row_factory=tuple_row)
-                cursor.execute(
-                    self._binary_statements["finish_jobs"], self._finish_params(owner, outcomes)
-                )
-                cursors.append(cursor)
-            claim_cursor = None
-            if limit > 0:
-                claim_cursor = conn.cursor(row_factory=claimed_rows)
-                claim_cursor.adapters.register_loader("jsonb", JsonbTextLoader)
-                name, params = self._claim_statement(
-                    limited, worker_id, queues, limit, task_names, after, excluded_queues
-                )
-                claim_cursor.execute(self._statements[name], params)
+        try:
+            with translate_errors(self.schema), conn.pipeline(), block:
+                if pinned:
+                    conn.cursor().execute(self._statements["begin_read_committed_block"])
+                for owner, outcomes in finished:
+                    cursor = conn.cursor(row_factory=tuple_row)
+                    cursor.execute(
+                        self._binary_statements["finish_jobs"],
+                        self._finish_params(owner, outcomes),
+                    )
+                    cursors.append(cursor)
+                claim_cursor = None
+                if limit > 0:
+                    claim_cursor = conn.cursor(row_factory=claimed_rows)
+                    claim_cursor.adapters.register_loader("jsonb", JsonbTextLoader)
+                    name, params = self._claim_statement(
+                        limited, worker_id, queues, limit, task_names, after, excluded_queues
+                    )
+                    if not cursors:  # nothing finished in this transaction: announce it
+                        name = f"{name}_announced"
+                    claim_cursor.execute(self._statements[name], params)
+                if pinned:
+                    conn.cursor().execute(self._statements["commit_block"])
+        except BaseException:
+            if pinned:
+                _roll_back_failed_block(conn)
+            raise
         # finish_jobs returns (id, status, notifications sent).
         accepted = {row[0]: row[1] for cursor in cursors for row in cursor.fetchall()}
         claimed = claim_cursor.fetchall() if claim_cursor else []

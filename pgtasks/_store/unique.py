@@ -80,6 +80,11 @@ class _Plan:
     #: Positions of specs that also carry a key for life: inserted one by one.
     singles: list[int]
 
+    @property
+    def repeated(self) -> int:
+        """Specs whose key an earlier spec of the same group holds (sent once)."""
+        return sum(len(answer) - len(params["task_name"]) for _, params, _, answer in self.groups)
+
 
 def _columns(specs: Sequence[ScopedJobSpec]) -> dict[str, Any]:
     return {
@@ -157,6 +162,13 @@ class UniqueQueries(StoreBase):
     ) -> list[InsertedJob]:
         raise NotImplementedError
 
+    # CounterQueries' (also part of Store): count the copies of a key a batch repeats.
+    def count_repeated_keys(self, conn: psycopg.Connection[Any], repeated: int) -> None:
+        raise NotImplementedError
+
+    async def acount_repeated_keys(self, conn: psycopg.AsyncConnection[Any], repeated: int) -> None:
+        raise NotImplementedError
+
     def insert_mixed_jobs(
         self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
@@ -224,12 +236,15 @@ class UniqueQueries(StoreBase):
         """Insert ScopedJobSpecs in one transaction; answers in the order of ``specs``."""
         work = plan(specs)
         parts: list[tuple[list[int], list[InsertedJob]]] = []
-        with atomic(conn) if len(work.groups) + len(work.singles) > 1 else nullcontext():
+        repeated = work.repeated
+        several = len(work.groups) + len(work.singles) > 1 or repeated
+        with atomic(conn) if several else nullcontext():
             for name, params, positions, answer in work.groups:
                 rows = self._insert_group(conn, name, params)
                 parts.append((positions, answers(rows, answer)))
             for position in work.singles:
                 parts.append(([position], [self._insert_with_life_key(conn, specs[position])]))
+            self.count_repeated_keys(conn, repeated)
         return merge(len(specs), parts)
 
     def _insert_with_life_key(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
@@ -249,13 +264,16 @@ class UniqueQueries(StoreBase):
     ) -> list[InsertedJob]:
         work = plan(specs)
         parts: list[tuple[list[int], list[InsertedJob]]] = []
-        async with aatomic(conn) if len(work.groups) + len(work.singles) > 1 else nullcontext():
+        repeated = work.repeated
+        several = len(work.groups) + len(work.singles) > 1 or repeated
+        async with aatomic(conn) if several else nullcontext():
             for name, params, positions, answer in work.groups:
                 rows = await self._ainsert_group(conn, name, params)
                 parts.append((positions, answers(rows, answer)))
             for position in work.singles:
                 job = await self._ainsert_with_life_key(conn, specs[position])
                 parts.append(([position], [job]))
+            await self.acount_repeated_keys(conn, repeated)
         return merge(len(specs), parts)
 
     async def _ainsert_with_life_key(

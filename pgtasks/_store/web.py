@@ -5,12 +5,10 @@ named query. Reads never use SKIP LOCKED; the filtered writes run in batches.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from .._jobs import JobRow
 from .._operations import JobFilter
 from .base import Params, Row, StoreBase
 
@@ -23,11 +21,16 @@ def _filter_params(job_filter: JobFilter) -> dict[str, Any]:
         "args": None if job_filter.args is None else json.dumps(job_filter.args),
         "created_from": job_filter.created_from,
         "created_to": job_filter.created_to,
+        "due": job_filter.due,
     }
 
 
 class WebQueries(StoreBase):
     """What ``pgtasks web`` reads and writes beyond the operations queries."""
+
+    def begin_read_committed(self, conn: psycopg.Connection[Any]) -> None:
+        """The current transaction runs READ COMMITTED (its first statement)."""
+        self._rows(conn, "begin_read_committed", None)
 
     def get_unfinished_stats(self, conn: psycopg.Connection[Any]) -> list[Row]:
         """Per queue: ``pending``, ``due``, ``running``, ``oldest_due_age`` (indexes only)."""
@@ -47,9 +50,11 @@ class WebQueries(StoreBase):
         """Rows ``queue, status, jobs`` estimated from ANALYZE's statistics (reads no job)."""
         return self._rows(conn, "get_finished_estimates", {"schema": self.schema})
 
-    def get_finished_per_minute(self, conn: psycopg.Connection[Any]) -> list[Row]:
-        """Rows ``minute, finished`` of the last hour's minutes that finished any job."""
-        return self._rows(conn, "get_finished_per_minute", None)
+    def get_finished_minutes(self, conn: psycopg.Connection[Any], *, cap: int) -> list[Row]:
+        """Rows ``queue, status, minute, jobs`` of the last hour's finished jobs, reading at
+        most ``cap`` of them, newest first (their ``jobs`` add up to ``cap`` when it was hit).
+        """
+        return self._rows(conn, "get_finished_minutes", {"cap": cap})
 
     def list_jobs_page(
         self,
@@ -58,18 +63,85 @@ class WebQueries(StoreBase):
         *,
         before: int | None,
         limit: int,
-    ) -> tuple[datetime | None, list[JobRow]]:
-        """The database's ``now()`` (None when no job matched) and up to ``limit`` matching
-        jobs with ids below ``before``, newest first.
-        """
-        params: Params = {**_filter_params(job_filter), "before": before, "limit": limit}
-        rows = self._rows(conn, "list_jobs_page", params)
-        return (rows[0]["now"] if rows else None), [JobRow.from_row(row) for row in rows]
+        args_bytes: int,
+        args_chars: int,
+        error_chars: int,
+    ) -> list[Row]:
+        """Up to ``limit`` jobs matching the filter with ids below ``before``, newest first,
+        as the jobs list shows them (``args_head``: the first ``args_chars`` characters of
+        args stored in at most ``args_bytes``, else None; ``error_line``: the last line of
+        the last error; ``progress``; ``now``: the database's time)."""
+        params: Params = {
+            **_filter_params(job_filter),
+            "before": before,
+            "limit": limit,
+            "args_bytes": args_bytes,
+            "args_chars": args_chars,
+            "error_chars": error_chars,
+        }
+        return self._rows(conn, "list_jobs_page", params)
+
+    def list_jobs_scan(
+        self,
+        conn: psycopg.Connection[Any],
+        job_filter: JobFilter,
+        *,
+        before: int | None,
+        limit: int,
+        scan: int,
+        args_bytes: int,
+        args_chars: int,
+        error_chars: int,
+    ) -> list[Row]:
+        """``list_jobs_page`` among the ``scan`` newest jobs below ``before`` only."""
+        params: Params = {
+            **_filter_params(job_filter),
+            "before": before,
+            "limit": limit,
+            "scan": scan,
+            "args_bytes": args_bytes,
+            "args_chars": args_chars,
+            "error_chars": error_chars,
+        }
+        return self._rows(conn, "list_jobs_scan", params)
+
+    def get_scan_floor(
+        self, conn: psycopg.Connection[Any], *, before: int | None, scan: int
+    ) -> tuple[int | None, int]:
+        """The lowest id list_jobs_scan reads (None: no job) and how many jobs it reads."""
+        row = self._rows(conn, "get_scan_floor", {"before": before, "scan": scan})[0]
+        return row["floor"], int(row["scanned"])
+
+    def count_filtered_jobs(
+        self, conn: psycopg.Connection[Any], job_filter: JobFilter, *, cap: int
+    ) -> Row:
+        """``retryable`` and ``cancellable`` jobs matching the filter, each up to ``cap``."""
+        params: Params = {**_filter_params(job_filter), "cap": cap}
+        return self._rows(conn, "count_filtered_jobs", params)[0]
+
+    def get_job_page(
+        self, conn: psycopg.Connection[Any], job_id: int, *, json_chars: int, error_chars: int
+    ) -> Row | None:
+        """One job as the dashboard's job page shows it (None: no such job)."""
+        params: Params = {"id": job_id, "json_chars": json_chars, "error_chars": error_chars}
+        rows = self._rows(conn, "get_job_page", params)
+        return rows[0] if rows else None
 
     def delete_finished_job(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
-        """None when the job does not exist; else ``status`` and ``deleted``."""
+        """None when the job does not exist; else ``status``, ``deleted`` and, for a job of a
+        workflow, ``workflow_id``, ``workflow_step`` and ``workflow_unfinished`` (then it
+        was not deleted)."""
         rows = self._rows(conn, "delete_finished_job", {"id": job_id})
         return rows[0] if rows else None
+
+    def retry_filtered_steps(
+        self, conn: psycopg.Connection[Any], job_filter: JobFilter, *, after: int, limit: int
+    ) -> list[Row]:
+        """One batch of cancelled workflow steps that never received their input, matching
+        the filter, ids above ``after``: rows ``id, outcome, detail, queue`` (outcome
+        waiting, pending or refused; see ``retry_workflow_step``)."""
+        params: Params = {**_filter_params(job_filter), "after": after, "limit": limit}
+        return self._rows(conn, "retry_filtered_steps", params)
 
     def retry_filtered_jobs(
         self, conn: psycopg.Connection[Any], job_filter: JobFilter, *, limit: int

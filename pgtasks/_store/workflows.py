@@ -10,23 +10,36 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from .base import Row, StoreBase
+from .base import Params, Row, StoreBase
+
+#: First key of the healer lock (a session lock on the healing worker's connection): "pgth".
+ADVISORY_LOCK_CLASS_HEAL = 0x70677468
 
 
 class WorkflowQueries(StoreBase):
-    """Create, read and cancel workflows (their progress is the migration's trigger)."""
+    """Create, read, cancel, retry and heal workflows (their progress is the triggers')."""
 
     def insert_workflow(
-        self, conn: psycopg.Connection[Any], *, kind: str, on_error: str | None
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        kind: str,
+        on_error: str | None,
+        shape: str | None = None,
     ) -> int:
-        rows = self._rows(conn, "insert_workflow", {"kind": kind, "on_error": on_error})
-        return int(rows[0]["id"])
+        params = {"kind": kind, "on_error": on_error, "shape": shape}
+        return int(self._rows(conn, "insert_workflow", params)[0]["id"])
 
     async def ainsert_workflow(
-        self, conn: psycopg.AsyncConnection[Any], *, kind: str, on_error: str | None
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        *,
+        kind: str,
+        on_error: str | None,
+        shape: str | None = None,
     ) -> int:
-        rows = await self._arows(conn, "insert_workflow", {"kind": kind, "on_error": on_error})
-        return int(rows[0]["id"])
+        params = {"kind": kind, "on_error": on_error, "shape": shape}
+        return int((await self._arows(conn, "insert_workflow", params))[0]["id"])
 
     def _reserve_params(self, count: int) -> dict[str, Any]:
         return {"count": count, "jobs_table": sql.Identifier(self.schema).as_string(None) + ".jobs"}
@@ -91,6 +104,11 @@ class WorkflowQueries(StoreBase):
     def get_workflow_jobs(self, conn: psycopg.Connection[Any], workflow_id: int) -> list[Row]:
         return self._rows(conn, "get_workflow_jobs", {"id": workflow_id})
 
+    async def aget_workflow_jobs(
+        self, conn: psycopg.AsyncConnection[Any], workflow_id: int
+    ) -> list[Row]:
+        return await self._arows(conn, "get_workflow_jobs", {"id": workflow_id})
+
     def get_job_workflow(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
         rows = self._rows(conn, "get_job_workflow", {"id": job_id})
         return rows[0] if rows else None
@@ -102,3 +120,75 @@ class WorkflowQueries(StoreBase):
     def prune_workflows(self, conn: psycopg.Connection[Any], *, older_than: float) -> int:
         rows = self._rows(conn, "prune_workflows", {"older_than": older_than})
         return int(rows[0]["deleted"])
+
+    def list_workflows(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        status: str | None = None,
+        workflow_id: int | None = None,
+        before: int | None = None,
+        limit: int = 50,
+    ) -> list[Row]:
+        """Workflows newest first: ``id, kind, shape, created_at, steps, steps_done,
+        started_at, state, finished_at``."""
+        params = {
+            "status": status,
+            "id": workflow_id,
+            "before": before,
+            "limit": limit,
+        }
+        return self._rows(conn, "list_workflows", params)
+
+    def get_workflow_steps(
+        self, conn: psycopg.Connection[Any], workflow_id: int, *, max_result: int
+    ) -> list[Row]:
+        """A workflow's jobs for its page, results cut to ``max_result`` characters."""
+        return self._rows(conn, "get_workflow_steps", {"id": workflow_id, "max_result": max_result})
+
+    def find_stuck_steps(
+        self, conn: psycopg.Connection[Any], *, after: int = 0, limit: int
+    ) -> list[int]:
+        """Ids above ``after`` of waiting steps the healing pass should move on, in order."""
+        rows = self._rows(conn, "find_stuck_steps", {"after": after, "limit": limit})
+        return [int(row["id"]) for row in rows]
+
+    def heal_step(self, conn: psycopg.Connection[Any], job_id: int) -> str:
+        """Heal one step: ``started``, ``cancelled``, ``unhealable``, ``waiting`` or
+        ``skipped`` (held by another session, or no longer waiting)."""
+        return str(self._rows(conn, "heal_step", {"id": job_id})[0]["outcome"])
+
+    def retry_workflow_step(self, conn: psycopg.Connection[Any], job_id: int) -> Row:
+        """Retry a cancelled step that never received its input: ``outcome`` (waiting,
+        pending, refused, not_applicable or missing), ``detail``, ``queue``."""
+        return self._rows(conn, "retry_workflow_step", {"id": job_id})[0]
+
+    def get_workflow_health(self, conn: psycopg.Connection[Any], *, since: float) -> Row:
+        """``stuck`` steps now; ``healed`` and ``tolerated`` incidents of the last ``since``
+        seconds; ``unhealable`` steps still waiting."""
+        return self._rows(conn, "get_workflow_health", {"since": since})[0]
+
+    def list_workflow_incidents(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        workflow_id: int | None = None,
+        kind: str | None = None,
+        limit: int = 50,
+    ) -> list[Row]:
+        params = {"workflow_id": workflow_id, "kind": kind, "limit": limit}
+        return self._rows(conn, "list_workflow_incidents", params)
+
+    def prune_workflow_incidents(self, conn: psycopg.Connection[Any], *, older_than: float) -> int:
+        rows = self._rows(conn, "prune_workflow_incidents", {"older_than": older_than})
+        return int(rows[0]["deleted"])
+
+    def _heal_lock_params(self) -> Params:
+        return {"lock_class": ADVISORY_LOCK_CLASS_HEAL, "schema": self.schema}
+
+    def lock_healer(self, conn: psycopg.Connection[Any]) -> bool:
+        """Try to take the schema's healer lock for ``conn``'s session; True when held."""
+        return bool(self._rows(conn, "lock_healer", self._heal_lock_params())[0]["locked"])
+
+    def unlock_healer(self, conn: psycopg.Connection[Any]) -> bool:
+        return bool(self._rows(conn, "unlock_healer", self._heal_lock_params())[0]["unlocked"])

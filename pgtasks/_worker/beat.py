@@ -220,11 +220,19 @@ class Beat:
                 failures = 0
             self._stop_requested.wait(wait)
 
+    @property
+    def elects_leader(self) -> bool:
+        """Leader election is on and possible: a session lock needs a server session of
+        beat's own, which a transaction pooler (a pooled dsn without session_dsn) cannot
+        give. Without it every beat enqueues each tick, and the tick's idempotency key
+        keeps one job."""
+        return self.leader_election and self.app.database.has_session
+
     def _step(self) -> float:
         """One iteration: connect, try to lead, run a pass; returns seconds to wait."""
         conn = self._connect()
         if not self._is_leader:
-            if self.leader_election and not self.app.store.lock_beat(conn):
+            if self.elects_leader and not self.app.store.lock_beat(conn):
                 if not self._announced_standby:
                     logger.info(
                         "another beat is active for schema %s; standing by (retrying every %g s)",
@@ -235,21 +243,34 @@ class Beat:
                 return self.lock_retry_interval
             self._is_leader = True
             self._announced_standby = False
-            logger.info(
-                "beat is active for schema %s%s",
-                self.app.schema,
-                "" if self.leader_election else " (leader election off)",
-            )
+            if self.elects_leader or not self.leader_election:
+                logger.info(
+                    "beat is active for schema %s%s",
+                    self.app.schema,
+                    "" if self.leader_election else " (leader election off)",
+                )
+            else:
+                logger.warning(
+                    "beat is active for schema %s without leader election: the database"
+                    " goes through a transaction pooler and no session_dsn is set, so no"
+                    " session lock can be held. Every beat process enqueues each tick (the"
+                    " tick's idempotency key keeps one job); set App(session_dsn=...) for"
+                    " one active beat",
+                    self.app.schema,
+                )
         return self.run_pass(conn).wait
 
     def _connect(self) -> psycopg.Connection[Any]:
         if self._conn is not None and not self._conn.closed:
             return self._conn
         self._is_leader = False
-        conn = psycopg.connect(
-            self.app.dsn,
-            autocommit=True,
-            connect_timeout=max(1, round(self.app.connect_timeout)),
+        database = self.app.database
+        session = database.has_session
+        # The session DSN: the leader lock and the session settings below are the
+        # session's. Without one (a pooled dsn alone) beat's statements go through the
+        # pooler, with no session setting (it would stay on the pooler's server connection).
+        conn = database.connect(
+            session=session,
             application_name=f"{APPLICATION_NAME}:{os.getpid()}",
             # A beat whose network vanished notices within about half a minute.
             keepalives=1,
@@ -258,14 +279,15 @@ class Beat:
             keepalives_count=KEEPALIVE_COUNT,
         )
         try:
-            self.app.store.configure_beat_session(
-                conn,
-                statement_timeout=STATEMENT_TIMEOUT,
-                lock_timeout=LOCK_TIMEOUT,
-                keepalives_idle=KEEPALIVE_IDLE,
-                keepalives_interval=KEEPALIVE_INTERVAL,
-                keepalives_count=KEEPALIVE_COUNT,
-            )
+            if session:
+                self.app.store.configure_beat_session(
+                    conn,
+                    statement_timeout=STATEMENT_TIMEOUT,
+                    lock_timeout=LOCK_TIMEOUT,
+                    keepalives_idle=KEEPALIVE_IDLE,
+                    keepalives_interval=KEEPALIVE_INTERVAL,
+                    keepalives_count=KEEPALIVE_COUNT,
+                )
             check_version(self.app.schema, self.app.store.get_schema_version(conn))
         except BaseException:
             conn.close()
@@ -279,7 +301,7 @@ class Beat:
         if conn is None:
             return
         try:
-            if release and was_leader and self.leader_election and not conn.closed:
+            if release and was_leader and self.elects_leader and not conn.closed:
                 self.app.store.unlock_beat(conn)
         except psycopg.Error:
             pass  # closing the session releases the lock anyway

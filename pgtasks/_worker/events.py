@@ -27,5 +27,12 @@ class WorkerEvents:
         """An attempt's outcome was written: ``done``, ``retry``, ``failed``, ``discarded``,
         ``timeout`` or ``cancelled``; ``duration`` in seconds."""
 
+    def counted(self, name: str, amount: int) -> None:
+        """A guarantee was exercised ``amount`` times: ``name`` is one of
+        ``pgtasks._counters.COUNTER_NAMES`` (lease_lost, rescued, fenced_writes_refused,
+        released_at_shutdown, unknown_task_jobs; see docs/howto/metrics.md). Called on the
+        thread that counted it (the rescuer's for rescues, a job's for a refused meta
+        update), not only the claim loop's."""
+
     def worker_stopped(self, worker: Worker) -> None:
         """The worker deregistered."""

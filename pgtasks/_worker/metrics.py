@@ -4,7 +4,8 @@
 a ``CollectorRegistry`` of its own, so two workers in one process never share series.
 Counters and histograms are updated from the worker's events; the busy-slot gauges
 are read from the worker when Prometheus scrapes; queue depths are sampled every
-``queue_depth_interval`` seconds by a thread on a connection of its own.
+``queue_depth_interval`` seconds by a thread on a connection of its own (to the app's
+replica when it has one).
 ``serve(port, host)`` exposes the registry over HTTP (``pgtasks worker --metrics-port``).
 
 Series (``task`` and ``queue`` labels come from the job)::
@@ -25,6 +26,24 @@ Series (``task`` and ``queue`` labels come from the job)::
     pgtasks_queue_depth_sampled_timestamp_seconds
                                                 when the last sample succeeded (Unix time)
     pgtasks_worker_info{name,schema,queues,version}
+
+Counters of exercised guarantees (pgtasks._counters; docs/howto/metrics.md), as this
+worker counted them::
+
+    pgtasks_leases_lost_total                   attempts whose lease was lost before their
+                                                outcome was written
+    pgtasks_fenced_writes_refused_total         writes the lease fence refused
+    pgtasks_jobs_rescued_total                  jobs this worker's rescuer returned from
+                                                dead workers
+    pgtasks_jobs_released_total                 jobs released at shutdown
+    pgtasks_unknown_task_jobs_total             jobs of tasks its process could not run,
+                                                released (never failed)
+    pgtasks_enqueues_deduplicated_total         enqueues of this process answered by an
+                                                existing job
+
+and every process's totals, stored in the database (sampled with the queue depths)::
+
+    pgtasks_schema_events_total{event}          event: one of the six counters' names
 """
 
 from __future__ import annotations
@@ -33,11 +52,20 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._counters import (
+    ENQUEUES_DEDUPLICATED,
+    FENCED_WRITES_REFUSED,
+    LEASE_LOST,
+    RELEASED_AT_SHUTDOWN,
+    RESCUED,
+    UNKNOWN_TASK_JOBS,
+    every_counter,
+)
 from .._errors import ConfigurationError
 from .._validation import positive_seconds
 from .events import WorkerEvents
@@ -168,6 +196,80 @@ class QueueDepthCollector:
             )
 
 
+#: The Prometheus counters of the worker's own counts (pgtasks._counters' names).
+EXERCISED_SERIES = {
+    LEASE_LOST: (
+        "pgtasks_leases_lost",
+        "Attempts of this worker whose lease was lost before their outcome was written.",
+    ),
+    FENCED_WRITES_REFUSED: (
+        "pgtasks_fenced_writes_refused",
+        "Writes of this worker the lease fence refused (outcomes, meta updates, releases).",
+    ),
+    RESCUED: (
+        "pgtasks_jobs_rescued",
+        "Jobs this worker's rescuer returned from dead workers.",
+    ),
+    RELEASED_AT_SHUTDOWN: (
+        "pgtasks_jobs_released",
+        "Jobs this worker released to pending at shutdown (attempt not used up).",
+    ),
+    UNKNOWN_TASK_JOBS: (
+        "pgtasks_unknown_task_jobs",
+        "Jobs of tasks this worker's process could not run, released to pending.",
+    ),
+}
+
+
+class SchemaCountersCollector:
+    """Serves the last sample of the database's counters (every process's totals)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals: dict[str, int] | None = None
+
+    def update(self, totals: Mapping[str, int]) -> None:
+        with self._lock:
+            self._totals = every_counter(totals)
+
+    def collect(self) -> Iterable[Metric]:
+        from prometheus_client.core import CounterMetricFamily
+
+        with self._lock:
+            totals = self._totals
+        if totals is None:
+            return
+        family = CounterMetricFamily(
+            "pgtasks_schema_events",
+            "How often the guarantees were exercised, every process, stored in the database"
+            " (sampled with the queue depths).",
+            labels=["event"],
+        )
+        for name, value in totals.items():
+            family.add_metric([name], value)
+        yield family
+
+
+class ProcessCountersCollector:
+    """Serves the counts of the worker's App: enqueues of this process answered by an
+    existing job (its tasks' own enqueues)."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        from prometheus_client.core import CounterMetricFamily
+
+        worker = self.metrics._worker
+        value = worker.app.counters.total(ENQUEUES_DEDUPLICATED) if worker is not None else 0
+        yield CounterMetricFamily(
+            "pgtasks_enqueues_deduplicated",
+            "Enqueues of this process answered by an existing job (idempotency key or"
+            " uniqueness scope).",
+            value=value,
+        )
+
+
 class QueueDepthSampler:
     """A thread that samples queue depths every ``interval`` seconds on its own connection."""
 
@@ -179,10 +281,12 @@ class QueueDepthSampler:
         *,
         interval: float,
         name: str,
+        counters: SchemaCountersCollector | None = None,
     ) -> None:
         self.app = app
         self.queues = list(queues) if queues is not None else None
         self.collector = collector
+        self.counters = counters
         self.interval = interval
         self.name = name
         self.stopping = threading.Event()
@@ -200,24 +304,21 @@ class QueueDepthSampler:
 
     def sample_once(self) -> None:
         if self._conn is None or self._conn.closed:
-            conn = psycopg.connect(
-                self.app.dsn,
-                autocommit=True,
-                connect_timeout=max(1, round(self.app.connect_timeout)),
-                application_name=f"pgtasks metrics {self.name}"[:63],
-                options=f"-c statement_timeout={QUEUE_DEPTH_STATEMENT_TIMEOUT_MS}",
+            # The replica when the app has one (a sample may lag), else the app's dsn; READ
+            # COMMITTED whatever the default (Database.connect pins it).
+            self._conn = self.app.database.connect(
+                replica=True, application_name=f"pgtasks metrics {self.name}"[:63]
             )
-            try:
-                self.app.store.pin_isolation(conn)
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
-        depths = self.app.store.get_queue_depths(self._conn, self.queues)
+        store = self.app.store
+        with self._conn.transaction():
+            store.limit_statement_time(self._conn, QUEUE_DEPTH_STATEMENT_TIMEOUT_MS / 1000)
+            depths = store.get_queue_depths(self._conn, self.queues)
         self.collector.update(
             ((depth.queue, depth.pending, depth.running, depth.waiting) for depth in depths),
             expected=self.queues or (),
         )
+        if self.counters is not None:
+            self.counters.update(self.app.store.get_counters(self._conn))
 
     def _run(self) -> None:
         while not self.stopping.is_set():
@@ -309,6 +410,13 @@ class WorkerMetrics(WorkerEvents):
         )
         self.queue_depths = QueueDepthCollector()
         registry.register(self.queue_depths)
+        self.exercised = {
+            name: Counter(series, text, registry=registry)
+            for name, (series, text) in EXERCISED_SERIES.items()
+        }
+        registry.register(ProcessCountersCollector(self))
+        self.schema_counters = SchemaCountersCollector()
+        registry.register(self.schema_counters)
         self._outcome_counters = {
             "succeeded": self.jobs_succeeded,
             "retried": self.jobs_retried,
@@ -398,6 +506,7 @@ class WorkerMetrics(WorkerEvents):
             self.queue_depths,
             interval=self.queue_depth_interval,
             name=worker.name,
+            counters=self.schema_counters,
         )
         self._sampler.start()
 
@@ -407,6 +516,11 @@ class WorkerMetrics(WorkerEvents):
     def job_started(self, job: ClaimedJob) -> None:
         self.jobs_started.labels(job.task_name, job.queue).inc()
         self.job_start_latency.labels(job.task_name, job.queue).observe(start_latency(job))
+
+    def counted(self, name: str, amount: int) -> None:
+        counter = self.exercised.get(name)
+        if counter is not None:
+            counter.inc(amount)
 
     def job_finished(self, job: ClaimedJob, outcome: str, duration: float) -> None:
         self.job_duration.labels(job.task_name, job.queue).observe(max(0.0, duration))

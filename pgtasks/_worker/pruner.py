@@ -62,8 +62,10 @@ def prune(
                 break
     retentions = [seconds for seconds in (done_after, failed_after) if seconds is not None]
     if retentions and not stopping():
-        # Workflows whose jobs are all pruned (migration 0011).
+        # Workflows whose jobs are all pruned (migration 0011), and the incidents of the
+        # workflow machinery kept as long as failed jobs (migration workflow_progress).
         store.prune_workflows(conn, older_than=min(retentions))
+        store.prune_workflow_incidents(conn, older_than=max(retentions))
     if history_after is not None and not stopping():
         result.worker_history = store.prune_worker_history(conn, older_than=history_after)
     return result
@@ -75,6 +77,11 @@ class Pruner(Service):
     One worker of a schema prunes at a time: a pass starts only when it gets the
     schema's pruner advisory lock (a session lock on this service's own connection,
     released after the pass, or by the server if the connection dies).
+
+    ``use_lock=False`` (a pooled ``dsn`` without a session connection, where a session
+    lock would stay behind on a server connection of the pooler): every worker prunes;
+    each batch skips the rows another one holds, so passes that overlap delete each job
+    once.
     """
 
     name = "pruner"
@@ -89,8 +96,10 @@ class Pruner(Service):
         done_after: float | None,
         failed_after: float | None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        use_lock: bool = True,
     ) -> None:
         super().__init__(owner, connect, interval)
+        self.use_lock = use_lock
         self.store = store
         #: Retention in seconds of done, and of failed and cancelled jobs (None: kept).
         self.done_after = done_after
@@ -100,6 +109,9 @@ class Pruner(Service):
         self.last_result: PruneResult | None = None
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
+        # The counters' rows (one per count added) folded into one per name, whatever
+        # the retention: two workers folding at once lose or double nothing.
+        self.store.fold_counters(conn)
         self.prune(conn)
 
     def prune(self, conn: psycopg.Connection[Any]) -> PruneResult | None:
@@ -107,21 +119,29 @@ class Pruner(Service):
         if self.done_after is None and self.failed_after is None:
             return None
         store = self.store
+        if not self.use_lock:
+            return self._finish(self._pass(conn))
         if not store.lock_pruner(conn):
             logger.debug("pruner of worker %s: another worker is pruning", self.owner)
             return None
         try:
-            result = prune(
-                store,
-                conn,
-                done_after=self.done_after,
-                failed_after=self.failed_after,
-                batch_size=self.batch_size,
-                stopping=self.stopping.is_set,
-            )
+            result = self._pass(conn)
         finally:
             if not conn.closed and not conn.broken:
                 store.unlock_pruner(conn)
+        return self._finish(result)
+
+    def _pass(self, conn: psycopg.Connection[Any]) -> PruneResult:
+        return prune(
+            self.store,
+            conn,
+            done_after=self.done_after,
+            failed_after=self.failed_after,
+            batch_size=self.batch_size,
+            stopping=self.stopping.is_set,
+        )
+
+    def _finish(self, result: PruneResult) -> PruneResult:
         self.last_result = result
         if result.total or result.worker_history:
             logger.info(

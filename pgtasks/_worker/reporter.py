@@ -13,6 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._counters import FENCED_WRITES_REFUSED, LEASE_LOST, UNKNOWN_TASK_JOBS, Tally
+from .._execution.outcomes import UNKNOWN_TASK_ERROR
 from .._instrumentation import outcome_name
 from .._retry import Outcome
 
@@ -32,9 +34,29 @@ class Reporter:
         self.counts: dict[str, int] = {}
         #: time.monotonic() when a job we rescheduled becomes due (claim then, not at the poll).
         self.next_due = float("inf")
+        #: The counters of exercised guarantees (pgtasks._counters) this worker counted:
+        #: added to the database with the heartbeat, and told to observers at once.
+        self.tally = Tally()
 
     def count(self, name: str, amount: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + amount
+
+    def exercised(self, name: str, amount: int = 1, *, store: bool = True) -> None:
+        """A guarantee was exercised ``amount`` times (any thread): counted in the tally
+        (stored with the next heartbeat unless ``store=False``: the statement that did
+        it counted it in the database already) and told to the observers."""
+        if amount <= 0:
+            return
+        self.tally.add(name, amount, store=store)
+        self.notify("counted", name, amount)
+
+    def refused(self, running: Running, amount: int = 1) -> None:
+        """The lease fence refused ``amount`` writes of an attempt: its lease is lost
+        (counted once per attempt)."""
+        self.exercised(FENCED_WRITES_REFUSED, amount)
+        if not running.lease_lost:
+            running.lease_lost = True
+            self.exercised(LEASE_LOST)
 
     def notify(self, event: str, *arguments: Any) -> None:
         for observer in self.observers:
@@ -89,6 +111,8 @@ class Reporter:
                 self._log_outcome(running, outcome, written=status is not None)
             else:
                 counts[outcome.kind] = counts.get(outcome.kind, 0) + 1
+                if outcome.exception_type == UNKNOWN_TASK_ERROR:
+                    self.exercised(UNKNOWN_TASK_JOBS)  # released, not failed
             if running.trace is not None:
                 self._end_trace(running, outcome, status is not None)
             if outcome.status == "pending" and status is not None:
@@ -111,6 +135,7 @@ class Reporter:
         duration = time.monotonic() - running.started
         if not written:
             self.count("lease_lost")
+            self.refused(running)
             logger.warning(
                 "job %d %s attempt %d: lease lost (the job was rescued or released meanwhile);"
                 " outcome %s discarded",
@@ -122,6 +147,8 @@ class Reporter:
             )
             return
         self.count(outcome.kind)
+        if outcome.exception_type == UNKNOWN_TASK_ERROR:
+            self.exercised(UNKNOWN_TASK_JOBS)  # a job of a task it could not run, released
         self.notify("job_finished", job, outcome.kind, duration)
         level = logging.INFO if outcome.kind in ("done", "retry") else logging.WARNING
         first_line = ""

@@ -1,4 +1,5 @@
-"""Background services of a worker: Heartbeat, Rescuer and Listener.
+"""Background services of a worker: Heartbeat, Rescuer (and the healing pass it runs)
+and Listener.
 
 Each runs in its own thread on its own dedicated connection (never the app's pool, so a
 task that exhausts or leaks pooled connections cannot stop heartbeats or rescue). A
@@ -49,31 +50,45 @@ ERROR_LOG_INTERVAL = 10.0
 Connect = Callable[[], "psycopg.Connection[Any]"]
 
 
-def connector(database: Database, *, owner: str) -> Connect:
+def connector(database: Database, *, owner: str, session: bool = False) -> Connect:
     """Opens a worker's dedicated connections: autocommit, TCP keepalives (dead peers are
     noticed), the worker's name in pg_stat_activity, WORKER_CONNECTION_OPTIONS, and READ
-    COMMITTED whatever the database or role default (Store.pin_isolation)."""
+    COMMITTED whatever the database or role default (Database.pin_isolation).
+
+    ``session``: to the session DSN (LISTEN, session locks) rather than ``dsn``. Through a
+    transaction pooler (``dsn`` pooled) no startup option is sent and no statement is
+    prepared: docs/howto/deployment.md says how the pooler can set the options instead.
+    """
 
     def connect() -> psycopg.Connection[Any]:
-        conn = psycopg.connect(
-            database.dsn,
-            autocommit=True,
-            connect_timeout=max(1, round(database.connect_timeout)),
-            keepalives=1,
-            keepalives_idle=5,
-            keepalives_interval=2,
-            keepalives_count=3,
-            application_name=f"pgtasks worker {owner}",
-            options=WORKER_CONNECTION_OPTIONS,
-        )
         try:
-            database.store.pin_isolation(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+            return database.connect(
+                session=session,
+                options=WORKER_CONNECTION_OPTIONS,
+                keepalives=1,
+                keepalives_idle=5,
+                keepalives_interval=2,
+                keepalives_count=3,
+                application_name=f"pgtasks worker {owner}",
+            )
+        except psycopg.OperationalError as error:
+            raise explain_pooler_refusal(error) from error
 
     return connect
+
+
+def explain_pooler_refusal(error: psycopg.OperationalError) -> psycopg.OperationalError:
+    """A pooler that refuses startup options (PgBouncer before 1.20, in any pool mode)
+    says "unsupported startup parameter": say what to configure."""
+    text = str(error)
+    if "unsupported startup parameter" not in text:
+        return error
+    return psycopg.OperationalError(
+        f"{' '.join(text.split())}. The server is a connection pooler (PgBouncer) that"
+        " refuses the startup options of pgtasks' worker connections: declare it with"
+        " App(dsn=<pooler>, session_dsn=<the server itself>), or App(pooled=True) when no"
+        " direct connection is possible (pgtasks then polls)"
+    )
 
 
 class ErrorLog:
@@ -174,7 +189,9 @@ class Service(abc.ABC):
 
 class Heartbeat(Service):
     """Refreshes the worker's heartbeat (re-registering when the registration was
-    removed), then checks for cancellations whose notification was missed."""
+    removed), checks for cancellations whose notification was missed, and stores the
+    counters the worker counted since the last beat (nothing on the claim path waits
+    for them: one statement per beat, none when nothing was counted)."""
 
     name = "heartbeat"
 
@@ -186,19 +203,23 @@ class Heartbeat(Service):
         *,
         registration: Registration,
         poll_cancellations: Callable[[psycopg.Connection[Any]], None],
+        store_counters: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
         super().__init__(owner, connect, interval)
         self.registration = registration
         self.poll_cancellations = poll_cancellations
+        self.store_counters = store_counters
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         self.registration.heartbeat(conn)
         self.poll_cancellations(conn)
+        self.store_counters(conn)
 
 
 class Rescuer(Service):
     """Returns jobs of dead workers to pending (or failed when out of attempts), and
-    removes dead workers' registrations."""
+    removes dead workers' registrations; then runs ``maintain`` on its connection (the
+    healing pass of stuck workflow steps, when due)."""
 
     name = "rescuer"
 
@@ -210,10 +231,12 @@ class Rescuer(Service):
         *,
         registration: Registration,
         on_rescued: Callable[[int], None] = lambda count: None,
+        maintain: Callable[[psycopg.Connection[Any]], object] = lambda conn: None,
     ) -> None:
         super().__init__(owner, connect, interval)
         self.registration = registration
         self.on_rescued = on_rescued
+        self.maintain = maintain
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         # Beat our own heart first: after an outage longer than the lease we would
@@ -242,15 +265,22 @@ class Rescuer(Service):
             store.notify_queue(conn, queue_name)
         store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])
         self.on_rescued(len(rescued))
+        self.maintain(conn)
 
 
 class Listener(Service):
     """LISTENs for enqueue notifications and wakes the claim loop for its queues; passes
-    cancellation requests and freed slots of limits (migration 0013) on; reads the paused
+    cancellation requests and freed slots of limits (migration flow_control) on; reads the paused
     queues (migration 0007) every ``paused_refresh`` seconds and passes them on.
 
     After (re)connecting it wakes the loop once, so jobs enqueued while it was away are
     claimed at once rather than at the next poll.
+
+    ``listen=False`` (a pooled ``dsn`` without a session connection, where LISTEN cannot
+    work): it only polls. Every ``paused_refresh`` seconds it reads the paused queues and
+    calls ``poll_cancellations`` (so a cancelled job stops within that time, not the
+    heartbeat's); the claim loop finds new jobs, and slots of limits other workers
+    freed, at its poll interval.
 
     The paused queues are read here, on the listener's connection, so the claim loop
     pays nothing for them: one read of a table that holds a row per paused queue, every
@@ -272,13 +302,18 @@ class Listener(Service):
         paused: Callable[[frozenset[str]], None] = lambda queues: None,
         paused_refresh: float = 0.5,
         limits_freed: Callable[[str], None] | None = None,
+        listen: bool = True,
+        poll_cancellations: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
         super().__init__(owner, connect, interval=0.0)
+        self.listen = listen
+        self.poll_cancellations = poll_cancellations
         self.store = store
         self.queues = set(queues) if queues is not None else None
         self.wake = wake
         self.cancel = cancel
-        #: Slots of limits were freed (payload "<worker id>:<limit names>", migration 0013).
+        #: Slots of limits were freed (payload "<worker id>:<limit names>", migration
+        #: flow_control).
         self.limits_freed = limits_freed
         self.on_paused = paused
         self.paused_refresh = paused_refresh
@@ -295,6 +330,9 @@ class Listener(Service):
         return 0.0
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
+        if not self.listen:
+            self._poll(conn)
+            return
         store = self.store
         channels = [store.channel, store.cancel_channel]
         if self.limits_freed is not None:
@@ -319,4 +357,15 @@ class Listener(Service):
                     self.wake()
             if reread or time.monotonic() >= next_read:
                 next_read = self.read_paused(conn)
+            self.last_success = time.monotonic()
+
+    def _poll(self, conn: psycopg.Connection[Any]) -> None:
+        """Without LISTEN: the paused queues and the cancellations, every paused_refresh."""
+        self.read_paused(conn)
+        self.wake()
+        self.errors.recovered()
+        self.last_success = time.monotonic()
+        while not self.stopping.wait(self.paused_refresh):
+            self.read_paused(conn)
+            self.poll_cancellations(conn)
             self.last_success = time.monotonic()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._counters import RELEASED_AT_SHUTDOWN
 from .._retry import reconnect_delay
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class GracefulStop:
         errors: ErrorLog,
         wake_event: threading.Event,
         deadline: Callable[[], float | None],
+        store_counters: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
         self.name = name
         self.store = store
@@ -79,6 +81,8 @@ class GracefulStop:
         self.wake_event = wake_event
         #: The stop deadline (time.monotonic()); a second signal can bring it forward.
         self.deadline = deadline
+        #: Stores what the worker counted since its last heartbeat (before deregistering).
+        self.store_counters = store_counters
 
     def run(self) -> None:
         ledger = self.ledger
@@ -178,6 +182,7 @@ class GracefulStop:
             running.abandoned = True
             by_owner.setdefault(running.job.worker_id, []).append(running)
         released: set[int] = set()
+        answered = False
         for attempt in range(1, _WRITE_TRIES + 1):
             try:
                 conn = self.connection.get()
@@ -187,6 +192,7 @@ class GracefulStop:
                         worker_id=owner,
                         leases=[(running.job.id, running.job.attempt) for running in items],
                     )
+                answered = True
                 break
             except psycopg.Error as error:
                 self.errors.failed(error)
@@ -200,6 +206,11 @@ class GracefulStop:
                 except Exception:
                     logger.exception("job %d: ending its trace failed", running.job.id)
         self.reporter.count("released", len(released))
+        self.reporter.exercised(RELEASED_AT_SHUTDOWN, len(released))
+        if answered:
+            for running in leftovers:
+                if running.job.id not in released:
+                    self.reporter.refused(running)  # the fence kept a lease lost meanwhile
         logger.warning(
             "worker %s: %s; released %d running job(s) back to pending (attempt not used up): %s",
             self.name,
@@ -212,6 +223,12 @@ class GracefulStop:
         worker_id = self.registration.worker_id
         if worker_id is None:
             return
+        try:
+            # What the worker counted since its last heartbeat, before it is gone.
+            self.store_counters(self.connection.get())
+        except psycopg.Error as error:
+            logger.warning("worker %s: could not store its counters: %s", self.name, error)
+            self.connection.drop()
         try:
             self.store.deregister_worker(self.connection.get(), worker_id)
         except psycopg.Error as error:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import psycopg
 
 from .._app.loading import load_app
+from .._counters import RESCUED
 from .._errors import ConfigurationError
 from .._execution.executor import Executor, ExecutorOptions, PoolName
 from .._execution.outcomes import storable_outcome
@@ -36,6 +37,7 @@ from .._execution.process_pool import StartMethod
 from .._execution.running import Running
 from .._payload import check_name
 from .._retry import Outcome, reconnect_delay
+from .._store.database import is_transient
 from .._store.db import dsn_secrets
 from .._validation import seconds_at_least_zero, whole_number
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
@@ -43,6 +45,7 @@ from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
 from .claims import Prefetch
 from .events import WorkerEvents
 from .exchange import Exchanges
+from .healer import Healer
 from .ledger import JobLedger, LoopConnection
 from .pruner import Pruner
 from .registration import Registration
@@ -307,6 +310,32 @@ class Worker:
         if requested:
             self._cancel_confirmed(requested)
 
+    # -- counters of exercised guarantees --
+    @property
+    def counters(self) -> dict[str, int]:
+        """What this worker counted of pgtasks._counters' names since it started (the
+        database's totals, of every process: ``pgtasks stats --json``)."""
+        return self._reporter.tally.totals()
+
+    def store_counters(self, conn: psycopg.Connection[Any]) -> None:
+        """Add what this worker counted since the last call to the database's counters
+        (the heartbeat calls it; what fails to be stored is kept for the next call)."""
+        tally = self._reporter.tally
+        counts = tally.unstored()
+        if not counts:
+            return
+        try:
+            self.app.store.add_counters(conn, counts)
+        except BaseException:
+            tally.give_back(counts)
+            raise
+
+    def _rescued(self, count: int) -> None:
+        """The rescuer returned ``count`` jobs of dead workers (the rescue statement
+        counted them in the database)."""
+        self._reporter.count("rescued", count)
+        self._reporter.exercised(RESCUED, count, store=False)
+
     # -- parts --
     def _new_executor(self) -> Executor:
         return Executor(
@@ -314,6 +343,7 @@ class Worker:
             self._executor_options,
             on_finished=self._on_finished,
             app_loader=load_app,
+            on_refused=self._reporter.refused,
         )
 
     def _new_exchanges(self) -> Exchanges:
@@ -333,8 +363,27 @@ class Worker:
         )
 
     def _new_services(self) -> list[Service]:
-        """Heartbeat, rescuer, listener and pruner, each given only what it uses."""
+        """Heartbeat, rescuer (which runs the healer), listener and pruner, each given only
+        what it uses.
+
+        The listener and the pruner's session lock need a server session of their own:
+        the session DSN. A pooled dsn without one: the listener polls, the pruner runs
+        without its lock (docs/howto/deployment.md). The healer runs on the rescuer's
+        connection: through a pooler, without its session lock.
+        """
         app, owner, connect = self.app, self.name, self._connect
+        sessions = app.database.has_session
+        session = connector(app.database, owner=owner, session=True) if sessions else connect
+        healer = Healer(owner, app.heal_interval, store=app.store, use_lock=not app.database.pooled)
+        rescuer = Rescuer(
+            owner,
+            connect,
+            self.rescue_interval,
+            registration=self.registration,
+            on_rescued=self._rescued,
+            maintain=healer.run_if_due,
+        )
+        healer.stopping = rescuer.stopping  # a pass stops between steps when the worker does
         return [
             Heartbeat(
                 owner,
@@ -342,17 +391,12 @@ class Worker:
                 self.heartbeat_interval,
                 registration=self.registration,
                 poll_cancellations=self.poll_cancel_requests,
+                store_counters=self.store_counters,
             ),
-            Rescuer(
-                owner,
-                connect,
-                self.rescue_interval,
-                registration=self.registration,
-                on_rescued=lambda count: self._reporter.count("rescued", count),
-            ),
+            rescuer,
             Listener(
                 owner,
-                connect,
+                session,
                 store=app.store,
                 queues=self.queues,
                 wake=lambda: self.wake(notified=True),
@@ -360,14 +404,17 @@ class Worker:
                 paused=self._set_paused,
                 paused_refresh=max(0.05, self.poll_interval / 2),
                 limits_freed=self._limits_freed,
+                listen=sessions,
+                poll_cancellations=self.poll_cancel_requests,
             ),
             Pruner(
                 owner,
-                connect,
+                session,
                 app.prune_interval,
                 store=app.store,
                 done_after=app.prune_done_after,
                 failed_after=app.prune_failed_after,
+                use_lock=sessions,
             ),
         ]
 
@@ -426,6 +473,17 @@ class Worker:
             self.poll_interval,
             extra={"worker_id": worker_id},
         )
+        if not self.app.database.has_session:
+            logger.warning(
+                "worker %s: the database goes through a transaction pooler and no session_dsn"
+                " is set: no LISTEN, so new jobs are found by polling every %g s and"
+                " cancellations every %g s; pruning runs without its lock. Set"
+                " App(session_dsn=...) to a direct connection for instant wake-ups",
+                self.name,
+                self.poll_interval,
+                max(0.05, self.poll_interval / 2),
+                extra={"worker_id": worker_id},
+            )
         self._services = self._new_services()
         for service in self._services:
             service.start()
@@ -492,6 +550,7 @@ class Worker:
         exchanges = self._exchanges
         next_poll = 0.0
         failures = 0
+        transient = 0
         exchanges.start_background(self._connect, self._wake_event.set)
         while not self._stop_requested.is_set():
             self._wake_event.clear()
@@ -503,7 +562,7 @@ class Worker:
                     exchanges.recover_leases()
                     exchanges.recover_needed = False
                 next_poll = self._step(next_poll)
-                failures = 0
+                failures = transient = 0
                 if not exchanges.recover_needed:
                     self._errors.recovered()
             except Exception as error:
@@ -526,6 +585,16 @@ class Worker:
                         exchanges.maybe_more = True
                         self._wake_event.wait(reconnect_delay(failures))
                         continue
+                if is_transient(error) and self._connection.usable:
+                    # A lock timeout, a serialization failure, a deadlock (a workflow's
+                    # next step held by another session, a REPEATABLE READ default): the
+                    # round trip wrote nothing. Its outcomes stay unwritten and the same
+                    # round trip is tried again after a pause; no outcome is replaced.
+                    transient += 1
+                    self._errors.failed(error)
+                    exchanges.maybe_more = True
+                    self._wake_event.wait(reconnect_delay(transient))
+                    continue
                 if self._connection.usable and self._ledger.unwritten:
                     # The server refused the batch itself (not the connection): find and
                     # fail the outcome it cannot store, so one bad job cannot stop the loop.
@@ -657,6 +726,7 @@ class Worker:
             errors=self._errors,
             wake_event=self._wake_event,
             deadline=lambda: self._stop_deadline,
+            store_counters=self.store_counters,
         ).run()
         self._reporter.notify("worker_stopped", self)
         logger.info("worker %s stopped (%s)", self.name, self._reporter.summary())

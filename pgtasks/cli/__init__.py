@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from ._common import install_global_options, root_options
 from .beat import beat, schedules
 from .doctor import doctor
 from .embedded import embedded
@@ -15,6 +16,7 @@ from .limits import limits
 from .operations import jobs, prune_command, stats, workers
 from .queues import queues
 from .schema import migrate
+from .tasks import call, purge, tasks
 from .web import web
 from .worker import worker
 from .workflows import workflows
@@ -22,8 +24,14 @@ from .workflows import workflows
 
 @click.group()
 @click.version_option(package_name="pgtasks")
-def main() -> None:
-    """pgtasks: background tasks on PostgreSQL."""
+@root_options
+def main(app_path: str | None, log_level: str, log_format: str) -> None:
+    """pgtasks: background tasks on PostgreSQL.
+
+    The global options -A, -l and --log-format go before the command (pgtasks -A
+    myproj.tasks:app worker) or after it (pgtasks worker -A myproj.tasks:app); after it
+    wins. Every command takes --help.
+    """
 
 
 for command in (
@@ -31,6 +39,9 @@ for command in (
     worker,
     beat,
     schedules,
+    call,
+    tasks,
+    purge,
     embedded,
     stats,
     jobs,
@@ -43,3 +54,5 @@ for command in (
     workflows,
 ):
     main.add_command(command)
+
+install_global_options(main)

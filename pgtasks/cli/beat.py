@@ -10,6 +10,7 @@ from ._common import (
     app_option,
     configure_logging,
     guard,
+    json_option,
     load_app,
     log_format_option,
     log_level_option,
@@ -23,6 +24,7 @@ from ._common import (
     default=60.0,
     show_default=True,
     type=click.FloatRange(min=0),
+    metavar="SECONDS",
     help="Seconds a tick may be late and still be enqueued whatever its catch-up policy.",
 )
 @log_level_option
@@ -42,7 +44,7 @@ def beat(app_path: str, grace: float, log_level: str, log_format: str) -> None:
 
 @click.command()
 @app_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option
 def schedules(app_path: str, as_json: bool) -> None:
     """List schedules: next run (in their zone and UTC) and last enqueued tick."""
     from .._app.schedules import format_schedules, schedule_statuses, schedules_as_json

@@ -8,14 +8,14 @@ import sys
 import click
 
 from .._app.doctor import diagnose, exit_code
-from ._common import app_option, guard, load_app
+from ._common import app_option, guard, json_option, load_app
 
 _MARKS = {"ok": "ok      ", "warning": "WARNING ", "critical": "CRITICAL"}
 
 
 @click.command()
 @app_option
-@click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+@json_option
 def doctor(app_path: str, as_json: bool) -> None:
     """Check what slows or endangers the queue: xmin horizon (old transactions, replication
     slots, prepared transactions), dead tuples and vacuum, index bloat, jobs stuck under

@@ -26,6 +26,7 @@ _OPTIONS = [
         "--processes",
         type=click.IntRange(min=1),
         default=None,
+        metavar="N",
         help="Size of the process pool [default: number of CPUs].",
     ),
     click.option(
@@ -46,6 +47,7 @@ _OPTIONS = [
         "--max-tasks-per-child",
         type=click.IntRange(min=1),
         default=None,
+        metavar="N",
         help="Replace a pool child after this many jobs.",
     ),
     click.option(
@@ -60,6 +62,7 @@ _OPTIONS = [
         type=click.FloatRange(min=0),
         default=0.5,
         show_default=True,
+        metavar="SECONDS",
         help="Warn when the event loop is blocked this many seconds (0: off).",
     ),
 ]

@@ -1,5 +1,5 @@
-"""Operations commands: ``pgtasks stats``, ``jobs list|show|retry|cancel``, ``workers``,
-``prune``. Registered onto ``pgtasks.cli.main`` when ``pgtasks.cli`` is imported.
+"""Operations commands: ``pgtasks stats``, ``jobs list|show|retry|cancel|delete``,
+``workers``, ``prune``. Registered onto ``pgtasks.cli.main`` when ``pgtasks.cli`` is imported.
 
 Each command reads or writes through the App's Store (reads never use SKIP LOCKED) and
 prints a table or, with ``--json``, one JSON document. A job id that does not exist is a
@@ -92,6 +92,12 @@ def _run(app: App, operation: Callable[[psycopg.Connection[Any]], T], describe: 
     return result
 
 
+def _read(app: App, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
+    """Run a read that may lag on the app's replica when it has one (else as ``_run``)."""
+    result: T = guard(lambda: app.database.read(operation))
+    return result
+
+
 def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(1)
@@ -108,18 +114,19 @@ def _missing(job_id: int) -> NoReturn:
 def stats(app_path: str, as_json: bool) -> None:
     """Jobs per queue and status, oldest due job's wait, recent throughput, live workers.
 
-    Counts read every row, including rows workers hold locked (no SKIP LOCKED).
+    Counts read every row, including rows workers hold locked (no SKIP LOCKED); on the
+    app's replica when it has one (replica_dsn).
     """
     app = load_app(app_path)
     with app:
-        result = _run(app, lambda conn: admin.collect_stats(app, conn), "stats")
+        result = _read(app, lambda conn: admin.collect_stats(app, conn))
     click.echo(to_json(result.as_json()) if as_json else format_stats(result))
 
 
 # -- jobs -----------------------------------------------------------------------------------------
 @click.group()
 def jobs() -> None:
-    """List, show, retry and cancel jobs."""
+    """List, show, retry, cancel and delete jobs."""
 
 
 @jobs.command("list")
@@ -129,25 +136,40 @@ def jobs() -> None:
 @click.option(
     "--task", "task_name", default=None, callback=_name("task name"), help="Only this task name."
 )
-@click.option("--limit", default=50, show_default=True, type=SQL_INT)
+@click.option(
+    "--workflow",
+    "workflow_id",
+    default=None,
+    type=JOB_ID,
+    metavar="ID",
+    help="Only the jobs of this workflow (pgtasks workflows list).",
+)
+@click.option(
+    "--limit", default=50, show_default=True, type=SQL_INT, metavar="N", help="Most jobs listed."
+)
 @json_option
 def list_command(
     app_path: str,
     status: str | None,
     queue: str | None,
     task_name: str | None,
+    workflow_id: int | None,
     limit: int,
     as_json: bool,
 ) -> None:
-    """The newest jobs first, optionally filtered."""
+    """The newest jobs first, optionally filtered (on the app's replica when it has one)."""
     app = load_app(app_path)
     with app:
-        now, rows = _run(
+        now, rows = _read(
             app,
             lambda conn: app.store.list_jobs(
-                conn, status=status, queue=queue, task_name=task_name, limit=limit
+                conn,
+                status=status,
+                queue=queue,
+                task_name=task_name,
+                workflow_id=workflow_id,
+                limit=limit,
             ),
-            "list jobs",
         )
     if as_json:
         click.echo(to_json([job_as_json(job) for job in rows]))
@@ -183,18 +205,24 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
             }
         click.echo(to_json(document))
         return
-    text = format_job(job, now)
+    extra = []
     if workflow is not None:
-        # The workflow line goes with the fields, before the last error.
-        head, separator, tail = text.partition("\nlast error")
-        text = (
-            f"{head}\n  workflow: {workflow['workflow_id']} (step {workflow['workflow_step']};"
-            f" pgtasks workflows show {workflow['workflow_id']}){separator}{tail}"
+        extra.append(
+            (
+                "workflow",
+                f"{workflow['workflow_id']} (step {workflow['workflow_step']};"
+                f" pgtasks workflows show {workflow['workflow_id']})",
+            )
         )
+    text = format_job(job, now, extra_fields=extra)
     click.echo(text)
 
 
-@jobs.command("retry", epilog=RETRY_RULE)
+@jobs.command(
+    "retry",
+    help="Put a failed or cancelled job (ID), or every failed job, back to pending, due"
+    " now.\n\n" + RETRY_RULE,
+)
 @app_option
 @click.argument("job_id", type=JOB_ID, required=False)
 @click.option("--all-failed", is_flag=True, help="Retry every failed job (see --task).")
@@ -209,7 +237,6 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
 def retry_command(
     app_path: str, job_id: int | None, all_failed: bool, task_name: str | None, as_json: bool
 ) -> None:
-    """Put a failed or cancelled job (ID), or every failed job, back to pending, due now."""
     if (job_id is None) == (not all_failed):
         raise click.UsageError("give either a job ID or --all-failed")
     if task_name is not None and not all_failed:
@@ -232,11 +259,21 @@ def _retry_one(app: App, job_id: int, as_json: bool) -> None:
             "id": job_id,
             "retried": True,
             "previous_status": result.previous_status,
-            "status": "pending",
+            "status": result.status,
             "attempts": result.attempts,
             "max_attempts": result.max_attempts,
         }
         click.echo(to_json(document))
+    elif result.status == "waiting":
+        click.echo(
+            f"job {job_id} retried: {result.previous_status} -> waiting for the earlier steps"
+            " of its workflow; it starts with its input when they are done"
+        )
+    elif result.max_attempts is None:
+        click.echo(
+            f"job {job_id} retried: {result.previous_status} -> pending, due now, with its"
+            " input from the earlier steps of its workflow"
+        )
     else:
         click.echo(
             f"job {job_id} retried: {result.previous_status} -> pending, due now"
@@ -252,6 +289,27 @@ def _retry_all_failed(app: App, task_name: str | None, as_json: bool) -> None:
     which = f" of task {task_name}" if task_name else ""
     listed = ": " + ", ".join(map(str, ids[:20])) + (" …" if len(ids) > 20 else "") if ids else ""
     click.echo(f"retried {len(ids)} failed job(s){which}{listed}")
+
+
+@jobs.command("delete")
+@app_option
+@click.argument("job_id", type=JOB_ID)
+@json_option
+def delete_command(app_path: str, job_id: int, as_json: bool) -> None:
+    """Delete one finished (done, failed or cancelled) job.
+
+    A pending or running job is not deleted (cancel it first), nor a job of a workflow
+    that has not finished (its later steps read its result): both exit 1.
+    """
+    app = load_app(app_path)
+    with app:
+        deleted, status = guard(lambda: admin.delete_finished_job(app, job_id))
+    if not deleted:
+        _fail(f"job {job_id} is {status}: only finished jobs can be deleted (cancel it first)")
+    if as_json:
+        click.echo(to_json({"id": job_id, "deleted": True, "status": status}))
+    else:
+        click.echo(f"job {job_id} deleted (it was {status})")
 
 
 @jobs.command("cancel")
@@ -340,6 +398,7 @@ def workers(app_path: str, since: float, as_json: bool) -> None:
     default=DEFAULT_BATCH_SIZE,
     show_default=True,
     type=SQL_INT,
+    metavar="N",
     help="Rows per DELETE; each batch is its own short transaction.",
 )
 @json_option

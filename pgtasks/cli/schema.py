@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
+from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT
 from ._common import (
     app_option,
     configure_logging,
     guard,
+    json_option,
     load_app,
     log_format_option,
     log_level_option,
@@ -16,16 +20,62 @@ from ._common import (
 
 @click.command()
 @app_option
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="Print what would run (each pending step, its statements and the locks they take)"
+    " and change nothing.",
+)
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0.001),
+    default=DEFAULT_LOCK_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Longest wait of a catalog change for its lock: past it the step rolls back and is"
+    " tried again, so enqueues and claims never queue behind it for longer.",
+)
+@click.option(
+    "--lock-retry-for",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_LOCK_RETRY_FOR,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a step whose lock is not granted is retried before migrate fails"
+    " (naming the sessions that held it; the steps done are kept).",
+)
+@json_option
 @log_level_option
 @log_format_option
-def migrate(app_path: str, log_level: str, log_format: str) -> None:
-    """Create or upgrade the pgtasks schema (safe to run concurrently and repeatedly)."""
+def migrate(
+    app_path: str,
+    plan: bool,
+    lock_timeout: float,
+    lock_retry_for: float,
+    as_json: bool,
+    log_level: str,
+    log_format: str,
+) -> None:
+    """Create or upgrade the pgtasks schema online (safe to run concurrently and repeatedly).
+
+    On a live database nothing waits on it for long: indexes are built concurrently,
+    catalog changes wait at most --lock-timeout for their locks and are retried, large
+    backfills run in batches. It connects to the session DSN (App(session_dsn=...) /
+    PGTASKS_SESSION_DSN when the app's dsn is a transaction pooler).
+    """
     configure_logging(log_level, log_format)
     app = load_app(app_path)
+    options = {"lock_timeout": lock_timeout, "lock_retry_for": lock_retry_for}
     with app:
-        applied = guard(app.migrate)
-    if applied:
-        names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied)
-        click.echo(f"schema {app.schema!r} migrated: applied {names}")
+        if plan:
+            planned = guard(lambda: app.migration_plan(**options))
+            click.echo(json.dumps(planned.as_json()) if as_json else planned.describe())
+            return
+        applied = guard(lambda: app.migrate(**options))
+    names = [f"{m.version:04d}_{m.name}" for m in applied]
+    if as_json:
+        click.echo(json.dumps({"schema": app.schema, "applied": names}))
+    elif applied:
+        click.echo(f"schema {app.schema!r} migrated: applied {', '.join(names)}")
     else:
         click.echo(f"schema {app.schema!r} is up to date")

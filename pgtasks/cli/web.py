@@ -11,38 +11,62 @@ from types import FrameType
 
 import click
 
-from ._common import app_option, load_app
+from ._common import (
+    app_option,
+    configure_logging,
+    load_app,
+    log_format_option,
+    log_level_option,
+)
 
 
 @click.command("web")
 @app_option
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, metavar="ADDRESS", help="Address to bind."
+)
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    metavar="PORT",
+    help="Port to bind (0: a free one).",
+)
 @click.option("--read-only", is_flag=True, help="Hide every action and refuse its POST (403).")
 @click.option(
     "--insecure-no-auth",
     is_flag=True,
-    help="Serve any client without authentication, even on a non-loopback address.",
+    help="Serve any client without authentication, even on a non-loopback address or"
+    " through a proxy (something in front must authenticate).",
 )
 @click.option(
-    "--log-level",
-    default="info",
-    show_default=True,
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name to serve (repeatable; .example.com: the domain and its subdomains)."
+    " Without authentication only localhost and loopback addresses are served besides"
+    " these; with authentication, only these when any is given.",
 )
+@log_level_option
+@log_format_option
 def web(
     app_path: str,
     host: str,
     port: int,
     read_only: bool,
     insecure_no_auth: bool,
+    allowed_hosts: tuple[str, ...],
     log_level: str,
+    log_format: str,
 ) -> None:
     """Serve the dashboard: queues, jobs (retry, cancel, delete), workers, schedules.
 
     Authentication: HTTP basic auth with PGTASKS_WEB_USER and PGTASKS_WEB_PASSWORD.
-    Without them only loopback clients are served, and a non-loopback --host is refused
-    unless --insecure-no-auth. Needs the web extra: pip install 'pgtasks[web]'.
+    Without them only loopback clients asking for localhost (or an --allowed-host) are
+    served, never through a proxy, and a non-loopback --host is refused unless
+    --insecure-no-auth. Needs the web extra: pip install 'pgtasks[web]'.
     """
     try:
         import uvicorn
@@ -62,8 +86,15 @@ def web(
             " PGTASKS_WEB_USER and PGTASKS_WEB_PASSWORD, bind 127.0.0.1, or pass"
             " --insecure-no-auth"
         )
+    configure_logging(log_level, log_format)
     app = load_app(app_path)
-    dashboard = asgi(app, auth=auth, read_only=read_only, insecure_no_auth=insecure_no_auth)
+    dashboard = asgi(
+        app,
+        auth=auth,
+        read_only=read_only,
+        insecure_no_auth=insecure_no_auth,
+        allowed_hosts=allowed_hosts or None,
+    )
     shown = f"[{host}]" if ":" in host else host
     mode = ", read-only" if read_only else ""
     protection = "basic auth" if auth is not None else "no authentication"
@@ -90,6 +121,6 @@ def web(
             dashboard.close_streams()
             super().handle_exit(sig, frame)
 
-    with app, contextlib.suppress(KeyboardInterrupt):
+    with app, contextlib.closing(dashboard), contextlib.suppress(KeyboardInterrupt):
         # uvicorn re-raises the SIGINT it handled once it has stopped (as uvicorn.run).
         Server(config).run()

@@ -24,37 +24,56 @@ if TYPE_CHECKING:
 
 @click.command()
 @app_option
-@click.option("-Q", "--queues", default=None, help="Comma-separated queues (default: all).")
-@click.option("-c", "--concurrency", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "-Q",
+    "--queues",
+    default=None,
+    metavar="QUEUES",
+    help="Comma-separated queues to claim from [default: all].",
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Jobs run at once.",
+)
 @click.option(
     "--shutdown-timeout",
     default=30.0,
     show_default=True,
     type=click.FloatRange(min=0),
+    metavar="SECONDS",
     help="Seconds running jobs get to finish after SIGTERM/SIGINT before they are released.",
 )
 @click.option(
     "--lease-timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
+    metavar="SECONDS",
     help="Seconds without heartbeat before a worker's jobs are rescued [app: 30].",
 )
 @click.option(
     "--heartbeat-interval",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
+    metavar="SECONDS",
     help="Seconds between heartbeats [app: 5].",
 )
 @click.option(
     "--rescue-interval",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
+    metavar="SECONDS",
     help="Seconds between rescue passes [app: 5].",
 )
 @click.option(
     "--poll-interval",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
+    metavar="SECONDS",
     help="Seconds between claims when no notification arrives [app: 1].",
 )
 @click.option(
@@ -64,12 +83,17 @@ if TYPE_CHECKING:
     " pending, for a worker that knows them.",
 )
 @click.option(
-    "--beat", "with_beat", is_flag=True, help="Also run the periodic scheduler in this process."
+    "-B",
+    "--beat",
+    "with_beat",
+    is_flag=True,
+    help="Also run the periodic scheduler in this process.",
 )
 @click.option(
     "--prefetch",
     default=None,
     type=click.IntRange(min=0),
+    metavar="N",
     help="Jobs claimed beyond the free slots, to start as slots free up [default: 2 per slot"
     " while the jobs run 10 ms or less on average, else 0].",
 )
@@ -77,12 +101,14 @@ if TYPE_CHECKING:
     "--metrics-port",
     type=click.IntRange(min=0, max=65535),
     default=None,
+    metavar="PORT",
     help="Serve Prometheus metrics on this port (needs pgtasks[metrics]).",
 )
 @click.option(
     "--metrics-host",
     default="127.0.0.1",
     show_default=True,
+    metavar="ADDRESS",
     help="Address the metrics server binds (0.0.0.0: every interface).",
 )
 @click.option(
@@ -90,6 +116,7 @@ if TYPE_CHECKING:
     type=click.FloatRange(min=0, min_open=True),
     default=15.0,
     show_default=True,
+    metavar="SECONDS",
     help="Seconds between queue-depth samples for the metrics.",
 )
 @executor_options

@@ -1,8 +1,10 @@
-"""``pgtasks workflows show|cancel``: workflows (chain, group, chord; migration 0011).
+"""``pgtasks workflows list|show|cancel|heal``: workflows (chain, group, chord).
 
-``show`` prints a workflow's jobs as a tree of steps with their states; ``cancel``
-cancels what has not run (running jobs are asked to stop). An unknown workflow id is a
-one-line ``error:`` and exit code 1.
+``list`` prints workflows newest first with their shape, steps done, state and times;
+``show`` prints a workflow's jobs as a tree of steps with their states (and its
+incidents); ``cancel`` cancels what has not run (running jobs are asked to stop);
+``heal`` runs a healing pass over stuck steps now (workers run one every heal_interval).
+An unknown workflow id is a one-line ``error:`` and exit code 1.
 """
 
 from __future__ import annotations
@@ -10,9 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 import click
+import psycopg
 
+from .._app.workflow_admin import list_workflows, workflow_incidents
 from .._operations import to_json
-from .._workflows_text import format_workflow
+from .._worker.healer import heal
+from .._workflows_text import (
+    WORKFLOW_STATES,
+    format_heal,
+    format_incidents,
+    format_workflow,
+    format_workflows,
+)
 from ._common import app_option, guard, load_app
 
 WORKFLOW_ID = click.IntRange(min=1, max=2**63 - 1)
@@ -24,7 +35,44 @@ json_option = click.option(
 
 @click.group()
 def workflows() -> None:
-    """Show and cancel workflows (chains, groups and chords of jobs)."""
+    """List, show, cancel and heal workflows (chains, groups and chords of jobs)."""
+
+
+@workflows.command("list")
+@app_option
+@click.option(
+    "--status",
+    type=click.Choice(WORKFLOW_STATES),
+    default=None,
+    help="Only workflows in this state.",
+)
+@click.option(
+    "--before",
+    type=WORKFLOW_ID,
+    default=None,
+    metavar="ID",
+    help="Only workflows with a smaller id (the next page).",
+)
+@click.option(
+    "--limit",
+    default=50,
+    show_default=True,
+    type=click.IntRange(min=1, max=10_000),
+    metavar="N",
+    help="Most workflows listed.",
+)
+@json_option
+def list_command(
+    app_path: str, status: str | None, before: int | None, limit: int, as_json: bool
+) -> None:
+    """Workflows, newest first: id, shape, steps done of all, state, started, finished."""
+    app = load_app(app_path)
+    with app:
+        found = guard(lambda: list_workflows(app, status=status, before=before, limit=limit))
+    if as_json:
+        click.echo(to_json([workflow.as_json() for workflow in found]))
+    else:
+        click.echo(format_workflows(found))
 
 
 @workflows.command("show")
@@ -36,7 +84,14 @@ def show(app_path: str, workflow_id: int, as_json: bool) -> None:
     app = load_app(app_path)
     with app:
         workflow = guard(lambda: app.get_workflow(workflow_id))
-    click.echo(to_json(workflow) if as_json else format_workflow(workflow))
+        incidents = guard(lambda: workflow_incidents(app, workflow_id=workflow_id))
+    if as_json:
+        click.echo(to_json({**workflow, "incidents": [item.as_json() for item in incidents]}))
+        return
+    click.echo(format_workflow(workflow))
+    if incidents:
+        click.echo("incidents:")
+        click.echo(format_incidents(incidents))
 
 
 @workflows.command("cancel")
@@ -53,3 +108,20 @@ def cancel(app_path: str, workflow_id: int, as_json: bool) -> None:
         click.echo(to_json(document))
     else:
         click.echo(f"workflow {workflow_id}: {count} job(s) cancelled or asked to stop")
+
+
+@workflows.command("heal")
+@app_option
+@json_option
+def heal_command(app_path: str, as_json: bool) -> None:
+    """Move stuck steps on now: waiting steps none of whose predecessors is unfinished are
+    started with their input, or cancelled when one failed, was cancelled or is gone.
+    Workers run this pass every heal_interval seconds (one worker at a time)."""
+    app = load_app(app_path)
+    with app:
+
+        def run(conn: psycopg.Connection[Any]) -> Any:
+            return heal(app.store, conn)
+
+        result = guard(lambda: app.database.run(run))
+    click.echo(to_json(result.as_json()) if as_json else format_heal(result))

@@ -1,4 +1,5 @@
-"""The SQL pgtasks runs: named queries (queries.sql) and numbered migrations.
+"""The SQL pgtasks runs: named queries (queries.sql) and numbered migrations, each made
+of steps (steps.py).
 
 Pure module: reads the package's own files, composes nothing.
 """
@@ -10,6 +11,8 @@ import functools
 import re
 from importlib import resources
 from typing import Literal, cast
+
+from .steps import Step, parse_steps
 
 Cardinality = Literal["one", "many", "exec", "execrows"]
 
@@ -27,9 +30,28 @@ class Query:
 
 @dataclasses.dataclass(frozen=True)
 class Migration:
+    """A numbered migration file: ``text`` is the whole file, ``steps`` its steps (one
+    transaction for a file without ``-- pgtasks:step`` markers)."""
+
     version: int
     name: str
     text: str = dataclasses.field(repr=False)
+    steps: tuple[Step, ...] = dataclasses.field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            where = f"migration {self.version:04d}_{self.name}"
+            object.__setattr__(self, "steps", parse_steps(self.text, where=where))
+
+    @property
+    def label(self) -> str:
+        return f"{self.version:04d}_{self.name}"
+
+    @property
+    def online(self) -> bool:
+        """Whether it has steps beyond one transaction (an index built concurrently, a
+        backfill in batches)."""
+        return any(step.kind != "transaction" for step in self.steps)
 
 
 def parse_queries(source: str) -> dict[str, Query]:

@@ -83,15 +83,33 @@ SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backe
        current_setting('max_connections')::int AS max_connections,
        current_setting('superuser_reserved_connections')::int AS reserved;
 
+-- name: get_session_defaults :one
+-- Settings a pgtasks session starts with (through a pooler: those of its server connections).
+SELECT current_setting('default_transaction_isolation') AS isolation,
+       current_setting('server_version') AS server_version;
+
+-- name: get_wal_position :one
+-- The primary's current WAL position (NULL on a standby), to measure a replica's lag.
+SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END AS lsn;
+
+-- name: get_replica_state :one
+-- On the replica: whether it is a standby, how far its replay is behind the given primary
+-- position, how old the last transaction it replayed is, and its conflict settings.
+SELECT pg_is_in_recovery() AS standby,
+       CASE WHEN pg_is_in_recovery() AND %(primary_lsn)s::text IS NOT NULL
+            THEN greatest(0, pg_wal_lsn_diff(%(primary_lsn)s::pg_lsn,
+                                             pg_last_wal_replay_lsn()))::bigint
+       END AS behind_bytes,
+       extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8 AS replay_age,
+       current_setting('hot_standby_feedback') AS hot_standby_feedback,
+       current_setting('max_standby_streaming_delay') AS max_standby_streaming_delay;
+
 -- name: get_isolation :one
--- The database's (and role's) default isolation (what a session starts with, before
--- pgtasks pins READ COMMITTED) and the level of this pinned connection.
-SELECT (SELECT reset_val FROM pg_settings WHERE name = 'default_transaction_isolation')
-           AS default_isolation,
-       current_setting('transaction_isolation') AS isolation;
+-- The isolation this connection's transactions run in (pgtasks pins READ COMMITTED).
+SELECT current_setting('transaction_isolation') AS isolation;
 
 -- name: get_limit_problems :one
--- What `pgtasks doctor` checks in the limits (migration 0013): stored limits with values
+-- What `pgtasks doctor` checks in the limits (migration flow_control): stored limits with values
 -- the claim arithmetic cannot take (written by hand past its CHECKs; the claim clamps
 -- them), pending jobs whose limit names no stored limit holds (they run without it), and
 -- pending jobs under more limit instances than the claim takes (left pending).
@@ -121,7 +139,7 @@ SELECT (SELECT count(*) FROM {schema}.limits) AS stored,
 
 -- name: get_unknown_task_jobs :many
 -- Pending jobs that no live worker would claim: no worker whose heartbeat is within the
--- lease serves their queue and knows their task (migration 0013; a worker of an earlier
+-- lease serves their queue and knows their task (migration flow_control; a worker of an earlier
 -- release, task_names NULL, knows every task). Read without SKIP LOCKED.
 WITH pending AS (
     SELECT task_name, queue, count(*) AS jobs, min(id) AS first_id

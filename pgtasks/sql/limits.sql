@@ -66,7 +66,7 @@ FROM {schema}.claim_limited_jobs(
 
 -- name: claim_limited :many
 -- Claim up to %(limit)s due jobs that limits apply to, never past a limit (the function of
--- migration 0013); filters as in claim_jobs. The claimed jobs have the columns of
+-- migration flow_control); filters as in claim_jobs. The claimed jobs have the columns of
 -- claim_jobs; the last row is a report (id NULL) whose meta holds the seconds until the
 -- next rate token that held a job back (wait), the limits that held jobs back (blocked)
 -- and the error that ended the claim (error; nothing was claimed then).

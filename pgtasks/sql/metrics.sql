@@ -1,5 +1,10 @@
 -- Statements of metrics and test helpers (loaded with queries.sql; same header rules).
 
+-- name: limit_statement_time :exec
+-- A statement_timeout for the rest of this transaction (the queue-depth sample: it works
+-- through a transaction pooler, where a session setting would not stay).
+SELECT set_config('statement_timeout', %(statement_timeout)s, true);
+
 -- name: get_queue_depths :many
 -- Per queue: pending jobs that are due now, running jobs, and workflow steps waiting for
 -- earlier steps (no SKIP LOCKED: held rows count).

@@ -24,7 +24,7 @@ GROUP BY queue
 ORDER BY queue;
 
 -- name: list_jobs :many
--- The newest jobs matching optional status, queue and task filters (NULL: any).
+-- The newest jobs matching optional status, queue, task and workflow filters (NULL: any).
 SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
        run_at, locked_at, locked_by, last_error, result, idempotency_key,
        created_at, updated_at, finished_at, now() AS now
@@ -32,6 +32,7 @@ FROM {schema}.jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
@@ -67,9 +68,14 @@ ORDER BY known.removed_at IS NOT NULL, known.hostname IS NULL, 1;
 
 -- name: retry_job :one
 -- A failed or cancelled job back to pending, due now, allowed one more attempt; the
--- row's previous status tells a missing job (no row) from one in another state.
+-- row's previous status tells a missing job (no row) from one in another state. A
+-- workflow step cancelled before it received its input is left as it is (needs_input:
+-- retry_workflow_step re-assembles it).
 WITH target AS (
-    SELECT id, status FROM {schema}.jobs WHERE id = %(id)s::bigint FOR UPDATE
+    SELECT id, status,
+           coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                    AND cardinality(prev_ids) > 0, false) AS needs_input
+    FROM {schema}.jobs WHERE id = %(id)s::bigint FOR UPDATE
 ), retried AS (
     UPDATE {schema}.jobs AS jobs
     SET status = 'pending',
@@ -86,10 +92,11 @@ WITH target AS (
     FROM target
     WHERE jobs.id = target.id
       AND target.status IN ('failed', 'cancelled')
+      AND NOT target.needs_input
     RETURNING jobs.id, jobs.queue, jobs.attempts, jobs.max_attempts
 )
 SELECT target.id, target.status AS previous_status, retried.queue, retried.attempts,
-       retried.max_attempts, retried.id IS NOT NULL AS retried
+       retried.max_attempts, retried.id IS NOT NULL AS retried, target.needs_input
 FROM target
 LEFT JOIN retried ON retried.id = target.id;
 
@@ -100,6 +107,9 @@ WITH picked AS (
     FROM {schema}.jobs AS jobs
     WHERE status = 'failed'
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+      -- A workflow step that never received its input is retried by retry_workflow_step.
+      AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                       AND cardinality(prev_ids) > 0, false)
       -- A job unique while active (migration 0010) whose key an active job holds
       -- stays as it is: retrying it would make a second active job of the key.
       AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
@@ -171,3 +181,33 @@ SELECT pg_try_advisory_lock(%(lock_class)s::int, hashtext(%(schema)s::text)) AS 
 -- name: unlock_pruner :one
 -- Stop being the schema's pruner.
 SELECT pg_advisory_unlock(%(lock_class)s::int, hashtext(%(schema)s::text)) AS unlocked;
+
+-- name: count_purgeable_jobs :one
+-- What `pgtasks purge` would delete: pending jobs (of a queue and a task; NULL: any) that
+-- are not workflow steps, the newest one's id, and the pending workflow steps it leaves.
+SELECT count(*) FILTER (WHERE workflow_id IS NULL) AS jobs,
+       max(id) FILTER (WHERE workflow_id IS NULL) AS max_id,
+       count(*) FILTER (WHERE workflow_id IS NOT NULL) AS workflow_jobs
+FROM {schema}.jobs
+WHERE status = 'pending'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text);
+
+-- name: purge_jobs :many
+-- Delete up to %(limit)s pending jobs (not workflow steps) with ids up to %(max_id)s, so
+-- that a job enqueued after the operator saw the count is kept. A row a worker is
+-- claiming is skipped: it is no longer pending.
+WITH picked AS (
+    SELECT id
+    FROM {schema}.jobs
+    WHERE status = 'pending' AND workflow_id IS NULL AND id <= %(max_id)s::bigint
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+    ORDER BY id
+    LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.jobs AS jobs
+USING picked
+WHERE jobs.id = picked.id AND jobs.status = 'pending'
+RETURNING jobs.id;

@@ -4,12 +4,19 @@
 -- Parameters are named (%(name)s); time comes from the server (now()).
 
 -- name: create_migrations_table :exec
--- Create the schema and the migration version table if they are missing.
+-- Create the schema, the migration version table and the table of the steps done of an
+-- unfinished migration, if they are missing.
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.migrations (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.migration_steps (
+    version    integer     NOT NULL,
+    step       integer     NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (version, step)
 );
 
 -- name: lock_migrations :exec
@@ -21,14 +28,18 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(schema)s));
 SELECT version FROM {schema}.migrations ORDER BY version;
 
 -- name: record_migration :exec
--- Record a version before applying it (a concurrent migrator then waits on the lock).
+-- Record a version, in the transaction of its last step (or of the whole migration).
 INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s, %(name)s);
 
--- name: pin_isolation :exec
--- Every connection pgtasks opens runs READ COMMITTED, whatever the database or role
--- default: the claims, the limits and the fenced writes rely on its per-statement
--- snapshots (a REPEATABLE READ claim would count running jobs as of its start).
-SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED;
+-- name: begin_read_committed_block :exec
+-- A transaction block READ COMMITTED whatever the server's default: a worker's round trip
+-- through a transaction pooler begins with it and ends with commit_block, in one pipeline
+-- (Database.pin_isolation).
+BEGIN ISOLATION LEVEL READ COMMITTED;
+
+-- name: commit_block :exec
+-- Ends the transaction block begin_read_committed_block began.
+COMMIT;
 
 -- name: get_schema_version :one
 -- The highest applied migration version.
@@ -81,6 +92,38 @@ FROM ROWS FROM (
                        meta, ord)
 ORDER BY ord
 RETURNING jobs.id, false AS existed;
+
+-- name: insert_batch_jobs :many
+-- Insert delay_many's jobs, alike in every field but their arguments: the shared fields
+-- once, args and kwargs as one JSON array each (the client joins the texts; nothing per
+-- job is adapted). Due at the database's now(); ids come back in order.
+INSERT INTO {schema}.jobs AS jobs
+    (task_name, queue, priority, args, kwargs, max_attempts, meta)
+SELECT %(task_name)s, %(queue)s, %(priority)s, args, kwargs, %(max_attempts)s,
+       coalesce(%(meta)s::jsonb, jsonb_build_object())
+FROM ROWS FROM (
+    jsonb_array_elements(%(args)s::jsonb), jsonb_array_elements(%(kwargs)s::jsonb)
+) WITH ORDINALITY AS t(args, kwargs, ord)
+ORDER BY ord
+RETURNING jobs.id;
+
+-- name: next_job_ids :many
+-- %(count)s new ids of the jobs' identity sequence (increasing), for rows that copy_jobs
+-- writes (COPY returns nothing); the sequence is looked up once, not once per id.
+WITH sequence AS MATERIALIZED (
+    SELECT pg_get_serial_sequence(%(jobs_table)s, 'id')::regclass AS id
+)
+SELECT nextval(sequence.id) AS id
+FROM sequence, generate_series(1, %(count)s::int)
+ORDER BY 1;
+
+-- name: copy_jobs :exec
+-- Plain jobs (no key, limits or time to run at) with their ids from next_job_ids, in
+-- COPY's text format (params.copy_text): for a large batch the server parses and the
+-- client builds far less than insert_new_jobs' arrays. Run at the database's now(); the
+-- notify trigger wakes the workers at commit, as for every insert.
+COPY {schema}.jobs (id, args, kwargs, meta, task_name, queue, priority, max_attempts)
+FROM STDIN;
 
 -- name: insert_job :one
 -- Insert one job; when its idempotency key exists, return that job instead.
@@ -156,6 +199,8 @@ ORDER BY id;
 
 -- name: update_job_meta :one
 -- Merge a patch into a running job's meta, fenced by its lease; no row: the lease is lost.
+-- The dashboard hears of it (payload: the job id).
+WITH updated AS (
 UPDATE {schema}.jobs AS jobs
 -- A progress report's updated_at is the server's clock, as every time pgtasks stores.
 SET meta = jobs.meta || CASE
@@ -167,7 +212,9 @@ WHERE jobs.id = %(id)s
   AND jobs.status = 'running'
   AND jobs.locked_by = %(worker_id)s
   AND jobs.attempts = %(attempt)s
-RETURNING jobs.id;
+RETURNING jobs.id
+)
+SELECT id, pg_notify({activity_channel}, id::text) IS NULL AS notified FROM updated;
 
 -- name: get_job_status :one
 -- The status of one job by id.
@@ -175,7 +222,7 @@ SELECT status FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: register_worker :one
 -- Register a worker; its id is the lease owner written to the jobs it claims. task_names:
--- the tasks it knows and claims (migration 0013; NULL: any).
+-- the tasks it knows and claims (migration flow_control; NULL: any).
 INSERT INTO {schema}.workers (hostname, pid, queues, concurrency, task_names)
 VALUES (%(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(task_names)s::text[])
 RETURNING id;
@@ -203,7 +250,7 @@ WITH picked AS (
       AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
       -- A worker claims only the tasks it knows (NULL: any).
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-      -- Jobs that limits apply to (migration 0009) are claimed by claim_limited (0013).
+      -- Jobs that limits apply to (migration 0009) are claimed by claim_limited (migration flow_control).
       AND limit_groups IS NULL
       -- A row whose next attempt number would not fit (written by hand) is left pending
       -- rather than fail every claim.
@@ -368,10 +415,15 @@ notified AS (
     FROM (SELECT id, (row_number() OVER ()) / 500 AS chunk
           FROM finished WHERE status <> 'pending') AS ended
     GROUP BY chunk
+    UNION ALL
+    -- Attempts that will be retried changed their jobs too: one notification for all.
+    (SELECT pg_notify({activity_channel}, 'retried') FROM finished WHERE status = 'pending'
+     LIMIT 1)
 ),
 freed AS (
     -- Limited jobs that left 'running' free a slot of each of their limits (migration
-    -- 0013): one notification "<worker id>:<limit names>" wakes the workers waiting.
+    -- flow_control): one notification "<worker id>:<limit names>" wakes the workers
+    -- waiting.
     SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
                      || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
     FROM finished, unnest(finished.limit_groups) AS inst
@@ -401,7 +453,7 @@ WITH released AS (
     RETURNING jobs.id, jobs.queue, jobs.limit_groups
 ),
 freed AS (
-    -- Their slots of limits are free (migration 0013): wake the workers waiting for one.
+    -- Their slots of limits are free (migration flow_control): wake the workers waiting for one.
     SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
                      || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
     FROM released, unnest(released.limit_groups) AS inst
@@ -426,7 +478,7 @@ WITH released AS (
       AND jobs.id <> ALL(%(known_ids)s::bigint[])
     RETURNING jobs.id, jobs.limit_groups
 ), freed AS (
-    -- Their slots of limits are free (migration 0013): wake the workers waiting for one.
+    -- Their slots of limits are free (migration flow_control): wake the workers waiting for one.
     SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
                      || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
     FROM released, unnest(released.limit_groups) AS inst
@@ -455,7 +507,8 @@ WITH lost AS (
                       WHEN jobs.attempts >= jobs.max_attempts THEN 'failed'
                       ELSE 'pending' END,
         last_error = format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
-                            ' during attempt %%s', jobs.locked_by, %(lease_timeout)s, jobs.attempts),
+                            ' during attempt %%s', jobs.locked_by, %(lease_timeout)s,
+                            jobs.attempts),
         run_at = now(),
         finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
                            THEN now() END,
@@ -463,16 +516,23 @@ WITH lost AS (
             jsonb_build_object(
                 'attempt', jobs.attempts,
                 'worker_id', jobs.locked_by,
-                'error', format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
-                                ' during attempt %%s', jobs.locked_by, %(lease_timeout)s,
-                                jobs.attempts),
+                'error', format('WorkerLostError: worker %%s was lost (no heartbeat within'
+                                ' %%s s) during attempt %%s', jobs.locked_by,
+                                %(lease_timeout)s, jobs.attempts),
                 'exception_type', 'pgtasks.WorkerLostError',
                 'finished_at', now())),
         updated_at = now()
     FROM lost
     WHERE jobs.id = lost.id
     RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue, jobs.limit_groups
+), counted AS (
+    -- The rescued counter (migration 0014), in the rescue's own transaction: exact
+    -- even if this worker dies right after.
+    INSERT INTO {schema}.counters (name, value)
+    SELECT 'rescued', count(*) FROM rescued HAVING count(*) > 0
 ), freed AS (
+    -- Rescued limited jobs free their slots (migration flow_control): workers waiting
+    -- for them claim at once.
     SELECT pg_notify({limits_channel}, left('0:'
                      || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
     FROM rescued, unnest(rescued.limit_groups) AS inst
@@ -533,11 +593,9 @@ SELECT pg_notify({done_channel}, %(ids)s);
 SELECT pg_notify({channel}, %(queue)s);
 
 -- name: configure_beat_session :exec
--- Beat: bound waits on its connection; the server drops a vanished beat host's session;
--- READ COMMITTED whatever the database or role default (as pin_isolation).
+-- Beat: bound waits on its connection; the server drops a vanished beat host's session.
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false),
-       set_config('default_transaction_isolation', 'read committed', false),
        -- Server-side keepalives (ignored on Unix sockets): a partitioned leader's session
        -- and its lock end after about idle + interval * count seconds.
        set_config('tcp_keepalives_idle', %(keepalives_idle)s, false),

@@ -2,8 +2,9 @@
 -- filtered writes of its bulk actions. Headers, placeholders and parameters as in
 -- queries.sql. Reads never use SKIP LOCKED: a row a worker holds is still counted.
 --
--- The job filter (list_jobs_page, retry_filtered_jobs, cancel_filtered_jobs): every
--- parameter NULL means "any"; %(args)s is a JSON document the job's args contain (@>).
+-- The job filter (list_jobs_page, count_filtered_jobs, retry_filtered_jobs,
+-- cancel_filtered_jobs): every parameter NULL means "any"; %(args)s is a JSON document the
+-- job's args contain (@>); %(due)s: pending and due now (true) or scheduled later (false).
 
 -- name: get_unfinished_stats :many
 -- Per queue: pending, due, running and the oldest due job's wait, from indexes only:
@@ -70,22 +71,36 @@ WHERE stats.schemaname = %(schema)s::text
   AND stats.statistics_name = 'jobs_queue_status_stats'
   AND stats.most_common_vals[item][2] IN ('done', 'failed', 'cancelled');
 
--- name: get_finished_per_minute :many
--- Jobs finished in each minute of the last hour (minutes without any are absent), from
--- jobs_finished_idx alone.
-SELECT date_trunc('minute', finished_at) AS minute, count(*)::int AS finished
-FROM {schema}.jobs
-WHERE status IN ('done', 'failed', 'cancelled')
-  AND finished_at >= date_trunc('minute', now()) - interval '59 minutes'
-GROUP BY 1
-ORDER BY 1;
+-- name: get_finished_minutes :many
+-- Jobs finished per queue, status and minute over the last hour, newest first through
+-- jobs_finished_idx, reading at most %(cap)s rows (a busy hour: only its newest minutes;
+-- the caller sees the cap reached). Each row read is a heap fetch (queue, status).
+SELECT queue, status, date_trunc('minute', finished_at) AS minute, count(*)::int AS jobs
+FROM (
+    SELECT queue, status, finished_at
+    FROM {schema}.jobs
+    WHERE status IN ('done', 'failed', 'cancelled')
+      AND finished_at >= date_trunc('minute', now()) - interval '59 minutes'
+    ORDER BY finished_at DESC
+    LIMIT %(cap)s::int
+) AS recent
+GROUP BY 1, 2, 3;
 
 -- name: list_jobs_page :many
 -- One page of jobs matching the filter, newest first, older than the %(before)s id
 -- (keyset paging: no OFFSET). Asks for one row more than a page to tell if one follows.
-SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
-       run_at, locked_at, locked_by, last_error, result, idempotency_key,
-       created_at, updated_at, finished_at, now() AS now
+-- Only what the list shows is read, cut on the server: the head of the args (when their
+-- stored size is small: a large document is not rendered at all), the last line of the
+-- last error, the progress of meta (when meta is not large), never result or kwargs.
+SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
+       created_at, finished_at, workflow_id,
+       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
+            THEN left(args::text, %(args_chars)s::int) END AS args_head,
+       pg_column_size(args) AS args_size,
+       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
+            %(error_chars)s::int) AS error_line,
+       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
+       now() AS now
 FROM {schema}.jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
@@ -94,22 +109,151 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
   AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  -- due: pending and due now (true), or pending and scheduled later (false).
+  AND (%(due)s::boolean IS NULL
+       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
+-- name: list_jobs_scan :many
+-- list_jobs_page reading at most %(scan)s jobs (newest first, older than %(before)s):
+-- filters no index serves (args, task, creation times, a queue) cost what one page of
+-- them costs, whatever the table holds; get_scan_floor tells where the scan stopped.
+SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
+       created_at, finished_at, workflow_id,
+       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
+            THEN left(args::text, %(args_chars)s::int) END AS args_head,
+       pg_column_size(args) AS args_size,
+       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
+            %(error_chars)s::int) AS error_line,
+       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
+       now() AS now
+FROM (
+    SELECT *
+    FROM {schema}.jobs
+    WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+    ORDER BY id DESC
+    LIMIT %(scan)s::int
+) AS jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  -- due: pending and due now (true), or pending and scheduled later (false).
+  AND (%(due)s::boolean IS NULL
+       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+ORDER BY id DESC
+LIMIT %(limit)s::int;
+
+-- name: get_scan_floor :one
+-- Where list_jobs_scan stops: the lowest id among the %(scan)s newest jobs older than
+-- %(before)s, and how many there are (fewer: the scan reached the oldest job).
+SELECT min(id) AS floor, count(*)::int AS scanned
+FROM (
+    SELECT id
+    FROM {schema}.jobs
+    WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+    ORDER BY id DESC
+    LIMIT %(scan)s::int
+) AS scanned;
+
+-- name: count_filtered_jobs :one
+-- How many jobs a bulk action of the filter would touch, each count stopping at
+-- %(cap)s: retryable (failed or cancelled) and cancellable (waiting, pending, or running
+-- and not yet asked to stop).
+SELECT
+    (SELECT count(*) FROM (
+        SELECT 1 FROM {schema}.jobs
+        WHERE status IN ('failed', 'cancelled')
+          AND (%(status)s::text IS NULL OR status = %(status)s::text)
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+          AND (%(created_from)s::timestamptz IS NULL
+               OR created_at >= %(created_from)s::timestamptz)
+          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+          AND (%(due)s::boolean IS NULL
+               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+        LIMIT %(cap)s::int) AS matching) AS retryable,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM {schema}.jobs
+        WHERE (status IN ('pending', 'waiting') OR (status = 'running' AND NOT cancel_requested))
+          AND (%(status)s::text IS NULL OR status = %(status)s::text)
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+          AND (%(created_from)s::timestamptz IS NULL
+               OR created_at >= %(created_from)s::timestamptz)
+          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+          AND (%(due)s::boolean IS NULL
+               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+        LIMIT %(cap)s::int) AS matching) AS cancellable;
+
+-- name: get_job_page :one
+-- One job as its dashboard page shows it: every field, the JSON documents as text cut at
+-- %(json_chars)s characters (with their full length), a last error longer than
+-- %(error_chars)s characters as its head and tail, each failed attempt's error as its
+-- last line. A row written by hand (attempt_errors not an array) reads without error.
+SELECT jobs.id, task_name, queue, priority, status, attempts, max_attempts,
+       run_at, locked_at, locked_by, idempotency_key, created_at, updated_at, finished_at,
+       started_at, cancel_requested,
+       unique_key, lower(unique_window) AS unique_window_start,
+       upper(unique_window) AS unique_window_end,
+       limit_groups, limit_key, workflow_id, workflow_step,
+       left(rendered.args, %(json_chars)s::int) AS args_text, length(rendered.args) AS args_length,
+       left(rendered.kwargs, %(json_chars)s::int) AS kwargs_text,
+       length(rendered.kwargs) AS kwargs_length,
+       left(rendered.result, %(json_chars)s::int) AS result_text,
+       length(rendered.result) AS result_length,
+       left(rendered.meta, %(json_chars)s::int) AS meta_text, length(rendered.meta) AS meta_length,
+       CASE WHEN length(last_error) <= %(error_chars)s::int THEN last_error
+            ELSE left(last_error, %(error_chars)s::int / 2)
+                 || E'\n[… ' || (length(last_error) - %(error_chars)s::int) || ' characters'
+                 || E' not shown …]\n' || right(last_error, %(error_chars)s::int / 2)
+       END AS last_error,
+       (SELECT jsonb_agg(jsonb_build_object(
+                   'attempt', entry -> 'attempt',
+                   'worker_id', entry -> 'worker_id',
+                   'exception_type', left(entry ->> 'exception_type', 200),
+                   'finished_at', entry -> 'finished_at',
+                   'error', left(reverse(split_part(reverse(rtrim(
+                                right(entry ->> 'error', 1000), E' \t\r\n')), E'\n', 1)), 300))
+                   ORDER BY position)
+        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(attempt_errors) = 'array'
+                                       THEN attempt_errors END)
+             WITH ORDINALITY AS history(entry, position)
+        WHERE jsonb_typeof(entry) = 'object') AS attempt_errors,
+       now() AS now
+FROM {schema}.jobs AS jobs
+CROSS JOIN LATERAL (
+    SELECT jobs.args::text AS args, jobs.kwargs::text AS kwargs, jobs.result::text AS result,
+           jobs.meta::text AS meta
+) AS rendered
+WHERE jobs.id = %(id)s::bigint;
+
 -- name: delete_finished_job :one
 -- Delete one done, failed or cancelled job; the row's status tells a missing job (no
--- row) from one that is not finished (deleted false).
+-- row) from one that is not finished (deleted false). A job of a workflow that has
+-- unfinished jobs stays (workflow_unfinished): its later steps read its result.
 WITH target AS (
-    SELECT id, status FROM {schema}.jobs WHERE id = %(id)s::bigint FOR UPDATE
+    SELECT id, status, workflow_id, workflow_step,
+           workflow_id IS NOT NULL AND EXISTS (
+               SELECT 1 FROM {schema}.jobs AS other
+               WHERE other.workflow_id = jobs.workflow_id
+                 AND other.status IN ('waiting', 'pending', 'running')) AS workflow_unfinished
+    FROM {schema}.jobs AS jobs WHERE id = %(id)s::bigint FOR UPDATE
 ), deleted AS (
     DELETE FROM {schema}.jobs AS jobs
     USING target
     WHERE jobs.id = target.id
       AND target.status IN ('done', 'failed', 'cancelled')
+      AND NOT target.workflow_unfinished
     RETURNING jobs.id
 )
-SELECT target.status, deleted.id IS NOT NULL AS deleted
+SELECT target.status, deleted.id IS NOT NULL AS deleted, target.workflow_id,
+       target.workflow_step, target.workflow_unfinished
 FROM target
 LEFT JOIN deleted ON deleted.id = target.id;
 
@@ -121,11 +265,16 @@ WITH picked AS (
     FROM {schema}.jobs AS jobs
     WHERE status IN ('failed', 'cancelled')
       AND (%(status)s::text IS NULL OR status = %(status)s::text)
+      -- A workflow step that never received its input: retry_filtered_steps.
+      AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                       AND cardinality(prev_ids) > 0, false)
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
       AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+      AND (%(due)s::boolean IS NULL
+           OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
       -- A job unique while active (migration 0010) whose key an active job holds
       -- stays as it is: retrying it would make a second active job of the key.
       AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
@@ -151,6 +300,31 @@ FROM picked
 WHERE jobs.id = picked.id
 RETURNING jobs.id, jobs.queue;
 
+-- name: retry_filtered_steps :many
+-- Up to %(limit)s cancelled workflow steps that never received their input, matching
+-- the filter, with ids above %(after)s, retried in id order by workflow_retry_step (each
+-- sees the earlier ones: a chain's steps retried together wait for each other); rows
+-- ``id, outcome, detail, queue``.
+SELECT picked.id, retried.outcome, retried.detail, retried.queue
+FROM (
+    SELECT id
+    FROM {schema}.jobs AS jobs
+    WHERE status = 'cancelled'
+      AND coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                   AND cardinality(prev_ids) > 0, false)
+      AND id > %(after)s::bigint
+      AND (%(status)s::text IS NULL OR status = %(status)s::text)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+      AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+      AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+      AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+    ORDER BY id
+    LIMIT %(limit)s::int
+) AS picked
+CROSS JOIN LATERAL {schema}.workflow_retry_step(picked.id) AS retried
+ORDER BY picked.id;
+
 -- name: cancel_filtered_jobs :many
 -- Up to %(limit)s pending jobs, and running jobs not yet asked to stop, matching the
 -- filter: pending ones become cancelled, running ones are flagged and their workers told
@@ -165,6 +339,8 @@ WITH picked AS (
       AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
       AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+      AND (%(due)s::boolean IS NULL
+           OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
     ORDER BY id
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
@@ -185,3 +361,8 @@ SELECT id, status,
             ELSE pg_notify({done_channel}, id::text)
        END IS NULL AS notified
 FROM cancelled;
+
+-- name: begin_read_committed :exec
+-- The first statement of a dashboard read through a transaction pooler, which refuses
+-- startup options: this transaction runs READ COMMITTED whatever the server's default.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;

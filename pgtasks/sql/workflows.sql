@@ -1,11 +1,12 @@
--- Workflows (migration 0011): chain, group and chord, `pgtasks workflows show|cancel`.
--- Headers, placeholders and parameters as in queries.sql. What happens when a
--- workflow's job ends is the trigger of migration 0011 (workflow_job_ended).
+-- Workflows (migrations 0011 and workflow_progress): chain, group and chord,
+-- `pgtasks workflows list|show|cancel|heal`. Headers, placeholders and parameters as in
+-- queries.sql. What happens when a workflow's job ends is the triggers' work (migration
+-- workflow_progress: workflow_job_ended and workflow_jobs_ended).
 
 -- name: insert_workflow :one
 -- A workflow's row; its jobs follow in the same transaction (insert_workflow_jobs).
-INSERT INTO {schema}.workflows (kind, on_error)
-VALUES (%(kind)s, %(on_error)s::jsonb)
+INSERT INTO {schema}.workflows (kind, on_error, shape)
+VALUES (%(kind)s, %(on_error)s::jsonb, %(shape)s)
 RETURNING id;
 
 -- name: reserve_job_ids :many
@@ -47,7 +48,8 @@ FROM ROWS FROM (
 -- name: get_workflow :one
 -- A workflow and its status from its jobs: running while any is unfinished, then
 -- failed, cancelled or done.
-SELECT workflows.id, workflows.kind, workflows.created_at, workflows.error_job_id,
+SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
+       workflows.error_job_id,
        CASE WHEN bool_or(jobs.status IN ('waiting', 'pending', 'running')) THEN 'running'
             WHEN bool_or(jobs.status = 'failed') THEN 'failed'
             WHEN bool_or(jobs.status = 'cancelled') THEN 'cancelled'
@@ -109,3 +111,114 @@ WITH deleted AS (
     RETURNING id
 )
 SELECT count(*)::int AS deleted FROM deleted;
+
+-- name: list_workflows :many
+-- Workflows newest first (ids below %(before)s), with their steps done and in all (the
+-- on_error job is not a step), state (as get_workflow), first start and end; %(status)s
+-- keeps one state, %(id)s one workflow. Each reads its jobs through jobs_workflow_idx.
+SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
+       progress.steps, progress.steps_done, progress.started_at, progress.state,
+       progress.finished_at
+FROM {schema}.workflows AS workflows
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+           count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
+                              AND jobs.status = 'done')::int AS steps_done,
+           min(jobs.started_at) AS started_at,
+           CASE WHEN bool_or(jobs.status IN ('waiting', 'pending', 'running')) THEN 'running'
+                WHEN bool_or(jobs.status = 'failed') THEN 'failed'
+                WHEN bool_or(jobs.status = 'cancelled') THEN 'cancelled'
+                ELSE 'done' END AS state,
+           CASE WHEN NOT bool_or(jobs.status IN ('waiting', 'pending', 'running'))
+                THEN max(jobs.finished_at) END AS finished_at
+    FROM {schema}.jobs AS jobs
+    WHERE jobs.workflow_id = workflows.id
+) AS progress
+WHERE (%(before)s::bigint IS NULL OR workflows.id < %(before)s::bigint)
+  AND (%(id)s::bigint IS NULL OR workflows.id = %(id)s::bigint)
+  AND (%(status)s::text IS NULL OR progress.state = %(status)s::text)
+ORDER BY workflows.id DESC
+LIMIT %(limit)s::int;
+
+-- name: get_workflow_steps :many
+-- A workflow's jobs for its page (graph): links, state, attempts, timings, the result as
+-- JSON text cut to %(max_result)s characters, and the last line of the error.
+SELECT id, task_name, queue, status, attempts, max_attempts, workflow_step, prev_ids,
+       next_ids, waiting_for, created_at, started_at, finished_at,
+       left(result::text, %(max_result)s::int) AS result_text,
+       coalesce(length(result::text) > %(max_result)s::int, false) AS result_cut,
+       left((regexp_match(rtrim(last_error, E' \n\r\t'), '[^\n]*$'))[1], 500) AS error_line
+FROM {schema}.jobs
+WHERE workflow_id = %(id)s
+ORDER BY id;
+
+-- name: find_stuck_steps :many
+-- Waiting steps to heal: none of their predecessors is unfinished (each is done, failed,
+-- cancelled or gone). At most %(limit)s, oldest first, ids above %(after)s. A healthy
+-- step is passed over at its first unfinished predecessor.
+SELECT steps.id
+FROM {schema}.jobs AS steps
+WHERE steps.status = 'waiting'
+  AND steps.id > %(after)s::bigint
+  AND NOT EXISTS (SELECT 1
+                  FROM unnest(steps.prev_ids) AS p(id)
+                  JOIN {schema}.jobs AS preds ON preds.id = p.id
+                  WHERE preds.status IN ('waiting', 'pending', 'running'))
+ORDER BY steps.id
+LIMIT %(limit)s::int;
+
+-- name: heal_step :one
+-- The healing pass for one step (workflow_heal_step, migration workflow_progress).
+SELECT {schema}.workflow_heal_step(%(id)s::bigint) AS outcome;
+
+-- name: retry_workflow_step :one
+-- Retry a cancelled step that never received its input (workflow_retry_step): outcome
+-- waiting, pending, refused (detail says why) or not_applicable; its queue.
+SELECT outcome, detail, queue FROM {schema}.workflow_retry_step(%(id)s::bigint);
+
+-- name: get_workflow_health :one
+-- For doctor: waiting steps stuck now (as find_stuck_steps), incidents of the last
+-- %(since)s seconds by kind, and unhealable steps still waiting.
+SELECT (SELECT count(*)::int
+        FROM {schema}.jobs AS steps
+        WHERE steps.status = 'waiting'
+          AND NOT EXISTS (SELECT 1
+                          FROM unnest(steps.prev_ids) AS p(id)
+                          JOIN {schema}.jobs AS preds ON preds.id = p.id
+                          WHERE preds.status IN ('waiting', 'pending', 'running'))) AS stuck,
+       (SELECT count(*)::int FROM {schema}.workflow_incidents
+        WHERE kind = 'healed' AND last_at >= now() - make_interval(secs => %(since)s::float8))
+           AS healed,
+       (SELECT count(*)::int FROM {schema}.workflow_incidents
+        WHERE kind = 'tolerated' AND last_at >= now() - make_interval(secs => %(since)s::float8))
+           AS tolerated,
+       (SELECT count(*)::int FROM {schema}.workflow_incidents AS incidents
+        JOIN {schema}.jobs AS jobs ON jobs.id = incidents.job_id
+        WHERE incidents.kind = 'unhealable' AND jobs.status = 'waiting') AS unhealable;
+
+-- name: list_workflow_incidents :many
+-- Incidents newest first (of one workflow, or all): tolerated errors of the triggers,
+-- steps the healing pass moved on or could not; %(kind)s keeps one kind.
+SELECT id, kind, workflow_id, job_id, step, detail, sqlstate, occurrences, first_at, last_at
+FROM {schema}.workflow_incidents
+WHERE (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ORDER BY last_at DESC, id DESC
+LIMIT %(limit)s::int;
+
+-- name: prune_workflow_incidents :one
+-- Forget incidents last seen over %(older_than)s seconds ago.
+WITH deleted AS (
+    DELETE FROM {schema}.workflow_incidents
+    WHERE last_at < now() - make_interval(secs => %(older_than)s::float8)
+    RETURNING id
+)
+SELECT count(*)::int AS deleted FROM deleted;
+
+-- name: lock_healer :one
+-- Try to become the schema's healer (a session lock, released by unlock_healer).
+SELECT pg_try_advisory_lock(%(lock_class)s::int, hashtext(%(schema)s::text)) AS locked;
+
+-- name: unlock_healer :one
+-- Stop being the schema's healer.
+SELECT pg_advisory_unlock(%(lock_class)s::int, hashtext(%(schema)s::text)) AS unlocked;

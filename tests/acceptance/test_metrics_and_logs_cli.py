@@ -102,6 +102,9 @@ def test_worker_serves_metrics_and_writes_json_log_lines(app: App, spawn: Spawn)
     assert scraped[("pgtasks_job_start_latency_seconds_count", ping_labels)] == 3
     assert scraped[("pgtasks_worker_slots", frozenset())] == 10
     assert scraped[("pgtasks_worker_busy_slots", frozenset())] == 0
+    # Every job's task is one this worker's process runs: none was released as unknown.
+    assert scraped[("pgtasks_unknown_task_jobs_total", frozenset())] == 0
+    assert scraped[("pgtasks_leases_lost_total", frozenset())] == 0
     assert [handle.status() for handle in handles] == ["done", "done", "done", "failed"]
 
     assert PASSWORD not in worker.log()

@@ -92,6 +92,11 @@ def test_stats_prints_counts_per_queue_the_oldest_wait_recent_finishes_and_worke
     assert rows["emails"] == ["0", "0", "0", "0", "2", "1", "-", "1", "1"]
     assert rows["(all)"][:6] == ["3", "2", "1", "2", "2", "1"]
     assert "workers: 1 live (lease 10s)" in lines
+    assert (
+        "guarantees exercised (since the schema was created): lease lost 0, rescued 0,"
+        " fenced writes refused 0, enqueues deduplicated 0, released at shutdown 0,"
+        " unknown task jobs 0"
+    ) in lines
 
 
 def test_stats_json_counts_a_row_another_transaction_holds_locked(
@@ -117,6 +122,14 @@ def test_stats_json_counts_a_row_another_transaction_holds_locked(
     assert document["queues"]["emails"]["failed"] == 2
     assert document["total"]["total"] == 9
     assert document["workers"] == {"live": 1, "silent": 0, "lease_timeout": LEASE_TIMEOUT}
+    assert document["counters"] == {
+        "lease_lost": 0,
+        "rescued": 0,
+        "fenced_writes_refused": 0,
+        "enqueues_deduplicated": 0,
+        "released_at_shutdown": 0,
+        "unknown_task_jobs": 0,
+    }
 
 
 # -- jobs -----------------------------------------------------------------------------------------

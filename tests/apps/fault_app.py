@@ -114,6 +114,7 @@ def build_app() -> App:
         connect_timeout=float(os.environ.get("PGTASKS_TEST_CONNECT_TIMEOUT", "2")),
         pool_max_size=int(os.environ.get("PGTASKS_TEST_POOL_MAX", "4")),
         prune_interval=float(os.environ.get("PGTASKS_TEST_PRUNE_INTERVAL", "60")),
+        heal_interval=float(os.environ.get("PGTASKS_TEST_HEAL_INTERVAL", "30")),
     )
     register_fault_tasks(app)
     return app

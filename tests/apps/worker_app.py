@@ -82,8 +82,11 @@ class Recorder:
             while True:
                 try:
                     if self._conn is None or self._conn.closed:
-                        self._conn = psycopg.connect(
-                            self.app.dsn, autocommit=True, connect_timeout=2
+                        # The server itself (the session DSN) when the app's dsn is a
+                        # pooler: the records are the tests' own, not pgtasks' traffic.
+                        database = self.app.database
+                        self._conn = database.connect(
+                            session=database.has_session, connect_timeout=2
                         )
                     row = self._conn.execute(query, params).fetchone()
                     assert row is not None

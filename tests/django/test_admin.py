@@ -46,7 +46,10 @@ def test_the_changelist_lists_and_filters_jobs(staff: Client) -> None:
     page = staff.get(CHANGELIST)
     assert page.status_code == 200
     text = page.content.decode()
-    assert "pgtasks.django.run" in text
+    # Each job under its Django task's own path, in the list and in the task filter.
+    assert "tests.apps.django_project.shop.tasks.send_email" in text
+    assert "tests.apps.django_project.shop.tasks.add" in text
+    assert "pgtasks.django.run" not in text
     ids = {job.id for job in page.context["cl"].result_list}
     assert {int(email.id), int(add.id)} <= ids
 
@@ -55,8 +58,9 @@ def test_the_changelist_lists_and_filters_jobs(staff: Client) -> None:
     assert int(add.id) not in {job.id for job in by_queue.context["cl"].result_list}
     by_status = staff.get(CHANGELIST, {"status__exact": "pending"})
     assert {int(email.id), int(add.id)} <= {j.id for j in by_status.context["cl"].result_list}
-    by_task = staff.get(CHANGELIST, {"task_name": "pgtasks.django.run"})
+    by_task = staff.get(CHANGELIST, {"task_name": "tests.apps.django_project.shop.tasks.add"})
     assert by_task.status_code == 200
+    assert {job.id for job in by_task.context["cl"].result_list} == {int(add.id)}
 
     detail = staff.get(f"{CHANGELIST}{add.id}/change/")
     assert detail.status_code == 200

@@ -66,7 +66,7 @@ def test_enqueue_writes_a_ready_job_and_returns_its_result() -> None:
     with pytest.raises(ValueError, match="not finished"):
         _ = result.return_value
     row = job_row(result.id)
-    assert row["task_name"] == "pgtasks.django.run"
+    assert row["task_name"] == "tests.apps.django_project.shop.tasks.add"  # the task's own path
     assert row["queue"] == "default"
     assert row["status"] == "pending"
     assert row["max_attempts"] == 1

@@ -166,6 +166,11 @@ def test_worker_help_lists_the_pgtasks_worker_options(
         "--shutdown-timeout",
     ):
         assert flag in completed.stdout
+    # The metavars and defaults of `pgtasks worker --help`, not click's type names.
+    assert "-c N, --concurrency N" in completed.stdout
+    assert "--shutdown-timeout SECONDS" in completed.stdout
+    assert "RANGE" not in completed.stdout
+    assert "[default: info]" in " ".join(completed.stdout.split())
     bad = subprocess.run(
         [sys.executable, "-m", "django", "pgtasks_worker", "--concurrency", "zero"],
         cwd=ROOT,

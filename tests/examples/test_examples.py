@@ -107,7 +107,7 @@ def test_workflows_example_chains_gathers_and_handles_a_failure(
     out = run_example("examples.workflows", example_env)
     assert "chain: invoice of 24.0 sent to ada@example.com" in out
     assert "chord: Trip: thumb-0.png, thumb-1.png, thumb-2.png" in out
-    assert "not sent: WorkflowAborted: step 1 of workflow" in out
+    assert "not sent: step 1 (billing.charge) failed: card declined for order 7" in out
     assert "workflow status: failed" in out
     assert "on_error: #billing: step 1 (billing.charge) failed" in out
 

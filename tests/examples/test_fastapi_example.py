@@ -16,5 +16,6 @@ def test_fastapi_example_enqueues_in_its_transaction_and_awaits_the_result(
     assert "created: order 1, job 1" in out
     assert "result: done: order 1 (teapot) confirmed" in out
     assert "refused: HTTP 409" in out
+    assert "dashboard: HTTP 200" in out
     assert "after the rollback: 0 orders, 0 jobs" in out
     assert "service stopped" in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from pgtasks import App
 from tests.support.faults import APP_PATH, FaultEnv, prepare_env
 from tests.support.processes import Processes
 from tests.support.schemas import new_schema_name
-from tests.support.servers import PrivateServer
+from tests.support.servers import PrivateServer, database_with
 
 HERE = Path(__file__).resolve().parent
 
@@ -59,3 +60,25 @@ def private_env(processes: Processes) -> Iterator[Callable[..., tuple[FaultEnv, 
         fault_env.app.close()
     for server in servers:
         server.close()
+
+
+@pytest.fixture
+def settings_env(dsn: str, processes: Processes) -> Iterator[Callable[..., FaultEnv]]:
+    """A migrated schema in a database of its own on the test server, whose sessions
+    default to the settings given (``lock_timeout="500ms"``,
+    ``default_transaction_isolation="repeatable read"``): what a DBA may set."""
+    databases = contextlib.ExitStack()
+    envs: list[FaultEnv] = []
+
+    def start(**settings: str) -> FaultEnv:
+        database = databases.enter_context(database_with(dsn, **settings))
+        app = App(database, schema=new_schema_name(), connect_timeout=3.0)
+        envs.append(prepare_env(database, app, processes))
+        return envs[-1]
+
+    yield start
+    processes.close()
+    for fault_env in envs:
+        fault_env.probe.close()
+        fault_env.app.close()
+    databases.close()

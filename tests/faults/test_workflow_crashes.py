@@ -82,3 +82,36 @@ def test_sigkill_mid_chord_starts_the_callback_once_with_every_result(env: Fault
     assert workflow_job_ids(env, workflows[0].id)[0] == first_member
     assert env.probe.job(first_member)["attempts"] == 2
     assert_invariants(env.probe, all_ids)
+
+
+def test_sigkill_mid_nested_chord_starts_each_callback_once(env: FaultEnv) -> None:
+    """chord([a1, chord([b1, b2], cy), a3], cx) with b1's worker killed: b1 runs again on
+    the other worker; cy starts once with [b1, b2], cx once with [a1, cy, a3]."""
+    sleep, collect = env.tasks.sleep, env.tasks.collect
+    workflows = [
+        chord(
+            [
+                sleep.si(0.01),
+                chord([sleep.si(3.0, retry_seconds=0.2), sleep.si(0.02)], collect.s()),
+                sleep.si(0.04),
+            ],
+            collect.s(),
+        ).delay()
+        for _ in range(3)
+    ]
+    workers = [env.worker("--concurrency=4") for _ in range(2)]
+    b1 = workflow_job_ids(env, workflows[0].id)[1]
+    kill_the_worker_running(env, workers, b1)
+    all_ids: list[int] = []
+    for workflow in workflows:
+        ids = workflow_job_ids(env, workflow.id)
+        all_ids += ids
+        a1, inner, a3 = workflow.get(timeout=RESCUE_BOUND + 30)
+        assert (a1, a3) == (0.01, 0.04)
+        assert inner[0] in (3.0, 0.2) and inner[1] == 0.02
+        cy, cx = ids[3], ids[5]
+        for callback in (cy, cx):
+            assert env.probe.job(callback)["attempts"] == 1
+            assert len(env.probe.executions(callback)) == 1
+    assert env.probe.job(b1)["attempts"] == 2
+    assert_invariants(env.probe, all_ids)

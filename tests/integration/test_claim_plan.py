@@ -31,7 +31,7 @@ def test_claim_walks_the_pending_index_in_order_even_with_stale_statistics(
     position: ClaimPosition = (0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
 
     # Every queue, named queues, and every queue but the paused ones (migration 0007); a
-    # worker claims only the tasks it knows (migration 0013): with and without that list.
+    # worker claims only the tasks it knows (migration flow_control): with and without that list.
     tasks = [f"task.{n}" for n in range(200)] + [noop.name]
     for queues, excluded, task_names in (
         (None, None, None),
@@ -216,16 +216,20 @@ def test_worker_connections_plan_the_claims_and_the_finish_once_with_the_same_sh
     noop.delay_many([{}] * 2000)
     position: ClaimPosition = (0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
     for queues, excluded in ((None, None), (["default"], None), (None, ["paused"])):
-        params = app.store._claim_params(WORKER, queues, 50, None, excluded_queues=excluded)
-        plan = generic_plan(app, dsn, *params)
-        assert plan.count("Index Scan using jobs_claim_idx") == 1, plan
-        assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
+        # A claim alone runs its announced form (one notification): the same walk.
+        for announced in ("", "_announced"):
+            name, params = app.store._claim_params(
+                WORKER, queues, 50, None, excluded_queues=excluded
+            )
+            plan = generic_plan(app, dsn, name + announced, params)
+            assert plan.count("Index Scan using jobs_claim_idx") == 1, plan
+            assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
 
-        params = app.store._claim_params(WORKER, queues, 50, None, position, excluded)
-        plan = generic_plan(app, dsn, *params)
-        assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
-        assert "ROW(run_at, id) > ROW(" in plan, plan
-        assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
+            name, params = app.store._claim_params(WORKER, queues, 50, None, position, excluded)
+            plan = generic_plan(app, dsn, name + announced, params)
+            assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
+            assert "ROW(run_at, id) > ROW(" in plan, plan
+            assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
 
     outcomes = [(1, 1, "done", "null", None, 0.0)]
     plan = generic_plan(app, dsn, "finish_jobs", app.store._finish_params(WORKER, outcomes))

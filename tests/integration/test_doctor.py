@@ -178,7 +178,7 @@ def test_limits_rows_the_claim_cannot_take_and_jobs_it_leaves_out_are_reported(
         "1 limit(s) stored, every value usable, no job left out",
     )
 
-    # A DBA dropped the checks of migration 0013 and wrote values the claim cannot take.
+    # A DBA dropped the checks of migration flow_control and wrote values the claim cannot take.
     schema = app.schema
     for constraint in ("limits_tokens_check", "limits_refilled_at_check"):
         admin.execute(f"ALTER TABLE {schema}.limits DROP CONSTRAINT {constraint}")

@@ -310,3 +310,86 @@ def test_async_one_job_and_bulk_paths_notify(
     asyncio.run(main())
 
     assert notifications("marker") == ["echo", "echo", "marker"]
+
+
+# -- delay_many's batches, and large batches of other plain jobs by COPY ---------------------------
+def test_batches_by_copy_and_by_the_batch_insert_read_like_one_job_inserts_and_notify(
+    app: App, echo: Task[..., Any], notifications: Callable[[str], list[str]]
+) -> None:
+    from pgtasks._store.store import COPY_MIN_JOBS
+
+    items = [(args, kwargs) for args, kwargs in PAYLOADS * 40][: COPY_MIN_JOBS * 2]
+    meta = {"tenant": "tab\there", "path": "C:\\jobs\n"}
+    specs = [echo.build_spec(args, kwargs, meta=meta) for args, kwargs in items]
+
+    batch = echo.delay_many(items, meta=meta)  # one statement, shared fields once
+    copied = app.enqueue_many(specs)  # a list of plain specs, COPY_MIN_JOBS or more
+    inserted = app.enqueue_many(specs[: COPY_MIN_JOBS - 1])  # fewer: INSERT of arrays
+    one = echo.apply_async(items[0][0], items[0][1], meta=meta)
+    echo.apply_async(queue="marker")
+
+    assert notifications("marker") == ["echo", "echo", "echo", "echo", "marker"]
+    handles = batch + copied + inserted + [one]
+    rows = {row.id: row for row in app.get_jobs([handle.id for handle in handles])}
+    for group in (batch, copied):
+        ids = [handle.id for handle in group]
+        assert ids == sorted(ids) and len(set(ids)) == len(items)
+    for group in (batch, copied, inserted, [one]):
+        for handle, (args, kwargs) in zip(group, items, strict=False):
+            row = rows[handle.id]
+            assert (row.args, row.kwargs, row.meta) == (args, kwargs, meta)
+            assert (row.task_name, row.queue, row.priority, row.max_attempts) == (
+                "echo",
+                "echo",
+                0,
+                5,
+            )
+            assert row.status is JobStatus.PENDING and row.attempts == 0
+            assert row.run_at == row.created_at
+            assert not handle.existed
+
+
+def test_batches_in_an_async_program_and_on_a_dropped_schema(
+    app: App, echo: Task[..., Any], dsn: str
+) -> None:
+    from pgtasks import SchemaNotMigratedError
+    from pgtasks._store.store import COPY_MIN_JOBS
+
+    items = [{"n": n} for n in range(COPY_MIN_JOBS)]
+
+    async def main() -> list[int]:
+        try:
+            batch = await echo.adelay_many(items)
+            copied = await app.aenqueue_many([echo.build_spec((), item) for item in items])
+        finally:
+            await app.aclose()
+        return [handle.id for handle in batch + copied]
+
+    ids = asyncio.run(main())
+
+    assert [row.kwargs for row in app.get_jobs(ids)] == items + items
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(app.schema)))
+    with pytest.raises(SchemaNotMigratedError, match="pgtasks migrate"):
+        echo.delay_many(items)
+    with pytest.raises(SchemaNotMigratedError, match="pgtasks migrate"):
+        app.enqueue_many([echo.build_spec((), item) for item in items])
+
+
+def test_a_bad_item_of_a_batch_in_the_callers_transaction_leaves_it_usable(
+    app: App, admin: Connection, dsn: str, echo: Task[..., Any]
+) -> None:
+    """A batch is built before anything is sent in the caller's transaction: an item that
+    cannot be encoded raises while the transaction is still good (COPY is not aborted)."""
+    items: list[Any] = [{"n": n} for n in range(200)]
+    items[150] = {"n": object()}
+
+    with psycopg.connect(dsn) as conn:
+        echo.delay_many([{"n": 1}], connection=conn)
+        with pytest.raises(PayloadNotSerializableError, match="argument 'n' of task 'echo'"):
+            echo.delay_many(items, connection=conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        echo.delay_many(items[:100], connection=conn)
+        conn.commit()
+
+    assert count_jobs(admin, app) == 101

@@ -209,7 +209,7 @@ def test_a_worker_runs_limited_jobs_and_hostile_limit_rows_alike(
         f"UPDATE {app.schema}.jobs SET limit_groups = array_fill('task:x'::text, ARRAY[100000])"
         " WHERE id = %s"
     )
-    # More than 8 limit instances are refused at the write (migration 0013)...
+    # More than 8 limit instances are refused at the write (migration flow_control)...
     with pytest.raises(psycopg.errors.CheckViolation, match="jobs_limit_groups_check"):
         admin.execute(oversize, [oversized.id])
     # ...and a row written so before it is left pending.
@@ -440,7 +440,9 @@ def test_a_plain_claim_that_fails_after_a_limited_one_keeps_what_the_limited_one
     plain.delay_many([{"n": n} for n in range(3)])
     (worker,) = _register(app, 1)
     store = copy.copy(app.store)
-    store._statements = {**app.store._statements, "claim_jobs": b"SELECT 1 / 0"}
+    # The plain claim fails (alone on the connection, it runs announced).
+    failing = {name: b"SELECT 1 / 0" for name in ("claim_jobs", "claim_jobs_announced")}
+    store._statements = {**app.store._statements, **failing}
     report = LimitedClaimReport()
     with app.connection() as conn:
         _, rows = store.finish_and_claim_jobs(

@@ -18,11 +18,13 @@ from pgtasks import (
     TaskFailed,
     UnknownTaskError,
     WorkflowError,
+    WorkflowFailed,
     WorkflowNotFoundError,
     chain,
     chord,
     group,
 )
+from pgtasks._app.workflow_admin import workflow_incidents
 from tests.support.inprocess import collect_stats, execute, prune, running_worker, select
 from tests.support.waiting import wait_until
 
@@ -131,11 +133,25 @@ def test_a_failed_step_cancels_the_rest_of_the_chain_naming_it(
 ) -> None:
     add, boom = tasks["add"], tasks["boom"]
     workflow = chain(add.s(1, 2), boom.s(), add.s(1), add.s(2)).delay()
-    with running_worker(app), pytest.raises(JobCancelled) as raised:
+    with running_worker(app), pytest.raises(TaskFailed) as raised:
         workflow.get(timeout=20)
-    assert "step 1" in str(raised.value) and "boom" in str(raised.value)
-    assert statuses(admin, app, workflow.id) == ["done", "failed", "cancelled", "cancelled"]
     jobs = app.get_workflow(workflow.id)["jobs"]
+    # The failed step, not the last one that was never run, is what get() raises.
+    failure = raised.value
+    assert isinstance(failure, WorkflowFailed)
+    assert (failure.workflow_id, failure.step, failure.task_name, failure.job_id) == (
+        workflow.id,
+        "1",
+        "boom",
+        jobs[1]["id"],
+    )
+    assert (failure.exc_type, failure.message) == ("RuntimeError", "boom")
+    assert "Traceback" in failure.traceback
+    assert str(failure) == (
+        f"workflow {workflow.id} failed at step 1 (task boom, job {jobs[1]['id']}):"
+        " RuntimeError: boom"
+    )
+    assert statuses(admin, app, workflow.id) == ["done", "failed", "cancelled", "cancelled"]
     assert "WorkflowAborted: step 1" in jobs[3]["last_error"]
     assert workflow.status == "failed"
 
@@ -150,7 +166,7 @@ def test_chord_member_failure_skips_the_callback_and_runs_on_error(
         on_error=record.s(label="chord failed"),
     ).delay()
     with running_worker(app, concurrency=4):
-        with pytest.raises(JobCancelled):
+        with pytest.raises(WorkflowFailed, match=r"failed at step 0\.[12] \(task boom"):
             workflow.get(timeout=20)
         wait_until(
             lambda: app.get_workflow(workflow.id)["status"] != "running",
@@ -269,11 +285,16 @@ def test_hand_written_workflow_rows_never_stop_the_worker(
         [first, first],
     )
     with running_worker(app):
-        with pytest.raises(JobCancelled, match="step 0"):
+        with pytest.raises(WorkflowFailed, match="step 0"):
             broken.get(timeout=20)
         assert app.get_job(first).get(timeout=20) == 2
         assert add.delay(2, 2).get(timeout=20) == 4  # the worker goes on
     assert statuses(admin, app, broken.id) == ["failed", "cancelled"]
+    # Tolerated, and recorded where doctor and the dashboard read it (not only in the
+    # server log): the on_error job that could not be inserted.
+    recorded = workflow_incidents(app, workflow_id=broken.id)
+    assert [(incident.kind, incident.sqlstate) for incident in recorded] == [("tolerated", "23502")]
+    assert "could not start its on_error job" in recorded[0].detail
 
 
 def test_pruning_keeps_a_workflow_until_all_its_jobs_finished(
@@ -345,9 +366,9 @@ def test_a_step_rescued_out_of_attempts_cancels_the_rest(
         " locked_at = now() WHERE id = %s",
         [first],
     )
-    with running_worker(app), pytest.raises(JobCancelled, match="step 0") as raised:
+    with running_worker(app), pytest.raises(WorkflowFailed, match="step 0") as raised:
         workflow.get(timeout=20)
-    assert "ended failed" in str(raised.value)
+    assert raised.value.exc_type == "WorkerLostError" and raised.value.job_id == first
     assert statuses(admin, app, workflow.id) == ["failed", "cancelled", "cancelled"]
     assert "WorkerLostError" in (app.get_job(first).fetch().last_error or "")
 

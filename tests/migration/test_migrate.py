@@ -244,6 +244,11 @@ def test_a_reserved_word_or_mixed_case_schema_migrates_and_every_query_is_valid(
                 "WITH",
             )
             with conn.transaction(force_rollback=True):
+                if code.split(None, 1)[0].upper() == "COPY":
+                    # COPY FROM STDIN of no rows: the table and its columns exist.
+                    with conn.cursor().copy(statement):
+                        pass
+                    continue
                 conn.execute(b"EXPLAIN " + statement if explainable else statement, params or None)
 
 

@@ -20,7 +20,16 @@ NOT_INHERITED = (
     "PGTASKS_SCHEMA",
     "PGTASKS_EXAMPLE_SCHEMA",
     "PGTASKS_TEST_CLOCK_SKEW",
+    "PGTASKS_SESSION_DSN",
+    "PGTASKS_REPLICA_DSN",
 )
+
+
+def forget_connection_environment() -> None:
+    """Remove PGTASKS_SESSION_DSN and PGTASKS_REPLICA_DSN from this process's environment:
+    test Apps get their connections from the fixtures, never from the caller's shell."""
+    for name in ("PGTASKS_SESSION_DSN", "PGTASKS_REPLICA_DSN"):
+        os.environ.pop(name, None)
 
 
 def pgtasks_command(*arguments: str) -> list[str]:
@@ -38,5 +47,22 @@ def pgtasks_env(
     unbuffered, so logs can be read while the process runs.
     """
     env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
-    env.update({"PGTASKS_DSN": dsn, schema_variable: schema, "PYTHONUNBUFFERED": "1"}, **extra)
+    env.update({"PGTASKS_DSN": dsn, schema_variable: schema, "PYTHONUNBUFFERED": "1"})
+    pooled = via_pgbouncer(dsn)
+    if pooled is not None:
+        # Through PgBouncer (PGTASKS_TEST_VIA_PGBOUNCER=1): the app's dsn is the pooler,
+        # its session_dsn the test server itself.
+        env.update({"PGTASKS_DSN": pooled, "PGTASKS_SESSION_DSN": dsn})
+    env.update(extra)
     return env
+
+
+def via_pgbouncer(dsn: str) -> str | None:
+    """PgBouncer's DSN when test Apps on ``dsn`` go through it (PGTASKS_TEST_VIA_PGBOUNCER=1
+    and ``dsn`` is the test server PGTASKS_TEST_PGBOUNCER_DSN pools), else None."""
+    if os.environ.get("PGTASKS_TEST_VIA_PGBOUNCER") != "1":
+        return None
+    pooled = os.environ.get("PGTASKS_TEST_PGBOUNCER_DSN")
+    if not pooled:
+        raise RuntimeError("PGTASKS_TEST_VIA_PGBOUNCER=1 needs PGTASKS_TEST_PGBOUNCER_DSN")
+    return pooled if dsn == os.environ.get("PGTASKS_TEST_DSN") else None

@@ -37,7 +37,8 @@ def migrated_schema_script(schema: str) -> bytes:
     """What ``Migrator.migrate`` does to a missing ``schema``, as one SQL script.
 
     The migrations table as ``create_migrations_table`` makes it, then for each migration
-    its version row (``record_migration``) and its file, rendered by the Store.
+    its version row (``record_migration``) and its steps as a new schema gets them (one
+    transaction: CONCURRENTLY dropped), rendered by the Store.
     """
     store = Store(schema)
     parts = [store._render(load_queries()["create_migrations_table"].text)]
@@ -45,7 +46,10 @@ def migrated_schema_script(schema: str) -> bytes:
         record = sql.SQL("INSERT INTO {}.migrations (version, name) VALUES ({}, {});").format(
             sql.Identifier(schema), sql.Literal(migration.version), sql.Literal(migration.name)
         )
-        parts += [record.as_string(None).encode(), store._render(migration.text)]
+        parts.append(record.as_string(None).encode())
+        # A new schema's tables are empty: each step as it runs in one transaction (the
+        # Migrator does the same for a schema it creates).
+        parts += [store._render(step.in_transaction_text()) for step in migration.steps]
     return b"\n".join(parts)
 
 

@@ -5,22 +5,67 @@
 - :class:`PrivateServer`: an embedded PostgreSQL of one test that may be restarted,
   stopped, or put on TCP (and so behind :class:`tests.support.proxy.Proxy`).
 - :func:`terminate_backends`, :func:`set_read_only`: faults through SQL.
+- :func:`database_with`: a database of one test whose sessions default to settings a
+  DBA may choose (lock_timeout, default_transaction_isolation).
+- :func:`app_connection_options`: how test Apps connect (directly, or through PgBouncer);
+  :func:`pgbouncer_dsn`, :func:`replica_dsn`: the servers `.ci/run` starts (skip without).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import socket
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from pgtasks._embedded import embedded_dsn
+from tests.support.environment import via_pgbouncer
+
+#: What a test that needs a server .ci/run starts says when it is absent.
+START_SERVERS = (
+    "start them with `python3 dev.py servers start` and export what it prints"
+    " (CI: .ci/run starts them)"
+)
+
+
+def app_connection_options(dsn: str) -> tuple[str, dict[str, Any]]:
+    """The dsn and the connection options of a test App on the test server ``dsn``:
+    through PgBouncer with ``dsn`` as session_dsn when PGTASKS_TEST_VIA_PGBOUNCER=1."""
+    pooled = via_pgbouncer(dsn)
+    if pooled is None:
+        return dsn, {}
+    return pooled, {"session_dsn": dsn}
+
+
+def pgbouncer_dsn() -> str:
+    """PGTASKS_TEST_PGBOUNCER_DSN (PgBouncer, transaction mode, in front of the test
+    server); the test is skipped without it."""
+    import pytest
+
+    value = os.environ.get("PGTASKS_TEST_PGBOUNCER_DSN")
+    if not value:
+        pytest.skip(f"PGTASKS_TEST_PGBOUNCER_DSN is not set (no PgBouncer): {START_SERVERS}")
+    return value
+
+
+def replica_dsn() -> str:
+    """PGTASKS_TEST_REPLICA_DSN (a streaming replica of PGTASKS_TEST_DSN); the test is
+    skipped without it."""
+    import pytest
+
+    value = os.environ.get("PGTASKS_TEST_REPLICA_DSN")
+    if not value:
+        pytest.skip(f"PGTASKS_TEST_REPLICA_DSN is not set (no replica): {START_SERVERS}")
+    return value
 
 
 def pg_ctl(arguments: list[str], pgdata: Path) -> None:
@@ -109,3 +154,26 @@ def set_read_only(dsn: str, database: str, read_only: bool) -> None:
             " WHERE datname = %s AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
             (database,),
         )
+
+
+@contextlib.contextmanager
+def database_with(dsn: str, **settings: str) -> Iterator[str]:
+    """A new database on ``dsn``'s server whose sessions default to ``settings`` (ALTER
+    DATABASE … SET name = value, as a DBA would set lock_timeout or the isolation level);
+    yields its DSN, and drops it afterwards (ending its sessions)."""
+    name = f"pgtasks_settings_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        for setting, value in settings.items():
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                    sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
+                )
+            )
+    try:
+        yield conninfo.make_conninfo(dsn, dbname=name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )

@@ -14,7 +14,7 @@ import uvicorn
 from pgtasks.web.app import Dashboard
 from tests.support.waiting import wait_until
 
-BASE_URL = "http://dashboard.test"
+BASE_URL = "http://localhost:8080"
 LOOPBACK = ("127.0.0.1", 50000)
 REMOTE = ("203.0.113.7", 50000)
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from pgtasks import App, WorkflowError, chain, chord, group
-from pgtasks._app.workflows import _Plan
-from pgtasks._workflows_text import format_workflow, step_key
+from pgtasks._app.workflows import MAX_DEPTH, _Plan, shape
+from pgtasks._workflows_text import failed_step, format_workflow, step_key
 
 
 @pytest.fixture
@@ -95,3 +95,52 @@ def test_steps_sort_as_numbers_and_render_as_a_tree() -> None:
     assert lines[1].split()[:5] == ["0", "t", "job", "1", "failed"]
     assert "RuntimeError" in lines[1] and "\x1b" not in text
     assert lines[2].endswith("(after job 1)")
+
+
+def test_shapes_name_the_workflow_on_one_line(tasks: Any) -> None:
+    _, a, two = tasks
+    times = "\N{MULTIPLICATION SIGN}"
+    assert shape(chain(a.s())) == "a"
+    assert shape(chain(a.s(), chord([two.s(1), two.s(2), two.s(3)], a.s()), a.s())) == (
+        f"a → [3{times}two] → a → a"
+    )
+    nested = chord([a.s(), chord([two.s(1), two.s(2)], a.s()), a.s()], a.s())
+    assert shape(nested) == f"[a, ([2{times}two] → a), a] → a"
+    assert shape(group(a.s(), chain(a.s(), two.s(1)))) == "[a, (a → two)]"
+    wide = group([a.s(), two.s(1), a.s(), two.s(1), a.s(), two.s(1), two.s(1)])
+    assert shape(wide) == "[a, two, a, two, +3 more]"
+    assert shape(group(a.s() for _ in range(10_000))) == f"[10000{times}a]"
+
+
+def test_depth_counts_nested_workflows_and_is_checked_when_built(tasks: Any) -> None:
+    _, a, _ = tasks
+    assert a.s().depth == 0
+    assert chain(a.s(), a.s()).depth == 1
+    assert chain(chain(a.s()), chain(a.s())).depth == 1  # one chain
+    assert chord([a.s(), chord([a.s()], a.s())], a.s()).depth == 2
+    canvas: Any = a.s()
+    for _ in range(MAX_DEPTH):
+        canvas = group(a.s(), canvas)
+    assert canvas.depth == MAX_DEPTH
+    with pytest.raises(
+        WorkflowError, match=f"at most {MAX_DEPTH} deep .* would be {MAX_DEPTH + 1}"
+    ):
+        chain(a.s(), canvas)
+
+
+def test_the_failed_step_behind_a_job_is_its_first_failed_ancestor() -> None:
+    def at(second: int) -> datetime:
+        return datetime(2026, 1, 1, 0, 0, second, tzinfo=timezone.utc)
+
+    jobs = [
+        {"id": 1, "status": "done", "prev_ids": None, "finished_at": at(1)},
+        {"id": 2, "status": "failed", "prev_ids": [1], "finished_at": at(5)},
+        {"id": 3, "status": "failed", "prev_ids": [1], "finished_at": at(3)},
+        {"id": 4, "status": "cancelled", "prev_ids": [2, 3], "finished_at": at(6)},
+        {"id": 5, "status": "cancelled", "prev_ids": [4], "finished_at": at(6)},
+        {"id": 6, "status": "cancelled", "prev_ids": [1], "finished_at": at(2)},
+    ]
+    assert failed_step(jobs, 5)["id"] == 3  # type: ignore[index]
+    assert failed_step(jobs, 2)["id"] == 2  # type: ignore[index]
+    assert failed_step(jobs, 6) is None  # cancelled by a user: no failed ancestor
+    assert failed_step(jobs, 99) is None

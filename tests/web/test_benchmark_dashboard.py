@@ -25,6 +25,16 @@ def test_the_dashboard_benchmark_runs_on_tiny_sizes(dsn: str) -> None:
     )
     drop_schema(dsn, "pgtasks_bench_dashboard")  # the populated schema is kept for --reuse
     assert result.returncode == 0, result.stdout + result.stderr
-    for page in ("overview", "jobs, newest first", "job detail", "workers", "schedules"):
+    for page in (
+        "overview",
+        "jobs, newest first",
+        "job page, failed",
+        "job page, a workflow step",
+        "bulk counts",
+        "workers",
+        "schedules",
+        "live re-render: job page",
+    ):
         assert page in result.stdout
     assert "claim" in result.stdout
+    assert "size-capped jobs" in result.stdout and "Python memory peak" in result.stdout

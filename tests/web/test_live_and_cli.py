@@ -1,4 +1,4 @@
-"""The live overview's event stream (a real uvicorn server), and ``pgtasks web``."""
+"""The live pages' event streams (a real uvicorn server), and ``pgtasks web``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from pgtasks import App
 from pgtasks.cli import main
 from pgtasks.web import asgi
+from tests.support.inprocess import Gates, running_worker
 from tests.support.population import insert_job
 from tests.support.waiting import wait_until
 from tests.support.web import Served, free_port
@@ -27,7 +28,7 @@ Connection = psycopg.Connection[Any]
 
 
 def overview_events(url: str, timeout: float = 15.0) -> Iterator[str]:
-    """The HTML of each ``overview`` event of the stream at ``url``; stops at ``timeout``."""
+    """The HTML of each ``update`` event of the stream at ``url``; stops at ``timeout``."""
     deadline = time.monotonic() + timeout
     with (
         httpx.Client(timeout=httpx.Timeout(timeout)) as client,
@@ -44,14 +45,16 @@ def overview_events(url: str, timeout: float = 15.0) -> Iterator[str]:
             elif line.startswith("data: "):
                 data.append(line[len("data: ") :])
             elif line == "" and event is not None:
-                if event == "overview":
+                if event == "update":
                     yield "\n".join(data)
                 event, data = None, []
 
 
 def pending_of(html: str, queue: str) -> int | None:
     match = re.search(
-        rf'<tr data-queue="{re.escape(queue)}">.*?data-stat="pending">(\d+)<', html, re.S
+        rf'<tr data-queue="{re.escape(queue)}">.*?data-stat="pending">(?:<a [^>]*>)?(\d+)<',
+        html,
+        re.S,
     )
     return int(match[1]) if match else None
 
@@ -91,6 +94,134 @@ def test_the_overview_stream_polls_for_changes_no_notification_announces(
             break
 
 
+def running_of(html: str, queue: str) -> int | None:
+    match = re.search(
+        rf'<tr data-queue="{re.escape(queue)}">.*?data-stat="running">(?:<a [^>]*>)?(\d+)<',
+        html,
+        re.S,
+    )
+    return int(match[1]) if match else None
+
+
+def test_a_claim_and_a_finish_update_the_overview_through_notify(
+    app: App, serve: Callable[..., Served]
+) -> None:
+    """No poll (60 s): the claim's notification shows the job running, the finish's done."""
+    dashboard = asgi(app, poll=60.0)
+    served = serve(dashboard)
+    gates = Gates()
+    gate = gates()
+
+    @app.task(queue="live")
+    def hold() -> str:
+        gate.wait(20)
+        return "held"
+
+    handle = hold.delay()
+    try:
+        with running_worker(app, queues=["live"], poll_interval=60.0):
+            seen: list[int | None] = []
+            for html in overview_events(f"{served.url}/events", timeout=20):
+                seen.append(running_of(html, "live"))
+                if seen[-1] == 1:
+                    gate.set()  # seen running: let it finish
+                elif 1 in seen and 'data-stat="done"><a href' in html and seen[-1] == 0:
+                    break
+            assert handle.get(timeout=10) == "held"
+    finally:
+        gates.open_all()
+    assert seen[-1] == 0 and 1 in seen
+
+
+def test_the_jobs_list_and_a_job_page_update_live_with_progress_and_meta(
+    app: App, serve: Callable[..., Served]
+) -> None:
+    """The job page hears each progress report (meta write) and the list the claim."""
+    served = serve(asgi(app, poll=60.0))
+    gates = Gates()
+    steps = [gates() for _ in range(3)]
+
+    @app.task(queue="live", bind=True)
+    def crunch(ctx: Any) -> None:
+        for index, step in enumerate(steps):
+            ctx.set_progress(index + 1, 3, f"step {index + 1}")
+            ctx.update_meta(done=index + 1)
+            step.wait(20)
+
+    handle = crunch.delay()
+    try:
+        with running_worker(app, queues=["live"], poll_interval=60.0):
+            listed = overview_events(f"{served.url}/events/jobs?status=running", timeout=20)
+            for html in listed:
+                if f'<tr data-job="{handle.id}">' in html:
+                    assert "<progress" in html
+                    break
+            values = []
+            for html in overview_events(f"{served.url}/events/jobs/{handle.id}", timeout=20):
+                match = re.search(r'<progress max="1" value="([\d.]+)"', html)
+                if match and (not values or values[-1] != match[1]):
+                    values.append(match[1])
+                    assert f"&#34;done&#34;: {len(values)}" in html or (
+                        f"&quot;done&quot;: {len(values)}" in html
+                    )
+                    if len(values) <= 3:
+                        steps[len(values) - 1].set()
+                if 'id="job-status">done<' in html:
+                    break
+        assert [round(float(value), 2) for value in values] == [0.33, 0.67, 1.0]
+    finally:
+        gates.open_all()
+
+
+def test_a_stream_ends_by_itself_after_its_age(app: App, serve: Callable[..., Served]) -> None:
+    served = serve(asgi(app, stream_max_age=1.0))
+    started = time.monotonic()
+    with httpx.Client(timeout=10) as client, client.stream("GET", f"{served.url}/events") as stream:
+        lines = list(stream.iter_lines())  # ends when the server ends the stream
+    assert lines[0] == "retry: 1000"
+    assert time.monotonic() - started < 8
+
+
+def test_close_streams_ends_open_streams_and_refuses_new_ones(
+    app: App, serve: Callable[..., Served]
+) -> None:
+    dashboard = asgi(app)
+    served = serve(dashboard)
+    with httpx.Client(timeout=10) as client, client.stream("GET", f"{served.url}/events") as stream:
+        lines = stream.iter_lines()
+        assert next(lines) == "retry: 1000"
+        dashboard.close_streams()
+        list(lines)  # ends
+    with httpx.Client(timeout=10) as client:
+        assert client.get(f"{served.url}/events").text == "retry: 1000\n\n"
+
+
+def test_one_render_serves_every_browser_of_a_view(app: App, serve: Callable[..., Served]) -> None:
+    dashboard = asgi(app, poll=0.3)
+    served = serve(dashboard)
+    hub = dashboard.dashboard.live  # type: ignore[attr-defined]
+    streams: list[Iterator[str]] = [overview_events(f"{served.url}/events") for _ in range(4)]
+    for stream in streams:
+        next(stream)
+    assert hub.stats()["views"] == 1 and hub.stats()["subscribers"] == 4
+    renders = hub.renders
+    wait_until(lambda: hub.renders >= renders + 3, message="three more polls")
+    # Each poll rendered the one view once, not once per browser.
+    assert hub.renders - renders < 8
+    for stream in streams:
+        stream.close()  # type: ignore[attr-defined]
+    wait_until(lambda: hub.stats()["subscribers"] == 0, message="the streams to unsubscribe")
+
+
+def test_an_event_stream_of_a_missing_page_or_a_bad_filter_is_a_4xx(
+    make_client: Callable[..., Any],
+) -> None:
+    web = make_client()
+    assert web.get("/events/nowhere").status_code == 404
+    assert web.get("/events/jobs/abc").status_code == 404
+    assert web.get("/events/jobs?status=exploded").status_code == 400
+
+
 def test_the_stream_needs_authentication_like_every_page(
     make_app: Callable[..., App], serve: Callable[..., Served]
 ) -> None:
@@ -122,7 +253,7 @@ def test_pgtasks_web_needs_both_user_and_password() -> None:
 def test_pgtasks_web_help_lists_its_options() -> None:
     result = run_cli("web", "--help")
     assert result.exit_code == 0
-    for option in ("--host", "--port", "--read-only", "--insecure-no-auth"):
+    for option in ("--host", "--port", "--read-only", "--insecure-no-auth", "--allowed-host"):
         assert option in result.output
 
 
@@ -163,7 +294,7 @@ def test_pgtasks_web_serves_the_dashboard_with_basic_auth(app: App) -> None:
             client.stream("GET", url + "events") as stream,
         ):
             lines = stream.iter_lines()
-            assert next(lines) == "retry: 3000"
+            assert next(lines) == "retry: 1000"
             process.send_signal(signal.SIGINT)
             remaining = list(lines)  # ends when the server closes the stream
         assert all(line.startswith(("event:", "data:", ":")) or not line for line in remaining)

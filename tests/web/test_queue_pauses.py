@@ -28,9 +28,11 @@ def test_the_overview_pauses_and_resumes_a_queue(web: Client, app: App) -> None:
 
     response = web.post("/queues/pause", {"queue": "emails"})
     assert response.status_code == 303
-    assert response.headers["location"] == "/"
+    assert response.headers["location"] == "/?done=paused"
     assert app.paused_queues() == ["emails"]
-    row = queue_row(web.get("/").text, "emails")
+    page = web.get("/?done=paused").text
+    assert "Paused: workers claim none of its jobs" in page
+    row = queue_row(page, "emails")
     assert "state-paused" in row and 'action="/queues/resume"' in row
 
     assert web.post("/queues/resume", {"queue": "emails"}).status_code == 303

@@ -16,9 +16,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from pgtasks import App
-from pgtasks._app import admin as admin_ops
 from pgtasks.web import app as web_app
-from pgtasks.web import asgi, basic_auth, is_loopback
+from pgtasks.web import asgi, basic_auth, is_loopback, reads
 from tests.support.inprocess import select
 from tests.support.population import insert_job, register
 from tests.support.web import BASE_URL, REMOTE, Client
@@ -101,7 +100,13 @@ def test_overview_counts_each_queue_by_status(web: Client, population: dict[str,
         "cancelled": "1",
     }
     assert "≈" not in html  # a small table is counted exactly
-    assert "3 finished" in html or "1 finished" in html  # the per-minute chart has bars
+    # The per-minute charts: one per queue with finished jobs, done/failed/cancelled bars.
+    chart = re.search(r'data-chart-queue="reports">(.*?)</figure>', html, re.S)
+    assert chart, html
+    assert "1 done · 1 failed · 1 cancelled" in chart[1]
+    for status in ("done", "failed", "cancelled"):
+        assert f'class="bar bar-{status}"' in chart[1]
+    assert 'data-chart-queue="emails"' not in html  # nothing finished there
     assert "live" in html and "host:1" in html  # the registered worker
 
 
@@ -114,12 +119,12 @@ def test_overview_estimates_finished_jobs_of_a_large_table_from_statistics(
         insert_job(admin, app, status="failed", queue="bulk", finished_ago=7200)
     insert_job(admin, app, queue="bulk")
     admin.execute(f'ANALYZE "{app.schema}".jobs')
-    monkeypatch.setattr(admin_ops, "EXACT_COUNT_LIMIT", 10)
+    monkeypatch.setattr(reads, "EXACT_COUNT_LIMIT", 10)
 
-    overview = admin_ops.overview(app)
+    overview = reads.overview(app, web.state.db)
     html = web.get("/").text
 
-    assert overview.estimated
+    assert overview.counts.estimated
     (bulk,) = overview.queues
     # ANALYZE sampled every row of this small table: the estimates are exact here.
     assert (bulk.done, bulk.failed, bulk.pending) == (30, 10, 1)
@@ -135,12 +140,12 @@ def test_finished_counts_of_a_large_table_not_yet_analyzed_are_unknown_not_count
     insert_job(admin, app, queue="bulk")
     # VACUUM sets the row count; only ANALYZE builds the (queue, status) statistics.
     admin.execute(f'VACUUM "{app.schema}".jobs')
-    monkeypatch.setattr(admin_ops, "EXACT_COUNT_LIMIT", 10)
+    monkeypatch.setattr(reads, "EXACT_COUNT_LIMIT", 10)
 
-    overview = admin_ops.overview(app)
+    overview = reads.overview(app, web.state.db)
     html = web.get("/").text
 
-    assert overview.unanalyzed
+    assert overview.counts.unanalyzed
     assert queue_row(html, "bulk") == {
         "waiting": "0",
         "pending": "1",
@@ -439,9 +444,13 @@ def test_mounted_under_a_prefix_links_stay_under_it(app: App, admin: Connection)
     assert f'href="/ops/tasks/jobs/{job}"' in html
     assert 'src="/ops/tasks/static/htmx.min.js"' in html
     assert client.get(f"/ops/tasks/jobs/{job}").status_code == 200
-    client.get("/ops/tasks/")
+    overview = client.get("/ops/tasks/").text
+    assert 'data-live="/ops/tasks/events"' in overview
+    assert 'href="/ops/tasks/jobs?queue=emails"' in overview
+    # What the event stream pushes links under the mount point too.
     dashboard = outer.routes[0].app.dashboard  # type: ignore[attr-defined]
-    assert 'href="/ops/tasks/jobs?queue=emails"' in dashboard.render_live()
+    pushed = dashboard.fragment("_overview_live.html", "/ops/tasks", **dashboard.overview_context())
+    assert 'href="/ops/tasks/jobs?queue=emails"' in pushed
 
 
 @pytest.mark.parametrize(
@@ -488,3 +497,22 @@ def test_an_unmigrated_schema_is_a_503_page_that_says_what_to_run(
     response = Client(asgi(make_app(migrate=False))).get("/jobs")
     assert response.status_code == 503
     assert "pgtasks migrate" in response.text
+
+
+def test_overview_shows_how_often_the_guarantees_were_exercised(web: Client, app: App) -> None:
+    with app.connection() as conn:
+        app.store.add_counters(conn, {"rescued": 3, "lease_lost": 1})
+
+    html = web.get("/").text
+
+    counters = dict(
+        re.findall(r'<tr data-counter="(\w+)"><th>[^<]*</th><td class="num">([\d,]+)</td>', html)
+    )
+    assert counters == {
+        "lease_lost": "1",
+        "rescued": "3",
+        "fenced_writes_refused": "0",
+        "enqueues_deduplicated": "0",
+        "released_at_shutdown": "0",
+        "unknown_task_jobs": "0",
+    }

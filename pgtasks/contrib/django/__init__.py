@@ -7,18 +7,27 @@
   ``manage.py pgtasks_beat``, the schema migration and the admin of jobs.
 - ``get_app()``: the project's pgtasks App (``settings.PGTASKS``), for pgtasks tasks of
   your own (``@get_app().task``, or ``from pgtasks.contrib.django import app``).
+- ``database_settings()``: a ``DATABASES`` entry from ``PGTASKS_DSN`` / ``DATABASE_URL``,
+  or pgtasks' embedded PostgreSQL in development.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .config import DjangoConfigurationError, get_app, reset_app
+from .config import DjangoConfigurationError, database_settings, get_app, reset_app
 
 if TYPE_CHECKING:
     from .backend import PgTasksBackend
 
-__all__ = ["DjangoConfigurationError", "PgTasksBackend", "app", "get_app", "reset_app"]
+__all__ = [
+    "DjangoConfigurationError",
+    "PgTasksBackend",
+    "app",
+    "database_settings",
+    "get_app",
+    "reset_app",
+]
 
 
 def __getattr__(name: str) -> Any:

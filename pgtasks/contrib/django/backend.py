@@ -26,7 +26,7 @@ from typing_extensions import ParamSpec
 
 from ..._errors import PayloadError
 from ..._jobs import JobSpec
-from ..._payload import encode_arguments
+from ..._payload import check_name, encode_arguments
 from ..._store.store import Store
 from ..._validation import whole_number
 from ._compat import (
@@ -38,7 +38,7 @@ from ._compat import (
     task_enqueued,
 )
 from .config import DjangoConfigurationError, get_app, pgtasks_settings, raw_connection
-from .results import RUN_TASK_NAME, result_from_row
+from .results import decoded, django_task_path, remember, result_from_row
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -88,6 +88,11 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
     def _spec(self, task: Task[Any, Any], args: Any, kwargs: Any) -> JobSpec:
         self.validate_task(task)
         try:
+            # The job's task name is the task's own path: what every listing shows.
+            task_name = check_name("task", task.module_path)
+        except ValueError as error:
+            raise InvalidTask(str(error)) from None
+        try:
             payload = json.loads(json.dumps([list(args), dict(kwargs)]))
         except (TypeError, ValueError) as error:
             raise InvalidTask(
@@ -96,7 +101,7 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
         app = get_app()
         try:
             _, kwargs_json = encode_arguments(
-                RUN_TASK_NAME,
+                task_name,
                 (),
                 {
                     "task": task.module_path,
@@ -108,8 +113,9 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
             )
         except PayloadError as error:
             raise InvalidTask(str(error)) from None
+        remember(task)
         return JobSpec(
-            task_name=RUN_TASK_NAME,
+            task_name=task_name,
             queue=task.queue_name,
             priority=task.priority,
             args_json="[]",
@@ -142,9 +148,10 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
     def _get_result(self, job_id: int) -> TaskResult[Any]:
         conn = raw_connection(pgtasks_settings()["DATABASE"])
         row = self._store().get_job(conn, job_id)
-        if row is None or row.task_name != RUN_TASK_NAME:
+        json_text = loads_jsonb_as_text(conn)
+        if row is None or django_task_path(row, decoded(row.kwargs, json_text)) is None:
             raise TaskResultDoesNotExist(f"no task result with id {job_id!r}")
-        return result_from_row(row, self.alias, json_text=loads_jsonb_as_text(conn))
+        return result_from_row(row, self.alias, json_text=json_text)
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
         try:

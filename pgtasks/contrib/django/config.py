@@ -22,7 +22,7 @@ import psycopg
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..._app.app import App
 from ..._errors import ConfigurationError
@@ -122,6 +122,36 @@ def database_dsn(alias: str) -> str:
         if key in keywords and value not in (None, "") and isinstance(value, (str, int))
     }
     return make_conninfo("", **params)
+
+
+def database_settings(dsn: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A ``DATABASES`` entry (Django's PostgreSQL backend, psycopg 3) for ``dsn``: a URL
+    or a libpq ``key=value`` string, the socket directory of a local server included.
+
+    Without ``dsn``: ``PGTASKS_DSN``, else ``DATABASE_URL``, else pgtasks' embedded
+    PostgreSQL (started if needed, in ``PGTASKS_EMBEDDED_DIR`` or ``./.pgtasks``; for
+    development only). ``extra`` keys (``CONN_MAX_AGE``, ``TEST``, …) are added as given.
+    """
+    from ..._embedded import embedded_dsn
+    from ..._store.db import embedded_data_dir, resolve_dsn
+
+    chosen = resolve_dsn(dsn) or embedded_dsn(embedded_data_dir(None))
+    try:
+        params: dict[str, Any] = dict(conninfo_to_dict(chosen))
+    except psycopg.ProgrammingError as error:
+        raise DjangoConfigurationError(f"database_settings(): not a DSN: {error}") from None
+    entry: dict[str, Any] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": params.pop("dbname", ""),
+        "USER": params.pop("user", ""),
+        "PASSWORD": params.pop("password", ""),
+        "HOST": params.pop("host", ""),
+        "PORT": params.pop("port", ""),
+    }
+    if params:
+        entry["OPTIONS"] = params  # sslmode, options, …: passed to psycopg as they are
+    entry.update(extra)
+    return entry
 
 
 _lock = threading.Lock()

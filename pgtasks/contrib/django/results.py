@@ -1,18 +1,96 @@
-"""pgtasks job rows as Django ``TaskResult`` values."""
+"""pgtasks job rows as Django ``TaskResult`` values, and the Django tasks a job may name.
+
+A Django task's job carries the task's own path (``module.function``, its
+``module_path``) as its task name, so the admin, the dashboard, the CLI and stats show
+it; its kwargs hold ``task`` (the same path), ``args``, ``kwargs`` and ``backend``. Rows
+written by releases before this one have the task name ``pgtasks.django.run``.
+
+A row never decides what code is imported: the task a job names is looked up among the
+tasks this process knows (:func:`registered_task`): those it enqueued, those the worker
+found when it loaded the project, and module-level tasks of modules already imported.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sys
+import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
-
-from django.utils.module_loading import import_string
 
 from ..._jobs import AttemptError, JobRow, JobStatus
 from ._compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 
-#: The pgtasks task that runs Django tasks; its kwargs: task, args, kwargs, backend.
+#: The pgtasks task that ran Django tasks before each job carried its task's own path
+#: (rows of earlier releases); its kwargs: task, args, kwargs, backend.
 RUN_TASK_NAME = "pgtasks.django.run"
+
+_lock = threading.Lock()
+#: The Django tasks of this process by path: enqueued here, or found by the worker.
+_registry: dict[str, Task[Any, Any]] = {}
+
+
+def remember(task: Task[Any, Any]) -> None:
+    """Know ``task`` by its path (the backend does so for each task it enqueues)."""
+    path = task.module_path
+    if _registry.get(path) is not task:
+        with _lock:
+            _registry[path] = task
+
+
+def loaded_tasks(modules: Iterable[Any] | None = None) -> list[Task[Any, Any]]:
+    """The module-level Django tasks of ``modules`` (default: every module imported so
+    far), without importing anything or running a module's ``__getattr__``."""
+    found: dict[str, Task[Any, Any]] = {}
+    for module in list(sys.modules.values()) if modules is None else modules:
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, Mapping):
+            continue
+        for value in list(namespace.values()):
+            # type(), not isinstance(): a lazy object's __class__ is never evaluated.
+            if issubclass(type(value), Task) and value.module_path not in found:
+                found[value.module_path] = value
+    return list(found.values())
+
+
+def registered_task(path: object) -> Task[Any, Any]:
+    """The Django task a job names, if this process knows it; InvalidTask otherwise.
+
+    Known: enqueued by this process, found by the worker, or a module-level task of a
+    module already imported. A module a row names is never imported.
+    """
+    if not isinstance(path, str):
+        raise InvalidTask(f"a pgtasks job names no Django task (got {path!r})")
+    task = _registry.get(path)
+    if task is not None:
+        return task
+    module_name, _, attribute = path.rpartition(".")
+    module = sys.modules.get(module_name)
+    value = module.__dict__.get(attribute) if module is not None else None
+    if value is not None and issubclass(type(value), Task) and value.module_path == path:
+        remember(value)
+        return value
+    if value is not None:
+        raise InvalidTask(f"{path!r} is not a Django task (decorate the function with @task)")
+    raise InvalidTask(
+        f"the Django task {path!r} is not loaded in this process: pgtasks never imports"
+        " a module a job names; import the task's module first (the worker imports each"
+        " installed app's tasks module and PGTASKS['TASK_MODULES'])"
+    )
+
+
+def django_task_path(row: JobRow, payload: Any) -> str | None:
+    """The path of the Django task a job runs, or None when it is not a Django task's job
+    (a row of ``pgtasks.django.run`` names it in its kwargs; any other names it as its
+    task and repeats it there)."""
+    if not isinstance(payload, dict) or "backend" not in payload:
+        return None
+    if row.task_name == RUN_TASK_NAME:
+        path = payload.get("task")
+        return path if isinstance(path, str) else None
+    return row.task_name if payload.get("task") == row.task_name else None
+
 
 #: What a cancelled job's last error says it was (Django tasks have no cancelled status).
 CANCELLED_ERROR_CLASS = "pgtasks.JobCancelled"
@@ -48,22 +126,12 @@ def task_error(error_text: str, exception_type: str | None = None) -> TaskError:
     return TaskError(exception_class_path=path, traceback=error_text)
 
 
-def load_task(path: object) -> Task[Any, Any]:
-    """The Django Task a job names (the module-level object ``@task`` created)."""
-    if not isinstance(path, str):
-        raise InvalidTask(f"a pgtasks job names no Django task (got {path!r})")
-    try:
-        task = import_string(path)
-    except ImportError as error:
-        raise InvalidTask(f"cannot import the Django task {path!r}: {error}") from None
-    if not isinstance(task, Task):
-        raise InvalidTask(f"{path!r} is not a Django task (decorate the function with @task)")
-    return task
-
-
 def job_task(row: JobRow, payload: dict[str, Any], backend: str) -> Task[Any, Any]:
     """The job's task with the queue, priority and backend it was enqueued with."""
-    task = load_task(payload.get("task"))
+    path = django_task_path(row, payload)
+    if path is None:
+        raise InvalidTask(f"job {row.id} is not the job of a Django task")
+    task = registered_task(path)
     changes: dict[str, Any] = {"queue_name": row.queue, "backend": backend}
     if task.priority != row.priority:
         changes["priority"] = row.priority
@@ -106,7 +174,7 @@ def attempt_history(row: JobRow, json_text: bool) -> tuple[list[TaskError], list
 
 
 def result_from_row(row: JobRow, backend: str, *, json_text: bool) -> TaskResult[Any]:
-    """The TaskResult of a ``pgtasks.django.run`` job (read with jsonb as text or not)."""
+    """The TaskResult of a Django task's job (read with jsonb as text or not)."""
     payload = decoded(row.kwargs, json_text)
     if not isinstance(payload, dict):
         raise InvalidTask(f"job {row.id} carries no Django task payload")

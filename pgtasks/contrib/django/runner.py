@@ -1,16 +1,20 @@
-"""How a pgtasks worker runs Django tasks: one pgtasks task, ``pgtasks.django.run``.
+"""How a pgtasks worker runs Django tasks: each Django task the worker knows is a pgtasks
+task of the same name (its path, ``module.function``), whose body is
+:func:`run_django_task`; ``pgtasks.django.run`` runs the rows of earlier releases.
 
-Its job's kwargs name the Django task (module path), its arguments and the backend alias.
-The worker reads the job back as a ``TaskResult`` through Django's connection, sends
-``task_started``, calls the function (a ``takes_context`` task gets a ``TaskContext``
-whose ``attempt`` is the job's), sends ``task_finished`` and returns the value, which
-pgtasks stores as the job's result. An exception fails the attempt as for any pgtasks task.
+A job's kwargs hold the Django task's path, its arguments and the backend alias. The
+worker reads the job back as a ``TaskResult`` through Django's connection (the task
+resolved among the tasks it knows, never imported by name), sends ``task_started``,
+calls the function (a ``takes_context`` task gets a ``TaskContext`` whose ``attempt`` is
+the job's), sends ``task_finished`` and returns the value, which pgtasks stores as the
+job's result. An exception fails the attempt as for any pgtasks task.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
@@ -83,6 +87,25 @@ def run_django_task(
 
 
 def register_runner(app: App) -> None:
-    """Register ``pgtasks.django.run`` with ``app`` (once)."""
+    """Register ``pgtasks.django.run`` (the rows of earlier releases) with ``app`` (once)."""
     if RUN_TASK_NAME not in app.tasks:
         app.task(name=RUN_TASK_NAME, bind=True, max_attempts=1)(run_django_task)
+
+
+#: The attribute that marks a runner registered for a Django task (its path).
+DJANGO_TASK_MARK = "_pgtasks_django_task"
+
+
+def runner_for(path: str) -> Callable[..., Any]:
+    def run(
+        ctx: JobContext,
+        task: str = path,
+        args: list[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        backend: str = "default",
+    ) -> Any:
+        return run_django_task(ctx, path, list(args or []), dict(kwargs or {}), backend)
+
+    run.__name__ = run.__qualname__ = "run_django_task"
+    setattr(run, DJANGO_TASK_MARK, path)
+    return run

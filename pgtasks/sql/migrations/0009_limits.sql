@@ -10,7 +10,11 @@
 -- whole), 'key:<task>' (concurrency per key). An instance is the name itself, or for a
 -- 'key:' name the name, a unit separator (chr(31)) and the job's key: the limit's row is
 -- the part before the first separator.
+--
+-- Online: the columns and the table first, then each index built concurrently (writes go
+-- on), then the claim function.
 
+-- pgtasks:step transaction
 ALTER TABLE {schema}.jobs ADD COLUMN limit_groups text[], ADD COLUMN limit_key text;
 
 -- The definitions, upserted by every worker at start from its app's declarations (the
@@ -28,13 +32,16 @@ CREATE TABLE {schema}.limits (
 );
 
 -- The limited claim's candidates, in claim order.
-CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs (priority DESC, run_at, id)
+-- pgtasks:step concurrently
+CREATE INDEX CONCURRENTLY jobs_limited_claim_idx ON {schema}.jobs (priority DESC, run_at, id)
     WHERE status = 'pending' AND limit_groups IS NOT NULL;
 
 -- The running limited jobs, which the limited claim counts per instance.
-CREATE INDEX jobs_limited_running_idx ON {schema}.jobs (id)
+-- pgtasks:step concurrently
+CREATE INDEX CONCURRENTLY jobs_limited_running_idx ON {schema}.jobs (id)
     WHERE status = 'running' AND limit_groups IS NOT NULL;
 
+-- pgtasks:step transaction
 -- Claim up to p_limit due limited jobs for one worker, never past a limit.
 --
 -- Each instance is serialised by a transaction-level advisory lock: a claim waits (at most

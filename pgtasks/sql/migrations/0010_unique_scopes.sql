@@ -13,16 +13,25 @@
 -- Enqueues arbitrate with ON CONFLICT on these indexes (the exact predicates below), so
 -- concurrent enqueues of one key are race-free. Jobs without a scope have NULL in both
 -- columns and never enter either index; adding nullable columns rewrites nothing.
+-- Online: the check is added NOT VALID and validated in a step of its own, and each index
+-- is built concurrently (writes go on meanwhile).
 
+-- pgtasks:step transaction
 ALTER TABLE {schema}.jobs
     ADD COLUMN unique_key    text,
     ADD COLUMN unique_window tstzrange,
     ADD CONSTRAINT jobs_unique_window_check
-        CHECK (unique_window IS NULL OR (unique_key IS NOT NULL AND NOT isempty(unique_window)));
+        CHECK (unique_window IS NULL OR (unique_key IS NOT NULL AND NOT isempty(unique_window)))
+        NOT VALID;
 
-CREATE UNIQUE INDEX jobs_unique_active_idx ON {schema}.jobs (unique_key)
+-- pgtasks:step transaction
+ALTER TABLE {schema}.jobs VALIDATE CONSTRAINT jobs_unique_window_check;
+
+-- pgtasks:step concurrently
+CREATE UNIQUE INDEX CONCURRENTLY jobs_unique_active_idx ON {schema}.jobs (unique_key)
     WHERE unique_key IS NOT NULL AND unique_window IS NULL
       AND status IN ('pending', 'running');
 
-CREATE UNIQUE INDEX jobs_unique_window_idx ON {schema}.jobs (unique_key, unique_window)
+-- pgtasks:step concurrently
+CREATE UNIQUE INDEX CONCURRENTLY jobs_unique_window_idx ON {schema}.jobs (unique_key, unique_window)
     WHERE unique_window IS NOT NULL;

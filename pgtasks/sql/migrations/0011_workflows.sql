@@ -16,7 +16,11 @@
 -- Plain jobs (workflow_id NULL) never queue a trigger event: the WHEN clause is false.
 -- A hand-written workflow row that breaks the function leaves its successors waiting
 -- (a server log WARNING says so) rather than failing the write that ended the job.
+--
+-- Online: catalog changes first, the status check validated in a step of its own, each
+-- index built concurrently (writes go on), then the trigger.
 
+-- pgtasks:step transaction
 CREATE TABLE {schema}.workflows (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     kind          text        NOT NULL,
@@ -41,16 +45,21 @@ ALTER TABLE {schema}.jobs DROP CONSTRAINT jobs_status_check;
 ALTER TABLE {schema}.jobs ADD CONSTRAINT jobs_status_check
     CHECK (status IN ('waiting', 'pending', 'running', 'done', 'failed', 'cancelled'))
     NOT VALID;
+
+-- pgtasks:step transaction
 ALTER TABLE {schema}.jobs VALIDATE CONSTRAINT jobs_status_check;
 
 -- A workflow's jobs; plain jobs have no entry.
-CREATE INDEX jobs_workflow_idx ON {schema}.jobs (workflow_id, id)
+-- pgtasks:step concurrently
+CREATE INDEX CONCURRENTLY jobs_workflow_idx ON {schema}.jobs (workflow_id, id)
     WHERE workflow_id IS NOT NULL;
 
 -- Waiting steps per queue (stats, dashboard, metrics) without reading finished ones.
-CREATE INDEX jobs_waiting_idx ON {schema}.jobs (queue)
+-- pgtasks:step concurrently
+CREATE INDEX CONCURRENTLY jobs_waiting_idx ON {schema}.jobs (queue)
     WHERE status = 'waiting';
 
+-- pgtasks:step transaction
 CREATE FUNCTION {schema}.workflow_job_ended() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -9,10 +9,16 @@
 -- whose key is not NULL. Which keys are unique is unchanged (NULLs never conflicted),
 -- and so is the wait of a concurrent insert of the same key. Enqueues arbitrate with
 -- ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL, which infers this
--- index (and the former constraint too). The build reads the table once, under the
--- lock that every migration holds.
+-- index (and the former constraint too, so enqueues work at every point in between).
+--
+-- Online: the new index is built concurrently (reads, writes and claims go on: it reads
+-- the table while they run), then one short transaction swaps the names (a catalog
+-- change under lock_timeout, retried).
 
-CREATE UNIQUE INDEX jobs_idempotency_key_partial ON {schema}.jobs (idempotency_key)
+-- pgtasks:step concurrently
+CREATE UNIQUE INDEX CONCURRENTLY jobs_idempotency_key_partial ON {schema}.jobs (idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+
+-- pgtasks:step transaction
 ALTER TABLE {schema}.jobs DROP CONSTRAINT jobs_idempotency_key_key;
 ALTER INDEX {schema}.jobs_idempotency_key_partial RENAME TO jobs_idempotency_key_key;

@@ -32,24 +32,34 @@ class ClickCommand(BaseCommand):  # type: ignore[misc]
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         for option in self._options():
             names = [*option.opts, *option.secondary_opts]
-            description = option.help or ""
-            if option.show_default and option.default is not None and not option.is_flag:
-                description = f"{description} [default: {option.default}]".strip()
-            if option.is_flag:
-                parser.add_argument(
-                    *names, dest=option.name, action="store_true", default=None, help=description
-                )
-                continue
-            choices = option.type.choices if isinstance(option.type, click.Choice) else None
-            parser.add_argument(
-                *names,
-                dest=option.name,
-                action="append" if option.multiple else "store",
-                choices=list(choices) if choices is not None else None,
-                metavar=option.metavar or (None if choices else option.type.name.upper()),
-                default=None,
-                help=description,
-            )
+            parser.add_argument(*names, **self._argparse_options(option))
+
+    @staticmethod
+    def _argparse_options(option: click.Option) -> dict[str, Any]:
+        """argparse's view of a click option: the same help text, default and metavar as
+        ``pgtasks COMMAND --help`` shows."""
+        description = option.help or ""
+        default = option.show_default if isinstance(option.show_default, str) else option.default
+        if option.show_default and default is not None and not option.is_flag:
+            description = f"{description} [default: {default}]".strip()
+        if option.is_flag:
+            return {
+                "dest": option.name,
+                "action": "store_true",
+                "default": None,
+                "help": description,
+            }
+        choices = option.type.choices if isinstance(option.type, click.Choice) else None
+        return {
+            "dest": option.name,
+            "action": "append" if option.multiple else "store",
+            "choices": list(choices) if choices is not None else None,
+            # An option without a metavar of its own shows its type's plain name (TEXT,
+            # INTEGER), never click's "INTEGER RANGE".
+            "metavar": option.metavar or (None if choices else _type_name(option.type)),
+            "default": None,
+            "help": description,
+        }
 
     def click_arguments(self, options: dict[str, Any]) -> list[str]:
         arguments = ["-A", APP_PATH]
@@ -73,3 +83,11 @@ class ClickCommand(BaseCommand):  # type: ignore[misc]
             prog_name=f"manage.py {self.click_command.name}",
             standalone_mode=True,
         )
+
+
+def _type_name(kind: click.ParamType[Any]) -> str:
+    if isinstance(kind, click.types.IntParamType):
+        return "INTEGER"
+    if isinstance(kind, click.types.FloatParamType):
+        return "FLOAT"
+    return kind.name.upper()

@@ -1,4 +1,5 @@
--- pgtasks 0013: flow control keeps its promises (docs/howto/flow-control.md).
+-- pgtasks 0015: flow control keeps its promises (migration flow_control;
+-- docs/howto/flow-control.md).
 -- Placeholders: {schema} (quoted identifier).
 --
 -- * The limits table holds finite values only: the rows the claim arithmetic could not
@@ -18,8 +19,25 @@
 -- * Each worker registers the names of the tasks it knows (workers.task_names): it claims
 --   only those, and `pgtasks doctor` / `pgtasks stats` count the pending jobs no live
 --   worker knows.
+--
+-- Online: one transaction of catalog changes (under lock_timeout, retried; the repair
+-- changes the few limits rows whose values are broken, usually none), then a step that
+-- validates the limits' checks (it reads that small table and blocks nothing). The jobs
+-- check stays NOT VALID: it refuses new rows with more than 8 instances, and leaves the
+-- older ones it exists to leave alone (pending, named by doctor) rather than fail the
+-- migration on them; adding it takes the jobs table's lock for a catalog change only.
 
--- Repair, then constrain the limits' values (NaN, infinities, extremes written by hand).
+-- pgtasks:step transaction
+-- Constrain the limits' values (NaN, infinities, extremes written by hand), then repair
+-- the rows that break the constraints (validated in the last step).
+ALTER TABLE {schema}.limits
+    ADD CONSTRAINT limits_rate_period_range_check
+        CHECK (rate_period IS NULL OR (rate_period >= 0.001 AND rate_period <= 1e10)) NOT VALID,
+    ADD CONSTRAINT limits_burst_range_check CHECK (burst >= 1 AND burst <= 1e9) NOT VALID,
+    ADD CONSTRAINT limits_tokens_check CHECK (tokens >= 0 AND tokens <= 1e9) NOT VALID,
+    ADD CONSTRAINT limits_refilled_at_check CHECK (isfinite(refilled_at)) NOT VALID,
+    ADD CONSTRAINT limits_updated_at_check CHECK (isfinite(updated_at)) NOT VALID;
+
 UPDATE {schema}.limits
 SET rate_period = CASE WHEN rate_period IS NULL OR (rate_period >= 0.001 AND rate_period <= 1e10)
                        THEN rate_period ELSE 1 END,
@@ -33,15 +51,7 @@ WHERE NOT (rate_period IS NULL OR (rate_period >= 0.001 AND rate_period <= 1e10)
    OR NOT isfinite(refilled_at)
    OR NOT isfinite(updated_at);
 
-ALTER TABLE {schema}.limits
-    ADD CONSTRAINT limits_rate_period_range_check
-        CHECK (rate_period IS NULL OR (rate_period >= 0.001 AND rate_period <= 1e10)),
-    ADD CONSTRAINT limits_burst_range_check CHECK (burst >= 1 AND burst <= 1e9),
-    ADD CONSTRAINT limits_tokens_check CHECK (tokens >= 0 AND tokens <= 1e9),
-    ADD CONSTRAINT limits_refilled_at_check CHECK (isfinite(refilled_at)),
-    ADD CONSTRAINT limits_updated_at_check CHECK (isfinite(updated_at));
-
--- More limit instances than the claim takes are refused at the write (not validated:
+-- More limit instances than the claim takes are refused at the write (never validated:
 -- older rows are left as they are, pending, and reported by `pgtasks doctor`).
 ALTER TABLE {schema}.jobs ADD CONSTRAINT jobs_limit_groups_check
     CHECK (limit_groups IS NULL OR cardinality(limit_groups) <= 8) NOT VALID;
@@ -398,3 +408,11 @@ BEGIN
     RETURN NEXT v_report;
 END;
 $$;
+
+-- pgtasks:step transaction
+ALTER TABLE {schema}.limits
+    VALIDATE CONSTRAINT limits_rate_period_range_check,
+    VALIDATE CONSTRAINT limits_burst_range_check,
+    VALIDATE CONSTRAINT limits_tokens_check,
+    VALIDATE CONSTRAINT limits_refilled_at_check,
+    VALIDATE CONSTRAINT limits_updated_at_check;

@@ -1,0 +1,111 @@
+"""Operator reads of workflows, shared by ``pgtasks workflows``, ``doctor`` and the
+dashboard: a workflow and its jobs, the list of workflows (by state, by id), one
+workflow's page (steps, edges, states, results, timings, incidents) and the incidents of
+the workflow machinery (migration workflow_progress).
+
+Each function runs its statements through ``app.database.run`` and returns values of
+``pgtasks._workflows_text``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .._errors import WorkflowNotFoundError
+from .._workflows_text import (
+    INCIDENT_KINDS,
+    WORKFLOW_STATES,
+    WorkflowDetail,
+    WorkflowIncident,
+    WorkflowStep,
+    WorkflowSummary,
+)
+
+if TYPE_CHECKING:
+    from .app import App
+
+#: Characters of a step's result (as JSON text) a workflow page reads.
+MAX_RESULT_CHARS = 2000
+
+
+def _missing(workflow_id: int) -> WorkflowNotFoundError:
+    return WorkflowNotFoundError(
+        f"workflow {workflow_id} does not exist (its jobs may have been pruned)"
+    )
+
+
+def describe_workflow(app: App, workflow_id: int) -> dict[str, Any]:
+    """The workflow's row and its jobs (``app.get_workflow``)."""
+
+    def read(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+        row = app.store.get_workflow(conn, workflow_id)
+        if row is None:
+            return None
+        return {**row, "jobs": app.store.get_workflow_jobs(conn, workflow_id)}
+
+    described = app.database.run(read)
+    if described is None:
+        raise _missing(workflow_id)
+    return described
+
+
+def list_workflows(
+    app: App,
+    *,
+    status: str | None = None,
+    workflow_id: int | None = None,
+    before: int | None = None,
+    limit: int = 50,
+) -> list[WorkflowSummary]:
+    """Workflows newest first: all, those in one state (``WORKFLOW_STATES``), the one
+    with id ``workflow_id`` (a search), those with ids below ``before`` (the next page)."""
+    if status is not None and status not in WORKFLOW_STATES:
+        raise ValueError(f"status: {status!r} is not one of {', '.join(WORKFLOW_STATES)}")
+    rows = app.database.run(
+        lambda conn: app.store.list_workflows(
+            conn, status=status, workflow_id=workflow_id, before=before, limit=limit
+        )
+    )
+    return [WorkflowSummary.from_row(row) for row in rows]
+
+
+def workflow_detail(
+    app: App, workflow_id: int, *, max_result: int = MAX_RESULT_CHARS
+) -> WorkflowDetail:
+    """One workflow's page: its summary, its jobs with their links, states, attempts,
+    timings, results (cut to ``max_result`` characters) and last error lines, and its
+    incidents. WorkflowNotFoundError when it does not exist."""
+
+    def read(conn: psycopg.Connection[Any]) -> WorkflowDetail | None:
+        store = app.store
+        rows = store.list_workflows(conn, workflow_id=workflow_id, limit=1)
+        if not rows:
+            return None
+        steps = store.get_workflow_steps(conn, workflow_id, max_result=max_result)
+        incidents = store.list_workflow_incidents(conn, workflow_id=workflow_id, limit=100)
+        return WorkflowDetail(
+            summary=WorkflowSummary.from_row(rows[0]),
+            steps=[WorkflowStep.from_row(row) for row in steps],
+            incidents=[WorkflowIncident.from_row(row) for row in incidents],
+        )
+
+    detail = app.database.run(read)
+    if detail is None:
+        raise _missing(workflow_id)
+    return detail
+
+
+def workflow_incidents(
+    app: App, *, workflow_id: int | None = None, kind: str | None = None, limit: int = 50
+) -> list[WorkflowIncident]:
+    """Incidents newest first (of one workflow, or all; of one kind, or all)."""
+    if kind is not None and kind not in INCIDENT_KINDS:
+        raise ValueError(f"kind: {kind!r} is not one of {', '.join(INCIDENT_KINDS)}")
+    rows = app.database.run(
+        lambda conn: app.store.list_workflow_incidents(
+            conn, workflow_id=workflow_id, kind=kind, limit=limit
+        )
+    )
+    return [WorkflowIncident.from_row(row) for row in rows]

@@ -1,0 +1,73 @@
+-- The migrator's statements besides those in queries.sql (pgtasks/_store/migrate.py).
+-- Placeholders: {schema} (identifier). Parameters are named (%(name)s).
+
+-- name: lock_migrations_session :one
+-- Try to become the schema's migrator for this session (held until unlocked or disconnect).
+SELECT pg_try_advisory_lock(%(lock_class)s, hashtext(%(schema)s)) AS locked;
+
+-- name: wait_migrations_session :exec
+-- Wait for the schema's migration lock, then hold it for this session.
+SELECT pg_advisory_lock(%(lock_class)s, hashtext(%(schema)s));
+
+-- name: unlock_migrations_session :one
+-- Stop being the schema's migrator.
+SELECT pg_advisory_unlock(%(lock_class)s, hashtext(%(schema)s)) AS unlocked;
+
+-- name: configure_migration_session :one
+-- No statement or lock timeout on the migrator's connection (a concurrent index build must
+-- never be cancelled midway); returns the previous values, to be put back afterwards.
+SELECT current_setting('statement_timeout') AS statement_timeout,
+       current_setting('lock_timeout') AS lock_timeout,
+       set_config('statement_timeout', '0', %(local)s),
+       set_config('lock_timeout', '0', %(local)s);
+
+-- name: restore_migration_session :exec
+-- Put back the settings configure_migration_session found.
+SELECT set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('lock_timeout', %(lock_timeout)s, false);
+
+-- name: set_step_lock_timeout :exec
+-- The longest wait for a lock in this transaction (a transactional migration step).
+SELECT set_config('lock_timeout', %(lock_timeout)s, true);
+
+-- name: get_migration_tables :one
+-- Which of the schema's migration tables exist (the plan reads without creating them).
+SELECT to_regclass(format('%%I.migrations', %(schema)s::text)) IS NOT NULL AS migrations,
+       to_regclass(format('%%I.migration_steps', %(schema)s::text)) IS NOT NULL AS steps;
+
+-- name: get_applied_steps :many
+-- Steps done of migrations not finished yet (a migrator stopped in the middle of one).
+SELECT version, step FROM {schema}.migration_steps ORDER BY version, step;
+
+-- name: record_migration_step :exec
+-- A step of an unfinished migration is done.
+INSERT INTO {schema}.migration_steps (version, step) VALUES (%(version)s, %(step)s)
+ON CONFLICT DO NOTHING;
+
+-- name: clear_migration_steps :exec
+-- Forget the steps of a migration once its version is recorded.
+DELETE FROM {schema}.migration_steps WHERE version = %(version)s;
+
+-- name: get_index_state :one
+-- Whether an index of the schema exists and is valid (a failed concurrent build leaves
+-- an invalid one behind).
+SELECT i.indisvalid AS valid
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relname = %(name)s;
+
+-- name: get_lock_holders :many
+-- Sessions that hold locks on these relations of the schema, oldest transaction first:
+-- what a migration step waited for.
+SELECT a.pid, a.application_name, a.state, l.mode,
+       extract(epoch FROM now() - a.xact_start)::float8 AS transaction_seconds,
+       left(a.query, 120) AS query
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.granted
+  AND l.pid <> pg_backend_pid()
+  AND l.relation IN (SELECT to_regclass(format('%%I.%%I', %(schema)s::text, name))
+                     FROM unnest(%(relations)s::text[]) AS name)
+ORDER BY a.xact_start NULLS LAST
+LIMIT 5;
