@@ -17,13 +17,14 @@ finish. Modes, in alternating rounds (median of R):
 - ``task concurrency=50``: every job of a task limited to 50 running at once;
 - ``key concurrency=1, 1000 keys``: every job limited to one running per key, over 1000 keys.
 
-Then the same limits on one real ``pgtasks worker`` process (concurrency 10, no-op tasks),
-and the promises as a user meets them on workers at their default settings
-(benchmarks/limits_promises.py): the time from a job's end to the start of the next one
-under a limit of one at a time, on the same worker and handed over to another worker
-(p50, p95), and the rate reached by "5/s" and "20/s". With ``--baseline CHECKOUT``, the
-promises run for that checkout too, in alternating rounds (its pgtasks imported in the
-processes of its side), and both sides are printed.
+Then the same limits on one real ``pgtasks worker`` process (concurrency 10, no-op tasks;
+each limited figure against the plain one of the same checkout), and the promises as a
+user meets them on workers at their default settings (benchmarks/limits_promises.py):
+the time from a job's end to the start of the next one under a limit of one at a time,
+on the same worker and handed over to another worker (p50, p95), and the rate reached by
+"5/s" and "20/s". With ``--baseline CHECKOUT``, the worker rounds and the promises run
+for that checkout too, in alternating rounds (its pgtasks imported in the processes of
+its side, each side in schemas of its own), and both sides are printed.
 """
 
 from __future__ import annotations
@@ -179,36 +180,65 @@ def drain(dsn: str, store: Store, jobs: int, claimers: int, limited: bool) -> fl
     return jobs / elapsed
 
 
-def worker_round(dsn: str, app_name: str, jobs: int, concurrency: int) -> float:
-    """Jobs/s of one real ``pgtasks worker`` process draining the enqueued jobs (first claim
-    to last finish, from the database's timestamps, as the main runner measures)."""
-    env = {**os.environ, "PGTASKS_DSN": dsn, "PGTASKS_SCHEMA": SCHEMA}
-    command = [
-        *(sys.executable, "-m", "pgtasks", "worker", "-A", f"benchmarks.limits_app:{app_name}"),
-        *("--concurrency", str(concurrency), "--log-level", "WARNING"),
-    ]
+#: The module the worker rounds import: limits_app.py, copied next to any checkout.
+WORKER_APP_MODULE = "pgtasks_bench_limits_app"
+
+
+def checkout_env(directory: str, dsn: str, schema: str) -> dict[str, str]:
+    """The environment of a process of one side: its module directory, DSN and schema."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PGTASKS_SCHEMA", "PGTASKS_APP", "DATABASE_URL")
+    }
+    env.update(PGTASKS_DSN=dsn, PGTASKS_SCHEMA=schema, PYTHONPATH=directory)
+    return env
+
+
+def worker_round(
+    checkout: Path, dsn: str, schema: str, kind: str, app_name: str, jobs: int, concurrency: int
+) -> float:
+    """Jobs/s of one real ``pgtasks worker`` process of ``checkout`` draining ``jobs`` jobs
+    of ``kind`` that the same checkout enqueued in ``schema`` (first claim to last finish,
+    from the database's timestamps, as the main runner measures)."""
     count = sql.SQL("SELECT count(*) FILTER (WHERE status = 'done') FROM {}.jobs").format(
-        sql.Identifier(SCHEMA)
+        sql.Identifier(schema)
     )
-    process = subprocess.Popen(command, cwd=ROOT, env=env)
-    try:
-        deadline = time.monotonic() + 600
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            while (conn.execute(count).fetchone() or (0,))[0] < jobs:
-                if process.poll() is not None:
-                    raise RuntimeError(f"the worker exited with {process.returncode}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the worker did not finish in 600 s")
-                time.sleep(0.05)
-            row = conn.execute(
-                sql.SQL(
-                    "SELECT extract(epoch FROM max(finished_at) - min(locked_at)),"
-                    " count(*) FILTER (WHERE attempts <> 1) FROM {}.jobs"
-                ).format(sql.Identifier(SCHEMA))
-            ).fetchone()
-    finally:
-        process.terminate()
-        process.wait(30)
+    with tempfile.TemporaryDirectory() as directory:
+        shutil.copy(
+            ROOT / "benchmarks" / "limits_app.py", Path(directory) / f"{WORKER_APP_MODULE}.py"
+        )
+        env = checkout_env(directory, dsn, schema)
+        subprocess.run(
+            [sys.executable, "-m", WORKER_APP_MODULE, "prepare", kind, str(jobs)],
+            cwd=checkout,
+            env=env,
+            check=True,
+            timeout=600,
+        )
+        command = [
+            *(sys.executable, "-m", "pgtasks", "worker", "-A", f"{WORKER_APP_MODULE}:{app_name}"),
+            *("--concurrency", str(concurrency), "--log-level", "WARNING"),
+        ]
+        process = subprocess.Popen(command, cwd=checkout, env=env)
+        try:
+            deadline = time.monotonic() + 600
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while (conn.execute(count).fetchone() or (0,))[0] < jobs:
+                    if process.poll() is not None:
+                        raise RuntimeError(f"the worker exited with {process.returncode}")
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the worker did not finish in 600 s")
+                    time.sleep(0.05)
+                row = conn.execute(
+                    sql.SQL(
+                        "SELECT extract(epoch FROM max(finished_at) - min(locked_at)),"
+                        " count(*) FILTER (WHERE attempts <> 1) FROM {}.jobs"
+                    ).format(sql.Identifier(schema))
+                ).fetchone()
+        finally:
+            process.terminate()
+            process.wait(30)
     if row is None or row[1]:
         raise RuntimeError(f"jobs did not run exactly once: {row}")
     return jobs / float(row[0])
@@ -230,12 +260,7 @@ def promise_round(checkout: Path, dsn: str, scenario: str, jobs: int, schema: st
             ROOT / "benchmarks" / "limits_promises.py",
             Path(directory) / "pgtasks_bench_promises.py",
         )
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if key not in ("PGTASKS_SCHEMA", "PGTASKS_APP", "DATABASE_URL")
-        }
-        env.update(PGTASKS_DSN=dsn, PGTASKS_SCHEMA=schema, PYTHONPATH=directory)
+        env = checkout_env(directory, dsn, schema)
         completed = subprocess.run(
             [sys.executable, "-m", "pgtasks_bench_promises", scenario, str(jobs)],
             cwd=checkout,
@@ -259,9 +284,7 @@ def percentile(values: list[float], share: float) -> float:
 
 def promises(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
     """The handoff and rate figures, for this checkout (and the baseline), alternating."""
-    sides = {"this": ROOT}
-    if args.baseline is not None:
-        sides["baseline"] = args.baseline.resolve()
+    sides = sides_of(args)
     runs = max(1, args.runs)
     collected: dict[tuple[str, str], list[Any]] = {}
     for round_number in range(runs):
@@ -337,6 +360,7 @@ def main(argv: list[str]) -> int:
     results: list[dict[str, Any]] = []
     if not args.only_promises:
         results += throughput(args, dsn)
+        results += worker_throughput(args, dsn)
     if not args.no_promises:
         results += promises(args, dsn)
     output = Path(args.json)
@@ -386,35 +410,71 @@ def throughput(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
             f"{label:<30} {median:>9.0f} {min(values):>9.0f} {max(values):>9.0f}"
             f" {median / baseline:>7.0%}"
         )
-    # The same limits end to end: one real worker process, no-op tasks, concurrency 10.
+    app.close()
+    return results
+
+
+def sides_of(args: argparse.Namespace) -> dict[str, Path]:
+    """This checkout, and the baseline's when one is given."""
+    sides = {"this": ROOT}
+    if args.baseline is not None:
+        sides["baseline"] = args.baseline.resolve()
+    return sides
+
+
+def worker_throughput(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
+    """The same limits end to end: one real worker process (no-op tasks, concurrency 10)
+    per round and mode, for this checkout and the baseline in alternating order, each in
+    a schema of its own; each side's limited figures against its own plain one."""
     worker_modes = [
         ("worker: plain", "plain", "plain_app"),
         ("worker: task concurrency=50", "task", "limited_app"),
         ("worker: key concurrency=1, 1000 keys", "key", "limited_app"),
     ]
+    sides = sides_of(args)
     worker_jobs = max(args.jobs, 300)
-    print(f"worker throughput: one pgtasks worker, concurrency 10, {worker_jobs} no-op jobs")
-    worker_figures: dict[str, list[float]] = {label: [] for label, *_ in worker_modes}
-    for _ in range(args.runs):
+    print(
+        f"worker throughput: one pgtasks worker, concurrency 10, {worker_jobs} no-op jobs,"
+        f" {args.runs} round(s), median"
+        + (f", alternating with {sides['baseline']}" if "baseline" in sides else "")
+    )
+    figures: dict[tuple[str, str], list[float]] = {}
+    for round_number in range(args.runs):
+        order = list(sides) if round_number % 2 == 0 else list(reversed(sides))
         for label, kind, app_name in worker_modes:
-            reset(app, tasks, kind, worker_jobs, store_limits=False)
-            worker_figures[label].append(worker_round(dsn, app_name, worker_jobs, 10))
-    worker_baseline = statistics.median(worker_figures["worker: plain"])
-    print(f"{'mode':<38} {'jobs/s':>9} {'min':>9} {'max':>9} {'vs plain':>8}")
-    for label, values in worker_figures.items():
-        median = statistics.median(values)
-        results.append(
-            {
-                "mode": label,
-                "jobs_per_second": median,
-                "min": min(values),
-                "max": max(values),
-                "ratio_to_plain_worker": median / worker_baseline,
-            }
-        )
-        print(
-            f"{label:<38} {median:>9.0f} {min(values):>9.0f} {max(values):>9.0f}"
-            f" {median / worker_baseline:>7.0%}"
-        )
-    app.close()
+            for side in order:
+                schema = f"{SCHEMA}_worker_{side}"
+                figures.setdefault((side, label), []).append(
+                    worker_round(sides[side], dsn, schema, kind, app_name, worker_jobs, 10)
+                )
+    results: list[dict[str, Any]] = []
+    print(
+        f"{'mode':<38} "
+        + " ".join(f"{side + ' jobs/s (range)':>26} {'vs plain':>8}" for side in sides)
+    )
+    for label, _, _ in worker_modes:
+        cells = []
+        for side in sides:
+            values = figures[(side, label)]
+            median = statistics.median(values)
+            plain = statistics.median(figures[(side, "worker: plain")])
+            results.append(
+                {
+                    "mode": f"{label} ({side})",
+                    "jobs_per_second": median,
+                    "per_round": values,
+                    "ratio_to_plain_worker": median / plain,
+                    "ratio_per_round": [
+                        value / base
+                        for value, base in zip(
+                            values, figures[(side, "worker: plain")], strict=True
+                        )
+                    ],
+                }
+            )
+            cells.append(
+                f"{median:>9.0f} ({min(values):.0f}-{max(values):.0f})".rjust(26)
+                + f" {median / plain:>7.0%}"
+            )
+        print(f"{label:<38} " + " ".join(cells))
     return results

@@ -11,6 +11,7 @@ import pytest
 
 from pgtasks import App, JobStatus, LimitKeyError
 from pgtasks._app.admin import limits as admin_limits
+from pgtasks._app.admin import read_limits
 from pgtasks._store.base import Row
 from pgtasks._store.limits import LimitedClaimReport
 from tests.support.inprocess import finished, running_worker
@@ -478,3 +479,43 @@ def test_a_pending_row_whose_next_attempt_would_not_fit_is_left_and_stops_no_cla
     rows = _claim(app, worker, 10)
     assert sorted(row["id"] for row in rows) == sorted(job.id for job in others)
     assert [job.status() for job in stuck] == [JobStatus.PENDING] * 2
+
+
+def test_read_limits_gives_each_limits_capacity_rate_tokens_and_running_per_key(
+    app: App,
+) -> None:
+    """The admin read a limits page uses: per limit its concurrency, rate, tokens now and
+    the jobs running under it, per key for a per-key limit, on the caller's connection."""
+    app.queue("reports", concurrency=3)
+
+    @app.task(queue="reports", rate_limit="2/s")
+    def report(n: int) -> None: ...
+
+    @app.task(concurrency_key=lambda user, **_: user, concurrency=1)
+    def sync(user: str, n: int) -> None: ...
+
+    _store_limits(app)
+    report.delay_many([{"n": n} for n in range(4)])
+    sync.delay_many([{"user": user, "n": n} for user in ("ann", "bob") for n in range(3)])
+    (worker,) = _register(app, 1)
+    claimed = _claim(app, worker, 10)
+
+    with app.connection() as conn:
+        states = {state.name: state for state in read_limits(app, conn)}
+
+    queue, task = states["queue:reports"], states[f"task:{report.name}"]
+    key = next(state for state in states.values() if state.kind == "key")
+    assert (queue.kind, queue.target, queue.concurrency, queue.rate) == (
+        "queue", "reports", 3, "-"
+    )  # fmt: skip
+    assert queue.tokens is None and queue.running == sum(
+        1 for row in claimed if row["queue"] == "reports"
+    )
+    assert task.rate_per_second == 2.0 and task.concurrency is None
+    assert task.tokens is not None and 0 <= task.tokens <= (task.burst or 0)
+    assert task.running == sum(1 for row in claimed if row["task_name"] == report.name)
+    assert task.pending == 4 - task.running and task.held == task.pending
+    assert (key.concurrency, key.target, key.keys) == (1, sync.name, 2)
+    per_key = {usage.key: (usage.running, usage.pending) for usage in key.top_keys}
+    assert per_key == {"ann": (1, 2), "bob": (1, 2)}
+    assert all(state.stored for state in states.values())
