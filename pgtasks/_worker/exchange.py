@@ -194,12 +194,13 @@ class Exchanges:
         for running, outcome in batch:
             by_owner.setdefault(running.job.worker_id, []).append(_outcome_row(running, outcome))
         limited = False
-        now = time.monotonic()
         if self.limited_ids:
             for running, _ in batch:
                 if running.job.id in self.limited_ids:
                     self.limited_ids.discard(running.job.id)
                     self.limited.reset()
+        # After the resets above: this round trip's own claim answers them.
+        now = time.monotonic()
         if limit:
             limited = self.limited.ask(now)
             if limited:

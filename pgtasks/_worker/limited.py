@@ -59,6 +59,9 @@ class LimitedClaims:
         #: comes while a claim is on the server is not lost if that claim then finds the
         #: limit full.
         self._freed_at: dict[str, float] = {}
+        #: When reset() last asked for limited jobs again (monotonic): a claim prepared
+        #: before then and back after it must not put the limited claim off.
+        self._reset_at = 0.0
         self._logged: set[str] = set()
         self._lock = threading.Lock()
 
@@ -76,6 +79,7 @@ class LimitedClaims:
         limited job of this worker ended). Any thread."""
         if self.failures:
             return  # a failing claim keeps its backoff
+        self._reset_at = time.monotonic()
         self.retry_at = 0.0
 
     def freed(self, names: Iterable[str]) -> bool:
@@ -115,8 +119,12 @@ class LimitedClaims:
             return
         self.blocked = frozenset(report.blocked) if report is not None else frozenset()
         freed_at = self._freed_at
-        if any(freed_at.get(name, 0.0) >= started for name in self.blocked):
-            # A slot of a limit that held a job back was freed while this claim ran.
+        if self._reset_at > started or any(
+            freed_at.get(name, 0.0) >= started for name in self.blocked
+        ):
+            # A slot of a limit that held a job back was freed while this claim ran, or an
+            # enqueue was notified meanwhile (the new job may be one this claim could not
+            # see): ask again now rather than after a poll interval.
             self.retry_at, self.wake_at = 0.0, time.monotonic()
             return
         wait = report.wait if report is not None else None
