@@ -251,13 +251,38 @@ class Database:
         """Keyword arguments of psycopg.connect for a pooled connection to ``dsn`` (or the
         session DSN): the extra arguments given, without startup options when ``dsn`` is a
         transaction pooler (it refuses them), and no prepared statements where the pooler
-        cannot hold them."""
+        cannot hold them. A direct connection's options pin READ COMMITTED (pin_isolation)."""
         kwargs = dict(self.extra_kwargs)
         if self.pooled and not session:
             kwargs.pop("options", None)
+        else:
+            kwargs["options"] = db.pinned_options(kwargs.get("options"))
         if not session and not self.prepared_statements:
             kwargs["prepare_threshold"] = None
         return kwargs
+
+    @staticmethod
+    def pin_isolation(conn: psycopg.Connection[Any]) -> None:
+        """Every pgtasks connection runs READ COMMITTED, whatever the database or role
+        default (claims, limits and workflows rely on it).
+
+        A direct connection (``dsn`` not pooled, the session DSN, the replica) is pinned
+        for its whole session by a startup option (``default_transaction_isolation``,
+        db.pinned_options). A connection through a transaction pooler cannot be: its
+        statements run on whichever server connection the pooler lends, which keeps no
+        session setting of ours and accepts no startup option. There each transaction
+        pgtasks opens is pinned instead: this sets psycopg's ``isolation_level``, so every
+        explicit transaction begins ``BEGIN ISOLATION LEVEL READ COMMITTED`` (no round trip
+        of its own), and the worker's round trips of claims and finishes, which run as
+        implicit transactions, begin and end their own in the same round trip
+        (Store.finish_and_claim_jobs). A lone autocommit statement (an enqueue, a
+        heartbeat) runs at the server connection's default: ``pgtasks doctor``'s pooler
+        check says when that is not READ COMMITTED."""
+        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+
+    @staticmethod
+    async def apin_isolation(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
 
     def connect(
         self,
@@ -268,7 +293,8 @@ class Database:
         **kwargs: Any,
     ) -> psycopg.Connection[Any]:
         """A new connection of its own (autocommit unless ``autocommit=False``) to ``dsn``,
-        the session DSN (``session``) or the replica (``replica``).
+        the session DSN (``session``) or the replica (``replica``), READ COMMITTED whatever
+        the server's default (:meth:`pin_isolation`).
 
         ``options`` (libpq startup options, ``-c name=value``) are sent on direct
         connections only: a transaction pooler refuses them (PgBouncer before 1.20) or
@@ -291,11 +317,18 @@ class Database:
             target, direct, extra = target_or_none, True, {}
         else:
             target, direct, extra = self.dsn, not self.pooled, self.connection_kwargs()
-        if options and direct:
-            extra["options"] = options
+        if direct:
+            # The caller's options replace those given to the App (as before), and the
+            # isolation pin goes with either.
+            extra["options"] = (
+                db.pinned_options(options) if options else extra.get("options") or db.PINNED
+            )
         kwargs.setdefault("autocommit", True)
         kwargs.setdefault("connect_timeout", max(1, round(self.connect_timeout)))
-        return psycopg.connect(target, **{**extra, **kwargs})
+        conn = psycopg.connect(target, **{**extra, **kwargs})
+        if not direct:
+            self.pin_isolation(conn)
+        return conn
 
     # -- pools --
     def get_pool(self) -> ConnectionPool[Any]:
@@ -310,6 +343,8 @@ class Database:
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
                 kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
+                # READ COMMITTED whatever the database or role default (see pin_isolation).
+                configure=self.pin_isolation if self.pooled else None,
                 timeout=self.connect_timeout,
                 name=self.name,
                 open=False,
@@ -338,6 +373,7 @@ class Database:
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
                 kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
+                configure=self.apin_isolation if self.pooled else None,
                 timeout=self.connect_timeout,
                 name=f"{self.name}-async",
                 open=False,
@@ -356,7 +392,18 @@ class Database:
         """The error to raise when no connection could be had: the server is down or
         unreachable (DatabaseUnavailableError), or the pool is exhausted."""
         if isinstance(cause, PoolTimeout) or cause is None:
-            probed = db.probe_connection_error(self.dsn, self.connect_timeout)
+            probed = db.probe_connection_error(
+                self.dsn, self.connect_timeout, self.connection_kwargs()
+            )
+            if probed is not None and db.refuses_startup_options(probed):
+                password = db.dsn_password(self.dsn)
+                detail = " ".join(db.redact(str(probed), (password,) if password else ()).split())
+                return ConfigurationError(
+                    f"{db.describe_dsn(self.dsn)} refused pgtasks' startup options ({detail}):"
+                    " it is a connection pooler (PgBouncer). Declare it with"
+                    " App(dsn=<pooler>, session_dsn=<the server itself>), or App(pooled=True)"
+                    " when no direct connection is possible (pgtasks then polls)"
+                )
             if probed is None and isinstance(cause, PoolTimeout):
                 # The server answers: the pool is exhausted, not the database down.
                 return PoolExhaustedError(
@@ -579,6 +626,7 @@ class Database:
                     **db.pool_kwargs(),
                     "application_name": "pgtasks replica reads",
                     **self.extra_kwargs,
+                    "options": db.pinned_options(self.extra_kwargs.get("options")),
                 },
                 timeout=self.connect_timeout,
                 name=f"{self.name}-replica",

@@ -158,13 +158,31 @@ def pooler_error(dsn: str, error: BaseException, *, declared: bool) -> Configura
     )
 
 
-def probe_connection_error(dsn: str, timeout: float) -> BaseException | None:
-    """Try one direct connection to learn why the pool cannot connect."""
+def probe_connection_error(
+    dsn: str, timeout: float, kwargs: Mapping[str, Any] | None = None
+) -> BaseException | None:
+    """Try one connection (with the pool's ``kwargs``) to learn why the pool cannot connect."""
     try:
-        with psycopg.connect(dsn, connect_timeout=max(1, int(timeout))):
+        with psycopg.connect(dsn, **{**(kwargs or {}), "connect_timeout": max(1, int(timeout))}):
             return None
     except psycopg.Error as error:
         return error
+
+
+#: The startup option that pins a direct connection's transactions to READ COMMITTED,
+#: whatever the database's or role's default (Database.pin_isolation).
+PINNED = r"-c default_transaction_isolation=read\ committed"
+
+
+def pinned_options(options: str | None) -> str:
+    """libpq startup ``options`` with the isolation pin last (it wins over a default
+    given there)."""
+    return f"{options} {PINNED}" if options else PINNED
+
+
+def refuses_startup_options(error: BaseException) -> bool:
+    """A pooler (PgBouncer before 1.20, in any pool mode) refused the startup options."""
+    return "unsupported startup parameter" in str(error)
 
 
 def pool_kwargs() -> dict[str, Any]:

@@ -30,7 +30,7 @@ from .base import JsonbTextLoader, Params, Row, StoreBase, translate_errors
 from .base import notification_channel as notification_channel
 from .counters import CounterQueries
 from .doctor import DoctorQueries
-from .limits import LimitQueries
+from .limits import LimitedClaimReport, LimitQueries, split_limited_rows
 from .metrics import MetricsQueries
 from .migrations import MigrationQueries
 from .operations import OperationsQueries
@@ -74,6 +74,24 @@ def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
         # In pipeline mode, the statements up to the next sync share one transaction.
         and pgconn.pipeline_status == PipelineStatus.OFF
     )
+
+
+def _pinned_per_transaction(conn: psycopg.Connection[Any]) -> bool:
+    """``conn`` goes through a transaction pooler (Database.pin_isolation set its
+    isolation level) and runs each statement as a transaction of its own: a round trip
+    that relies on READ COMMITTED begins its own transaction at that level."""
+    return conn.isolation_level is not None and _own_transaction(conn)
+
+
+def _roll_back_failed_block(conn: psycopg.Connection[Any]) -> None:
+    """A statement of a pinned round trip failed: the server skipped the rest (the COMMIT
+    too), so the transaction it began is still open, aborted. End it; the connection stays
+    usable (a broken one is replaced by its owner)."""
+    if conn.closed or conn.broken:
+        return
+    if conn.pgconn.transaction_status != TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            conn.rollback()
 
 
 #: Batches of at least this many plain jobs go by COPY (Store.copy_new_jobs): two round
@@ -128,6 +146,15 @@ class Store(
     def record_migration(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
         params = {"version": migration.version, "name": migration.name}
         self._rows(conn, "record_migration", params)
+
+    # -- transaction blocks through a pooler (Database.pin_isolation) --
+    def begin_read_committed_block(self, conn: psycopg.Connection[Any]) -> None:
+        """Begin a transaction block, READ COMMITTED whatever the server's default (on an
+        autocommit connection; a pipelined round trip sends the same statement)."""
+        self._rows(conn, "begin_read_committed_block", None)
+
+    def commit_block(self, conn: psycopg.Connection[Any]) -> None:
+        self._rows(conn, "commit_block", None)
 
     def get_schema_version(self, conn: psycopg.Connection[Any]) -> int:
         return int(self._rows(conn, "get_schema_version", None)[0]["version"])
@@ -407,12 +434,16 @@ class Store(
         pid: int,
         queues: Sequence[str] | None,
         concurrency: int,
+        task_names: Sequence[str] | None = None,
     ) -> int:
+        """A new registration (its id is the lease owner of the worker's claims);
+        ``task_names``: the tasks the worker knows (None: any, as before migration flow_control)."""
         params = {
             "hostname": hostname,
             "pid": pid,
             "queues": list(queues) if queues is not None else None,
             "concurrency": concurrency,
+            "task_names": list(task_names) if task_names is not None else None,
         }
         return int(self._rows(conn, "register_worker", params)[0]["id"])
 
@@ -541,15 +572,21 @@ class Store(
         limited: bool = False,
         claimed_rows: RowFactory[Any] = dict_row,
         claim_order: Callable[[Any], Any] = _claim_order,
+        report: LimitedClaimReport | None = None,
     ) -> tuple[dict[int, str], list[Any]]:
         """``finish_jobs`` for each ``(lease owner, outcomes)`` then ``claim_jobs`` (when
         ``limit`` > 0; from ``after`` when given; leaving out ``excluded_queues``): one
         transaction, one network round trip (pipeline mode).
 
         ``limited`` (some limit is stored, migration 0009): the round trip claims jobs that
-        limits apply to (claim_limited_jobs) instead, and when those do not fill ``limit``,
-        a second round trip claims plain jobs for the rest. Claimed rows come limited first
-        (in the order the limited claim took them), then plain ones in claim order.
+        limits apply to (claim_limited, migration flow_control) instead, and when those do not fill
+        ``limit``, a second round trip claims plain jobs for the rest. Claimed rows come
+        limited first (in the order the limited claim took them), then plain ones in claim
+        order. What held limited jobs back, or the error that ended the limited claim (it
+        never raises one: the plain claim goes on), goes into ``report``. The second round
+        trip is a transaction of its own: when the server refuses it (the connection still
+        usable), the first one's outcomes and claims stand and are returned, and its error
+        goes into ``report.plain_error`` (the plain claim is tried again next time).
 
         ``claimed_rows`` makes each claimed row (a dict by default; the worker builds its
         jobs straight from the values) and ``claim_order`` is the sort key that puts plain
@@ -566,11 +603,20 @@ class Store(
                 conn, finished, worker_id, queues, limit, task_names, None, excluded_queues,
                 True, *rows_and_order,
             )  # fmt: skip
+            rows = split_limited_rows(rows, report)
             if len(rows) < limit:
-                _, plain = self._finish_and_claim(
-                    conn, [], worker_id, queues, limit - len(rows), task_names, after,
-                    excluded_queues, False, *rows_and_order,
-                )  # fmt: skip
+                try:
+                    _, plain = self._finish_and_claim(
+                        conn, [], worker_id, queues, limit - len(rows), task_names, after,
+                        excluded_queues, False, *rows_and_order,
+                    )  # fmt: skip
+                except psycopg.Error as error:
+                    if conn.closed or conn.broken or report is None:
+                        raise
+                    # The outcomes written and the jobs claimed by the first round trip
+                    # are committed: they must reach the worker, whatever the second did.
+                    report.plain_error = f"{type(error).__name__}: {str(error).strip()}"
+                    plain = []
                 rows += plain
             return accepted, rows
         return self._finish_and_claim(
@@ -593,7 +639,7 @@ class Store(
             params = self.limited_claim_params(
                 worker_id, queues, limit, task_names, excluded_queues
             )
-            return "claim_limited_jobs", dict(params)
+            return "claim_limited", dict(params)
         return self._claim_params(worker_id, queues, limit, task_names, after, excluded_queues)
 
     def _finish_and_claim(
@@ -610,7 +656,10 @@ class Store(
         claimed_rows: RowFactory[Any],
         claim_order: Callable[[Any], Any],
     ) -> tuple[dict[int, str], list[Any]]:
-        if conn.autocommit and not finished and limit > 0:
+        # Through a transaction pooler (Database.pin_isolation) the round trip begins and
+        # ends a READ COMMITTED transaction of its own, in the same pipeline.
+        pinned = _pinned_per_transaction(conn)
+        if conn.autocommit and not finished and limit > 0 and not pinned:
             name, params = self._claim_statement(
                 limited, worker_id, queues, limit, task_names, after, excluded_queues
             )
@@ -622,7 +671,7 @@ class Store(
             if not limited:
                 claimed.sort(key=claim_order)
             return {}, claimed
-        if conn.autocommit and len(finished) == 1 and limit <= 0:
+        if conn.autocommit and len(finished) == 1 and limit <= 0 and not pinned:
             owner, outcomes = finished[0]
             return self.finish_jobs(conn, worker_id=owner, outcomes=outcomes), []
         cursors = []
@@ -633,23 +682,33 @@ class Store(
         block: contextlib.AbstractContextManager[Any] = (
             contextlib.nullcontext() if _own_transaction(conn) else conn.transaction()
         )
-        with translate_errors(self.schema), conn.pipeline(), block:
-            for owner, outcomes in finished:
-                cursor = conn.cursor(row_factory=tuple_row)
-                cursor.execute(
-                    self._binary_statements["finish_jobs"], self._finish_params(owner, outcomes)
-                )
-                cursors.append(cursor)
-            claim_cursor = None
-            if limit > 0:
-                claim_cursor = conn.cursor(row_factory=claimed_rows)
-                claim_cursor.adapters.register_loader("jsonb", JsonbTextLoader)
-                name, params = self._claim_statement(
-                    limited, worker_id, queues, limit, task_names, after, excluded_queues
-                )
-                if not cursors:  # nothing finished in this transaction: announce the claim
-                    name = f"{name}_announced"
-                claim_cursor.execute(self._statements[name], params)
+        try:
+            with translate_errors(self.schema), conn.pipeline(), block:
+                if pinned:
+                    conn.cursor().execute(self._statements["begin_read_committed_block"])
+                for owner, outcomes in finished:
+                    cursor = conn.cursor(row_factory=tuple_row)
+                    cursor.execute(
+                        self._binary_statements["finish_jobs"],
+                        self._finish_params(owner, outcomes),
+                    )
+                    cursors.append(cursor)
+                claim_cursor = None
+                if limit > 0:
+                    claim_cursor = conn.cursor(row_factory=claimed_rows)
+                    claim_cursor.adapters.register_loader("jsonb", JsonbTextLoader)
+                    name, params = self._claim_statement(
+                        limited, worker_id, queues, limit, task_names, after, excluded_queues
+                    )
+                    if not cursors:  # nothing finished in this transaction: announce it
+                        name = f"{name}_announced"
+                    claim_cursor.execute(self._statements[name], params)
+                if pinned:
+                    conn.cursor().execute(self._statements["commit_block"])
+        except BaseException:
+            if pinned:
+                _roll_back_failed_block(conn)
+            raise
         # finish_jobs returns (id, status, notifications sent).
         accepted = {row[0]: row[1] for cursor in cursors for row in cursor.fetchall()}
         claimed = claim_cursor.fetchall() if claim_cursor else []

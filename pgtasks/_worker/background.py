@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._store.limits import LimitedClaimReport
 from .._store.store import OutcomeRow as OutcomeRow
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ class Exchange:
     excluded_queues: list[str] | None = None
     #: Claim jobs that limits apply to first (some limit is stored, migration 0009).
     limited: bool = False
+    #: What the limited claim said besides its jobs (what held jobs back, its error).
+    report: LimitedClaimReport = dataclasses.field(default_factory=LimitedClaimReport)
+    #: time.monotonic() when the round trip was prepared.
+    started: float = 0.0
     #: The registration the round trip ran under (the lease owner of what it claimed).
     owner: int = 0
     accepted: dict[int, str] = dataclasses.field(default_factory=dict)

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._counters import UNKNOWN_TASK_JOBS
 from .._execution.running import claim_order, claimed_jobs
 from .._retry import Outcome
-from .._store.database import is_transient
+from .._store.database import is_connection_failure, is_transient
+from .._store.limits import LimitedClaimReport
 from .._text import storable
 from .background import BackgroundExchanger, Exchange, OutcomeRow
 from .claims import ClaimCursor, Prefetch, round_trip_share
-from .services import Connect
+from .limited import LimitedClaims
+from .services import Connect, ErrorLog
 
 if TYPE_CHECKING:
     from .._execution.executor import Executor
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from .ledger import JobLedger, LoopConnection
     from .registration import Registration
     from .reporter import Reporter
-    from .services import ErrorLog
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -66,7 +66,6 @@ class Exchanges:
         queues: Sequence[str] | None,
         prefetch: Prefetch,
         poll_interval: float,
-        ignore_unknown: bool,
         tasks: Mapping[str, object],
     ) -> None:
         self.name = name
@@ -79,7 +78,6 @@ class Exchanges:
         self.errors = errors
         self.queues = list(queues) if queues is not None else None
         self.prefetch = prefetch
-        self.ignore_unknown = ignore_unknown
         self.tasks = tasks
         self.cursor = ClaimCursor(poll_interval)
         #: The lanes of round trips off the loop thread (see background.py), the number
@@ -95,15 +93,13 @@ class Exchanges:
         #: of every claim. Replaced whole by the listener thread, read by the loop.
         self.paused: frozenset[str] = frozenset()
         self._task_names: list[str] | None = None
-        #: Some concurrency or rate limit is stored (migration 0009): claims take limited
-        #: jobs first (Store.finish_and_claim_jobs). Set at start.
-        self.limited = False
-        #: Limited jobs this worker holds (one ending may free room for the next).
+        #: When claims ask for jobs under limits (migration 0009) first, and what they
+        #: wait for in between (limited.py). ``limited.stored`` is set at start.
+        self.limited = LimitedClaims(name, poll_interval)
+        #: Failures of a plain claim that followed a limited one in a round trip of its own.
+        self.plain_errors = ErrorLog(f"plain claim of worker {name}")
+        #: Limited jobs this worker holds (one ending frees room for the next).
         self.limited_ids: set[int] = set()
-        #: time.monotonic() before which claims skip limited jobs: after a limited claim
-        #: that did not get all it asked for, until a poll interval passed, an enqueue was
-        #: notified (wake_limited) or a limited job of this worker ended.
-        self.limited_retry_at = 0.0
         self.poll_interval = poll_interval
 
     def start_background(self, connect: Connect, wake: Any) -> None:
@@ -142,7 +138,15 @@ class Exchanges:
 
     def wake_limited(self) -> None:
         """An enqueue was notified: the next claim asks for limited jobs again (any thread)."""
-        self.limited_retry_at = 0.0
+        self.limited.reset()
+
+    def limited_ended(self) -> bool:
+        """A limited job of this worker ended and its outcome is not written yet: the round
+        trip that writes it claims too, so its slot is taken at once."""
+        limited_ids = self.limited_ids
+        return bool(limited_ids) and any(
+            running.job.id in limited_ids for running, _ in self.ledger.unwritten
+        )
 
     # -- paused queues --
     def claim_filter(self) -> tuple[list[str] | None, list[str] | None] | None:
@@ -190,12 +194,17 @@ class Exchanges:
         for running, outcome in batch:
             by_owner.setdefault(running.job.worker_id, []).append(_outcome_row(running, outcome))
         limited = False
-        if self.limited and limit:
+        if self.limited_ids:
             for running, _ in batch:
                 if running.job.id in self.limited_ids:
                     self.limited_ids.discard(running.job.id)
-                    self.limited_retry_at = 0.0
-            limited = time.monotonic() >= self.limited_retry_at
+                    self.limited.reset()
+        # After the resets above: this round trip's own claim answers them.
+        now = time.monotonic()
+        if limit:
+            limited = self.limited.ask(now)
+            if limited:
+                self.limited.wake_at = None  # what this claim finds says when to wake next
         claim_filter = self.claim_filter() if limit else None
         if claim_filter is None:
             limit = 0  # every queue of this worker is paused
@@ -205,10 +214,13 @@ class Exchanges:
             finished=list(by_owner.items()),
             limit=limit,
             after=self.cursor.claim_from() if limit else None,
-            task_names=self._known_task_names() if self.ignore_unknown else None,
+            # Only the tasks this worker knows: another app or a newer deploy may know the
+            # others (a job of theirs is never failed here, it waits for them).
+            task_names=self._known_task_names(),
             queues=queues,
             excluded_queues=excluded,
             limited=limited,
+            started=now,
         )
 
     def run(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:
@@ -218,10 +230,27 @@ class Exchanges:
             raise RuntimeError("the worker is not registered")
         exchange.owner = worker_id
         started = time.monotonic()
+        try:
+            self._round_trip(conn, exchange, worker_id)
+        except psycopg.Error as error:
+            if not exchange.limited or not _still_usable(conn, error):
+                raise
+            # The round trip failed as a whole (nothing of it was written). If it goes
+            # through without the limited claim, that claim was the cause: the plain
+            # claim must not wait for it. Otherwise the error is the round trip's own.
+            exchange.limited = False
+            self._round_trip(conn, exchange, worker_id)
+            exchange.limited = True
+            exchange.report = LimitedClaimReport(
+                error=f"{type(error).__name__}: {str(error).strip() or 'no message'}"
+            )
+        exchange.seconds = time.monotonic() - started
+
+    def _round_trip(self, conn: psycopg.Connection[Any], exchange: Exchange, owner: int) -> None:
         exchange.accepted, exchange.jobs = self.store.finish_and_claim_jobs(
             conn,
             finished=exchange.finished,
-            worker_id=worker_id,
+            worker_id=owner,
             queues=exchange.queues,
             limit=exchange.limit,
             task_names=exchange.task_names,
@@ -229,10 +258,10 @@ class Exchanges:
             excluded_queues=exchange.excluded_queues,
             limited=exchange.limited,
             # The lease owner is the registration the claim ran under.
-            claimed_rows=claimed_jobs(worker_id),
+            claimed_rows=claimed_jobs(owner),
             claim_order=claim_order,
+            report=exchange.report,
         )
-        exchange.seconds = time.monotonic() - started
 
     def apply(self, exchange: Exchange) -> int:
         """Log the written outcomes and start the claimed jobs (loop thread)."""
@@ -244,8 +273,18 @@ class Exchanges:
         if exchange.limited:
             taken = [job.id for job in jobs if getattr(job, "limited", False)]
             self.limited_ids.update(taken)
-            if len(taken) < exchange.limit:
-                self.limited_retry_at = time.monotonic() + self.poll_interval
+            self.limited.claimed(
+                asked=exchange.limit,
+                taken=len(taken),
+                report=exchange.report,
+                started=exchange.started,
+            )
+            if exchange.report.plain_error is not None:
+                # The plain claim after the limited one failed on its own: the limited
+                # jobs and the outcomes stand; the plain claim is tried again next time.
+                self.plain_errors.failed(RuntimeError(exchange.report.plain_error))
+            else:
+                self.plain_errors.recovered()
         in_flight, submit, observed = (
             self.ledger.in_flight,
             self.executor.submit,
@@ -256,8 +295,6 @@ class Exchanges:
                 reporter.notify("job_started", job)
             running = submit(job)
             in_flight[running.token] = running
-            if running.task is None:
-                reporter.exercised(UNKNOWN_TASK_JOBS)
         reporter.count("claimed", len(jobs))
         return len(jobs)
 
@@ -408,10 +445,19 @@ class Exchanges:
             )
 
     def _known_task_names(self) -> list[str]:
-        """The app's task names for --ignore-unknown claims, sorted once per change."""
+        """The app's task names, which claims are limited to, sorted once per change."""
         if self._task_names is None or len(self._task_names) != len(self.tasks):
             self._task_names = sorted(self.tasks)
         return self._task_names
+
+
+def _still_usable(conn: psycopg.Connection[Any], error: psycopg.Error) -> bool:
+    """The server refused a statement and the connection is fine (not in a transaction)."""
+    return (
+        not conn.closed
+        and not is_connection_failure(error)
+        and conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    )
 
 
 def _outcome_row(running: Running, outcome: Outcome) -> OutcomeRow:

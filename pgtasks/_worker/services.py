@@ -52,7 +52,8 @@ Connect = Callable[[], "psycopg.Connection[Any]"]
 
 def connector(database: Database, *, owner: str, session: bool = False) -> Connect:
     """Opens a worker's dedicated connections: autocommit, TCP keepalives (dead peers are
-    noticed), the worker's name in pg_stat_activity, and WORKER_CONNECTION_OPTIONS.
+    noticed), the worker's name in pg_stat_activity, WORKER_CONNECTION_OPTIONS, and READ
+    COMMITTED whatever the database or role default (Database.pin_isolation).
 
     ``session``: to the session DSN (LISTEN, session locks) rather than ``dsn``. Through a
     transaction pooler (``dsn`` pooled) no startup option is sent and no statement is
@@ -269,8 +270,8 @@ class Rescuer(Service):
 
 class Listener(Service):
     """LISTENs for enqueue notifications and wakes the claim loop for its queues; passes
-    cancellation requests on; reads the paused queues (migration 0007) every
-    ``paused_refresh`` seconds and passes them on.
+    cancellation requests and freed slots of limits (migration flow_control) on; reads the paused
+    queues (migration 0007) every ``paused_refresh`` seconds and passes them on.
 
     After (re)connecting it wakes the loop once, so jobs enqueued while it was away are
     claimed at once rather than at the next poll.
@@ -278,7 +279,8 @@ class Listener(Service):
     ``listen=False`` (a pooled ``dsn`` without a session connection, where LISTEN cannot
     work): it only polls. Every ``paused_refresh`` seconds it reads the paused queues and
     calls ``poll_cancellations`` (so a cancelled job stops within that time, not the
-    heartbeat's); the claim loop finds new jobs at its poll interval.
+    heartbeat's); the claim loop finds new jobs, and slots of limits other workers
+    freed, at its poll interval.
 
     The paused queues are read here, on the listener's connection, so the claim loop
     pays nothing for them: one read of a table that holds a row per paused queue, every
@@ -299,6 +301,7 @@ class Listener(Service):
         cancel: Callable[[set[int]], None],
         paused: Callable[[frozenset[str]], None] = lambda queues: None,
         paused_refresh: float = 0.5,
+        limits_freed: Callable[[str], None] | None = None,
         listen: bool = True,
         poll_cancellations: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
@@ -309,6 +312,9 @@ class Listener(Service):
         self.queues = set(queues) if queues is not None else None
         self.wake = wake
         self.cancel = cancel
+        #: Slots of limits were freed (payload "<worker id>:<limit names>", migration
+        #: flow_control).
+        self.limits_freed = limits_freed
         self.on_paused = paused
         self.paused_refresh = paused_refresh
         self.paused: frozenset[str] = frozenset()
@@ -328,7 +334,10 @@ class Listener(Service):
             self._poll(conn)
             return
         store = self.store
-        store.listen(conn, store.channel, store.cancel_channel)
+        channels = [store.channel, store.cancel_channel]
+        if self.limits_freed is not None:
+            channels.append(store.limits_channel)
+        store.listen(conn, *channels)
         next_read = self.read_paused(conn)
         self.wake()
         self.errors.recovered()
@@ -340,6 +349,9 @@ class Listener(Service):
                 if notify.channel == store.cancel_channel:
                     if notify.payload.isascii() and notify.payload.isdigit():
                         self.cancel({int(notify.payload)})
+                elif notify.channel == store.limits_channel:
+                    if self.limits_freed is not None:
+                        self.limits_freed(notify.payload)
                 elif queues is None or notify.payload in queues:
                     reread = reread or notify.payload in self.paused
                     self.wake()

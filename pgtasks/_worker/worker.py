@@ -89,7 +89,7 @@ class Worker:
         rescue_interval: float | None = None,
         poll_interval: float | None = None,
         shutdown_timeout: float = 30.0,
-        ignore_unknown: bool = False,
+        ignore_unknown: bool = True,
         prefetch: int | None = None,
         observers: Sequence[WorkerEvents] = (),
         pool: str = "thread",
@@ -126,6 +126,7 @@ class Worker:
                 f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"
                 f" lease_timeout ({self.lease_timeout:g} s)"
             )
+        #: Kept for compatibility: a worker always claims only the tasks it knows.
         self.ignore_unknown = ignore_unknown
         if prefetch is not None:
             whole_number("prefetch=", prefetch, minimum=0)
@@ -146,6 +147,7 @@ class Worker:
             queues=self.queues,
             concurrency=concurrency,
             lease_timeout=self.lease_timeout,
+            task_names=lambda: sorted(self.app.tasks),
         )
         self._reporter = Reporter(observers)
         #: Counters since start (read by tests and the demo).
@@ -251,6 +253,17 @@ class Worker:
         if previous - paused:
             self.wake(notified=True)
 
+    def _limits_freed(self, payload: str) -> None:
+        """Another worker freed slots of limits (the listener's thread; the payload is
+        "<worker id>:<limit names>", any text a role may send): claim now when this worker
+        waits for one of them. Its own ends are claimed for in the round trip that wrote
+        them."""
+        owner, _, names = payload.partition(":")
+        if owner == str(self.worker_id):
+            return
+        if self._exchanges.limited.freed(names.split(",")):
+            self._wake_event.set()
+
     def cancel_jobs(self, job_ids: set[int]) -> None:
         """A cancel notification named these jobs (the listener's thread).
 
@@ -346,7 +359,6 @@ class Worker:
             queues=self.queues,
             prefetch=self._prefetch,
             poll_interval=self.poll_interval,
-            ignore_unknown=self.ignore_unknown,
             tasks=self.app.tasks,
         )
 
@@ -391,6 +403,7 @@ class Worker:
                 cancel=self.cancel_jobs,
                 paused=self._set_paused,
                 paused_refresh=max(0.05, self.poll_interval / 2),
+                limits_freed=self._limits_freed,
                 listen=sessions,
                 poll_cancellations=self.poll_cancel_requests,
             ),
@@ -427,7 +440,7 @@ class Worker:
                 stored = self.app.store.upsert_limits(
                     self._connection.get(), self.app.limit_definitions()
                 )
-                self._exchanges.limited = stored > 0
+                self._exchanges.limited.stored = stored > 0
                 worker_id = self.registration.register(self._connection.get())
             except BaseException:
                 self._executor.shutdown()
@@ -614,7 +627,15 @@ class Worker:
         now = time.monotonic()
         free = exchanges.pipeline - len(ledger.in_flight) - exchanges.claiming
         due = now >= next_poll or now >= reporter.next_due
-        claim = free > 0 and (self._notified or exchanges.maybe_more or due)
+        claim = free > 0 and (
+            self._notified
+            or exchanges.maybe_more
+            or due
+            # A slot of a limit came free (a limited job of ours ended, or another worker
+            # notified one we wait for), or a rate token we wait for is due: claim now.
+            or exchanges.limited_ended()
+            or exchanges.limited.due(now)
+        )
         if claim and exchanges.claim_filter() is None:
             claim = False  # every queue of this worker is paused: claim once one resumes
         if exchanges.batch_more(free if claim else 0):
@@ -673,7 +694,14 @@ class Worker:
 
     def _wait_time(self, next_poll: float) -> float:
         now = time.monotonic()
-        wait = max(0.0, min(next_poll, self._reporter.next_due) - now)
+        wake_at = min(next_poll, self._reporter.next_due)
+        limited_at = self._exchanges.limited.wake_at
+        if limited_at is not None and limited_at > now:
+            # A rate token we wait for is due then (or a failed limited claim is retried).
+            # One already due claims in the step, when a slot is free; without one, the
+            # first job to end wakes the loop.
+            wake_at = min(wake_at, limited_at)
+        wait = max(0.0, wake_at - now)
         if self._exchanges.background_busy:
             # A poll or a due retry waits for the round trip in flight: its return wakes
             # the loop (and a claim right after it reads from the start if due).

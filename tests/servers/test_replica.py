@@ -129,7 +129,12 @@ def test_the_dashboard_stats_jobs_list_and_metrics_read_the_replica_and_get_the_
         timeout=20,
         message="the dashboard to show the replayed jobs",
     )
-    assert "done" in web.get(f"/jobs/{new}").text
+    # The jobs' inserts come before their ends in the WAL: the list may show them first.
+    wait_until(
+        lambda: "done" in web.get(f"/jobs/{new}").text,
+        timeout=20,
+        message="the job page to show the replayed end",
+    )
 
 
 def test_doctor_reports_the_replicas_lag_and_what_hot_standby_feedback_does(
