@@ -28,8 +28,9 @@ def step_key(step: str | None) -> tuple[int, tuple[int, ...], str]:
     """Sort steps as numbers (``2`` before ``10``), anything else last."""
     text = step or ""
     parts = text.split(".")
-    if all(part.isdigit() for part in parts):
-        return (0, tuple(int(part) for part in parts), "")
+    # isdecimal, not isdigit: int() refuses digits such as "²" (a row edited by hand).
+    if all(part.isdecimal() for part in parts):
+        return (0, tuple(map(int, parts)), "")
     return (1, (), text)
 
 
@@ -124,11 +125,13 @@ class WorkflowSummary:
         return dataclasses.asdict(self)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class WorkflowStep:
     """One job of a workflow as its page (graph) shows it: its step, links (job ids),
-    state, attempts, timings, its result as JSON text (cut; ``result_cut``) and the last
-    line of its error."""
+    state, attempts, timings, its result as JSON text (cut; ``result_cut``; None when it
+    has none, or when it is too large to render: ``result_size``, its stored size in
+    bytes, says so) and the last line of its error. (Slots, not frozen: a page reads
+    thousands of them.)"""
 
     id: int
     step: str | None
@@ -140,23 +143,36 @@ class WorkflowStep:
     prev_ids: list[int]
     next_ids: list[int]
     waiting_for: int | None
-    created_at: datetime
+    created_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
     result_text: str | None
     result_cut: bool
     error_line: str | None
+    result_size: int = 0
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> WorkflowStep:
-        values: dict[str, Any] = {
-            field.name: row.get(field.name) for field in dataclasses.fields(cls)
-        }
-        values["step"] = row["workflow_step"]
-        values["prev_ids"] = list(row["prev_ids"] or [])
-        values["next_ids"] = list(row["next_ids"] or [])
-        values["result_cut"] = bool(row["result_cut"])
-        return cls(**values)
+        get = row.get
+        return cls(
+            get("id"),
+            row["workflow_step"],
+            get("task_name"),
+            get("queue"),
+            get("status"),
+            get("attempts"),
+            get("max_attempts"),
+            list(row["prev_ids"] or ()),
+            list(row["next_ids"] or ()),
+            get("waiting_for"),
+            get("created_at"),
+            get("started_at"),
+            get("finished_at"),
+            get("result_text"),
+            bool(row["result_cut"]),
+            get("error_line"),
+            int(get("result_size") or 0),
+        )
 
     @property
     def seconds(self) -> float | None:

@@ -131,20 +131,39 @@ class WorkflowQueries(StoreBase):
         limit: int = 50,
     ) -> list[Row]:
         """Workflows newest first: ``id, kind, shape, created_at, steps, steps_done,
-        started_at, state, finished_at``."""
+        started_at, state, finished_at``. Running, failed and cancelled workflows are found
+        from their own partial indexes, the others by probing them (see workflows.sql)."""
         params = {
             "status": status,
             "id": workflow_id,
             "before": before,
             "limit": limit,
         }
+        if workflow_id is None and status == "running":
+            return self._rows(conn, "list_running_workflows", params)
+        if workflow_id is None and status in ("failed", "cancelled"):
+            return self._rows(conn, "list_unsuccessful_workflows", params)
         return self._rows(conn, "list_workflows", params)
 
     def get_workflow_steps(
-        self, conn: psycopg.Connection[Any], workflow_id: int, *, max_result: int
+        self,
+        conn: psycopg.Connection[Any],
+        workflow_id: int,
+        *,
+        max_result: int,
+        max_result_bytes: int = 65_536,
+        limit: int | None = None,
     ) -> list[Row]:
-        """A workflow's jobs for its page, results cut to ``max_result`` characters."""
-        return self._rows(conn, "get_workflow_steps", {"id": workflow_id, "max_result": max_result})
+        """A workflow's jobs for its page (the first ``limit`` by id; None: all), results
+        cut to ``max_result`` characters (not rendered when stored in over
+        ``max_result_bytes``: ``result_size`` says how large)."""
+        params = {
+            "id": workflow_id,
+            "max_result": max_result,
+            "max_result_bytes": max_result_bytes,
+            "limit": limit,
+        }
+        return self._rows(conn, "get_workflow_steps", params)
 
     def find_stuck_steps(
         self, conn: psycopg.Connection[Any], *, after: int = 0, limit: int

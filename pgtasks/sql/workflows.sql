@@ -115,42 +115,147 @@ SELECT count(*)::int AS deleted FROM deleted;
 -- name: list_workflows :many
 -- Workflows newest first (ids below %(before)s), with their steps done and in all (the
 -- on_error job is not a step), state (as get_workflow), first start and end; %(status)s
--- keeps one state, %(id)s one workflow. Each reads its jobs through jobs_workflow_idx.
-SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
-       progress.steps, progress.steps_done, progress.started_at, progress.state,
-       progress.finished_at
-FROM {schema}.workflows AS workflows
+-- keeps one state (done: the other states are found from their own indexes by
+-- list_running_workflows and list_unsuccessful_workflows), %(id)s one workflow. A
+-- workflow's state is at most three probes of partial indexes that read no job row
+-- (jobs_workflow_unfinished_idx, jobs_workflow_unsuccessful_idx); only the jobs of the
+-- workflows listed are read (jobs_workflow_idx).
+WITH picked AS (
+    SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at, state.state
+    FROM {schema}.workflows AS workflows
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
+                                 WHERE jobs.workflow_id = workflows.id
+                                   AND jobs.status IN ('waiting', 'pending', 'running'))
+                    THEN 'running'
+                    WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
+                                 WHERE jobs.workflow_id = workflows.id
+                                   AND jobs.status = 'failed')
+                    THEN 'failed'
+                    WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
+                                 WHERE jobs.workflow_id = workflows.id
+                                   AND jobs.status = 'cancelled')
+                    THEN 'cancelled'
+                    ELSE 'done' END AS state
+    ) AS state
+    WHERE (%(before)s::bigint IS NULL OR workflows.id < %(before)s::bigint)
+      AND (%(id)s::bigint IS NULL OR workflows.id = %(id)s::bigint)
+      AND (%(status)s::text IS NULL OR state.state = %(status)s::text)
+    ORDER BY workflows.id DESC
+    LIMIT %(limit)s::int
+)
+SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
+       progress.steps_done, progress.started_at, picked.state,
+       CASE WHEN picked.state <> 'running' THEN progress.finished_at END AS finished_at
+FROM picked
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
            count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                               AND jobs.status = 'done')::int AS steps_done,
            min(jobs.started_at) AS started_at,
-           CASE WHEN bool_or(jobs.status IN ('waiting', 'pending', 'running')) THEN 'running'
-                WHEN bool_or(jobs.status = 'failed') THEN 'failed'
-                WHEN bool_or(jobs.status = 'cancelled') THEN 'cancelled'
-                ELSE 'done' END AS state,
-           CASE WHEN NOT bool_or(jobs.status IN ('waiting', 'pending', 'running'))
-                THEN max(jobs.finished_at) END AS finished_at
+           max(jobs.finished_at) AS finished_at
     FROM {schema}.jobs AS jobs
-    WHERE jobs.workflow_id = workflows.id
+    WHERE jobs.workflow_id = picked.id
 ) AS progress
-WHERE (%(before)s::bigint IS NULL OR workflows.id < %(before)s::bigint)
-  AND (%(id)s::bigint IS NULL OR workflows.id = %(id)s::bigint)
-  AND (%(status)s::text IS NULL OR progress.state = %(status)s::text)
-ORDER BY workflows.id DESC
-LIMIT %(limit)s::int;
+ORDER BY picked.id DESC;
+
+-- name: list_running_workflows :many
+-- list_workflows of the running workflows (any job waiting, pending or running), found
+-- newest first from jobs_workflow_unfinished_idx: reads the index entries of the
+-- workflows listed, not the workflows before them.
+WITH picked AS (
+    SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
+           'running'::text AS state
+    FROM (
+        SELECT DISTINCT jobs.workflow_id
+        FROM {schema}.jobs AS jobs
+        WHERE jobs.workflow_id IS NOT NULL
+          AND jobs.status IN ('waiting', 'pending', 'running')
+          AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
+        ORDER BY jobs.workflow_id DESC
+    ) AS running
+    JOIN {schema}.workflows AS workflows ON workflows.id = running.workflow_id
+    ORDER BY workflows.id DESC
+    LIMIT %(limit)s::int
+)
+SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
+       progress.steps_done, progress.started_at, picked.state, NULL::timestamptz AS finished_at
+FROM picked
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+           count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
+                              AND jobs.status = 'done')::int AS steps_done,
+           min(jobs.started_at) AS started_at
+    FROM {schema}.jobs AS jobs
+    WHERE jobs.workflow_id = picked.id
+) AS progress
+ORDER BY picked.id DESC;
+
+-- name: list_unsuccessful_workflows :many
+-- list_workflows of the failed (%(status)s 'failed': no job unfinished, one failed) or
+-- cancelled ('cancelled': none unfinished or failed, one cancelled) workflows, found
+-- newest first from jobs_workflow_unsuccessful_idx (migration workflow_states): reads
+-- the index entries of the workflows with such a job, never the others.
+WITH picked AS (
+    SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
+           %(status)s::text AS state
+    FROM (
+        SELECT DISTINCT jobs.workflow_id
+        FROM {schema}.jobs AS jobs
+        WHERE jobs.workflow_id IS NOT NULL
+          -- Names the index's predicate (the parameter alone would not, in a generic plan).
+          AND jobs.status IN ('failed', 'cancelled')
+          AND jobs.status = %(status)s::text
+          AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
+        ORDER BY jobs.workflow_id DESC
+    ) AS ended
+    JOIN {schema}.workflows AS workflows ON workflows.id = ended.workflow_id
+    WHERE NOT EXISTS (SELECT FROM {schema}.jobs AS jobs
+                      WHERE jobs.workflow_id = workflows.id
+                        AND jobs.status IN ('waiting', 'pending', 'running'))
+      AND (%(status)s::text = 'failed'
+           OR NOT EXISTS (SELECT FROM {schema}.jobs AS jobs
+                          WHERE jobs.workflow_id = workflows.id AND jobs.status = 'failed'))
+    ORDER BY workflows.id DESC
+    LIMIT %(limit)s::int
+)
+SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
+       progress.steps_done, progress.started_at, picked.state, progress.finished_at
+FROM picked
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+           count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
+                              AND jobs.status = 'done')::int AS steps_done,
+           min(jobs.started_at) AS started_at,
+           max(jobs.finished_at) AS finished_at
+    FROM {schema}.jobs AS jobs
+    WHERE jobs.workflow_id = picked.id
+) AS progress
+ORDER BY picked.id DESC;
 
 -- name: get_workflow_steps :many
--- A workflow's jobs for its page (graph): links, state, attempts, timings, the result as
--- JSON text cut to %(max_result)s characters, and the last line of the error.
+-- A workflow's jobs for its page (graph), the first %(limit)s by id: links, state,
+-- attempts, timings, the result as JSON text cut to %(max_result)s characters (a result
+-- stored in over %(max_result_bytes)s bytes is not rendered: result_size says how large
+-- it is) and the last line of the error. A time that is not finite (a row edited by
+-- hand) reads as NULL: thousands of rows load faster without the 'infinity' loader.
 SELECT id, task_name, queue, status, attempts, max_attempts, workflow_step, prev_ids,
-       next_ids, waiting_for, created_at, started_at, finished_at,
-       left(result::text, %(max_result)s::int) AS result_text,
-       coalesce(length(result::text) > %(max_result)s::int, false) AS result_cut,
-       left((regexp_match(rtrim(last_error, E' \n\r\t'), '[^\n]*$'))[1], 500) AS error_line
+       next_ids, waiting_for,
+       CASE WHEN isfinite(created_at) THEN created_at END AS created_at,
+       CASE WHEN isfinite(started_at) THEN started_at END AS started_at,
+       CASE WHEN isfinite(finished_at) THEN finished_at END AS finished_at,
+       CASE WHEN pg_column_size(result) <= %(max_result_bytes)s::int
+            THEN left(result::text, %(max_result)s::int) END AS result_text,
+       pg_column_size(result) AS result_size,
+       CASE WHEN pg_column_size(result) <= %(max_result_bytes)s::int
+            THEN length(result::text) > %(max_result)s::int
+            ELSE result IS NOT NULL END AS result_cut,
+       left((regexp_match(rtrim(right(last_error, 2000), E' \n\r\t'), '[^\n]*$'))[1], 500)
+           AS error_line
 FROM {schema}.jobs
 WHERE workflow_id = %(id)s
-ORDER BY id;
+ORDER BY id
+LIMIT %(limit)s::int;
 
 -- name: find_stuck_steps :many
 -- Waiting steps to heal: none of their predecessors is unfinished (each is done, failed,
