@@ -155,13 +155,13 @@ class WorkflowStep:
     def from_row(cls, row: Mapping[str, Any]) -> WorkflowStep:
         get = row.get
         return cls(
-            get("id"),
+            row["id"],
             row["workflow_step"],
-            get("task_name"),
-            get("queue"),
-            get("status"),
-            get("attempts"),
-            get("max_attempts"),
+            row["task_name"],
+            row["queue"],
+            row["status"],
+            row["attempts"],
+            row["max_attempts"],
             list(row["prev_ids"] or ()),
             list(row["next_ids"] or ()),
             get("waiting_for"),

@@ -122,7 +122,6 @@ index CREATE UNIQUE INDEX jobs_unique_window_idx ON {schema}.jobs USING btree (u
 index CREATE INDEX jobs_waiting_idx ON {schema}.jobs USING btree (queue) WHERE (status = 'waiting'::text)
 index CREATE INDEX jobs_workflow_idx ON {schema}.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
 index CREATE INDEX jobs_workflow_unfinished_idx ON {schema}.jobs USING btree (workflow_id) WHERE ((workflow_id IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text])))
-index CREATE INDEX jobs_workflow_unsuccessful_idx ON {schema}.jobs USING btree (workflow_id, status) WHERE ((workflow_id IS NOT NULL) AND (status = ANY (ARRAY['failed'::text, 'cancelled'::text])))
 index CREATE UNIQUE INDEX limits_pkey ON {schema}.limits USING btree (name)
 index CREATE UNIQUE INDEX migration_steps_pkey ON {schema}.migration_steps USING btree (version, step)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)

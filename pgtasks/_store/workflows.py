@@ -131,8 +131,8 @@ class WorkflowQueries(StoreBase):
         limit: int = 50,
     ) -> list[Row]:
         """Workflows newest first: ``id, kind, shape, created_at, steps, steps_done,
-        started_at, state, finished_at``. Running, failed and cancelled workflows are found
-        from their own partial indexes, the others by probing them (see workflows.sql)."""
+        started_at, state, finished_at``. Running workflows are found from their partial
+        index, the others by probing each workflow (see workflows.sql)."""
         params = {
             "status": status,
             "id": workflow_id,
@@ -141,9 +141,29 @@ class WorkflowQueries(StoreBase):
         }
         if workflow_id is None and status == "running":
             return self._rows(conn, "list_running_workflows", params)
-        if workflow_id is None and status in ("failed", "cancelled"):
-            return self._rows(conn, "list_unsuccessful_workflows", params)
         return self._rows(conn, "list_workflows", params)
+
+    def list_workflows_scan(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        status: str,
+        before: int | None = None,
+        limit: int = 50,
+        scan: int,
+    ) -> tuple[list[Row], int | None, int]:
+        """The workflows in finished state ``status`` (as list_workflows) among those whose
+        jobs the newest ``scan`` workflow jobs (below ``before``) are, the oldest workflow
+        id reached (older ones were not searched; None: no workflow) and how many jobs
+        were read (fewer than ``scan``: every older workflow was searched)."""
+        params = {"status": status, "before": before, "limit": limit, "scan": scan}
+        rows = self._rows(conn, "list_workflows_scan", params)
+        floor, scanned = rows[0]["floor"], int(rows[0]["scanned"] or 0)
+        return [row for row in rows if row["id"] is not None], floor, scanned
+
+    def count_workflows(self, conn: psycopg.Connection[Any], *, cap: int) -> Row:
+        """``total`` and ``running`` workflows, each counted up to ``cap``."""
+        return self._rows(conn, "count_workflows", {"cap": cap})[0]
 
     def get_workflow_steps(
         self,

@@ -115,11 +115,12 @@ SELECT count(*)::int AS deleted FROM deleted;
 -- name: list_workflows :many
 -- Workflows newest first (ids below %(before)s), with their steps done and in all (the
 -- on_error job is not a step), state (as get_workflow), first start and end; %(status)s
--- keeps one state (done: the other states are found from their own indexes by
--- list_running_workflows and list_unsuccessful_workflows), %(id)s one workflow. A
--- workflow's state is at most three probes of partial indexes that read no job row
--- (jobs_workflow_unfinished_idx, jobs_workflow_unsuccessful_idx); only the jobs of the
--- workflows listed are read (jobs_workflow_idx).
+-- keeps one state, %(id)s one workflow. A workflow's state is a probe of
+-- jobs_workflow_unfinished_idx (running) and, for a finished one, of its jobs through
+-- jobs_workflow_idx; the workflows listed have their jobs read (jobs_workflow_idx). A
+-- state filter reads workflows until a page is full: the running ones are found from
+-- their index by list_running_workflows, and the dashboard reads at most a bounded
+-- number of jobs per page for the other states (list_workflows_scan).
 WITH picked AS (
     SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at, state.state
     FROM {schema}.workflows AS workflows
@@ -191,47 +192,88 @@ CROSS JOIN LATERAL (
 ) AS progress
 ORDER BY picked.id DESC;
 
--- name: list_unsuccessful_workflows :many
--- list_workflows of the failed (%(status)s 'failed': no job unfinished, one failed) or
--- cancelled ('cancelled': none unfinished or failed, one cancelled) workflows, found
--- newest first from jobs_workflow_unsuccessful_idx (migration workflow_states): reads
--- the index entries of the workflows with such a job, never the others.
-WITH picked AS (
-    SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
-           %(status)s::text AS state
-    FROM (
-        SELECT DISTINCT jobs.workflow_id
-        FROM {schema}.jobs AS jobs
-        WHERE jobs.workflow_id IS NOT NULL
-          -- Names the index's predicate (the parameter alone would not, in a generic plan).
-          AND jobs.status IN ('failed', 'cancelled')
-          AND jobs.status = %(status)s::text
-          AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
-        ORDER BY jobs.workflow_id DESC
-    ) AS ended
-    JOIN {schema}.workflows AS workflows ON workflows.id = ended.workflow_id
-    WHERE NOT EXISTS (SELECT FROM {schema}.jobs AS jobs
-                      WHERE jobs.workflow_id = workflows.id
-                        AND jobs.status IN ('waiting', 'pending', 'running'))
-      AND (%(status)s::text = 'failed'
-           OR NOT EXISTS (SELECT FROM {schema}.jobs AS jobs
-                          WHERE jobs.workflow_id = workflows.id AND jobs.status = 'failed'))
+-- name: list_workflows_scan :many
+-- list_workflows of the workflows in state %(status)s (done, failed or cancelled) that
+-- reads at most %(scan)s workflow jobs (jobs_workflow_idx, newest workflow first, ids
+-- below %(before)s): a rare state costs what a page of a common one does. Each workflow
+-- the scan read whole gets its state from the rows read; the oldest one it reached (it
+-- may have read part of it) is probed as list_workflows does. One row at least: floor
+-- (the oldest workflow id the scan reached: older ones were not searched) and scanned
+-- (jobs read; fewer than %(scan)s: the scan reached the oldest workflow), then the
+-- workflows found (id NULL when none).
+WITH scanned AS (
+    SELECT jobs.workflow_id, jobs.status
+    FROM {schema}.jobs AS jobs
+    WHERE jobs.workflow_id IS NOT NULL
+      AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
+    ORDER BY jobs.workflow_id DESC, jobs.id DESC
+    LIMIT %(scan)s::int
+), bounds AS (
+    SELECT min(workflow_id) AS floor, count(*)::int AS scanned FROM scanned
+), states AS (
+    SELECT scanned.workflow_id AS id,
+           CASE WHEN bool_or(scanned.status IN ('waiting', 'pending', 'running'))
+                THEN 'running'
+                WHEN bool_or(scanned.status = 'failed') THEN 'failed'
+                WHEN bool_or(scanned.status = 'cancelled') THEN 'cancelled'
+                ELSE 'done' END AS state
+    FROM scanned
+    WHERE scanned.workflow_id > (SELECT floor FROM bounds)
+    GROUP BY scanned.workflow_id
+    UNION ALL
+    SELECT bounds.floor,
+           CASE WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
+                             WHERE jobs.workflow_id = bounds.floor
+                               AND jobs.status IN ('waiting', 'pending', 'running'))
+                THEN 'running'
+                WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
+                             WHERE jobs.workflow_id = bounds.floor AND jobs.status = 'failed')
+                THEN 'failed'
+                WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
+                             WHERE jobs.workflow_id = bounds.floor
+                               AND jobs.status = 'cancelled')
+                THEN 'cancelled'
+                ELSE 'done' END
+    FROM bounds
+    WHERE bounds.floor IS NOT NULL
+), picked AS (
+    SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at, states.state
+    FROM states
+    JOIN {schema}.workflows AS workflows ON workflows.id = states.id
+    WHERE states.state = %(status)s::text
     ORDER BY workflows.id DESC
     LIMIT %(limit)s::int
+), found AS (
+    SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
+           progress.steps_done, progress.started_at, picked.state, progress.finished_at
+    FROM picked
+    CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
+                   AS steps,
+               count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
+                                  AND jobs.status = 'done')::int AS steps_done,
+               min(jobs.started_at) AS started_at,
+               max(jobs.finished_at) AS finished_at
+        FROM {schema}.jobs AS jobs
+        WHERE jobs.workflow_id = picked.id
+    ) AS progress
 )
-SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
-       progress.steps_done, progress.started_at, picked.state, progress.finished_at
-FROM picked
-CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
-           count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
-                              AND jobs.status = 'done')::int AS steps_done,
-           min(jobs.started_at) AS started_at,
-           max(jobs.finished_at) AS finished_at
-    FROM {schema}.jobs AS jobs
-    WHERE jobs.workflow_id = picked.id
-) AS progress
-ORDER BY picked.id DESC;
+SELECT bounds.floor, bounds.scanned, found.*
+FROM bounds
+LEFT JOIN found ON true
+ORDER BY found.id DESC NULLS LAST;
+
+-- name: count_workflows :one
+-- The workflows in all and the running ones (with a job waiting, pending or running:
+-- from jobs_workflow_unfinished_idx), each counted up to %(cap)s.
+SELECT (SELECT count(*) FROM (SELECT FROM {schema}.workflows LIMIT %(cap)s::int) AS capped)::int
+           AS total,
+       (SELECT count(*) FROM (
+            SELECT DISTINCT jobs.workflow_id
+            FROM {schema}.jobs AS jobs
+            WHERE jobs.workflow_id IS NOT NULL
+              AND jobs.status IN ('waiting', 'pending', 'running')
+            LIMIT %(cap)s::int) AS capped)::int AS running;
 
 -- name: get_workflow_steps :many
 -- A workflow's jobs for its page (graph), the first %(limit)s by id: links, state,

@@ -67,6 +67,8 @@ from .graph import dots_markup, format_took, layout
 from .live import END, LiveHub
 from .reads import (
     SCAN_ROWS,
+    WORKFLOW_COUNT_CAP,
+    WORKFLOW_SCAN_JOBS,
     DashboardDatabase,
     FinishedMinutes,
     format_bytes,
@@ -333,9 +335,16 @@ class Dashboard:
         older = None
         if data.more and data.workflows:
             older = _query({**query.filter_query(), "before": data.workflows[-1].id})
+        elif data.searched_to is not None:
+            older = _query({**query.filter_query(), "before": data.searched_to})
         return {
             "now": data.now,
             "workflows": data.workflows,
+            "total": data.total,
+            "running": data.running,
+            "count_cap": WORKFLOW_COUNT_CAP,
+            "searched_to": data.searched_to,
+            "scan_jobs": WORKFLOW_SCAN_JOBS,
             "query": query,
             "query_string": _query(query.filter_query()),
             "older": older,

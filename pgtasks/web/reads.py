@@ -657,11 +657,25 @@ STEP_RESULT_CHARS = 200
 WORKFLOW_INCIDENTS = 50
 
 
+#: Workflow jobs a page of finished workflows in one state (done, failed, cancelled)
+#: reads at most: no index finds them, so a rare state's page costs what a common one's
+#: does, and says where it stopped.
+WORKFLOW_SCAN_JOBS = 10_000
+#: The workflows list's counts (all, running) stop at this many.
+WORKFLOW_COUNT_CAP = 100_000
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkflowsPage:
     now: datetime
     workflows: list[WorkflowSummary]
     more: bool
+    #: The workflows in all and the running ones (each counted up to WORKFLOW_COUNT_CAP).
+    total: int = 0
+    running: int = 0
+    #: A finished state's page read WORKFLOW_SCAN_JOBS jobs and is not full: the oldest
+    #: workflow id it searched (``?before=`` it goes on), else None.
+    searched_to: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -712,12 +726,37 @@ def workflows_page(
     limit: int,
 ) -> WorkflowsPage:
     """Up to ``limit`` workflows (newest first, ids below ``before``; in one state; the
-    one ``workflow_id``) and whether more follow: ``pgtasks workflows list``'s read."""
+    one ``workflow_id``), whether more follow, and the counts of the state tabs:
+    ``pgtasks workflows list``'s read, except that a finished state (done, failed,
+    cancelled) is looked for among the workflows of the newest WORKFLOW_SCAN_JOBS jobs
+    only (``searched_to`` says where it stopped)."""
     run = _Timed(database)
-    found = list_workflows(
-        app, status=status, workflow_id=workflow_id, before=before, limit=limit + 1, run=run
+    searched_to = None
+    if workflow_id is None and status in ("done", "failed", "cancelled"):
+
+        def scan(conn: psycopg.Connection[Any]) -> list[WorkflowSummary]:
+            nonlocal searched_to
+            rows, floor, scanned = database.store.list_workflows_scan(
+                conn, status=status, before=before, limit=limit + 1, scan=WORKFLOW_SCAN_JOBS
+            )
+            if len(rows) <= limit and scanned >= WORKFLOW_SCAN_JOBS and floor is not None:
+                searched_to = int(floor)
+            return [WorkflowSummary.from_row(row) for row in rows]
+
+        found = run(scan)
+    else:
+        found = list_workflows(
+            app, status=status, workflow_id=workflow_id, before=before, limit=limit + 1, run=run
+        )
+    counts = run(lambda conn: database.store.count_workflows(conn, cap=WORKFLOW_COUNT_CAP))
+    return WorkflowsPage(
+        now=run.time,
+        workflows=found[:limit],
+        more=len(found) > limit,
+        total=int(counts["total"]),
+        running=int(counts["running"]),
+        searched_to=searched_to,
     )
-    return WorkflowsPage(now=run.time, workflows=found[:limit], more=len(found) > limit)
 
 
 def workflow_page(app: App, database: DashboardDatabase, workflow_id: int) -> WorkflowPage:

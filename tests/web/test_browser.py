@@ -358,6 +358,48 @@ def test_a_workflow_graph_changes_state_live(
         gates.open_all()
 
 
+def test_cancel_workflow_asks_first_then_cancels_its_steps_and_the_graph_shows_it(
+    app: App, admin: Connection, serve: Callable[..., Served], page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    @app.task(name="shop.reserve", queue="nobody")
+    def reserve(order: int) -> int: ...
+
+    @app.task(name="shop.ship", queue="nobody")
+    def ship(order: int) -> str: ...
+
+    workflow = chain(reserve.s(7), ship.s()).delay()
+    by_step = {job["workflow_step"]: job["id"] for job in app.get_workflow(workflow.id)["jobs"]}
+    served = serve(asgi(app))
+    questions: list[str] = []
+    button = page.locator("text=Cancel workflow")
+
+    # Declining the question leaves the workflow running.
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.dismiss()))
+    page.goto(f"{served.url}/workflows/{workflow.id}")
+    button.click()
+    expect(page.locator("#workflow-state")).to_have_text("running")
+    assert questions == [
+        f"Cancel workflow {workflow.id}? Its waiting and pending steps will not run; its"
+        " running steps are asked to stop."
+    ]
+
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
+    button.click()
+    expect(page.locator(".message")).to_contain_text("Cancelled the workflow: 2 job(s)")
+    expect(page.locator("#workflow-state")).to_have_text("cancelled")
+    for job in by_step.values():
+        expect(page.locator(f'#graph [data-job="{job}"]')).to_have_attribute(
+            "data-status", "cancelled"
+        )
+    expect(button).to_have_count(0)  # nothing left to cancel
+    statuses = admin.execute(
+        f'SELECT DISTINCT status FROM "{app.schema}".jobs WHERE workflow_id = %s', [workflow.id]
+    ).fetchall()
+    assert statuses == [("cancelled",)]
+
+
 def test_ticked_jobs_survive_live_updates_and_the_buttons_count_them(
     app: App, admin: Connection, serve: Callable[..., Served], page: Any
 ) -> None:

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from pgtasks import App, chain, chord, group
+from pgtasks._app.workflow_admin import list_workflows
 from pgtasks.web import app as web_app
 from tests.support.inprocess import execute, select
 from tests.support.population import insert_job
@@ -110,6 +111,59 @@ def test_the_workflows_list_filters_by_state_searches_by_id_and_pages(
     overview = web.get("/").text
     assert listed_workflows(overview) == newest_first
     assert 'href="/workflows?status=failed"' in overview
+
+
+def test_the_state_tabs_count_all_and_running_workflows(
+    web: Client, app: App, tasks: dict[str, Any]
+) -> None:
+    four_workflows(app, tasks)
+    tasks["add"].delay(1, 2)  # a job of no workflow counts nowhere
+    html = web.get("/workflows?status=failed").text
+    assert re.search(r'data-tab="all"[^>]*>All <span class="count" id="count-all">4</span>', html)
+    assert re.search(r'data-tab="running"[^>]*>Running <span class="count"[^>]*>1</span>', html)
+    assert 'data-tab="failed" aria-current="page"' in html
+
+
+def test_a_finished_state_page_reads_a_bounded_number_of_jobs_and_says_where_it_stopped(
+    web: Client, app: App, tasks: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No index finds the failed workflows: each page reads the jobs of the newest
+    workflows (WORKFLOW_SCAN_JOBS at most), lists those that match, and "search older
+    workflows" goes on from the oldest workflow it reached, until every one was read."""
+    from pgtasks.web import reads
+
+    add = tasks["add"]
+    failed = chain(add.s(1, 1), add.s(2)).delay()  # the oldest, 2 jobs
+    settle(app, {steps(app, failed.id)["0"]["id"]: RuntimeError("boom")})
+    done = []
+    for value in range(4):  # newer, 2 jobs each, done
+        flow = chain(add.s(value, 1), add.s(1)).delay()
+        settle(app, {steps(app, flow.id)["0"]["id"]: value + 1})
+        settle(app, {steps(app, flow.id)["1"]["id"]: value + 2})
+        done.append(flow.id)
+    monkeypatch.setattr(reads, "WORKFLOW_SCAN_JOBS", 3)  # 1.5 workflows a page
+
+    seen: list[int] = []
+    path = "/workflows?status=failed"
+    pages = 0
+    while path:
+        html = web.get(path).text
+        seen += listed_workflows(html)
+        pages += 1
+        assert pages < 10, html
+        older = re.search(r'href="/workflows\?([^"]*)" rel="next">([^<]*)<', html)
+        if older is None:
+            assert 'id="searched"' not in html
+            break
+        assert "search older workflows" in older[2]
+        assert "were not searched yet" in html_text.unescape(html)
+        path = "/workflows?" + older[1].replace("&amp;", "&")
+    assert seen == [failed.id]
+    assert pages >= 3  # the scan was bounded: each page read part of the table
+    # Done workflows fill their page from the first rows read.
+    assert listed_workflows(web.get("/workflows?status=done").text)[:1] == [done[-1]]
+    # The CLI's read (and the API) stays exact, whatever the bound.
+    assert [found.id for found in list_workflows(app, status="failed")] == [failed.id]
 
 
 def test_a_workflow_whose_failed_step_has_siblings_running_is_running_until_they_end(
