@@ -402,6 +402,33 @@ def test_cancel_a_workflow_from_its_page(
     assert web.get(f"/workflows/{workflow.id}/cancel").status_code == 405
 
 
+def test_the_workflow_pages_and_cancel_need_the_same_credentials_as_every_page(
+    app: App, admin: Connection, tasks: dict[str, Any], make_client: Callable[..., Client]
+) -> None:
+    import base64
+
+    from pgtasks.web import basic_auth
+    from tests.support.web import REMOTE
+
+    add = tasks["add"]
+    workflow = chain(add.s(1, 2), add.s(3)).delay()
+    jobs = [job["id"] for job in app.get_workflow(workflow.id)["jobs"]]
+    web = make_client(client=REMOTE, auth=basic_auth("ops", "pw"))
+    token = base64.b64encode(b"ops:pw").decode()
+    good, bad = {"Authorization": f"Basic {token}"}, {"Authorization": "Basic b3BzOng="}
+    for path in ("/workflows", f"/workflows/{workflow.id}", f"/events/workflows/{workflow.id}"):
+        for headers in ({}, bad):
+            response = web.get(path, headers=headers)
+            assert response.status_code == 401, (path, headers)
+            assert response.headers["www-authenticate"].startswith("Basic")
+    assert web.post(f"/workflows/{workflow.id}/cancel", headers=bad).status_code == 401
+    assert [status_of(admin, app, job) for job in jobs] == ["pending", "waiting"]
+    assert web.get(f"/workflows/{workflow.id}", headers=good).status_code == 200
+    response = web.post(f"/workflows/{workflow.id}/cancel", headers=good)
+    assert response.status_code == 303
+    assert [status_of(admin, app, job) for job in jobs] == ["cancelled"] * 2
+
+
 # -- a step's job page and the jobs list ----------------------------------------------------------
 def test_a_steps_job_page_links_its_workflow_its_step_and_its_neighbours(
     web: Client, app: App, admin: Connection, tasks: dict[str, Any]
