@@ -152,26 +152,29 @@ class WorkflowStep:
     result_size: int = 0
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> WorkflowStep:
-        get = row.get
+    def from_tuple(cls, row: Sequence[Any]) -> WorkflowStep:
+        """A step from a row whose values are this class's fields, in order (the store's
+        get_workflow_steps)."""
+        (ident, step, task, queue, status, attempts, max_attempts, prev, following, *rest) = row
+        waiting_for, created_at, started_at, finished_at, result_text, cut, error, size = rest
         return cls(
-            row["id"],
-            row["workflow_step"],
-            row["task_name"],
-            row["queue"],
-            row["status"],
-            row["attempts"],
-            row["max_attempts"],
-            list(row["prev_ids"] or ()),
-            list(row["next_ids"] or ()),
-            get("waiting_for"),
-            get("created_at"),
-            get("started_at"),
-            get("finished_at"),
-            get("result_text"),
-            bool(row["result_cut"]),
-            get("error_line"),
-            int(get("result_size") or 0),
+            ident,
+            step,
+            task,
+            queue,
+            status,
+            attempts,
+            max_attempts,
+            list(prev or ()),
+            list(following or ()),
+            waiting_for,
+            created_at,
+            started_at,
+            finished_at,
+            result_text,
+            bool(cut),
+            error,
+            int(size or 0),
         )
 
     @property

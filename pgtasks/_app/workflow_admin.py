@@ -110,7 +110,7 @@ def workflow_detail(
         )
         return WorkflowDetail(
             summary=WorkflowSummary.from_row(rows[0]),
-            steps=[WorkflowStep.from_row(row) for row in steps],
+            steps=[WorkflowStep.from_tuple(row) for row in steps],
             incidents=[WorkflowIncident.from_row(row) for row in incidents],
         )
 

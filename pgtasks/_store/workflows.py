@@ -173,17 +173,18 @@ class WorkflowQueries(StoreBase):
         max_result: int,
         max_result_bytes: int = 65_536,
         limit: int | None = None,
-    ) -> list[Row]:
+    ) -> list[tuple[Any, ...]]:
         """A workflow's jobs for its page (the first ``limit`` by id; None: all), results
         cut to ``max_result`` characters (not rendered when stored in over
-        ``max_result_bytes``: ``result_size`` says how large)."""
+        ``max_result_bytes``: ``result_size`` says how large): tuples of the fields of
+        ``WorkflowStep``, in order (``WorkflowStep.from_tuple``)."""
         params = {
             "id": workflow_id,
             "max_result": max_result,
             "max_result_bytes": max_result_bytes,
             "limit": limit,
         }
-        return self._rows(conn, "get_workflow_steps", params)
+        return self._rows(conn, "get_workflow_steps", params, tuples=True)
 
     def find_stuck_steps(
         self, conn: psycopg.Connection[Any], *, after: int = 0, limit: int

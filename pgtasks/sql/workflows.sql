@@ -124,18 +124,21 @@ SELECT count(*)::int AS deleted FROM deleted;
 WITH picked AS (
     SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at, state.state
     FROM {schema}.workflows AS workflows
+    -- Scalar probes (LIMIT 1), not EXISTS: PostgreSQL may run an uncorrelated EXISTS as
+    -- one hashed scan of every unfinished (or failed) job of the table.
     CROSS JOIN LATERAL (
-        SELECT CASE WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
-                                 WHERE jobs.workflow_id = workflows.id
-                                   AND jobs.status IN ('waiting', 'pending', 'running'))
+        SELECT CASE WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                          WHERE jobs.workflow_id = workflows.id
+                            AND jobs.status IN ('waiting', 'pending', 'running')
+                          LIMIT 1) IS NOT NULL
                     THEN 'running'
-                    WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
-                                 WHERE jobs.workflow_id = workflows.id
-                                   AND jobs.status = 'failed')
+                    WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                          WHERE jobs.workflow_id = workflows.id AND jobs.status = 'failed'
+                          LIMIT 1) IS NOT NULL
                     THEN 'failed'
-                    WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
-                                 WHERE jobs.workflow_id = workflows.id
-                                   AND jobs.status = 'cancelled')
+                    WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                          WHERE jobs.workflow_id = workflows.id AND jobs.status = 'cancelled'
+                          LIMIT 1) IS NOT NULL
                     THEN 'cancelled'
                     ELSE 'done' END AS state
     ) AS state
@@ -222,16 +225,18 @@ WITH scanned AS (
     GROUP BY scanned.workflow_id
     UNION ALL
     SELECT bounds.floor,
-           CASE WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
-                             WHERE jobs.workflow_id = bounds.floor
-                               AND jobs.status IN ('waiting', 'pending', 'running'))
+           CASE WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                      WHERE jobs.workflow_id = bounds.floor
+                        AND jobs.status IN ('waiting', 'pending', 'running')
+                      LIMIT 1) IS NOT NULL
                 THEN 'running'
-                WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
-                             WHERE jobs.workflow_id = bounds.floor AND jobs.status = 'failed')
+                WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                      WHERE jobs.workflow_id = bounds.floor AND jobs.status = 'failed'
+                      LIMIT 1) IS NOT NULL
                 THEN 'failed'
-                WHEN EXISTS (SELECT FROM {schema}.jobs AS jobs
-                             WHERE jobs.workflow_id = bounds.floor
-                               AND jobs.status = 'cancelled')
+                WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                      WHERE jobs.workflow_id = bounds.floor AND jobs.status = 'cancelled'
+                      LIMIT 1) IS NOT NULL
                 THEN 'cancelled'
                 ELSE 'done' END
     FROM bounds
@@ -281,19 +286,21 @@ SELECT (SELECT count(*) FROM (SELECT FROM {schema}.workflows LIMIT %(cap)s::int)
 -- stored in over %(max_result_bytes)s bytes is not rendered: result_size says how large
 -- it is) and the last line of the error. A time that is not finite (a row edited by
 -- hand) reads as NULL: thousands of rows load faster without the 'infinity' loader.
-SELECT id, task_name, queue, status, attempts, max_attempts, workflow_step, prev_ids,
+-- The columns are in the order of WorkflowStep's fields (read as tuples: a page reads
+-- thousands of rows).
+SELECT id, workflow_step, task_name, queue, status, attempts, max_attempts, prev_ids,
        next_ids, waiting_for,
        CASE WHEN isfinite(created_at) THEN created_at END AS created_at,
        CASE WHEN isfinite(started_at) THEN started_at END AS started_at,
        CASE WHEN isfinite(finished_at) THEN finished_at END AS finished_at,
        CASE WHEN pg_column_size(result) <= %(max_result_bytes)s::int
             THEN left(result::text, %(max_result)s::int) END AS result_text,
-       pg_column_size(result) AS result_size,
        CASE WHEN pg_column_size(result) <= %(max_result_bytes)s::int
             THEN length(result::text) > %(max_result)s::int
             ELSE result IS NOT NULL END AS result_cut,
        left((regexp_match(rtrim(right(last_error, 2000), E' \n\r\t'), '[^\n]*$'))[1], 500)
-           AS error_line
+           AS error_line,
+       coalesce(pg_column_size(result), 0) AS result_size
 FROM {schema}.jobs
 WHERE workflow_id = %(id)s
 ORDER BY id

@@ -660,9 +660,9 @@ WORKFLOW_INCIDENTS = 50
 #: Workflow jobs a page of finished workflows in one state (done, failed, cancelled)
 #: reads at most: no index finds them, so a rare state's page costs what a common one's
 #: does, and says where it stopped.
-WORKFLOW_SCAN_JOBS = 10_000
+WORKFLOW_SCAN_JOBS = 5_000
 #: The workflows list's counts (all, running) stop at this many.
-WORKFLOW_COUNT_CAP = 100_000
+WORKFLOW_COUNT_CAP = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
