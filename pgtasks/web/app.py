@@ -119,7 +119,7 @@ PAGE_SIZE = 50
 #: Workflows per page of the workflows list.
 WORKFLOWS_PAGE_SIZE = 50
 #: Steps a workflow page's table lists (in step order); the graph draws them all.
-STEP_ROWS = 100
+STEP_ROWS = 50
 #: Jobs one "selected" action may name.
 MAX_SELECTED = 500
 #: The largest id PostgreSQL's bigint holds: larger ids are "not found", not a 500.
