@@ -293,7 +293,7 @@ def test_a_wide_group_is_one_block_of_dots_and_a_deep_chain_keeps_its_ends(
     assert "50 pending · 50 done" in html
     # The steps table lists the first STEP_ROWS (by id) and says how many more there are.
     assert len(re.findall(r"<tr data-step-job=", html)) == web_app.STEP_ROWS == 50
-    assert f"and 51 more steps: <a href=\"/jobs?workflow={wide.id}\">its jobs</a>" in html
+    assert f'and 51 more steps: <a href="/jobs?workflow={wide.id}">its jobs</a>' in html
     assert len(re.findall(r'<path class="edge', html)) == 1  # the block → the callback
     width = int(re.search(r'<svg class="workflow-graph" viewBox="0 0 (\d+) ', html)[1])  # type: ignore[index]
     assert width < 700
