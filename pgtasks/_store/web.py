@@ -81,8 +81,13 @@ class WebQueries(StoreBase):
             "error_chars": error_chars,
         }
         if job_filter.workflow_id is not None:  # through jobs_workflow_idx, in any plan
-            return self._rows(conn, "list_workflow_jobs_page", params)
+            return self.list_workflow_jobs_page(conn, params)
         return self._rows(conn, "list_jobs_page", params)
+
+    def list_workflow_jobs_page(self, conn: psycopg.Connection[Any], params: Params) -> list[Row]:
+        """list_jobs_page of a filter naming a workflow (``params``: list_jobs_page's, with
+        ``workflow_id`` set): read through jobs_workflow_idx whatever else it names."""
+        return self._rows(conn, "list_workflow_jobs_page", params)
 
     def list_jobs_scan(
         self,

@@ -140,8 +140,15 @@ class WorkflowQueries(StoreBase):
             "limit": limit,
         }
         if workflow_id is None and status == "running":
-            return self._rows(conn, "list_running_workflows", params)
+            return self.list_running_workflows(conn, before=before, limit=limit)
         return self._rows(conn, "list_workflows", params)
+
+    def list_running_workflows(
+        self, conn: psycopg.Connection[Any], *, before: int | None = None, limit: int = 50
+    ) -> list[Row]:
+        """list_workflows of the running workflows, found from jobs_workflow_unfinished_idx."""
+        params = {"before": before, "limit": limit}
+        return self._rows(conn, "list_running_workflows", params)
 
     def list_workflows_scan(
         self,
