@@ -76,7 +76,18 @@ _json_loads = json.JSONDecoder().decode
 #: Queries whose rows an operator reads (jobs list/show, get_jobs): any timestamp loads.
 #: (The claim clamps run_at in SQL instead: this loader is slower than psycopg's C one.)
 _INFINITE_TIMESTAMPS = frozenset(
-    {"get_job", "get_jobs", "list_jobs", "list_jobs_page", "list_jobs_scan", "get_job_page"}
+    {
+        "get_job",
+        "get_jobs",
+        "list_jobs",
+        "list_jobs_page",
+        "list_jobs_scan",
+        "list_workflow_jobs_page",
+        "get_job_page",
+        "list_workflows",
+        "list_running_workflows",
+        "list_workflows_scan",
+    }
 )
 
 

@@ -15,6 +15,7 @@ change just made shows at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -42,10 +43,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._app import admin
+from .._app.workflow_admin import list_workflows
 from .._errors import (
     JobNotFoundError,
     PgTasksError,
     UniqueKeyTakenError,
+    WorkflowNotFoundError,
     WorkflowProtectedError,
 )
 from .._jobs import JobRow
@@ -58,10 +61,14 @@ from .._operations import (
     parse_job_filter,
 )
 from .._payload import check_name
+from .._workflows_text import WORKFLOW_STATES
 from .charts import charts
+from .graph import dots_markup, format_took, layout
 from .live import END, LiveHub
 from .reads import (
     SCAN_ROWS,
+    WORKFLOW_COUNT_CAP,
+    WORKFLOW_SCAN_JOBS,
     DashboardDatabase,
     FinishedMinutes,
     format_bytes,
@@ -84,6 +91,12 @@ from .reads import (
 from .reads import (
     workers as read_workers,
 )
+from .reads import (
+    workflow_page as read_workflow_page,
+)
+from .reads import (
+    workflows_page as read_workflows_page,
+)
 from .security import (
     AuthCallable,
     FailedLogins,
@@ -103,6 +116,10 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 #: Jobs per page of the jobs list.
 PAGE_SIZE = 50
+#: Workflows per page of the workflows list.
+WORKFLOWS_PAGE_SIZE = 50
+#: Steps a workflow page's table lists (in step order); the graph draws them all.
+STEP_ROWS = 50
 #: Jobs one "selected" action may name.
 MAX_SELECTED = 500
 #: The largest id PostgreSQL's bigint holds: larger ids are "not found", not a 500.
@@ -140,6 +157,10 @@ MESSAGES = {
     "selected-deleted": "Deleted {count} selected job(s); {refused} could not be deleted.",
     "paused": "Paused: workers claim none of its jobs from their next poll on.",
     "resumed": "Resumed: its workers were woken.",
+    "workflow-cancelled": (
+        "Cancelled the workflow: {count} job(s) cancelled or asked to stop (running ones end"
+        " cancelled when their workers stop them)."
+    ),
 }
 #: Which job statuses a page about the jobs list links to, in life-cycle order.
 TAB_STATUSES = STATUSES
@@ -153,6 +174,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["duration"] = format_duration
+    env.filters["took"] = format_took
     env.filters["timestamp"] = _timestamp
     env.filters["isoformat"] = _isoformat
     env.filters["number"] = "{:,}".format
@@ -160,6 +182,8 @@ def _environment() -> Environment:
     env.globals["ago"] = _ago
     env.globals["STATUSES"] = STATUSES
     env.globals["TAB_STATUSES"] = TAB_STATUSES
+    env.globals["WORKFLOW_STATES"] = WORKFLOW_STATES
+    env.globals["dots_markup"] = dots_markup
     return env
 
 
@@ -297,6 +321,51 @@ class Dashboard:
             "retryable": job.status.value in RETRYABLE,
         }
 
+    def workflows_context(
+        self, query: WorkflowQuery, db: DashboardDatabase | None = None
+    ) -> dict[str, Any]:
+        data = read_workflows_page(
+            self.app,
+            db or self.db,
+            status=query.status,
+            workflow_id=query.workflow_id,
+            before=query.before,
+            limit=WORKFLOWS_PAGE_SIZE,
+        )
+        older = None
+        if data.more and data.workflows:
+            older = _query({**query.filter_query(), "before": data.workflows[-1].id})
+        elif data.searched_to is not None:
+            older = _query({**query.filter_query(), "before": data.searched_to})
+        return {
+            "now": data.now,
+            "workflows": data.workflows,
+            "total": data.total,
+            "running": data.running,
+            "count_cap": WORKFLOW_COUNT_CAP,
+            "searched_to": data.searched_to,
+            "scan_jobs": WORKFLOW_SCAN_JOBS,
+            "query": query,
+            "query_string": _query(query.filter_query()),
+            "older": older,
+            "state_links": query.state_links(),
+        }
+
+    def workflow_context(
+        self, workflow_id: int, db: DashboardDatabase | None = None
+    ) -> dict[str, Any]:
+        data = read_workflow_page(self.app, db or self.db, workflow_id)
+        steps = data.detail.steps  # in id order, which is step order (see graph.layout)
+        return {
+            "now": data.now,
+            "page": data,
+            "summary": data.summary,
+            "graph": layout(data.detail.steps, data.now),
+            "steps": steps[:STEP_ROWS],
+            "more_steps": max(0, len(steps) - STEP_ROWS),
+            "incidents": data.detail.incidents,
+        }
+
     def workers_context(self, db: DashboardDatabase | None = None) -> dict[str, Any]:
         now, infos = read_workers(self.app, db or self.db)
         return {"now": now, "workers": infos, "lease": self.app.lease_timeout}
@@ -350,6 +419,32 @@ class Dashboard:
             **context,
         )
 
+    async def workflows(self, request: Request) -> Response:
+        query = WorkflowQuery.from_params(request.query_params)
+        context = await run_in_threadpool(self.workflows_context, query, self.reads(request))
+        return self.page(
+            request,
+            "workflows.html",
+            live=_live_url(request, "/workflows", _query(query.as_query())),
+            **context,
+        )
+
+    async def workflow(self, request: Request) -> Response:
+        workflow_id = _workflow_id_or_404(request.path_params["workflow_id"])
+        try:
+            context = await run_in_threadpool(
+                self.workflow_context, workflow_id, self.reads(request)
+            )
+        except WorkflowNotFoundError as error:
+            raise HTTPException(404, str(error)) from None
+        return self.page(
+            request,
+            "workflow.html",
+            live=_live_url(request, f"/workflows/{workflow_id}"),
+            message=_message(request),
+            **context,
+        )
+
     async def workers(self, request: Request) -> Response:
         context = await run_in_threadpool(self.workers_context, self.reads(request))
         return self.page(request, "workers.html", live=_live_url(request, "/workers"), **context)
@@ -364,42 +459,58 @@ class Dashboard:
     # -- live updates --
     async def events(self, request: Request) -> Response:
         """The event stream of one page's live part: ``/events`` (the overview),
-        ``/events/jobs?FILTER``, ``/events/jobs/ID`` or ``/events/workers``."""
+        ``/events/jobs?FILTER``, ``/events/jobs/ID``, ``/events/workflows?FILTER``,
+        ``/events/workflows/ID`` or ``/events/workers``."""
         base = _base(request)
         page = "/" + request.path_params.get("page", "")
-        key: tuple[Any, ...]
-        render: Callable[[], str]
+        kind, _, item = page[1:].partition("/")
+        if item and kind in ("jobs", "workflows"):
+            key, render = self._item_view(base, kind, item)
+        else:
+            key, render = self._list_view(request, base, page)
+        return self._stream(key, render)
+
+    def _list_view(
+        self, request: Request, base: str, page: str
+    ) -> tuple[tuple[Any, ...], Callable[[], str]]:
+        """The key and renderer of the live part of a page that is not one job's or one
+        workflow's."""
         if page == "/":
-            key = ("overview", base)
-
-            def render() -> str:
-                return self.fragment("_overview_live.html", base, **self.overview_context())
-
-        elif page == "/jobs":
+            return ("overview", base), lambda: self.fragment(
+                "_overview_live.html", base, **self.overview_context()
+            )
+        if page == "/workers":
+            return ("workers", base), lambda: self.fragment(
+                "_workers_live.html", base, **self.workers_context()
+            )
+        if page == "/jobs":
             job_filter = _filter_or_400(request.query_params)
             before = _optional_id(request.query_params.get("before"), "before")
-            key = ("jobs", base, _query({**job_filter.as_query(), "before": before}))
+            return ("jobs", base, _query({**job_filter.as_query(), "before": before})), (
+                lambda: self.fragment(
+                    "_jobs_live.html", base, **self.jobs_context(job_filter, before)
+                )
+            )
+        if page == "/workflows":
+            query = WorkflowQuery.from_params(request.query_params)
+            return ("workflows", base, _query(query.as_query())), lambda: self.fragment(
+                "_workflows_live.html", base, **self.workflows_context(query)
+            )
+        raise HTTPException(404, f"no live page {page!r}")
 
-            def render() -> str:
-                context = self.jobs_context(job_filter, before)
-                return self.fragment("_jobs_live.html", base, **context)
-
-        elif page == "/workers":
-            key = ("workers", base)
-
-            def render() -> str:
-                return self.fragment("_workers_live.html", base, **self.workers_context())
-
-        elif page.startswith("/jobs/") and page.count("/") == 2:
-            job_id = _id_or_404(page.rsplit("/", 1)[1])
-            key = ("job", base, job_id)
-
-            def render() -> str:
-                return self.fragment("_job_live.html", base, **self.job_context(job_id))
-
-        else:
-            raise HTTPException(404, f"no live page {page!r}")
-        return self._stream(key, render)
+    def _item_view(
+        self, base: str, kind: str, item: str
+    ) -> tuple[tuple[Any, ...], Callable[[], str]]:
+        """The key and renderer of the live part of one job's or one workflow's page."""
+        if kind == "jobs":
+            job_id = _id_or_404(item)
+            return ("job", base, job_id), lambda: self.fragment(
+                "_job_live.html", base, **self.job_context(job_id)
+            )
+        workflow_id = _workflow_id_or_404(item)
+        return ("workflow", base, workflow_id), lambda: self.fragment(
+            "_workflow_live.html", base, **self.workflow_context(workflow_id)
+        )
 
     def _stream(self, key: tuple[Any, ...], render: Callable[[], str]) -> Response:
         hub, max_age = self.live, self.stream_max_age
@@ -521,6 +632,29 @@ class Dashboard:
                 refused += 1
         return {"count": done, "requested": requested, "refused": refused}
 
+    async def workflow_action(self, request: Request) -> Response:
+        """Cancel a workflow (``pgtasks workflows cancel``): its waiting and pending jobs
+        end cancelled, its running ones are asked to stop."""
+        await self._form(request)
+        workflow_id = _workflow_id_or_404(request.path_params["workflow_id"])
+        try:
+            count = await run_in_threadpool(self.app.cancel_workflow, workflow_id)
+            if not count:
+                found = await run_in_threadpool(
+                    lambda: list_workflows(self.app, workflow_id=workflow_id, limit=1)
+                )
+                state = found[0].state if found else "finished"
+                raise HTTPException(
+                    409,
+                    f"workflow {workflow_id} is {state}: none of its jobs is waiting, pending"
+                    " or running, so there is nothing to cancel",
+                )
+        except WorkflowNotFoundError as error:
+            raise HTTPException(404, str(error)) from None
+        return self._back(
+            request, f"/workflows/{workflow_id}", done="workflow-cancelled", count=count
+        )
+
     async def queue_action(self, request: Request) -> Response:
         """Pause or resume the queue the form names (migration 0007)."""
         form = dict(await self._form(request))
@@ -622,6 +756,56 @@ def _path_id(request: Request) -> int:
     return _id_or_404(request.path_params["job_id"])
 
 
+def _workflow_id_or_404(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) > MAX_ID:
+        raise HTTPException(404, f"no workflow {text!r}: workflow ids are positive integers")
+    return int(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowQuery:
+    """What the workflows list shows: workflows in one state (or all), the one with an
+    id (a search), ids below ``before`` (the next page)."""
+
+    status: str | None = None
+    workflow_id: int | None = None
+    before: int | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> WorkflowQuery:
+        """The query of a request; a 400 naming the field for a bad value."""
+        status = params.get("status", "").strip() or None
+        if status is not None and status not in WORKFLOW_STATES:
+            shown = status if status.isprintable() and len(status) <= 40 else status[:40]
+            raise HTTPException(
+                400,
+                f"bad filter: status: {shown!r} is not one of {', '.join(WORKFLOW_STATES)}",
+            )
+        text = params.get("id", "").strip()
+        workflow_id = None
+        if text:
+            if not text.isascii() or not text.isdigit() or int(text) > MAX_ID:
+                raise HTTPException(
+                    400, f"bad filter: id must be a workflow id (a positive integer), got {text!r}"
+                )
+            workflow_id = int(text)
+        return cls(status, workflow_id, _optional_id(params.get("before"), "before"))
+
+    def filter_query(self) -> dict[str, Any]:
+        """The filter without the paging."""
+        return {"status": self.status, "id": self.workflow_id}
+
+    def as_query(self) -> dict[str, Any]:
+        return {**self.filter_query(), "before": self.before}
+
+    def state_links(self) -> dict[str, str]:
+        """The query string of each state tab (the search kept, the paging dropped)."""
+        links = {"": _query({"id": self.workflow_id})}
+        for state in WORKFLOW_STATES:
+            links[state] = _query({"status": state, "id": self.workflow_id})
+        return links
+
+
 def _message(request: Request) -> str | None:
     done = request.query_params.get("done")
     template = MESSAGES.get(done or "")
@@ -681,7 +865,7 @@ def _plain(status: int, text: str, headers: dict[str, str] | None = None) -> Res
 
 
 #: Pages whose address with a trailing slash is redirected to the address without it.
-_SLASHED = ("/jobs/", "/workers/", "/schedules/")
+_SLASHED = ("/jobs/", "/workflows/", "/workers/", "/schedules/")
 
 
 class DashboardApp:
@@ -872,6 +1056,13 @@ def asgi(
         Route(
             "/queues/{action:str}",
             _only(("pause", "resume"), dashboard.queue_action),
+            methods=["POST"],
+        ),
+        Route("/workflows", dashboard.workflows, name="workflows"),
+        Route("/workflows/{workflow_id:str}", dashboard.workflow, name="workflow"),
+        Route(
+            "/workflows/{workflow_id:str}/{action:str}",
+            _only(("cancel",), dashboard.workflow_action),
             methods=["POST"],
         ),
         Route("/workers", dashboard.workers, name="workers"),
