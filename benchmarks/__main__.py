@@ -41,8 +41,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgtasks._store.store import ClaimPosition, claim_position
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._leases import ClaimPosition, ClaimRequest, Finish
+from pgtasks._retry import Outcome
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "pgtasks_bench"
@@ -267,35 +268,30 @@ def raw_sql_ceiling(dsn: str, jobs: int, batch: int) -> float:
     with psycopg.connect(
         dsn,
         autocommit=True,
-        # The worker's connection settings (pgtasks._worker.services.connect).
+        # The worker's connection settings (pgtasks._worker.connection.connector).
         options=WORKER_CONNECTION_OPTIONS,
     ) as conn:
         worker_id = store.register_worker(
             conn, hostname="bench", pid=0, queues=None, concurrency=batch
         )
         done = 0
-        finished: list[tuple[int, int, str, str | None, str | None, float]] = []
+        finished: list[Finish] = []
         # Like the worker: read on from the last claim's position, from the start once a
-        # second (see Worker._claim_from).
+        # second (see worker/claims.py ClaimCursor).
         position: ClaimPosition | None = None
         next_full = 0.0
         started = time.perf_counter()
+        done_outcome = Outcome.done("null")
         while True:
             if time.monotonic() >= next_full:
                 position, next_full = None, time.monotonic() + 1.0
-            _, rows = store.finish_and_claim_jobs(
-                conn,
-                finished=[(worker_id, finished)] if finished else [],
-                worker_id=worker_id,
-                queues=None,
-                limit=batch,
-                after=position,
-            )
+            claim = ClaimRequest(worker_id, batch, after=position)
+            jobs = store.finish_and_claim_jobs(conn, finished, claim).claimed
             done += len(finished)
-            if not rows:
+            if not jobs:
                 break
-            position = claim_position(rows[-1])
-            finished = [(row["id"], row["attempts"], "done", "null", None, 0.0) for row in rows]
+            position = jobs[-1].position
+            finished = [Finish.of(job, done_outcome) for job in jobs]
         elapsed = time.perf_counter() - started
     return done / elapsed
 

@@ -31,9 +31,11 @@ from psycopg import sql
 
 from benchmarks.__main__ import print_setting, resolve_dsn
 from pgtasks import App
+from pgtasks._leases import ClaimPosition, ClaimRequest, Finish
+from pgtasks._retry import Outcome
 from pgtasks._store.base import _TEXT_PLACEHOLDER
-from pgtasks._store.store import ClaimPosition, Store, claim_position
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._store.store import Store
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 from pgtasks.sql import parse_queries
 
 SCHEMA = "pgtasks_bench_claim_sql_ab"
@@ -72,31 +74,23 @@ def drain(
         worker = first.register_worker(
             conn, hostname="bench", pid=0, queues=None, concurrency=batch
         )
-        finished: list[tuple[int, int, str, str | None, str | None, float]] = []
+        finished: list[Finish] = []
         position: ClaimPosition | None = None
         trip = 0
         while True:
             name, store = sides[trip % len(sides)]
             trip += 1
             if shape == "claim only" and finished:
-                store.finish_and_claim_jobs(
-                    conn, finished=[(worker, finished)], worker_id=worker, queues=None, limit=0
-                )
+                store.finish_jobs(conn, finished)
                 finished = []
             started = time.perf_counter()
-            _, rows = store.finish_and_claim_jobs(
-                conn,
-                finished=[(worker, finished)] if finished else [],
-                worker_id=worker,
-                queues=None,
-                limit=batch,
-                after=position,
-            )
+            claim = ClaimRequest(worker, batch, after=position)
+            jobs = store.finish_and_claim_jobs(conn, finished, claim).claimed
             times[name].append((time.perf_counter() - started) * 1000)
-            if not rows:
+            if not jobs:
                 break
-            position = claim_position(rows[-1])
-            finished = [(row["id"], row["attempts"], "done", "null", None, 0.0) for row in rows]
+            position = jobs[-1].position
+            finished = [Finish.of(job, Outcome.done("null")) for job in jobs]
     return times
 
 

@@ -66,9 +66,9 @@ from psycopg import sql
 
 from benchmarks.__main__ import ROOT, print_setting, resolve_dsn, worker_processes
 from pgtasks import App
-from pgtasks._operations import parse_job_filter
+from pgtasks._job_filter import parse_job_filter
 from pgtasks.web import asgi
-from pgtasks.web.app import WorkflowQuery
+from pgtasks.web.workflow_pages import WorkflowQuery
 
 PAGES_SCHEMA = "pgtasks_bench_dashboard"
 THROUGHPUT_SCHEMA = "pgtasks_bench_dashboard_tp"
@@ -429,10 +429,11 @@ def live_render(state: Any, page: str) -> str:
         job_filter = parse_job_filter(dict(parse_qsl(query)))
         return str(state.fragment("_jobs_live.html", "", **state.jobs_context(job_filter, None)))
     if path == "/workflows":
-        context = state.workflows_context(WorkflowQuery.from_params(dict(parse_qsl(query))))
+        pages = state.workflow_pages
+        context = pages.workflows_context(WorkflowQuery.from_params(dict(parse_qsl(query))))
         return str(state.fragment("_workflows_live.html", "", **context))
     if path.startswith("/workflows/"):
-        context = state.workflow_context(int(path.rsplit("/", 1)[1]))
+        context = state.workflow_pages.workflow_context(int(path.rsplit("/", 1)[1]))
         return str(state.fragment("_workflow_live.html", "", **context))
     job_id = int(path.rsplit("/", 1)[1])
     return str(state.fragment("_job_live.html", "", **state.job_context(job_id)))
@@ -491,7 +492,7 @@ def workflow_reads(dsn: str, rounds: int = 7, reads: int = 5) -> None:
     the exact read of ``pgtasks workflows list --status`` (every workflow probed, newest
     first, until the page is full), on the populated table, in alternating rounds."""
     from pgtasks._app.workflow_admin import list_workflows
-    from pgtasks.web.reads import WORKFLOW_SCAN_JOBS
+    from pgtasks.web.workflow_reads import WORKFLOW_SCAN_JOBS
 
     app = App(dsn, schema=PAGES_SCHEMA, pool_max_size=2)
     print(

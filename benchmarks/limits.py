@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,8 @@ import psycopg
 from psycopg import sql
 
 from pgtasks import App
+from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
+from pgtasks._retry import Outcome
 from pgtasks._store.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,30 +135,23 @@ def drain(dsn: str, store: Store, jobs: int, claimers: int, limited: bool) -> fl
                     conn, hostname="bench", pid=index, queues=None, concurrency=BATCH
                 )
                 start.wait()
-                rows: list[dict[str, Any]] = []
+                jobs_held: Sequence[ClaimedJob] = []
                 idle = 0
                 # As a worker does: after a limited claim that did not fill its batch, ask
                 # for plain jobs alone until a poll interval (1 s) passed or a limited job
                 # of its own ended.
                 retry_limited_at = 0.0
                 while True:
-                    outcomes = [(r["id"], r["attempts"], "done", None, None, 0.0) for r in rows]
-                    finished = [(worker_id, outcomes)] if outcomes else []
-                    if any(row.get("limited") for row in rows):
+                    finished = [Finish.of(job, Outcome.done("null")) for job in jobs_held]
+                    if any(job.limited for job in jobs_held):
                         retry_limited_at = 0.0
                     ask_limited = limited and time.monotonic() >= retry_limited_at
-                    _, rows = store.finish_and_claim_jobs(
-                        conn,
-                        finished=finished,
-                        worker_id=worker_id,
-                        queues=None,
-                        limit=BATCH,
-                        limited=ask_limited,
-                    )
-                    if ask_limited and sum(1 for row in rows if row.get("limited")) < BATCH:
+                    claim = ClaimRequest(worker_id, BATCH, limited=ask_limited)
+                    jobs_held = store.finish_and_claim_jobs(conn, finished, claim).claimed
+                    if ask_limited and sum(1 for job in jobs_held if job.limited) < BATCH:
                         retry_limited_at = time.monotonic() + RETRY_LIMITED
-                    done[index] += len(outcomes)
-                    if rows:
+                    done[index] += len(finished)
+                    if jobs_held:
                         idle = 0
                         continue
                     if sum(done) >= jobs:

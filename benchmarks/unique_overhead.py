@@ -18,15 +18,15 @@ import argparse
 import statistics
 import sys
 import time
-from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from benchmarks.__main__ import resolve_dsn
 from pgtasks import App
-from pgtasks._store.store import ClaimPosition, claim_position
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._leases import ClaimPosition, ClaimRequest, Finish
+from pgtasks._retry import Outcome
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 
 SCHEMAS = {"with": "pgtasks_bench_unique", "without": "pgtasks_bench_plain"}
 # Migration 0014's counting trigger names unique_key (it fires only on a conflict, which
@@ -69,24 +69,18 @@ def one_round(dsn: str, app: App, jobs: int) -> dict[str, float]:
     store = app.store
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
         worker_id = store.register_worker(conn, hostname="b", pid=0, queues=None, concurrency=50)
-        finished: list[Any] = []
+        finished: list[Finish] = []
         position: ClaimPosition | None = None
         done = 0
         started = time.perf_counter()
         while True:
-            _, rows = store.finish_and_claim_jobs(
-                conn,
-                finished=[(worker_id, finished)] if finished else [],
-                worker_id=worker_id,
-                queues=None,
-                limit=50,
-                after=position,
-            )
+            claim = ClaimRequest(worker_id, 50, after=position)
+            jobs = store.finish_and_claim_jobs(conn, finished, claim).claimed
             done += len(finished)
-            if not rows:
+            if not jobs:
                 break
-            position = claim_position(rows[-1])
-            finished = [(row["id"], row["attempts"], "done", "null", None, 0.0) for row in rows]
+            position = jobs[-1].position
+            finished = [Finish.of(job, Outcome.done("null")) for job in jobs]
         figures["claim+finish (batch 50)"] = done / (time.perf_counter() - started)
     return figures
 

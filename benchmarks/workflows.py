@@ -26,6 +26,8 @@ from psycopg import sql
 
 from benchmarks.workflow_races import install_0011_trigger
 from pgtasks import App, chain, chord
+from pgtasks._leases import ClaimRequest, Finish
+from pgtasks._retry import Outcome
 
 SCHEMA = "pgtasks_bench_workflows"
 BATCH = 50
@@ -48,13 +50,12 @@ def drain(app: App, conn: psycopg.Connection[Any]) -> tuple[int, float]:
     store, count = app.store, 0
     started = time.perf_counter()
     while True:
-        rows = store.claim_jobs(conn, worker_id=1, queues=None, limit=BATCH)
-        if not rows:
+        jobs = store.claim_jobs(conn, ClaimRequest(1, BATCH))
+        if not jobs:
             return count, time.perf_counter() - started
-        outcomes = [(row["id"], row["attempts"], "done", "1", None, 0.0) for row in rows]
-        written = store.finish_jobs(conn, worker_id=1, outcomes=outcomes)
-        assert len(written) == len(rows), "a finish was not written"
-        count += len(rows)
+        written = store.finish_jobs(conn, [Finish.of(job, Outcome.done("1")) for job in jobs])
+        assert len(written) == len(jobs), "a finish was not written"
+        count += len(jobs)
 
 
 def set_trigger(app: App, conn: psycopg.Connection[Any], enabled: bool) -> None:

@@ -15,10 +15,11 @@ read per enqueue and per attempt, nothing more.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ._jobs import InsertedJob, JobSpec
+from ._jobs import Attempt, InsertedJob, JobSpec
 from ._retry import Outcome
 
 #: Outcome names of an attempt's trace (pgtasks.outcome); "released": a stopping worker gave
@@ -86,3 +87,26 @@ class Instrumentation(Protocol):
     def flush(self) -> None:
         """Export what is buffered (a process-pool child calls it before exiting)."""
         ...
+
+
+def start_attempt_trace(
+    instrumentation: Instrumentation | None, attempt: Attempt
+) -> AttemptTrace | None:
+    """The attempt's trace when the App is instrumented (None otherwise, or when the
+    integration fails: tracing never stops a job)."""
+    if instrumentation is None:
+        return None
+    try:
+        return instrumentation.attempt(
+            job_id=attempt.job_id,
+            task_name=attempt.task_name,
+            queue=attempt.queue,
+            attempt=attempt.attempt,
+            worker_id=attempt.worker_id,
+            meta=attempt.meta,
+        )
+    except Exception:
+        logging.getLogger("pgtasks.worker").exception(
+            "job %d: starting its trace failed; running it untraced", attempt.job_id
+        )
+        return None

@@ -11,7 +11,7 @@ import enum
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, NamedTuple, overload
+from typing import Any, Literal, NamedTuple, Protocol, overload
 
 from ._errors import PayloadNotSerializableError, ReservedMetaKeyError
 from ._payload import RESERVED_META_PREFIX
@@ -366,6 +366,26 @@ def _parse_time(value: Any) -> datetime | None:
         return None
 
 
+class Attempt(Protocol):
+    """One attempt of a job, as a worker (ClaimedJob) or a process-pool child
+    (JobMessage) holds it: its lease is (worker_id, attempt)."""
+
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def task_name(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def worker_id(self) -> int: ...
+    @property
+    def meta(self) -> Mapping[str, Any]: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class JobContext:
     """What a ``bind=True`` task receives as its first argument.
@@ -389,6 +409,43 @@ class JobContext:
     _write_meta: Callable[[dict[str, Any]], None] | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
+
+    @classmethod
+    def direct(
+        cls, task_name: str, *, max_attempts: int, queue: str, meta: Mapping[str, Any] | None = None
+    ) -> JobContext:
+        """The context of a call without a job (``task(...)``, an eager run): attempt 1."""
+        return cls(
+            job_id=None,
+            task_name=task_name,
+            attempt=1,
+            max_attempts=max_attempts,
+            worker_id=None,
+            queue=queue,
+            meta=meta if meta is not None else {},
+        )
+
+    @classmethod
+    def of_attempt(
+        cls,
+        attempt: Attempt,
+        *,
+        cancelled: Callable[[], bool],
+        write_meta: Callable[[dict[str, Any]], None] | None,
+    ) -> JobContext:
+        """The context of a running attempt: ``cancelled`` tells whether its cancellation
+        was requested, ``write_meta`` writes a meta patch fenced by its lease."""
+        return cls(
+            job_id=attempt.job_id,
+            task_name=attempt.task_name,
+            attempt=attempt.attempt,
+            max_attempts=attempt.max_attempts,
+            worker_id=attempt.worker_id,
+            queue=attempt.queue,
+            _cancelled=cancelled,
+            meta=attempt.meta,
+            _write_meta=write_meta,
+        )
 
     def cancelled(self) -> bool:
         """True once ``cancel()`` was called for this job: stop early and return.

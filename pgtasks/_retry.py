@@ -80,6 +80,8 @@ class Outcome:
     """How an attempt ended, ready to be written (fenced) by the worker.
 
     ``status`` is the job's next status: done, pending (a retry after ``delay`` s) or failed.
+    Build one with the constructor of its kind: :meth:`done`, :meth:`retry`,
+    :meth:`failed`, :meth:`discarded`, :meth:`timed_out` or :meth:`cancelled`.
     """
 
     kind: OutcomeKind
@@ -90,15 +92,44 @@ class Outcome:
     #: The qualified class path of the exception that ended the attempt, when known.
     exception_type: str | None = None
 
+    @classmethod
+    def done(cls, result_json: str) -> Outcome:
+        """The task returned: ``result_json`` is its result, encoded."""
+        return cls("done", "done", result_json=result_json)
+
+    @classmethod
+    def retry(cls, delay: float, error: str, exception_type: str | None = None) -> Outcome:
+        """Run the job again after ``delay`` seconds; ``error`` says why."""
+        return cls("retry", "pending", error=error, delay=delay, exception_type=exception_type)
+
+    @classmethod
+    def failed(cls, error: str, exception_type: str | None = None) -> Outcome:
+        """The job fails (no attempt left, or nothing to retry)."""
+        return cls("failed", "failed", error=error, exception_type=exception_type)
+
+    @classmethod
+    def discarded(cls, error: str, exception_type: str | None = None) -> Outcome:
+        """The task asked to fail at once (Discard, or an exception in ``dont_retry``)."""
+        return cls("discarded", "failed", error=error, exception_type=exception_type)
+
+    @classmethod
+    def timed_out(cls, error: str, *, delay: float | None) -> Outcome:
+        """The attempt passed its timeout: retried after ``delay`` seconds (None: failed)."""
+        kind = "builtins.TimeoutError"
+        if delay is None:
+            return cls("timeout", "failed", error=error, exception_type=kind)
+        return cls("timeout", "pending", error=error, delay=delay, exception_type=kind)
+
+    @classmethod
+    def cancelled(cls, reason: str | None) -> Outcome:
+        """The job was cancelled (before it started, or while it ran)."""
+        return cls("cancelled", "failed", error=reason)
+
     @property
     def summary(self) -> str:
         if self.kind == "retry":
             return f"retry in {self.delay:.3g} s"
         return self.kind
-
-
-def done(result_json: str) -> Outcome:
-    return Outcome("done", "done", result_json=result_json)
 
 
 def describe_error(error: BaseException) -> str:
@@ -127,17 +158,13 @@ def after_error(
     kind = exception_path(error)
     if isinstance(error, Retry):
         if attempt >= max_attempts:
-            return Outcome("failed", "failed", error=text, exception_type=kind)
-        return Outcome("retry", "pending", error=text, delay=error.delay, exception_type=kind)
+            return Outcome.failed(text, kind)
+        return Outcome.retry(error.delay, text, kind)
     if isinstance(error, Discard) or (dont_retry and isinstance(error, dont_retry)):
-        return Outcome("discarded", "failed", error=text, exception_type=kind)
-    if isinstance(error, PayloadNotSerializableError):
-        return Outcome("failed", "failed", error=text, exception_type=kind)
-    if attempt >= max_attempts:
-        return Outcome("failed", "failed", error=text, exception_type=kind)
-    return Outcome(
-        "retry", "pending", error=text, delay=backoff(attempt, policy), exception_type=kind
-    )
+        return Outcome.discarded(text, kind)
+    if isinstance(error, PayloadNotSerializableError) or attempt >= max_attempts:
+        return Outcome.failed(text, kind)
+    return Outcome.retry(backoff(attempt, policy), text, kind)
 
 
 def after_timeout(
@@ -145,9 +172,5 @@ def after_timeout(
 ) -> Outcome:
     """The outcome of an attempt that passed its ``timeout``."""
     message = f"TimeoutError: the task did not finish within its timeout of {timeout:g} s"
-    kind = "builtins.TimeoutError"
-    if attempt >= max_attempts:
-        return Outcome("timeout", "failed", error=message, exception_type=kind)
-    return Outcome(
-        "timeout", "pending", error=message, delay=backoff(attempt, policy), exception_type=kind
-    )
+    delay = None if attempt >= max_attempts else backoff(attempt, policy)
+    return Outcome.timed_out(message, delay=delay)

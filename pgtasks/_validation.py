@@ -9,6 +9,7 @@ TypeError where a public signature promises those.
 from __future__ import annotations
 
 import math
+import re
 
 from ._errors import ConfigurationError
 
@@ -53,3 +54,24 @@ def whole_number(
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise error(f"{name} must be an int >= {minimum}, got {value!r}")
     return value
+
+
+#: Schema names: letters, digits and underscores (any case, reserved words allowed).
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
+
+
+def schema_name(schema: object) -> str:
+    """A schema of pgtasks' own: 1-48 letters, digits or underscores, not starting with a
+    digit, not ``public``, ``information_schema`` or ``pg_*``."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+        raise ConfigurationError(
+            f"invalid schema name {schema!r}: use 1-48 letters, digits or underscores,"
+            " not starting with a digit"
+        )
+    if schema.lower() in ("public", "information_schema"):
+        raise ConfigurationError(
+            f"invalid schema name {schema!r}: pgtasks keeps its tables in a schema of its own"
+        )
+    if schema.lower().startswith("pg_"):
+        raise ConfigurationError(f"invalid schema name {schema!r}: the pg_ prefix is reserved")
+    return schema

@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from ._app.app import App, validate_schema_name
+from ._app.app import App
 from ._store.db import PINNED
 from ._store.migrate import Migrator
 from ._store.store import Store
-from ._validation import positive_seconds
+from ._validation import positive_seconds, schema_name
 from ._worker.events import WorkerEvents
 from ._worker.metrics import outcome_series
 from ._worker.worker import Worker
 
 if TYPE_CHECKING:
-    from ._execution.running import ClaimedJob
+    from ._leases import ClaimedJob
 
 __all__ = ["RunSummary", "isolated_schema", "run_until_empty", "use_test_database"]
 
@@ -198,7 +198,7 @@ def run_until_empty(
 @contextlib.contextmanager
 def isolated_schema(dsn: str, *, prefix: str = "pgtasks_test_") -> Iterator[str]:
     """A freshly migrated schema named ``<prefix><random hex>``, dropped on exit."""
-    schema = validate_schema_name(f"{prefix}{secrets.token_hex(4)}")
+    schema = schema_name(f"{prefix}{secrets.token_hex(4)}")
     store = Store(schema)
     # READ COMMITTED whatever the server's default, as every pgtasks connection.
     with psycopg.connect(dsn, autocommit=True, options=PINNED) as conn:
@@ -219,7 +219,7 @@ def use_test_database(app: App, dsn: str, schema: str) -> Iterator[App]:
     on exit, so no connection to either database outlives the switch. Not for use
     while a worker of ``app`` is running.
     """
-    saved = app.use_database(dsn, validate_schema_name(schema))
+    saved = app.use_database(dsn, schema_name(schema))
     try:
         yield app
     finally:

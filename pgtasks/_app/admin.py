@@ -25,8 +25,9 @@ from psycopg.errors import UniqueViolation
 
 from .._counters import every_counter
 from .._errors import DatabaseError, JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError
+from .._job_filter import JobFilter
 from .._limits import LimitState, describe_limit, limit_states
-from .._operations import RETRYABLE, JobFilter, QueueStats, Stats, WorkerInfo
+from .._operations import RETRYABLE, QueueStats, Stats, WorkerInfo
 from .._queues import QueueState, queue_states
 
 if TYPE_CHECKING:

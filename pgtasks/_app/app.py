@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 import os
-import re
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar, overload
 import psycopg
 from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP035
 
-from .._counters import ENQUEUES_DEDUPLICATED, Tally
+from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
 from .._errors import (
     ConfigurationError,
@@ -28,20 +28,18 @@ from .._errors import (
 from .._instrumentation import Instrumentation
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._limits import LimitDefinition
-from .._operations import retention_seconds
-from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
-from .._store import db as _db
+from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name, encode_meta
 from .._store.database import Database
 from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
 from .._store.store import Store
 from .._text import DEFAULT_MAX_ERROR_BYTES
-from .._validation import positive_seconds, whole_number
 from ..sql import Migration
-from .eager import arun_eagerly, run_eagerly
+from . import enqueue
 from .handle import JobHandle
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .schedules import build_schedule
+from .settings import AppSettings, FromSettings
 from .tasks import Task, TaskSettings
 from .workflow_admin import describe_workflow
 from .workflows import Signature
@@ -53,12 +51,6 @@ R = TypeVar("R")
 T = TypeVar("T")
 TaskT = TypeVar("TaskT", bound="Task[Any, Any]")
 
-#: Schema names: letters, digits and underscores (any case, reserved words allowed).
-_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
-
-#: Rows per INSERT statement in bulk enqueues (several statements share one transaction).
-BULK_CHUNK = 5000
-
 #: Every App of this process, so that a forked child can let go of what it inherited.
 _apps: weakref.WeakSet[App] = weakref.WeakSet()
 #: In a forked child: the parent's result listeners, kept (never used or closed).
@@ -66,10 +58,8 @@ _inherited: list[object] = []
 
 
 def _forget_inherited_listeners() -> None:
-    """``os.fork()`` hook (child side): the parent's result listener is not the child's.
-
-    (The pools are let go of by the Database's own hook.)
-    """
+    """``os.fork()`` hook (child side): the parent's result listener is not the child's
+    (the pools are let go of by the Database's own hook)."""
     for app in list(_apps):
         if app._results is not None:
             _inherited.append(app._results)
@@ -79,21 +69,6 @@ def _forget_inherited_listeners() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_listeners)
-
-
-def validate_schema_name(schema: object) -> str:
-    if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
-        raise ConfigurationError(
-            f"invalid schema name {schema!r}: use 1-48 letters, digits or underscores,"
-            " not starting with a digit"
-        )
-    if schema.lower() in ("public", "information_schema"):
-        raise ConfigurationError(
-            f"invalid schema name {schema!r}: pgtasks keeps its tables in a schema of its own"
-        )
-    if schema.lower().startswith("pg_"):
-        raise ConfigurationError(f"invalid schema name {schema!r}: the pg_ prefix is reserved")
-    return schema
 
 
 class App:
@@ -113,6 +88,24 @@ class App:
     streaming replica for the dashboard, ``pgtasks stats``, ``pgtasks jobs list`` and
     metrics; never for reads of the app's own writes. See docs/howto/deployment.md.
     """
+
+    default_queue: FromSettings[str] = FromSettings()
+    default_max_attempts: FromSettings[int] = FromSettings()
+    max_payload_bytes: FromSettings[int] = FromSettings()
+    max_result_bytes: FromSettings[int] = FromSettings()
+    max_error_bytes: FromSettings[int] = FromSettings()
+    lease_timeout: FromSettings[float] = FromSettings()
+    heartbeat_interval: FromSettings[float] = FromSettings()
+    rescue_interval: FromSettings[float] = FromSettings()
+    poll_interval: FromSettings[float] = FromSettings()
+    prune_done_after: FromSettings[float | None] = FromSettings()
+    prune_failed_after: FromSettings[float | None] = FromSettings()
+    prune_interval: FromSettings[float] = FromSettings()
+    heal_interval: FromSettings[float] = FromSettings()
+    pool_min_size: FromSettings[int] = FromSettings("min_size", pools=True)
+    pool_max_size: FromSettings[int] = FromSettings("max_size", pools=True)
+    connect_timeout: FromSettings[float] = FromSettings(pools=True)
+    connect_attempts: FromSettings[int] = FromSettings(pools=True)
 
     def __init__(
         self,
@@ -143,59 +136,34 @@ class App:
         heal_interval: float = 30.0,
         eager: bool = False,
     ) -> None:
-        # An explicit schema="" is an error, not a request for the default.
-        schema = validate_schema_name(
-            schema if schema is not None else os.environ.get("PGTASKS_SCHEMA") or "pgtasks"
-        )
-        configured_dsn = _db.resolve_dsn(dsn)
-        self._connections = _db.ConnectionSettings.resolve(
+        #: The App's configuration, validated once (every keyword above).
+        self.settings = AppSettings.resolve(
+            dsn,
             session_dsn=session_dsn,
             replica_dsn=replica_dsn,
             pooled=pooled,
             prepared_statements=prepared_statements,
+            schema=schema,
+            embedded_dir=embedded_dir,
+            pool_min_size=pool_min_size,
+            pool_max_size=pool_max_size,
+            connect_timeout=connect_timeout,
+            connect_attempts=connect_attempts,
+            default_queue=default_queue,
+            default_max_attempts=default_max_attempts,
+            max_payload_bytes=max_payload_bytes,
+            max_result_bytes=max_result_bytes,
+            max_error_bytes=max_error_bytes,
+            lease_timeout=lease_timeout,
+            heartbeat_interval=heartbeat_interval,
+            rescue_interval=rescue_interval,
+            poll_interval=poll_interval,
+            prune_done_after=prune_done_after,
+            prune_failed_after=prune_failed_after,
+            prune_interval=prune_interval,
+            heal_interval=heal_interval,
+            eager=eager,
         )
-        self.embedded_dir: Path = _db.embedded_data_dir(embedded_dir)
-        if not isinstance(default_queue, str) or not default_queue:
-            raise ConfigurationError(
-                f"default_queue= must be a non-empty string, got {default_queue!r}"
-            )
-        self.default_queue = default_queue
-        whole_number("default_max_attempts=", default_max_attempts)
-        self.default_max_attempts = default_max_attempts
-        whole_number("max_payload_bytes=", max_payload_bytes, minimum=64)
-        self.max_payload_bytes = max_payload_bytes
-        # Caps of what a worker stores: a larger result fails its job, a longer error
-        # text (last_error: message and traceback) is cut with a marker.
-        caps = {"max_result_bytes": max_result_bytes, "max_error_bytes": max_error_bytes}
-        for name, cap in caps.items():
-            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1024:
-                raise ConfigurationError(f"{name}= must be an int >= 1024, got {cap!r}")
-        self.max_result_bytes, self.max_error_bytes = max_result_bytes, max_error_bytes
-        if not 0 <= pool_min_size <= pool_max_size or pool_max_size < 1:
-            raise ConfigurationError(
-                "need 0 <= pool_min_size <= pool_max_size and pool_max_size >= 1"
-            )
-        self.pool_min_size = pool_min_size
-        self.pool_max_size = pool_max_size
-        self.connect_timeout = positive_seconds("connect_timeout=", connect_timeout)
-        whole_number("connect_attempts=", connect_attempts)
-        self.connect_attempts = connect_attempts
-        self.lease_timeout = positive_seconds("lease_timeout=", lease_timeout)
-        self.heartbeat_interval = positive_seconds("heartbeat_interval=", heartbeat_interval)
-        self.rescue_interval = positive_seconds("rescue_interval=", rescue_interval)
-        self.poll_interval = positive_seconds("poll_interval=", poll_interval)
-        # Retention of finished jobs in seconds (None: never pruned); cancelled jobs use
-        # the failed retention. Workers prune every prune_interval seconds.
-        self.prune_done_after = retention_seconds("prune_done_after", prune_done_after)
-        self.prune_failed_after = retention_seconds("prune_failed_after", prune_failed_after)
-        self.prune_interval = positive_seconds("prune_interval=", prune_interval)
-        # Workers look for stuck workflow steps every heal_interval seconds (one at a time).
-        self.heal_interval = positive_seconds("heal_interval=", heal_interval)
-        if self.heartbeat_interval >= self.lease_timeout:
-            raise ConfigurationError(
-                f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"
-                f" lease_timeout ({self.lease_timeout:g} s), or live workers would be rescued"
-            )
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: Queues declared with limits (``app.queue()``), by name.
         self.queue_limits: dict[str, QueueLimits] = {}
@@ -206,9 +174,9 @@ class App:
         self._lock = threading.Lock()
         #: Connections: the DSN, pools, schema check and retried operations; its Store
         #: holds every statement, rendered for the schema.
-        self.database = self._new_database(configured_dsn, schema)
+        self.database = Database(self.settings.database, self.settings.pools)
         self._eager: contextvars.ContextVar[bool] = contextvars.ContextVar(
-            f"pgtasks_eager_{id(self)}", default=eager
+            f"pgtasks_eager_{id(self)}", default=self.settings.eager
         )
         self._results: ResultListener | None = None
         self._results_pid = 0
@@ -225,6 +193,11 @@ class App:
     def dsn(self) -> str:
         """The DSN in use; starts the embedded server when none is configured."""
         return self.database.dsn
+
+    @property
+    def embedded_dir(self) -> Path:
+        """Where the embedded server keeps its data (when no DSN is configured)."""
+        return self.settings.database.embedded_dir
 
     @property
     def uses_embedded(self) -> bool:
@@ -401,151 +374,67 @@ class App:
         """Point this App at another database and schema (None: the embedded server; the
         current schema); its pools are closed first. Returns the Database used until
         now, for :meth:`restore_database`. The session DSN, replica and pooling are those
-        given here (none by default), never the previous database's.
-
-        For tests (``pgtasks.testing.use_test_database``) and tools that switch databases;
-        not while a worker of this App runs.
+        given here (none by default), never the previous database's. For tests
+        (``pgtasks.testing.use_test_database``) and tools; not while a worker runs.
         """
         previous = self.database
-        connections = _db.ConnectionSettings(
+        where = dataclasses.replace(
+            self.settings.database,
+            dsn=dsn,
+            schema=schema or self.schema,
             session_dsn=session_dsn,
             replica_dsn=replica_dsn,
             pooled=pooled,
-            prepared_statements=self._connections.prepared_statements,
         )
-        new = self._new_database(
-            dsn, validate_schema_name(schema or self.schema), connections=connections
-        )
-        self.close()
-        self.database = new
+        self.restore_database(Database(where, self.settings.pools))
         return previous
 
     def restore_database(self, database: Database) -> None:
         """Switch back to a Database that :meth:`use_database` returned (pools closed)."""
         self.close()
         self.database = database
-
-    def _new_database(
-        self, dsn: str | None, schema: str, connections: _db.ConnectionSettings | None = None
-    ) -> Database:
-        connections = connections or self._connections
-        return Database(
-            Store(schema),
-            dsn,
-            self.embedded_dir,
-            pool_min_size=self.pool_min_size,
-            pool_max_size=self.pool_max_size,
-            connect_timeout=self.connect_timeout,
-            connect_attempts=self.connect_attempts,
-            session_dsn=connections.session_dsn,
-            replica_dsn=connections.replica_dsn,
-            pooled=connections.pooled,
-            prepared_statements=connections.prepared_statements,
-        )
+        self.settings = dataclasses.replace(self.settings, database=database.settings)
 
     # -- enqueue --
-    def _insert(self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]) -> list[InsertedJob]:
-        if len(specs) <= BULK_CHUNK:
-            return self.store.insert_jobs(conn, specs)
-        inserted: list[InsertedJob] = []
-        with conn.transaction():
-            for start in range(0, len(specs), BULK_CHUNK):
-                inserted += self.store.insert_jobs(conn, specs[start : start + BULK_CHUNK])
-        return inserted
-
-    async def _ainsert(
-        self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
-    ) -> list[InsertedJob]:
-        if len(specs) <= BULK_CHUNK:
-            return await self.store.ainsert_jobs(conn, specs)
-        inserted: list[InsertedJob] = []
-        async with conn.transaction():
-            for start in range(0, len(specs), BULK_CHUNK):
-                inserted += await self.store.ainsert_jobs(conn, specs[start : start + BULK_CHUNK])
-        return inserted
-
     def insert_specs(
         self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
         """Insert specs on ``conn``: the one insert path every enqueue and beat share (the
         instrumentation, when set, wraps it)."""
+        insert = self.store.insert_jobs_in_chunks
         if self.instrumentation is None:
-            return self._insert(conn, specs)
-        return self.instrumentation.insert(specs, lambda traced: self._insert(conn, traced))
+            return insert(conn, specs)
+        return self.instrumentation.insert(specs, lambda traced: insert(conn, traced))
 
     async def ainsert_specs(
         self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
+        insert = self.store.ainsert_jobs_in_chunks
         if self.instrumentation is None:
-            return await self._ainsert(conn, specs)
-        return await self.instrumentation.ainsert(specs, lambda traced: self._ainsert(conn, traced))
-
-    def _handles(self, inserted: list[InsertedJob]) -> list[JobHandle[Any]]:
-        handles: list[JobHandle[Any]] = [
-            JobHandle(self, job_id, existed=existed) for job_id, existed in inserted
-        ]
-        deduplicated = sum(1 for _, existed in inserted if existed)
-        if deduplicated:
-            self.counters.add(ENQUEUES_DEDUPLICATED, deduplicated, store=False)
-        return handles
+            return await insert(conn, specs)
+        return await self.instrumentation.ainsert(specs, lambda traced: insert(conn, traced))
 
     def enqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.Connection[Any] | None = None
     ) -> list[JobHandle[Any]]:
         """Insert built JobSpecs (see Task.build_spec); all or none are written."""
-        if not specs:
-            return []
-        if self.is_eager:
-            return run_eagerly(self, specs)
-        if connection is not None:
-            self.database.check_schema(connection)
-            return self._handles(self.insert_specs(connection, specs))
-        return self._handles(self.database.run(lambda conn: self.insert_specs(conn, specs)))
+        return enqueue.enqueue_many(self, specs, connection)
 
     def enqueue(
         self, spec: JobSpec, *, connection: psycopg.Connection[Any] | None = None
     ) -> JobHandle[Any]:
         """Insert one built JobSpec (the path of ``delay`` and ``apply_async``)."""
-        if self.is_eager:
-            return run_eagerly(self, [spec])[0]
-        if self.instrumentation is not None:
-            return self.enqueue_many([spec], connection=connection)[0]
-        if connection is not None:
-            self.database.check_schema(connection)
-            job = self.store.insert_job(connection, spec)
-        else:
-            job = self.database.run(lambda conn: self.store.insert_job(conn, spec))
-        if job.existed:
-            self.counters.add(ENQUEUES_DEDUPLICATED, store=False)
-        return JobHandle(self, job.id, existed=job.existed)
+        return enqueue.enqueue(self, spec, connection)
 
     async def aenqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> list[JobHandle[Any]]:
-        if not specs:
-            return []
-        if self.is_eager:
-            return await arun_eagerly(self, specs)
-        if connection is not None:
-            await self.database.acheck_schema(connection)
-            return self._handles(await self.ainsert_specs(connection, specs))
-        return self._handles(await self.database.arun(lambda conn: self.ainsert_specs(conn, specs)))
+        return await enqueue.aenqueue_many(self, specs, connection)
 
     async def aenqueue(
         self, spec: JobSpec, *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> JobHandle[Any]:
-        if self.is_eager:
-            return (await arun_eagerly(self, [spec]))[0]
-        if self.instrumentation is not None:
-            return (await self.aenqueue_many([spec], connection=connection))[0]
-        if connection is not None:
-            await self.database.acheck_schema(connection)
-            job = await self.store.ainsert_job(connection, spec)
-        else:
-            job = await self.database.arun(lambda conn: self.store.ainsert_job(conn, spec))
-        if job.existed:
-            self.counters.add(ENQUEUES_DEDUPLICATED, store=False)
-        return JobHandle(self, job.id, existed=job.existed)
+        return await enqueue.aenqueue(self, spec, connection)
 
     # -- jobs --
     def get_job(self, job_id: int) -> JobHandle[Any]:
@@ -575,6 +464,23 @@ class App:
         if row is None:
             raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
         return CancelResult.from_row(job_id, row)
+
+    def update_job_meta(
+        self, job_id: int, *, worker_id: int, attempt: int, patch: Mapping[str, Any]
+    ) -> bool:
+        """Merge ``patch`` into a running job's meta under its lease (worker_id, attempt):
+        one fenced UPDATE. False when the lease is lost (nothing written); an empty patch
+        writes nothing. JobContext.update_meta and set_progress write through it."""
+        patch_json = encode_meta(
+            "meta update", patch, max_bytes=self.max_payload_bytes, internal=True
+        )
+        if patch_json is None:
+            return True
+        return self.database.run(
+            lambda conn: self.store.update_job_meta(
+                conn, job_id=job_id, worker_id=worker_id, attempt=attempt, patch_json=patch_json
+            )
+        )
 
     # -- workflows --
     def get_workflow(self, workflow_id: int) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._dsn import describe_dsn
 from .._errors import SchemaNotMigratedError
-from .._store.db import describe_dsn
 from .._text import printable
 
 if TYPE_CHECKING:
@@ -293,7 +293,7 @@ def default_isolation(app: App) -> str | None:
         with psycopg.connect(
             database.session_dsn or database.dsn,
             autocommit=True,
-            connect_timeout=max(1, round(database.connect_timeout)),
+            connect_timeout=max(1, round(database.pools.connect_timeout)),
             application_name="pgtasks doctor",
         ) as conn:
             return str(app.store.get_session_defaults(conn)["isolation"])

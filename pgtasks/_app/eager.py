@@ -100,12 +100,9 @@ def _call(app: App, spec: JobSpec) -> tuple[Any, Any]:
     args = json.loads(spec.args_json)
     kwargs = json.loads(spec.kwargs_json)
     if task.bind:
-        context = JobContext(
-            job_id=None,
-            task_name=task.name,
-            attempt=1,
+        context = JobContext.direct(
+            task.name,
             max_attempts=spec.max_attempts,
-            worker_id=None,
             queue=spec.queue,
             meta=json.loads(spec.meta_json) if spec.meta_json else {},
         )

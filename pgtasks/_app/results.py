@@ -143,31 +143,48 @@ def outcome_of(job_id: int, row: dict[str, Any] | None) -> tuple[bool, Any]:
     return False, None
 
 
-def _timeout_error(job_id: int, timeout: float | None, row: dict[str, Any] | None) -> TimeoutError:
-    status = row["status"] if row else "unknown"
-    return TimeoutError(f"job {job_id} did not finish within {timeout:g} s (status: {status})")
+class _Polling:
+    """When a waiter re-reads its job's row: every HEALTHY_POLL seconds while the listener
+    is healthy, else from FAST_POLL doubling up to SLOW_POLL; never past ``timeout``."""
+
+    def __init__(self, job_id: int, timeout: float | None) -> None:
+        self.job_id = job_id
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.poll = FAST_POLL
+
+    @property
+    def first_wait(self) -> float:
+        """How long to wait for the listener to be ready before the first read."""
+        return min(1.0, self.timeout) if self.timeout is not None else 1.0
+
+    def next_wait(self, row: dict[str, Any] | None, healthy: bool) -> float:
+        """Seconds until the next read; TimeoutError once the timeout has passed."""
+        remaining = None if self.deadline is None else self.deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            status = row["status"] if row else "unknown"
+            raise TimeoutError(
+                f"job {self.job_id} did not finish within {self.timeout:g} s (status: {status})"
+            )
+        interval = HEALTHY_POLL if healthy else self.poll
+        self.poll = min(SLOW_POLL, self.poll * 2)
+        return interval if remaining is None else min(interval, remaining)
 
 
 def wait_for_result(app: App, job_id: int, timeout: float | None) -> Any:
     listener = app.result_listener()
     woken = threading.Event()
     unsubscribe = listener.subscribe(job_id, woken.set)
+    polling = _Polling(job_id, timeout)
     try:
-        listener.wait_ready(min(1.0, timeout) if timeout is not None else 1.0)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        poll = FAST_POLL
+        listener.wait_ready(polling.first_wait)
         while True:
             row = app.database.run(lambda conn: app.store.get_job_outcome(conn, job_id))
             finished, result = outcome_of(job_id, row)
             if finished:
                 return result
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise _timeout_error(job_id, timeout, row)
-            interval = HEALTHY_POLL if listener.healthy else poll
-            woken.wait(interval if remaining is None else min(interval, remaining))
+            woken.wait(polling.next_wait(row, listener.healthy))
             woken.clear()
-            poll = min(SLOW_POLL, poll * 2)
     finally:
         unsubscribe()
 
@@ -182,26 +199,16 @@ async def await_result(app: App, job_id: int, timeout: float | None) -> Any:
             loop.call_soon_threadsafe(woken.set)
 
     unsubscribe = listener.subscribe(job_id, wake)
+    polling = _Polling(job_id, timeout)
     try:
-        await asyncio.get_running_loop().run_in_executor(
-            None, listener.wait_ready, min(1.0, timeout) if timeout is not None else 1.0
-        )
-        deadline = None if timeout is None else time.monotonic() + timeout
-        poll = FAST_POLL
+        await loop.run_in_executor(None, listener.wait_ready, polling.first_wait)
         while True:
             row = await app.database.arun(lambda conn: app.store.aget_job_outcome(conn, job_id))
             finished, result = outcome_of(job_id, row)
             if finished:
                 return result
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise _timeout_error(job_id, timeout, row)
-            interval = HEALTHY_POLL if listener.healthy else poll
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(
-                    woken.wait(), interval if remaining is None else min(interval, remaining)
-                )
+                await asyncio.wait_for(woken.wait(), polling.next_wait(row, listener.healthy))
             woken.clear()
-            poll = min(SLOW_POLL, poll * 2)
     finally:
         unsubscribe()

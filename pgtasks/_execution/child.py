@@ -2,8 +2,8 @@
 
 A child never writes a job's state (status, result): it receives a :class:`JobMessage`
 (task name, arguments, the job's context fields), runs the task, and sends back the
-attempt's outcome ``(kind, status, result_json, error, delay)`` and its resident memory.
-The parent writes the outcome, fenced, with everything else (see _process_pool). The only
+attempt's Outcome and its resident memory.
+The parent writes the outcome, fenced, with everything else (see process_pool.py). The only
 write a child makes is a task's own meta/progress update (JobContext.update_meta), fenced by
 the lease, on the child's own connection.
 
@@ -14,7 +14,7 @@ messages (jobs, cancellations, exit), and exits the process when the parent is g
 Messages, parent → child: ``("run", JobMessage)``, ``("cancel", token)``, ``("exit",)``,
 and ``("terminate",)`` just before the worker's own SIGTERM (others' SIGTERMs are ignored).
 Child → parent: ``("ready", pid, task_names)`` or ``("failed", error)`` once, then
-``("done", token, outcome_fields, rss_bytes)`` per job and ``("log", record_fields)``.
+``("done", token, outcome, rss_bytes, seconds)`` per job and ``("log", record_fields)``.
 """
 
 from __future__ import annotations
@@ -28,20 +28,19 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .._app.app import App
+from .._app.loading import load_app
+from .._app.tasks import Task
 from .._errors import ConfigurationError, SoftTimeLimitExceeded
-from .._instrumentation import outcome_name
+from .._instrumentation import AttemptTrace, outcome_name, start_attempt_trace
 from .._jobs import JobContext
 from .._retry import Outcome
-
-if TYPE_CHECKING:
-    from .._app.app import App
-    from .._app.tasks import Task
-    from .._instrumentation import AttemptTrace
+from .meta import meta_writer
+from .outcomes import outcome_of_error, outcome_of_return, unknown_task_outcome
 
 #: Seconds between checks that the parent is still alive.
 PARENT_CHECK_INTERVAL = 1.0
@@ -74,10 +73,9 @@ class JobMessage:
 class ChildSettings:
     """How a child starts: where its app comes from and where its logs go."""
 
+    #: ``module:attribute`` a spawned child imports (None: a forked child, which runs
+    #: the App it inherited).
     app_path: str | None
-    #: Imports ``app_path`` in a spawned child (the app layer's loader, passed down so
-    #: that this layer never imports it; a module-level function pickles by name).
-    app_loader: Callable[[str], App] | None
     parent_pid: int
     log_level: int
     #: File descriptors a forked child inherited but must not hold (siblings' pipes).
@@ -259,27 +257,18 @@ def run_job(
     app: App, message: JobMessage, cancel_event: threading.Event, soft: SoftLimit
 ) -> Outcome:
     """Run one attempt in this (main) thread; SIGTERM unwinds it as _Terminated."""
-    from .meta import meta_writer
-    from .outcomes import unknown_task_outcome
-
     task = app.tasks.get(message.task_name)
     if task is None:
         return unknown_task_outcome(message.task_name, app)
-    context = JobContext(
-        job_id=message.job_id,
-        task_name=message.task_name,
-        attempt=message.attempt,
-        max_attempts=message.max_attempts,
-        worker_id=message.worker_id,
-        queue=message.queue,
-        _cancelled=cancel_event.is_set,
-        meta=message.meta,
+    context = JobContext.of_attempt(
+        message,
+        cancelled=cancel_event.is_set,
         # The child writes meta itself, on a connection of its own (opened on first use),
         # fenced by the lease like the worker's writes: the parent is not involved.
-        _write_meta=meta_writer(app, message.job_id, message.worker_id, message.attempt),
+        write_meta=meta_writer(app, message.job_id, message.worker_id, message.attempt),
     )
     arguments = [context, *message.args] if task.bind else list(message.args)
-    trace = _start_trace(app, message)
+    trace = start_attempt_trace(app.instrumentation, message)
     if trace is None:
         return _call(task, message, arguments, soft)
     # The attempt's span lives here, in the child: it ends with the outcome decided here
@@ -307,26 +296,6 @@ def _flush_traces(app: App) -> None:
         logging.getLogger("pgtasks.worker").exception("flushing this child's traces failed")
 
 
-def _start_trace(app: App, message: JobMessage) -> AttemptTrace | None:
-    instrumentation = app.instrumentation
-    if instrumentation is None:
-        return None
-    try:
-        return instrumentation.attempt(
-            job_id=message.job_id,
-            task_name=message.task_name,
-            queue=message.queue,
-            attempt=message.attempt,
-            worker_id=message.worker_id,
-            meta=message.meta,
-        )
-    except Exception:
-        logging.getLogger("pgtasks.worker").exception(
-            "job %d: starting its trace failed; running it untraced", message.job_id
-        )
-        return None
-
-
 def _call(
     task: Task[Any, Any],
     message: JobMessage,
@@ -334,8 +303,6 @@ def _call(
     soft: SoftLimit,
     trace: AttemptTrace | None = None,
 ) -> Outcome:
-    from .outcomes import outcome_of_error, outcome_of_return
-
     try:
         try:
             soft.arm(message.soft_timeout)
@@ -375,8 +342,8 @@ def child_main(
         try:
             if inherited_app is not None:
                 app = inherited_app
-            elif settings.app_path is not None and settings.app_loader is not None:
-                app = settings.app_loader(settings.app_path)
+            elif settings.app_path is not None:
+                app = load_app(settings.app_path)
             else:
                 raise ConfigurationError("a spawned child needs the app's module:attribute path")
         except Exception as error:
@@ -406,14 +373,7 @@ def child_main(
                 (
                     "done",
                     message.token,
-                    (
-                        outcome.kind,
-                        outcome.status,
-                        outcome.result_json,
-                        outcome.error,
-                        outcome.delay,
-                        outcome.exception_type,
-                    ),
+                    outcome,
                     resident_bytes(),
                     time.monotonic() - started,
                 )

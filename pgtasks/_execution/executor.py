@@ -7,7 +7,7 @@ Routing (:meth:`Executor.route`): a task's ``executor=`` option wins; an ``async
 runs on the event loop; a sync task runs on its queue's executor (``queue_executors``)
 or the worker's default ``pool`` ("thread" unless told otherwise).
 
-Slots: sync threads and coroutines share ``concurrency`` slots (as before); the process
+Slots: sync threads and coroutines share ``concurrency`` slots; the process
 pool has ``processes`` slots. The worker claims up to the sum of the free slots of the
 executors its tasks can use (:attr:`Executor.capacity`). A claim can bring more jobs for
 one executor than it has free slots; the extras wait here, claimed and heartbeated, and
@@ -25,18 +25,18 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import _retry
-from .._errors import ConfigurationError
+from .._instrumentation import start_attempt_trace
 from .._jobs import ExecutorName, JobContext
+from .._leases import ClaimedJob
 from .._retry import Outcome
-from .._validation import positive_number, whole_number
 from .child import JobMessage
+from .loop_thread import LoopThread
 from .meta import meta_writer
 from .outcomes import (
     CANCELLED_BEFORE_START,
@@ -48,71 +48,17 @@ from .outcomes import (
     policy_of,
     unknown_task_outcome,
 )
-from .process_pool import START_METHODS, Ending, PoolJob, ProcessPool, StartMethod, find_app_path
-from .running import ClaimedJob, Running
+from .process_pool import Ending, PoolJob, ProcessPool, start_pool
+from .running import Running
+from .settings import ExecutorSettings
 from .threads import JobThreads
-from .watchdogs import LoopLagMonitor, SoftLimit, ThreadSoftLimits
+from .watchdogs import SoftLimit, ThreadSoftLimits
 
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
-    from .._instrumentation import AttemptTrace
 
 logger = logging.getLogger("pgtasks.worker")
-
-PoolName = Literal["thread", "process"]
-POOL_NAMES: tuple[PoolName, ...] = ("thread", "process")
-
-
-@dataclasses.dataclass(frozen=True)
-class ExecutorOptions:
-    """How a worker runs its jobs (the executor-related ``Worker(...)`` options)."""
-
-    concurrency: int = 10
-    #: The executor of sync tasks that name none (and whose queue names none).
-    pool: PoolName = "thread"
-    #: Size of the process pool (default: the number of CPUs).
-    processes: int | None = None
-    #: Default executor of sync tasks per queue, e.g. {"cpu": "process"}.
-    queue_executors: Mapping[str, PoolName] = dataclasses.field(default_factory=dict)
-    process_start_method: StartMethod = "spawn"
-    #: ``module:attribute`` spawned children import (default: found from the app).
-    app_path: str | None = None
-    max_tasks_per_child: int | None = None
-    #: Megabytes of resident memory after a job above which a child is replaced.
-    max_memory_per_child: float | None = None
-    #: Seconds of event-loop silence that log a blocking-call warning (None: off).
-    loop_lag_threshold: float | None = 0.5
-
-    def __post_init__(self) -> None:
-        whole_number("concurrency=", self.concurrency)
-        for name in ("processes", "max_tasks_per_child"):
-            if getattr(self, name) is not None:
-                whole_number(f"{name}=", getattr(self, name))
-        if self.pool not in POOL_NAMES:
-            raise ConfigurationError(f"pool= must be 'thread' or 'process', got {self.pool!r}")
-        for queue_name, executor in self.queue_executors.items():
-            if executor not in POOL_NAMES:
-                raise ConfigurationError(
-                    f"queue_executors[{queue_name!r}] must be 'thread' or 'process', got"
-                    f" {executor!r} (async def tasks always run on the event loop)"
-                )
-        if self.process_start_method not in START_METHODS:
-            raise ConfigurationError(
-                "process_start_method= must be 'spawn' or 'fork', got"
-                f" {self.process_start_method!r}"
-            )
-        for name in ("max_memory_per_child", "loop_lag_threshold"):
-            if getattr(self, name) is not None:
-                positive_number(f"{name}=", getattr(self, name))
-        if self.app_path is not None and (":" not in self.app_path or self.app_path[0] == ":"):
-            raise ConfigurationError(
-                f"app_path= must look like module:attribute, got {self.app_path!r}"
-            )
-
-    @property
-    def pool_size(self) -> int:
-        return self.processes or os.cpu_count() or 1
 
 
 class Executor:
@@ -121,26 +67,22 @@ class Executor:
     def __init__(
         self,
         app: App,
-        options: ExecutorOptions | None = None,
+        settings: ExecutorSettings | None = None,
         *,
         on_finished: Callable[[Running, Outcome], None],
-        app_loader: Callable[[str], App] | None = None,
         on_refused: Callable[[Running], None] | None = None,
     ) -> None:
         self.app = app
-        self.options = options or ExecutorOptions()
+        self.settings = settings or ExecutorSettings()
         #: Called when the lease fence refuses a meta update of a running attempt (on the
         #: job's thread or the event loop).
         self.on_refused = on_refused
-        #: How spawned process-pool children import ``app_path`` (the app layer's loader).
-        self.app_loader = app_loader
-        self.concurrency = self.options.concurrency
+        self.concurrency = self.settings.concurrency
         self.on_finished = on_finished
         self._threads = JobThreads(self.concurrency, name="pgtasks-job")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self._loop_thread_id: int | None = None
-        self._lag_monitor: LoopLagMonitor | None = None
+        self._loop = LoopThread(
+            lag_threshold=self.settings.loop_lag_threshold, describe=self._on_loop
+        )
         self._soft_limits = ThreadSoftLimits()
         self._tokens = itertools.count(1)
         self._lock = threading.Lock()
@@ -173,10 +115,10 @@ class Executor:
             return task.executor
         if task.is_async:
             return "async"
-        return self.options.queue_executors.get(queue, self.options.pool)
+        return self.settings.queue_executors.get(queue, self.settings.pool)
 
     def _possible_executors(self) -> set[ExecutorName]:
-        defaults: set[ExecutorName] = {self.options.pool, *self.options.queue_executors.values()}
+        defaults: set[ExecutorName] = set(self.settings.sync_defaults)
         possible: set[ExecutorName] = set()
         for task in self.app.tasks.values():
             if task.executor is not None:
@@ -191,14 +133,14 @@ class Executor:
     def capacity(self) -> int:
         """Jobs this worker may hold at once: the slots of the executors it can use."""
         local = self.concurrency if self.uses_local else 0
-        return local + (self.options.pool_size if self.uses_processes else 0)
+        return local + (self.settings.pool_size if self.uses_processes else 0)
 
     def describe(self) -> str:
         """For the start banner, e.g. ``threads+async=10 processes=4 (spawn)``."""
         parts = [f"threads+async={self.concurrency}"] if self.uses_local else []
         if self.uses_processes:
             parts.append(
-                f"processes={self.options.pool_size} ({self.options.process_start_method})"
+                f"processes={self.settings.pool_size} ({self.settings.process_start_method})"
             )
         return " ".join(parts)
 
@@ -217,47 +159,15 @@ class Executor:
         if self.uses_processes:
             self._start_pool()
 
-    def _process_task_names(self) -> set[str]:
-        defaults = {self.options.pool, *self.options.queue_executors.values()}
-        return {
+    def _start_pool(self) -> None:
+        by_default = "process" in self.settings.sync_defaults
+        names = {
             task.name
             for task in self.app.tasks.values()
             if task.executor == "process"
-            or (task.executor is None and not task.is_async and "process" in defaults)
+            or (task.executor is None and not task.is_async and by_default)
         }
-
-    def _start_pool(self) -> None:
-        options = self.options
-        app_path = options.app_path
-        if options.process_start_method == "spawn" and app_path is None:
-            app_path = find_app_path(self.app)
-            if app_path is None:
-                raise ConfigurationError(
-                    "the process pool's spawned children must import the app, and this"
-                    " app is not a module-level variable: pass app_path='module:attribute'"
-                    " (the CLI passes -A), or use process_start_method='fork'"
-                )
-        memory = options.max_memory_per_child
-        pool = ProcessPool(
-            self.app,
-            size=options.pool_size,
-            start_method=options.process_start_method,
-            app_path=app_path,
-            app_loader=self.app_loader,
-            max_tasks_per_child=options.max_tasks_per_child,
-            max_memory_per_child=int(memory * 2**20) if memory is not None else None,
-            on_ended=self._pool_ended,
-        )
-        pool.start()
-        missing = sorted(self._process_task_names() - pool.child_tasks)
-        if missing:
-            pool.close(0.0)
-            raise ConfigurationError(
-                f"task(s) {', '.join(missing)} may run in the process pool, but the app its"
-                f" children import ({app_path}) does not define them: register tasks when"
-                " that module is imported, or use process_start_method='fork'"
-            )
-        self._pool = pool
+        self._pool = start_pool(self.app, self.settings, names, on_ended=self._pool_ended)
 
     # -- submitting --
     def submit(self, job: ClaimedJob) -> Running:
@@ -328,8 +238,8 @@ class Executor:
         many jobs at once, and waking the loop's thread once per job cost more than the
         no-op jobs themselves). On the loop (a slot an async job freed), the runner that
         freed it takes it next."""
-        loop = self._event_loop()
-        if threading.get_ident() == self._loop_thread_id:
+        loop = self._loop.get()
+        if self._loop.on_it():
             self._async_ready.append((running, task))
             return
         with self._lock:
@@ -410,7 +320,7 @@ class Executor:
             try:
                 outcome = self._run_sync(running, task)
             except BaseException as error:  # _run_sync catches everything; a last resort
-                outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+                outcome = Outcome.failed(_retry.describe_error(error))
             following = self._pass_local_slot()
             self.on_finished(running, outcome)
             if following is None or following.task is None:
@@ -448,7 +358,7 @@ class Executor:
         try:
             outcome = future.result()
         except BaseException as error:  # the wrappers catch everything; this is a last resort
-            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+            outcome = Outcome.failed(_retry.describe_error(error))
         if running.executor in ("thread", "async"):
             self._free_local_slot()
         self.on_finished(running, outcome)
@@ -508,16 +418,10 @@ class Executor:
     def _context(self, running: Running) -> JobContext:
         job = running.job
         on_refused = self.on_refused
-        return JobContext(
-            job_id=job.id,
-            task_name=job.task_name,
-            attempt=job.attempt,
-            max_attempts=job.max_attempts,
-            worker_id=job.worker_id,
-            queue=job.queue,
-            _cancelled=running.is_cancel_requested,
-            meta=job.meta,
-            _write_meta=meta_writer(
+        return JobContext.of_attempt(
+            job,
+            cancelled=running.is_cancel_requested,
+            write_meta=meta_writer(
                 running.task.app if running.task else None,
                 job.id,
                 job.worker_id,
@@ -533,7 +437,7 @@ class Executor:
     def cancel(self, running: Running) -> None:
         """Ask a running attempt to stop: the flag for sync tasks, cancel() for coroutines."""
         running.cancel_requested = True
-        loop = self._loop
+        loop = self._loop.loop
         if loop is not None and running.async_task is not None:
             loop.call_soon_threadsafe(self._cancel_async_job, running)
         if running.executor == "process" and self._pool is not None:
@@ -547,32 +451,10 @@ class Executor:
         if runner is not None:
             runner.cancel()
 
-    @staticmethod
-    def _start_trace(running: Running, task: Task[Any, Any]) -> AttemptTrace | None:
-        """The attempt's trace when the App is instrumented (None otherwise, or when the
-        integration fails: tracing never stops a job)."""
-        instrumentation = task.app.instrumentation
-        if instrumentation is None:
-            return None
-        job = running.job
-        try:
-            running.trace = instrumentation.attempt(
-                job_id=job.id,
-                task_name=job.task_name,
-                queue=job.queue,
-                attempt=job.attempt,
-                worker_id=job.worker_id,
-                meta=job.meta,
-            )
-        except Exception:
-            logger.exception("job %d: starting its trace failed; running it untraced", job.id)
-        return running.trace
-
     def _run_sync(self, running: Running, task: Task[Any, Any]) -> Outcome:
-        if task.app.instrumentation is None or self._start_trace(running, task) is None:
+        trace = running.trace = start_attempt_trace(task.app.instrumentation, running.job)
+        if trace is None:
             return self._run_sync_untraced(running, task)
-        trace = running.trace
-        assert trace is not None  # noqa: S101 - set by _start_trace
         with trace.activate():
             return self._run_sync_untraced(running, task)
 
@@ -598,7 +480,7 @@ class Executor:
         try:
             outcome = await self._attempt_async(running, task)
         except BaseException as error:  # _attempt_async catches everything; a last resort
-            outcome = Outcome("failed", "failed", error=_retry.describe_error(error))
+            outcome = Outcome.failed(_retry.describe_error(error))
         running.async_task = None  # no longer this job's: a late cancel() is not for it
         following = self._pass_local_slot()
         # Ends are reported after every job the loop runs in this pass has had its turn: a
@@ -628,10 +510,9 @@ class Executor:
         # one step under the GIL), so no lock.
         self._async_jobs.add(running)
         try:
-            if task.app.instrumentation is None or self._start_trace(running, task) is None:
+            trace = running.trace = start_attempt_trace(task.app.instrumentation, running.job)
+            if trace is None:
                 return await self._await_task(running, task)
-            trace = running.trace
-            assert trace is not None  # noqa: S101 - set by _start_trace
             with trace.activate():
                 return await self._await_task(running, task)
         finally:
@@ -648,7 +529,7 @@ class Executor:
                 value = await coroutine
         except asyncio.CancelledError as error:
             if running.cancel_requested:
-                return Outcome("cancelled", "failed", error="CancelledError: the job was cancelled")
+                return Outcome.cancelled("CancelledError: the job was cancelled")
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
         except asyncio.TimeoutError as error:
             if task.timeout and time.monotonic() - started >= task.timeout:
@@ -664,32 +545,6 @@ class Executor:
                 running.trace.record_exception(error)
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
         return outcome_of_return(task, value)
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                ready = threading.Event()
-
-                def run() -> None:
-                    asyncio.set_event_loop(loop)
-                    loop.call_soon(ready.set)
-                    try:
-                        loop.run_forever()
-                    finally:
-                        loop.run_until_complete(loop.shutdown_asyncgens())
-                        loop.close()
-
-                thread = threading.Thread(target=run, name="pgtasks-async", daemon=True)
-                thread.start()
-                ready.wait()
-                self._loop, self._loop_thread = loop, thread
-                self._loop_thread_id = thread.ident
-                threshold = self.options.loop_lag_threshold
-                if threshold:
-                    self._lag_monitor = LoopLagMonitor(loop, thread, threshold, self._on_loop)
-                    self._lag_monitor.start()
-            return self._loop
 
     def _on_loop(self, current: asyncio.Task[object] | None) -> str:
         """Names the async job(s) on the loop: the current one when it is known."""
@@ -726,27 +581,14 @@ class Executor:
 
     def cancel_async(self) -> None:
         """Cancel every running coroutine (used when a shutdown deadline passes)."""
-        loop = self._loop
-        if loop is None:
-            return
-
-        def cancel_all() -> None:
-            for task in asyncio.all_tasks(loop):
-                task.cancel()
-
-        loop.call_soon_threadsafe(cancel_all)
+        self._loop.cancel_all()
 
     def shutdown(self) -> None:
         """Stop accepting work; running threads are not waited for (the worker decides)."""
         self._threads.shutdown()
         self._soft_limits.stop()
-        if self._lag_monitor is not None:
-            self._lag_monitor.stop()
         self.stop_processes()
-        loop, thread = self._loop, self._loop_thread
-        if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(self._stop_loop, loop)
-            thread.join(5.0)
+        self._loop.stop(self._stop_loop)
 
     def _stop_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the event loop: end the idle runners, then stop the loop once they have."""

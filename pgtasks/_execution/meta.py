@@ -7,13 +7,10 @@ through the App it imported (a pool of its own, opened on first use).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .._app.app import App
 from .._errors import LeaseLostError
-from .._payload import encode_meta
-
-if TYPE_CHECKING:
-    from .._app.app import App
 
 
 def meta_writer(
@@ -29,23 +26,14 @@ def meta_writer(
         return None
 
     def write(patch: dict[str, Any]) -> None:
-        patch_json = encode_meta(
-            "meta update", patch, max_bytes=app.max_payload_bytes, internal=True
-        )
-        if patch_json is None:
+        if app.update_job_meta(job_id, worker_id=worker_id, attempt=attempt, patch=patch):
             return
-        written = app.database.run(
-            lambda conn: app.store.update_job_meta(
-                conn, job_id=job_id, worker_id=worker_id, attempt=attempt, patch_json=patch_json
-            )
+        if on_refused is not None:
+            on_refused()
+        raise LeaseLostError(
+            f"job {job_id}: attempt {attempt} on worker {worker_id} no longer holds the"
+            " job (it was rescued, finished, cancelled or released meanwhile): its meta"
+            " was not updated; stop this attempt"
         )
-        if not written:
-            if on_refused is not None:
-                on_refused()
-            raise LeaseLostError(
-                f"job {job_id}: attempt {attempt} on worker {worker_id} no longer holds the"
-                " job (it was rescued, finished, cancelled or released meanwhile): its meta"
-                " was not updated; stop this attempt"
-            )
 
     return write

@@ -12,15 +12,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _retry
+from .._dsn import redact
 from .._payload import encode_result
 from .._retry import Outcome, RetryPolicy
-from .._store.db import redact
 from .._text import storable, truncate
 
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
-    from .running import ClaimedJob
+    from .._leases import ClaimedJob
 
 
 def policy_of(task: Task[Any, Any]) -> RetryPolicy:
@@ -39,16 +39,12 @@ def unknown_task_outcome(task_name: str, app: App) -> Outcome:
     process-pool child lacks a task its parent has: the job goes back to pending after
     UNKNOWN_TASK_DELAY seconds, the reason in its history."""
     known = ", ".join(sorted(app.tasks)) or "none"
-    return Outcome(
-        "retry",
-        "pending",
-        error=(
-            f"UnknownTaskError: no task named {task_name!r} is registered in this process"
-            f" (known: {known}); the job was left for a worker that knows it (retried in"
-            f" {UNKNOWN_TASK_DELAY:g} s)"
-        ),
-        delay=UNKNOWN_TASK_DELAY,
-        exception_type=UNKNOWN_TASK_ERROR,
+    return Outcome.retry(
+        UNKNOWN_TASK_DELAY,
+        f"UnknownTaskError: no task named {task_name!r} is registered in this process"
+        f" (known: {known}); the job was left for a worker that knows it (retried in"
+        f" {UNKNOWN_TASK_DELAY:g} s)",
+        UNKNOWN_TASK_ERROR,
     )
 
 
@@ -62,11 +58,7 @@ def malformed_arguments_outcome(args: object, kwargs: object) -> Outcome | None:
         problems.append(f"kwargs must be a JSON object, got {_json_kind(kwargs)}")
     if not problems:
         return None
-    return Outcome(
-        "failed",
-        "failed",
-        error="MalformedJobError: " + "; ".join(problems) + " (the task was not run)",
-    )
+    return Outcome.failed("MalformedJobError: " + "; ".join(problems) + " (the task was not run)")
 
 
 def _json_kind(value: object) -> str:
@@ -78,24 +70,20 @@ def _json_kind(value: object) -> str:
 
 def failed_to_start_outcome(error: BaseException) -> Outcome:
     """The job could not be started (the process pool failed to start, a bug): it fails."""
-    return Outcome(
-        "failed",
-        "failed",
-        error=f"pgtasks could not start this job: {_retry.describe_error(error)}",
-    )
+    return Outcome.failed(f"pgtasks could not start this job: {_retry.describe_error(error)}")
 
 
 #: The outcome of a task that returned None (most do): one object, not encoded each time.
-_DONE_WITH_NONE = _retry.done("null")
+_DONE_WITH_NONE = Outcome.done("null")
 
 
 def outcome_of_return(task: Task[Any, Any], value: Any) -> Outcome:
     if value is None:
         return _DONE_WITH_NONE
     try:
-        return _retry.done(encode_result(task.name, value, max_bytes=task.app.max_result_bytes))
+        return Outcome.done(encode_result(task.name, value, max_bytes=task.app.max_result_bytes))
     except Exception as error:
-        return Outcome("failed", "failed", error=_retry.describe_error(error))
+        return Outcome.failed(_retry.describe_error(error))
 
 
 def outcome_of_error(
@@ -115,19 +103,11 @@ def outcome_of_loss(task: Task[Any, Any], job: ClaimedJob, detail: str) -> Outco
     error = f"WorkerLostError: {detail}"
     kind = "pgtasks.WorkerLostError"
     if job.attempt >= job.max_attempts:
-        return Outcome("failed", "failed", error=error, exception_type=kind)
-    return Outcome(
-        "retry",
-        "pending",
-        error=error,
-        delay=_retry.backoff(job.attempt, policy_of(task)),
-        exception_type=kind,
-    )
+        return Outcome.failed(error, kind)
+    return Outcome.retry(_retry.backoff(job.attempt, policy_of(task)), error, kind)
 
 
-CANCELLED_BEFORE_START = Outcome(
-    "cancelled", "failed", error="CancelledError: cancelled before start"
-)
+CANCELLED_BEFORE_START = Outcome.cancelled("CancelledError: cancelled before start")
 
 
 def storable_outcome(outcome: Outcome, *, max_error_bytes: int, secrets: Sequence[str]) -> Outcome:

@@ -40,14 +40,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._errors import ConfigurationError
 from .._retry import Outcome
 from .child import ChildSettings, JobMessage, child_main
+from .settings import ExecutorSettings, StartMethod
 
 if TYPE_CHECKING:
     from .._app.app import App
 
 logger = logging.getLogger("pgtasks.worker")
 
-StartMethod = Literal["spawn", "fork"]
-START_METHODS: tuple[StartMethod, ...] = ("spawn", "fork")
 #: Seconds between SIGTERM and SIGKILL for a child past its hard time limit.
 KILL_GRACE = 2.0
 #: Seconds the pool waits for its first children to import the app.
@@ -132,6 +131,46 @@ def find_app_path(app: App) -> str | None:
 _live_pools: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
 
 
+def start_pool(
+    app: App,
+    settings: ExecutorSettings,
+    task_names: set[str],
+    *,
+    on_ended: Callable[[int, Ending], None],
+) -> ProcessPool:
+    """Start the pool of ``settings``; its children must know every one of ``task_names``
+    (the tasks that may run in it), or it is closed again with a ConfigurationError."""
+    app_path = settings.app_path
+    if settings.process_start_method == "spawn" and app_path is None:
+        app_path = find_app_path(app)
+        if app_path is None:
+            raise ConfigurationError(
+                "the process pool's spawned children must import the app, and this"
+                " app is not a module-level variable: pass app_path='module:attribute'"
+                " (the CLI passes -A), or use process_start_method='fork'"
+            )
+    memory = settings.max_memory_per_child
+    pool = ProcessPool(
+        app,
+        size=settings.pool_size,
+        start_method=settings.process_start_method,
+        app_path=app_path,
+        max_tasks_per_child=settings.max_tasks_per_child,
+        max_memory_per_child=int(memory * 2**20) if memory is not None else None,
+        on_ended=on_ended,
+    )
+    pool.start()
+    missing = sorted(task_names - pool.child_tasks)
+    if missing:
+        pool.close(0.0)
+        raise ConfigurationError(
+            f"task(s) {', '.join(missing)} may run in the process pool, but the app its"
+            f" children import ({app_path}) does not define them: register tasks when"
+            " that module is imported, or use process_start_method='fork'"
+        )
+    return pool
+
+
 @atexit.register
 def _kill_leftover_children() -> None:
     """An embedding program exiting without stopping its worker: children go with it."""
@@ -149,7 +188,6 @@ class ProcessPool:
         size: int,
         start_method: StartMethod,
         app_path: str | None,
-        app_loader: Callable[[str], App] | None,
         max_tasks_per_child: int | None,
         max_memory_per_child: int | None,
         on_ended: Callable[[int, Ending], None],
@@ -159,7 +197,6 @@ class ProcessPool:
         self.size = size
         self.start_method = start_method
         self.app_path = app_path
-        self.app_loader = app_loader
         self.max_tasks_per_child = max_tasks_per_child
         #: Bytes of resident memory after a job above which its child is replaced.
         self.max_memory_per_child = max_memory_per_child
@@ -302,7 +339,6 @@ class ProcessPool:
         fork = self.start_method == "fork"
         settings = ChildSettings(
             app_path=None if fork else self.app_path,
-            app_loader=None if fork else self.app_loader,
             parent_pid=os.getpid(),
             log_level=logging.getLogger().getEffectiveLevel(),
             close_fds=inherited_fds if fork else (),
@@ -476,14 +512,14 @@ class ProcessPool:
             self._restart_delay,
         )
 
-    def _job_done(self, child: Child, token: int, fields: tuple[Any, ...], rss: int) -> None:
+    def _job_done(self, child: Child, token: int, outcome: Outcome, rss: int) -> None:
         job = child.job
         if job is None or job.message.token != token or child.stopping in ("timeout", "released"):
             return  # too late: the outcome was decided without it
         with self._lock:
             child.job, child.deadline = None, None
         child.jobs_done += 1
-        self.on_ended(token, Ending("outcome", Outcome(*fields), pid=child.pid))
+        self.on_ended(token, Ending("outcome", outcome, pid=child.pid))
         reason = self._recycle_reason(child, rss)
         if reason:
             self.recycled += 1

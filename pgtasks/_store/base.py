@@ -17,6 +17,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.abc import Buffer
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import JsonbLoader
@@ -120,6 +121,23 @@ def translate_errors(schema: str) -> Iterator[None]:
         yield
     except _NOT_MIGRATED as error:
         raise not_migrated_error(schema, error) from error
+
+
+def own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """True when the next statement on ``conn`` runs as a transaction of its own: an
+    autocommit connection, idle, not in pipeline mode (where the statements up to the
+    next sync share one transaction).
+
+    A round trip's statements then need no BEGIN and COMMIT; ``insert_and_notify_job``
+    sets a transaction-local flag that silences the notify trigger, which inside a longer
+    transaction would silence the caller's later inserts too.
+    """
+    pgconn = conn.pgconn
+    return (
+        conn.autocommit
+        and pgconn.transaction_status == TransactionStatus.IDLE
+        and pgconn.pipeline_status == PipelineStatus.OFF
+    )
 
 
 #: Claims that, run in a round trip that writes no outcome, announce themselves (see

@@ -29,18 +29,24 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 import tenacity
-from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
+from .._dsn import describe_dsn, redact_for
 from .._embedded import embedded_dsn
 from .._errors import ConfigurationError, PoolExhaustedError
 from ..sql import Migration
 from . import db
+from .failures import (
+    arollback_left_open,
+    is_connection_failure,
+    is_recovery_conflict,
+    left_open,
+    rollback_left_open,
+)
 from .migrate import (
     DEFAULT_LOCK_RETRY_FOR,
     DEFAULT_LOCK_TIMEOUT,
@@ -49,8 +55,6 @@ from .migrate import (
     check_version,
 )
 from .store import Store
-
-logger = logging.getLogger("pgtasks.db")
 
 T = TypeVar("T")
 
@@ -82,56 +86,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_pools)
 
 
-def _left_open(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
-    """A transaction is open on ``conn`` (not after an autocommit statement)."""
-    status = conn.pgconn.transaction_status
-    return status != TransactionStatus.IDLE and status != TransactionStatus.UNKNOWN
-
-
-def _rollback(conn: psycopg.Connection[Any]) -> None:
-    """Roll back what an operation that failed left open (as ``with conn:`` does): a
-    connection in a bad state is left to the pool, without hiding the operation's error."""
-    if not _left_open(conn):
-        return
-    try:
-        conn.rollback()
-    except Exception as error:
-        logger.warning("error rolling back a pooled connection: %s", error)
-
-
-async def _arollback(conn: psycopg.AsyncConnection[Any]) -> None:
-    if not _left_open(conn):
-        return
-    try:
-        await conn.rollback()
-    except Exception as error:
-        logger.warning("error rolling back a pooled connection: %s", error)
-
-
-def is_connection_failure(error: BaseException) -> bool:
-    """Errors worth a retry on a fresh connection: the connection broke, not the query."""
-    if not isinstance(error, psycopg.OperationalError) or isinstance(error, PoolTimeout):
-        return False
-    state = error.sqlstate
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
-
-
-#: SQLSTATEs of errors that a later try of the same statement may not meet: a lock wait
-#: past lock_timeout (55P03), a statement past statement_timeout (57014), a serialization
-#: failure, a deadlock or any other transaction rollback (class 40), a server short of
-#: resources (class 53). Nothing the statement wrote stays.
-TRANSIENT_STATES = ("55P03", "57014")
-TRANSIENT_CLASSES = ("40", "53")
-
-
-def is_transient(error: BaseException) -> bool:
-    """A database error worth trying the same statement again on the same connection."""
-    if not isinstance(error, psycopg.Error):
-        return False
-    state = error.sqlstate or ""
-    return state in TRANSIENT_STATES or state[:2] in TRANSIENT_CLASSES
-
-
 #: Connections of the replica pool, per process (dashboard pages, stats, metrics).
 REPLICA_POOL_MAX = 4
 #: Seconds between two log lines saying that replica reads fall back to the primary.
@@ -142,65 +96,45 @@ REPLICA_CONFLICT_TRIES = 2
 REPLICA_RETRY_AFTER = 30.0
 
 
-def is_recovery_conflict(error: BaseException) -> bool:
-    """A hot standby cancelled the query to apply WAL (``max_standby_streaming_delay``)."""
-    return (
-        isinstance(error, psycopg.Error)
-        and error.sqlstate == "40001"
-        and "conflict with recovery" in str(error)
-    )
-
-
 class Database:
-    """The connections of one App (``configured_dsn`` None: the embedded server).
-
-    ``session_dsn``: a direct connection for session-scoped work when ``dsn`` goes through
-    a transaction pooler; ``pooled``: ``dsn`` is such a pooler (default: when
-    ``session_dsn`` is given); ``prepared_statements``: whether connections to ``dsn``
-    may prepare statements (default: not when pooled; PgBouncer >= 1.21 with
-    ``max_prepared_statements`` can hold them); ``replica_dsn``: a streaming replica for
-    reads that may lag.
+    """The connections of one store: where they go (``settings``: ``dsn`` None is the
+    embedded server; a ``session_dsn`` for a pooled dsn, a ``replica_dsn``) and the pools
+    (``pools``). ``store`` holds the schema's statements (rendered for
+    ``settings.schema`` when not given); ``connection_kwargs``: further psycopg.connect()
+    arguments of the pooled and replica connections (options never go to a pooled dsn);
+    ``name``: the pools' name (pgtasks-<schema> by default).
     """
 
     def __init__(
         self,
-        store: Store,
-        configured_dsn: str | None,
-        embedded_dir: Path,
+        settings: db.DatabaseSettings,
+        pools: db.PoolSettings,
         *,
-        pool_min_size: int,
-        pool_max_size: int,
-        connect_timeout: float,
-        connect_attempts: int,
+        store: Store | None = None,
         connection_kwargs: Mapping[str, Any] | None = None,
         name: str | None = None,
-        session_dsn: str | None = None,
-        replica_dsn: str | None = None,
-        pooled: bool | None = None,
-        prepared_statements: bool | None = None,
     ) -> None:
-        self.store = store
-        #: Further psycopg.connect() arguments of the pooled and replica connections (e.g.
-        #: application_name, options; options never go to a pooled dsn).
+        self.settings = settings
+        self.pools = pools
+        self.store = store if store is not None else Store(settings.schema)
         self.extra_kwargs = dict(connection_kwargs or {})
-        #: The pools' name (pgtasks-<schema> by default).
-        self.name = name or f"pgtasks-{store.schema}"
-        self.configured_dsn = configured_dsn
-        self.embedded_dir = embedded_dir
-        self.pool_min_size = pool_min_size
-        self.pool_max_size = pool_max_size
-        self.connect_timeout = connect_timeout
-        self.connect_attempts = connect_attempts
-        self.configured_session_dsn = session_dsn or None
-        self.replica_dsn = replica_dsn or None
+        self.name = name or f"pgtasks-{settings.schema}"
+        self.configured_dsn = settings.dsn
+        self.embedded_dir = settings.embedded_dir
+        self.configured_session_dsn = settings.session_dsn or None
+        self.replica_dsn = settings.replica_dsn or None
         #: ``dsn`` goes through a transaction-mode pooler (PgBouncer pool_mode=transaction).
-        self.pooled = bool(session_dsn) if pooled is None else bool(pooled)
+        self.pooled = (
+            bool(settings.session_dsn) if settings.pooled is None else bool(settings.pooled)
+        )
         #: Connections to ``dsn`` may prepare statements (psycopg's prepare_threshold).
         self.prepared_statements = (
-            not self.pooled if prepared_statements is None else bool(prepared_statements)
+            not self.pooled
+            if settings.prepared_statements is None
+            else bool(settings.prepared_statements)
         )
         self._lock = threading.Lock()
-        self._dsn: str | None = configured_dsn
+        self._dsn: str | None = settings.dsn
         self._pool: ConnectionPool[Any] | None = None
         self._pool_pid = 0
         self._apool: AsyncConnectionPool[Any] | None = None
@@ -235,16 +169,16 @@ class Database:
 
     def describe(self) -> str:
         """Where the connections go, for logs (never the password)."""
-        where = db.describe_dsn(self.dsn)
+        where = describe_dsn(self.dsn)
         if self.pooled:
             session = self.configured_session_dsn
             where += (
                 " (pooled; sessions: "
-                + (db.describe_dsn(session) if session else "none, polling")
+                + (describe_dsn(session) if session else "none, polling")
                 + ")"
             )
         if self.replica_dsn:
-            where += f" (replica: {db.describe_dsn(self.replica_dsn)})"
+            where += f" (replica: {describe_dsn(self.replica_dsn)})"
         return where
 
     def connection_kwargs(self, *, session: bool = False) -> dict[str, Any]:
@@ -261,28 +195,8 @@ class Database:
             kwargs["prepare_threshold"] = None
         return kwargs
 
-    @staticmethod
-    def pin_isolation(conn: psycopg.Connection[Any]) -> None:
-        """Every pgtasks connection runs READ COMMITTED, whatever the database or role
-        default (claims, limits and workflows rely on it).
-
-        A direct connection (``dsn`` not pooled, the session DSN, the replica) is pinned
-        for its whole session by a startup option (``default_transaction_isolation``,
-        db.pinned_options). A connection through a transaction pooler cannot be: its
-        statements run on whichever server connection the pooler lends, which keeps no
-        session setting of ours and accepts no startup option. There each transaction
-        pgtasks opens is pinned instead: this sets psycopg's ``isolation_level``, so every
-        explicit transaction begins ``BEGIN ISOLATION LEVEL READ COMMITTED`` (no round trip
-        of its own), and the worker's round trips of claims and finishes, which run as
-        implicit transactions, begin and end their own in the same round trip
-        (Store.finish_and_claim_jobs). A lone autocommit statement (an enqueue, a
-        heartbeat) runs at the server connection's default: ``pgtasks doctor``'s pooler
-        check says when that is not READ COMMITTED."""
-        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
-
-    @staticmethod
-    async def apin_isolation(conn: psycopg.AsyncConnection[Any]) -> None:
-        await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
+    #: READ COMMITTED on a pooled connection, per transaction (see db.pin_isolation).
+    pin_isolation, apin_isolation = staticmethod(db.pin_isolation), staticmethod(db.apin_isolation)
 
     def connect(
         self,
@@ -294,7 +208,7 @@ class Database:
     ) -> psycopg.Connection[Any]:
         """A new connection of its own (autocommit unless ``autocommit=False``) to ``dsn``,
         the session DSN (``session``) or the replica (``replica``), READ COMMITTED whatever
-        the server's default (:meth:`pin_isolation`).
+        the server's default (db.pin_isolation).
 
         ``options`` (libpq startup options, ``-c name=value``) are sent on direct
         connections only: a transaction pooler refuses them (PgBouncer before 1.20) or
@@ -309,7 +223,7 @@ class Database:
             target_or_none = self.session_dsn
             if target_or_none is None:
                 raise ConfigurationError(
-                    f"{db.describe_dsn(self.dsn)} goes through a transaction pooler and no"
+                    f"{describe_dsn(self.dsn)} goes through a transaction pooler and no"
                     " session_dsn is set: session-scoped work (LISTEN, session locks,"
                     " migrations) needs a direct connection. Set App(session_dsn=...) or"
                     " PGTASKS_SESSION_DSN"
@@ -318,13 +232,12 @@ class Database:
         else:
             target, direct, extra = self.dsn, not self.pooled, self.connection_kwargs()
         if direct:
-            # The caller's options replace those given to the App (as before), and the
-            # isolation pin goes with either.
+            # The caller's options replace the App's; the isolation pin goes with either.
             extra["options"] = (
                 db.pinned_options(options) if options else extra.get("options") or db.PINNED
             )
         kwargs.setdefault("autocommit", True)
-        kwargs.setdefault("connect_timeout", max(1, round(self.connect_timeout)))
+        kwargs.setdefault("connect_timeout", max(1, round(self.pools.connect_timeout)))
         conn = psycopg.connect(target, **{**extra, **kwargs})
         if not direct:
             self.pin_isolation(conn)
@@ -340,12 +253,12 @@ class Database:
                 return self._pool
             pool: ConnectionPool[Any] = ConnectionPool(
                 self.dsn,
-                min_size=self.pool_min_size,
-                max_size=self.pool_max_size,
+                min_size=self.pools.min_size,
+                max_size=self.pools.max_size,
                 kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
                 # READ COMMITTED whatever the database or role default (see pin_isolation).
                 configure=self.pin_isolation if self.pooled else None,
-                timeout=self.connect_timeout,
+                timeout=self.pools.connect_timeout,
                 name=self.name,
                 open=False,
             )
@@ -354,7 +267,7 @@ class Database:
                 # would make the pool open one more connection at once, and a one-by-one
                 # producer would then alternate between two server processes for the
                 # pool's max_idle (about 20 µs more per enqueue).
-                pool.open(wait=True, timeout=self.connect_timeout)
+                pool.open(wait=True, timeout=self.pools.connect_timeout)
             except PoolTimeout as error:  # the pool closed itself
                 timeout: PoolTimeout | None = error
             else:
@@ -370,18 +283,18 @@ class Database:
         if self._apool is None or self._apool_loop is not loop:
             apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.dsn,
-                min_size=self.pool_min_size,
-                max_size=self.pool_max_size,
+                min_size=self.pools.min_size,
+                max_size=self.pools.max_size,
                 kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
                 configure=self.apin_isolation if self.pooled else None,
-                timeout=self.connect_timeout,
+                timeout=self.pools.connect_timeout,
                 name=f"{self.name}-async",
                 open=False,
             )
             try:
                 # Waiting for the first connection keeps no connection attempt running in
                 # the background when a short-lived loop (asyncio.run) ends.
-                await apool.open(wait=True, timeout=self.connect_timeout)
+                await apool.open(wait=True, timeout=self.pools.connect_timeout)
             except PoolTimeout as error:
                 await apool.close()
                 raise self.unavailable(error) from None
@@ -393,34 +306,27 @@ class Database:
         unreachable (DatabaseUnavailableError), or the pool is exhausted."""
         if isinstance(cause, PoolTimeout) or cause is None:
             probed = db.probe_connection_error(
-                self.dsn, self.connect_timeout, self.connection_kwargs()
+                self.dsn, self.pools.connect_timeout, self.connection_kwargs()
             )
             if probed is not None and db.refuses_startup_options(probed):
-                password = db.dsn_password(self.dsn)
-                detail = " ".join(db.redact(str(probed), (password,) if password else ()).split())
-                return ConfigurationError(
-                    f"{db.describe_dsn(self.dsn)} refused pgtasks' startup options ({detail}):"
-                    " it is a connection pooler (PgBouncer). Declare it with"
-                    " App(dsn=<pooler>, session_dsn=<the server itself>), or App(pooled=True)"
-                    " when no direct connection is possible (pgtasks then polls)"
-                )
+                return db.startup_options_refused(self.dsn, probed)
             if probed is None and isinstance(cause, PoolTimeout):
                 # The server answers: the pool is exhausted, not the database down.
                 return PoolExhaustedError(
                     f"no free connection in this process's pool within"
-                    f" {self.connect_timeout:g} s: all {self.pool_max_size} (pool_max_size)"
+                    f" {self.pools.connect_timeout:g} s: all {self.pools.max_size} (pool_max_size)"
                     " are in use. Is a task or caller holding connections (a leaked or"
                     f" long transaction)? The server at {self.describe()} is reachable."
                 )
             cause = probed or cause
-        return db.unavailable_error(self.dsn, cause, self.connect_timeout)
+        return db.unavailable_error(self.dsn, cause, self.pools.connect_timeout)
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection (autocommit) with the schema checked."""
         pool = self.get_pool()
         try:
-            connection_context = pool.connection(timeout=self.connect_timeout)
+            connection_context = pool.connection(timeout=self.pools.connect_timeout)
             conn = connection_context.__enter__()
         except PoolTimeout as error:
             raise self.unavailable(error) from None
@@ -437,7 +343,7 @@ class Database:
     async def aconnection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         pool = await self.get_apool()
         try:
-            connection_context = pool.connection(timeout=self.connect_timeout)
+            connection_context = pool.connection(timeout=self.pools.connect_timeout)
             conn = await connection_context.__aenter__()
         except PoolTimeout as error:
             raise self.unavailable(error) from None
@@ -454,7 +360,7 @@ class Database:
     def _retrying(self) -> dict[str, Any]:
         """Retries after the first failed try: connect_attempts - 1 more, backing off."""
         return {
-            "stop": tenacity.stop_after_attempt(self.connect_attempts - 1),
+            "stop": tenacity.stop_after_attempt(self.pools.connect_attempts - 1),
             "wait": tenacity.wait_exponential(multiplier=0.1, max=2.0),
             "retry": tenacity.retry_if_exception(is_connection_failure),
             "reraise": True,
@@ -464,7 +370,7 @@ class Database:
         """Re-raise ``error`` unless it is worth retrying on a fresh connection."""
         if not is_connection_failure(error):
             raise error
-        if self.connect_attempts < 2:
+        if self.pools.connect_attempts < 2:
             raise self.unavailable(error) from None
 
     def run(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
@@ -477,7 +383,7 @@ class Database:
             if pool is None or self._pool_pid != os.getpid():
                 pool = self.get_pool()
             try:
-                conn = pool.getconn(timeout=self.connect_timeout)
+                conn = pool.getconn(timeout=self.pools.connect_timeout)
             except PoolTimeout as error:
                 raise self.unavailable(error) from None
             try:
@@ -486,12 +392,12 @@ class Database:
                         self.check_schema(conn)
                     result = operation(conn)
                 except BaseException:
-                    _rollback(conn)
+                    rollback_left_open(conn)
                     raise
                 # Commits what is left open, as pool.connection() does (a pooled connection
                 # may have been taken out of autocommit by its user), without its call when
                 # nothing is (an autocommit statement).
-                if _left_open(conn):
+                if left_open(conn):
                     conn.commit()
                 return result
             except psycopg.Error as error:
@@ -525,7 +431,7 @@ class Database:
             if apool is None or self._apool_loop is not asyncio.get_running_loop():
                 apool = await self.get_apool()
             try:
-                conn = await apool.getconn(timeout=self.connect_timeout)
+                conn = await apool.getconn(timeout=self.pools.connect_timeout)
             except PoolTimeout as error:
                 raise self.unavailable(error) from None
             try:
@@ -534,9 +440,9 @@ class Database:
                         await self.acheck_schema(conn)
                     result = await operation(conn)
                 except BaseException:
-                    await _arollback(conn)
+                    await arollback_left_open(conn)
                     raise
-                if _left_open(conn):
+                if left_open(conn):
                     await conn.commit()
                 return result
             except psycopg.Error as error:
@@ -574,14 +480,14 @@ class Database:
         session_dsn = self.session_dsn
         if session_dsn is None:
             raise ConfigurationError(
-                f"pgtasks migrate needs a direct connection, and {db.describe_dsn(self.dsn)}"
+                f"pgtasks migrate needs a direct connection, and {describe_dsn(self.dsn)}"
                 " goes through a transaction pooler: set App(session_dsn=...) or"
                 " PGTASKS_SESSION_DSN to the server itself"
             )
         try:
             return self.connect(session=True, application_name="pgtasks migrate")
         except psycopg.OperationalError as error:
-            raise db.unavailable_error(session_dsn, error, self.connect_timeout) from None
+            raise db.unavailable_error(session_dsn, error, self.pools.connect_timeout) from None
 
     def migrate(
         self,
@@ -628,7 +534,7 @@ class Database:
                     **self.extra_kwargs,
                     "options": db.pinned_options(self.extra_kwargs.get("options")),
                 },
-                timeout=self.connect_timeout,
+                timeout=self.pools.connect_timeout,
                 name=f"{self.name}-replica",
                 open=True,
             )
@@ -649,7 +555,7 @@ class Database:
         cause: BaseException | None = None
         for _ in range(REPLICA_CONFLICT_TRIES):
             try:
-                with self.get_replica_pool().connection(timeout=self.connect_timeout) as conn:
+                with self.get_replica_pool().connection(timeout=self.pools.connect_timeout) as conn:
                     return operation(conn)
             except (psycopg.Error, PoolTimeout) as error:
                 cause = error
@@ -662,11 +568,10 @@ class Database:
         now = time.monotonic()
         if now - self._replica_fallback_logged >= REPLICA_FALLBACK_LOG_INTERVAL:
             self._replica_fallback_logged = now
-            password = db.dsn_password(self.replica_dsn)
             logger.warning(
                 "replica %s could not serve a read (%s); reading from the primary",
-                db.describe_dsn(self.replica_dsn),
-                db.redact(" ".join(str(cause).split()), (password,) if password else ()),
+                describe_dsn(self.replica_dsn),
+                redact_for(self.replica_dsn, str(cause)),
             )
         return self.run(operation)
 

@@ -1,20 +1,20 @@
-"""Connections: DSN resolution, password redaction, pools and the reconnect policy."""
+"""Connections: DSN resolution, the connection settings and the errors of a server that
+cannot be reached (the DSN text itself: pgtasks._dsn)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, quote_plus
 
 import psycopg
-from psycopg import conninfo
 
+from .._dsn import describe_dsn, redact_for
 from .._errors import ConfigurationError, DatabaseUnavailableError
+from .._validation import positive_seconds, schema_name, whole_number
 
 logger = logging.getLogger("pgtasks.db")
 
@@ -26,35 +26,60 @@ REPLICA_DSN_ENVIRONMENT = "PGTASKS_REPLICA_DSN"
 
 
 @dataclasses.dataclass(frozen=True)
-class ConnectionSettings:
-    """An App's connections besides ``dsn``: a direct ``session_dsn`` for a ``pooled``
-    dsn, a ``replica_dsn``, and whether a pooled dsn may prepare statements."""
+class DatabaseSettings:
+    """Where one store's connections go: ``dsn`` (None: the embedded server in
+    ``embedded_dir``) and the ``schema`` of its tables; a direct ``session_dsn`` when
+    ``dsn`` is a transaction pooler (``pooled``; default: when a session_dsn is given), a
+    ``replica_dsn`` for reads that may lag, and whether connections to a pooled dsn may
+    prepare statements (``prepared_statements``; default: not when pooled)."""
 
+    dsn: str | None
+    schema: str
+    embedded_dir: Path
     session_dsn: str | None = None
     replica_dsn: str | None = None
     pooled: bool | None = None
     prepared_statements: bool | None = None
 
-    @classmethod
-    def resolve(
-        cls,
-        *,
-        session_dsn: str | None,
-        replica_dsn: str | None,
-        pooled: bool | None,
-        prepared_statements: bool | None,
-        environ: Mapping[str, str] | None = None,
-    ) -> ConnectionSettings:
-        """Explicit values, else PGTASKS_SESSION_DSN / PGTASKS_REPLICA_DSN."""
-        environ = os.environ if environ is None else environ
-        for name, flag in (("pooled", pooled), ("prepared_statements", prepared_statements)):
+    def __post_init__(self) -> None:
+        schema_name(self.schema)
+        for name in ("pooled", "prepared_statements"):
+            flag = getattr(self, name)
             if flag is not None and not isinstance(flag, bool):
                 raise ConfigurationError(f"{name}= must be True, False or None, got {flag!r}")
-        for name, dsn in (("session_dsn", session_dsn), ("replica_dsn", replica_dsn)):
+        for name in ("dsn", "session_dsn", "replica_dsn"):
+            dsn = getattr(self, name)
             if dsn is not None and not isinstance(dsn, str):
                 kind = type(dsn).__name__
                 raise ConfigurationError(f"{name}= must be a DSN string, got {kind}")
+
+    @classmethod
+    def resolve(
+        cls,
+        dsn: str | None,
+        *,
+        schema: str | None,
+        embedded_dir: str | os.PathLike[str] | None = None,
+        session_dsn: str | None = None,
+        replica_dsn: str | None = None,
+        pooled: bool | None = None,
+        prepared_statements: bool | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> DatabaseSettings:
+        """Explicit values, else the environment: PGTASKS_DSN or DATABASE_URL,
+        PGTASKS_SCHEMA (default "pgtasks"), PGTASKS_SESSION_DSN, PGTASKS_REPLICA_DSN,
+        PGTASKS_EMBEDDED_DIR (default ./.pgtasks)."""
+        environ = os.environ if environ is None else environ
+        for name, value in (("session_dsn", session_dsn), ("replica_dsn", replica_dsn)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigurationError(
+                    f"{name}= must be a DSN string, got {type(value).__name__}"
+                )
         return cls(
+            dsn=resolve_dsn(dsn, environ),
+            # An explicit schema="" is an error, not a request for the default.
+            schema=schema if schema is not None else environ.get("PGTASKS_SCHEMA") or "pgtasks",
+            embedded_dir=embedded_data_dir(embedded_dir, environ),
             session_dsn=session_dsn or environ.get(SESSION_DSN_ENVIRONMENT) or None,
             replica_dsn=replica_dsn or environ.get(REPLICA_DSN_ENVIRONMENT) or None,
             pooled=pooled,
@@ -62,12 +87,29 @@ class ConnectionSettings:
         )
 
 
-_URL_PASSWORD = re.compile(r"(?P<head>postgres(?:ql)?://[^:/@?#]*:)(?P<password>[^@/]*)(?=@)")
-#: A key=value password: quoted ('a b', with \' and \\ escapes), or unquoted up to the
-#: next space that is not escaped (libpq reads "a\ b" as "a b").
-_KEYWORD_PASSWORD = re.compile(
-    r"(?P<head>\bpassword\s*=\s*)(?P<password>'(?:[^'\\]|\\.)*'?|(?:\\.|[^\s\\])+\\?)"
-)
+@dataclasses.dataclass(frozen=True)
+class PoolSettings:
+    """An App's connection pools: their sizes, how long to wait for a connection and how
+    many times an operation is tried on a broken connection."""
+
+    min_size: int = 1
+    max_size: int = 10
+    connect_timeout: float = 5.0
+    connect_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.min_size, int)
+            or not isinstance(self.max_size, int)
+            or not 0 <= self.min_size <= self.max_size
+            or self.max_size < 1
+        ):
+            raise ConfigurationError(
+                "need 0 <= pool_min_size <= pool_max_size and pool_max_size >= 1"
+            )
+        timeout = positive_seconds("connect_timeout=", self.connect_timeout)
+        object.__setattr__(self, "connect_timeout", timeout)
+        whole_number("connect_attempts=", self.connect_attempts)
 
 
 def resolve_dsn(explicit: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -82,53 +124,10 @@ def resolve_dsn(explicit: str | None, environ: Mapping[str, str] | None = None) 
     return None
 
 
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Hide passwords in a DSN (URL or key=value form) or in any text that may hold one."""
-    text = _URL_PASSWORD.sub(lambda match: match["head"] + "***", text)
-    text = _KEYWORD_PASSWORD.sub(lambda match: match["head"] + "***", text)
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
-def dsn_password(dsn: str) -> str | None:
-    try:
-        password = conninfo.conninfo_to_dict(dsn).get("password")
-        return str(password) if password else None
-    except psycopg.ProgrammingError:
-        return None
-
-
-def dsn_secrets(dsn: str) -> tuple[str, ...]:
-    """The forms of ``dsn``'s password that a text may hold: as is and URL-encoded."""
-    password = dsn_password(dsn)
-    if not password:
-        return ()
-    forms = {password, quote(password, safe=""), quote_plus(password, safe="")}
-    # Longest first: a form that contains another is replaced whole.
-    return tuple(sorted(forms, key=len, reverse=True))
-
-
-def describe_dsn(dsn: str) -> str:
-    """``host:port/dbname`` for logs; never the password."""
-    try:
-        params = conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return redact(dsn)
-    host = str(params.get("host") or params.get("hostaddr") or "localhost")
-    if host.startswith("/"):
-        host = f"socket {host}"
-    port = params.get("port")
-    database = params.get("dbname") or params.get("user") or "postgres"
-    return f"{host}{':' + str(port) if port else ''}/{database}"
-
-
 def unavailable_error(dsn: str, cause: BaseException | None, timeout: float) -> Exception:
     """A DatabaseUnavailableError naming the server (never the password) and the cause."""
-    password = dsn_password(dsn)
-    detail = redact(str(cause), (password,) if password else ()) if cause else "no connection"
-    detail = " ".join(detail.split())  # libpq's messages span lines; keep errors on one
+    # libpq's messages span lines; keep errors on one
+    detail = redact_for(dsn, str(cause)) if cause else "no connection"
     return DatabaseUnavailableError(
         f"cannot reach PostgreSQL at {describe_dsn(dsn)} within {timeout:g} s: {detail.strip()}"
         " (is the server running, and is PGTASKS_DSN right?)"
@@ -143,8 +142,7 @@ def lost_prepared_statement(error: BaseException) -> bool:
 
 def pooler_error(dsn: str, error: BaseException, *, declared: bool) -> ConfigurationError:
     """The ConfigurationError for :func:`lost_prepared_statement`: what to configure."""
-    password = dsn_password(dsn)
-    detail = " ".join(redact(str(error), (password,) if password else ()).split())
+    detail = redact_for(dsn, str(error))
     advice = (
         "keep prepared_statements=False (the default when pooled) unless the pooler holds"
         " them (PgBouncer >= 1.21 with max_prepared_statements)"
@@ -185,9 +183,48 @@ def refuses_startup_options(error: BaseException) -> bool:
     return "unsupported startup parameter" in str(error)
 
 
+def startup_options_refused(dsn: str, error: BaseException) -> ConfigurationError:
+    """What to say when ``dsn`` refused pgtasks' startup options (refuses_startup_options):
+    it is a pooler, and how to declare it."""
+    detail = " ".join(redact_for(dsn, str(error)).split())
+    return ConfigurationError(
+        f"{describe_dsn(dsn)} refused pgtasks' startup options ({detail}):"
+        " it is a connection pooler (PgBouncer). Declare it with"
+        " App(dsn=<pooler>, session_dsn=<the server itself>), or App(pooled=True)"
+        " when no direct connection is possible (pgtasks then polls)"
+    )
+
+
+def pin_isolation(conn: psycopg.Connection[Any]) -> None:
+    """Every pgtasks connection runs READ COMMITTED, whatever the database or role
+    default (claims, limits and workflows rely on it).
+
+    A direct connection (``dsn`` not pooled, the session DSN, the replica) is pinned for
+    its whole session by a startup option (``default_transaction_isolation``,
+    pinned_options). A connection through a transaction pooler cannot be: its statements
+    run on whichever server connection the pooler lends, which keeps no session setting of
+    ours and accepts no startup option. There each transaction pgtasks opens is pinned
+    instead: this sets psycopg's ``isolation_level``, so every explicit transaction begins
+    ``BEGIN ISOLATION LEVEL READ COMMITTED`` (no round trip of its own), and the worker's
+    round trips of claims and finishes, which run as implicit transactions, begin and end
+    their own in the same round trip (Store.finish_and_claim_jobs). A lone autocommit
+    statement (an enqueue, a heartbeat) runs at the server connection's default:
+    ``pgtasks doctor``'s pooler check says when that is not READ COMMITTED."""
+    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+
+
+async def apin_isolation(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
+
+
 def pool_kwargs() -> dict[str, Any]:
     return {"autocommit": True}
 
 
-def embedded_data_dir(configured: str | os.PathLike[str] | None) -> Path:
-    return Path(configured or os.environ.get("PGTASKS_EMBEDDED_DIR") or ".pgtasks").resolve()
+def embedded_data_dir(
+    configured: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None
+) -> Path:
+    """The embedded server's data directory: explicit, else PGTASKS_EMBEDDED_DIR, else
+    ./.pgtasks."""
+    environ = os.environ if environ is None else environ
+    return Path(configured or environ.get("PGTASKS_EMBEDDED_DIR") or ".pgtasks").resolve()

@@ -22,7 +22,8 @@ from psycopg.errors import UniqueViolation
 from psycopg.pq import TransactionStatus
 
 from .._jobs import InsertedJob, JobSpec, ScopedJobSpec
-from .base import Params, Row, StoreBase
+from .base import Params, Row
+from .counters import CounterQueries
 from .params import jobs_columns, limit_columns
 
 #: The constraint of keys for life (migration 0001).
@@ -141,17 +142,17 @@ def _is_life_key_conflict(error: UniqueViolation) -> bool:
     return error.diag.constraint_name == LIFE_KEY_CONSTRAINT
 
 
-class UniqueQueries(StoreBase):
+class UniqueQueries(CounterQueries):
     """Inserts of scoped jobs, and the holder of a key unique while active."""
 
-    # Store's (the class this mixin is part of): the key-for-life insert of one job.
+    # InsertQueries' (a subclass): the key-for-life insert of one job.
     def insert_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
         raise NotImplementedError
 
     async def ainsert_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> InsertedJob:
         raise NotImplementedError
 
-    # Store's: the insert of a batch (its plain and keyed-for-life part, here).
+    # InsertQueries': the insert of a batch (its plain and keyed-for-life part, here).
     def insert_jobs(
         self, conn: psycopg.Connection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
@@ -160,13 +161,6 @@ class UniqueQueries(StoreBase):
     async def ainsert_jobs(
         self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
-        raise NotImplementedError
-
-    # CounterQueries' (also part of Store): count the copies of a key a batch repeats.
-    def count_repeated_keys(self, conn: psycopg.Connection[Any], repeated: int) -> None:
-        raise NotImplementedError
-
-    async def acount_repeated_keys(self, conn: psycopg.AsyncConnection[Any], repeated: int) -> None:
         raise NotImplementedError
 
     def insert_mixed_jobs(

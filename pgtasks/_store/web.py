@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from .._operations import JobFilter
+from .._job_filter import JobFilter
 from .base import Params, Row, StoreBase
 
 

@@ -11,7 +11,6 @@ result when it is done. Nothing here touches the worker's jobs.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import queue
 import threading
@@ -20,43 +19,38 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._store.limits import LimitedClaimReport
-from .._store.store import OutcomeRow as OutcomeRow
+from .._leases import ClaimRequest, Finish, RoundTrip
+from .connection import OwnConnection
 
 if TYPE_CHECKING:
-    from .._execution.running import ClaimedJob, Running
+    from .._execution.running import Running
     from .._retry import Outcome
-    from .._store.store import ClaimPosition
+
+#: The result of a round trip that has not run.
+NOTHING = RoundTrip({}, ())
 
 
 @dataclasses.dataclass
 class Exchange:
-    """One round trip: the outcomes to write (per lease owner) and the jobs to claim."""
+    """One round trip: the attempts whose ends it writes (``batch``, as ``finishes``) and
+    the claim it makes (None: none), then what it did (``trip``) or the error it met."""
 
     batch: list[tuple[Running, Outcome]]
-    finished: Sequence[tuple[int, Sequence[OutcomeRow]]]
-    limit: int
-    after: ClaimPosition | None
-    task_names: list[str] | None
-    #: The queues to claim from (None: all) and those to leave out (paused queues).
-    queues: list[str] | None = None
-    excluded_queues: list[str] | None = None
-    #: Claim jobs that limits apply to first (some limit is stored, migration 0009).
-    limited: bool = False
-    #: What the limited claim said besides its jobs (what held jobs back, its error).
-    report: LimitedClaimReport = dataclasses.field(default_factory=LimitedClaimReport)
-    #: time.monotonic() when the round trip was prepared.
-    started: float = 0.0
-    #: The registration the round trip ran under (the lease owner of what it claimed).
-    owner: int = 0
-    accepted: dict[int, str] = dataclasses.field(default_factory=dict)
-    #: The jobs it claimed, in claim order.
-    jobs: list[ClaimedJob] = dataclasses.field(default_factory=list)
+    finishes: Sequence[Finish]
+    claim: ClaimRequest | None
+    trip: RoundTrip = NOTHING
     error: psycopg.Error | None = None
     #: Whether the error broke the connection (vs. the server refusing the statement).
     broken: bool = False
     #: How long the round trip took.
     seconds: float = 0.0
+    #: time.monotonic() when the round trip was prepared.
+    started: float = 0.0
+
+    @property
+    def limit(self) -> int:
+        """How many jobs it claims at most."""
+        return self.claim.limit if self.claim is not None else 0
 
 
 class BackgroundExchanger:
@@ -75,10 +69,9 @@ class BackgroundExchanger:
         *,
         name: str,
     ) -> None:
-        self._connect = connect
         self._run = run
         self._on_done = on_done
-        self._conn: psycopg.Connection[Any] | None = None
+        self._connection = OwnConnection(connect)
         self._lock = threading.Lock()
         #: Submitted exchanges (None: close) for the thread.
         self._requests: queue.SimpleQueue[Exchange | None] = queue.SimpleQueue()
@@ -124,7 +117,7 @@ class BackgroundExchanger:
         self._requests.put(None)
         self._thread.join(1.0)
         if not self._thread.is_alive():
-            self._drop()
+            self._connection.drop()
 
     def _serve(self) -> None:
         while True:
@@ -132,26 +125,18 @@ class BackgroundExchanger:
             if exchange is None:
                 return
             try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = self._connect()
-                self._run(self._conn, exchange)
+                self._run(self._connection.get(), exchange)
             except psycopg.Error as error:
                 exchange.error = error
-                exchange.broken = self._conn is None or self._conn.broken
+                exchange.broken = self._connection.broken
                 if exchange.broken:
-                    self._drop()
+                    self._connection.drop()
             except BaseException as error:  # a bug: report it as a broken exchange
                 exchange.error = psycopg.InterfaceError(f"background exchange failed: {error!r}")
                 exchange.broken = True
-                self._drop()
+                self._connection.drop()
             with self._lock:
                 self._request = None
                 self._done = exchange
                 self._idle.set()
             self._on_done()
-
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()

@@ -38,10 +38,10 @@ from .._cron import (
     format_tick,
     plan_ticks,
 )
+from .._dsn import dsn_secrets, redact
 from .._errors import SchemaError
 from .._jobs import JobSpec
 from .._retry import reconnect_delay
-from .._store import db as _db
 from .._store.migrate import check_version
 from .._validation import positive_seconds
 
@@ -309,8 +309,7 @@ class Beat:
             conn.close()
 
     def _redact(self, error: BaseException) -> str:
-        password = _db.dsn_password(self.app.dsn)
-        return _db.redact(str(error).strip(), (password,) if password else ())
+        return redact(str(error).strip(), dsn_secrets(self.app.dsn))
 
     # -- one pass --------------------------------------------------------------------------
     def run_pass(self, conn: psycopg.Connection[Any]) -> PassResult:

@@ -19,8 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from .._execution.running import ClaimedJob
-from .._store.store import ClaimPosition
+from .._leases import ClaimedJob, ClaimPosition
 
 FULL_CLAIM_SHARE = 20.0
 MAX_FULL_CLAIM_SPACING = 30.0
@@ -83,9 +82,7 @@ class ClaimCursor:
             self.full_claim_took(seconds)
         # Jobs that limits apply to come first and have no place in the plain claim order.
         last = jobs[-1] if jobs else None
-        if last is not None and getattr(last, "limited", False):
-            last = None
-        self.position = (last.priority, last.run_at, last.id) if last is not None else None
+        self.position = last.position if last is not None and not last.limited else None
 
 
 class Prefetch:

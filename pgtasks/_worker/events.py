@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .._execution.running import ClaimedJob
+    from .._leases import ClaimedJob
     from .worker import Worker
 
 

@@ -12,30 +12,28 @@ Claims read on from the worker's position (claims.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._execution.running import claim_order, claimed_jobs
+from .._leases import ClaimRequest, Finish, LimitedClaimReport
 from .._retry import Outcome
-from .._store.database import is_connection_failure, is_transient
-from .._store.limits import LimitedClaimReport
+from .._store.failures import is_connection_failure, is_transient
 from .._text import storable
-from .background import BackgroundExchanger, Exchange, OutcomeRow
+from .background import BackgroundExchanger, Exchange
 from .claims import ClaimCursor, Prefetch, round_trip_share
+from .connection import Connect
 from .limited import LimitedClaims
-from .services import Connect, ErrorLog
+from .services import ErrorLog
 
 if TYPE_CHECKING:
-    from .._execution.executor import Executor
-    from .._execution.running import Running
     from .._store.store import Store
-    from .ledger import JobLedger, LoopConnection
-    from .registration import Registration
-    from .reporter import Reporter
+    from .parts import LoopParts
+    from .settings import WorkerSettings
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -54,53 +52,92 @@ class Exchanges:
 
     def __init__(
         self,
+        settings: WorkerSettings,
+        parts: LoopParts,
         *,
-        name: str,
         store: Store,
-        registration: Registration,
-        ledger: JobLedger,
-        executor: Executor,
-        connection: LoopConnection,
-        reporter: Reporter,
-        errors: ErrorLog,
-        queues: Sequence[str] | None,
         prefetch: Prefetch,
-        poll_interval: float,
         tasks: Mapping[str, object],
     ) -> None:
-        self.name = name
+        self.name = parts.name
         self.store = store
-        self.registration = registration
-        self.ledger = ledger
-        self.executor = executor
-        self.connection = connection
-        self.reporter = reporter
-        self.errors = errors
-        self.queues = list(queues) if queues is not None else None
+        self.registration = parts.registration
+        self.ledger = parts.ledger
+        self.executor = parts.executor
+        self.connection = parts.connection
+        self.reporter = parts.reporter
+        self.errors = parts.errors
+        self.queues = settings.queues
         self.prefetch = prefetch
         self.tasks = tasks
+        poll_interval = settings.poll_interval
         self.cursor = ClaimCursor(poll_interval)
         #: The lanes of round trips off the loop thread (see background.py), the number
         #: of jobs each round trip in flight is claiming, whether a lost reply may have
         #: left claims to recover, and until when the lanes rest after a connection failed.
         self.lanes: list[BackgroundExchanger] = []
         self._claiming: dict[BackgroundExchanger, int] = {}
-        self.recover_needed = False
+        self._recover_needed = False
         self._background_rest_until = 0.0
         #: The last claim took all it asked for: claim again without waiting.
-        self.maybe_more = True
+        self._maybe_more = True
         #: The paused queues (migration 0007) as the listener last read them: left out
         #: of every claim. Replaced whole by the listener thread, read by the loop.
-        self.paused: frozenset[str] = frozenset()
-        self._task_names: list[str] | None = None
+        self._paused: frozenset[str] = frozenset()
+        self._task_names: tuple[str, ...] | None = None
         #: When claims ask for jobs under limits (migration 0009) first, and what they
-        #: wait for in between (limited.py). ``limited.stored`` is set at start.
-        self.limited = LimitedClaims(name, poll_interval)
+        #: wait for in between (limited.py). Whether some limit is stored is set at start.
+        self._limits = LimitedClaims(self.name, poll_interval)
         #: Failures of a plain claim that followed a limited one in a round trip of its own.
-        self.plain_errors = ErrorLog(f"plain claim of worker {name}")
+        self.plain_errors = ErrorLog(f"plain claim of worker {self.name}")
         #: Limited jobs this worker holds (one ending frees room for the next).
         self.limited_ids: set[int] = set()
-        self.poll_interval = poll_interval
+
+    def start(self, *, paused: frozenset[str], limited: bool) -> None:
+        """What the worker read before its first claim: the paused queues, and whether
+        some limit is stored."""
+        self._paused = paused
+        self._limits.start(stored=limited)
+
+    # -- state the loop reads, changed through the methods below --
+    @property
+    def paused(self) -> frozenset[str]:
+        return self._paused
+
+    def set_paused(self, paused: frozenset[str]) -> frozenset[str]:
+        """The listener read the paused queues (its thread); returns the previous ones."""
+        previous, self._paused = self._paused, paused
+        return previous
+
+    @property
+    def maybe_more(self) -> bool:
+        """The last claim took all it asked for, or a failure may have hidden jobs: claim
+        again without waiting for a wake-up."""
+        return self._maybe_more
+
+    def claim_again(self) -> None:
+        """Claim at once on the next step (a failure spent the wake-up that led to it)."""
+        self._maybe_more = True
+
+    def claimed(self, claimed: int, limit: int) -> None:
+        """A claim took ``claimed`` of the ``limit`` it asked for."""
+        self._maybe_more = claimed == limit
+
+    @property
+    def recover_needed(self) -> bool:
+        """A reply may have been lost with claims in it: recover before claiming."""
+        return self._recover_needed
+
+    def lost_track(self) -> None:
+        """Something failed between a claim and its reply: recover, then claim again."""
+        self._recover_needed = self._maybe_more = True
+
+    def recover(self, timeout: float) -> None:
+        """Settle the round trips in flight (waiting up to ``timeout`` seconds) and
+        release the jobs claimed by replies lost with a connection."""
+        self.settle_background(timeout)
+        self.recover_leases()
+        self._recover_needed = False
 
     def start_background(self, connect: Connect, wake: Any) -> None:
         """Round trips off the loop thread pay off with at least two slots (prefetch
@@ -136,9 +173,25 @@ class Exchanges:
         pipeline = self.pipeline
         return self.share(pipeline) < pipeline
 
+    # -- limited claims (limited.py) --
     def wake_limited(self) -> None:
         """An enqueue was notified: the next claim asks for limited jobs again (any thread)."""
-        self.limited.reset()
+        self._limits.reset()
+
+    def limits_freed(self, names: list[str]) -> bool:
+        """Another worker freed slots of the limits ``names`` (the listener's thread):
+        True when this worker waits for one of them (it should claim now)."""
+        return self._limits.freed(names)
+
+    def limited_due(self, now: float) -> bool:
+        """A rate token this worker waits for is due, or a failed limited claim is to be
+        tried again: claim even if nothing else calls for it."""
+        return self._limits.due(now)
+
+    @property
+    def limited_wake_at(self) -> float | None:
+        """When (time.monotonic()) the loop wakes for a limited claim; None: not scheduled."""
+        return self._limits.wake_at
 
     def limited_ended(self) -> bool:
         """A limited job of this worker ended and its outcome is not written yet: the round
@@ -149,20 +202,20 @@ class Exchanges:
         )
 
     # -- paused queues --
-    def claim_filter(self) -> tuple[list[str] | None, list[str] | None] | None:
+    def claim_filter(self) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None] | None:
         """The queues to claim from and the queues to leave out, given the paused queues;
         None when every queue of this worker is paused (nothing to claim).
 
         A worker of named queues claims from those not paused (the claim statement is
         unchanged); a worker of every queue leaves the paused ones out. With none
-        paused, both are as before the feature: ``(queues, None)``.
+        paused, both are ``(queues, None)``.
         """
-        paused = self.paused
+        paused = self._paused
         if not paused:
             return self.queues, None
         if self.queues is None:
-            return None, sorted(paused)
-        queues = [queue for queue in self.queues if queue not in paused]
+            return None, tuple(sorted(paused))
+        queues = tuple(queue for queue in self.queues if queue not in paused)
         return (queues, None) if queues else None
 
     # -- one round trip --
@@ -190,37 +243,36 @@ class Exchanges:
     def prepare(self, limit: int) -> Exchange:
         """Take the unwritten outcomes into a round trip that claims up to ``limit`` jobs."""
         batch = self.ledger.take_unwritten()
-        by_owner: dict[int, list[OutcomeRow]] = {}
-        for running, outcome in batch:
-            by_owner.setdefault(running.job.worker_id, []).append(_outcome_row(running, outcome))
-        limited = False
-        if self.limited_ids:
+        finish = Finish.of
+        finishes = [finish(running.job, outcome) for running, outcome in batch]
+        limited_ids = self.limited_ids
+        if limited_ids:
             for running, _ in batch:
-                if running.job.id in self.limited_ids:
-                    self.limited_ids.discard(running.job.id)
-                    self.limited.reset()
+                if running.job.id in limited_ids:
+                    # A limited job of ours ended: its slot is free for the next claim.
+                    limited_ids.discard(running.job.id)
+                    self._limits.reset()
         # After the resets above: this round trip's own claim answers them.
         now = time.monotonic()
-        if limit:
-            limited = self.limited.ask(now)
-            if limited:
-                self.limited.wake_at = None  # what this claim finds says when to wake next
-        claim_filter = self.claim_filter() if limit else None
+        claim = self._claim_request(limit, now) if limit else None
+        return Exchange(batch, finishes, claim, started=now)
+
+    def _claim_request(self, limit: int, now: float) -> ClaimRequest | None:
+        """What the round trip claims: None when every queue of this worker is paused."""
+        claim_filter = self.claim_filter()
         if claim_filter is None:
-            limit = 0  # every queue of this worker is paused
-        queues, excluded = claim_filter if claim_filter is not None else (self.queues, None)
-        return Exchange(
-            batch=batch,
-            finished=list(by_owner.items()),
+            return None
+        queues, excluded = claim_filter
+        return ClaimRequest(
+            worker_id=self.registration.worker_id or 0,
             limit=limit,
-            after=self.cursor.claim_from() if limit else None,
+            queues=queues,
+            excluded_queues=excluded,
             # Only the tasks this worker knows: another app or a newer deploy may know the
             # others (a job of theirs is never failed here, it waits for them).
             task_names=self._known_task_names(),
-            queues=queues,
-            excluded_queues=excluded,
-            limited=limited,
-            started=now,
+            after=self.cursor.claim_from(),
+            limited=self._limits.asking(now),
         )
 
     def run(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:
@@ -228,61 +280,44 @@ class Exchanges:
         worker_id = self.registration.worker_id
         if worker_id is None:
             raise RuntimeError("the worker is not registered")
-        exchange.owner = worker_id
+        # The lease owner is the registration the claim runs under.
+        claim = exchange.claim.for_worker(worker_id) if exchange.claim is not None else None
         started = time.monotonic()
+        store = self.store
         try:
-            self._round_trip(conn, exchange, worker_id)
+            exchange.trip = store.finish_and_claim_jobs(conn, exchange.finishes, claim)
         except psycopg.Error as error:
-            if not exchange.limited or not _still_usable(conn, error):
+            if claim is None or not claim.limited or not _still_usable(conn, error):
                 raise
             # The round trip failed as a whole (nothing of it was written). If it goes
             # through without the limited claim, that claim was the cause: the plain
             # claim must not wait for it. Otherwise the error is the round trip's own.
-            exchange.limited = False
-            self._round_trip(conn, exchange, worker_id)
-            exchange.limited = True
-            exchange.report = LimitedClaimReport(
+            trip = store.finish_and_claim_jobs(conn, exchange.finishes, claim.plain(claim.limit))
+            report = LimitedClaimReport(
                 error=f"{type(error).__name__}: {str(error).strip() or 'no message'}"
             )
+            exchange.trip = dataclasses.replace(trip, report=report)
         exchange.seconds = time.monotonic() - started
-
-    def _round_trip(self, conn: psycopg.Connection[Any], exchange: Exchange, owner: int) -> None:
-        exchange.accepted, exchange.jobs = self.store.finish_and_claim_jobs(
-            conn,
-            finished=exchange.finished,
-            worker_id=owner,
-            queues=exchange.queues,
-            limit=exchange.limit,
-            task_names=exchange.task_names,
-            after=exchange.after,
-            excluded_queues=exchange.excluded_queues,
-            limited=exchange.limited,
-            # The lease owner is the registration the claim ran under.
-            claimed_rows=claimed_jobs(owner),
-            claim_order=claim_order,
-            report=exchange.report,
-        )
 
     def apply(self, exchange: Exchange) -> int:
         """Log the written outcomes and start the claimed jobs (loop thread)."""
-        jobs = exchange.jobs
+        jobs = exchange.trip.claimed
         reporter = self.reporter
-        reporter.written(exchange.batch, exchange.accepted)
-        if exchange.limit:
-            self.cursor.claimed(jobs, from_start=exchange.after is None, seconds=exchange.seconds)
-        if exchange.limited:
-            taken = [job.id for job in jobs if getattr(job, "limited", False)]
+        reporter.written(exchange.batch, exchange.trip.written)
+        claim = exchange.claim
+        if claim is not None:
+            self.cursor.claimed(jobs, from_start=claim.after is None, seconds=exchange.seconds)
+        if claim is not None and claim.limited:
+            taken = [job.id for job in jobs if job.limited]
             self.limited_ids.update(taken)
-            self.limited.claimed(
-                asked=exchange.limit,
-                taken=len(taken),
-                report=exchange.report,
-                started=exchange.started,
+            report = exchange.trip.report
+            self._limits.claimed(
+                asked=claim.limit, taken=len(taken), report=report, started=exchange.started
             )
-            if exchange.report.plain_error is not None:
+            if report.plain_error is not None:
                 # The plain claim after the limited one failed on its own: the limited
                 # jobs and the outcomes stand; the plain claim is tried again next time.
-                self.plain_errors.failed(RuntimeError(exchange.report.plain_error))
+                self.plain_errors.failed(RuntimeError(report.plain_error))
             else:
                 self.plain_errors.recovered()
         in_flight, submit, observed = (
@@ -356,11 +391,11 @@ class Exchanges:
         if exchange.error is None:
             claimed = self.apply(exchange)
             if exchange.limit:
-                self.maybe_more = claimed == exchange.limit
+                self.claimed(claimed, exchange.limit)
             return
         # Not written: the outcomes go back to be written by the next round trip.
         self.ledger.give_back(exchange.batch)
-        self.maybe_more = True
+        self._maybe_more = True
         if is_transient(exchange.error) and not exchange.broken:
             # A lock timeout, a serialization failure, a deadlock: the next round trip
             # runs on the loop thread, which pauses before trying again.
@@ -371,7 +406,7 @@ class Exchanges:
             # Its claim may have committed with the reply lost: recover before claiming
             # again, and rest the lanes for a moment.
             self.errors.failed(exchange.error)
-            self.recover_needed = True
+            self._recover_needed = True
             self._background_rest_until = time.monotonic() + 1.0
 
     def settle_background(self, timeout: float) -> None:
@@ -396,27 +431,25 @@ class Exchanges:
         ledger = self.ledger
         batch = ledger.take_unwritten()
         for index, (running, outcome) in enumerate(batch):
-            ledger.unwritten = [(running, outcome)]
+            ledger.replace_unwritten([(running, outcome)])
             try:
                 self.exchange(0)
                 continue
             except Exception as error:
                 if isinstance(error, psycopg.Error) and not self.connection.usable:
-                    ledger.unwritten = batch[index:]
+                    ledger.replace_unwritten(batch[index:])
                     raise
-                replacement = Outcome(
-                    "failed",
-                    "failed",
-                    error=storable(
+                replacement = Outcome.failed(
+                    storable(
                         f"pgtasks could not record this attempt's outcome ({outcome.kind}):"
                         f" {type(error).__name__}: {error}"
-                    ),
+                    )
                 )
-            ledger.unwritten = [(running, replacement)]
+            ledger.replace_unwritten([(running, replacement)])
             try:
                 self.exchange(0)
             except Exception:
-                ledger.unwritten = []
+                ledger.replace_unwritten([])
                 logger.exception(
                     "job %d: cannot record any outcome (%s); it will be rescued",
                     running.job.id,
@@ -444,10 +477,10 @@ class Exchanges:
                 ", ".join(str(job_id) for job_id in sorted(released)),
             )
 
-    def _known_task_names(self) -> list[str]:
+    def _known_task_names(self) -> tuple[str, ...]:
         """The app's task names, which claims are limited to, sorted once per change."""
         if self._task_names is None or len(self._task_names) != len(self.tasks):
-            self._task_names = sorted(self.tasks)
+            self._task_names = tuple(sorted(self.tasks))
         return self._task_names
 
 
@@ -457,16 +490,4 @@ def _still_usable(conn: psycopg.Connection[Any], error: psycopg.Error) -> bool:
         not conn.closed
         and not is_connection_failure(error)
         and conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    )
-
-
-def _outcome_row(running: Running, outcome: Outcome) -> OutcomeRow:
-    return (
-        running.job.id,
-        running.job.attempt,
-        outcome.status,
-        outcome.result_json,
-        outcome.error,
-        outcome.delay,
-        outcome.exception_type if outcome.error is not None else None,
     )

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._store.database import is_transient
+from .._store.failures import is_transient
 from .._workflows_text import HealResult
 
 if TYPE_CHECKING:
@@ -104,12 +104,21 @@ class Healer:
     under its own row lock, exactly once; only the work is repeated.
     """
 
-    def __init__(self, owner: str, interval: float, *, store: Store, use_lock: bool = True) -> None:
+    def __init__(
+        self,
+        owner: str,
+        interval: float,
+        *,
+        store: Store,
+        use_lock: bool = True,
+        stopping: threading.Event | None = None,
+    ) -> None:
         self.owner = owner
         self.use_lock = use_lock
         self.interval = interval
         self.store = store
-        self.stopping = threading.Event()
+        #: A pass stops between steps once set (the rescuer's, which runs the passes).
+        self.stopping = stopping if stopping is not None else threading.Event()
         self._next = time.monotonic() + self._wait()
         #: The result of the last pass this worker ran (None: none yet, or lock busy).
         self.last_result: HealResult | None = None

@@ -1,23 +1,17 @@
-"""The jobs a worker holds, from claim to written outcome (JobLedger), and the claim
-loop's own database connection (LoopConnection).
+"""The jobs a worker holds, from claim to written outcome (JobLedger).
 
-Both belong to the loop thread; only :meth:`JobLedger.on_finished` is called from the
+It belongs to the loop thread; only :meth:`JobLedger.on_finished` is called from the
 job threads (and the event loop, and the process pool's supervisor): it hands the
 outcome over through a queue and wakes the loop.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any
-
-import psycopg
-
-from .services import Connect
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .._execution.executor import Executor
@@ -40,13 +34,17 @@ class JobLedger:
         #: Set by the loop while nothing a job's end brings can be acted on (every lane
         #: has a round trip in flight): endings then do not wake it; the first round
         #: trip back does, and the loop collects them all at once.
-        self.quiet = False
+        self._quiet = False
+
+    def set_quiet(self, quiet: bool) -> None:
+        """Whether a job's end wakes the loop (see ``_quiet``)."""
+        self._quiet = quiet
 
     def on_finished(self, running: Running, outcome: Outcome) -> None:
         """An attempt ended (any thread): hand over to the loop."""
         self._finished.put((running, outcome))
         # Spare the lock when the loop is already awake or would have nothing to do.
-        if not self.quiet and not self._wake_event.is_set():
+        if not self._quiet and not self._wake_event.is_set():
             self._wake_event.set()
 
     def collect(self) -> None:
@@ -79,6 +77,10 @@ class JobLedger:
         batch, self.unwritten = self.unwritten, []
         return batch
 
+    def replace_unwritten(self, batch: list[Finished]) -> None:
+        """Outcomes to write in place of those not written yet (which are dropped)."""
+        self.unwritten = list(batch)
+
     def give_back(self, batch: list[Finished]) -> None:
         """Outcomes that were not written go first into the next round trip."""
         self.unwritten = batch + self.unwritten
@@ -88,31 +90,3 @@ class JobLedger:
         return [running.job.id for running in self.in_flight.values()] + [
             running.job.id for running, _ in self.unwritten
         ]
-
-
-class LoopConnection:
-    """The claim loop's connection, opened on demand."""
-
-    def __init__(self, connect: Connect) -> None:
-        self._connect = connect
-        self._conn: psycopg.Connection[Any] | None = None
-
-    def get(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = self._connect()
-        return self._conn
-
-    @property
-    def usable(self) -> bool:
-        """Open and not broken: an error on it came from the server, not the network."""
-        return self._conn is not None and not self._conn.broken
-
-    def drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
-
-    def abandon(self) -> None:
-        """Forget the connection without closing it: a stuck step still uses it."""
-        self._conn = None

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from .._store.limits import LimitedClaimReport
+from .._leases import LimitedClaimReport
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -65,9 +65,21 @@ class LimitedClaims:
         self._logged: set[str] = set()
         self._lock = threading.Lock()
 
+    def start(self, *, stored: bool) -> None:
+        """Whether some limit is stored (the worker read it before its first claim)."""
+        self.stored = stored
+
     def ask(self, now: float) -> bool:
         """Whether the next round trip asks for limited jobs."""
         return self.stored and now >= self.retry_at
+
+    def asking(self, now: float) -> bool:
+        """:meth:`ask`, for the round trip being prepared: when it asks, what its claim
+        finds says when to wake next (the wake-up scheduled is dropped)."""
+        if not self.ask(now):
+            return False
+        self.wake_at = None
+        return True
 
     def due(self, now: float) -> bool:
         """A wake-up for a limited claim is due: claim even if nothing else calls for it."""

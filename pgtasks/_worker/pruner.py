@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._operations import PruneResult
-from .services import Connect, Service
+from .connection import Connect
+from .services import Service
 
 if TYPE_CHECKING:
     from .._store.store import Store
+    from .settings import WorkerSettings
 
 logger = logging.getLogger("pgtasks.pruner")
 
@@ -90,20 +92,18 @@ class Pruner(Service):
         self,
         owner: str,
         connect: Connect,
-        interval: float,
+        settings: WorkerSettings,
         *,
         store: Store,
-        done_after: float | None,
-        failed_after: float | None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         use_lock: bool = True,
     ) -> None:
-        super().__init__(owner, connect, interval)
+        super().__init__(owner, connect, settings.prune_interval)
         self.use_lock = use_lock
         self.store = store
         #: Retention in seconds of done, and of failed and cancelled jobs (None: kept).
-        self.done_after = done_after
-        self.failed_after = failed_after
+        self.done_after = settings.prune_done_after
+        self.failed_after = settings.prune_failed_after
         self.batch_size = batch_size
         #: The result of the last pass this worker ran (None: none yet, or lock busy).
         self.last_result: PruneResult | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._counters import FENCED_WRITES_REFUSED, LEASE_LOST, UNKNOWN_TASK_JOBS, Tally
@@ -19,7 +19,10 @@ from .._instrumentation import outcome_name
 from .._retry import Outcome
 
 if TYPE_CHECKING:
+    import psycopg
+
     from .._execution.running import Running
+    from .._store.store import Store
     from .events import WorkerEvents
 
 logger = logging.getLogger("pgtasks.worker")
@@ -37,6 +40,22 @@ class Reporter:
         #: The counters of exercised guarantees (pgtasks._counters) this worker counted:
         #: added to the database with the heartbeat, and told to observers at once.
         self.tally = Tally()
+
+    def due_claimed(self) -> None:
+        """A claim ran at or after ``next_due``: the jobs due then are claimed."""
+        self.next_due = float("inf")
+
+    def store_counters(self, store: Store, conn: psycopg.Connection[Any]) -> None:
+        """Add what the tally counted since the last call to the database's counters
+        (what fails to be stored is kept for the next call)."""
+        counts = self.tally.unstored()
+        if not counts:
+            return
+        try:
+            store.add_counters(conn, counts)
+        except BaseException:
+            self.tally.give_back(counts)
+            raise
 
     def count(self, name: str, amount: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + amount
@@ -68,7 +87,7 @@ class Reporter:
     def summary(self) -> str:
         return ", ".join(f"{name}={count}" for name, count in sorted(self.counts.items())) or "idle"
 
-    def written(self, batch: list[tuple[Running, Outcome]], accepted: dict[int, str]) -> None:
+    def written(self, batch: list[tuple[Running, Outcome]], accepted: Mapping[int, str]) -> None:
         """Outcomes a round trip wrote (``accepted``: id → status stored) or fenced out."""
         if not self.observers and not logger.isEnabledFor(logging.INFO):
             self._count_quietly(batch, accepted)
@@ -76,7 +95,7 @@ class Reporter:
         for running, outcome in batch:
             written = running.job.id in accepted
             if written and accepted[running.job.id] == "cancelled":
-                outcome = Outcome("cancelled", "failed", error=outcome.error)
+                outcome = Outcome.cancelled(outcome.error)
             self._log_outcome(running, outcome, written=written)
             if running.trace is not None:
                 self._end_trace(running, outcome, written)
@@ -96,7 +115,7 @@ class Reporter:
             logger.exception("job %d: ending its trace failed", running.job.id)
 
     def _count_quietly(
-        self, batch: list[tuple[Running, Outcome]], accepted: dict[int, str]
+        self, batch: list[tuple[Running, Outcome]], accepted: Mapping[int, str]
     ) -> None:
         """written() with no observer and no INFO log line: the counts, the WARNING lines
         (which may be enabled alone) and the due time of retries, without the per-job
@@ -105,9 +124,9 @@ class Reporter:
         for running, outcome in batch:
             status = accepted.get(running.job.id)
             if status is None or status == "cancelled" or outcome.kind not in ("done", "retry"):
-                # Lease lost, cancelled, failed: rare; the full path logs them as before.
+                # Lease lost, cancelled, failed: rare; the full path logs them.
                 if status == "cancelled":
-                    outcome = Outcome("cancelled", "failed", error=outcome.error)
+                    outcome = Outcome.cancelled(outcome.error)
                 self._log_outcome(running, outcome, written=status is not None)
             else:
                 counts[outcome.kind] = counts.get(outcome.kind, 0) + 1

@@ -1,94 +1,36 @@
 """Background services of a worker: Heartbeat, Rescuer (and the healing pass it runs)
 and Listener.
 
-Each runs in its own thread on its own dedicated connection (never the app's pool, so a
-task that exhausts or leaks pooled connections cannot stop heartbeats or rescue). A
-service that meets a database error logs it (at a bounded rate), drops its connection
-and tries again with capped backoff; it never dies while the worker runs.
+Each runs in its own thread on its own dedicated connection (connection.py: never the
+app's pool, so a task that exhausts or leaks pooled connections cannot stop heartbeats
+or rescue). A service that meets a database error logs it (at a bounded rate), drops its
+connection and tries again with capped backoff; it never dies while the worker runs.
+Each gets the worker's settings and what it calls: a registration, a store, callbacks.
 """
 
 from __future__ import annotations
 
 import abc
-import contextlib
+import dataclasses
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
 from .._retry import reconnect_delay
+from .._store.store import Store
+from .connection import Connect, OwnConnection
 from .registration import Registration
-
-if TYPE_CHECKING:
-    from .._store.database import Database
-    from .._store.store import Store
+from .settings import WorkerSettings
 
 logger = logging.getLogger("pgtasks.worker")
 
-#: Session settings of a worker's own connections. Queue tables' statistics are always
-#: stale (a bulk enqueue of thousands of jobs is "15 rows" until autovacuum analyzes it),
-#: so keep the planner on index scans: a stale estimate must never turn the claim into a
-#: bitmap scan that sorts every pending row (4 ms instead of 0.1 ms at 20k pending). Every
-#: statement of these connections is an indexed lookup by design, written so that its
-#: plan does not depend on its parameters (partial-index predicates are literals; the
-#: optional queue and task filters are plain filters). So each statement is planned once
-#: per connection (a generic plan for psycopg's prepared statements): planning the claim
-#: and the finish anew on every round trip cost ~0.4 ms of server time per exchange.
-#: tests/integration/test_claim_plan.py checks the generic plans.
-WORKER_CONNECTION_OPTIONS = (
-    "-c plan_cache_mode=force_generic_plan -c enable_bitmapscan=off -c enable_seqscan=off"
-)
-
 #: Seconds between repeated log lines about one continuing database problem.
 ERROR_LOG_INTERVAL = 10.0
-
-
-Connect = Callable[[], "psycopg.Connection[Any]"]
-
-
-def connector(database: Database, *, owner: str, session: bool = False) -> Connect:
-    """Opens a worker's dedicated connections: autocommit, TCP keepalives (dead peers are
-    noticed), the worker's name in pg_stat_activity, WORKER_CONNECTION_OPTIONS, and READ
-    COMMITTED whatever the database or role default (Database.pin_isolation).
-
-    ``session``: to the session DSN (LISTEN, session locks) rather than ``dsn``. Through a
-    transaction pooler (``dsn`` pooled) no startup option is sent and no statement is
-    prepared: docs/howto/deployment.md says how the pooler can set the options instead.
-    """
-
-    def connect() -> psycopg.Connection[Any]:
-        try:
-            return database.connect(
-                session=session,
-                options=WORKER_CONNECTION_OPTIONS,
-                keepalives=1,
-                keepalives_idle=5,
-                keepalives_interval=2,
-                keepalives_count=3,
-                application_name=f"pgtasks worker {owner}",
-            )
-        except psycopg.OperationalError as error:
-            raise explain_pooler_refusal(error) from error
-
-    return connect
-
-
-def explain_pooler_refusal(error: psycopg.OperationalError) -> psycopg.OperationalError:
-    """A pooler that refuses startup options (PgBouncer before 1.20, in any pool mode)
-    says "unsupported startup parameter": say what to configure."""
-    text = str(error)
-    if "unsupported startup parameter" not in text:
-        return error
-    return psycopg.OperationalError(
-        f"{' '.join(text.split())}. The server is a connection pooler (PgBouncer) that"
-        " refuses the startup options of pgtasks' worker connections: declare it with"
-        " App(dsn=<pooler>, session_dsn=<the server itself>), or App(pooled=True) when no"
-        " direct connection is possible (pgtasks then polls)"
-    )
 
 
 class ErrorLog:
@@ -129,14 +71,21 @@ class Service(abc.ABC):
 
     name = "service"
 
-    def __init__(self, owner: str, connect: Connect, interval: float) -> None:
+    def __init__(
+        self,
+        owner: str,
+        connect: Connect,
+        interval: float,
+        *,
+        stopping: threading.Event | None = None,
+    ) -> None:
         self.owner = owner
-        self.connect = connect
         self.interval = interval
-        self.stopping = threading.Event()
+        self.connection = OwnConnection(connect)
+        #: Set by stop(); given, it is shared with what the service runs (the healer).
+        self.stopping = stopping if stopping is not None else threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"pgtasks-{self.name}", daemon=True)
         self.errors = ErrorLog(f"{self.name} of worker {owner}")
-        self.conn: psycopg.Connection[Any] | None = None
         #: time.monotonic() of the last successful run_once (for health checks).
         self.last_success = 0.0
 
@@ -160,13 +109,11 @@ class Service(abc.ABC):
         wait = self._next_wait()
         while not self.stopping.wait(wait):
             try:
-                if self.conn is None or self.conn.closed:
-                    self.conn = self.connect()
-                self.run_once(self.conn)
+                self.run_once(self.connection.get())
             except psycopg.Error as error:
                 failures += 1
                 self.errors.failed(error)
-                self._drop_connection()
+                self.connection.drop()
                 wait = reconnect_delay(failures)
                 continue
             except Exception:
@@ -178,13 +125,7 @@ class Service(abc.ABC):
             self.errors.recovered()
             self.last_success = time.monotonic()
             wait = self._next_wait()
-        self._drop_connection()
-
-    def _drop_connection(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
+        self.connection.drop()
 
 
 class Heartbeat(Service):
@@ -197,15 +138,14 @@ class Heartbeat(Service):
 
     def __init__(
         self,
-        owner: str,
         connect: Connect,
-        interval: float,
-        *,
+        settings: WorkerSettings,
         registration: Registration,
+        *,
         poll_cancellations: Callable[[psycopg.Connection[Any]], None],
         store_counters: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
-        super().__init__(owner, connect, interval)
+        super().__init__(registration.name, connect, settings.heartbeat_interval)
         self.registration = registration
         self.poll_cancellations = poll_cancellations
         self.store_counters = store_counters
@@ -225,16 +165,19 @@ class Rescuer(Service):
 
     def __init__(
         self,
-        owner: str,
         connect: Connect,
-        interval: float,
-        *,
+        settings: WorkerSettings,
         registration: Registration,
+        store: Store,
+        *,
         on_rescued: Callable[[int], None] = lambda count: None,
         maintain: Callable[[psycopg.Connection[Any]], object] = lambda conn: None,
+        stopping: threading.Event | None = None,
     ) -> None:
-        super().__init__(owner, connect, interval)
+        super().__init__(registration.name, connect, settings.rescue_interval, stopping=stopping)
         self.registration = registration
+        self.store = store
+        self.lease_timeout = settings.lease_timeout
         self.on_rescued = on_rescued
         self.maintain = maintain
 
@@ -242,8 +185,8 @@ class Rescuer(Service):
         # Beat our own heart first: after an outage longer than the lease we would
         # otherwise rescue the jobs we are still running.
         self.registration.heartbeat(conn)
-        store = self.registration.store
-        lease_timeout = self.registration.lease_timeout
+        store = self.store
+        lease_timeout = self.lease_timeout
         rescued = store.rescue_jobs(conn, lease_timeout=lease_timeout)
         for row in rescued:
             logger.warning(
@@ -266,6 +209,21 @@ class Rescuer(Service):
         store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])
         self.on_rescued(len(rescued))
         self.maintain(conn)
+
+
+@dataclasses.dataclass(frozen=True)
+class ListenerCalls:
+    """What the listener calls on its thread: ``wake`` the claim loop (an enqueue was
+    notified for its queues, or the listener reconnected), ``cancel`` jobs a notification
+    named, pass the ``paused`` queues on, ``poll_cancellations`` without LISTEN, and pass
+    on ``limits_freed`` notifications (payload "<worker id>:<limit names>", migration
+    flow_control; None: not listened to)."""
+
+    wake: Callable[[], None]
+    cancel: Callable[[set[int]], None]
+    paused: Callable[[frozenset[str]], None]
+    poll_cancellations: Callable[[psycopg.Connection[Any]], None]
+    limits_freed: Callable[[str], None] | None = None
 
 
 class Listener(Service):
@@ -294,36 +252,25 @@ class Listener(Service):
         self,
         owner: str,
         connect: Connect,
-        *,
+        settings: WorkerSettings,
         store: Store,
-        queues: Sequence[str] | None,
-        wake: Callable[[], None],
-        cancel: Callable[[set[int]], None],
-        paused: Callable[[frozenset[str]], None] = lambda queues: None,
-        paused_refresh: float = 0.5,
-        limits_freed: Callable[[str], None] | None = None,
+        calls: ListenerCalls,
+        *,
         listen: bool = True,
-        poll_cancellations: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
         super().__init__(owner, connect, interval=0.0)
         self.listen = listen
-        self.poll_cancellations = poll_cancellations
         self.store = store
-        self.queues = set(queues) if queues is not None else None
-        self.wake = wake
-        self.cancel = cancel
-        #: Slots of limits were freed (payload "<worker id>:<limit names>", migration
-        #: flow_control).
-        self.limits_freed = limits_freed
-        self.on_paused = paused
-        self.paused_refresh = paused_refresh
+        self.calls = calls
+        self.queues = set(settings.queues) if settings.queues is not None else None
+        self.paused_refresh = settings.paused_refresh
         self.paused: frozenset[str] = frozenset()
 
     def read_paused(self, conn: psycopg.Connection[Any]) -> float:
         """Read the paused queues and pass them on; returns when to read them next."""
         rows = self.store.get_paused_queues(conn)
         self.paused = frozenset(row["queue"] for row in rows)
-        self.on_paused(self.paused)
+        self.calls.paused(self.paused)
         return time.monotonic() + self.paused_refresh
 
     def _next_wait(self) -> float:
@@ -335,11 +282,12 @@ class Listener(Service):
             return
         store = self.store
         channels = [store.channel, store.cancel_channel]
-        if self.limits_freed is not None:
+        if self.calls.limits_freed is not None:
             channels.append(store.limits_channel)
         store.listen(conn, *channels)
         next_read = self.read_paused(conn)
-        self.wake()
+        calls = self.calls
+        calls.wake()
         self.errors.recovered()
         self.last_success = time.monotonic()
         queues = self.queues
@@ -348,13 +296,13 @@ class Listener(Service):
             for notify in conn.notifies(timeout=min(0.2, self.paused_refresh)):
                 if notify.channel == store.cancel_channel:
                     if notify.payload.isascii() and notify.payload.isdigit():
-                        self.cancel({int(notify.payload)})
+                        calls.cancel({int(notify.payload)})
                 elif notify.channel == store.limits_channel:
-                    if self.limits_freed is not None:
-                        self.limits_freed(notify.payload)
+                    if calls.limits_freed is not None:
+                        calls.limits_freed(notify.payload)
                 elif queues is None or notify.payload in queues:
                     reread = reread or notify.payload in self.paused
-                    self.wake()
+                    calls.wake()
             if reread or time.monotonic() >= next_read:
                 next_read = self.read_paused(conn)
             self.last_success = time.monotonic()
@@ -362,10 +310,10 @@ class Listener(Service):
     def _poll(self, conn: psycopg.Connection[Any]) -> None:
         """Without LISTEN: the paused queues and the cancellations, every paused_refresh."""
         self.read_paused(conn)
-        self.wake()
+        self.calls.wake()
         self.errors.recovered()
         self.last_success = time.monotonic()
         while not self.stopping.wait(self.paused_refresh):
             self.read_paused(conn)
-            self.poll_cancellations(conn)
+            self.calls.poll_cancellations(conn)
             self.last_success = time.monotonic()

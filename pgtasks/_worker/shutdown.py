@@ -25,14 +25,11 @@ from .._counters import RELEASED_AT_SHUTDOWN
 from .._retry import reconnect_delay
 
 if TYPE_CHECKING:
-    from .._execution.executor import Executor
     from .._execution.running import Running
     from .._store.store import Store
     from .exchange import Exchanges
-    from .ledger import JobLedger, LoopConnection
-    from .registration import Registration
-    from .reporter import Reporter
-    from .services import ErrorLog, Service
+    from .parts import LoopParts
+    from .services import Service
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -53,31 +50,25 @@ class GracefulStop:
 
     def __init__(
         self,
+        parts: LoopParts,
         *,
-        name: str,
         store: Store,
-        registration: Registration,
-        ledger: JobLedger,
-        executor: Executor,
         exchanges: Exchanges,
-        connection: LoopConnection,
         services: Sequence[Service],
-        reporter: Reporter,
-        errors: ErrorLog,
         wake_event: threading.Event,
         deadline: Callable[[], float | None],
         store_counters: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
-        self.name = name
+        self.name = parts.name
         self.store = store
-        self.registration = registration
-        self.ledger = ledger
-        self.executor = executor
+        self.registration = parts.registration
+        self.ledger = parts.ledger
+        self.executor = parts.executor
         self.exchanges = exchanges
-        self.connection = connection
+        self.connection = parts.connection
         self.services = services
-        self.reporter = reporter
-        self.errors = errors
+        self.reporter = parts.reporter
+        self.errors = parts.errors
         self.wake_event = wake_event
         #: The stop deadline (time.monotonic()); a second signal can bring it forward.
         self.deadline = deadline
@@ -174,24 +165,17 @@ class GracefulStop:
                 self.name,
                 len(self.ledger.unwritten),
             )
-            self.ledger.unwritten = []
+            self.ledger.replace_unwritten([])
 
     def _release(self, leftovers: list[Running], *, why: str = "shutdown deadline reached") -> None:
-        by_owner: dict[int, list[Running]] = {}
         for running in leftovers:
             running.abandoned = True
-            by_owner.setdefault(running.job.worker_id, []).append(running)
         released: set[int] = set()
         answered = False
         for attempt in range(1, _WRITE_TRIES + 1):
             try:
                 conn = self.connection.get()
-                for owner, items in by_owner.items():
-                    released |= self.store.release_jobs(
-                        conn,
-                        worker_id=owner,
-                        leases=[(running.job.id, running.job.attempt) for running in items],
-                    )
+                released |= self.store.release_jobs(conn, [running.job for running in leftovers])
                 answered = True
                 break
             except psycopg.Error as error:

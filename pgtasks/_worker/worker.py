@@ -5,7 +5,9 @@ Heartbeat, Rescuer, Listener and Pruner run beside it (services.py, pruner.py). 
 Worker composes the parts that hold the state: the Registration (its row and lease
 owner id), the JobLedger (jobs from claim to written outcome), the Exchanges (the round
 trips that write outcomes and claim jobs, and the claim position), the Reporter (logs,
-counters, observers) and, when stopping, GracefulStop and StopSignals (shutdown.py).
+counters, observers), Cancellations (cancellations.py), LoopFailures (how a failed step
+is met, failures.py) and, when stopping, GracefulStop and StopSignals (shutdown.py).
+Each gets the WorkerSettings (settings.py) or the part of them it uses.
 
     loop:  write finished outcomes (one fenced statement per batch)
            time out sync attempts past their deadline
@@ -15,8 +17,6 @@ counters, observers) and, when stopping, GracefulStop and StopSignals (shutdown.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -24,33 +24,33 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._app.loading import load_app
 from .._counters import RESCUED
-from .._errors import ConfigurationError
-from .._execution.executor import Executor, ExecutorOptions, PoolName
+from .._dsn import dsn_secrets
+from .._execution.executor import Executor
 from .._execution.outcomes import storable_outcome
-from .._execution.process_pool import StartMethod
 from .._execution.running import Running
-from .._payload import check_name
-from .._retry import Outcome, reconnect_delay
-from .._store.database import is_transient
-from .._store.db import dsn_secrets
-from .._validation import seconds_at_least_zero, whole_number
+from .._retry import Outcome
+from .arun import run_on_a_thread
+from .cancellations import Cancellations
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
 from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
 from .claims import Prefetch
+from .connection import OwnConnection, connector
 from .events import WorkerEvents
 from .exchange import Exchanges
+from .failures import LoopFailures
 from .healer import Healer
-from .ledger import JobLedger, LoopConnection
+from .ledger import JobLedger
+from .parts import LoopParts
 from .pruner import Pruner
 from .registration import Registration
 from .reporter import Reporter
-from .services import ErrorLog, Heartbeat, Listener, Rescuer, Service, connector
+from .services import ErrorLog, Heartbeat, Listener, ListenerCalls, Rescuer, Service
+from .settings import SettingsAttributes, WorkerSettings
 from .shutdown import HARD_EXIT_MARGIN as HARD_EXIT_MARGIN
 from .shutdown import SHUTDOWN_WRITE_BOUND, GracefulStop, StopSignals
 
@@ -63,19 +63,15 @@ logger = logging.getLogger("pgtasks.worker")
 LINGER = 0.001
 
 
-def _seconds(name: str, value: float | None, default: float) -> float:
-    if value is None:
-        return default
-    return seconds_at_least_zero(f"{name}=", value)
-
-
-class Worker:
+class Worker(SettingsAttributes):
     """Claims and runs jobs of ``queues`` (None: every queue) until stopped.
 
     ``run()`` blocks; ``await arun()`` runs it from an asyncio program without blocking
     the event loop; ``stop()`` (thread-safe) stops claiming, lets running jobs finish
     for up to ``shutdown_timeout`` seconds, releases the rest back to pending without
-    using up their attempt, and deregisters.
+    using up their attempt, and deregisters. The keywords make a
+    :class:`~pgtasks._worker.settings.WorkerSettings` (the App's intervals fill in those
+    not given); :meth:`from_settings` takes one made already (``pgtasks worker`` does).
     """
 
     def __init__(
@@ -101,40 +97,43 @@ class Worker:
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
     ) -> None:
-        whole_number("concurrency=", concurrency)
-        if queues is not None:
-            queues = [queue_name.strip() for queue_name in queues if queue_name.strip()]
-            if not queues:
-                raise ConfigurationError("queues= must name at least one queue (or be None)")
-            for queue_name in queues:
-                try:
-                    check_name("queue", queue_name)
-                except ValueError as error:
-                    raise ConfigurationError(f"queues=: {error}") from None
-        self.app = app
-        self.queues: list[str] | None = list(queues) if queues is not None else None
-        self.concurrency = concurrency
-        self.lease_timeout = _seconds("lease_timeout", lease_timeout, app.lease_timeout)
-        self.heartbeat_interval = _seconds(
-            "heartbeat_interval", heartbeat_interval, app.heartbeat_interval
+        settings = WorkerSettings.derive(
+            app.settings,
+            queues,
+            concurrency=concurrency,
+            lease_timeout=lease_timeout,
+            heartbeat_interval=heartbeat_interval,
+            rescue_interval=rescue_interval,
+            poll_interval=poll_interval,
+            shutdown_timeout=shutdown_timeout,
+            ignore_unknown=ignore_unknown,
+            prefetch=prefetch,
+            pool=pool,
+            processes=processes,
+            queue_executors=queue_executors,
+            process_start_method=process_start_method,
+            app_path=app_path,
+            max_tasks_per_child=max_tasks_per_child,
+            max_memory_per_child=max_memory_per_child,
+            loop_lag_threshold=loop_lag_threshold,
         )
-        self.rescue_interval = _seconds("rescue_interval", rescue_interval, app.rescue_interval)
-        self.poll_interval = _seconds("poll_interval", poll_interval, app.poll_interval)
-        self.shutdown_timeout = _seconds("shutdown_timeout", shutdown_timeout, 30.0)
-        if self.heartbeat_interval >= self.lease_timeout:
-            raise ConfigurationError(
-                f"heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter than"
-                f" lease_timeout ({self.lease_timeout:g} s)"
-            )
-        #: Kept for compatibility: a worker always claims only the tasks it knows.
-        self.ignore_unknown = ignore_unknown
-        if prefetch is not None:
-            whole_number("prefetch=", prefetch, minimum=0)
-        #: Jobs claimed beyond the free slots, waiting in this worker to start as slots free
-        #: up: the next batch's round trip overlaps the current one's work. They are held
-        #: (leased and heartbeated) while other workers might be idle. None (the default):
-        #: two per slot while this worker's jobs are short (see claims.Prefetch), else none.
-        self.prefetch = prefetch
+        self._configure(app, settings, observers)
+
+    @classmethod
+    def from_settings(
+        cls, app: App, settings: WorkerSettings, *, observers: Sequence[WorkerEvents] = ()
+    ) -> Worker:
+        """A worker of ``app`` with settings made already (WorkerSettings.derive)."""
+        worker = cls.__new__(cls)
+        worker._configure(app, settings, observers)
+        return worker
+
+    def _configure(
+        self, app: App, settings: WorkerSettings, observers: Sequence[WorkerEvents]
+    ) -> None:
+        self.app = app
+        #: What this worker runs with, checked once (see WorkerSettings).
+        self.settings = settings
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.name = f"{self.hostname}:{self.pid}"
@@ -145,8 +144,8 @@ class Worker:
             hostname=self.hostname,
             pid=self.pid,
             queues=self.queues,
-            concurrency=concurrency,
-            lease_timeout=self.lease_timeout,
+            concurrency=settings.concurrency,
+            lease_timeout=settings.lease_timeout,
             task_names=lambda: sorted(self.app.tasks),
         )
         self._reporter = Reporter(observers)
@@ -154,7 +153,7 @@ class Worker:
         self.counts = self._reporter.counts
         #: Opens the worker's own connections (claim loop, round trips, services).
         self._connect = connector(app.database, owner=self.name)
-        self._connection = LoopConnection(self._connect)
+        self._connection = OwnConnection(self._connect)
         self._wake_event = threading.Event()
         self._notified = True  # claim at once on start
         self._ledger = JobLedger(self._wake_event)
@@ -165,25 +164,12 @@ class Worker:
         self._stopped = self.registration.ended
         self._run_thread: threading.Thread | None = None
         self._errors = ErrorLog(f"claim loop of worker {self.name}")
-        #: The listener thread's connection to confirm cancel notifications (opened lazily).
-        self._confirmations = LoopConnection(self._connect)
         #: The forms of the connection password, scrubbed from every error text written.
         self._secrets: tuple[str, ...] = ()
-        #: Executors (see docs/howto/executors.md): ``pool`` is the default of sync tasks.
-        self._executor_options = ExecutorOptions(
-            concurrency=concurrency,
-            pool=cast(PoolName, pool),
-            processes=processes,
-            queue_executors=cast("dict[str, PoolName]", dict(queue_executors or {})),
-            process_start_method=cast(StartMethod, process_start_method),
-            app_path=app_path,
-            max_tasks_per_child=max_tasks_per_child,
-            max_memory_per_child=max_memory_per_child,
-            loop_lag_threshold=loop_lag_threshold or None,
-        )
         self._executor = self._new_executor()
-        self._prefetch = Prefetch(prefetch, lambda: self._executor.capacity)
+        self._prefetch = Prefetch(settings.prefetch, lambda: self._executor.capacity)
         self._exchanges = self._new_exchanges()
+        self._cancellations = self._new_cancellations()
         self._services: list[Service] = []
 
     def __repr__(self) -> str:
@@ -243,7 +229,7 @@ class Worker:
     def _set_paused(self, paused: frozenset[str]) -> None:
         """The listener read the paused queues (its thread): claims use them from the
         next round trip on; a queue resumed wakes the loop to claim from it."""
-        previous, self._exchanges.paused = self._exchanges.paused, paused
+        previous = self._exchanges.set_paused(paused)
         if previous != paused:
             logger.info(
                 "worker %s: paused queues now %s",
@@ -261,54 +247,17 @@ class Worker:
         owner, _, names = payload.partition(":")
         if owner == str(self.worker_id):
             return
-        if self._exchanges.limited.freed(names.split(",")):
+        if self._exchanges.limits_freed(names.split(",")):
             self._wake_event.set()
 
     def cancel_jobs(self, job_ids: set[int]) -> None:
-        """A cancel notification named these jobs (the listener's thread).
-
-        A notification is only a hint: any role may send one on the channel. A job running
-        here is cancelled once its row confirms ``cancel_requested``; on a database error
-        the heartbeat's poll (:meth:`poll_cancel_requests`) confirms it later.
-        """
-        if not any(running.job.id in job_ids for running in list(self._ledger.in_flight.values())):
-            return
-        worker_id = self.worker_id
-        if worker_id is None:
-            return
-        try:
-            requested = self.app.store.get_cancel_requests(self._confirmations.get(), worker_id)
-        except psycopg.Error as error:
-            self._confirmations.drop()
-            logger.warning(
-                "worker %s: cannot confirm a cancellation (%s); the heartbeat will",
-                self.name,
-                error,
-            )
-            return
-        self._cancel_confirmed(requested & job_ids)
-
-    def _cancel_confirmed(self, job_ids: set[int]) -> None:
-        """Ask running attempts of these jobs (cancel_requested on their rows) to stop."""
-        for running in list(self._ledger.in_flight.values()):
-            if running.job.id in job_ids and not running.cancel_requested:
-                logger.info(
-                    "job %d %s attempt %d: cancellation requested",
-                    running.job.id,
-                    running.job.task_name,
-                    running.job.attempt,
-                    extra={"job_id": running.job.id, "task": running.job.task_name},
-                )
-                self._executor.cancel(running)
+        """A cancel notification named these jobs (the listener's thread): see
+        cancellations.py."""
+        self._cancellations.notified(job_ids)
 
     def poll_cancel_requests(self, conn: psycopg.Connection[Any]) -> None:
         """Heartbeat-time check for cancellations whose notification was missed."""
-        worker_id = self.worker_id
-        if worker_id is None or not self._ledger.in_flight:
-            return
-        requested = self.app.store.get_cancel_requests(conn, worker_id)
-        if requested:
-            self._cancel_confirmed(requested)
+        self._cancellations.poll(conn)
 
     # -- counters of exercised guarantees --
     @property
@@ -320,15 +269,7 @@ class Worker:
     def store_counters(self, conn: psycopg.Connection[Any]) -> None:
         """Add what this worker counted since the last call to the database's counters
         (the heartbeat calls it; what fails to be stored is kept for the next call)."""
-        tally = self._reporter.tally
-        counts = tally.unstored()
-        if not counts:
-            return
-        try:
-            self.app.store.add_counters(conn, counts)
-        except BaseException:
-            tally.give_back(counts)
-            raise
+        self._reporter.store_counters(self.app.store, conn)
 
     def _rescued(self, count: int) -> None:
         """The rescuer returned ``count`` jobs of dead workers (the rescue statement
@@ -340,26 +281,37 @@ class Worker:
     def _new_executor(self) -> Executor:
         return Executor(
             self.app,
-            self._executor_options,
+            self.settings.executor,
             on_finished=self._on_finished,
-            app_loader=load_app,
             on_refused=self._reporter.refused,
         )
 
-    def _new_exchanges(self) -> Exchanges:
-        return Exchanges(
-            name=self.name,
-            store=self.app.store,
+    def _parts(self) -> LoopParts:
+        return LoopParts(
             registration=self.registration,
             ledger=self._ledger,
             executor=self._executor,
             connection=self._connection,
             reporter=self._reporter,
             errors=self._errors,
-            queues=self.queues,
+        )
+
+    def _new_exchanges(self) -> Exchanges:
+        return Exchanges(
+            self.settings,
+            self._parts(),
+            store=self.app.store,
             prefetch=self._prefetch,
-            poll_interval=self.poll_interval,
             tasks=self.app.tasks,
+        )
+
+    def _new_cancellations(self) -> Cancellations:
+        return Cancellations(
+            self._connect,
+            store=self.app.store,
+            registration=self.registration,
+            ledger=self._ledger,
+            executor=self._executor,
         )
 
     def _new_services(self) -> list[Service]:
@@ -371,51 +323,45 @@ class Worker:
         without its lock (docs/howto/deployment.md). The healer runs on the rescuer's
         connection: through a pooler, without its session lock.
         """
-        app, owner, connect = self.app, self.name, self._connect
+        app, settings, owner, connect = self.app, self.settings, self.name, self._connect
+        store, registration = app.store, self.registration
         sessions = app.database.has_session
         session = connector(app.database, owner=owner, session=True) if sessions else connect
-        healer = Healer(owner, app.heal_interval, store=app.store, use_lock=not app.database.pooled)
-        rescuer = Rescuer(
+        # A healing pass stops between steps when the worker does.
+        stopping = threading.Event()
+        healer = Healer(
             owner,
-            connect,
-            self.rescue_interval,
-            registration=self.registration,
-            on_rescued=self._rescued,
-            maintain=healer.run_if_due,
+            settings.heal_interval,
+            store=store,
+            use_lock=not app.database.pooled,
+            stopping=stopping,
         )
-        healer.stopping = rescuer.stopping  # a pass stops between steps when the worker does
+        calls = ListenerCalls(
+            wake=lambda: self.wake(notified=True),
+            cancel=self.cancel_jobs,
+            paused=self._set_paused,
+            poll_cancellations=self.poll_cancel_requests,
+            limits_freed=self._limits_freed,
+        )
         return [
             Heartbeat(
-                owner,
                 connect,
-                self.heartbeat_interval,
-                registration=self.registration,
+                settings,
+                registration,
                 poll_cancellations=self.poll_cancel_requests,
                 store_counters=self.store_counters,
             ),
-            rescuer,
-            Listener(
-                owner,
-                session,
-                store=app.store,
-                queues=self.queues,
-                wake=lambda: self.wake(notified=True),
-                cancel=self.cancel_jobs,
-                paused=self._set_paused,
-                paused_refresh=max(0.05, self.poll_interval / 2),
-                limits_freed=self._limits_freed,
-                listen=sessions,
-                poll_cancellations=self.poll_cancel_requests,
+            Rescuer(
+                connect,
+                settings,
+                registration,
+                store,
+                on_rescued=self._rescued,
+                maintain=healer.run_if_due,
+                stopping=stopping,
             ),
-            Pruner(
-                owner,
-                session,
-                app.prune_interval,
-                store=app.store,
-                done_after=app.prune_done_after,
-                failed_after=app.prune_failed_after,
-                use_lock=sessions,
-            ),
+            Listener(owner, session, settings, store, calls, listen=sessions),
+            Pruner(owner, session, settings, store=store, use_lock=sessions),
         ]
 
     # -- the loop --
@@ -427,6 +373,7 @@ class Worker:
             self._secrets = dsn_secrets(self.app.dsn)
             self._executor = self._new_executor()
             self._exchanges = self._new_exchanges()
+            self._cancellations = self._new_cancellations()
             try:
                 # The job threads, and the process pool (its children import the app) before
                 # any claim; what started is stopped again if anything below fails.
@@ -434,13 +381,14 @@ class Worker:
                 # The paused queues before the first claim (the listener reads them after),
                 # and before worker_id says the worker is registered.
                 paused = self.app.store.get_paused_queues(self._connection.get())
-                self._exchanges.paused = frozenset(row["queue"] for row in paused)
                 # Store this app's limits (migration 0009); with any limit stored, claims
                 # take the jobs limits apply to first.
                 stored = self.app.store.upsert_limits(
                     self._connection.get(), self.app.limit_definitions()
                 )
-                self._exchanges.limited.stored = stored > 0
+                self._exchanges.start(
+                    paused=frozenset(row["queue"] for row in paused), limited=stored > 0
+                )
                 worker_id = self.registration.register(self._connection.get())
             except BaseException:
                 self._executor.shutdown()
@@ -481,7 +429,7 @@ class Worker:
                 " App(session_dsn=...) to a direct connection for instant wake-ups",
                 self.name,
                 self.poll_interval,
-                max(0.05, self.poll_interval / 2),
+                self.settings.paused_refresh,
                 extra={"worker_id": worker_id},
             )
         self._services = self._new_services()
@@ -494,7 +442,7 @@ class Worker:
             try:
                 self._shutdown()
             finally:
-                self._confirmations.drop()
+                self._cancellations.close()
                 for signum, handler in previous_handlers.items():
                     signal.signal(signum, handler)
                 self._stopped.set()
@@ -509,111 +457,26 @@ class Worker:
         meanwhile releases the running jobs at once. An error of ``run()`` (an unmigrated
         schema, say) is raised here.
         """
-        loop = asyncio.get_running_loop()
-        ended: asyncio.Future[None] = loop.create_future()
-
-        def report(error: BaseException | None) -> None:
-            if ended.done():
-                return
-            if error is None:
-                ended.set_result(None)
-            else:
-                ended.set_exception(error)
-
-        def run() -> None:
-            error: BaseException | None = None
-            try:
-                self.run()
-            except BaseException as failure:
-                error = failure
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(report, error)
-
-        thread = threading.Thread(target=run, name=f"pgtasks-worker-{self.name}", daemon=True)
-        thread.start()
-        try:
-            await asyncio.shield(ended)
-        except asyncio.CancelledError:
-            self.stop(wait=False)
-            while not ended.done():
-                try:
-                    await asyncio.shield(ended)
-                except asyncio.CancelledError:
-                    self.stop(0.0, wait=False)  # cancelled again: release running jobs now
-                except BaseException:
-                    break  # run() failed while stopping: the cancellation is what we report
-            thread.join()  # it has returned from run(): it only ends
-            raise
-        thread.join()
+        await run_on_a_thread(self.run, self.stop, name=f"pgtasks-worker-{self.name}")
 
     def _loop(self) -> None:
         exchanges = self._exchanges
+        failures = LoopFailures(self._parts(), exchanges)
         next_poll = 0.0
-        failures = 0
-        transient = 0
         exchanges.start_background(self._connect, self._wake_event.set)
         while not self._stop_requested.is_set():
             self._wake_event.clear()
-            self._ledger.quiet = False
+            self._ledger.set_quiet(False)
             try:
                 exchanges.take_background()
-                if failures or exchanges.recover_needed:
-                    exchanges.settle_background(SHUTDOWN_WRITE_BOUND)
-                    exchanges.recover_leases()
-                    exchanges.recover_needed = False
+                if failures.failures or exchanges.recover_needed:
+                    exchanges.recover(SHUTDOWN_WRITE_BOUND)
                 next_poll = self._step(next_poll)
-                failures = transient = 0
-                if not exchanges.recover_needed:
-                    self._errors.recovered()
+                failures.succeeded()
             except Exception as error:
-                if not isinstance(error, psycopg.Error):
-                    # Not the database: something one job brought (text that cannot be
-                    # encoded, a bug). Find the outcome behind it and fail that job alone.
-                    logger.exception("worker %s: unexpected error in the claim loop", self.name)
-                    if self._ledger.unwritten:
-                        try:
-                            exchanges.write_one_by_one(error)
-                            continue
-                        except Exception as lost:
-                            error = lost
-                    if not isinstance(error, psycopg.Error):
-                        # A claim's rows may be lost with it: release what we do not know
-                        # we hold, then go on after a pause.
-                        failures += 1
-                        self._errors.failed(error)
-                        exchanges.recover_needed = True
-                        exchanges.maybe_more = True
-                        self._wake_event.wait(reconnect_delay(failures))
-                        continue
-                if is_transient(error) and self._connection.usable:
-                    # A lock timeout, a serialization failure, a deadlock (a workflow's
-                    # next step held by another session, a REPEATABLE READ default): the
-                    # round trip wrote nothing. Its outcomes stay unwritten and the same
-                    # round trip is tried again after a pause; no outcome is replaced.
-                    transient += 1
-                    self._errors.failed(error)
-                    exchanges.maybe_more = True
-                    self._wake_event.wait(reconnect_delay(transient))
-                    continue
-                if self._connection.usable and self._ledger.unwritten:
-                    # The server refused the batch itself (not the connection): find and
-                    # fail the outcome it cannot store, so one bad job cannot stop the loop.
-                    try:
-                        exchanges.write_one_by_one(error)
-                        continue
-                    except Exception as lost:
-                        # The connection was lost after all (a pipeline can fail before
-                        # psycopg marks it broken): the outcomes not written are kept in
-                        # the ledger; recover as from any connection failure.
-                        error = lost
-                failures += 1
-                self._errors.failed(error)
-                self._connection.drop()
-                # The wake-up that led here was spent on a failed claim, and notifications
-                # may be lost with the listener's connection: claim at once on recovery
-                # instead of waiting for the next poll.
-                exchanges.maybe_more = True
-                self._wake_event.wait(reconnect_delay(failures))
+                pause = failures.handle(error)
+                if pause:
+                    self._wake_event.wait(pause)
                 continue
             self._wake_event.wait(self._wait_time(next_poll))
 
@@ -634,7 +497,7 @@ class Worker:
             # A slot of a limit came free (a limited job of ours ended, or another worker
             # notified one we wait for), or a rate token we wait for is due: claim now.
             or exchanges.limited_ended()
-            or exchanges.limited.due(now)
+            or exchanges.limited_due(now)
         )
         if claim and exchanges.claim_filter() is None:
             claim = False  # every queue of this worker is paused: claim once one resumes
@@ -643,12 +506,12 @@ class Worker:
         elif claim:
             self._notified = False
             if now >= reporter.next_due:
-                reporter.next_due = float("inf")
+                reporter.due_claimed()
         if not claim and (not ledger.unwritten or exchanges.batch_more(0)):
             return next_poll
         if exchanges.lanes_full(now):
             # The first round trip back wakes the loop; the jobs that end meanwhile need not.
-            ledger.quiet = True
+            ledger.set_quiet(True)
             return next_poll
         limit = exchanges.share(free) if claim else 0
         claimed = exchanges.send(limit, now)
@@ -656,7 +519,7 @@ class Worker:
             # Off the loop thread: step again at once, so another lane can claim the rest.
             self._wake_event.set()
         elif claim:
-            exchanges.maybe_more = claimed == limit
+            exchanges.claimed(claimed, limit)
         return time.monotonic() + self.poll_interval if claim else next_poll
 
     def _on_finished(self, running: Running, outcome: Outcome) -> None:
@@ -665,13 +528,11 @@ class Worker:
         self._prefetch.observe(time.monotonic() - running.started)
         try:
             outcome = storable_outcome(
-                outcome, max_error_bytes=self.app.max_error_bytes, secrets=self._secrets
+                outcome, max_error_bytes=self.settings.max_error_bytes, secrets=self._secrets
             )
         except Exception as error:  # the job's end is never lost
-            outcome = Outcome(
-                "failed",
-                "failed",
-                error=f"pgtasks could not store this attempt's outcome: {type(error).__name__}",
+            outcome = Outcome.failed(
+                f"pgtasks could not store this attempt's outcome: {type(error).__name__}"
             )
         self._ledger.on_finished(running, outcome)
 
@@ -695,7 +556,7 @@ class Worker:
     def _wait_time(self, next_poll: float) -> float:
         now = time.monotonic()
         wake_at = min(next_poll, self._reporter.next_due)
-        limited_at = self._exchanges.limited.wake_at
+        limited_at = self._exchanges.limited_wake_at
         if limited_at is not None and limited_at > now:
             # A rate token we wait for is due then (or a failed limited claim is retried).
             # One already due claims in the step, when a slot is free; without one, the
@@ -712,18 +573,12 @@ class Worker:
         return wait
 
     def _shutdown(self) -> None:
-        self._ledger.quiet = False  # the stop waits on each job's end
+        self._ledger.set_quiet(False)  # the stop waits on each job's end
         GracefulStop(
-            name=self.name,
+            self._parts(),
             store=self.app.store,
-            registration=self.registration,
-            ledger=self._ledger,
-            executor=self._executor,
             exchanges=self._exchanges,
-            connection=self._connection,
             services=self._services,
-            reporter=self._reporter,
-            errors=self._errors,
             wake_event=self._wake_event,
             deadline=lambda: self._stop_deadline,
             store_counters=self.store_counters,

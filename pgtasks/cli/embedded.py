@@ -115,7 +115,7 @@ def embedded_dsn_command(app_path: str) -> None:
     With a DSN configured (PGTASKS_DSN, DATABASE_URL, App(dsn=...)) no embedded server
     is used: that DSN is printed with its password hidden.
     """
-    from .._store.db import dsn_secrets, redact
+    from .._dsn import dsn_secrets, redact
 
     app = load_app(app_path)
     dsn: str = guard(lambda: app.dsn)

@@ -143,17 +143,18 @@ def worker(
 ) -> None:
     """Claim and run jobs until SIGTERM/SIGINT (a second signal releases running jobs now)."""
     from .._worker.beat import Beat
+    from .._worker.settings import WorkerSettings
     from .._worker.worker import Worker
 
     configure_logging(log_level, log_format)
     app = load_app(app_path)
     metrics = None
     try:
-        if metrics_port is not None:
-            metrics = _worker_metrics(metrics_port, metrics_host, metrics_interval)
-        job_worker = Worker(
-            app,
-            queues=queues.split(",") if queues else None,
+        # The options as one checked value (an inconsistent pair fails here, before
+        # the metrics port opens).
+        settings = WorkerSettings.derive(
+            app.settings,
+            queues.split(",") if queues else None,
             concurrency=concurrency,
             shutdown_timeout=shutdown_timeout,
             lease_timeout=lease_timeout,
@@ -162,8 +163,12 @@ def worker(
             poll_interval=poll_interval,
             ignore_unknown=ignore_unknown,
             prefetch=prefetch,
-            observers=[metrics] if metrics is not None else (),
             **worker_executor_options(app_path, app, executor_flags),
+        )
+        if metrics_port is not None:
+            metrics = _worker_metrics(metrics_port, metrics_host, metrics_interval)
+        job_worker = Worker.from_settings(
+            app, settings, observers=[metrics] if metrics is not None else ()
         )
         scheduler = Beat(app) if with_beat else None
         if scheduler is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 import re
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
@@ -60,6 +61,7 @@ BLOCK_CHARS = 70
 UNFINISHED = ("waiting", "pending", "running")
 STATES = ("waiting", "pending", "running", "done", "failed", "cancelled")
 
+_step_id = operator.attrgetter("id")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
@@ -92,9 +94,8 @@ def describe(step: WorkflowStep, now: datetime) -> str:
     ]
     seconds = took(step, now)
     if seconds is not None:
-        lines.append(
-            ("running for " if step.finished_at is None else "took ") + format_took(seconds)
-        )
+        ran = "running for " if step.finished_at is None else "took "
+        lines.append(ran + format_took(seconds))
     if step.status == "waiting" and step.waiting_for:
         lines.append(f"waits for {step.waiting_for} earlier step(s)")
     if step.result_text is not None:
@@ -546,17 +547,13 @@ def _drawn_block(item: _Item, now: datetime) -> Block:
     )
 
 
-def _id(step: WorkflowStep) -> int:
-    return step.id
-
-
 def layout(steps: Iterable[WorkflowStep], now: datetime) -> Graph:
     """The graph of a workflow's ``steps`` (its jobs; ``on_error`` drawn apart)."""
     everything = list(steps)
     handlers = [step for step in everything if step.step == "on_error"]
     # In id order, which is step order: a workflow's ids are reserved in the order its
     # steps are planned (depth first: 0, 1.0, 1.0.0, …, 1.1, 2).
-    main = sorted((step for step in everything if step.step != "on_error"), key=_id)
+    main = sorted((step for step in everything if step.step != "on_error"), key=_step_id)
     known = {step.id for step in main}
     preds = {
         step.id: [

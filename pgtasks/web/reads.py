@@ -11,7 +11,6 @@ last line of its error.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,14 +19,11 @@ import psycopg
 
 from .._app import admin
 from .._app.schedules import ScheduleStatus, schedule_statuses
-from .._app.workflow_admin import list_workflows, workflow_detail
 from .._counters import every_counter
-from .._errors import JobNotFoundError
-from .._jobs import PROGRESS_KEY, JobRow, JobStatus, Progress
-from .._limits import SEPARATOR
+from .._job_filter import JobFilter
+from .._jobs import PROGRESS_KEY, JobStatus, Progress
 from .._operations import (
     STATUSES,
-    JobFilter,
     QueueStats,
     WorkerInfo,
     overview_queues,
@@ -35,7 +31,7 @@ from .._operations import (
 )
 from .._store.database import Database
 from .._store.store import Store
-from .._workflows_text import WorkflowDetail, WorkflowSummary
+from .._workflows_text import WorkflowSummary
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -54,10 +50,6 @@ LIST_ARGS_BYTES = 4096
 LIST_ARGS_CHARS = 120
 #: The last line of a job's last error in the jobs list, in characters.
 LIST_ERROR_CHARS = 200
-#: A job page shows each JSON document (args, kwargs, result, meta) and the last error up
-#: to this many characters (an error longer than that as its head and its tail).
-PAGE_JSON_CHARS = 65_536
-PAGE_ERROR_CHARS = 65_536
 #: The counts of a bulk action's button stop at this many jobs.
 BULK_COUNT_CAP = 100_000
 #: Workflows the overview lists (the newest).
@@ -123,17 +115,9 @@ class DashboardDatabase:
                 shared.database.close()
             timeout_ms = max(1, round(self.statement_timeout * 1000))
             shared.database = Database(
-                source.store,
-                source.configured_dsn,
-                source.embedded_dir,
-                pool_min_size=1,
-                pool_max_size=self.pool_size,
-                connect_timeout=source.connect_timeout,
-                connect_attempts=source.connect_attempts,
-                session_dsn=source.configured_session_dsn,
-                replica_dsn=source.replica_dsn,
-                pooled=source.pooled,
-                prepared_statements=source.prepared_statements,
+                source.settings,
+                dataclasses.replace(source.pools, min_size=1, max_size=self.pool_size),
+                store=source.store,
                 connection_kwargs={
                     "application_name": "pgtasks web",
                     "options": f"-c statement_timeout={timeout_ms}"
@@ -515,263 +499,6 @@ def bulk_counts(database: DashboardDatabase, job_filter: JobFilter) -> BulkCount
         return BulkCounts(int(row["retryable"]), int(row["cancellable"]), BULK_COUNT_CAP)
 
     return database.run(read)
-
-
-# -- the job page ---------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Document:
-    """A JSON document of a job as its page shows it: ``text`` is the whole document
-    pretty-printed, or (``cut``) the head of its compact text; ``length`` in characters."""
-
-    text: str
-    length: int
-    cut: bool
-
-    @classmethod
-    def from_text(cls, text: str | None, length: int | None, limit: int) -> tuple[Any, Document]:
-        """The parsed value (None when cut or absent) and how to show it."""
-        if text is None:
-            return None, cls("null", 4, False)
-        full_length = int(length if length is not None else len(text))
-        if full_length > limit:
-            return None, cls(text, full_length, True)
-        try:
-            value = json.loads(text)
-        except ValueError:  # e.g. an integer of more digits than Python converts
-            return None, cls(text, full_length, False)
-        pretty = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-        return value, cls(pretty, full_length, False)
-
-
-@dataclasses.dataclass(frozen=True)
-class Neighbour:
-    """A step a workflow step's page links to: before it, or after it."""
-
-    id: int
-    step: str | None
-    task_name: str
-    status: str
-
-
-#: Predecessors and successors a job page names at most (a chord's callback may have
-#: thousands: the workflow's page draws them all).
-NEIGHBOURS = 20
-
-
-@dataclasses.dataclass(frozen=True)
-class JobPage:
-    """One job as its page shows it: the row (documents that were cut read as empty),
-    each document's display, and what the job row says beyond JobRow."""
-
-    now: datetime
-    job: JobRow
-    documents: dict[str, Document]
-    cancel_requested: bool
-    limit_groups: list[str] | None
-    limit_key: str | None
-    workflow_id: int | None
-    workflow_step: str | None
-    #: A workflow step's predecessors and successors (the first NEIGHBOURS of each) and
-    #: how many it has.
-    previous: list[Neighbour] = dataclasses.field(default_factory=list)
-    following: list[Neighbour] = dataclasses.field(default_factory=list)
-    previous_count: int = 0
-    following_count: int = 0
-
-    @property
-    def progress(self) -> Progress | None:
-        return self.job.progress
-
-    @property
-    def limit_names(self) -> list[str]:
-        """The limits that apply (``queue:…``, ``task:…``, ``key:…``), without the key
-        a per-key limit's instance carries (``limit_key`` says it)."""
-        names = [group.split(SEPARATOR, 1)[0] for group in self.limit_groups or ()]
-        return list(dict.fromkeys(names))
-
-
-def job_page(database: DashboardDatabase, job_id: int) -> JobPage:
-    """One job's page; JobNotFoundError when it does not exist."""
-
-    def read(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        store = database.store
-        row = store.get_job_page(
-            conn,
-            job_id,
-            json_chars=PAGE_JSON_CHARS,
-            error_chars=PAGE_ERROR_CHARS,
-            neighbours=NEIGHBOURS,
-        )
-        if row is None or row["workflow_id"] is None:
-            return row, []
-        linked = _ids(row["prev_ids"]) + _ids(row["next_ids"])
-        if not linked:
-            return row, []
-        return row, store.get_workflow_neighbours(conn, row["workflow_id"], linked)
-
-    row, linked = database.run(read)
-    if row is None:
-        raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
-    neighbours = {
-        item["id"]: Neighbour(item["id"], item["workflow_step"], item["task_name"], item["status"])
-        for item in linked
-    }
-    values = dict(row)
-    documents = {}
-    for name, empty in (("args", []), ("kwargs", {}), ("result", None), ("meta", {})):
-        value, document = Document.from_text(
-            row[f"{name}_text"], row[f"{name}_length"], PAGE_JSON_CHARS
-        )
-        values[name] = empty if value is None and document.text != "null" else value
-        documents[name] = document
-    if not isinstance(values["meta"], dict):
-        values["meta"] = {}
-    return JobPage(
-        now=row["now"],
-        job=JobRow.from_row(values),
-        documents=documents,
-        cancel_requested=bool(row["cancel_requested"]),
-        limit_groups=row["limit_groups"],
-        limit_key=row["limit_key"],
-        workflow_id=row["workflow_id"],
-        workflow_step=row["workflow_step"],
-        previous=[neighbours[i] for i in _ids(row["prev_ids"]) if i in neighbours],
-        following=[neighbours[i] for i in _ids(row["next_ids"]) if i in neighbours],
-        previous_count=int(row["prev_count"] or 0),
-        following_count=int(row["next_count"] or 0),
-    )
-
-
-def _ids(values: list[Any] | None) -> list[int]:
-    """The ids of a links array (a hand-edited row may hold NULLs or repeat an id)."""
-    return list(dict.fromkeys(value for value in values or () if isinstance(value, int)))
-
-
-# -- workflows ------------------------------------------------------------------------------------
-#: Steps (jobs, by id) a workflow page reads and draws at most; a larger workflow's page
-#: says how many it does not show (the jobs list filtered by workflow lists them all).
-GRAPH_STEPS = 2_000
-#: Characters of a step's result a workflow page reads (its graph and table cut further).
-STEP_RESULT_CHARS = 200
-#: Incidents a workflow page lists (newest first).
-WORKFLOW_INCIDENTS = 50
-
-
-#: Workflow jobs a page of finished workflows in one state (done, failed, cancelled)
-#: reads at most: no index finds them, so a rare state's page costs what a common one's
-#: does, and says where it stopped.
-WORKFLOW_SCAN_JOBS = 5_000
-#: The workflows list's counts (all, running) stop at this many.
-WORKFLOW_COUNT_CAP = 10_000
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkflowsPage:
-    now: datetime
-    workflows: list[WorkflowSummary]
-    more: bool
-    #: The workflows in all and the running ones (each counted up to WORKFLOW_COUNT_CAP).
-    total: int = 0
-    running: int = 0
-    #: A finished state's page read WORKFLOW_SCAN_JOBS jobs and is not full: the oldest
-    #: workflow id it searched (``?before=`` it goes on), else None.
-    searched_to: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkflowPage:
-    now: datetime
-    detail: WorkflowDetail
-
-    @property
-    def summary(self) -> WorkflowSummary:
-        return self.detail.summary
-
-    @property
-    def hidden_steps(self) -> int:
-        """Jobs of the workflow its page does not read (past GRAPH_STEPS)."""
-        return max(0, self.detail.summary.steps - len(self.detail.steps))
-
-
-class _Timed:
-    """A runner for the workflow reads (``workflow_admin``) on the dashboard's own
-    connections that also reads the database's time in the same connection."""
-
-    def __init__(self, database: DashboardDatabase) -> None:
-        self.database = database
-        self.now: datetime | None = None
-
-    def __call__(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
-        def timed(conn: psycopg.Connection[Any]) -> T:
-            result = operation(conn)
-            self.now = self.database.store.get_database_time(conn)
-            return result
-
-        return self.database.run(timed)
-
-    @property
-    def time(self) -> datetime:
-        if self.now is None:  # pragma: no cover - every read sets it
-            raise RuntimeError("the database's time was not read")
-        return self.now
-
-
-def workflows_page(
-    app: App,
-    database: DashboardDatabase,
-    *,
-    status: str | None,
-    workflow_id: int | None,
-    before: int | None,
-    limit: int,
-) -> WorkflowsPage:
-    """Up to ``limit`` workflows (newest first, ids below ``before``; in one state; the
-    one ``workflow_id``), whether more follow, and the counts of the state tabs:
-    ``pgtasks workflows list``'s read, except that a finished state (done, failed,
-    cancelled) is looked for among the workflows of the newest WORKFLOW_SCAN_JOBS jobs
-    only (``searched_to`` says where it stopped)."""
-    run = _Timed(database)
-    searched_to = None
-    if workflow_id is None and status in ("done", "failed", "cancelled"):
-
-        def scan(conn: psycopg.Connection[Any]) -> list[WorkflowSummary]:
-            nonlocal searched_to
-            rows, floor, scanned = database.store.list_workflows_scan(
-                conn, status=status, before=before, limit=limit + 1, scan=WORKFLOW_SCAN_JOBS
-            )
-            if len(rows) <= limit and scanned >= WORKFLOW_SCAN_JOBS and floor is not None:
-                searched_to = int(floor)
-            return [WorkflowSummary.from_row(row) for row in rows]
-
-        found = run(scan)
-    else:
-        found = list_workflows(
-            app, status=status, workflow_id=workflow_id, before=before, limit=limit + 1, run=run
-        )
-    counts = run(lambda conn: database.store.count_workflows(conn, cap=WORKFLOW_COUNT_CAP))
-    return WorkflowsPage(
-        now=run.time,
-        workflows=found[:limit],
-        more=len(found) > limit,
-        total=int(counts["total"]),
-        running=int(counts["running"]),
-        searched_to=searched_to,
-    )
-
-
-def workflow_page(app: App, database: DashboardDatabase, workflow_id: int) -> WorkflowPage:
-    """One workflow's page: its summary, its first GRAPH_STEPS steps and its newest
-    incidents; WorkflowNotFoundError when it does not exist."""
-    run = _Timed(database)
-    detail = workflow_detail(
-        app,
-        workflow_id,
-        max_result=STEP_RESULT_CHARS,
-        max_steps=GRAPH_STEPS,
-        max_incidents=WORKFLOW_INCIDENTS,
-        run=run,
-    )
-    return WorkflowPage(now=run.time, detail=detail)
 
 
 # -- workers and schedules ------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from pgtasks import App
+from pgtasks._leases import ClaimRequest
 from tests.apps.limits_app import CAPPED_QUEUE, register_limit_tasks
 from tests.support.cli import cli_runner
 
@@ -31,10 +32,8 @@ def test_limits_and_queues_list_show_the_stored_limits_and_running_jobs(
     tasks.per_key.delay_many([{"user": user, "seconds": 0} for user in ("ann", "ann", "bob")])
     tasks.per_task.delay(0)
     with app.connection() as conn:
-        _, rows = app.store.finish_and_claim_jobs(
-            conn, finished=[], worker_id=worker, queues=None, limit=10, limited=True
-        )
-    assert len(rows) == 3  # one per key, and the per-task job
+        trip = app.store.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 10, limited=True))
+    assert len(trip.claimed) == 3  # one per key, and the per-task job
 
     listed = cli("limits")
     assert listed.returncode == 0, listed.stderr

@@ -9,14 +9,13 @@ import os
 
 from pgtasks import App
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 from tests.apps.fault_app import register_fault_tasks
 from tests.apps.limits_app import register_limit_tasks
 
 
 def build_app() -> App:
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
+    app = environment_app(
         connect_timeout=float(os.environ.get("PGTASKS_TEST_CONNECT_TIMEOUT", "2")),
         pool_max_size=int(os.environ.get("PGTASKS_TEST_POOL_MAX", "4")),
     )

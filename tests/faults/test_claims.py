@@ -13,7 +13,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._leases import ClaimRequest, Finish
+from pgtasks._retry import Outcome
+from pgtasks._store.claims import claim_statement
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 from tests.support.faults import FaultEnv
 from tests.support.probe import assert_invariants
 from tests.support.waiting import wait_until
@@ -64,11 +67,11 @@ def test_two_claimers_released_together_get_disjoint_jobs_covering_all(
         with env.app.connection() as conn:
             jobs = [env.tasks.noop.apply_async(queue=queue, connection=conn).id for _ in range(12)]
         first, second = together(
-            lambda queue=queue: store.claim_jobs(one, worker_id=ids[0], queues=[queue], limit=8),
-            lambda queue=queue: store.claim_jobs(two, worker_id=ids[1], queues=[queue], limit=8),
+            lambda queue=queue: store.claim_jobs(one, ClaimRequest(ids[0], 8, queues=(queue,))),
+            lambda queue=queue: store.claim_jobs(two, ClaimRequest(ids[1], 8, queues=(queue,))),
         )
-        got_first = {row["id"] for row in first}
-        got_second = {row["id"] for row in second}
+        got_first = {job.id for job in first}
+        got_second = {job.id for job in second}
         assert not got_first & got_second, (round_number, got_first & got_second)
         assert got_first | got_second == set(jobs), round_number
     owners = env.probe.rows(
@@ -98,7 +101,7 @@ def test_claim_among_200000_finished_jobs_touches_only_what_it_returns(
     worker_id = store.register_worker(admin, hostname="plan", pid=1, queues=None, concurrency=50)
 
     conn = sessions(autocommit=False)
-    _, params = store._claim_params(worker_id, None, 50, None)
+    _, params = claim_statement(ClaimRequest(worker_id, 50))
     plan = "\n".join(
         row[0]
         for row in conn.execute(
@@ -117,13 +120,9 @@ def test_claim_among_200000_finished_jobs_touches_only_what_it_returns(
 
     # Claim everything, 50 at a time, as a worker would; finish each batch.
     claimed: list[int] = []
-    while batch := store.claim_jobs(admin, worker_id=worker_id, queues=None, limit=50):
-        claimed += [row["id"] for row in batch]
-        store.finish_jobs(
-            admin,
-            worker_id=worker_id,
-            outcomes=[(row["id"], row["attempts"], "done", "null", None, 0.0) for row in batch],
-        )
+    while batch := store.claim_jobs(admin, ClaimRequest(worker_id, limit=50)):
+        claimed += [job.id for job in batch]
+        store.finish_jobs(admin, [Finish.of(job, Outcome.done("null")) for job in batch])
     assert sorted(claimed) == sorted(pending)
     assert env.probe.rows(
         "SELECT count(*) AS n FROM {schema}.jobs WHERE attempts > max_attempts"
@@ -147,8 +146,8 @@ class RescueRace:
         self.rounds += 1
         queue = f"rescue{self.rounds}"  # a job released by an earlier round is not claimed
         job_id: int = self.env.tasks.noop.apply_async(queue=queue).id
-        rows = self.store.claim_jobs(self.conn, worker_id=self.worker_id, queues=[queue], limit=1)
-        assert [row["id"] for row in rows] == [job_id]
+        claimed = self.store.claim_jobs(self.conn, ClaimRequest(self.worker_id, 1, queues=(queue,)))
+        assert [job.id for job in claimed] == [job_id]
         self.conn.execute(
             sql.SQL(
                 "UPDATE {}.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = %s"
@@ -158,8 +157,8 @@ class RescueRace:
         return job_id
 
     def finish(self, conn: psycopg.Connection[Any], job_id: int) -> dict[int, str]:
-        outcome = (job_id, 1, "done", '"ok"', None, 0.0)
-        return self.store.finish_jobs(conn, worker_id=self.worker_id, outcomes=[outcome])
+        finish = Finish(job_id, self.worker_id, 1, "done", result_json='"ok"')
+        return self.store.finish_jobs(conn, [finish])
 
     def rescue(self, conn: psycopg.Connection[Any]) -> list[int]:
         return [row["id"] for row in self.store.rescue_jobs(conn, lease_timeout=2.0)]

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from pgtasks._leases import ClaimRequest
 from tests.support.faults import FaultEnv
 from tests.support.probe import wait_started, wait_status
 from tests.support.waiting import wait_until
@@ -49,8 +50,9 @@ def test_a_leaked_pool_does_not_stop_heartbeats_rescue_or_beat(env: FaultEnv) ->
     # live worker never sees it pending.
     with psycopg.connect(env.dsn) as admin, admin.transaction():
         orphan = env.tasks.noop.apply_async(queue="orphans", connection=admin)
-        claimed = env.app.store.claim_jobs(admin, worker_id=10**9, queues=["orphans"], limit=1)
-    assert [row["id"] for row in claimed] == [orphan.id]
+        claim = ClaimRequest(10**9, limit=1, queues=("orphans",))
+        claimed = env.app.store.claim_jobs(admin, claim)
+    assert [job.id for job in claimed] == [orphan.id]
     rescued = wait_status(env.probe, orphan.id, "done", timeout=10)
     assert rescued["attempts"] == 2  # the dead worker's attempt, then the rescued run
 

@@ -18,7 +18,7 @@ from tests.support.waiting import wait_until
 
 
 def exchange() -> Exchange:
-    return Exchange(batch=[], finished=[], limit=0, after=None, task_names=None)
+    return Exchange(batch=[], finishes=[], claim=None)
 
 
 def test_runs_one_exchange_at_a_time_and_hands_back_its_result(dsn: str) -> None:
@@ -29,7 +29,7 @@ def test_runs_one_exchange_at_a_time_and_hands_back_its_result(dsn: str) -> None
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
         assert row is not None
         pids.append(int(row[0]))
-        item.owner = len(pids)
+        item.seconds = len(pids)
 
     lane = BackgroundExchanger(
         lambda: psycopg.connect(dsn, autocommit=True), run, woken.set, name="test-lane"
@@ -40,12 +40,12 @@ def test_runs_one_exchange_at_a_time_and_hands_back_its_result(dsn: str) -> None
         assert lane.busy
         assert lane.wait(10) and woken.wait(10)
         done = lane.take()
-        assert done is not None and done.error is None and done.owner == 1
+        assert done is not None and done.error is None and done.seconds == 1
         assert not lane.busy
         lane.submit(exchange())
         assert lane.wait(10)
         done = lane.take()
-        assert done is not None and done.owner == 2
+        assert done is not None and done.seconds == 2
         assert pids[0] == pids[1]  # one connection, kept
     finally:
         lane.close()

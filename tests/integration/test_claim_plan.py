@@ -11,8 +11,10 @@ from typing import Any
 import psycopg
 
 from pgtasks import App
-from pgtasks._store.store import ClaimPosition, claim_position
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._leases import ClaimedJob, ClaimPosition, ClaimRequest, Finish
+from pgtasks._retry import Outcome
+from pgtasks._store.claims import claim_statement, finish_params
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 from tests.support.waiting import wait_until
 
 WORKER = 10**9
@@ -28,17 +30,17 @@ def test_claim_walks_the_pending_index_in_order_even_with_stale_statistics(
     # Statistics taken on an empty table, then 5,000 pending jobs: the estimate is wrong.
     admin.execute(f'ANALYZE "{app.schema}".jobs')
     noop.delay_many([{}] * 5000)
-    position: ClaimPosition = (0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
+    position = ClaimPosition(0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
 
     # Every queue, named queues, and every queue but the paused ones (migration 0007); a
     # worker claims only the tasks it knows (migration flow_control): with and without that list.
-    tasks = [f"task.{n}" for n in range(200)] + [noop.name]
+    tasks = (*[f"task.{n}" for n in range(200)], noop.name)
     for queues, excluded, task_names in (
         (None, None, None),
-        (None, ["paused"], None),
-        (["default"], None, None),
+        (None, ("paused",), None),
+        (("default",), None, None),
         (None, None, tasks),
-        (["default"], ["paused"], tasks),
+        (("default",), ("paused",), tasks),
     ):
         plan = explain_claim(app, dsn, queues, excluded=excluded, task_names=task_names)
         assert "Index Scan using jobs_claim_idx" in plan, plan
@@ -71,22 +73,15 @@ def test_a_claim_from_the_position_does_not_read_the_entries_of_claimed_jobs(
         pin.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         pin.execute(f'SELECT count(*) FROM "{app.schema}".jobs').fetchone()
         with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
-            last: dict[str, Any] = {}
+            last: ClaimedJob | None = None
             for _ in range(100):
-                rows = app.store.claim_jobs(conn, worker_id=WORKER, queues=None, limit=50)
-                last = rows[-1]
-            position = claim_position(last)
+                last = app.store.claim_jobs(conn, ClaimRequest(WORKER, 50))[-1]
+            assert last is not None
 
             from_start = index_buffers(explain_claim(app, dsn, None))
-            from_position = index_buffers(explain_claim(app, dsn, None, after=position))
-            finish_plan = explain(
-                app,
-                conn,
-                "finish_jobs",
-                app.store._finish_params(
-                    WORKER, [(last["id"], last["attempts"], "done", "null", None, 0.0)]
-                ),
-            )
+            from_position = index_buffers(explain_claim(app, dsn, None, after=last.position))
+            (params,) = finish_params([Finish.of(last, Outcome.done("null"))])
+            finish_plan = explain(app, conn, "finish_jobs", params)
         pin.rollback()
 
     # The fenced finish reaches its job by primary key, never through jobs_running_idx
@@ -103,14 +98,15 @@ def test_a_claim_from_the_position_does_not_read_the_entries_of_claimed_jobs(
 def explain_claim(
     app: App,
     dsn: str,
-    queues: list[str] | None,
+    queues: tuple[str, ...] | None,
     *,
     after: ClaimPosition | None = None,
-    excluded: list[str] | None = None,
-    task_names: list[str] | None = None,
+    excluded: tuple[str, ...] | None = None,
+    task_names: tuple[str, ...] | None = None,
 ) -> str:
     """EXPLAIN ANALYZE a claim on a worker-configured connection, rolled back."""
-    params = app.store._claim_params(WORKER, queues, 50, task_names, after, excluded)
+    claim = ClaimRequest(WORKER, 50, queues, excluded, task_names, after=after)
+    params = claim_statement(claim)
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
         return explain(app, conn, *params)
 
@@ -148,24 +144,20 @@ def test_a_claim_from_the_position_takes_higher_priorities_then_the_rest_of_its_
         return None
 
     first = [noop.apply_async(priority=0) for _ in range(3)]
-    position = claim_position(
-        app.store.claim_jobs(admin, worker_id=WORKER, queues=None, limit=2)[-1]
-    )
-    assert position[2] == first[1].id
+    position = app.store.claim_jobs(admin, ClaimRequest(WORKER, 2))[-1].position
+    assert position.id == first[1].id
     past = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
     behind = noop.apply_at(past)  # priority 0, sorts before the position
     urgent = noop.apply_async(priority=5)
     later = noop.apply_async(priority=0)
     low = noop.apply_async(priority=-5)
 
-    rows = app.store.claim_jobs_after(
-        admin, after=position, worker_id=WORKER, queues=None, limit=10
-    )
+    jobs = app.store.claim_jobs_after(admin, ClaimRequest(WORKER, 10, after=position))
 
-    assert [row["id"] for row in rows] == [urgent.id, first[2].id, later.id, low.id]
+    assert [job.id for job in jobs] == [urgent.id, first[2].id, later.id, low.id]
     # Read from the start, the job behind the position is claimed.
-    rows = app.store.claim_jobs(admin, worker_id=WORKER, queues=None, limit=10)
-    assert [row["id"] for row in rows] == [behind.id]
+    jobs = app.store.claim_jobs(admin, ClaimRequest(WORKER, 10))
+    assert [job.id for job in jobs] == [behind.id]
 
 
 def test_a_worker_busy_with_a_backlog_claims_a_job_that_sorts_behind_it_within_a_poll(
@@ -214,25 +206,24 @@ def test_worker_connections_plan_the_claims_and_the_finish_once_with_the_same_sh
         return None
 
     noop.delay_many([{}] * 2000)
-    position: ClaimPosition = (0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
-    for queues, excluded in ((None, None), (["default"], None), (None, ["paused"])):
+    position = ClaimPosition(0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
+    for queues, excluded in ((None, None), (("default",), None), (None, ("paused",))):
         # A claim alone runs its announced form (one notification): the same walk.
         for announced in ("", "_announced"):
-            name, params = app.store._claim_params(
-                WORKER, queues, 50, None, excluded_queues=excluded
-            )
+            name, params = claim_statement(ClaimRequest(WORKER, 50, queues, excluded))
             plan = generic_plan(app, dsn, name + announced, params)
             assert plan.count("Index Scan using jobs_claim_idx") == 1, plan
             assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
 
-            name, params = app.store._claim_params(WORKER, queues, 50, None, position, excluded)
+            claim = ClaimRequest(WORKER, 50, queues, excluded, after=position)
+            name, params = claim_statement(claim)
             plan = generic_plan(app, dsn, name + announced, params)
             assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
             assert "ROW(run_at, id) > ROW(" in plan, plan
             assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
 
-    outcomes = [(1, 1, "done", "null", None, 0.0)]
-    plan = generic_plan(app, dsn, "finish_jobs", app.store._finish_params(WORKER, outcomes))
+    (params,) = finish_params([Finish(1, WORKER, 1, "done", result_json="null")])
+    plan = generic_plan(app, dsn, "finish_jobs", params)
     assert "Index Scan using jobs_pkey" in plan, plan
     assert "jobs_running_idx" not in plan and "Seq Scan" not in plan, plan
 

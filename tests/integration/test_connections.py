@@ -15,7 +15,7 @@ import pytest
 
 from pgtasks import App, ConfigurationError
 from pgtasks._app.doctor import diagnose
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS, connector
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS, connector
 from tests.support.servers import free_port
 
 

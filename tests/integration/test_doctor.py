@@ -14,6 +14,7 @@ import pytest
 from pgtasks import App
 from pgtasks._app import admin as operations
 from pgtasks._app.doctor import Thresholds, diagnose, exit_code
+from pgtasks._leases import ClaimRequest
 from pgtasks._operations import Stats, format_stats
 from tests.support.environment import ROOT, pgtasks_env
 
@@ -77,7 +78,7 @@ def test_a_job_running_under_a_dead_worker_is_reported_stuck(
         return None
 
     orphan.delay()
-    app.store.claim_jobs(admin, worker_id=10**9, queues=None, limit=1)
+    app.store.claim_jobs(admin, ClaimRequest(10**9, limit=1))
 
     result = finding(app, "stuck jobs")
 
@@ -125,7 +126,7 @@ def test_doctor_cli_prints_json_and_exits_1_on_warnings(
         return None
 
     noop.delay()
-    app.store.claim_jobs(admin, worker_id=10**9, queues=None, limit=1)
+    app.store.claim_jobs(admin, ClaimRequest(10**9, limit=1))
     env = pgtasks_env(dsn, app.schema)
     completed = subprocess.run(
         [sys.executable, "-m", "pgtasks", "doctor", "-A", "tests.apps.basic:app", "--json"],

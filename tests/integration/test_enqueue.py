@@ -31,7 +31,7 @@ from pgtasks import (
     Task,
     UnknownTaskError,
 )
-from pgtasks._app.app import BULK_CHUNK
+from pgtasks._store.inserts import BULK_CHUNK
 from tests.support.waiting import wait_until
 
 T = TypeVar("T")

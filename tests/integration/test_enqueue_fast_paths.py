@@ -316,7 +316,7 @@ def test_async_one_job_and_bulk_paths_notify(
 def test_batches_by_copy_and_by_the_batch_insert_read_like_one_job_inserts_and_notify(
     app: App, echo: Task[..., Any], notifications: Callable[[str], list[str]]
 ) -> None:
-    from pgtasks._store.store import COPY_MIN_JOBS
+    from pgtasks._store.inserts import COPY_MIN_JOBS
 
     items = [(args, kwargs) for args, kwargs in PAYLOADS * 40][: COPY_MIN_JOBS * 2]
     meta = {"tenant": "tab\there", "path": "C:\\jobs\n"}
@@ -353,7 +353,7 @@ def test_batches_in_an_async_program_and_on_a_dropped_schema(
     app: App, echo: Task[..., Any], dsn: str
 ) -> None:
     from pgtasks import SchemaNotMigratedError
-    from pgtasks._store.store import COPY_MIN_JOBS
+    from pgtasks._store.inserts import COPY_MIN_JOBS
 
     items = [{"n": n} for n in range(COPY_MIN_JOBS)]
 

@@ -12,9 +12,11 @@ import psycopg
 import pytest
 
 from pgtasks import App
-from pgtasks._execution.running import ClaimedJob, claim_order, claimed_jobs
+from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
+from pgtasks._retry import Outcome
 from pgtasks._store.base import JsonbTextLoader
-from pgtasks._worker.services import WORKER_CONNECTION_OPTIONS
+from pgtasks._store.claims import finish_params
+from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 
 WORKER = 10**9
 OTHER_WORKER = 10**9 + 1
@@ -32,24 +34,18 @@ def test_outcomes_with_awkward_texts_are_stored_exactly(
 
     noop.delay_many([{}] * 4)
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
-        claimed = app.store.claim_jobs(conn, worker_id=WORKER, queues=None, limit=4)
-        ids = [row["id"] for row in claimed]
-        outcomes = [
-            (ids[0], 1, "done", json.dumps({"text": AWKWARD, "list": [1, 2]}), None, 0.0),
-            (ids[1], 1, "failed", None, AWKWARD, 0.0),
-            (ids[2], 1, "pending", None, "retry, later", 3600.25),
-            (ids[3], 1, "done", "null", None, 1e-9),
+        claimed = app.store.claim_jobs(conn, ClaimRequest(WORKER, 4))
+        ids = [job.id for job in claimed]
+        finishes = [
+            Finish(ids[0], WORKER, 1, "done", json.dumps({"text": AWKWARD, "list": [1, 2]})),
+            Finish(ids[1], WORKER, 1, "failed", error=AWKWARD),
+            Finish(ids[2], WORKER, 1, "pending", error="retry, later", delay=3600.25),
+            Finish(ids[3], WORKER, 1, "done", "null", delay=1e-9),
         ]
-        # Through the pipeline (outcomes and a claim), then the single-statement path.
-        accepted, more = app.store.finish_and_claim_jobs(
-            conn,
-            finished=[(WORKER, outcomes[:3])],
-            worker_id=WORKER,
-            queues=None,
-            limit=1,
-        )
-        assert more == []
-        accepted.update(app.store.finish_jobs(conn, worker_id=WORKER, outcomes=outcomes[3:]))
+        # Through the pipeline (finishes and a claim), then the single-statement path.
+        trip = app.store.finish_and_claim_jobs(conn, finishes[:3], ClaimRequest(WORKER, 1))
+        assert trip.claimed == []
+        accepted = {**trip.written, **app.store.finish_jobs(conn, finishes[3:])}
     assert accepted == {ids[0]: "done", ids[1]: "failed", ids[2]: "pending", ids[3]: "done"}
     rows = {
         row[0]: row[1:]
@@ -78,18 +74,16 @@ def test_the_round_trip_is_one_transaction(
 
     noop.delay_many([{}] * 3)
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
-        (first,) = app.store.claim_jobs(conn, worker_id=WORKER, queues=None, limit=1)
-        (second,) = app.store.claim_jobs(conn, worker_id=OTHER_WORKER, queues=None, limit=1)
+        (first,) = app.store.claim_jobs(conn, ClaimRequest(WORKER, 1))
+        (second,) = app.store.claim_jobs(conn, ClaimRequest(OTHER_WORKER, 1))
         with pytest.raises(psycopg.errors.InvalidTextRepresentation):
             app.store.finish_and_claim_jobs(
                 conn,
-                finished=[
-                    (WORKER, [(first["id"], 1, "done", "null", None, 0.0)]),
-                    (OTHER_WORKER, [(second["id"], 1, "done", "{not json", None, 0.0)]),
+                [
+                    Finish(first.id, WORKER, 1, "done", "null"),
+                    Finish(second.id, OTHER_WORKER, 1, "done", "{not json"),
                 ],
-                worker_id=WORKER,
-                queues=None,
-                limit=5,
+                ClaimRequest(WORKER, 5),
             )
         assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
     statuses = dict(
@@ -106,15 +100,7 @@ def test_claimed_rows_become_claimed_jobs_in_claim_order(app: App, dsn: str) -> 
     low = echo.apply_async((1, "é"), {"key": {"nested": [None]}}, priority=0)
     high = echo.apply_async(priority=5)
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
-        _, jobs = app.store.finish_and_claim_jobs(
-            conn,
-            finished=[],
-            worker_id=WORKER,
-            queues=None,
-            limit=5,
-            claimed_rows=claimed_jobs(WORKER),
-            claim_order=claim_order,
-        )
+        jobs = app.store.finish_and_claim_jobs(conn, (), ClaimRequest(WORKER, 5)).claimed
     assert [job.id for job in jobs] == [high.id, low.id]
     job = jobs[1]
     assert isinstance(job, ClaimedJob)
@@ -124,6 +110,7 @@ def test_claimed_rows_become_claimed_jobs_in_claim_order(app: App, dsn: str) -> 
         {"key": {"nested": [None]}},
     )
     assert (job.attempt, job.worker_id, job.priority, job.queue) == (1, WORKER, 0, "default")
+    assert not job.limited
     assert job.run_at.tzinfo is not None and job.claimed_at >= job.created_at
     assert job == ClaimedJob(**{name: getattr(job, name) for name in vars(job)})
 
@@ -137,18 +124,30 @@ def test_the_jsonb_loader_reads_what_json_loads_reads(text: bytes) -> None:
     assert loader.load(memoryview(text)) == json.loads(text)
 
 
-def test_outcomes_are_written_in_job_id_order(app: App) -> None:
+def test_finishes_are_written_in_job_id_order_one_statement_per_lease_owner() -> None:
     # Rows, and the workflow successors their trigger updates, are locked in this order:
     # two workers finishing members of the same chords take the callbacks' locks in one
     # order (no deadlock between their batches).
-    outcomes = [
-        (9, 1, "done", "1", None, 0.0),
-        (3, 2, "pending", None, "boom", 1.5, "builtins.ValueError"),
-        (5, 1, "failed", None, "no", 0.0),
+    finishes = [
+        Finish(9, 7, 1, "done", "1"),
+        Finish(3, 7, 2, "pending", error="boom", delay=1.5, exception_type="builtins.ValueError"),
+        Finish(5, 7, 1, "failed", error="no"),
     ]
-    params = app.store._finish_params(7, outcomes)
+    (params,) = finish_params(finishes)
     assert params["id"] == "3,5,9"
     assert params["attempt"] == "2,1,1"
     assert params["status"] == "pending,failed,done"
     assert params["error"] == ["boom", "no", None]
     assert params["exception_type"] == ["builtins.ValueError", None, None]
+    other = Finish(4, 8, 1, "done", "2")
+    assert [params["worker_id"] for params in finish_params([*finishes, other])] == [7, 8]
+
+
+def test_a_finish_of_a_claimed_job_carries_its_lease_and_the_outcome() -> None:
+    now = dt.datetime.now(dt.timezone.utc)
+    job = ClaimedJob(3, "t", "q", 0, [], {}, 2, 5, now, now, now, WORKER)
+    retry = Finish.of(job, Outcome.retry(1.5, "boom", "builtins.ValueError"))
+    done = Finish.of(job, Outcome.done("null"))
+
+    assert retry == Finish(3, WORKER, 2, "pending", None, "boom", 1.5, "builtins.ValueError")
+    assert done == Finish(3, WORKER, 2, "done", "null")

@@ -12,8 +12,8 @@ import pytest
 from pgtasks import App, JobStatus, LimitKeyError
 from pgtasks._app.admin import limits as admin_limits
 from pgtasks._app.admin import read_limits
-from pgtasks._store.base import Row
-from pgtasks._store.limits import LimitedClaimReport
+from pgtasks._leases import ClaimedJob, ClaimRequest, Finish, LimitedClaimReport
+from pgtasks._retry import Outcome
 from tests.support.inprocess import finished, running_worker
 
 
@@ -25,19 +25,16 @@ def _register(app: App, count: int) -> list[int]:
         ]
 
 
-def _claim(app: App, worker_id: int, limit: int, **options: Any) -> list[Row]:
+def _claim(app: App, worker_id: int, limit: int) -> list[ClaimedJob]:
+    """A worker's claim when some limit is stored: limited jobs first, then plain ones."""
     with app.connection() as conn:
-        _, rows = app.store.finish_and_claim_jobs(
-            conn, finished=[], worker_id=worker_id, queues=None, limit=limit, limited=True,
-            **options,
-        )  # fmt: skip
-        return rows
+        claim = ClaimRequest(worker_id, limit, limited=True)
+        return list(app.store.finish_and_claim_jobs(conn, (), claim).claimed)
 
 
-def _finish(app: App, worker_id: int, rows: list[Row]) -> None:
-    outcomes = [(row["id"], row["attempts"], "done", None, None, 0.0) for row in rows]
+def _finish(app: App, jobs: list[ClaimedJob]) -> None:
     with app.connection() as conn:
-        app.store.finish_jobs(conn, worker_id=worker_id, outcomes=outcomes)
+        app.store.finish_jobs(conn, [Finish.of(job, Outcome.done("null")) for job in jobs])
 
 
 def _store_limits(app: App) -> int:
@@ -83,15 +80,15 @@ def test_a_task_concurrency_is_never_exceeded_by_several_claimers(app: App) -> N
     plain.delay_many([{"n": n} for n in range(5)])
     first, second = _register(app, 2)
     rows = _claim(app, first, 1)
-    assert [row["task_name"] for row in rows] == [limited.name]
+    assert [row.task_name for row in rows] == [limited.name]
     rows += _claim(app, second, 8)
     # one more limited job, then the plain ones fill the rest
-    assert [row["task_name"] for row in rows].count(limited.name) == 2
-    assert [row["task_name"] for row in rows].count(plain.name) == 5
+    assert [row.task_name for row in rows].count(limited.name) == 2
+    assert [row.task_name for row in rows].count(plain.name) == 5
     assert _claim(app, first, 8) == []
-    _finish(app, first, [rows[0]])
+    _finish(app, [rows[0]])
     again = _claim(app, first, 8)
-    assert [row["task_name"] for row in again] == [limited.name]
+    assert [row.task_name for row in again] == [limited.name]
 
 
 def test_a_per_key_limit_lets_other_keys_pass_a_busy_key(app: App) -> None:
@@ -104,7 +101,7 @@ def test_a_per_key_limit_lets_other_keys_pass_a_busy_key(app: App) -> None:
     sync.delay_many([{"user": f"u{n}", "n": n} for n in range(5)])
     (worker,) = _register(app, 1)
     rows = _claim(app, worker, 10)
-    keys = sorted(row["kwargs"]["user"] for row in rows)
+    keys = sorted(row.kwargs["user"] for row in rows)
     assert keys == ["busy", "u0", "u1", "u2", "u3", "u4"]
     assert _claim(app, worker, 10) == []
 
@@ -123,7 +120,7 @@ def test_queue_and_task_limits_both_apply(app: App) -> None:
     b.delay_many([{"n": n} for n in range(5)])
     (worker,) = _register(app, 1)
     rows = _claim(app, worker, 10)
-    names = [row["task_name"] for row in rows]
+    names = [row.task_name for row in rows]
     assert len(rows) == 3 and names.count(a.name) == 2
 
 
@@ -179,7 +176,7 @@ def test_a_hostile_limit_row_is_claimed_or_left_never_an_error(
     )
     (worker,) = _register(app, 1)
     rows = _claim(app, worker, 5)
-    assert [row["id"] for row in rows] == [job.id]
+    assert [row.id for row in rows] == [job.id]
     assert job.status() is JobStatus.RUNNING
 
 
@@ -245,10 +242,10 @@ def test_limited_jobs_keep_their_meta(app: App) -> None:
     many = work.delay_many([{"user": "bob"}, {"user": "cid"}], meta={"batch": 7})
     plain = work.delay("dan")
     (worker,) = _register(app, 1)
-    rows = {row["id"]: row for row in _claim(app, worker, 10)}
-    assert rows[one.id]["meta"] == {"source": "api"}
-    assert [rows[handle.id]["meta"] for handle in many] == [{"batch": 7}, {"batch": 7}]
-    assert rows[plain.id]["meta"] == {}
+    jobs = {job.id: job for job in _claim(app, worker, 10)}
+    assert jobs[one.id].meta == {"source": "api"}
+    assert [jobs[handle.id].meta for handle in many] == [{"batch": 7}, {"batch": 7}]
+    assert jobs[plain.id].meta == {}
     assert one.meta == {"source": "api"}
 
 
@@ -270,20 +267,16 @@ def test_a_claimer_stuck_inside_its_transaction_holds_up_the_others_briefly(
             "SELECT pg_advisory_xact_lock(1885828204, hashtext(%s))", [f"task:{limited.name}"]
         )
         rows = _claim(app, worker, 5)
-        assert [row["task_name"] for row in rows] == [plain.name]
+        assert [row.task_name for row in rows] == [plain.name]
         stuck.rollback()
     assert len(_claim(app, worker, 5)) == 3
 
 
 def _claim_with_report(
     app: App, worker_id: int, limit: int
-) -> tuple[list[Row], LimitedClaimReport]:
-    report = LimitedClaimReport()
+) -> tuple[list[ClaimedJob], LimitedClaimReport]:
     with app.connection() as conn:
-        rows = app.store.claim_limited(
-            conn, worker_id=worker_id, queues=None, limit=limit, report=report
-        )
-    return rows, report
+        return app.store.claim_limited(conn, ClaimRequest(worker_id, limit, limited=True))
 
 
 def test_a_short_limited_claim_says_which_limits_held_jobs_back_and_when_a_token_is_due(
@@ -301,7 +294,7 @@ def test_a_short_limited_claim_says_which_limits_held_jobs_back_and_when_a_token
     (worker,) = _register(app, 1)
     rows, report = _claim_with_report(app, worker, 10)
     # 2/s holds 1.5 tokens: one job now; the single slot: one job.
-    assert sorted(row["task_name"] for row in rows) == [rated.name, single.name]
+    assert sorted(row.task_name for row in rows) == [rated.name, single.name]
     assert report.error is None
     assert set(report.blocked) == {f"task:{rated.name}", f"task:{single.name}"}
     # Half a token is left: the next whole one is due within half a second.
@@ -397,17 +390,14 @@ def test_a_limited_claim_that_fails_reports_its_error_and_the_plain_claim_goes_o
     rows, report = _claim_with_report(app, worker, 5)
     assert rows == []
     assert report.error is not None and "tokens" in report.error
-    report = LimitedClaimReport()
     with app.connection() as conn:
-        _, rows = app.store.finish_and_claim_jobs(
-            conn, finished=[], worker_id=worker, queues=None, limit=5, limited=True,
-            report=report,
-        )  # fmt: skip
-    assert sorted(row["task_name"] for row in rows) == [plain.name] * 3
-    assert report.error is not None
+        trip = app.store.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 5, limited=True))
+    # The claim_limited statement reports its own error: the plain claim goes on.
+    assert sorted(job.task_name for job in trip.claimed) == [plain.name] * 3
+    assert trip.report.error is not None
     admin.execute(f"ALTER TABLE {app.schema}.limits RENAME COLUMN tokens_by_hand TO tokens")
     rows, report = _claim_with_report(app, worker, 5)
-    assert [row["task_name"] for row in rows] == [limited.name] * 2
+    assert [row.task_name for row in rows] == [limited.name] * 2
     assert report.error is None
 
 
@@ -418,10 +408,9 @@ def test_the_limited_claim_refuses_to_count_outside_read_committed(app: App) -> 
     _store_limits(app)
     limited.delay_many([{"n": n} for n in range(2)])
     (worker,) = _register(app, 1)
-    report = LimitedClaimReport()
     with app.connection() as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        rows = app.store.claim_limited(conn, worker_id=worker, queues=None, limit=5, report=report)
+        rows, report = app.store.claim_limited(conn, ClaimRequest(worker, 5, limited=True))
     assert rows == []
     assert report.error is not None
     assert "needs READ COMMITTED" in report.error and "REPEATABLE READ" in report.error
@@ -444,18 +433,14 @@ def test_a_plain_claim_that_fails_after_a_limited_one_keeps_what_the_limited_one
     # The plain claim fails (alone on the connection, it runs announced).
     failing = {name: b"SELECT 1 / 0" for name in ("claim_jobs", "claim_jobs_announced")}
     store._statements = {**app.store._statements, **failing}
-    report = LimitedClaimReport()
     with app.connection() as conn:
-        _, rows = store.finish_and_claim_jobs(
-            conn, finished=[], worker_id=worker, queues=None, limit=5, limited=True,
-            report=report,
-        )  # fmt: skip
+        trip = store.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 5, limited=True))
     # The limited claim's jobs stand (committed in its own round trip) and are returned.
-    assert [row["task_name"] for row in rows] == [limited.name] * 2
-    assert report.error is None
-    assert report.plain_error is not None and "DivisionByZero" in report.plain_error
+    assert [job.task_name for job in trip.claimed] == [limited.name] * 2
+    assert trip.report.error is None
+    assert trip.report.plain_error is not None and "DivisionByZero" in trip.report.plain_error
     # The limit is full: the next claim takes the plain jobs.
-    assert [row["task_name"] for row in _claim(app, worker, 5)] == [plain.name] * 3
+    assert [row.task_name for row in _claim(app, worker, 5)] == [plain.name] * 3
 
 
 def test_a_pending_row_whose_next_attempt_would_not_fit_is_left_and_stops_no_claim(
@@ -477,7 +462,7 @@ def test_a_pending_row_whose_next_attempt_would_not_fit_is_left_and_stops_no_cla
     others = [*plain.delay_many([{"n": n} for n in range(2)]), limited.delay(1)]
     (worker,) = _register(app, 1)
     rows = _claim(app, worker, 10)
-    assert sorted(row["id"] for row in rows) == sorted(job.id for job in others)
+    assert sorted(row.id for row in rows) == sorted(job.id for job in others)
     assert [job.status() for job in stuck] == [JobStatus.PENDING] * 2
 
 
@@ -509,11 +494,11 @@ def test_read_limits_gives_each_limits_capacity_rate_tokens_and_running_per_key(
         "queue", "reports", 3, "-"
     )  # fmt: skip
     assert queue.tokens is None and queue.running == sum(
-        1 for row in claimed if row["queue"] == "reports"
+        1 for row in claimed if row.queue == "reports"
     )
     assert task.rate_per_second == 2.0 and task.concurrency is None
     assert task.tokens is not None and 0 <= task.tokens <= (task.burst or 0)
-    assert task.running == sum(1 for row in claimed if row["task_name"] == report.name)
+    assert task.running == sum(1 for row in claimed if row.task_name == report.name)
     assert task.pending == 4 - task.running and task.held == task.pending
     assert (key.concurrency, key.target, key.keys) == (1, sync.name, 2)
     per_key = {usage.key: (usage.running, usage.pending) for usage in key.top_keys}

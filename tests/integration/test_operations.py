@@ -18,8 +18,9 @@ from pgtasks import App, ConfigurationError, JobStatus
 from pgtasks._app.admin import collect_stats
 from pgtasks._operations import QueueStats, WorkerInfo
 from pgtasks._store.operations import ADVISORY_LOCK_CLASS_PRUNE
+from pgtasks._worker.connection import connector
 from pgtasks._worker.pruner import Pruner, prune
-from pgtasks._worker.services import connector
+from pgtasks._worker.settings import WorkerSettings
 from tests.support.inprocess import execute, running_worker, select
 from tests.support.population import DAY, insert_job, job_ids, register
 from tests.support.waiting import wait_until
@@ -418,10 +419,8 @@ def app_pruner(app: App, batch_size: int = 1000) -> Pruner:
     return Pruner(
         "test",
         connector(app.database, owner="test"),
-        app.prune_interval,
+        WorkerSettings.derive(app.settings),
         store=app.store,
-        done_after=app.prune_done_after,
-        failed_after=app.prune_failed_after,
         batch_size=batch_size,
     )
 

@@ -15,7 +15,7 @@ import pytest
 
 from pgtasks import App, JobContext, JobHandle, Retry, UniqueKeyTakenError
 from pgtasks._app import admin as operations
-from pgtasks._operations import JobFilter
+from pgtasks._job_filter import JobFilter
 from pgtasks._worker.beat import Beat
 from tests.support.cli import cli_runner
 from tests.support.inprocess import Gates, finished, running_worker, select

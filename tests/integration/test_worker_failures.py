@@ -17,6 +17,7 @@ import pytest
 
 from pgtasks import App, JobContext, JobStatus, Retry
 from pgtasks._execution.outcomes import unknown_task_outcome
+from pgtasks._leases import ClaimRequest
 from tests.support.inprocess import (
     DEFAULT_SETTINGS,
     Gates,
@@ -266,8 +267,8 @@ def test_rescues_a_running_job_whose_worker_is_not_registered(
         return "imported"
 
     handle = import_file.delay()
-    claimed = app.store.claim_jobs(admin, worker_id=LOST_WORKER_ID, queues=None, limit=10)
-    assert [row["id"] for row in claimed] == [handle.id]
+    claimed = app.store.claim_jobs(admin, ClaimRequest(LOST_WORKER_ID, limit=10))
+    assert [job.id for job in claimed] == [handle.id]
 
     with running_worker(app, **QUICK_RESCUE):
         started = time.monotonic()
@@ -297,7 +298,7 @@ def test_rescues_a_running_job_of_a_worker_whose_heartbeat_is_older_than_the_lea
         admin, hostname="silent-host", pid=4242, queues=None, concurrency=1
     )
     handle = import_file.delay()
-    app.store.claim_jobs(admin, worker_id=silent, queues=None, limit=10)
+    app.store.claim_jobs(admin, ClaimRequest(silent, limit=10))
     execute(
         admin,
         app,
@@ -327,7 +328,7 @@ def test_fails_a_rescued_job_that_has_no_attempts_left(
         attempts.append(context.attempt)
 
     handle = charge_card.delay()
-    app.store.claim_jobs(admin, worker_id=LOST_WORKER_ID, queues=None, limit=10)
+    app.store.claim_jobs(admin, ClaimRequest(LOST_WORKER_ID, limit=10))
 
     with running_worker(app, **QUICK_RESCUE):
         row = finished(handle, timeout=5)

@@ -25,7 +25,7 @@ from pgtasks import (
 from pgtasks._app import admin as admin_ops
 from pgtasks._app.workflow_admin import list_workflows, workflow_detail, workflow_incidents
 from pgtasks._app.workflows import MAX_DEPTH
-from pgtasks._operations import JobFilter
+from pgtasks._job_filter import JobFilter
 from pgtasks._worker.healer import heal
 from tests.support.inprocess import execute, running_worker, select
 from tests.support.workflows import settle, steps

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from pgtasks import App, chord
+from pgtasks._leases import ClaimRequest, Finish
 from tests.support.inprocess import select
 
 CHORDS = 200
@@ -31,14 +32,17 @@ def pair(app: App) -> Any:
 def claim_all(app: App, dsn: str, worker_id: int) -> dict[int, int]:
     """Claim every due job as ``worker_id``: their attempt numbers by id."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = app.store.claim_jobs(conn, worker_id=worker_id, queues=None, limit=10_000)
-    return {row["id"]: row["attempts"] for row in rows}
+        jobs = app.store.claim_jobs(conn, ClaimRequest(worker_id, limit=10_000))
+    return {job.id: job.attempt for job in jobs}
+
+
+def returned(job_id: int, worker_id: int, attempt: int, value: int) -> Finish:
+    """The finish of a job that returned ``value``."""
+    return Finish(job_id, worker_id, attempt, "done", result_json=str(value))
 
 
 def finish(app: App, conn: psycopg.Connection[Any], job_id: int, attempt: int, value: int) -> None:
-    written = app.store.finish_jobs(
-        conn, worker_id=1, outcomes=[(job_id, attempt, "done", str(value), None, 0.0)]
-    )
+    written = app.store.finish_jobs(conn, [returned(job_id, 1, attempt, value)])
     assert written == {job_id: "done"}
 
 
@@ -150,10 +154,10 @@ def finish_many(
 ) -> None:
     """One fenced finish statement for ``(job id, attempt, value)`` outcomes. A
     serialization failure (REPEATABLE READ) is written again, as a worker does."""
-    rows = [(job_id, attempt, "done", str(value), None, 0.0) for job_id, attempt, value in outcomes]
+    finishes = [returned(job_id, 1, attempt, value) for job_id, attempt, value in outcomes]
     for _ in range(100):
         try:
-            written = app.store.finish_jobs(conn, worker_id=1, outcomes=rows)
+            written = app.store.finish_jobs(conn, finishes)
         except psycopg.errors.SerializationFailure:
             continue
         assert written == {job_id: "done" for job_id, _, _ in outcomes}
@@ -205,9 +209,10 @@ def run_races(app: App, dsn: str, pair: Any, isolation: str | None) -> list[dict
                         continue
                     barrier.wait(timeout=30)
                     if side == 0:  # cy is pending now: claim it
-                        rows = app.store.claim_jobs(conn, worker_id=1, queues=["inner"], limit=9)
-                        assert [row["id"] for row in rows] == [ids["cy"]], rows
-                        leases[ids["cy"]] = rows[0]["attempts"]
+                        claim = ClaimRequest(1, limit=9, queues=("inner",))
+                        jobs = app.store.claim_jobs(conn, claim)
+                        assert [job.id for job in jobs] == [ids["cy"]], jobs
+                        leases[ids["cy"]] = jobs[0].attempt
                     barrier.wait(timeout=30)
                     if side == 0:
                         finish_many(app, conn, [(ids["cy"], leases[ids["cy"]], -n)])
@@ -260,11 +265,7 @@ def test_nested_chords_finishing_in_opposite_orders_start_each_callback_once(
     # Finishing the even races' cy starts their cx, with every result in order.
     with psycopg.connect(dsn, autocommit=True) as conn:
         for ids in even:
-            written = app.store.finish_jobs(
-                conn,
-                worker_id=2,
-                outcomes=[(ids["cy"], claimed[ids["cy"]], "done", "7", None, 0.0)],
-            )
+            written = app.store.finish_jobs(conn, [returned(ids["cy"], 2, claimed[ids["cy"]], 7)])
             assert written == {ids["cy"]: "done"}
     assert sorted(claim_all(app, dsn, worker_id=3)) == sorted(ids["cx"] for ids in even)
     assert not claim_all(app, dsn, worker_id=4)

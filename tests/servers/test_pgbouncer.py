@@ -91,10 +91,14 @@ def service_ports(worker: Worker) -> dict[str, int]:
     pass comes after prune_interval: left out)."""
     services = [service for service in worker._services if service.name != "pruner"]
     wait_until(
-        lambda: all(service.conn is not None for service in services),
+        lambda: all(service.connection.current is not None for service in services),
         message="the services connected",
     )
-    ports = {service.name: service.conn.info.port for service in services if service.conn}
+    ports = {
+        service.name: conn.info.port
+        for service in services
+        if (conn := service.connection.current) is not None
+    }
     ports["claim loop"] = worker._connection.get().info.port
     return ports
 

@@ -19,7 +19,7 @@ import pytest
 from pgtasks import App, JobStatus
 from pgtasks._app import admin as operations
 from pgtasks._app.doctor import diagnose
-from pgtasks._operations import JobFilter
+from pgtasks._job_filter import JobFilter
 from pgtasks._worker.metrics import QueueDepthCollector, QueueDepthSampler
 from pgtasks.web import asgi, reads
 from pgtasks.web.reads import DashboardDatabase
@@ -118,7 +118,7 @@ def test_the_dashboard_stats_jobs_list_and_metrics_read_the_replica_and_get_the_
             ("pgtasks metrics test",),
         ).fetchone()
         assert replica_sessions is not None and replica_sessions[0] >= 2
-    sampler._drop_connection()
+    sampler._connection.drop()
     dashboard_reads.close()
 
     # Replay resumed: the replica catches up, and so do the pages that read it.

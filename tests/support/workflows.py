@@ -10,6 +10,8 @@ from typing import Any
 import psycopg
 
 from pgtasks import App
+from pgtasks._leases import ClaimRequest, Finish
+from pgtasks._retry import Outcome
 
 #: The worker id the outcomes are written under (no registration needed).
 HAND = 1
@@ -20,25 +22,19 @@ def settle(app: App, outcomes: Mapping[int, Any]) -> dict[int, str]:
     fails for good) for those claimed, and release the others; the statuses written."""
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         store = app.store
-        claimed = {
-            row["id"]: row["attempts"]
-            for row in store.claim_jobs(conn, worker_id=HAND, queues=None, limit=10_000)
-        }
-        rows = []
+        claimed = {job.id: job for job in store.claim_jobs(conn, ClaimRequest(HAND, limit=10_000))}
+        finishes = []
         for job_id, value in outcomes.items():
             assert job_id in claimed, f"job {job_id} was not due"
             if isinstance(value, BaseException):
                 error = f"Traceback (most recent call last):\n{type(value).__name__}: {value}"
-                claimed_attempt = claimed[job_id]
-                rows.append((job_id, claimed_attempt, "failed", None, error, 0.0))
+                finishes.append(Finish.of(claimed[job_id], Outcome.failed(error)))
             else:
-                rows.append((job_id, claimed[job_id], "done", json.dumps(value), None, 0.0))
-        written = store.finish_jobs(conn, worker_id=HAND, outcomes=rows) if rows else {}
-        others = [
-            (job_id, attempt) for job_id, attempt in claimed.items() if job_id not in outcomes
-        ]
+                finishes.append(Finish.of(claimed[job_id], Outcome.done(json.dumps(value))))
+        written = store.finish_jobs(conn, finishes)
+        others = [job for job_id, job in claimed.items() if job_id not in outcomes]
         if others:
-            store.release_jobs(conn, worker_id=HAND, leases=others)
+            store.release_jobs(conn, others)
     return written
 
 

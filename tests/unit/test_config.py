@@ -17,7 +17,8 @@ from pgtasks import (
     TaskRegistrationError,
     _embedded,
 )
-from pgtasks._store.db import describe_dsn, redact, resolve_dsn
+from pgtasks._dsn import describe_dsn, redact
+from pgtasks._store.db import resolve_dsn
 
 UNREACHABLE = "postgresql://u:S3cr3t!@127.0.0.1:1/db"
 PASSWORD = "S3cr3t!"

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import pgtasks
 from pgtasks._store.database import Database
-from pgtasks._store.db import PINNED, pinned_options
+from pgtasks._store.db import PINNED, DatabaseSettings, PoolSettings, pinned_options
 from pgtasks._store.store import Store
 
 PACKAGE = Path(pgtasks.__file__).resolve().parent
@@ -38,17 +39,14 @@ def test_every_module_that_opens_a_connection_pins_its_isolation() -> None:
     assert not unpinned, unpinned
 
 
-def database(**options: object) -> Database:
-    return Database(
-        Store("pgtasks"),
-        "postgresql://127.0.0.1:1/x",
-        Path("."),
-        pool_min_size=0,
-        pool_max_size=1,
-        connect_timeout=1.0,
-        connect_attempts=1,
-        **options,  # type: ignore[arg-type]
+def database(
+    *, session_dsn: str | None = None, connection_kwargs: dict[str, Any] | None = None
+) -> Database:
+    settings = DatabaseSettings(
+        "postgresql://127.0.0.1:1/x", "pgtasks", Path("."), session_dsn=session_dsn
     )
+    pools = PoolSettings(min_size=0, max_size=1, connect_timeout=1.0, connect_attempts=1)
+    return Database(settings, pools, store=Store("pgtasks"), connection_kwargs=connection_kwargs)
 
 
 def test_direct_connections_carry_the_pin_after_the_options_given() -> None:

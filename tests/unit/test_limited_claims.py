@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from pgtasks._store.limits import LimitedClaimReport
+from pgtasks._leases import LimitedClaimReport
 from pgtasks._worker.limited import LimitedClaims
 
 LIMIT = "task:reports.build"
@@ -13,7 +13,7 @@ LIMIT = "task:reports.build"
 
 def claims() -> LimitedClaims:
     limited = LimitedClaims("w", poll_interval=1.0)
-    limited.stored = True
+    limited.start(stored=True)
     return limited
 
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pgtasks._execution.running import ClaimedJob
+from pgtasks._leases import ClaimedJob
 from pgtasks._worker.metrics import outcome_series, start_latency
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from pgtasks import Discard, PayloadNotSerializableError, Retry
-from pgtasks._retry import Outcome, RetryPolicy, after_error, after_timeout, backoff, done
+from pgtasks._retry import Outcome, RetryPolicy, after_error, after_timeout, backoff
 
 NO_JITTER = RetryPolicy(base=1.0, cap=600.0, jitter=False)
 
@@ -235,4 +235,22 @@ def test_a_timeout_on_the_last_attempt_fails_the_job() -> None:
 
 
 def test_done_carries_the_encoded_result() -> None:
-    assert done('{"total": 6}') == Outcome("done", "done", result_json='{"total": 6}')
+    assert Outcome.done('{"total": 6}') == Outcome("done", "done", result_json='{"total": 6}')
+
+
+@pytest.mark.parametrize(
+    ("outcome", "kind", "status"),
+    [
+        (Outcome.retry(2.0, "E", "builtins.E"), "retry", "pending"),
+        (Outcome.failed("E", "builtins.E"), "failed", "failed"),
+        (Outcome.discarded("E", "builtins.E"), "discarded", "failed"),
+        (Outcome.timed_out("E", delay=2.0), "timeout", "pending"),
+        (Outcome.timed_out("E", delay=None), "timeout", "failed"),
+        (Outcome.cancelled("E"), "cancelled", "failed"),
+    ],
+)
+def test_each_named_constructor_sets_its_kind_and_the_next_status(
+    outcome: Outcome, kind: str, status: str
+) -> None:
+    assert (outcome.kind, outcome.status, outcome.error) == (kind, status, "E")
+    assert outcome.delay == (2.0 if status == "pending" else 0.0)

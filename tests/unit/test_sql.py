@@ -37,7 +37,7 @@ def store_query_usages() -> list[tuple[str, str]]:
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("_rows", "_arows", "_copy", "_acopy")
+                and node.func.attr in ("_rows", "_arows", "_copy", "_acopy", "_claimed")
             ):
                 name_argument = node.args[1]
                 assert isinstance(name_argument, ast.Constant), ast.dump(node)

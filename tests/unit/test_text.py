@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pgtasks._dsn import dsn_secrets, redact
 from pgtasks._payload import check_name
-from pgtasks._store.db import dsn_secrets, redact
 from pgtasks._text import printable, storable, truncate
 
 

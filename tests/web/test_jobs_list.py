@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from pgtasks import App
-from pgtasks._operations import JobFilter
+from pgtasks._job_filter import JobFilter
 from pgtasks.web import reads
 from tests.support.inprocess import execute, select
 from tests.support.population import insert_job, register

@@ -16,7 +16,7 @@ import pytest
 
 from pgtasks import App, chain, chord, group
 from pgtasks._app.workflow_admin import list_workflows
-from pgtasks.web import app as web_app
+from pgtasks.web import workflow_pages
 from tests.support.inprocess import execute, select
 from tests.support.population import insert_job
 from tests.support.web import Client
@@ -98,7 +98,7 @@ def test_the_workflows_list_filters_by_state_searches_by_id_and_pages(
     assert "no workflow 999999" in web.get("/workflows?id=999999").text
 
     # Keyset paging: "older »" goes on below the last id shown.
-    monkeypatch.setattr(web_app, "WORKFLOWS_PAGE_SIZE", 3)
+    monkeypatch.setattr(workflow_pages, "WORKFLOWS_PAGE_SIZE", 3)
     first_page = web.get("/workflows").text
     assert listed_workflows(first_page) == newest_first[:3]
     older = re.search(r'href="/workflows\?([^"]*)" rel="next"', first_page)
@@ -130,7 +130,7 @@ def test_a_finished_state_page_reads_a_bounded_number_of_jobs_and_says_where_it_
     """No index finds the failed workflows: each page reads the jobs of the newest
     workflows (WORKFLOW_SCAN_JOBS at most), lists those that match, and "search older
     workflows" goes on from the oldest workflow it reached, until every one was read."""
-    from pgtasks.web import reads
+    from pgtasks.web import workflow_reads
 
     add = tasks["add"]
     failed = chain(add.s(1, 1), add.s(2)).delay()  # the oldest, 2 jobs
@@ -141,7 +141,7 @@ def test_a_finished_state_page_reads_a_bounded_number_of_jobs_and_says_where_it_
         settle(app, {steps(app, flow.id)["0"]["id"]: value + 1})
         settle(app, {steps(app, flow.id)["1"]["id"]: value + 2})
         done.append(flow.id)
-    monkeypatch.setattr(reads, "WORKFLOW_SCAN_JOBS", 3)  # 1.5 workflows a page
+    monkeypatch.setattr(workflow_reads, "WORKFLOW_SCAN_JOBS", 3)  # 1.5 workflows a page
 
     seen: list[int] = []
     path = "/workflows?status=failed"
@@ -292,7 +292,7 @@ def test_a_wide_group_is_one_block_of_dots_and_a_deep_chain_keeps_its_ends(
     assert "100 steps in parallel · add" in html
     assert "50 pending · 50 done" in html
     # The steps table lists the first STEP_ROWS (by id) and says how many more there are.
-    assert len(re.findall(r"<tr data-step-job=", html)) == web_app.STEP_ROWS == 50
+    assert len(re.findall(r"<tr data-step-job=", html)) == workflow_pages.STEP_ROWS == 50
     assert f'and 51 more steps: <a href="/jobs?workflow={wide.id}">its jobs</a>' in html
     assert len(re.findall(r'<path class="edge', html)) == 1  # the block → the callback
     width = int(re.search(r'<svg class="workflow-graph" viewBox="0 0 (\d+) ', html)[1])  # type: ignore[index]

@@ -1,0 +1,80 @@
+"""The enqueue paths of an App (``App.enqueue``, ``enqueue_many`` and their async twins):
+eager mode, the schema check of a caller's connection, the insert (traced when the App
+is instrumented) and the handles, with the deduplicated enqueues counted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .._counters import ENQUEUES_DEDUPLICATED
+from .._jobs import InsertedJob, JobSpec
+from .eager import arun_eagerly, run_eagerly
+from .handle import JobHandle
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+def handles(app: App, inserted: list[InsertedJob]) -> list[JobHandle[Any]]:
+    """A handle per inserted job; those an existing idempotency key answered are counted."""
+    deduplicated = sum(1 for _, existed in inserted if existed)
+    if deduplicated:
+        app.counters.add(ENQUEUES_DEDUPLICATED, deduplicated, store=False)
+    return [JobHandle(app, job_id, existed=existed) for job_id, existed in inserted]
+
+
+def enqueue_many(
+    app: App, specs: Sequence[JobSpec], connection: psycopg.Connection[Any] | None
+) -> list[JobHandle[Any]]:
+    if not specs:
+        return []
+    if app.is_eager:
+        return run_eagerly(app, specs)
+    if connection is not None:
+        app.database.check_schema(connection)
+        return handles(app, app.insert_specs(connection, specs))
+    return handles(app, app.database.run(lambda conn: app.insert_specs(conn, specs)))
+
+
+def enqueue(app: App, spec: JobSpec, connection: psycopg.Connection[Any] | None) -> JobHandle[Any]:
+    if app.is_eager:
+        return run_eagerly(app, [spec])[0]
+    if app.instrumentation is not None:
+        return enqueue_many(app, [spec], connection)[0]
+    if connection is not None:
+        app.database.check_schema(connection)
+        job = app.store.insert_job(connection, spec)
+    else:
+        job = app.database.run(lambda conn: app.store.insert_job(conn, spec))
+    return handles(app, [job])[0]
+
+
+async def aenqueue_many(
+    app: App, specs: Sequence[JobSpec], connection: psycopg.AsyncConnection[Any] | None
+) -> list[JobHandle[Any]]:
+    if not specs:
+        return []
+    if app.is_eager:
+        return await arun_eagerly(app, specs)
+    if connection is not None:
+        await app.database.acheck_schema(connection)
+        return handles(app, await app.ainsert_specs(connection, specs))
+    return handles(app, await app.database.arun(lambda conn: app.ainsert_specs(conn, specs)))
+
+
+async def aenqueue(
+    app: App, spec: JobSpec, connection: psycopg.AsyncConnection[Any] | None
+) -> JobHandle[Any]:
+    if app.is_eager:
+        return (await arun_eagerly(app, [spec]))[0]
+    if app.instrumentation is not None:
+        return (await aenqueue_many(app, [spec], connection))[0]
+    if connection is not None:
+        await app.database.acheck_schema(connection)
+        job = await app.store.ainsert_job(connection, spec)
+    else:
+        job = await app.database.arun(lambda conn: app.store.ainsert_job(conn, spec))
+    return handles(app, [job])[0]

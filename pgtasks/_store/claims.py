@@ -1,0 +1,372 @@
+"""ClaimQueries: the Store's claims and finishes (``sql/queries.sql``, ``sql/limits.sql``),
+and the round trip that runs both at once.
+
+The worker hands over records (``pgtasks._leases``): a ClaimRequest becomes the claim
+statement's parameters, Finishes the finish statement's, and claimed rows come back as
+ClaimedJobs made straight from their values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import RowFactory, tuple_row
+
+from .._leases import (
+    CLAIMED_JOB_FIELDS,
+    ClaimedJob,
+    ClaimRequest,
+    Finish,
+    LimitedClaimReport,
+    RoundTrip,
+    claim_order,
+)
+from .base import JsonbTextLoader, StoreBase, own_transaction, translate_errors
+
+#: ClaimedJob's fields by the claim's column names (``attempts`` is the attempt).
+_CLAIM_FIELDS = {"attempts": "attempt"}
+
+
+def claimed_jobs(worker_id: int) -> RowFactory[ClaimedJob]:
+    """A psycopg row factory that makes claimed rows ClaimedJobs of lease owner
+    ``worker_id`` straight from their values (no dict per row, nor the frozen
+    dataclass's ``__init__``, which sets each field through ``object.__setattr__``)."""
+
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
+        names = [_CLAIM_FIELDS.get(column.name, column.name) for column in cursor.description or ()]
+        missing = CLAIMED_JOB_FIELDS.difference(names, ("worker_id", "limited"))
+        if missing:
+            raise RuntimeError(f"the claim returned no {', '.join(sorted(missing))} column")
+        # The plain claims return no ``limited`` column: their jobs are not limited.
+        constant = (
+            {"worker_id": worker_id}
+            if "limited" in names
+            else {
+                "worker_id": worker_id,
+                "limited": False,
+            }
+        )
+        new = object.__new__
+
+        def make(values: Sequence[Any]) -> ClaimedJob:
+            job: ClaimedJob = new(ClaimedJob)
+            fields = job.__dict__
+            fields.update(zip(names, values, strict=True))
+            fields.update(constant)
+            return job
+
+        return make
+
+    return factory
+
+
+def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
+    """The name and parameters of the claim a request asks for: the limited claim, the
+    plain one, or the plain one from a position (``claim_jobs_after``)."""
+    params: dict[str, Any] = {
+        "worker_id": claim.worker_id,
+        "queues": list(claim.queues) if claim.queues is not None else None,
+        "excluded_queues": list(claim.excluded_queues) if claim.excluded_queues else None,
+        "limit": claim.limit,
+        "task_names": list(claim.task_names) if claim.task_names is not None else None,
+    }
+    if claim.limited:
+        return "claim_limited", params
+    after = claim.after
+    if after is None:
+        return "claim_jobs", params
+    params["after_priority"] = after.priority
+    params["after_run_at"] = after.run_at
+    params["after_id"] = after.id
+    return "claim_jobs_after", params
+
+
+def split_report(rows: list[ClaimedJob]) -> tuple[list[ClaimedJob], LimitedClaimReport]:
+    """The jobs claim_limited took and its report: its last row (id NULL) is no job, its
+    meta holds what held jobs back (or the error that ended the claim)."""
+    if rows and rows[-1].id is None:
+        last = rows.pop()  # where claim_limited returns it
+    else:
+        # Wrapped (an announced claim), the rows may come in another order.
+        found = [index for index, row in enumerate(rows) if row.id is None]
+        if not found:
+            return rows, LimitedClaimReport()
+        last = rows.pop(found[0])
+    return rows, LimitedClaimReport.from_values(last.meta)
+
+
+def _trip(
+    written: dict[int, str], claim: ClaimRequest | None, claimed: list[ClaimedJob]
+) -> RoundTrip:
+    """A round trip's record (``claimed`` in claim order already): a limited claim's jobs
+    without its report row, which becomes ``report``."""
+    if claim is not None and claim.limited:
+        jobs, report = split_report(claimed)
+        return RoundTrip(written, jobs, report)
+    return RoundTrip(written, claimed)
+
+
+def _pinned_per_transaction(conn: psycopg.Connection[Any]) -> bool:
+    """``conn`` goes through a transaction pooler (Database.pin_isolation set its
+    isolation level) and runs each statement as a transaction of its own: a round trip
+    that relies on READ COMMITTED begins its own transaction at that level."""
+    return conn.isolation_level is not None and own_transaction(conn)
+
+
+def _roll_back_failed_block(conn: psycopg.Connection[Any]) -> None:
+    """A statement of a pinned round trip failed: the server skipped the rest (the COMMIT
+    too), so the transaction it began is still open, aborted. End it; the connection stays
+    usable (a broken one is replaced by its owner)."""
+    if conn.closed or conn.broken:
+        return
+    if conn.pgconn.transaction_status != TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            conn.rollback()
+
+
+def _job_id(finish: Finish) -> int:
+    return finish.job_id
+
+
+def finish_params(finishes: Sequence[Finish]) -> list[dict[str, Any]]:
+    """finish_jobs' parameters (sent in binary), one set per lease owner: the numbers,
+    statuses and the expected status as comma-joined text, result, error and exception
+    type as arrays (texts of any content).
+
+    Each owner's finishes go in job id order, so the rows are locked in that order. The
+    workflow steps a finish moves on are locked by the workflow triggers, in job id order
+    too, whatever the order of the finishes (migration workflow_progress).
+    """
+    by_owner: dict[int, list[Finish]] = {}
+    for finish in finishes:
+        by_owner.setdefault(finish.worker_id, []).append(finish)
+    return [_owner_finish_params(owner, group) for owner, group in by_owner.items()]
+
+
+def _owner_finish_params(owner: int, finishes: list[Finish]) -> dict[str, Any]:
+    finishes.sort(key=_job_id)
+    return {
+        "worker_id": owner,
+        "id": ",".join([str(finish.job_id) for finish in finishes]),
+        "attempt": ",".join([str(finish.attempt) for finish in finishes]),
+        "status": ",".join([finish.status for finish in finishes]),
+        "result": [finish.result_json for finish in finishes],
+        "error": [finish.error for finish in finishes],
+        "delay": ",".join([repr(float(finish.delay)) for finish in finishes]),
+        "held": ",".join(["running"] * len(finishes)),
+        "exception_type": [finish.exception_type for finish in finishes],
+    }
+
+
+def _one_owner(finishes: Sequence[Finish]) -> bool:
+    """The finishes are of one lease owner (one statement writes them)."""
+    if not finishes:
+        return False
+    owner = finishes[0].worker_id
+    return all(finish.worker_id == owner for finish in finishes)
+
+
+class ClaimQueries(StoreBase):
+    """Claim jobs, write their attempts' ends (fenced), give leases back."""
+
+    def claim_jobs(
+        self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
+    ) -> list[ClaimedJob]:
+        """Claim up to ``claim.limit`` due plain jobs from the start of claim order, in
+        ``conn``'s transaction; ``announced``: notify the dashboard when it took any."""
+        return self._claimed(conn, "claim_jobs", claim, announced=announced)
+
+    def claim_jobs_after(
+        self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
+    ) -> list[ClaimedJob]:
+        """``claim_jobs`` reading on from ``claim.after``, the position of the last job a
+        previous claim took (jobs of its priority sorting before it are not read)."""
+        return self._claimed(conn, "claim_jobs_after", claim, announced=announced)
+
+    def claim_limited_jobs(
+        self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
+    ) -> list[ClaimedJob]:
+        """The limited claim of the previous release (migration 0009), kept for its
+        workers during a rolling upgrade; this release claims with :meth:`claim_limited`."""
+        return self._claimed(conn, "claim_limited_jobs", claim, announced=announced)
+
+    def claim_limited(
+        self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
+    ) -> tuple[list[ClaimedJob], LimitedClaimReport]:
+        """Claim up to ``claim.limit`` due jobs that limits apply to, never past a limit,
+        in the order the claim took them; and what held jobs back, or the database error
+        that ended the claim (it raises none for a row it cannot take: nothing is claimed
+        then, and the report says why)."""
+        return split_report(self._claimed(conn, "claim_limited", claim, announced=announced))
+
+    def _claimed(
+        self, conn: psycopg.Connection[Any], name: str, claim: ClaimRequest, *, announced: bool
+    ) -> list[ClaimedJob]:
+        """Run the claim statement ``name`` (``announced``: its variant that notifies the
+        dashboard): the claimed jobs, in claim order (a limited claim's: as it took them,
+        its report row last)."""
+        _, params = claim_statement(claim)
+        statement = self._statements[f"{name}_announced" if announced else name]
+        with (
+            translate_errors(self.schema),
+            conn.cursor(row_factory=claimed_jobs(claim.worker_id)) as cursor,
+        ):
+            cursor.adapters.register_loader("jsonb", JsonbTextLoader)
+            cursor.execute(statement, params)
+            claimed = cursor.fetchall()
+        if not claim.limited:
+            # UPDATE … RETURNING does not keep the CTE's order: restore the claim order.
+            claimed.sort(key=claim_order)
+        return claimed
+
+    def finish_jobs(
+        self, conn: psycopg.Connection[Any], finishes: Sequence[Finish]
+    ) -> dict[int, str]:
+        """Write ``finishes`` in ``conn``'s transaction, fenced (one with an error appends to
+        the job's attempt history). Returns the status written per id whose write took
+        effect (``cancelled`` when a cancellation was requested); the other ids had lost
+        their lease."""
+        written: dict[int, str] = {}
+        for params in finish_params(finishes):
+            # finish_jobs returns (id, status, notifications sent).
+            rows = self._rows(conn, "finish_jobs", params, binary=True, tuples=True)
+            written.update((row[0], row[1]) for row in rows)
+        return written
+
+    def finish_and_claim_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        finishes: Sequence[Finish],
+        claim: ClaimRequest | None,
+    ) -> RoundTrip:
+        """``finish_jobs`` then the claim (None, or a limit of 0: none): one transaction,
+        one network round trip (pipeline mode).
+
+        A limited claim (some limit is stored, migration 0009) takes the jobs that limits
+        apply to (claim_limited, migration flow_control) in this round trip; when those do
+        not fill its limit, a second round trip claims plain jobs for the rest. Claimed
+        jobs come limited first (in the order the limited claim took them), then plain
+        ones in claim order. What held limited jobs back, or the error that ended the
+        limited claim (it never raises one: the plain claim goes on), is the round trip's
+        ``report``. The second round trip is a transaction of its own: when the server
+        refuses it (the connection still usable), the first one's finishes and claims
+        stand and are returned, its error in ``report.plain_error`` (the plain claim is
+        tried again next time).
+
+        A single statement (a claim with nothing to write, or the finishes of one lease
+        owner with nothing to claim) runs alone on an autocommit connection: no pipeline
+        or transaction block around it, which saves ~0.3 ms of the claim an idle worker
+        makes for a new job. Through a transaction pooler (Database.pin_isolation) every
+        round trip begins and ends a READ COMMITTED transaction of its own, in the same
+        pipeline.
+        """
+        if claim is not None and claim.limit <= 0:
+            claim = None
+        if claim is None or not claim.limited:
+            return self._round_trip(conn, finishes, claim)
+        trip = self._round_trip(conn, finishes, claim)
+        taken = len(trip.claimed)
+        if taken >= claim.limit:
+            return trip
+        try:
+            plain = self._round_trip(conn, (), claim.plain(claim.limit - taken))
+        except psycopg.Error as error:
+            if conn.closed or conn.broken:
+                raise
+            # The finishes written and the jobs claimed by the first round trip are
+            # committed: they must reach the worker, whatever the second did.
+            report = dataclasses.replace(
+                trip.report, plain_error=f"{type(error).__name__}: {str(error).strip()}"
+            )
+            return RoundTrip(trip.written, trip.claimed, report)
+        return RoundTrip(trip.written, [*trip.claimed, *plain.claimed], trip.report)
+
+    def _claim_alone(self, conn: psycopg.Connection[Any], claim: ClaimRequest) -> RoundTrip:
+        """The round trip of a claim with nothing to write: the claim statement alone,
+        announced (no finish notifies in its transaction)."""
+        if claim.limited:
+            jobs, report = self.claim_limited(conn, claim, announced=True)
+            return RoundTrip({}, jobs, report)
+        if claim.after is None:
+            return RoundTrip({}, self.claim_jobs(conn, claim, announced=True))
+        return RoundTrip({}, self.claim_jobs_after(conn, claim, announced=True))
+
+    def _round_trip(
+        self,
+        conn: psycopg.Connection[Any],
+        finishes: Sequence[Finish],
+        claim: ClaimRequest | None,
+    ) -> RoundTrip:
+        if not finishes and claim is None:
+            return RoundTrip({}, [])
+        pinned = _pinned_per_transaction(conn)
+        if conn.autocommit and not finishes and claim is not None and not pinned:
+            return self._claim_alone(conn, claim)
+        if conn.autocommit and claim is None and _one_owner(finishes) and not pinned:
+            return RoundTrip(self.finish_jobs(conn, finishes), [])
+        owners = finish_params(finishes)
+        cursors = []
+        claim_cursor = None
+        # On an autocommit connection the statements of a pipeline up to its sync run as
+        # one implicit transaction (an error in one rolls them all back): no BEGIN and
+        # COMMIT, which psycopg's transaction() in a pipeline sends with a sync (and a
+        # round trip) each, about three round trips instead of one.
+        block: contextlib.AbstractContextManager[Any] = (
+            contextlib.nullcontext() if own_transaction(conn) else conn.transaction()
+        )
+        try:
+            with translate_errors(self.schema), conn.pipeline(), block:
+                if pinned:
+                    conn.cursor().execute(self._statements["begin_read_committed_block"])
+                for params in owners:
+                    cursor = conn.cursor(row_factory=tuple_row)
+                    cursor.execute(self._binary_statements["finish_jobs"], params)
+                    cursors.append(cursor)
+                if claim is not None:
+                    name, params = claim_statement(claim)
+                    if not owners:  # nothing finished in this transaction: announce it
+                        name = f"{name}_announced"
+                    claim_cursor = conn.cursor(row_factory=claimed_jobs(claim.worker_id))
+                    claim_cursor.adapters.register_loader("jsonb", JsonbTextLoader)
+                    claim_cursor.execute(self._statements[name], params)
+                if pinned:
+                    conn.cursor().execute(self._statements["commit_block"])
+        except BaseException:
+            if pinned:
+                _roll_back_failed_block(conn)
+            raise
+        # finish_jobs returns (id, status, notifications sent).
+        written = {row[0]: row[1] for cursor in cursors for row in cursor.fetchall()}
+        claimed = claim_cursor.fetchall() if claim_cursor is not None else []
+        if claim is not None and not claim.limited:
+            claimed.sort(key=claim_order)
+        return _trip(written, claim, claimed)
+
+    def release_jobs(self, conn: psycopg.Connection[Any], jobs: Sequence[ClaimedJob]) -> set[int]:
+        """Give the leases of ``jobs`` back: pending again, without using up the attempt
+        (fenced: a lease lost meanwhile is not released). Returns the ids released."""
+        by_owner: dict[int, list[ClaimedJob]] = {}
+        for job in jobs:
+            by_owner.setdefault(job.worker_id, []).append(job)
+        released: set[int] = set()
+        for owner, held in by_owner.items():
+            params = {
+                "worker_id": owner,
+                "id": [job.id for job in held],
+                "attempt": [job.attempt for job in held],
+            }
+            released.update(row["id"] for row in self._rows(conn, "release_jobs", params))
+        return released
+
+    def release_orphaned_jobs(
+        self, conn: psycopg.Connection[Any], *, worker_id: int, known_ids: Sequence[int]
+    ) -> set[int]:
+        """Release the jobs held by ``worker_id`` that are not in ``known_ids`` (claimed by
+        a round trip whose reply was lost with the connection)."""
+        params = {"worker_id": worker_id, "known_ids": list(known_ids)}
+        return {row["id"] for row in self._rows(conn, "release_orphaned_jobs", params)}

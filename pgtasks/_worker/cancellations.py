@@ -1,0 +1,90 @@
+"""Cancellation of running jobs (Cancellations): a cancel notification, or the
+heartbeat's poll, asks the executor to stop the attempts whose rows say
+``cancel_requested``.
+
+A notification is only a hint: any role may send one on the channel. A job running
+here is cancelled once its row confirms ``cancel_requested``; on a database error the
+heartbeat's poll (:meth:`Cancellations.poll`) confirms it later.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .connection import Connect, OwnConnection
+
+if TYPE_CHECKING:
+    from .._execution.executor import Executor
+    from .._store.store import Store
+    from .ledger import JobLedger
+    from .registration import Registration
+
+logger = logging.getLogger("pgtasks.worker")
+
+
+class Cancellations:
+    """Confirms cancel requests of this worker's jobs and passes them to the executor."""
+
+    def __init__(
+        self,
+        connect: Connect,
+        *,
+        store: Store,
+        registration: Registration,
+        ledger: JobLedger,
+        executor: Executor,
+    ) -> None:
+        self.store = store
+        self.registration = registration
+        self.ledger = ledger
+        self.executor = executor
+        #: The listener thread's connection to confirm notifications (opened lazily).
+        self.confirmations = OwnConnection(connect)
+
+    def notified(self, job_ids: set[int]) -> None:
+        """A cancel notification named these jobs (the listener's thread)."""
+        in_flight = list(self.ledger.in_flight.values())
+        if not any(running.job.id in job_ids for running in in_flight):
+            return
+        worker_id = self.registration.worker_id
+        if worker_id is None:
+            return
+        try:
+            requested = self.store.get_cancel_requests(self.confirmations.get(), worker_id)
+        except psycopg.Error as error:
+            self.confirmations.drop()
+            logger.warning(
+                "worker %s: cannot confirm a cancellation (%s); the heartbeat will",
+                self.registration.name,
+                error,
+            )
+            return
+        self._confirmed(requested & job_ids)
+
+    def poll(self, conn: psycopg.Connection[Any]) -> None:
+        """Heartbeat-time check for cancellations whose notification was missed."""
+        worker_id = self.registration.worker_id
+        if worker_id is None or not self.ledger.in_flight:
+            return
+        requested = self.store.get_cancel_requests(conn, worker_id)
+        if requested:
+            self._confirmed(requested)
+
+    def _confirmed(self, job_ids: set[int]) -> None:
+        """Ask running attempts of these jobs (cancel_requested on their rows) to stop."""
+        for running in list(self.ledger.in_flight.values()):
+            if running.job.id in job_ids and not running.cancel_requested:
+                logger.info(
+                    "job %d %s attempt %d: cancellation requested",
+                    running.job.id,
+                    running.job.task_name,
+                    running.job.attempt,
+                    extra={"job_id": running.job.id, "task": running.job.task_name},
+                )
+                self.executor.cancel(running)
+
+    def close(self) -> None:
+        self.confirmations.drop()
