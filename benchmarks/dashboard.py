@@ -7,12 +7,24 @@
 Pages: 1,000,000 jobs are bulk-inserted with one INSERT … SELECT generate_series into the
 schema ``pgtasks_bench_dashboard`` (90% done over 30 days, 5% failed, 1% cancelled, 4%
 pending of which half due, 20 running, one in 20 running jobs reporting progress, one in
-100 jobs a step of a workflow, one in 50 unique, one in 50 limited; 5 queues, 10 task
-names), then VACUUM ANALYZE, as autovacuum would leave such a table. Each page is
-requested N times in-process through httpx's ASGI transport (so the figure is server
-time: routing, queries, rendering) and p50/p95 are printed; so is each live page's
-re-render (what the event stream pushes). The claim: every page answers in <= 50 ms
-(p95).
+50 unique, one in 50 limited; 5 queues, 10 task names). One job in 10 is a step of a
+workflow of 5 (20,000 workflows at 1,000,000 jobs, their steps interleaved with the
+other jobs as they were enqueued over the 30 days): chains, groups, chords and a chain
+of a group, 5% failed (the steps after the failed one cancelled), 1% cancelled, the 20
+newest and one in 500 older ones running. Then three large workflows are enqueued
+through the API, the newest: a chord of 1,000 members (half done), a chain of 200 steps
+(half done) and nested chords. Then VACUUM ANALYZE, as autovacuum would leave such a
+table. Each page is requested N times in-process through httpx's ASGI transport (so the
+figure is server time: routing, queries, rendering), in N rounds of every page in turn,
+and p50/p95 are printed; so is each
+live page's re-render (what the event stream pushes). The claim: every page answers in
+<= 50 ms (p95).
+
+Workflow reads (``--workflow-reads``, on by default): the first page of the workflows in
+each finished state as the dashboard reads it (no index finds them: at most
+WORKFLOW_SCAN_JOBS workflow jobs, then "search older workflows"), against the exact read
+of ``pgtasks workflows list --status`` (every workflow probed until the page is full),
+on the same table, in alternating rounds; medians.
 
 Size-capped rows (``--capped``, on by default): the newest 50 jobs carry args, kwargs
 and a result of 1 MiB each (random text: it does not compress) and a 64 KiB error, the
@@ -31,6 +43,8 @@ Throughput is computed from the database's timestamps (first claim to last finis
 Index cost (``--index-cost``): enqueue rates (``delay_many`` by 1,000 and ``delay`` one
 by one) with and without migration 0006's jobs_pending_queue_idx, runs alternating.
 
+The size-capped, throughput and index-cost runs are in benchmarks/dashboard_costs.py.
+
 Not a test: nothing here fails a build.
 """
 
@@ -40,11 +54,7 @@ import argparse
 import asyncio
 import statistics
 import sys
-import threading
 import time
-import tracemalloc
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -52,14 +62,15 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from benchmarks.__main__ import ROOT, print_setting, resolve_dsn, worker_processes
+from benchmarks.__main__ import ROOT, print_setting, resolve_dsn
+from benchmarks.dashboard_costs import capped_rows, drop, index_cost, throughput
 from benchmarks.history_prune import move_into_history
 from pgtasks import App
 from pgtasks._job_filter import parse_job_filter
 from pgtasks.web import asgi
+from pgtasks.web.workflow_pages import WorkflowQuery
 
 PAGES_SCHEMA = "pgtasks_bench_dashboard"
-THROUGHPUT_SCHEMA = "pgtasks_bench_dashboard_tp"
 #: The p95 every page (and live re-render) stays within at 1,000,000 jobs.
 BUDGET_MS = 50.0
 
@@ -67,18 +78,20 @@ POPULATE = """
 INSERT INTO {schema}.jobs (task_name, queue, priority, args, kwargs, status, attempts,
                            max_attempts, run_at, locked_at, locked_by, last_error, result,
                            created_at, updated_at, finished_at, started_at, meta,
-                           workflow_id, workflow_step, unique_key, limit_groups, limit_key)
+                           workflow_id, workflow_step, unique_key, limit_groups, limit_key,
+                           prev_ids, next_ids, waiting_for)
 SELECT 'bench.task_' || (i %% 10),
        'q' || (i %% 5),
        0,
        jsonb_build_array(i, 'user' || (i %% 1000)),
        '{{}}'::jsonb,
        kind.status,
-       CASE WHEN kind.status = 'pending' THEN 0 ELSE 1 END,
+       CASE WHEN kind.status IN ('pending', 'waiting') OR kind.unrun THEN 0 ELSE 1 END,
        3,
        CASE WHEN kind.status = 'pending' AND i %% 2 = 0 THEN now() + interval '1 day'
             ELSE created END,
-       CASE WHEN kind.status <> 'pending' THEN least(now(), created + interval '1 second') END,
+       CASE WHEN kind.status NOT IN ('pending', 'waiting') AND NOT kind.unrun
+            THEN least(now(), created + interval '1 second') END,
        CASE WHEN kind.status = 'running' THEN 1 END,
        CASE WHEN kind.status = 'failed' THEN 'Traceback (most recent call last):'
             || E'\\nValueError: bad input ' || i END,
@@ -87,50 +100,98 @@ SELECT 'bench.task_' || (i %% 10),
        created,
        CASE WHEN kind.status IN ('done', 'failed', 'cancelled')
             THEN least(now(), created + interval '2 seconds') END,
-       CASE WHEN kind.status <> 'pending' THEN least(now(), created + interval '1 second') END,
+       CASE WHEN kind.status NOT IN ('pending', 'waiting') AND NOT kind.unrun
+            THEN least(now(), created + interval '1 second') END,
        CASE WHEN kind.status = 'running' AND i %% 20 = 19
             THEN jsonb_build_object('pgtasks.progress', jsonb_build_object(
                      'current', i %% 100, 'total', 100, 'message', 'rows'))
             ELSE '{{}}'::jsonb END,
-       CASE WHEN i %% 100 = 7 THEN i / 100 END,
-       CASE WHEN i %% 100 = 7 THEN 'step' END,
+       CASE WHEN wf.step THEN wf.workflow END,
+       CASE WHEN wf.step THEN wf.label END,
        CASE WHEN i %% 50 = 3 THEN 'unique:' || i END,
        CASE WHEN i %% 50 = 11 THEN ARRAY['key:bench.task_1' || chr(31) || (i %% 7)] END,
-       CASE WHEN i %% 50 = 11 THEN (i %% 7)::text END
+       CASE WHEN i %% 50 = 11 THEN (i %% 7)::text END,
+       CASE WHEN wf.step THEN wf.prev END,
+       CASE WHEN wf.step THEN wf.next END,
+       CASE WHEN wf.step AND kind.status = 'waiting' THEN cardinality(wf.prev) ELSE 0 END
 FROM generate_series(1, %(jobs)s::int) AS i
 CROSS JOIN LATERAL (
     SELECT now() - (%(jobs)s::int - i) * interval '30 days' / %(jobs)s::int AS created
 ) AS at
+-- One job in 10 is a step of a workflow of 5 (the jobs i, i + 10, … i + 40): its
+-- number, position, shape (a chain, a group, a chord of 4, a chain of a group of 3),
+-- step label, links and the state its workflow ends in.
 CROSS JOIN LATERAL (
-    SELECT CASE WHEN i <= 20 * 100 AND i %% 100 = 99 THEN 'running'
+    SELECT i %% 10 = 7 AS step, (i / 10) / 5 + 1 AS workflow, (i / 10) %% 5 AS position,
+           ((i / 10) / 5 + 1) %% 4 AS shape,
+           CASE WHEN (i / 10) / 5 + 1 > %(jobs)s::int / 50 - 20
+                  OR ((i / 10) / 5 + 1) %% 500 = 250 THEN 'running'
+                WHEN ((i / 10) / 5 + 1) %% 20 = 3 THEN 'failed'
+                WHEN ((i / 10) / 5 + 1) %% 100 = 41 THEN 'cancelled'
+                ELSE 'done' END AS state
+) AS w
+CROSS JOIN LATERAL (
+    SELECT w.step, w.workflow,
+           CASE w.shape WHEN 2 THEN CASE WHEN w.position < 4 THEN '0.' || w.position
+                                         ELSE '1' END
+                        WHEN 3 THEN CASE WHEN w.position = 0 THEN '0'
+                                         WHEN w.position < 4 THEN '1.' || (w.position - 1)
+                                         ELSE '2' END
+                        ELSE w.position::text END AS label,
+           CASE w.shape WHEN 0 THEN CASE WHEN w.position > 0 THEN ARRAY[i - 10] END
+                        WHEN 2 THEN CASE WHEN w.position = 4
+                                         THEN ARRAY[i - 40, i - 30, i - 20, i - 10] END
+                        WHEN 3 THEN CASE WHEN w.position = 4 THEN ARRAY[i - 30, i - 20, i - 10]
+                                         WHEN w.position > 0 THEN ARRAY[i - 10 * w.position]
+                                    END
+                        END::bigint[] AS prev,
+           CASE w.shape WHEN 0 THEN CASE WHEN w.position < 4 THEN ARRAY[i + 10] END
+                        WHEN 2 THEN CASE WHEN w.position < 4
+                                         THEN ARRAY[i + 10 * (4 - w.position)] END
+                        WHEN 3 THEN CASE WHEN w.position = 0 THEN ARRAY[i + 10, i + 20, i + 30]
+                                         WHEN w.position < 4
+                                         THEN ARRAY[i + 10 * (4 - w.position)] END
+                        END::bigint[] AS next,
+           CASE w.state
+                WHEN 'done' THEN 'done'
+                WHEN 'failed' THEN CASE WHEN w.position < 2 THEN 'done'
+                                        WHEN w.position = 2 THEN 'failed'
+                                        WHEN w.shape = 1 THEN 'done'
+                                        ELSE 'cancelled' END
+                WHEN 'cancelled' THEN CASE WHEN w.position = 0 THEN 'done' ELSE 'cancelled' END
+                ELSE CASE WHEN w.position = 0 THEN 'running'
+                          WHEN w.shape = 1 THEN 'pending'
+                          ELSE 'waiting' END
+           END AS status
+) AS wf
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN wf.step THEN wf.status
+                WHEN i <= 20 * 100 AND i %% 100 = 99 THEN 'running'
                 WHEN i %% 100 < 90 THEN 'done'
                 WHEN i %% 100 < 95 THEN 'failed'
                 WHEN i %% 100 = 95 THEN 'cancelled'
-                ELSE 'pending' END AS status
+                ELSE 'pending' END AS status,
+           -- A step cancelled before it ran (after a failed one, or by the user).
+           wf.step AND wf.status = 'cancelled' AS unrun
 ) AS kind
 """
 
-#: The newest jobs of the size-capped run: 1 MiB of random (incompressible) text in args,
-#: kwargs and result, and a 64 KiB error (App's default caps).
-CAPPED = """
-INSERT INTO {schema}.jobs (task_name, queue, args, kwargs, status, attempts, max_attempts,
-                           last_error, result, finished_at, locked_at)
-SELECT 'bench.capped', 'q0',
-       jsonb_build_array(blob.text), jsonb_build_object('blob', blob.text), 'failed', 3, 3,
-       repeat('frame ' || md5(i::text) || E'\\n', 1700) || 'ValueError: capped ' || i,
-       to_jsonb(blob.text), now(), now() - interval '1 second'
-FROM generate_series(1, %(rows)s::int) AS i
-CROSS JOIN LATERAL (
-    SELECT string_agg(md5(i::text || ':' || g::text), '') AS text
-    FROM generate_series(1, 32768) AS g
-) AS blob
+#: The workflows rows of the populated steps: one per 5 steps, created with its first.
+WORKFLOWS = """
+INSERT INTO {schema}.workflows (id, kind, shape, created_at)
+OVERRIDING SYSTEM VALUE
+SELECT w,
+       CASE w %% 4 WHEN 1 THEN 'group' WHEN 2 THEN 'chord' ELSE 'chain' END,
+       CASE w %% 4 WHEN 0 THEN 'bench.task_7 → bench.task_7 → bench.task_7 → bench.task_7'
+                               || ' → bench.task_7'
+                   WHEN 1 THEN '[5 x bench.task_7]'
+                   WHEN 2 THEN '[4 x bench.task_7] → bench.task_7'
+                   ELSE 'bench.task_7 → [3 x bench.task_7] → bench.task_7' END,
+       now() - (%(jobs)s::int - ((w - 1) * 50 + 7)) * interval '30 days' / %(jobs)s::int
+FROM generate_series(1, %(jobs)s::int / 50) AS w
 """
-#: What the jobs list read before it selected only what it shows (for the comparison).
-FULL_ROWS = """
-SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
-       run_at, locked_at, locked_by, last_error, result, idempotency_key,
-       created_at, updated_at, finished_at, now() AS now
-FROM {schema}.jobs ORDER BY id DESC LIMIT 51
+WORKFLOWS_SEQUENCE = """
+SELECT setval(pg_get_serial_sequence(%(table)s, 'id'), greatest(1, %(jobs)s::int / 50))
 """
 
 
@@ -154,6 +215,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=True,
         help="also load the jobs list over size-capped rows",
     )
+    parser.add_argument(
+        "--workflow-reads",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also compare the workflows list's reads of a finished state",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -161,37 +228,108 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def drop(dsn: str, schema: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
-
 def populate(dsn: str, app: App, jobs: int, reuse: bool) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        table = sql.SQL("{}.jobs").format(sql.Identifier(PAGES_SCHEMA))
+        table = sql.SQL("{}.all_jobs").format(sql.Identifier(PAGES_SCHEMA))
         if reuse:
             row = conn.execute(
-                "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = 'jobs'",
-                [PAGES_SCHEMA],
+                "SELECT to_regclass(%s) IS NOT NULL", [f'"{PAGES_SCHEMA}".all_jobs']
             ).fetchone()
             if row and row[0]:
-                count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+                count = conn.execute(
+                    sql.SQL("SELECT count(*) FROM {} WHERE task_name LIKE 'bench.task%%'").format(
+                        table
+                    )
+                ).fetchone()
                 if count and count[0] == jobs:
                     print(f"reusing {jobs:,} jobs in schema {PAGES_SCHEMA}")
                     return
     drop(dsn, PAGES_SCHEMA)
     app.migrate()
     started = time.perf_counter()
+    schema = sql.Identifier(PAGES_SCHEMA)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        statement = sql.SQL(POPULATE).format(schema=sql.Identifier(PAGES_SCHEMA))
-        conn.execute(statement, {"jobs": jobs})
+        conn.execute(sql.SQL(POPULATE).format(schema=schema), {"jobs": jobs})
+        conn.execute(sql.SQL(WORKFLOWS).format(schema=schema), {"jobs": jobs})
+        conn.execute(WORKFLOWS_SEQUENCE, {"jobs": jobs, "table": f"{PAGES_SCHEMA}.workflows"})
+    large = large_workflows(app)
+    with psycopg.connect(dsn, autocommit=True) as conn:
         move_into_history(conn, PAGES_SCHEMA)
-        inserted = time.perf_counter() - started
-        conn.execute(sql.SQL("VACUUM (ANALYZE) {}.jobs").format(sql.Identifier(PAGES_SCHEMA)))
+    inserted = time.perf_counter() - started
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("VACUUM (ANALYZE) {}.jobs").format(schema))
+        conn.execute(sql.SQL("VACUUM (ANALYZE) {}.workflows").format(schema))
     print(
-        f"inserted {jobs:,} jobs in {inserted:.1f} s (one INSERT … SELECT generate_series),"
-        f" VACUUM ANALYZE in {time.perf_counter() - started - inserted:.1f} s"
+        f"inserted {jobs:,} jobs ({jobs // 50:,} workflows of 5 steps; one INSERT … SELECT"
+        f" generate_series) and {sum(large.values()):,} steps of 3 large workflows in"
+        f" {inserted:.1f} s, VACUUM ANALYZE in {time.perf_counter() - started - inserted:.1f} s"
     )
+
+
+#: The large workflows enqueued last (the newest): what each is.
+LARGE = {
+    "wide": "a chord of 1,000 members, 500 done",
+    "deep": "a chain of 200 steps, 100 done",
+    "nested": "nested chords, just enqueued",
+}
+
+
+def large_workflows(app: App) -> dict[str, int]:
+    """Enqueue LARGE through the API and move them on as workers would (each step's end
+    an UPDATE of its own, so the workflow triggers pass its result on); their sizes."""
+    from pgtasks import chain, chord
+
+    @app.task(name="bench.fetch")
+    def fetch(value: int) -> int:
+        return value
+
+    @app.task(name="bench.total")
+    def total(values: list[int]) -> int:
+        return sum(values)
+
+    wide = chord([fetch.s(item) for item in range(1000)], total.s()).delay()
+    deep = chain(fetch.s(0), *[fetch.s() for _ in range(199)]).delay()
+    chain(
+        fetch.s(1),
+        chord([chord([fetch.si(2), fetch.si(3)], total.s()), fetch.si(4)], total.s()),
+        fetch.s(),
+    ).delay()
+    end = (
+        "UPDATE {schema}.jobs SET status = 'done', attempts = 1, result = to_jsonb(id),"
+        " locked_at = now() - interval '2 seconds', started_at = now() - interval '2 seconds',"
+        " finished_at = now() - interval '1 second', updated_at = now() WHERE id = ANY(%s)"
+    )
+    schema = sql.Identifier(app.schema)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        members = [job["id"] for job in app.get_workflow(wide.id)["jobs"]][:500]
+        conn.execute(sql.SQL(end).format(schema=schema), [members])
+        for job in app.get_workflow(deep.id)["jobs"][:100]:
+            conn.execute(sql.SQL(end).format(schema=schema), [[job["id"]]])
+    return {"wide": 1001, "deep": 200, "nested": 6}
+
+
+def workflow_ids(dsn: str, jobs: int) -> dict[str, int]:
+    """The workflows the pages show: the large ones (the newest three), a failed one half
+    way back, and the callback of the chord of 1,000."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schema = sql.Identifier(PAGES_SCHEMA)
+        row = conn.execute(sql.SQL("SELECT max(id) FROM {}.workflows").format(schema)).fetchone()
+        newest = int(row[0]) if row and row[0] else 3
+        callback = conn.execute(
+            sql.SQL(
+                "SELECT id FROM {}.all_jobs WHERE workflow_id = %s AND workflow_step = '1'"
+            ).format(schema),
+            [newest - 2],
+        ).fetchone()
+    middle = max(1, jobs // 100)
+    old = middle - middle % 20 + 3  # a failed one (see POPULATE)
+    return {
+        "wide": newest - 2,
+        "deep": newest - 1,
+        "nested": newest,
+        "old": old,
+        "callback": int(callback[0]) if callback else 1,
+    }
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -209,14 +347,14 @@ def newest_id(dsn: str, condition: str) -> int:
     return int(row[0]) if row and row[0] else 1
 
 
-def page_times(dsn: str, jobs: int, requests: int, reuse: bool) -> list[dict[str, Any]]:
-    app = App(dsn, schema=PAGES_SCHEMA, pool_max_size=4)
-    populate(dsn, app, jobs, reuse)
+def page_list(dsn: str, jobs: int) -> list[tuple[str, str]]:
+    """The pages timed: (path, name); ``live:`` paths are live re-renders."""
     failed_id = newest_id(dsn, "status = 'failed'")
     running_id = newest_id(dsn, "status = 'running' AND meta ? 'pgtasks.progress'")
     step_id = newest_id(dsn, "workflow_id IS NOT NULL")
     far_back = failed_id - 100_000 if failed_id > 100_000 else failed_id
-    pages = [
+    flows = workflow_ids(dsn, jobs)
+    return [
         ("/", "overview"),
         ("/jobs", "jobs, newest first"),
         ("/jobs?status=failed", "jobs, status failed"),
@@ -231,6 +369,19 @@ def page_times(dsn: str, jobs: int, requests: int, reuse: bool) -> list[dict[str
         (f"/jobs/{failed_id}", "job page, failed"),
         (f"/jobs/{running_id}", "job page, running with progress"),
         (f"/jobs/{step_id}", "job page, a workflow step"),
+        ("/workflows", "workflows, newest first"),
+        ("/workflows?status=running", "workflows, running"),
+        ("/workflows?status=failed", "workflows, failed"),
+        ("/workflows?status=cancelled", "workflows, cancelled"),
+        ("/workflows?status=done", "workflows, done"),
+        (f"/workflows?before={flows['old']}", "workflows, a page far back (keyset)"),
+        (f"/workflows?id={flows['old']}", "workflows, search by id"),
+        (f"/workflows/{flows['old']}", "workflow page, 5 steps (failed)"),
+        (f"/workflows/{flows['wide']}", "workflow page, chord of 1,000"),
+        (f"/workflows/{flows['deep']}", "workflow page, chain of 200"),
+        (f"/workflows/{flows['nested']}", "workflow page, nested chords"),
+        (f"/jobs?workflow={flows['old']}", "jobs of a workflow (filter)"),
+        (f"/jobs/{flows['callback']}", "job page, callback of 1,000"),
         ("/workers", "workers"),
         ("/schedules", "schedules"),
         ("live:/", "live re-render: overview"),
@@ -238,49 +389,69 @@ def page_times(dsn: str, jobs: int, requests: int, reuse: bool) -> list[dict[str
         ("live:/jobs?status=running", "live re-render: jobs, running"),
         (f"live:/jobs/{running_id}", "live re-render: job page"),
         ("live:/workers", "live re-render: workers"),
+        ("live:/workflows", "live re-render: workflows"),
+        (f"live:/workflows/{flows['wide']}", "live re-render: chord of 1,000"),
     ]
+
+
+def live_render(state: Any, page: str) -> str:
+    """What the event stream of ``page`` pushes after a notification (in a thread)."""
+    path, _, query = page.partition("?")
+    if path == "/":
+        return str(state.fragment("_overview_live.html", "", **state.overview_context()))
+    if path == "/workers":
+        return str(state.fragment("_workers_live.html", "", **state.workers_context()))
+    if path == "/jobs":
+        job_filter = parse_job_filter(dict(parse_qsl(query)))
+        return str(state.fragment("_jobs_live.html", "", **state.jobs_context(job_filter, None)))
+    if path == "/workflows":
+        pages = state.workflow_pages
+        context = pages.workflows_context(WorkflowQuery.from_params(dict(parse_qsl(query))))
+        return str(state.fragment("_workflows_live.html", "", **context))
+    if path.startswith("/workflows/"):
+        context = state.workflow_pages.workflow_context(int(path.rsplit("/", 1)[1]))
+        return str(state.fragment("_workflow_live.html", "", **context))
+    job_id = int(path.rsplit("/", 1)[1])
+    return str(state.fragment("_job_live.html", "", **state.job_context(job_id)))
+
+
+def page_times(dsn: str, jobs: int, requests: int, reuse: bool) -> list[dict[str, Any]]:
+    app = App(dsn, schema=PAGES_SCHEMA, pool_max_size=4)
+    populate(dsn, app, jobs, reuse)
+    pages = page_list(dsn, jobs)
     dashboard = asgi(app)
     state = dashboard.dashboard
     results = []
 
-    def live(page: str) -> str:
-        """What the event stream of ``page`` pushes after a notification (in a thread)."""
-        path, _, query = page.partition("?")
-        if path == "/":
-            return state.fragment("_overview_live.html", "", **state.overview_context())
-        if path == "/workers":
-            return state.fragment("_workers_live.html", "", **state.workers_context())
-        if path == "/jobs":
-            job_filter = parse_job_filter(dict(parse_qsl(query)))
-            return state.fragment("_jobs_live.html", "", **state.jobs_context(job_filter, None))
-        job_id = int(path.rsplit("/", 1)[1])
-        return state.fragment("_job_live.html", "", **state.job_context(job_id))
-
     async def measure() -> None:
         transport = httpx.ASGITransport(app=dashboard)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            for path, name in pages:
 
-                async def load(path: str = path) -> None:
-                    if path.startswith("live:"):
-                        await asyncio.to_thread(live, path[len("live:") :])
-                        return
-                    response = await client.get(path)
-                    if response.status_code != 200:
-                        raise RuntimeError(f"{path}: HTTP {response.status_code}")
+            async def load(path: str) -> None:
+                if path.startswith("live:"):
+                    await asyncio.to_thread(live_render, state, path[len("live:") :])
+                    return
+                response = await client.get(path)
+                if response.status_code != 200:
+                    raise RuntimeError(f"{path}: HTTP {response.status_code}")
 
-                await load()  # warm: plans, template compilation, pool
-                times = []
-                for _ in range(requests):
+            for path, _ in pages:
+                await load(path)  # warm: plans, template compilation, pool
+            # Rounds of every page in turn (not each page's requests in a row): a burst of
+            # load on the shared machine falls on every page alike.
+            times: dict[str, list[float]] = {path: [] for path, _ in pages}
+            for _ in range(requests):
+                for path, _ in pages:
                     started = time.perf_counter()
-                    await load()
-                    times.append((time.perf_counter() - started) * 1000)
+                    await load(path)
+                    times[path].append((time.perf_counter() - started) * 1000)
+            for path, name in pages:
                 results.append(
                     {
                         "path": path,
                         "page": name,
-                        "p50_ms": statistics.median(times),
-                        "p95_ms": percentile(times, 0.95),
+                        "p50_ms": statistics.median(times[path]),
+                        "p95_ms": percentile(times[path], 0.95),
                     }
                 )
 
@@ -288,6 +459,50 @@ def page_times(dsn: str, jobs: int, requests: int, reuse: bool) -> list[dict[str
     dashboard.close()
     app.close()
     return results
+
+
+# -- workflow reads -------------------------------------------------------------------------------
+def workflow_reads(dsn: str, rounds: int = 7, reads: int = 5) -> None:
+    """The first page (50) of the workflows in each finished state: the dashboard's read
+    (at most WORKFLOW_SCAN_JOBS workflow jobs, then "search older workflows") against
+    the exact read of ``pgtasks workflows list --status`` (every workflow probed, newest
+    first, until the page is full), on the populated table, in alternating rounds."""
+    from pgtasks._app.workflow_admin import list_workflows
+    from pgtasks.web.workflow_reads import WORKFLOW_SCAN_JOBS
+
+    app = App(dsn, schema=PAGES_SCHEMA, pool_max_size=2)
+    print(
+        f"\nworkflows in one finished state, first page of 50: the dashboard's read (at most"
+        f" {WORKFLOW_SCAN_JOBS:,} workflow jobs) vs the exact read of `pgtasks workflows list"
+        f" --status` ({rounds} alternating rounds of {reads} reads; medians, ms)"
+    )
+    print(f"{'STATE':10} {'DASHBOARD':>10} {'FOUND':>6} {'EXACT':>10} {'FOUND':>6}")
+    for status in ("failed", "cancelled", "done"):
+
+        def scan(status: str = status) -> int:
+            with app.connection() as conn:
+                rows, _, _ = app.store.list_workflows_scan(
+                    conn, status=status, limit=51, scan=WORKFLOW_SCAN_JOBS
+                )
+            return len(rows)
+
+        def exact(status: str = status) -> int:
+            return len(list_workflows(app, status=status, limit=51))
+
+        times: dict[str, list[float]] = {"scan": [], "exact": []}
+        found = {"scan": scan(), "exact": exact()}  # warm
+        for round_number in range(rounds):
+            order = [("scan", scan), ("exact", exact)]
+            for name, read in order if round_number % 2 == 0 else order[::-1]:
+                started = time.perf_counter()
+                for _ in range(reads):
+                    read()
+                times[name].append((time.perf_counter() - started) * 1000 / reads)
+        print(
+            f"{status:10} {statistics.median(times['scan']):10.1f} {min(found['scan'], 50):6}"
+            f" {statistics.median(times['exact']):10.1f} {min(found['exact'], 50):6}"
+        )
+    app.close()
 
 
 #: Marks a read no page waits for: the jobs list's browser script asks for it after the
@@ -312,271 +527,6 @@ def print_pages(results: list[dict[str, Any]], jobs: int, requests: int) -> bool
     return ok
 
 
-# -- size-capped rows -----------------------------------------------------------------------------
-def capped_rows(dsn: str, rows: int = 50, loads: int = 8, rounds: int = 3) -> None:
-    """The jobs list over the newest ``rows`` size-capped jobs: ``loads`` parallel loads,
-    server time and Python memory, against reading the full rows (the former list)."""
-    schema = f"{PAGES_SCHEMA}_capped"
-    drop(dsn, schema)
-    app = App(dsn, schema=schema, pool_max_size=loads)
-    app.migrate()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        started = time.perf_counter()
-        conn.execute(sql.SQL(CAPPED).format(schema=sql.Identifier(schema)), {"rows": rows})
-        row = conn.execute(
-            sql.SQL("SELECT pg_total_relation_size(%s)"), [f"{schema}.jobs"]
-        ).fetchone()
-        size = int(row[0]) if row else 0
-    print(
-        f"\n{rows} size-capped jobs (args, kwargs, result 1 MiB each, error 64 KiB;"
-        f" {size / 2**20:,.0f} MiB stored) inserted in {time.perf_counter() - started:.1f} s"
-    )
-    dashboard = asgi(app, pool_size=loads)
-
-    async def list_loads() -> tuple[float, int]:
-        transport = httpx.ASGITransport(app=dashboard)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            started = time.perf_counter()
-            responses = await asyncio.gather(*(client.get("/jobs") for _ in range(loads)))
-            elapsed = time.perf_counter() - started
-        assert all(response.status_code == 200 for response in responses)
-        return elapsed, max(len(response.content) for response in responses)
-
-    def full_loads() -> float:
-        statement = sql.SQL(FULL_ROWS).format(schema=sql.Identifier(schema))
-
-        def one() -> None:
-            with app.connection() as conn:
-                conn.execute(statement).fetchall()
-
-        threads = [threading.Thread(target=one) for _ in range(loads)]
-        started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return time.perf_counter() - started
-
-    asyncio.run(list_loads())  # warm
-    figures: dict[str, list[float]] = {"list": [], "list_peak": [], "full": [], "full_peak": []}
-    page_bytes = 0
-    for _ in range(rounds):
-        tracemalloc.start()
-        elapsed, page_bytes = asyncio.run(list_loads())
-        figures["list_peak"].append(tracemalloc.get_traced_memory()[1] / 2**20)
-        tracemalloc.stop()
-        figures["list"].append(elapsed)
-        tracemalloc.start()
-        figures["full"].append(full_loads())
-        figures["full_peak"].append(tracemalloc.get_traced_memory()[1] / 2**20)
-        tracemalloc.stop()
-    median = {name: statistics.median(values) for name, values in figures.items()}
-    print(
-        f"{loads} parallel loads of /jobs: {median['list'] * 1000:,.0f} ms in all, Python"
-        f" memory peak {median['list_peak']:,.1f} MiB, page {page_bytes / 1024:,.0f} kB"
-        f" (median of {rounds})"
-    )
-    print(
-        f"the same {loads} loads reading the full rows (the former list's query, rows only,"
-        f" no page rendered): {median['full'] * 1000:,.0f} ms, Python memory peak"
-        f" {median['full_peak']:,.1f} MiB"
-    )
-    dashboard.close()
-    app.close()
-    drop(dsn, schema)
-
-
-# -- throughput -----------------------------------------------------------------------------------
-@contextmanager
-def dashboard_open(app: App) -> Iterator[dict[str, int]]:
-    """Serve the dashboard with uvicorn and hold its overview's event stream open."""
-    import socket
-
-    import uvicorn
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    config = uvicorn.Config(asgi(app), host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    serving = threading.Thread(target=server.run, daemon=True)
-    serving.start()
-    while not server.started:
-        time.sleep(0.01)
-    seen = {"events": 0}
-    stop = threading.Event()
-
-    def watch() -> None:
-        with (
-            httpx.Client(timeout=httpx.Timeout(5.0, read=None)) as client,
-            client.stream("GET", f"http://127.0.0.1:{port}/events") as response,
-        ):
-            for line in response.iter_lines():
-                if line.startswith("event: update"):
-                    seen["events"] += 1
-                if stop.is_set():
-                    return
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    while seen["events"] == 0:
-        time.sleep(0.01)
-    try:
-        yield seen
-    finally:
-        stop.set()
-        server.should_exit = True
-        serving.join(10)
-
-
-def one_run(dsn: str, app: App, jobs: int, with_dashboard: bool) -> tuple[float, int]:
-    import os
-
-    drop(dsn, THROUGHPUT_SCHEMA)
-    app.close()
-    app.database.schema_checked = False
-    app.migrate()
-    os.environ["PGTASKS_SCHEMA"] = THROUGHPUT_SCHEMA
-    os.environ["PGTASKS_DSN"] = dsn
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {}.jobs (task_name, queue, args, kwargs, max_attempts)"
-                " SELECT 'benchmarks.app.noop', 'default', '[]', '{{}}', 1"
-                " FROM generate_series(1, %s)"
-            ).format(sql.Identifier(THROUGHPUT_SCHEMA)),
-            [jobs],
-        )
-    table = sql.Identifier(THROUGHPUT_SCHEMA)
-    events = 0
-    cpu_started, wall_started = time.process_time(), time.perf_counter()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        watching = dashboard_open(app) if with_dashboard else nullcontext({"events": 0})
-        with watching as seen, worker_processes(1, "--concurrency", "10"):
-            deadline = time.monotonic() + 600
-            query = sql.SQL("SELECT count(*) FROM {}.all_jobs WHERE status = 'done'").format(table)
-            while (conn.execute(query).fetchone() or [0])[0] < jobs:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("throughput run did not finish in 600 s")
-                time.sleep(0.05)
-            events = seen["events"]
-        cpu = time.process_time() - cpu_started
-        wall = time.perf_counter() - wall_started
-        row = conn.execute(
-            sql.SQL(
-                "SELECT extract(epoch FROM max(finished_at) - min(locked_at)) FROM {}.all_jobs"
-            ).format(table)
-        ).fetchone()
-    assert row is not None
-    CPU_SHARES[with_dashboard].append(cpu / wall)
-    return jobs / float(row[0]), events
-
-
-#: CPU seconds per second of this process (the dashboard, its event-stream client and the
-#: run's progress polling) during each run, by mode.
-CPU_SHARES: dict[bool, list[float]] = {False: [], True: []}
-
-
-def throughput(dsn: str, jobs: int, runs: int) -> None:
-    app = App(dsn, schema=THROUGHPUT_SCHEMA, pool_max_size=4)
-    figures: dict[bool, list[float]] = {False: [], True: []}
-    events: list[int] = []
-    one_run(dsn, app, max(100, jobs // 4), False)  # warm-up, not counted
-    for run in range(runs):
-        # Alternate which mode goes first: drift on a shared machine hits both alike.
-        for with_dashboard in (False, True) if run % 2 == 0 else (True, False):
-            rate, seen = one_run(dsn, app, jobs, with_dashboard)
-            figures[with_dashboard].append(rate)
-            if with_dashboard:
-                events.append(seen)
-            mode = "dashboard open" if with_dashboard else "no dashboard  "
-            extra = f" ({seen} overview updates received)" if with_dashboard else ""
-            print(f"run {run + 1}: {mode} {rate:8,.0f} jobs/s{extra}", flush=True)
-    without, with_open = statistics.median(figures[False]), statistics.median(figures[True])
-    print(
-        f"\nworker throughput, {jobs:,} no-op jobs, 1 worker process, concurrency 10,"
-        f" median of {runs}:"
-    )
-    print(f"  without the dashboard:            {without:8,.0f} jobs/s")
-    print(
-        f"  with the overview open and live:  {with_open:8,.0f} jobs/s"
-        f"  ({(with_open / without - 1) * 100:+.1f}%)"
-    )
-    cpu_without = statistics.median(CPU_SHARES[False][1:] or CPU_SHARES[False])
-    cpu_with = statistics.median(CPU_SHARES[True])
-    print(
-        f"  this process's CPU (dashboard, stream client, progress polling): {cpu_without:.1%}"
-        f" of a core without the dashboard, {cpu_with:.1%} with it open"
-    )
-    drop(dsn, THROUGHPUT_SCHEMA)
-    app.close()
-
-
-# -- what jobs_pending_queue_idx costs an enqueue ---------------------------------------------
-def index_cost(dsn: str, runs: int, bulk_jobs: int = 50_000, single_jobs: int = 3_000) -> None:
-    """Enqueue with and without migration 0006's jobs_pending_queue_idx (runs alternate)."""
-    import os
-
-    os.environ["PGTASKS_SCHEMA"] = THROUGHPUT_SCHEMA
-    os.environ["PGTASKS_DSN"] = dsn
-    from benchmarks.app import app, noop
-
-    figures: dict[tuple[str, bool], list[float]] = {}
-    for run in range(runs):
-        for with_index in (True, False) if run % 2 == 0 else (False, True):
-            drop(dsn, THROUGHPUT_SCHEMA)
-            app.close()
-            app.database.schema_checked = False
-            app.migrate()
-            if not with_index:
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute(
-                        sql.SQL("DROP INDEX {}.jobs_pending_queue_idx").format(
-                            sql.Identifier(THROUGHPUT_SCHEMA)
-                        )
-                    )
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                lsn = "SELECT pg_current_wal_insert_lsn()"
-                wal_from = (conn.execute(lsn).fetchone() or [None])[0]
-                started = time.perf_counter()
-                for _ in range(bulk_jobs // 1000):
-                    noop.delay_many([{}] * 1000)
-                bulk = bulk_jobs / (time.perf_counter() - started)
-                row = conn.execute("SELECT pg_wal_lsn_diff(%s, %s)", [lsn_now(conn), wal_from])
-                wal = float((row.fetchone() or [0])[0]) / bulk_jobs
-            figures.setdefault(("wal", with_index), []).append(wal)
-            started = time.perf_counter()
-            for _ in range(single_jobs):
-                noop.delay()
-            single = single_jobs / (time.perf_counter() - started)
-            figures.setdefault(("bulk", with_index), []).append(bulk)
-            figures.setdefault(("single", with_index), []).append(single)
-            label = "with" if with_index else "without"
-            print(
-                f"run {run + 1} {label:7} index: bulk {bulk:8,.0f}/s  one by one"
-                f" {single:6,.0f}/s  WAL {wal:4.0f} bytes/job (bulk)"
-            )
-    for kind, name in (("single", "delay() one by one"), ("bulk", "delay_many x1000")):
-        without = statistics.median(figures[(kind, False)])
-        with_index = statistics.median(figures[(kind, True)])
-        print(
-            f"{name:20} without the index {without:8,.0f}/s, with it {with_index:8,.0f}/s"
-            f" ({(with_index / without - 1) * 100:+.1f}%)"
-        )
-    wal_without = statistics.median(figures[("wal", False)])
-    wal_with = statistics.median(figures[("wal", True)])
-    print(
-        f"WAL per bulk-enqueued job: without the index {wal_without:,.0f} bytes,"
-        f" with it {wal_with:,.0f} bytes ({(wal_with / wal_without - 1) * 100:+.1f}%)"
-    )
-    drop(dsn, THROUGHPUT_SCHEMA)
-    app.close()
-
-
-def lsn_now(conn: psycopg.Connection[Any]) -> Any:
-    return (conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone() or [None])[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     dsn = resolve_dsn(args.dsn)
@@ -591,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     results = page_times(dsn, args.jobs, args.requests, args.reuse)
     ok = print_pages(results, args.jobs, args.requests)
     print(f"claim met: every page p95 <= {BUDGET_MS:g} ms" if ok else "claim MISSED")
+    if args.workflow_reads:
+        workflow_reads(dsn, rounds=1 if args.quick else 7)
     if args.capped:
         capped_rows(dsn, rows=5 if args.quick else 50, rounds=1 if args.quick else 3)
     return 0

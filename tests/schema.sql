@@ -267,6 +267,7 @@ column workers.queues text[]
 column workers.concurrency integer NOT NULL
 column workers.started_at timestamp with time zone NOT NULL DEFAULT now()
 column workers.heartbeat_at timestamp with time zone NOT NULL DEFAULT now()
+column workers.task_names text[]
 column workflow_incidents.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
 column workflow_incidents.kind text NOT NULL
 column workflow_incidents.workflow_id bigint
@@ -286,6 +287,7 @@ column workflows.shape text
 constraint job_keys.job_keys_pkey PRIMARY KEY (job_id)
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
 constraint jobs.jobs_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
+constraint jobs.jobs_limit_groups_check CHECK (((limit_groups IS NULL) OR (cardinality(limit_groups) <= 8))) NOT VALID
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
@@ -297,10 +299,15 @@ constraint jobs_history_done_default.jobs_history_forget_key TRIGGER DEFERRABLE 
 constraint jobs_history_failed.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint jobs_history_failed_default.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint limits.limits_burst_check CHECK ((burst >= (1)::double precision))
+constraint limits.limits_burst_range_check CHECK (((burst >= (1)::double precision) AND (burst <= ('1000000000'::numeric)::double precision)))
 constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 1)))
 constraint limits.limits_pkey PRIMARY KEY (name)
 constraint limits.limits_rate_count_check CHECK (((rate_count IS NULL) OR (rate_count >= 1)))
 constraint limits.limits_rate_period_check CHECK (((rate_period IS NULL) OR (rate_period > (0)::double precision)))
+constraint limits.limits_rate_period_range_check CHECK (((rate_period IS NULL) OR ((rate_period >= (0.001)::double precision) AND (rate_period <= ('10000000000'::numeric)::double precision))))
+constraint limits.limits_refilled_at_check CHECK (isfinite(refilled_at))
+constraint limits.limits_tokens_check CHECK (((tokens >= (0)::double precision) AND (tokens <= ('1000000000'::numeric)::double precision)))
+constraint limits.limits_updated_at_check CHECK (isfinite(updated_at))
 constraint migration_steps.migration_steps_pkey PRIMARY KEY (version, step)
 constraint migrations.migrations_pkey PRIMARY KEY (version)
 constraint periodic.periodic_pkey PRIMARY KEY (name)
@@ -381,6 +388,7 @@ trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
+function claim_limited() cddda0e7b81d4b84b0be35ded98cfc96
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5

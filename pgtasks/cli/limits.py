@@ -15,19 +15,23 @@ from ._common import app_option, guard, load_app
 @app_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 def limits(app_path: str, as_json: bool) -> None:
-    """Every stored limit: concurrency, rate, tokens left, running and pending jobs; then
-    the keys of per-key limits that have jobs running."""
+    """Every stored limit: concurrency, rate, tokens left, running, pending and held-back
+    jobs; then the busiest keys of per-key limits."""
     app = load_app(app_path)
     with app:
-        states, usage = guard(lambda: admin.limits(app))
+        states = guard(lambda: admin.limits(app))
     if as_json:
         click.echo(
             to_json(
                 {
                     "limits": [state.as_json() for state in states],
-                    "keys": [dict(row) for row in usage if row["key"] is not None],
+                    "keys": [
+                        {"name": state.name, **key.as_json()}
+                        for state in states
+                        for key in state.top_keys
+                    ],
                 }
             )
         )
     else:
-        click.echo(format_limits(states, usage))
+        click.echo(format_limits(states))

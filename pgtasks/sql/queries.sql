@@ -31,6 +31,16 @@ SELECT version FROM {schema}.migrations ORDER BY version;
 -- Record a version, in the transaction of its last step (or of the whole migration).
 INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s, %(name)s);
 
+-- name: begin_read_committed_block :exec
+-- A transaction block READ COMMITTED whatever the server's default: a worker's round trip
+-- through a transaction pooler begins with it and ends with commit_block, in one pipeline
+-- (Database.pin_isolation).
+BEGIN ISOLATION LEVEL READ COMMITTED;
+
+-- name: commit_block :exec
+-- Ends the transaction block begin_read_committed_block began.
+COMMIT;
+
 -- name: get_schema_version :one
 -- The highest applied migration version.
 SELECT coalesce(max(version), 0) AS version FROM {schema}.migrations;
@@ -248,9 +258,10 @@ SELECT id, pg_notify({activity_channel}, id::text) IS NULL AS notified FROM upda
 SELECT status FROM {schema}.all_jobs WHERE id = %(id)s;
 
 -- name: register_worker :one
--- Register a worker; its id is the lease owner written to the jobs it claims.
-INSERT INTO {schema}.workers (hostname, pid, queues, concurrency)
-VALUES (%(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
+-- Register a worker; its id is the lease owner written to the jobs it claims. task_names:
+-- the tasks it knows and claims (migration flow_control; NULL: any).
+INSERT INTO {schema}.workers (hostname, pid, queues, concurrency, task_names)
+VALUES (%(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(task_names)s::text[])
 RETURNING id;
 
 -- name: heartbeat_worker :one
@@ -274,10 +285,13 @@ WITH picked AS (
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
       -- Paused queues (migration 0007) of a worker of every queue; NULL while none is.
       AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
-      -- Workers started with --ignore-unknown claim only the tasks they know.
+      -- A worker claims only the tasks it knows (NULL: any).
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-      -- Jobs that limits apply to (migration 0011) are claimed by claim_limited_jobs.
+      -- Jobs that limits apply to (migration 0009) are claimed by claim_limited (migration flow_control).
       AND limit_groups IS NULL
+      -- A row whose next attempt number would not fit (written by hand) is left pending
+      -- rather than fail every claim.
+      AND attempts < 2147483647
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -325,6 +339,7 @@ WITH picked AS (
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
+          AND attempts < 2147483647
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS higher_priority
@@ -341,6 +356,7 @@ WITH picked AS (
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
+          AND attempts < 2147483647
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS same_priority
@@ -356,6 +372,7 @@ WITH picked AS (
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
+          AND attempts < 2147483647
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS lower_priority
@@ -452,7 +469,7 @@ moved AS (
            limit_groups, limit_key, unique_key, unique_window, workflow_id, workflow_step,
            next_ids, prev_ids, waiting_for, input_mode
     FROM ended
-    RETURNING id, status
+    RETURNING id, status, limit_groups
 ),
 retried AS (
     UPDATE {schema}.jobs AS jobs
@@ -478,12 +495,12 @@ retried AS (
       AND jobs.locked_by = %(worker_id)s
       AND jobs.attempts = outcome.attempt
       AND NOT jobs.cancel_requested
-    RETURNING jobs.id, jobs.status
+    RETURNING jobs.id, jobs.status, jobs.limit_groups
 ),
 finished AS (
-    SELECT id, status FROM moved
+    SELECT id, status, limit_groups FROM moved
     UNION ALL
-    SELECT id, status FROM retried
+    SELECT id, status, limit_groups FROM retried
 ),
 notified AS (
     -- One notification per 500 finished jobs, payload "id,id,…" (under the 8 kB limit).
@@ -494,92 +511,22 @@ notified AS (
     UNION ALL
     -- Attempts that will be retried changed their jobs too: one notification for all.
     (SELECT pg_notify({activity_channel}, 'retried') FROM retried LIMIT 1)
+),
+freed AS (
+    -- Limited jobs that left 'running' free a slot of each of their limits (migration
+    -- flow_control): one notification "<worker id>:<limit names>" wakes the workers
+    -- waiting.
+    SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
+                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
+    FROM finished, unnest(finished.limit_groups) AS inst
+    WHERE finished.limit_groups IS NOT NULL AND inst IS NOT NULL
+    HAVING count(*) > 0
 )
--- Selecting "sent" keeps the join (and so the notifications) from being optimised away.
-SELECT finished.id, finished.status, notifications.sent
+-- Selecting "sent" keeps the joins (and so the notifications) from being optimised away.
+SELECT finished.id, finished.status, notifications.sent + limits.sent
 FROM finished
-LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true;
-
--- name: release_jobs :many
--- Put a stopping worker's unfinished jobs back to pending without using up an attempt.
-WITH released AS (
-    UPDATE {schema}.jobs AS jobs
-    SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'pending' END,
-        attempts = jobs.attempts - 1,
-        run_at = now(),
-        finished_at = CASE WHEN jobs.cancel_requested THEN now() END,
-        updated_at = now()
-    FROM unnest(%(id)s::bigint[], %(attempt)s::int[]) AS lease(id, attempt)
-    WHERE jobs.id = lease.id
-      AND jobs.status = 'running'
-      AND jobs.locked_by = %(worker_id)s
-      AND jobs.attempts = lease.attempt
-    RETURNING jobs.id, jobs.queue
-)
-SELECT released.id, pg_notify({channel}, released.queue) IS NULL AS notified
-FROM released;
-
--- name: release_orphaned_jobs :many
--- Release jobs running under this worker that it does not know it holds (a claim whose
--- reply was lost with the connection); they never started, so the attempt is returned.
-UPDATE {schema}.jobs AS jobs
-SET status = 'pending',
-    attempts = jobs.attempts - 1,
-    run_at = now(),
-    updated_at = now()
-WHERE jobs.status = 'running'
-  AND jobs.locked_by = %(worker_id)s
-  AND jobs.id <> ALL(%(known_ids)s::bigint[])
-RETURNING jobs.id;
-
--- name: rescue_jobs :many
--- Jobs running under a worker that is gone or silent past the lease: back to pending,
--- or failed when out of attempts. Live workers' long jobs are never touched.
-WITH lost AS (
-    SELECT jobs.id
-    FROM {schema}.jobs AS jobs
-    LEFT JOIN {schema}.workers AS workers ON workers.id = jobs.locked_by
-    WHERE jobs.status = 'running'
-      AND (workers.id IS NULL
-           OR workers.heartbeat_at < now() - make_interval(secs => %(lease_timeout)s))
-    FOR UPDATE OF jobs SKIP LOCKED
-), rescued AS (
-    UPDATE {schema}.jobs AS jobs
-    SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled'
-                      WHEN jobs.attempts >= jobs.max_attempts THEN 'failed'
-                      ELSE 'pending' END,
-        last_error = format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
-                            ' during attempt %%s', jobs.locked_by, %(lease_timeout)s,
-                            jobs.attempts),
-        run_at = now(),
-        finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
-                           THEN now() END,
-        attempt_errors = coalesce(jobs.attempt_errors, '[]'::jsonb) || jsonb_build_array(
-            jsonb_build_object(
-                'attempt', jobs.attempts,
-                'worker_id', jobs.locked_by,
-                'error', format('WorkerLostError: worker %%s was lost (no heartbeat within'
-                                ' %%s s) during attempt %%s', jobs.locked_by,
-                                %(lease_timeout)s, jobs.attempts),
-                'exception_type', 'pgtasks.WorkerLostError',
-                'finished_at', now())),
-        updated_at = now()
-    FROM lost
-    WHERE jobs.id = lost.id
-    RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue
-), counted AS (
-    -- The rescued counter (migration 0014), in the rescue's own transaction: exact
-    -- even if this worker dies right after.
-    INSERT INTO {schema}.counters (name, value)
-    SELECT 'rescued', count(*) FROM rescued HAVING count(*) > 0
-)
-SELECT id, status, locked_by, attempts, queue FROM rescued;
-
--- name: delete_dead_workers :many
--- Remove registrations silent past the lease (their jobs are rescued first).
-DELETE FROM {schema}.workers
-WHERE heartbeat_at < now() - make_interval(secs => %(lease_timeout)s)
-RETURNING id, hostname, pid;
+LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true
+LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
 -- name: get_job_outcome :one
 -- What a waiter needs of one job: status, result and last error.

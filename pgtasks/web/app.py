@@ -4,8 +4,9 @@ events): ``asgi(app)`` builds it; ``pgtasks web`` serves it with uvicorn.
 Reads are the dashboard's own (``pgtasks.web.reads``, queries in ``sql/web.sql``) on a
 small pool of its own with a statement timeout; writes use the same functions as the CLI
 (``app.cancel``, ``admin.retry_job``, …). Database calls are synchronous and run in
-Starlette's thread pool. Pages with a live part (overview, jobs, a job, workers) render
-it with the same template the event stream pushes.
+Starlette's thread pool. Pages with a live part (overview, jobs, a job, workflows, a
+workflow, workers) render it with the same template the event stream pushes. The
+workflow pages are in workflow_pages.py.
 
 Pages read from the app's replica when it has one (``replica_dsn``), except the page an
 action redirects to (its URL carries ``done=``): that one reads the primary, so the
@@ -50,6 +51,7 @@ from .._operations import RETRYABLE
 from .._payload import check_name
 from .charts import charts
 from .gate import DashboardApp, error_page
+from .job_reads import job_page as read_job_page
 from .live import END, LiveHub
 from .reads import (
     SCAN_ROWS,
@@ -58,9 +60,6 @@ from .reads import (
 )
 from .reads import (
     bulk_counts as read_bulk_counts,
-)
-from .reads import (
-    job_page as read_job_page,
 )
 from .reads import (
     jobs_page as read_jobs_page,
@@ -95,6 +94,7 @@ from .security import (
     csrf_problem,
     csrf_token,
 )
+from .workflow_pages import WorkflowPages
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -141,6 +141,7 @@ class Dashboard:
         self.stream_max_age = stream_max_age
         self.failed_logins = FailedLogins(limit=login_attempts)
         self._chart: tuple[float, FinishedMinutes] | None = None
+        self.workflow_pages = WorkflowPages(self)
 
     # -- rendering --
     def _common(self, base: str) -> dict[str, Any]:
@@ -288,42 +289,45 @@ class Dashboard:
     # -- live updates --
     async def events(self, request: Request) -> Response:
         """The event stream of one page's live part: ``/events`` (the overview),
-        ``/events/jobs?FILTER``, ``/events/jobs/ID`` or ``/events/workers``."""
+        ``/events/jobs?FILTER``, ``/events/jobs/ID``, ``/events/workflows?FILTER``,
+        ``/events/workflows/ID`` or ``/events/workers``."""
         base = base_path(request)
         page = "/" + request.path_params.get("page", "")
-        key: tuple[Any, ...]
-        render: Callable[[], str]
+        kind, _, item = page[1:].partition("/")
+        if kind == "workflows":
+            key, render = self.workflow_pages.live_view(request, base, item)
+        elif item and kind == "jobs":
+            job_id = id_or_404(item)
+            key, render = (
+                ("job", base, job_id),
+                lambda: self.fragment("_job_live.html", base, **self.job_context(job_id)),
+            )
+        else:
+            key, render = self._list_view(request, base, page)
+        return self._stream(key, render)
+
+    def _list_view(
+        self, request: Request, base: str, page: str
+    ) -> tuple[tuple[Any, ...], Callable[[], str]]:
+        """The key and renderer of the live part of the overview, the jobs list or the
+        workers page."""
         if page == "/":
-            key = ("overview", base)
-
-            def render() -> str:
-                return self.fragment("_overview_live.html", base, **self.overview_context())
-
-        elif page == "/jobs":
+            return ("overview", base), lambda: self.fragment(
+                "_overview_live.html", base, **self.overview_context()
+            )
+        if page == "/workers":
+            return ("workers", base), lambda: self.fragment(
+                "_workers_live.html", base, **self.workers_context()
+            )
+        if page == "/jobs":
             job_filter = filter_or_400(request.query_params)
             before = optional_id(request.query_params.get("before"), "before")
-            key = ("jobs", base, query_string({**job_filter.as_query(), "before": before}))
-
-            def render() -> str:
-                context = self.jobs_context(job_filter, before)
-                return self.fragment("_jobs_live.html", base, **context)
-
-        elif page == "/workers":
-            key = ("workers", base)
-
-            def render() -> str:
-                return self.fragment("_workers_live.html", base, **self.workers_context())
-
-        elif page.startswith("/jobs/") and page.count("/") == 2:
-            job_id = id_or_404(page.rsplit("/", 1)[1])
-            key = ("job", base, job_id)
-
-            def render() -> str:
-                return self.fragment("_job_live.html", base, **self.job_context(job_id))
-
-        else:
-            raise HTTPException(404, f"no live page {page!r}")
-        return self._stream(key, render)
+            return ("jobs", base, query_string({**job_filter.as_query(), "before": before})), (
+                lambda: self.fragment(
+                    "_jobs_live.html", base, **self.jobs_context(job_filter, before)
+                )
+            )
+        raise HTTPException(404, f"no live page {page!r}")
 
     def _stream(self, key: tuple[Any, ...], render: Callable[[], str]) -> Response:
         hub, max_age = self.live, self.stream_max_age
@@ -360,7 +364,7 @@ class Dashboard:
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
     # -- actions --
-    async def _form(self, request: Request) -> list[tuple[str, str]]:
+    async def form(self, request: Request) -> list[tuple[str, str]]:
         """The POST's urlencoded form (every field, in order), after the read-only and CSRF
         checks."""
         if self.read_only:
@@ -372,14 +376,14 @@ class Dashboard:
             raise HTTPException(403, problem)
         return fields
 
-    def _back(self, request: Request, where: str, **params: object) -> Response:
+    def back(self, request: Request, where: str, **params: object) -> Response:
         query = query_string(params)
         return RedirectResponse(
             f"{base_path(request)}{where}" + (f"?{query}" if query else ""), 303
         )
 
     async def job_action(self, request: Request) -> Response:
-        await self._form(request)
+        await self.form(request)
         job_id = path_id(request)
         action = request.path_params["action"]
         try:
@@ -399,19 +403,19 @@ class Dashboard:
                     raise HTTPException(
                         409, f"job {job_id} is {status}: only finished jobs can be deleted"
                     )
-                return self._back(request, "/jobs", done="deleted")
+                return self.back(request, "/jobs", done="deleted")
         except JobNotFoundError as error:
             raise HTTPException(404, str(error)) from None
         except UniqueKeyTakenError as error:  # another job holds its key (migration 0010)
             raise HTTPException(409, str(error)) from None
         except WorkflowProtectedError as error:  # it would break an unfinished workflow
             raise HTTPException(409, str(error)) from None
-        return self._back(request, f"/jobs/{job_id}", done=done)
+        return self.back(request, f"/jobs/{job_id}", done=done)
 
     async def selected_action(self, request: Request) -> Response:
         """Retry, cancel or delete the jobs ticked on the jobs list (each as its own button
         would: the same rules, a job that may not be acted on is counted, not an error)."""
-        fields = await self._form(request)
+        fields = await self.form(request)
         form = dict(fields)
         action = form.get("action")
         if action not in ("retry", "cancel", "delete"):
@@ -426,7 +430,7 @@ class Dashboard:
         done = {"retry": "selected-retried", "cancel": "selected-cancelled"}.get(
             action, "selected-deleted"
         )
-        return self._back(request, "/jobs", **back, done=done, **outcome)
+        return self.back(request, "/jobs", **back, done=done, **outcome)
 
     def _act_on(self, action: str, ids: list[int]) -> dict[str, int]:
         done = requested = refused = 0
@@ -449,19 +453,19 @@ class Dashboard:
 
     async def queue_action(self, request: Request) -> Response:
         """Pause or resume the queue the form names (migration 0007)."""
-        form = dict(await self._form(request))
+        form = dict(await self.form(request))
         try:
             queue = check_name("queue", form.get("queue"))
         except ValueError as error:
             raise HTTPException(400, str(error)) from None
         if request.path_params["action"] == "pause":
             await run_in_threadpool(self.app.pause_queue, queue)
-            return self._back(request, "/", done="paused")
+            return self.back(request, "/", done="paused")
         await run_in_threadpool(self.app.resume_queue, queue)
-        return self._back(request, "/", done="resumed")
+        return self.back(request, "/", done="resumed")
 
     async def bulk_action(self, request: Request) -> Response:
-        form = dict(await self._form(request))
+        form = dict(await self.form(request))
         job_filter = filter_or_400(form)
         if job_filter.empty:
             raise HTTPException(
@@ -473,9 +477,9 @@ class Dashboard:
                 ids = await run_in_threadpool(admin.retry_matching, self.app, job_filter)
             except (UniqueKeyTakenError, WorkflowProtectedError) as error:
                 raise HTTPException(409, str(error)) from None
-            return self._back(request, "/jobs", **query, done="bulk-retried", count=len(ids))
+            return self.back(request, "/jobs", **query, done="bulk-retried", count=len(ids))
         outcome = await run_in_threadpool(admin.cancel_matching, self.app, job_filter)
-        return self._back(
+        return self.back(
             request,
             "/jobs",
             **query,
@@ -556,6 +560,13 @@ def asgi(
         Route(
             "/queues/{action:str}",
             _only(("pause", "resume"), dashboard.queue_action),
+            methods=["POST"],
+        ),
+        Route("/workflows", dashboard.workflow_pages.workflows, name="workflows"),
+        Route("/workflows/{workflow_id:str}", dashboard.workflow_pages.workflow, name="workflow"),
+        Route(
+            "/workflows/{workflow_id:str}/{action:str}",
+            _only(("cancel",), dashboard.workflow_pages.cancel),
             methods=["POST"],
         ),
         Route("/workers", dashboard.workers, name="workers"),

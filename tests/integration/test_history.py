@@ -31,7 +31,7 @@ def hot_and_history(conn: psycopg.Connection[Any], app: App, job_id: int) -> tup
 def claim_one(app: App, conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
     """Register a worker and claim one job for it: (worker id, job id, attempt)."""
     worker_id = app.store.register_worker(conn, hostname="test", pid=1, queues=None, concurrency=1)
-    claimed = app.store.claim(conn, ClaimRequest(worker_id=worker_id, limit=1))
+    claimed = app.store.claim_jobs(conn, ClaimRequest(worker_id=worker_id, limit=1))
     conn.commit()
     assert len(claimed) == 1
     return worker_id, claimed[0].id, claimed[0].attempt

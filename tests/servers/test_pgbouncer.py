@@ -191,16 +191,21 @@ def tick_jobs(app: App) -> list[str]:
 def test_a_pooler_that_refuses_startup_options_gets_an_actionable_error(
     make_app: Callable[..., App], bouncer: str
 ) -> None:
-    """Not declared as pooled, the worker sends its startup options; PgBouncer 1.18 refuses."""
-    app = make_app(dsn=bouncer, session_dsn=None, pooled=False)
+    """Not declared as pooled, every connection sends the startup option that pins its
+    isolation (READ COMMITTED); PgBouncer 1.18 refuses it: the app's first connection and
+    a worker say what to declare."""
+    app = make_app(dsn=bouncer, session_dsn=None, pooled=False, migrate=False)
 
-    with pytest.raises(psycopg.OperationalError) as refused:
+    with pytest.raises(ConfigurationError) as first:
+        app.check_schema()
+    with pytest.raises((ConfigurationError, psycopg.OperationalError)) as worker:
         Worker(app, concurrency=1).run()
 
-    message = str(refused.value)
-    assert "unsupported startup parameter" in message
-    assert "App(dsn=<pooler>, session_dsn=<the server itself>)" in message
-    assert "App(pooled=True)" in message
+    for refused in (first, worker):
+        message = str(refused.value)
+        assert "unsupported startup parameter" in message
+        assert "App(dsn=<pooler>, session_dsn=<the server itself>)" in message
+        assert "App(pooled=True)" in message
 
 
 def enqueue_from_threads(app: App, threads: int, per_thread: int) -> list[Exception]:
