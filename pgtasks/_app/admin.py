@@ -30,6 +30,7 @@ from .._limits import LimitState, describe_limit, limit_states
 from .._operations import RETRYABLE, QueueStats, Stats, WorkerInfo
 from .._queues import QueueState, queue_states
 from .._store.base import Row
+from .routing import for_id
 
 if TYPE_CHECKING:
     from .app import App
@@ -147,6 +148,7 @@ def retry_job(app: App, job_id: int) -> RetryResult:
     """Retry one failed or cancelled job (RETRY_RULE) and wake its queue's workers;
     JobNotFoundError when it does not exist.
     """
+    app = for_id(app, job_id)  # the store that issued the id
 
     def retry(conn: psycopg.Connection[Any]) -> Any:
         row = app.store.retry_job(conn, job_id)
@@ -327,6 +329,7 @@ def delete_finished_job(app: App, job_id: int) -> tuple[bool, str]:
     WorkflowProtectedError for a job of a workflow that has not finished (its later steps
     read this job's result, its handle returns it).
     """
+    app = for_id(app, job_id)  # the store that issued the id
     row = app.database.run(lambda conn: app.store.delete_finished_job(conn, job_id))
     if row is None:
         raise _missing(job_id)

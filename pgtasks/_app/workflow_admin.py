@@ -22,6 +22,7 @@ from .._workflows_text import (
     WorkflowStep,
     WorkflowSummary,
 )
+from .routing import for_id
 
 if TYPE_CHECKING:
     from .app import App
@@ -38,6 +39,7 @@ def _missing(workflow_id: int) -> WorkflowNotFoundError:
 
 def describe_workflow(app: App, workflow_id: int) -> dict[str, Any]:
     """The workflow's row and its jobs (``app.get_workflow``)."""
+    app = for_id(app, workflow_id)  # the store that issued the id
 
     def read(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
         row = app.store.get_workflow(conn, workflow_id)

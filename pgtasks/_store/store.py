@@ -33,6 +33,7 @@ from .metrics import MetricsQueries
 from .migrations import MigrationQueries
 from .operations import OperationsQueries
 from .queues import QueueQueries
+from .stores import StoreQueries
 from .web import WebQueries
 from .workflows import WorkflowQueries
 
@@ -45,6 +46,7 @@ class Store(
     MigrationQueries,
     OperationsQueries,
     QueueQueries,
+    StoreQueries,
     WebQueries,
     WorkflowQueries,
     StoreBase,

@@ -17,6 +17,7 @@ import psycopg
 
 from .._app import admin
 from .._app.app import App
+from .._app.routing import for_id
 from .._errors import JobNotFoundError
 from .._operations import (
     DURATION_FORMS,
@@ -183,8 +184,9 @@ def list_command(
 @json_option
 def show_command(app_path: str, job_id: int, as_json: bool) -> None:
     """Every field of one job: arguments, result, and last error with its traceback."""
-    app = load_app(app_path)
-    with app:
+    loaded = load_app(app_path)
+    with loaded:
+        app = guard(lambda: for_id(loaded, job_id))  # the store that issued the id
 
         def read(conn: psycopg.Connection[Any]) -> Any:
             return (
