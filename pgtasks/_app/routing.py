@@ -104,8 +104,10 @@ def store_of_specs(app: App, specs: Sequence[JobSpec]) -> str:
 
 
 def for_queue(app: App, queue: str) -> App:
-    """The App of the store ``queue`` routes to."""
-    return app if app.stores.single else for_store(app, app.store_of_queue(queue))
+    """The App of the store ``queue`` routes to (the App of one store: itself)."""
+    if app.stores.single or app.settings.store is not None:
+        return app
+    return for_store(app, app.store_of_queue(queue))
 
 
 def serving(app: App) -> list[App]:

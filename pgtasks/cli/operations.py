@@ -35,6 +35,7 @@ from .._operations import (
 from .._payload import check_name
 from .._worker.pruner import DEFAULT_BATCH_SIZE, prune
 from ._common import app_option, guard, load_app
+from ._stores import each_store, echo_each
 
 T = TypeVar("T")
 
@@ -120,8 +121,10 @@ def stats(app_path: str, as_json: bool) -> None:
     """
     app = load_app(app_path)
     with app:
-        result = _read(app, lambda conn: admin.collect_stats(app, conn))
-    click.echo(to_json(result.as_json()) if as_json else format_stats(result))
+        results = each_store(
+            app, lambda owner: owner.database.read(lambda conn: admin.collect_stats(owner, conn))
+        )
+    echo_each(app, results, as_json=as_json, document=lambda r: r.as_json(), text=format_stats)
 
 
 # -- jobs -----------------------------------------------------------------------------------------
@@ -161,21 +164,31 @@ def list_command(
     """The newest jobs first, optionally filtered (on the app's replica when it has one)."""
     app = load_app(app_path)
     with app:
-        now, rows = _read(
+        names = None if workflow_id is None else [guard(lambda: for_id(app, workflow_id))]
+        results = each_store(
             app,
-            lambda conn: app.store.list_jobs(
-                conn,
-                status=status,
-                queue=queue,
-                task_name=task_name,
-                workflow_id=workflow_id,
-                limit=limit,
+            lambda owner: (
+                owner.database.read(
+                    lambda conn: owner.store.list_jobs(
+                        conn,
+                        status=status,
+                        queue=queue,
+                        task_name=task_name,
+                        workflow_id=workflow_id,
+                        limit=limit,
+                    )
+                )
+                if names is None or owner.store_name == names[0].store_name
+                else (None, [])
             ),
         )
-    if as_json:
-        click.echo(to_json([job_as_json(job) for job in rows]))
-    else:
-        click.echo(format_jobs(now, rows))
+    echo_each(
+        app,
+        results,
+        as_json=as_json,
+        document=lambda listed: [job_as_json(job) for job in listed[1]],
+        text=lambda listed: format_jobs(*listed) if listed[0] is not None else "no jobs",
+    )
 
 
 @jobs.command("show")
@@ -362,16 +375,23 @@ def workers(app_path: str, since: float, as_json: bool) -> None:
     """
     app = load_app(app_path)
     with app:
-        now, infos = _run(app, lambda conn: admin.read_workers(app, conn, since=since), "workers")
-    if as_json:
-        document = {
-            "now": now,
+        results = each_store(
+            app,
+            lambda owner: owner.database.run(
+                lambda conn: admin.read_workers(owner, conn, since=since)
+            ),
+        )
+    echo_each(
+        app,
+        results,
+        as_json=as_json,
+        document=lambda read: {
+            "now": read[0],
             "lease_timeout": app.lease_timeout,
-            "workers": [info.as_json() for info in infos],
-        }
-        click.echo(to_json(document))
-    else:
-        click.echo(format_workers(now, infos))
+            "workers": [info.as_json() for info in read[1]],
+        },
+        text=lambda read: format_workers(*read),
+    )
 
 
 # -- prune ----------------------------------------------------------------------------------------

@@ -108,3 +108,33 @@ def test_migrate_worker_and_beat_of_two_stores(
         assert json.loads(shown.stdout)["task_name"] == "stores_app.mail"
     finally:
         processes.close()
+
+
+def test_operations_fan_out_and_a_down_store_is_its_own_error(
+    dsn: str, schema_admin: SchemaAdmin, schemas: dict[str, str]
+) -> None:
+    schema_admin.create_migrated(schemas["default"])
+    env = pgtasks_env(dsn, schemas["default"])
+    env.pop("PGTASKS_DSN")
+    env["PGTASKS_TEST_CONNECT_ATTEMPTS"] = "1"
+    env["PGTASKS_STORES"] = json.dumps(
+        {
+            "default": {"dsn": dsn, "schema": schemas["default"]},
+            "bulk": {"dsn": "postgresql://pgtasks@127.0.0.1:1/nowhere", "schema": "pgtasks"},
+        }
+    )
+    for command in (
+        ("stats",),
+        ("queues", "list"),
+        ("workers",),
+        ("jobs", "list"),
+        ("doctor",),
+    ):
+        result = run(env, *command)
+        assert result.returncode in (1, 2), (command, result.stdout, result.stderr)
+        assert "== store default" in result.stdout or "store default:" in result.stdout, command
+        assert "cannot reach PostgreSQL at 127.0.0.1:1" in result.stdout, (command, result.stdout)
+        as_json = run(env, *command, "--json")
+        document = json.loads(as_json.stdout)
+        assert "error" in document["stores"]["bulk"], command
+        assert "error" not in document["stores"]["default"], command

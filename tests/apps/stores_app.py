@@ -3,6 +3,7 @@ or a .json/.toml file) and PGTASKS_ROUTES; queue "emails" routes to store "bulk"
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 from pgtasks import App
@@ -10,7 +11,8 @@ from tests.apps import lazy_app
 
 
 def build() -> App:
-    app = App(connect_timeout=3.0)
+    attempts = int(os.environ.get("PGTASKS_TEST_CONNECT_ATTEMPTS", "3"))
+    app = App(connect_timeout=3.0, connect_attempts=attempts)
 
     @app.task(name="stores_app.double")
     def double(n: int) -> int:

@@ -222,3 +222,73 @@ def test_stores_need_a_default_and_known_routes() -> None:
         App("postgresql://h/db", stores={"default": "postgresql://h/db2"})
     with pytest.raises(ConfigurationError, match="same database and schema"):
         App(stores={"default": "postgresql://h/db", "bulk": "postgresql://h/db"})
+
+
+def test_move_a_queue_and_the_stranded_jobs_doctor_sees(
+    make_stores_app: Callable[..., App],
+) -> None:
+    from pgtasks._app import admin
+    from pgtasks._app.doctor import check_stranded
+
+    before = make_stores_app()  # emails routes to default
+    tasks = add_tasks(before)
+    old = [tasks["mail"].delay(n) for n in range(3)]
+    assert all(handle.id >> 48 == 0 for handle in old)
+    after = App(
+        stores={
+            name: Store(before.dsn, schema=schema)
+            for name, schema in before.schemas.items()  # type: ignore[attr-defined]
+        },
+        routes={"emails": "bulk"},
+    )
+    new_tasks = add_tasks(after)
+    try:
+        stranded = after.for_store("default")
+        rows = stranded.database.run(stranded.store.count_stranded_jobs)
+        finding = check_stranded(stranded, rows)
+        assert finding.level == "warning"
+        assert "3 unfinished job(s) in store 'default'" in finding.summary
+        assert "emails (3, routed to bulk)" in finding.summary
+        # Nothing drains the old store yet: the move times out, emails paused in bulk.
+        timed_out = admin.move_queue(before, "emails", "bulk", timeout=0.2, poll=0.05)
+        assert (timed_out.left, timed_out.done) == (3, False)
+        assert after.for_store("bulk").paused_queues() == ["emails"]
+        newer = new_tasks["mail"].delay(10)  # producers switched: waits, paused, in bulk
+        assert newer.id >> 48 == 1
+        seen: list[int] = []
+        with running_worker(before, store="default"):  # the old store's worker drains it
+            moved = admin.move_queue(before, "emails", "bulk", poll=0.05, waiting=seen.append)
+            assert [handle.get(timeout=10) for handle in old] == [1, 2, 3]
+        assert moved.done and after.for_store("bulk").paused_queues() == []
+        with running_worker(after, store="bulk"):
+            assert newer.get(timeout=10) == 11
+        assert (
+            check_stranded(
+                stranded, stranded.database.run(stranded.store.count_stranded_jobs)
+            ).level
+            == "ok"
+        )
+        with pytest.raises(ConfigurationError, match="routes to store 'bulk' already"):
+            admin.move_queue(after, "emails", "bulk")
+    finally:
+        after.close()
+
+
+def test_a_worker_metrics_name_its_store(stores_app: App) -> None:
+    pytest.importorskip("prometheus_client")
+    from pgtasks._worker.metrics import WorkerMetrics
+    from tests.integration.test_metrics import scrape_until
+
+    metrics = WorkerMetrics(queue_depth_interval=0.2)
+    metrics.serve(0)
+    add_tasks(stores_app)["mail"].delay(1)
+    with running_worker(stores_app, store="bulk", observers=[metrics]) as worker:
+        info = {
+            "name": worker.name,
+            "schema": stores_app.schemas["bulk"],  # type: ignore[attr-defined]
+            "store": "bulk",
+            "queues": "*",
+            "version": "0.1.0",
+        }
+        scrape_until(metrics, "pgtasks_worker_info", 1.0, **info)
+    metrics.close()
