@@ -9,6 +9,7 @@
     python -m benchmarks --enqueue [...]   (enqueue beside bare psycopg loops: enqueue.py)
     python -m benchmarks --counters [...]   (the counters' cost, with and without: counters.py)
     python -m benchmarks --migrations [...]   (stalls while migrating a live table: migrations.py)
+    python -m benchmarks --scaleout [...]   (1, 2, 3 stores on CPU-capped servers: scaleout.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -510,6 +511,7 @@ SUBCOMMANDS = {
     "--counters": "counters",  # what the counters of exercised guarantees cost
     "--enqueue": "enqueue",  # enqueue paths beside bare psycopg loops
     "--in-process": "inprocess",  # the worker inside an asyncio program
+    "--scaleout": "scaleout",  # 1, 2, 3 stores on as many CPU-capped PostgreSQL servers
 }
 
 

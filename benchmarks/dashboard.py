@@ -54,7 +54,7 @@ from psycopg import sql
 
 from benchmarks.__main__ import ROOT, print_setting, resolve_dsn, worker_processes
 from pgtasks import App
-from pgtasks._operations import parse_job_filter
+from pgtasks._job_filter import parse_job_filter
 from pgtasks.web import asgi
 
 PAGES_SCHEMA = "pgtasks_bench_dashboard"

@@ -81,6 +81,11 @@ async def afor_specs(
 
 def store_of_specs(app: App, specs: Sequence[JobSpec]) -> str:
     stores = app.stores
+    if len(specs) == 1:  # delay(): one route to read
+        spec = specs[0]
+        name = stores.store_of_queue(spec.queue)
+        _check_limited(app, spec, name)
+        return name
     names = {spec.queue: stores.store_of_queue(spec.queue) for spec in specs}
     if len(set(names.values())) > 1:
         routes = ", ".join(f"{queue} → {name}" for queue, name in sorted(names.items()))
@@ -90,17 +95,22 @@ def store_of_specs(app: App, specs: Sequence[JobSpec]) -> str:
         )
     name = next(iter(names.values()))
     for spec in specs:
-        task = app.tasks.get(spec.task_name)
-        if task is not None and task.limits is not None:
-            home = stores.store_of_queue(task.queue)
-            if home != name:
-                raise CrossStoreError(
-                    f"task {task.name!r} has limits, held in store {home!r} (its queue"
-                    f" {task.queue!r}); queue {spec.queue!r} routes to store {name!r}: a"
-                    " limit counts one store's jobs, so a limited task's jobs stay in its"
-                    " queue's store"
-                )
+        _check_limited(app, spec, name)
     return name
+
+
+def _check_limited(app: App, spec: JobSpec, name: str) -> None:
+    """A job of a task with limits goes to its task's queue's store (CrossStoreError)."""
+    task = app.tasks.get(spec.task_name)
+    if task is not None and task.limits is not None:
+        home = app.stores.store_of_queue(task.queue)
+        if home != name:
+            raise CrossStoreError(
+                f"task {task.name!r} has limits, held in store {home!r} (its queue"
+                f" {task.queue!r}); queue {spec.queue!r} routes to store {name!r}: a"
+                " limit counts one store's jobs, so a limited task's jobs stay in its"
+                " queue's store"
+            )
 
 
 def for_queue(app: App, queue: str) -> App:

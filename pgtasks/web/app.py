@@ -42,6 +42,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._app import admin
+from .._app.layout import DEFAULT_STORE
 from .._errors import (
     JobNotFoundError,
     PgTasksError,
@@ -90,6 +91,7 @@ from .security import (
     is_loopback,
     is_loopback_host,
 )
+from .stores import job_elsewhere, mount_stores, store_links
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -211,6 +213,9 @@ class Dashboard:
         self.stream_max_age = stream_max_age
         self.failed_logins = FailedLogins(limit=login_attempts)
         self._chart: tuple[float, FinishedMinutes] | None = None
+        #: Where this store's dashboard is mounted in the dashboard of an app of several
+        #: stores ("/stores/<name>"; "" for the default store's, at the root).
+        self.mount = ""
 
     # -- rendering --
     def _common(self, base: str) -> dict[str, Any]:
@@ -219,6 +224,7 @@ class Dashboard:
             "read_only": self.read_only,
             "csrf": self.csrf,
             "schema": self.app.schema,
+            **store_links(self.app, base, self.mount),
         }
 
     def fragment(self, template: str, base: str, **context: Any) -> str:
@@ -332,6 +338,9 @@ class Dashboard:
 
     async def job(self, request: Request) -> Response:
         job_id = _path_id(request)
+        elsewhere = job_elsewhere(self.app, job_id, _base(request), self.mount)
+        if elsewhere is not None:  # the id names another store: its dashboard
+            return RedirectResponse(elsewhere, status_code=303)
         try:
             context = await run_in_threadpool(self.job_context, job_id, self.reads(request))
         except JobNotFoundError as error:
@@ -830,13 +839,30 @@ def asgi(
     ``pool_size`` and ``statement_timeout``: the dashboard's own connections and how long
     one of its queries may run.
     """
+    key = secret if secret is not None else secrets.token_bytes(32)
+    options: dict[str, Any] = {
+        "auth": auth,
+        "read_only": read_only,
+        "insecure_no_auth": insecure_no_auth,
+        "allowed_hosts": allowed_hosts,
+        "secret": key,
+        "debounce": debounce,
+        "poll": poll,
+        "pool_size": pool_size,
+        "statement_timeout": statement_timeout,
+        "stream_max_age": stream_max_age,
+        "login_attempts": login_attempts,
+    }
+    root = app if not app.stores.single and app.settings.store is None else None
+    if root is not None:
+        app = app.for_store(DEFAULT_STORE)  # at the root: the default store's dashboard
     dashboard = Dashboard(
         app,
         auth=auth,
         read_only=read_only,
         insecure_no_auth=insecure_no_auth,
         allowed_hosts=allowed_hosts,
-        secret=secret if secret is not None else secrets.token_bytes(32),
+        secret=key,
         debounce=debounce,
         poll=poll,
         pool_size=pool_size,
@@ -880,6 +906,8 @@ def asgi(
     # A redirect to the same path with or without a slash would name the request's Host.
     starlette.router.redirect_slashes = False
     starlette.state.dashboard = dashboard
+    if root is not None:  # and each other store's
+        return mount_stores(root, starlette, dashboard, options)
     return DashboardApp(starlette, dashboard)
 
 

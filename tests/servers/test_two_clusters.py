@@ -18,8 +18,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from benchmarks.clusters import Cluster, pg15_available, start_clusters
 from pgtasks import App, DatabaseError, Store
-from tests.support.clusters import Cluster, pg15_available, start_clusters
 from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
 from tests.support.inprocess import running_worker
 from tests.support.schemas import new_schema_name

@@ -1,4 +1,4 @@
-"""PostgreSQL 15 clusters of one test or benchmark (scripts/ci-postgres15.sh): started on a
+"""PostgreSQL 15 clusters of a benchmark or a test (scripts/ci-postgres15.sh): started on a
 loopback address and port of their own, crashed (``pg_ctl stop -m immediate``), restarted,
 stopped. Skipped (tests) when Debian's PostgreSQL 15 is not installed."""
 
@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "ci-postgres15.sh"
 PG15_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 
