@@ -409,3 +409,31 @@ def test_workflow_races_benchmark_counts_no_stuck_nor_doubled_callback(
     (row,) = json.loads(output.read_text())["results"]
     assert row["trigger"] == "current" and row["callbacks"] == 100
     assert (row["stuck"], row["doubled"], row["wrong"], row["healed"]) == (0, 0, 0, 0)
+
+
+def test_scaleout_benchmark_runs_end_to_end(tmp_path: Path) -> None:
+    from benchmarks.clusters import pg15_available
+
+    if not pg15_available():
+        pytest.skip("Debian's PostgreSQL 15 is not installed (apt-get install postgresql-15)")
+    output = tmp_path / "scaleout.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--scaleout", "--quick", "--json", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report: dict[str, Any] = json.loads(output.read_text())
+    modes = ["uncapped"] + (["capped"] if "capped" in report else [])
+    if "capped" not in report:
+        assert "cgroups are read-only here" in result.stdout
+    for mode in modes:
+        rows = report[mode]
+        assert [row["stores"] for row in rows] == [1, 2, 3]
+        assert all(row["lost"] == 0 and row["duplicates"] == 0 for row in rows)
+        assert all(min(row["throughput"]) > 0 for row in rows)
+    producer = report["producer_us_per_delay"]
+    assert min(producer["one_store"]) > 0 and min(producer["three_stores"]) > 0

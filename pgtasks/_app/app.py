@@ -361,10 +361,12 @@ class App:
         )
 
     def check_schema(self) -> None:
-        """Raise SchemaNotMigratedError / SchemaTooNewError unless the schema is current."""
+        """Raise SchemaNotMigratedError / SchemaTooNewError unless the schema is current
+        (and, for an App of several stores, ConfigurationError for two of one number)."""
         self.database.schema_checked = False
         with self.database.connection():
             pass
+        self.stores.check()  # of several stores: none with another's number or uid
 
     @property
     def schema(self) -> str:

@@ -17,7 +17,7 @@ import psycopg
 
 from .._app import admin
 from .._app.app import App
-from .._app.routing import for_id
+from .._app.routing import for_id, serving
 from .._errors import JobNotFoundError
 from .._operations import (
     DURATION_FORMS,
@@ -297,7 +297,9 @@ def _retry_one(app: App, job_id: int, as_json: bool) -> None:
 
 
 def _retry_all_failed(app: App, task_name: str | None, as_json: bool) -> None:
-    ids: list[int] = guard(lambda: admin.retry_failed_jobs(app, task_name))
+    ids: list[int] = []
+    for owner in serving(app):  # every store of an app of several
+        ids.extend(guard(lambda owner=owner: admin.retry_failed_jobs(owner, task_name)))
     if as_json:
         click.echo(to_json({"retried": len(ids), "ids": ids, "task": task_name}))
         return
@@ -445,24 +447,32 @@ def prune_command(
     if _defaulted(ctx, "failed_after"):
         failed_after = app.prune_failed_after
     with app:
-        result = _run(
+        results = each_store(
             app,
-            lambda conn: prune(
-                app.store,
-                conn,
-                done_after=done_after,
-                failed_after=failed_after,
-                batch_size=batch_size,
+            lambda owner: owner.database.run(
+                lambda conn: prune(
+                    owner.store,
+                    conn,
+                    done_after=done_after,
+                    failed_after=failed_after,
+                    batch_size=batch_size,
+                )
             ),
-            "prune",
         )
-    if as_json:
-        document = result.as_json()
-        document["done_older_than"] = done_after
-        document["failed_older_than"] = failed_after
-        click.echo(to_json(document))
-    else:
-        click.echo(format_prune(result, done_after=done_after, failed_after=failed_after))
+
+    def document(result: Any) -> dict[str, Any]:
+        pruned: dict[str, Any] = result.as_json()
+        pruned["done_older_than"] = done_after
+        pruned["failed_older_than"] = failed_after
+        return pruned
+
+    echo_each(
+        app,
+        results,
+        as_json=as_json,
+        document=document,
+        text=lambda result: format_prune(result, done_after=done_after, failed_after=failed_after),
+    )
 
 
 def _defaulted(ctx: click.Context, name: str) -> bool:

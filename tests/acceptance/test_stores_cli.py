@@ -129,6 +129,7 @@ def test_operations_fan_out_and_a_down_store_is_its_own_error(
         ("workers",),
         ("jobs", "list"),
         ("doctor",),
+        ("prune",),
     ):
         result = run(env, *command)
         assert result.returncode in (1, 2), (command, result.stdout, result.stderr)
@@ -138,3 +139,7 @@ def test_operations_fan_out_and_a_down_store_is_its_own_error(
         document = json.loads(as_json.stdout)
         assert "error" in document["stores"]["bulk"], command
         assert "error" not in document["stores"]["default"], command
+
+    refused = run(env, "purge", "--yes")
+    assert refused.returncode == 2
+    assert "this app has stores default, bulk: name the queue" in refused.stderr

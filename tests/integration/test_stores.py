@@ -292,3 +292,23 @@ def test_a_worker_metrics_name_its_store(stores_app: App) -> None:
         }
         scrape_until(metrics, "pgtasks_worker_info", 1.0, **info)
     metrics.close()
+
+
+def test_a_worker_refuses_to_start_on_duplicate_stores(
+    make_stores_app: Callable[..., App], admin: Any
+) -> None:
+    app = make_stores_app()
+    bulk = app.schemas["bulk"]  # type: ignore[attr-defined]
+    admin.execute(sql.SQL("UPDATE {}.instance SET store_no = 0").format(sql.Identifier(bulk)))
+    fresh = App(
+        stores={
+            name: Store(app.dsn, schema=schema)
+            for name, schema in app.schemas.items()  # type: ignore[attr-defined]
+        }
+    )
+    try:
+        worker = Worker(fresh, store="bulk")
+        with pytest.raises(ConfigurationError, match="stores 'default' and 'bulk' both have"):
+            worker.run()
+    finally:
+        fresh.close()
