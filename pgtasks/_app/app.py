@@ -60,7 +60,7 @@ _inherited: list[object] = []
 def _forget_inherited_listeners() -> None:
     """``os.fork()`` hook (child side): the parent's result listener is not the child's
     (the pools are let go of by the Database's own hook)."""
-    for app in list(_apps):
+    for app in [each for root in list(_apps) for each in (root, *root.views.values())]:
         if app._results is not None:
             _inherited.append(app._results)
         app._lock = threading.Lock()  # another thread may have held it during the fork
@@ -69,10 +69,6 @@ def _forget_inherited_listeners() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_listeners)
-
-
-def register_app(app: App) -> None:
-    _apps.add(app)
 
 
 class App:

@@ -46,8 +46,6 @@ def for_store(app: App, name: str) -> App:
 
 
 def _view(root: App, name: str) -> App:
-    from .app import register_app
-
     view = copy.copy(root)
     database = root.stores.databases[name]
     view.database = database
@@ -55,7 +53,6 @@ def _view(root: App, name: str) -> App:
     view.store_name = name
     view._lock = threading.Lock()
     view._results, view._results_pid = None, 0
-    register_app(view)
     return view
 
 

@@ -91,7 +91,7 @@ from .security import (
     is_loopback,
     is_loopback_host,
 )
-from .stores import job_elsewhere, mount_stores, store_links
+from .stores import job_elsewhere, mount_stores, store_links, store_names
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -216,6 +216,8 @@ class Dashboard:
         #: Where this store's dashboard is mounted in the dashboard of an app of several
         #: stores ("/stores/<name>"; "" for the default store's, at the root).
         self.mount = ""
+        #: The other stores' dashboards, mounted in this one (the root's): closed with it.
+        self.mounted: list[DashboardApp] = []
 
     # -- rendering --
     def _common(self, base: str) -> dict[str, Any]:
@@ -564,6 +566,8 @@ class Dashboard:
     def close(self) -> None:
         """Close the dashboard's pool (its event streams end with close_streams)."""
         self.db.close()
+        for other in self.mounted:
+            other.close()
 
 
 # -- request helpers ------------------------------------------------------------------------------
@@ -728,6 +732,8 @@ class DashboardApp:
         main thread, and after ``stream_max_age`` seconds.
         """
         self.dashboard.live.close_streams()
+        for other in self.dashboard.mounted:
+            other.close_streams()
 
     def close(self) -> None:
         """Close the dashboard's own connections (e.g. at the application's shutdown)."""
@@ -906,8 +912,10 @@ def asgi(
     # A redirect to the same path with or without a slash would name the request's Host.
     starlette.router.redirect_slashes = False
     starlette.state.dashboard = dashboard
-    if root is not None:  # and each other store's
-        return mount_stores(root, starlette, dashboard, options)
+    if root is not None:  # and each other store's, at /stores/<name>
+        mounted = {name: asgi(root.for_store(name), **options) for name in store_names(root)}
+        mount_stores(starlette, mounted)
+        dashboard.mounted = list(mounted.values())
     return DashboardApp(starlette, dashboard)
 
 

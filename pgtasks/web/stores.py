@@ -16,7 +16,6 @@ from .._errors import JobNotFoundError
 
 if TYPE_CHECKING:
     from .._app.app import App
-    from .app import Dashboard, DashboardApp
 
 
 def store_path(name: str) -> str:
@@ -48,32 +47,14 @@ def job_elsewhere(app: App, job_id: int, base: str, mount: str) -> str | None:
     return f"{home}{store_path(owner.store_name)}/jobs/{job_id}"
 
 
-def mount_stores(
-    app: App, starlette: Starlette, dashboard: Dashboard, options: dict[str, Any]
-) -> DashboardApp:
-    """The root dashboard (the default store's, ``starlette``) with each other store's
-    dashboard mounted at ``/stores/<name>``, sharing its options (auth, CSRF secret)."""
-    from .app import DashboardApp, asgi
+def store_names(app: App) -> list[str]:
+    """The stores of ``app`` other than the default one (each mounted at its path)."""
+    return [name for name in app.stores.names if name != DEFAULT_STORE]
 
-    class StoresDashboardApp(DashboardApp):
-        """The root DashboardApp, closing the mounted stores' dashboards with its own."""
 
-        def close_streams(self) -> None:
-            super().close_streams()
-            for other in mounted:
-                other.close_streams()
-
-        def close(self) -> None:
-            super().close()
-            for other in mounted:
-                other.close()
-
-    mounted: list[DashboardApp] = []
-    for name in app.stores.names:
-        if name == DEFAULT_STORE:
-            continue
-        inner = asgi(app.for_store(name), **options)
+def mount_stores(starlette: Starlette, mounted: dict[str, Any]) -> None:
+    """Mount each other store's dashboard (a DashboardApp, by store name) at
+    ``/stores/<name>`` in the root's routes."""
+    for name, inner in mounted.items():
         inner.dashboard.mount = store_path(name)
-        mounted.append(inner)
         starlette.router.routes.insert(0, Mount(store_path(name), app=inner))
-    return StoresDashboardApp(starlette, dashboard)

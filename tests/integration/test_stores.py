@@ -14,6 +14,7 @@ from psycopg import sql
 from pgtasks import App, ConfigurationError, CrossStoreError, JobNotFoundError, Store, Worker, chain
 from pgtasks._worker.beat import Beat
 from tests.support.inprocess import running_worker
+from tests.support.waiting import wait_until
 
 ONE_STORE = 1 << 48
 
@@ -276,22 +277,31 @@ def test_move_a_queue_and_the_stranded_jobs_doctor_sees(
 
 def test_a_worker_metrics_name_its_store(stores_app: App) -> None:
     pytest.importorskip("prometheus_client")
+    import urllib.request
+
     from pgtasks._worker.metrics import WorkerMetrics
-    from tests.integration.test_metrics import scrape_until
 
     metrics = WorkerMetrics(queue_depth_interval=0.2)
     metrics.serve(0)
+
+    def scraped() -> str:
+        with urllib.request.urlopen(f"http://{metrics.address}/metrics", timeout=5) as page:
+            return str(page.read().decode())
+
     add_tasks(stores_app)["mail"].delay(1)
-    with running_worker(stores_app, store="bulk", observers=[metrics]) as worker:
-        info = {
-            "name": worker.name,
-            "schema": stores_app.schemas["bulk"],  # type: ignore[attr-defined]
-            "store": "bulk",
-            "queues": "*",
-            "version": "0.1.0",
-        }
-        scrape_until(metrics, "pgtasks_worker_info", 1.0, **info)
-    metrics.close()
+    try:
+        with running_worker(stores_app, store="bulk", observers=[metrics]):
+            bulk = stores_app.schemas["bulk"]  # type: ignore[attr-defined]
+            info = wait_until(
+                lambda: next(
+                    (line for line in scraped().splitlines() if "pgtasks_worker_info{" in line),
+                    None,
+                ),
+                message="the worker's info series",
+            )
+            assert 'store="bulk"' in info and f'schema="{bulk}"' in info
+    finally:
+        metrics.close()
 
 
 def test_a_worker_refuses_to_start_on_duplicate_stores(
