@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -438,6 +439,7 @@ def main(argv: list[str]) -> int:
             group.remove()
         for cluster in clusters:
             cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)  # the clusters' state files
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=2))
     print(f"\nwrote {args.json}")
