@@ -351,21 +351,25 @@ class Task(Generic[P, R]):
         else:
             limit_groups, limit_key = None, None
         spec = new_job_spec(
-            self.name,  # task_name
-            queue,
-            self.priority if priority is None else validate_priority(priority),
-            args_json,
-            kwargs_json,
-            self.max_attempts if max_attempts is None else validate_max_attempts(max_attempts),
-            run_at,
-            delay,  # delay_seconds
-            idempotency_key,
-            # meta_json: None (nothing sent) for no meta or an empty one.
-            None
-            if meta is None
-            else encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes),
-            None if limit_groups is None else tuple(limit_groups),
-            limit_key,
+            task_name=self.name,
+            queue=queue,
+            priority=self.priority if priority is None else validate_priority(priority),
+            args_json=args_json,
+            kwargs_json=kwargs_json,
+            max_attempts=(
+                self.max_attempts if max_attempts is None else validate_max_attempts(max_attempts)
+            ),
+            run_at=run_at,
+            delay_seconds=delay,
+            idempotency_key=idempotency_key,
+            # None (nothing sent) for no meta or an empty one.
+            meta_json=(
+                None
+                if meta is None
+                else encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
+            ),
+            limit_groups=None if limit_groups is None else tuple(limit_groups),
+            limit_key=limit_key,
         )
         if (
             self.uniqueness is None
@@ -417,9 +421,19 @@ class Task(Generic[P, R]):
             return [dataclasses.replace(spec, meta_json=meta_json) for spec in specs]
         arguments = self._arguments
         shared = new_job_spec(
-            self.name, self.queue, self.priority, "[]", "{}", self.max_attempts,
-            None, None, None, meta_json, None, None,
-        )  # fmt: skip
+            task_name=self.name,
+            queue=self.queue,
+            priority=self.priority,
+            args_json="[]",
+            kwargs_json="{}",
+            max_attempts=self.max_attempts,
+            run_at=None,
+            delay_seconds=None,
+            idempotency_key=None,
+            meta_json=meta_json,
+            limit_groups=None,
+            limit_key=None,
+        )
         return JobBatch(shared, [arguments(*_arguments_of(item)) for item in items])
 
     # -- workflow steps --

@@ -7,7 +7,7 @@ Routing (:meth:`Executor.route`): a task's ``executor=`` option wins; an ``async
 runs on the event loop; a sync task runs on its queue's executor (``queue_executors``)
 or the worker's default ``pool`` ("thread" unless told otherwise).
 
-Slots: sync threads and coroutines share ``concurrency`` slots (as before); the process
+Slots: sync threads and coroutines share ``concurrency`` slots; the process
 pool has ``processes`` slots. The worker claims up to the sum of the free slots of the
 executors its tasks can use (:attr:`Executor.capacity`). A claim can bring more jobs for
 one executor than it has free slots; the extras wait here, claimed and heartbeated, and

@@ -121,10 +121,6 @@ class Database:
         self.name = name or f"pgtasks-{settings.schema}"
         self.configured_dsn = settings.dsn
         self.embedded_dir = settings.embedded_dir
-        self.pool_min_size = pools.min_size
-        self.pool_max_size = pools.max_size
-        self.connect_timeout = pools.connect_timeout
-        self.connect_attempts = pools.connect_attempts
         self.configured_session_dsn = settings.session_dsn or None
         self.replica_dsn = settings.replica_dsn or None
         #: ``dsn`` goes through a transaction-mode pooler (PgBouncer pool_mode=transaction).
@@ -232,7 +228,7 @@ class Database:
         if options and direct:
             extra["options"] = options
         kwargs.setdefault("autocommit", True)
-        kwargs.setdefault("connect_timeout", max(1, round(self.connect_timeout)))
+        kwargs.setdefault("connect_timeout", max(1, round(self.pools.connect_timeout)))
         return psycopg.connect(target, **{**extra, **kwargs})
 
     # -- pools --
@@ -245,10 +241,10 @@ class Database:
                 return self._pool
             pool: ConnectionPool[Any] = ConnectionPool(
                 self.dsn,
-                min_size=self.pool_min_size,
-                max_size=self.pool_max_size,
+                min_size=self.pools.min_size,
+                max_size=self.pools.max_size,
                 kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
-                timeout=self.connect_timeout,
+                timeout=self.pools.connect_timeout,
                 name=self.name,
                 open=False,
             )
@@ -257,7 +253,7 @@ class Database:
                 # would make the pool open one more connection at once, and a one-by-one
                 # producer would then alternate between two server processes for the
                 # pool's max_idle (about 20 µs more per enqueue).
-                pool.open(wait=True, timeout=self.connect_timeout)
+                pool.open(wait=True, timeout=self.pools.connect_timeout)
             except PoolTimeout as error:  # the pool closed itself
                 timeout: PoolTimeout | None = error
             else:
@@ -273,17 +269,17 @@ class Database:
         if self._apool is None or self._apool_loop is not loop:
             apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.dsn,
-                min_size=self.pool_min_size,
-                max_size=self.pool_max_size,
+                min_size=self.pools.min_size,
+                max_size=self.pools.max_size,
                 kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
-                timeout=self.connect_timeout,
+                timeout=self.pools.connect_timeout,
                 name=f"{self.name}-async",
                 open=False,
             )
             try:
                 # Waiting for the first connection keeps no connection attempt running in
                 # the background when a short-lived loop (asyncio.run) ends.
-                await apool.open(wait=True, timeout=self.connect_timeout)
+                await apool.open(wait=True, timeout=self.pools.connect_timeout)
             except PoolTimeout as error:
                 await apool.close()
                 raise self.unavailable(error) from None
@@ -294,24 +290,24 @@ class Database:
         """The error to raise when no connection could be had: the server is down or
         unreachable (DatabaseUnavailableError), or the pool is exhausted."""
         if isinstance(cause, PoolTimeout) or cause is None:
-            probed = db.probe_connection_error(self.dsn, self.connect_timeout)
+            probed = db.probe_connection_error(self.dsn, self.pools.connect_timeout)
             if probed is None and isinstance(cause, PoolTimeout):
                 # The server answers: the pool is exhausted, not the database down.
                 return PoolExhaustedError(
                     f"no free connection in this process's pool within"
-                    f" {self.connect_timeout:g} s: all {self.pool_max_size} (pool_max_size)"
+                    f" {self.pools.connect_timeout:g} s: all {self.pools.max_size} (pool_max_size)"
                     " are in use. Is a task or caller holding connections (a leaked or"
                     f" long transaction)? The server at {self.describe()} is reachable."
                 )
             cause = probed or cause
-        return db.unavailable_error(self.dsn, cause, self.connect_timeout)
+        return db.unavailable_error(self.dsn, cause, self.pools.connect_timeout)
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection (autocommit) with the schema checked."""
         pool = self.get_pool()
         try:
-            connection_context = pool.connection(timeout=self.connect_timeout)
+            connection_context = pool.connection(timeout=self.pools.connect_timeout)
             conn = connection_context.__enter__()
         except PoolTimeout as error:
             raise self.unavailable(error) from None
@@ -328,7 +324,7 @@ class Database:
     async def aconnection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         pool = await self.get_apool()
         try:
-            connection_context = pool.connection(timeout=self.connect_timeout)
+            connection_context = pool.connection(timeout=self.pools.connect_timeout)
             conn = await connection_context.__aenter__()
         except PoolTimeout as error:
             raise self.unavailable(error) from None
@@ -345,7 +341,7 @@ class Database:
     def _retrying(self) -> dict[str, Any]:
         """Retries after the first failed try: connect_attempts - 1 more, backing off."""
         return {
-            "stop": tenacity.stop_after_attempt(self.connect_attempts - 1),
+            "stop": tenacity.stop_after_attempt(self.pools.connect_attempts - 1),
             "wait": tenacity.wait_exponential(multiplier=0.1, max=2.0),
             "retry": tenacity.retry_if_exception(is_connection_failure),
             "reraise": True,
@@ -355,7 +351,7 @@ class Database:
         """Re-raise ``error`` unless it is worth retrying on a fresh connection."""
         if not is_connection_failure(error):
             raise error
-        if self.connect_attempts < 2:
+        if self.pools.connect_attempts < 2:
             raise self.unavailable(error) from None
 
     def run(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
@@ -368,7 +364,7 @@ class Database:
             if pool is None or self._pool_pid != os.getpid():
                 pool = self.get_pool()
             try:
-                conn = pool.getconn(timeout=self.connect_timeout)
+                conn = pool.getconn(timeout=self.pools.connect_timeout)
             except PoolTimeout as error:
                 raise self.unavailable(error) from None
             try:
@@ -416,7 +412,7 @@ class Database:
             if apool is None or self._apool_loop is not asyncio.get_running_loop():
                 apool = await self.get_apool()
             try:
-                conn = await apool.getconn(timeout=self.connect_timeout)
+                conn = await apool.getconn(timeout=self.pools.connect_timeout)
             except PoolTimeout as error:
                 raise self.unavailable(error) from None
             try:
@@ -472,7 +468,7 @@ class Database:
         try:
             return self.connect(session=True, application_name="pgtasks migrate")
         except psycopg.OperationalError as error:
-            raise db.unavailable_error(session_dsn, error, self.connect_timeout) from None
+            raise db.unavailable_error(session_dsn, error, self.pools.connect_timeout) from None
 
     def migrate(
         self,
@@ -518,7 +514,7 @@ class Database:
                     "application_name": "pgtasks replica reads",
                     **self.extra_kwargs,
                 },
-                timeout=self.connect_timeout,
+                timeout=self.pools.connect_timeout,
                 name=f"{self.name}-replica",
                 open=True,
             )
@@ -539,7 +535,7 @@ class Database:
         cause: BaseException | None = None
         for _ in range(REPLICA_CONFLICT_TRIES):
             try:
-                with self.get_replica_pool().connection(timeout=self.connect_timeout) as conn:
+                with self.get_replica_pool().connection(timeout=self.pools.connect_timeout) as conn:
                     return operation(conn)
             except (psycopg.Error, PoolTimeout) as error:
                 cause = error

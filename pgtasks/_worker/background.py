@@ -11,7 +11,6 @@ result when it is done. Nothing here touches the worker's jobs.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import queue
 import threading
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._leases import ClaimRequest, Finish, RoundTrip
+from .connection import OwnConnection
 
 if TYPE_CHECKING:
     from .._execution.running import Running
@@ -67,10 +67,9 @@ class BackgroundExchanger:
         *,
         name: str,
     ) -> None:
-        self._connect = connect
         self._run = run
         self._on_done = on_done
-        self._conn: psycopg.Connection[Any] | None = None
+        self._connection = OwnConnection(connect)
         self._lock = threading.Lock()
         #: Submitted exchanges (None: close) for the thread.
         self._requests: queue.SimpleQueue[Exchange | None] = queue.SimpleQueue()
@@ -116,7 +115,7 @@ class BackgroundExchanger:
         self._requests.put(None)
         self._thread.join(1.0)
         if not self._thread.is_alive():
-            self._drop()
+            self._connection.drop()
 
     def _serve(self) -> None:
         while True:
@@ -124,26 +123,18 @@ class BackgroundExchanger:
             if exchange is None:
                 return
             try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = self._connect()
-                self._run(self._conn, exchange)
+                self._run(self._connection.get(), exchange)
             except psycopg.Error as error:
                 exchange.error = error
-                exchange.broken = self._conn is None or self._conn.broken
+                exchange.broken = self._connection.broken
                 if exchange.broken:
-                    self._drop()
+                    self._connection.drop()
             except BaseException as error:  # a bug: report it as a broken exchange
                 exchange.error = psycopg.InterfaceError(f"background exchange failed: {error!r}")
                 exchange.broken = True
-                self._drop()
+                self._connection.drop()
             with self._lock:
                 self._request = None
                 self._done = exchange
                 self._idle.set()
             self._on_done()
-
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()

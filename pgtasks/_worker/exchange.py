@@ -186,7 +186,7 @@ class Exchanges:
 
         A worker of named queues claims from those not paused (the claim statement is
         unchanged); a worker of every queue leaves the paused ones out. With none
-        paused, both are as before the feature: ``(queues, None)``.
+        paused, both are ``(queues, None)``.
         """
         paused = self._paused
         if not paused:

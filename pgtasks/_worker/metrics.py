@@ -47,12 +47,11 @@ and every process's totals, stored in the database (sampled with the queue depth
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -67,6 +66,7 @@ from .._counters import (
 )
 from .._errors import ConfigurationError
 from .._validation import positive_seconds
+from .connection import OwnConnection
 from .events import WorkerEvents
 from .services import ErrorLog
 
@@ -291,7 +291,12 @@ class QueueDepthSampler:
         self.stopping = threading.Event()
         self.errors = ErrorLog(f"queue-depth sampler of worker {name}")
         self.thread = threading.Thread(target=self._run, name="pgtasks-metrics", daemon=True)
-        self._conn: psycopg.Connection[Any] | None = None
+        # The replica when the app has one (a sample may lag), else the app's dsn.
+        self._connection = OwnConnection(
+            lambda: app.database.connect(
+                replica=True, application_name=f"pgtasks metrics {name}"[:63]
+            )
+        )
 
     def start(self) -> None:
         self.thread.start()
@@ -302,21 +307,17 @@ class QueueDepthSampler:
             self.thread.join(timeout)
 
     def sample_once(self) -> None:
-        if self._conn is None or self._conn.closed:
-            # The replica when the app has one (a sample may lag), else the app's dsn.
-            self._conn = self.app.database.connect(
-                replica=True, application_name=f"pgtasks metrics {self.name}"[:63]
-            )
+        conn = self._connection.get()
         store = self.app.store
-        with self._conn.transaction():
-            store.limit_statement_time(self._conn, QUEUE_DEPTH_STATEMENT_TIMEOUT_MS / 1000)
-            depths = store.get_queue_depths(self._conn, self.queues)
+        with conn.transaction():
+            store.limit_statement_time(conn, QUEUE_DEPTH_STATEMENT_TIMEOUT_MS / 1000)
+            depths = store.get_queue_depths(conn, self.queues)
         self.collector.update(
             ((depth.queue, depth.pending, depth.running, depth.waiting) for depth in depths),
             expected=self.queues or (),
         )
         if self.counters is not None:
-            self.counters.update(self.app.store.get_counters(self._conn))
+            self.counters.update(self.app.store.get_counters(conn))
 
     def _run(self) -> None:
         while not self.stopping.is_set():
@@ -325,17 +326,11 @@ class QueueDepthSampler:
                 self.errors.recovered()
             except psycopg.Error as error:
                 self.errors.failed(error)
-                self._drop_connection()
+                self._connection.drop()
             except Exception:
                 logger.exception("queue-depth sampler of worker %s failed; continuing", self.name)
             self.stopping.wait(self.interval)
-        self._drop_connection()
-
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
+        self._connection.drop()
 
 
 class WorkerMetrics(WorkerEvents):

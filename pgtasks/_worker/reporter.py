@@ -123,7 +123,7 @@ class Reporter:
         for running, outcome in batch:
             status = accepted.get(running.job.id)
             if status is None or status == "cancelled" or outcome.kind not in ("done", "retry"):
-                # Lease lost, cancelled, failed: rare; the full path logs them as before.
+                # Lease lost, cancelled, failed: rare; the full path logs them.
                 if status == "cancelled":
                     outcome = Outcome.cancelled(outcome.error)
                 self._log_outcome(running, outcome, written=status is not None)

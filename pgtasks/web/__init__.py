@@ -10,7 +10,8 @@ Needs the ``web`` extra (``pip install 'pgtasks[web]'``). See docs/howto/dashboa
 
 from __future__ import annotations
 
-from .app import DashboardApp, asgi
+from .app import asgi
+from .gate import DashboardApp
 from .security import AuthCallable, auth_from_env, basic_auth, is_loopback
 
 __all__ = ["AuthCallable", "DashboardApp", "asgi", "auth_from_env", "basic_auth", "is_loopback"]

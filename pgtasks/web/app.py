@@ -17,14 +17,12 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from datetime import datetime, timezone
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl
 
 import psycopg
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -39,7 +37,6 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._app import admin
 from .._app.layout import DEFAULT_STORE
@@ -49,17 +46,16 @@ from .._errors import (
     UniqueKeyTakenError,
     WorkflowProtectedError,
 )
-from .._job_filter import FILTER_FIELDS, JobFilter, parse_job_filter
-from .._jobs import JobRow
-from .._operations import RETRYABLE, STATUSES, format_duration
+from .._job_filter import FILTER_FIELDS, JobFilter
+from .._operations import RETRYABLE
 from .._payload import check_name
 from .charts import charts
+from .gate import DashboardApp, error_page
 from .live import END, LiveHub
 from .reads import (
     SCAN_ROWS,
     DashboardDatabase,
     FinishedMinutes,
-    format_bytes,
 )
 from .reads import (
     bulk_counts as read_bulk_counts,
@@ -79,17 +75,26 @@ from .reads import (
 from .reads import (
     workers as read_workers,
 )
+from .rendering import environment
+from .requests import (
+    base_path,
+    filter_or_400,
+    form_id,
+    id_or_404,
+    live_url,
+    message,
+    optional_id,
+    path_id,
+    query_string,
+    route_path,
+    tab_links,
+    timeline,
+)
 from .security import (
     AuthCallable,
     FailedLogins,
-    credentials,
     csrf_problem,
     csrf_token,
-    forwarding_header,
-    host_matches,
-    host_name,
-    is_loopback,
-    is_loopback_host,
 )
 from .stores import job_elsewhere, mount_stores, store_links, store_names
 
@@ -101,84 +106,9 @@ HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 50
 #: Jobs one "selected" action may name.
 MAX_SELECTED = 500
-#: The largest id PostgreSQL's bigint holds: larger ids are "not found", not a 500.
-MAX_ID = 2**63 - 1
 #: Seconds the overview's charts are reused (they count per minute; each read fetches a
 #: row per job finished in the hour).
 CHART_MAX_AGE = 10.0
-#: Content-Security-Policy: only the dashboard's own scripts and styles run.
-CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
-    " connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
-)
-SECURITY_HEADERS = {
-    "content-security-policy": CSP,
-    "x-content-type-options": "nosniff",
-    "x-frame-options": "DENY",
-    "referrer-policy": "same-origin",
-    "cache-control": "no-store",
-    "cross-origin-resource-policy": "same-origin",
-}
-#: What an action's redirect reports (``?done=...``): fixed texts, never request input.
-MESSAGES = {
-    "retried": "Retried: the job is pending and due now.",
-    "cancelled": "Cancelled: the job will not run.",
-    "requested": "Cancellation requested: its worker stops it and records it as cancelled.",
-    "finished": "The job had already finished: nothing to cancel.",
-    "deleted": "The job was deleted.",
-    "bulk-retried": "Retried {count} job(s).",
-    "bulk-cancelled": "Cancelled {count} pending job(s), asked {requested} running job(s) to stop.",
-    "selected-retried": "Retried {count} selected job(s); {refused} could not be retried.",
-    "selected-cancelled": (
-        "Cancelled {count} selected job(s), asked {requested} running job(s) to stop;"
-        " {refused} had already finished."
-    ),
-    "selected-deleted": "Deleted {count} selected job(s); {refused} could not be deleted.",
-    "paused": "Paused: workers claim none of its jobs from their next poll on.",
-    "resumed": "Resumed: its workers were woken.",
-}
-#: Which job statuses a page about the jobs list links to, in life-cycle order.
-TAB_STATUSES = STATUSES
-
-
-def _environment() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(HERE / "templates"),
-        autoescape=select_autoescape(default=True, default_for_string=True),
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["duration"] = format_duration
-    env.filters["timestamp"] = _timestamp
-    env.filters["isoformat"] = _isoformat
-    env.filters["number"] = "{:,}".format
-    env.filters["bytes"] = format_bytes
-    env.globals["ago"] = _ago
-    env.globals["STATUSES"] = STATUSES
-    env.globals["TAB_STATUSES"] = TAB_STATUSES
-    return env
-
-
-def _timestamp(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _isoformat(value: datetime | None) -> str:
-    return "" if value is None else value.astimezone(timezone.utc).isoformat()
-
-
-def _ago(now: datetime, value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    delta = (now - value).total_seconds()
-    return f"{format_duration(delta)} ago" if delta >= 0 else f"in {format_duration(-delta)}"
-
-
-def _query(params: Mapping[str, object]) -> str:
-    """A query string of the non-empty values, in order (for links and event streams)."""
-    return urlencode({name: value for name, value in params.items() if value not in (None, "")})
 
 
 class Dashboard:
@@ -207,7 +137,7 @@ class Dashboard:
         self.allowed_hosts = tuple(allowed_hosts) if allowed_hosts is not None else None
         self.secret = secret
         self.csrf = csrf_token(secret)
-        self.templates = _environment()
+        self.templates = environment()
         self.db = DashboardDatabase(app, pool_size=pool_size, statement_timeout=statement_timeout)
         self.live = LiveHub(app, debounce=debounce, poll=poll)
         self.stream_max_age = stream_max_age
@@ -235,10 +165,10 @@ class Dashboard:
     def page(
         self, request: Request, template: str, status_code: int = 200, **context: Any
     ) -> HTMLResponse:
-        base = _base(request)
+        base = base_path(request)
         html = self.templates.get_template(template).render(
             **self._common(base),
-            path=_route_path(request),
+            path=route_path(request),
             database=self.app.describe_database(),
             **context,
         )
@@ -267,16 +197,16 @@ class Dashboard:
         query = job_filter.as_query()
         older = None
         if data.more and data.jobs:
-            older = _query({**query, "before": data.jobs[-1].id})
+            older = query_string({**query, "before": data.jobs[-1].id})
         elif data.searched_to is not None:  # not a full page: the scan stopped there
-            older = _query({**query, "before": data.searched_to})
+            older = query_string({**query, "before": data.searched_to})
         counts = data.counts
         return {
             "now": data.now,
             "jobs": data.jobs,
             "filter": job_filter,
             "query": query,
-            "query_string": _query(query),
+            "query_string": query_string(query),
             "older": older,
             "paged": before is not None,
             "searched_to": data.searched_to,
@@ -285,7 +215,7 @@ class Dashboard:
             "tab_counts": counts.of(job_filter.queue)
             if counts is not None and job_filter.counted_by_status
             else None,
-            "tab_links": _tab_links(job_filter),
+            "tab_links": tab_links(job_filter),
         }
 
     def job_context(self, job_id: int, db: DashboardDatabase | None = None) -> dict[str, Any]:
@@ -295,7 +225,7 @@ class Dashboard:
             "now": data.now,
             "page": data,
             "job": job,
-            "timeline": _timeline(job),
+            "timeline": timeline(job),
             "retryable": job.status.value in RETRYABLE,
         }
 
@@ -309,38 +239,38 @@ class Dashboard:
         return self.page(
             request,
             "overview.html",
-            live=_live_url(request, "/"),
-            message=_message(request),
+            live=live_url(request, "/"),
+            message=message(request),
             **context,
         )
 
     async def jobs(self, request: Request) -> Response:
-        job_filter = _filter_or_400(request.query_params)
-        before = _optional_id(request.query_params.get("before"), "before")
+        job_filter = filter_or_400(request.query_params)
+        before = optional_id(request.query_params.get("before"), "before")
         context = await run_in_threadpool(
             self.jobs_context, job_filter, before, self.reads(request)
         )
         return self.page(
             request,
             "jobs.html",
-            live=_live_url(request, "/jobs", _query({**context["query"], "before": before})),
-            counts_url=f"{_base(request)}/jobs/counts?{context['query_string']}"
+            live=live_url(request, "/jobs", query_string({**context["query"], "before": before})),
+            counts_url=f"{base_path(request)}/jobs/counts?{context['query_string']}"
             if not job_filter.empty
             else None,
-            message=_message(request),
+            message=message(request),
             tasks=sorted(self.app.tasks),
             **context,
         )
 
     async def job_counts(self, request: Request) -> Response:
         """How many jobs each bulk action of the filter would touch (the buttons say it)."""
-        job_filter = _filter_or_400(request.query_params)
+        job_filter = filter_or_400(request.query_params)
         counts = await run_in_threadpool(read_bulk_counts, self.db, job_filter)
         return JSONResponse(counts.as_json())
 
     async def job(self, request: Request) -> Response:
-        job_id = _path_id(request)
-        elsewhere = job_elsewhere(self.app, job_id, _base(request), self.mount)
+        job_id = path_id(request)
+        elsewhere = job_elsewhere(self.app, job_id, base_path(request), self.mount)
         if elsewhere is not None:  # the id names another store: its dashboard
             return RedirectResponse(elsewhere, status_code=303)
         try:
@@ -350,14 +280,14 @@ class Dashboard:
         return self.page(
             request,
             "job.html",
-            live=_live_url(request, f"/jobs/{job_id}"),
-            message=_message(request),
+            live=live_url(request, f"/jobs/{job_id}"),
+            message=message(request),
             **context,
         )
 
     async def workers(self, request: Request) -> Response:
         context = await run_in_threadpool(self.workers_context, self.reads(request))
-        return self.page(request, "workers.html", live=_live_url(request, "/workers"), **context)
+        return self.page(request, "workers.html", live=live_url(request, "/workers"), **context)
 
     async def schedules(self, request: Request) -> Response:
         now, statuses = await run_in_threadpool(read_schedules, self.app, self.reads(request))
@@ -370,7 +300,7 @@ class Dashboard:
     async def events(self, request: Request) -> Response:
         """The event stream of one page's live part: ``/events`` (the overview),
         ``/events/jobs?FILTER``, ``/events/jobs/ID`` or ``/events/workers``."""
-        base = _base(request)
+        base = base_path(request)
         page = "/" + request.path_params.get("page", "")
         key: tuple[Any, ...]
         render: Callable[[], str]
@@ -381,9 +311,9 @@ class Dashboard:
                 return self.fragment("_overview_live.html", base, **self.overview_context())
 
         elif page == "/jobs":
-            job_filter = _filter_or_400(request.query_params)
-            before = _optional_id(request.query_params.get("before"), "before")
-            key = ("jobs", base, _query({**job_filter.as_query(), "before": before}))
+            job_filter = filter_or_400(request.query_params)
+            before = optional_id(request.query_params.get("before"), "before")
+            key = ("jobs", base, query_string({**job_filter.as_query(), "before": before}))
 
             def render() -> str:
                 context = self.jobs_context(job_filter, before)
@@ -396,7 +326,7 @@ class Dashboard:
                 return self.fragment("_workers_live.html", base, **self.workers_context())
 
         elif page.startswith("/jobs/") and page.count("/") == 2:
-            job_id = _id_or_404(page.rsplit("/", 1)[1])
+            job_id = id_or_404(page.rsplit("/", 1)[1])
             key = ("job", base, job_id)
 
             def render() -> str:
@@ -454,12 +384,14 @@ class Dashboard:
         return fields
 
     def _back(self, request: Request, where: str, **params: object) -> Response:
-        query = _query(params)
-        return RedirectResponse(f"{_base(request)}{where}" + (f"?{query}" if query else ""), 303)
+        query = query_string(params)
+        return RedirectResponse(
+            f"{base_path(request)}{where}" + (f"?{query}" if query else ""), 303
+        )
 
     async def job_action(self, request: Request) -> Response:
         await self._form(request)
-        job_id = _path_id(request)
+        job_id = path_id(request)
         action = request.path_params["action"]
         try:
             if action == "retry":
@@ -495,7 +427,7 @@ class Dashboard:
         action = form.get("action")
         if action not in ("retry", "cancel", "delete"):
             raise HTTPException(400, "choose an action: retry, cancel or delete")
-        ids = sorted({_form_id(value) for name, value in fields if name == "id"})
+        ids = sorted({form_id(value) for name, value in fields if name == "id"})
         if not ids:
             raise HTTPException(400, "no job selected: tick the jobs to act on")
         if len(ids) > MAX_SELECTED:
@@ -541,7 +473,7 @@ class Dashboard:
 
     async def bulk_action(self, request: Request) -> Response:
         form = dict(await self._form(request))
-        job_filter = _filter_or_400(form)
+        job_filter = filter_or_400(form)
         if job_filter.empty:
             raise HTTPException(
                 400, "a bulk action needs a filter (e.g. status=failed): refusing every job"
@@ -568,250 +500,6 @@ class Dashboard:
         self.db.close()
         for other in self.mounted:
             other.close()
-
-
-# -- request helpers ------------------------------------------------------------------------------
-def _base(request: Request) -> str:
-    """The path the dashboard is mounted at ("" at the root)."""
-    return str(request.scope.get("root_path", ""))
-
-
-def _route_path(request: Request) -> str:
-    path = str(request.scope.get("path", "/"))
-    base = _base(request)
-    return (path[len(base) :] if base and path.startswith(base) else path) or "/"
-
-
-def _live_url(request: Request, page: str, query: str = "") -> str:
-    url = f"{_base(request)}/events{'' if page == '/' else page}"
-    return f"{url}?{query}" if query else url
-
-
-def _filter_or_400(params: Mapping[str, str]) -> JobFilter:
-    try:
-        return parse_job_filter(params)
-    except ValueError as error:
-        raise HTTPException(400, f"bad filter: {error}") from None
-
-
-def _tab_links(job_filter: JobFilter) -> dict[str, str]:
-    """The query string of each status tab: the filter with that status (and no paging)."""
-    query = job_filter.as_query()
-    query.pop("status", None)
-    links = {"": _query(query)}
-    for status in TAB_STATUSES:
-        links[status] = _query({**query, "status": status})
-    return links
-
-
-def _optional_id(text: str | None, name: str) -> int | None:
-    if text is None or text == "":
-        return None
-    if not text.isascii() or not text.isdigit() or int(text) > MAX_ID:
-        raise HTTPException(400, f"{name} must be a job id (a positive integer), got {text!r}")
-    return int(text)
-
-
-def _form_id(text: str) -> int:
-    job_id = _optional_id(text, "id")
-    if job_id is None:
-        raise HTTPException(400, "id must be a job id (a positive integer), got ''")
-    return job_id
-
-
-def _id_or_404(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or int(text) > MAX_ID:
-        raise HTTPException(404, f"no job {text!r}: job ids are positive integers")
-    return int(text)
-
-
-def _path_id(request: Request) -> int:
-    return _id_or_404(request.path_params["job_id"])
-
-
-def _message(request: Request) -> str | None:
-    done = request.query_params.get("done")
-    template = MESSAGES.get(done or "")
-    if template is None:
-        return None
-
-    def number(name: str) -> int:
-        text = request.query_params.get(name, "0")
-        return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else 0
-
-    return template.format(
-        count=number("count"), requested=number("requested"), refused=number("refused")
-    )
-
-
-def _timeline(job: JobRow) -> list[tuple[str, datetime | None]]:
-    return [
-        ("created", job.created_at),
-        ("run at", job.run_at),
-        ("first started", job.started_at),
-        ("started (locked at)", job.locked_at),
-        ("finished", job.finished_at),
-        ("updated", job.updated_at),
-    ]
-
-
-# -- errors and security --------------------------------------------------------------------------
-def _error_page(dashboard: Dashboard) -> Callable[[Request, Exception], Awaitable[Response]]:
-    async def handle(request: Request, error: Exception) -> Response:
-        if isinstance(error, HTTPException):
-            status, detail = error.status_code, str(error.detail)
-        elif isinstance(error, psycopg.errors.QueryCanceled):
-            status = 503
-            detail = (
-                "the page's query ran longer than the dashboard's statement timeout"
-                f" ({dashboard.db.statement_timeout:g} s): narrow the filter and try again"
-            )
-        elif isinstance(error, PgTasksError):
-            # The database is down, the schema not migrated, the pool exhausted: say so.
-            status, detail = 503, str(error)
-        elif isinstance(error, psycopg.Error):
-            status = 503
-            detail = f"the database refused the page's query: {type(error).__name__}"
-        else:  # pragma: no cover - Starlette routes only the kinds above here
-            raise error
-        if "application/json" in request.headers.get("accept", ""):
-            return JSONResponse({"error": detail}, status_code=status)
-        return dashboard.page(
-            request, "error.html", status_code=status, status=status, detail=detail
-        )
-
-    return handle
-
-
-def _plain(status: int, text: str, headers: dict[str, str] | None = None) -> Response:
-    return Response(text + "\n", status, headers=headers, media_type="text/plain")
-
-
-#: Pages whose address with a trailing slash is redirected to the address without it.
-_SLASHED = ("/jobs/", "/workers/", "/schedules/")
-
-
-class DashboardApp:
-    """The dashboard's ASGI application: the Host check, authentication, then the routes,
-    with security headers on every response (refusals included). ``dashboard`` holds its
-    state (the App, the live hub, the pool).
-    """
-
-    def __init__(self, inner: ASGIApp, dashboard: Dashboard) -> None:
-        self.inner = inner
-        self.dashboard = dashboard
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.inner(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                present = {name.lower() for name, _ in headers}
-                headers += [
-                    (name.encode(), value.encode())
-                    for name, value in SECURITY_HEADERS.items()
-                    if name.encode() not in present
-                ]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        request = Request(scope)
-        refusal = self._refusal(request) or self._slash_redirect(request)
-        if refusal is not None:
-            await refusal(scope, receive, send_with_headers)
-            return
-        await self.inner(scope, receive, send_with_headers)
-
-    def close_streams(self) -> None:
-        """End the open event streams (the server is stopping; safe from a signal handler).
-
-        Streams also end by themselves on SIGTERM and SIGINT when the server runs in the
-        main thread, and after ``stream_max_age`` seconds.
-        """
-        self.dashboard.live.close_streams()
-        for other in self.dashboard.mounted:
-            other.close_streams()
-
-    def close(self) -> None:
-        """Close the dashboard's own connections (e.g. at the application's shutdown)."""
-        self.dashboard.close()
-
-    def _refusal(self, request: Request) -> Response | None:
-        dashboard = self.dashboard
-        name = host_name(request.headers.get("host"))
-        if name is None:
-            return _plain(400, "pgtasks web: the request has no valid Host header")
-        allowed = dashboard.allowed_hosts
-        if dashboard.auth is None:
-            named = is_loopback_host(name) or (allowed is not None and host_matches(name, allowed))
-            if not named:
-                return _plain(
-                    421,
-                    f"pgtasks web: this dashboard has no authentication, so it answers only"
-                    f" requests addressed to localhost, 127.0.0.1 or [::1], not to {name!r}"
-                    " (a page of another site may have made this request through DNS"
-                    " rebinding). To serve it under another name, add that name to"
-                    " allowed_hosts (pgtasks web --allowed-host NAME) and configure"
-                    " authentication.",
-                )
-            if not dashboard.insecure_no_auth:
-                forwarded = forwarding_header(request.headers)
-                if forwarded is not None:
-                    return _plain(
-                        403,
-                        f"pgtasks web: this request came through a proxy ({forwarded} header)"
-                        " and the dashboard has no authentication, so it refuses it: behind"
-                        " a proxy every client would look local. Set PGTASKS_WEB_USER and"
-                        " PGTASKS_WEB_PASSWORD (pgtasks web) or pass auth= to"
-                        " pgtasks.web.asgi(); or authenticate in the proxy and pass"
-                        " insecure_no_auth=True (pgtasks web --insecure-no-auth).",
-                    )
-                client = request.client.host if request.client else None
-                if not is_loopback(client):
-                    return _plain(
-                        401,
-                        "pgtasks web: no authentication is configured, so only loopback"
-                        " clients are served. Set PGTASKS_WEB_USER and PGTASKS_WEB_PASSWORD"
-                        " (pgtasks web) or pass auth= to pgtasks.web.asgi().",
-                    )
-            return None
-        if allowed is not None and not host_matches(name, allowed):
-            return _plain(
-                421,
-                f"pgtasks web: requests addressed to {name!r} are not served here (not in"
-                " allowed_hosts)",
-            )
-        client = request.client.host if request.client else "unknown"
-        wait = dashboard.failed_logins.retry_after(client)
-        if wait is not None:
-            return _plain(
-                429,
-                f"pgtasks web: too many failed logins from {client}; try again in {wait:.0f} s",
-                {"retry-after": str(round(wait))},
-            )
-        given = credentials(request)
-        if given is not None and dashboard.auth(*given):
-            return None
-        if request.headers.get("authorization") is not None:
-            dashboard.failed_logins.failed(client)
-        return _plain(
-            401,
-            "authentication required",
-            {"www-authenticate": 'Basic realm="pgtasks", charset="UTF-8"'},
-        )
-
-    @staticmethod
-    def _slash_redirect(request: Request) -> Response | None:
-        """/jobs/ → /jobs (a path of the dashboard's, never the Host: no open redirect)."""
-        path = _route_path(request)
-        if request.method not in ("GET", "HEAD") or path not in _SLASHED:
-            return None
-        query = request.url.query
-        target = f"{_base(request)}{path.rstrip('/')}" + (f"?{query}" if query else "")
-        return RedirectResponse(target, 308)
 
 
 def asgi(
@@ -904,7 +592,7 @@ def asgi(
         Route("/schedules", dashboard.schedules, name="schedules"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    handler = _error_page(dashboard)
+    handler = error_page(dashboard)
     starlette = Starlette(
         routes=routes,
         exception_handlers={HTTPException: handler, PgTasksError: handler, psycopg.Error: handler},

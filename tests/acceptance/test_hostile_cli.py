@@ -23,7 +23,7 @@ from pgtasks._payload import MAX_KEY_BYTES, MAX_NAME_BYTES
 from pgtasks._store.base import INFINITY
 from tests.support.cli import Cli, Connection
 from tests.support.environment import ROOT
-from tests.support.inprocess import execute
+from tests.support.inprocess import execute, select
 from tests.support.population import insert_job
 from tests.support.waiting import wait_until
 
@@ -257,3 +257,15 @@ def test_embedded_dsn_never_prints_a_configured_password(dsn: str) -> None:
     assert "***" in result.stdout
     for form in ("S3", "cr/t", "cr%2Ft", "t!"):
         assert form not in result.stdout + result.stderr, result.stdout
+
+
+def test_worker_options_that_contradict_each_other_fail_before_it_starts(
+    ops_app: App, cli: Cli, conn: Connection
+) -> None:
+    """The CLI makes one WorkerSettings of its options: a heartbeat not shorter than the
+    lease is refused once, with both values named, before the worker registers."""
+    result = cli("worker", "--heartbeat-interval", "40", "--lease-timeout", "30")
+    assert result.returncode == 1, result.stderr
+    assert "heartbeat_interval (40 s) must be shorter than lease_timeout (30 s)" in result.stderr
+    no_traceback(result)
+    assert select(conn, ops_app, "SELECT count(*) FROM {schema}.workers") == [(0,)]

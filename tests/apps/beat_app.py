@@ -22,6 +22,7 @@ from typing import Any
 
 from pgtasks import App
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 
 #: Schedule names the tests look up.
 EVERY_SECOND_CRON = "every-second-cron"
@@ -81,9 +82,7 @@ def build_app() -> App:
     skew = os.environ.get("PGTASKS_TEST_CLOCK_SKEW")
     if skew:
         skew_clock(float(skew))
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
+    app = environment_app(
         connect_timeout=3.0,
     )
     declare_schedules(app)

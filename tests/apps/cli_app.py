@@ -7,11 +7,11 @@ warning (``cli_app built``), so a test can see how the command configured loggin
 from __future__ import annotations
 
 import logging
-import os
 from datetime import timedelta
 
 from pgtasks import App
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 
 BUILT = "cli_app built"
 
@@ -47,9 +47,7 @@ def register_tasks(app: App) -> None:
 
 def build_app() -> App:
     logging.getLogger("tests.apps.cli_app").warning(BUILT)
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
+    app = environment_app(
         connect_timeout=3.0,
     )
     register_tasks(app)

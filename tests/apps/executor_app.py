@@ -24,6 +24,7 @@ from psycopg import sql
 
 from pgtasks import App, JobContext, SoftTimeLimitExceeded
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 
 #: Memory a leaking task holds on to, per process (see ``leak``).
 _hoard: list[bytes] = []
@@ -230,10 +231,7 @@ def _holding_tasks(app: App) -> dict[str, Any]:
 
 def build_app() -> App:
     """The app of a worker process or pool child, from the environment."""
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
-        connect_timeout=3.0,
+    app = environment_app(
         pool_min_size=0,
         pool_max_size=2,
         lease_timeout=2.0,

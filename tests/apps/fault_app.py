@@ -18,6 +18,7 @@ from typing import Any
 
 from pgtasks import App, JobContext
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 from tests.apps.worker_app import Recorder, register_tasks
 
 #: The per-second schedule beats of the fault suite run.
@@ -108,9 +109,7 @@ def register_fault_tasks(app: App) -> FaultTasks:
 
 
 def build_app() -> App:
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
+    app = environment_app(
         connect_timeout=float(os.environ.get("PGTASKS_TEST_CONNECT_TIMEOUT", "2")),
         pool_max_size=int(os.environ.get("PGTASKS_TEST_POOL_MAX", "4")),
         prune_interval=float(os.environ.get("PGTASKS_TEST_PRUNE_INTERVAL", "60")),

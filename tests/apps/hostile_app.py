@@ -19,6 +19,7 @@ from psycopg import conninfo
 
 from pgtasks import App
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 from tests.apps.fault_app import register_fault_tasks
 
 APP_PATH = "tests.apps.hostile_app:app"
@@ -87,9 +88,7 @@ def register_hostile_tasks(app: App) -> dict[str, Any]:
 
 
 def build_app() -> App:
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
+    app = environment_app(
         connect_timeout=2.0,
         pool_max_size=4,
         max_result_bytes=MAX_RESULT_BYTES,

@@ -11,6 +11,7 @@ from typing import Any
 
 from pgtasks import App, JobContext
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 from tests.apps.worker_app import Recorder
 
 #: The limits the scenarios check.
@@ -64,9 +65,7 @@ def register_limit_tasks(app: App) -> LimitTasks:
 
 
 def build_app() -> App:
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
+    app = environment_app(
         connect_timeout=float(os.environ.get("PGTASKS_TEST_CONNECT_TIMEOUT", "2")),
         pool_max_size=int(os.environ.get("PGTASKS_TEST_POOL_MAX", "4")),
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 from pgtasks import App, JobContext, LeaseLostError, Retry
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 
 
 def wait_for(path: str, limit: float = 60.0) -> bool:
@@ -116,10 +117,7 @@ def register_tasks(app: App) -> Tasks:
 
 def build_app() -> App:
     """The app of a worker process or pool child, from the environment."""
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
-        connect_timeout=3.0,
+    app = environment_app(
         pool_min_size=0,
         pool_max_size=2,
         lease_timeout=1.0,

@@ -7,10 +7,9 @@ can import :func:`register_tasks` to enqueue the same task names on its own App.
 
 from __future__ import annotations
 
-import os
-
 from pgtasks import App
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 
 #: Short enough that a worker row made silent by a test is past the lease at once.
 LEASE_TIMEOUT = 10.0
@@ -29,10 +28,7 @@ def register_tasks(app: App) -> None:
 
 
 def build_app() -> App:
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
-        connect_timeout=3.0,
+    app = environment_app(
         lease_timeout=LEASE_TIMEOUT,
         heartbeat_interval=1.0,
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 from pgtasks import App, JobContext
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 
 logger = logging.getLogger("otel_app")
 
@@ -73,10 +74,7 @@ def build_app() -> App:
     from tests.support.otel import file_provider
 
     trace.set_tracer_provider(file_provider(os.environ["PGTASKS_TEST_SPANS"]))
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
-        connect_timeout=3.0,
+    app = environment_app(
         pool_min_size=0,
         pool_max_size=2,
         poll_interval=0.2,

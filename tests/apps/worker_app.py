@@ -25,6 +25,7 @@ from psycopg import sql
 
 from pgtasks import App, JobContext
 from tests.apps import lazy_app
+from tests.apps._environment import environment_app
 
 #: Seconds a task keeps retrying its side-table write while the database is away.
 RECORD_RETRY_SECONDS = 20.0
@@ -154,9 +155,7 @@ def register_tasks(app: App) -> Tasks:
 
 def build_app() -> App:
     """The app of a worker process, from PGTASKS_DSN and PGTASKS_TEST_SCHEMA."""
-    app = App(
-        os.environ["PGTASKS_DSN"],
-        schema=os.environ["PGTASKS_TEST_SCHEMA"],
+    app = environment_app(
         connect_timeout=float(os.environ.get("PGTASKS_TEST_CONNECT_TIMEOUT", "3")),
         lease_timeout=2.0,
         heartbeat_interval=0.3,

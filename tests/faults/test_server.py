@@ -114,6 +114,11 @@ def test_a_read_only_database_logs_at_a_bounded_rate_and_processing_resumes(
 
     set_read_only(server.dsn, "postgres", True)
     sleep_past(10.0)
+    # A loop whose first error was its terminated session names the refusal when it logs
+    # again, 10 s after that first line: wait for it rather than for a fixed moment.
+    wait_until(
+        lambda: "read-only" in worker.log(), timeout=10, message="the read-only refusal logged"
+    )
     during = worker.log()
     set_read_only(server.dsn, "postgres", False)
     env.app.close()  # its pooled sessions were read-only

@@ -116,7 +116,7 @@ def test_the_dashboard_stats_jobs_list_and_metrics_read_the_replica_and_get_the_
             ("pgtasks metrics test",),
         ).fetchone()
         assert replica_sessions is not None and replica_sessions[0] >= 2
-    sampler._drop_connection()
+    sampler._connection.drop()
 
     # Replay resumed: the replica catches up, and so do the pages that read it.
     wait_until(

@@ -28,7 +28,9 @@ Connection = psycopg.Connection[Any]
 
 
 def overview_events(url: str, timeout: float = 15.0) -> Iterator[str]:
-    """The HTML of each ``update`` event of the stream at ``url``; stops at ``timeout``."""
+    """The HTML of each ``update`` event of the stream at ``url``, until the caller stops
+    reading: an AssertionError at ``timeout``, or when the stream ends first (a test that
+    waits for an event never passes for want of one)."""
     deadline = time.monotonic() + timeout
     with (
         httpx.Client(timeout=httpx.Timeout(timeout)) as client,
@@ -48,6 +50,7 @@ def overview_events(url: str, timeout: float = 15.0) -> Iterator[str]:
                 if event == "update":
                     yield "\n".join(data)
                 event, data = None, []
+    raise AssertionError(f"the event stream of {url} ended before the awaited event")
 
 
 def pending_of(html: str, queue: str) -> int | None:

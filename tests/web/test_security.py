@@ -14,7 +14,7 @@ from starlette.routing import Mount
 
 from pgtasks import App
 from pgtasks.web import asgi, basic_auth
-from pgtasks.web.app import SECURITY_HEADERS
+from pgtasks.web.gate import SECURITY_HEADERS
 from pgtasks.web.security import FailedLogins, host_matches, host_name
 from tests.support.web import REMOTE, Client
 

@@ -1,0 +1,48 @@
+"""The dashboard's Jinja2 environment: its templates (pgtasks/web/templates), escaped
+by default, and the filters and globals they use."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from .._operations import STATUSES, format_duration
+from .reads import format_bytes
+from .requests import TAB_STATUSES
+
+
+def environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(Path(__file__).resolve().parent / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["duration"] = format_duration
+    env.filters["timestamp"] = _timestamp
+    env.filters["isoformat"] = _isoformat
+    env.filters["number"] = "{:,}".format
+    env.filters["bytes"] = format_bytes
+    env.globals["ago"] = _ago
+    env.globals["STATUSES"] = STATUSES
+    env.globals["TAB_STATUSES"] = TAB_STATUSES
+    return env
+
+
+def _timestamp(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _isoformat(value: datetime | None) -> str:
+    return "" if value is None else value.astimezone(timezone.utc).isoformat()
+
+
+def _ago(now: datetime, value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    delta = (now - value).total_seconds()
+    return f"{format_duration(delta)} ago" if delta >= 0 else f"in {format_duration(-delta)}"
