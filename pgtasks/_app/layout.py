@@ -23,7 +23,8 @@ from .._store.db import DatabaseSettings
 
 #: The store unrouted queues go to (and the only store of ``App(dsn)``).
 DEFAULT_STORE = "default"
-#: Store numbers a schema may hold (the ``instance.store_no`` check of migration 0015).
+#: Store numbers a schema may hold (the ``instance.store_no`` check of migration
+#: store_identity).
 MAX_STORE_NUMBER = 32766
 #: The stores (JSON text, or the path of a .json or .toml file) and routes (JSON) of an
 #: App given neither ``dsn=`` nor ``stores=``.

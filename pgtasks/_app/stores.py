@@ -1,9 +1,9 @@
 """Stores: the Database of each store of an App, their identities and the routes.
 
 Each store owns one Database (its pools and its schema's statements). ``pgtasks migrate``
-gives each store a number and a uid (migration 0015); a job or workflow id names its store
-(``id >> 48``), so an App routes ``get_job(id)`` and ``cancel(id)`` by the id alone. Two
-stores of one App with the same number or uid are refused, naming both.
+gives each store a number and a uid (migration store_identity); a job or workflow id
+names its store (``id >> 48``), so an App routes ``get_job(id)`` and ``cancel(id)`` by the
+id alone. Two stores of one App with the same number or uid are refused, naming both.
 """
 
 from __future__ import annotations

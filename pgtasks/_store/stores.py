@@ -1,6 +1,6 @@
-"""StoreQueries: a store's identity (``sql/stores.sql``, migration 0015): its number and
-uid, the renumbering of a store that issued no id yet, the check that a caller's
-connection belongs to the store, and the unfinished jobs by queue."""
+"""StoreQueries: a store's identity (``sql/stores.sql``, migration store_identity): its
+number and uid, the renumbering of a store that issued no id yet, the check that a
+caller's connection belongs to the store, and the unfinished jobs by queue."""
 
 from __future__ import annotations
 

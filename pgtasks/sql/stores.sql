@@ -1,4 +1,5 @@
--- A store's identity (migration 0015): its number and uid, for an App of several stores.
+-- A store's identity (migration store_identity): its number and uid, for an App of
+-- several stores.
 -- Headers, placeholders and parameters as in queries.sql.
 
 -- name: get_store_identity :one
