@@ -2,10 +2,10 @@
 events): ``asgi(app)`` builds it; ``pgtasks web`` serves it with uvicorn.
 
 Reads are the dashboard's own (``pgtasks.web.reads``, queries in ``sql/web.sql``) on a
-small pool of its own with a statement timeout; writes use the same functions as the CLI
-(``app.cancel``, ``admin.retry_job``, …). Database calls are synchronous and run in
-Starlette's thread pool. Pages with a live part (overview, jobs, a job, workers) render
-it with the same template the event stream pushes.
+small pool of its own with a statement timeout; writes (``pgtasks.web.actions``) use the
+same functions as the CLI (``app.cancel``, ``admin.retry_job``, …). Database calls are
+synchronous and run in Starlette's thread pool. Pages with a live part (overview, jobs, a
+job, workers) render it with the same template the event stream pushes.
 
 Pages read from the app's replica when it has one (``replica_dsn``), except the page an
 action redirects to (its URL carries ``done=``): that one reads the primary, so the
@@ -20,7 +20,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl
 
 import psycopg
 from starlette.applications import Starlette
@@ -38,17 +37,14 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .._app import admin
 from .._app.layout import DEFAULT_STORE
 from .._errors import (
     JobNotFoundError,
     PgTasksError,
-    UniqueKeyTakenError,
-    WorkflowProtectedError,
 )
-from .._job_filter import FILTER_FIELDS, JobFilter
+from .._job_filter import JobFilter
 from .._operations import RETRYABLE
-from .._payload import check_name
+from .actions import Actions
 from .charts import charts
 from .gate import DashboardApp, error_page
 from .live import END, LiveHub
@@ -79,7 +75,6 @@ from .rendering import environment
 from .requests import (
     base_path,
     filter_or_400,
-    form_id,
     id_or_404,
     live_url,
     message,
@@ -93,7 +88,6 @@ from .requests import (
 from .security import (
     AuthCallable,
     FailedLogins,
-    csrf_problem,
     csrf_token,
 )
 from .stores import job_elsewhere, mount_stores, store_links, store_names
@@ -104,15 +98,14 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 #: Jobs per page of the jobs list.
 PAGE_SIZE = 50
-#: Jobs one "selected" action may name.
-MAX_SELECTED = 500
 #: Seconds the overview's charts are reused (they count per minute; each read fetches a
 #: row per job finished in the hour).
 CHART_MAX_AGE = 10.0
 
 
 class Dashboard:
-    """The routes of one dashboard over one App."""
+    """The pages and live streams of one dashboard over one App (its POST routes:
+    ``pgtasks.web.actions``)."""
 
     def __init__(
         self,
@@ -370,131 +363,6 @@ class Dashboard:
         headers = {"x-accel-buffering": "no"}
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
-    # -- actions --
-    async def _form(self, request: Request) -> list[tuple[str, str]]:
-        """The POST's urlencoded form (every field, in order), after the read-only and CSRF
-        checks."""
-        if self.read_only:
-            raise HTTPException(403, "this dashboard is read-only")
-        body = (await request.body()).decode("utf-8", errors="replace")
-        fields = parse_qsl(body, keep_blank_values=True)
-        problem = csrf_problem(request, dict(fields), self.secret)
-        if problem is not None:
-            raise HTTPException(403, problem)
-        return fields
-
-    def _back(self, request: Request, where: str, **params: object) -> Response:
-        query = query_string(params)
-        return RedirectResponse(
-            f"{base_path(request)}{where}" + (f"?{query}" if query else ""), 303
-        )
-
-    async def job_action(self, request: Request) -> Response:
-        await self._form(request)
-        job_id = path_id(request)
-        action = request.path_params["action"]
-        try:
-            if action == "retry":
-                result = await run_in_threadpool(admin.retry_job, self.app, job_id)
-                if not result.retried:
-                    raise HTTPException(409, result.refusal)
-                done = "retried"
-            elif action == "cancel":
-                outcome = (await run_in_threadpool(self.app.cancel, job_id)).outcome
-                done = {"already_finished": "finished"}.get(outcome, outcome)
-            else:
-                deleted, status = await run_in_threadpool(
-                    admin.delete_finished_job, self.app, job_id
-                )
-                if not deleted:
-                    raise HTTPException(
-                        409, f"job {job_id} is {status}: only finished jobs can be deleted"
-                    )
-                return self._back(request, "/jobs", done="deleted")
-        except JobNotFoundError as error:
-            raise HTTPException(404, str(error)) from None
-        except UniqueKeyTakenError as error:  # another job holds its key (migration 0010)
-            raise HTTPException(409, str(error)) from None
-        except WorkflowProtectedError as error:  # it would break an unfinished workflow
-            raise HTTPException(409, str(error)) from None
-        return self._back(request, f"/jobs/{job_id}", done=done)
-
-    async def selected_action(self, request: Request) -> Response:
-        """Retry, cancel or delete the jobs ticked on the jobs list (each as its own button
-        would: the same rules, a job that may not be acted on is counted, not an error)."""
-        fields = await self._form(request)
-        form = dict(fields)
-        action = form.get("action")
-        if action not in ("retry", "cancel", "delete"):
-            raise HTTPException(400, "choose an action: retry, cancel or delete")
-        ids = sorted({form_id(value) for name, value in fields if name == "id"})
-        if not ids:
-            raise HTTPException(400, "no job selected: tick the jobs to act on")
-        if len(ids) > MAX_SELECTED:
-            raise HTTPException(400, f"at most {MAX_SELECTED} jobs at once, got {len(ids)}")
-        outcome = await run_in_threadpool(self._act_on, action, ids)
-        back = {name: value for name, value in fields if name in FILTER_FIELDS}
-        done = {"retry": "selected-retried", "cancel": "selected-cancelled"}.get(
-            action, "selected-deleted"
-        )
-        return self._back(request, "/jobs", **back, done=done, **outcome)
-
-    def _act_on(self, action: str, ids: list[int]) -> dict[str, int]:
-        done = requested = refused = 0
-        for job_id in ids:
-            try:
-                if action == "retry":
-                    retried = admin.retry_job(self.app, job_id).retried
-                    done, refused = done + retried, refused + (not retried)
-                elif action == "cancel":
-                    outcome = self.app.cancel(job_id).outcome
-                    done += outcome == "cancelled"
-                    requested += outcome == "requested"
-                    refused += outcome == "already_finished"
-                else:
-                    deleted, _ = admin.delete_finished_job(self.app, job_id)
-                    done, refused = done + deleted, refused + (not deleted)
-            except (JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError):
-                refused += 1
-        return {"count": done, "requested": requested, "refused": refused}
-
-    async def queue_action(self, request: Request) -> Response:
-        """Pause or resume the queue the form names (migration 0007)."""
-        form = dict(await self._form(request))
-        try:
-            queue = check_name("queue", form.get("queue"))
-        except ValueError as error:
-            raise HTTPException(400, str(error)) from None
-        if request.path_params["action"] == "pause":
-            await run_in_threadpool(self.app.pause_queue, queue)
-            return self._back(request, "/", done="paused")
-        await run_in_threadpool(self.app.resume_queue, queue)
-        return self._back(request, "/", done="resumed")
-
-    async def bulk_action(self, request: Request) -> Response:
-        form = dict(await self._form(request))
-        job_filter = filter_or_400(form)
-        if job_filter.empty:
-            raise HTTPException(
-                400, "a bulk action needs a filter (e.g. status=failed): refusing every job"
-            )
-        query = job_filter.as_query()
-        if request.path_params["action"] == "retry":
-            try:
-                ids = await run_in_threadpool(admin.retry_matching, self.app, job_filter)
-            except (UniqueKeyTakenError, WorkflowProtectedError) as error:
-                raise HTTPException(409, str(error)) from None
-            return self._back(request, "/jobs", **query, done="bulk-retried", count=len(ids))
-        outcome = await run_in_threadpool(admin.cancel_matching, self.app, job_filter)
-        return self._back(
-            request,
-            "/jobs",
-            **query,
-            done="bulk-cancelled",
-            count=len(outcome["cancelled"]),
-            requested=len(outcome["requested"]),
-        )
-
     def close(self) -> None:
         """Close the dashboard's pool (its event streams end with close_streams)."""
         self.db.close()
@@ -564,6 +432,7 @@ def asgi(
         stream_max_age=stream_max_age,
         login_attempts=login_attempts,
     )
+    actions = Actions(dashboard)
     routes = [
         Route("/", dashboard.overview, name="overview"),
         Route("/favicon.ico", dashboard.favicon, name="favicon"),
@@ -571,21 +440,21 @@ def asgi(
         Route("/events/{page:path}", dashboard.events),
         Route("/jobs", dashboard.jobs, name="jobs"),
         Route("/jobs/counts", dashboard.job_counts, name="job_counts"),
-        Route("/jobs/selected", dashboard.selected_action, methods=["POST"]),
+        Route("/jobs/selected", actions.selected, methods=["POST"]),
         Route(
             "/jobs/bulk/{action:str}",
-            _only(("retry", "cancel"), dashboard.bulk_action),
+            _only(("retry", "cancel"), actions.bulk),
             methods=["POST"],
         ),
         Route("/jobs/{job_id:str}", dashboard.job, name="job"),
         Route(
             "/jobs/{job_id:str}/{action:str}",
-            _only(("retry", "cancel", "delete"), dashboard.job_action),
+            _only(("retry", "cancel", "delete"), actions.job),
             methods=["POST"],
         ),
         Route(
             "/queues/{action:str}",
-            _only(("pause", "resume"), dashboard.queue_action),
+            _only(("pause", "resume"), actions.queue),
             methods=["POST"],
         ),
         Route("/workers", dashboard.workers, name="workers"),
