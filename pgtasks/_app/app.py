@@ -184,7 +184,7 @@ class App:
         #: holds every statement, rendered for the schema.
         self.database = Database(self.settings.database, self.settings.pools)
         #: Its stores (one Database each, this one's "default") and the routes of queues.
-        self.stores = Stores(self.settings.layout, self.settings.pools, self.database)
+        self.stores = Stores(self.settings.store_layout, self.settings.pools, self.database)
         #: The store this App serves (an App of one store of several: app.for_store()).
         self.store_name = DEFAULT_STORE
         #: The App of each store (``for_store``) of an App of several.

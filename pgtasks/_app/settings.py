@@ -39,10 +39,10 @@ class AppSettings:
 
     ``database``: where its store's connections go (an App of several stores: the
     default one; an App of one of them, ``app.for_store(name)``: that one); ``layout``:
-    its stores and the routes of its queues (None: ``database`` alone); ``pools``: its
-    connection pools. The
-    worker timings (lease, heartbeat, rescue, poll) are the defaults of its workers;
-    retention of finished jobs is in seconds (None: never pruned).
+    its stores and the routes of its queues (None: ``database`` alone; ``store_layout``
+    is the one in force either way); ``pools``: its connection pools. The worker timings
+    (lease, heartbeat, rescue, poll) are the defaults of its workers; retention of
+    finished jobs is in seconds (None: never pruned).
     """
 
     database: DatabaseSettings
@@ -61,13 +61,18 @@ class AppSettings:
     prune_interval: float = 60.0
     heal_interval: float = 30.0
     eager: bool = False
-    layout: StoreLayout = None  # type: ignore[assignment]  # None: database alone
+    layout: StoreLayout | None = None
     #: The store an App of one of its stores serves (app.for_store(name)); None: all.
     store: str | None = None
 
+    @property
+    def store_layout(self) -> StoreLayout:
+        """The stores and routes in force: ``layout``, or ``database`` alone."""
+        if self.layout is not None:
+            return self.layout
+        return StoreLayout({DEFAULT_STORE: self.database})
+
     def __post_init__(self) -> None:
-        if self.layout is None:
-            self._set("layout", StoreLayout({DEFAULT_STORE: self.database}))
         if not isinstance(self.default_queue, str) or not self.default_queue:
             raise ConfigurationError(
                 f"default_queue= must be a non-empty string, got {self.default_queue!r}"

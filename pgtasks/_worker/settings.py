@@ -26,9 +26,8 @@ class WorkerSettings:
 
     ``queues``: the queues it claims from (None: every queue of its store); ``store``:
     the store it serves (None: the one its queues route to; see pgtasks/_app/layout.py);
-    ``executor``: how it runs
-    jobs (its ``concurrency`` among them). The intervals are in seconds; the pruning and
-    healing options and ``max_error_bytes`` are the App's.
+    ``executor``: how it runs jobs (its ``concurrency`` among them). The intervals are in
+    seconds; the pruning and healing options and ``max_error_bytes`` are the App's.
     """
 
     executor: ExecutorSettings
@@ -127,7 +126,9 @@ class WorkerSettings:
             prune_failed_after=app.prune_failed_after,
             heal_interval=app.heal_interval,
             max_error_bytes=app.max_error_bytes,
-            store=app.layout.store_of_queues(store if store is not None else app.store, queues),
+            store=app.store_layout.store_of_queues(
+                store if store is not None else app.store, queues
+            ),
         )
 
     @property

@@ -40,7 +40,9 @@ def echo_each(
     printing them all when a store failed."""
     if app.stores.single:
         (value,) = results.values()
-        click.echo(to_json(document(value)) if as_json else text(value))  # type: ignore[arg-type]
+        if isinstance(value, BaseException):  # (guard exits on a pgtasks error instead)
+            raise value
+        click.echo(to_json(document(value)) if as_json else text(value))
         return
     failed = [name for name, value in results.items() if isinstance(value, BaseException)]
     if as_json:
