@@ -62,9 +62,13 @@ def list_workflows(
     limit: int = 50,
 ) -> list[WorkflowSummary]:
     """Workflows newest first: all, those in one state (``WORKFLOW_STATES``), the one
-    with id ``workflow_id`` (a search), those with ids below ``before`` (the next page)."""
+    with id ``workflow_id`` (a search), those with ids below ``before`` (the next page).
+    Of ``app``'s store (an App of several stores: its default one), or of the store that
+    issued ``workflow_id``."""
     if status is not None and status not in WORKFLOW_STATES:
         raise ValueError(f"status: {status!r} is not one of {', '.join(WORKFLOW_STATES)}")
+    if workflow_id is not None:
+        app = for_id(app, workflow_id)
     rows = app.database.run(
         lambda conn: app.store.list_workflows(
             conn, status=status, workflow_id=workflow_id, before=before, limit=limit
@@ -102,9 +106,12 @@ def workflow_detail(
 def workflow_incidents(
     app: App, *, workflow_id: int | None = None, kind: str | None = None, limit: int = 50
 ) -> list[WorkflowIncident]:
-    """Incidents newest first (of one workflow, or all; of one kind, or all)."""
+    """Incidents newest first (of one workflow, in the store that issued its id; or all
+    of ``app``'s store), of one kind or all."""
     if kind is not None and kind not in INCIDENT_KINDS:
         raise ValueError(f"kind: {kind!r} is not one of {', '.join(INCIDENT_KINDS)}")
+    if workflow_id is not None:
+        app = for_id(app, workflow_id)
     rows = app.database.run(
         lambda conn: app.store.list_workflow_incidents(
             conn, workflow_id=workflow_id, kind=kind, limit=limit

@@ -1,6 +1,7 @@
 """The commands of an app of several stores: each store asked concurrently, the answers
 labelled by store, a store that cannot answer shown as its own error (the others still
-answer; the command then exits 1). An app of one store prints what it always printed."""
+answer; the command then exits 1). ``--store NAME`` asks that store only (the answer
+still labelled). An app of one store prints what it always printed."""
 
 from __future__ import annotations
 
@@ -19,13 +20,27 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+store_option = click.option(
+    "--store",
+    "store",
+    default=None,
+    metavar="NAME",
+    help="Only this store, of an app of several [default: every store].",
+)
 
-def each_store(app: App, operation: Callable[[App], T]) -> dict[str, T | BaseException]:
-    """``operation`` on the App of each store (concurrently), by store name; an app of one
+
+def each_store(
+    app: App, operation: Callable[[App], T], store: str | None = None
+) -> dict[str, T | BaseException]:
+    """``operation`` on the App of each store (concurrently), by store name, or of
+    ``store`` only (a name the app does not have: one line and exit 1); an app of one
     store runs it as before (an error is one line and exit 1)."""
+    if store is not None:
+        guard(lambda: app.stores.layout.check_store(store))
     if app.stores.single:
         return {app.store_name: guard(lambda: operation(app))}
-    return app.stores.each(lambda name: operation(app.for_store(name)))
+    names = None if store is None else [store]
+    return app.stores.each(lambda name: operation(app.for_store(name)), names)
 
 
 def echo_each(

@@ -9,19 +9,20 @@ from typing import TYPE_CHECKING
 import click
 
 from .._app.doctor import diagnose, exit_code
+from ._common import app_option, json_option, load_app
+from ._stores import describe_error, each_store, store_option
 
 if TYPE_CHECKING:
     from .._app.app import App
-from ._common import app_option, json_option, load_app
-from ._stores import describe_error, each_store
 
 _MARKS = {"ok": "ok      ", "warning": "WARNING ", "critical": "CRITICAL"}
 
 
 @click.command()
 @app_option
+@store_option
 @json_option
-def doctor(app_path: str, as_json: bool) -> None:
+def doctor(app_path: str, store: str | None, as_json: bool) -> None:
     """Check what slows or endangers the queue: xmin horizon (old transactions, replication
     slots, prepared transactions), dead tuples and vacuum, index bloat, jobs stuck under
     dead workers, backlog age, connections. Exit 0 healthy, 1 warnings, 2 critical."""
@@ -31,7 +32,7 @@ def doctor(app_path: str, as_json: bool) -> None:
         with owner.connection() as conn:
             return [finding.as_dict() for finding in diagnose(owner, conn)]
 
-    results = each_store(app, run)
+    results = each_store(app, run, store)
     app.close()
     levels = ("ok", "warning", "critical")
     code = 0

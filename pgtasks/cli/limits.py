@@ -1,33 +1,36 @@
 """``pgtasks limits``: the stored concurrency and rate limits (migration 0009) and the jobs
-running under each (per key for per-key limits)."""
+running under each (per key for per-key limits); of every store of an app of several
+(each store keeps the limits of the tasks and queues it serves), or of ``--store``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
 from .._app import admin
-from .._limits import format_limits
-from .._operations import to_json
-from ._common import app_option, guard, load_app
+from .._limits import LimitState, format_limits
+from .._store.base import Row
+from ._common import app_option, load_app
+from ._stores import each_store, echo_each, store_option
 
 
 @click.command()
 @app_option
+@store_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
-def limits(app_path: str, as_json: bool) -> None:
+def limits(app_path: str, store: str | None, as_json: bool) -> None:
     """Every stored limit: concurrency, rate, tokens left, running and pending jobs; then
     the keys of per-key limits that have jobs running."""
     app = load_app(app_path)
     with app:
-        states, usage = guard(lambda: admin.limits(app))
-    if as_json:
-        click.echo(
-            to_json(
-                {
-                    "limits": [state.as_json() for state in states],
-                    "keys": [dict(row) for row in usage if row["key"] is not None],
-                }
-            )
-        )
-    else:
-        click.echo(format_limits(states, usage))
+        results = each_store(app, admin.limits, store)
+
+    def document(read: tuple[list[LimitState], list[Row]]) -> dict[str, Any]:
+        states, usage = read
+        return {
+            "limits": [state.as_json() for state in states],
+            "keys": [dict(row) for row in usage if row["key"] is not None],
+        }
+
+    echo_each(app, results, as_json=as_json, document=document, text=lambda r: format_limits(*r))

@@ -35,7 +35,7 @@ from .._operations import (
 from .._payload import check_name
 from .._worker.pruner import DEFAULT_BATCH_SIZE, prune
 from ._common import app_option, guard, load_app
-from ._stores import each_store, echo_each
+from ._stores import each_store, echo_each, store_option
 
 T = TypeVar("T")
 
@@ -112,8 +112,9 @@ def _missing(job_id: int) -> NoReturn:
 # -- stats ----------------------------------------------------------------------------------------
 @click.command()
 @app_option
+@store_option
 @json_option
-def stats(app_path: str, as_json: bool) -> None:
+def stats(app_path: str, store: str | None, as_json: bool) -> None:
     """Jobs per queue and status, oldest due job's wait, recent throughput, live workers.
 
     Counts read every row, including rows workers hold locked (no SKIP LOCKED); on the
@@ -122,7 +123,9 @@ def stats(app_path: str, as_json: bool) -> None:
     app = load_app(app_path)
     with app:
         results = each_store(
-            app, lambda owner: owner.database.read(lambda conn: admin.collect_stats(owner, conn))
+            app,
+            lambda owner: owner.database.read(lambda conn: admin.collect_stats(owner, conn)),
+            store,
         )
     echo_each(app, results, as_json=as_json, document=lambda r: r.as_json(), text=format_stats)
 
@@ -151,6 +154,7 @@ def jobs() -> None:
 @click.option(
     "--limit", default=50, show_default=True, type=SQL_INT, metavar="N", help="Most jobs listed."
 )
+@store_option
 @json_option
 def list_command(
     app_path: str,
@@ -159,6 +163,7 @@ def list_command(
     task_name: str | None,
     workflow_id: int | None,
     limit: int,
+    store: str | None,
     as_json: bool,
 ) -> None:
     """The newest jobs first, optionally filtered (on the app's replica when it has one)."""
@@ -181,6 +186,7 @@ def list_command(
                 if names is None or owner.store_name == names[0].store_name
                 else (None, [])
             ),
+            store,
         )
     echo_each(
         app,
@@ -367,8 +373,9 @@ def cancel_command(app_path: str, job_id: int, as_json: bool) -> None:
     show_default=True,
     help=f"Also list workers removed within this long ({DURATION_FORMS}).",
 )
+@store_option
 @json_option
-def workers(app_path: str, since: float, as_json: bool) -> None:
+def workers(app_path: str, since: float, store: str | None, as_json: bool) -> None:
     """Live workers and recently stopped or lost ones, with heartbeat age and running jobs.
 
     States: live (heartbeat within the lease), silent (registered but past the lease, not
@@ -382,6 +389,7 @@ def workers(app_path: str, since: float, as_json: bool) -> None:
             lambda owner: owner.database.run(
                 lambda conn: admin.read_workers(owner, conn, since=since)
             ),
+            store,
         )
     echo_each(
         app,
@@ -425,6 +433,7 @@ def workers(app_path: str, since: float, as_json: bool) -> None:
     metavar="N",
     help="Rows per DELETE; each batch is its own short transaction.",
 )
+@store_option
 @json_option
 @click.pass_context
 def prune_command(
@@ -433,6 +442,7 @@ def prune_command(
     done_after: float | None,
     failed_after: float | None,
     batch_size: int,
+    store: str | None,
     as_json: bool,
 ) -> None:
     """Delete finished jobs past their retention, in batches; never pending or running jobs.
@@ -458,6 +468,7 @@ def prune_command(
                     batch_size=batch_size,
                 )
             ),
+            store,
         )
 
     def document(result: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from .._operations import to_json
 from .._payload import check_name
 from .._queues import format_queues
 from ._common import app_option, exit_now, guard, load_app
-from ._stores import each_store, echo_each
+from ._stores import each_store, echo_each, store_option
 
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
@@ -42,12 +42,13 @@ def queues() -> None:
 
 @queues.command("list")
 @app_option
+@store_option
 @json_option
-def list_queues(app_path: str, as_json: bool) -> None:
+def list_queues(app_path: str, store: str | None, as_json: bool) -> None:
     """Every known queue: pending, due and running jobs, and whether it is paused."""
     app = load_app(app_path)
     with app:
-        results = each_store(app, admin.queues)
+        results = each_store(app, admin.queues, store)
     echo_each(
         app,
         results,

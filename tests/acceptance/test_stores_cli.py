@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from pgtasks import App, Store, chain
 from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
 from tests.support.processes import Processes
 from tests.support.schemas import SchemaAdmin, new_schema_name
@@ -110,6 +111,7 @@ def test_migrate_worker_and_beat_of_two_stores(
         processes.close()
 
 
+@pytest.mark.timeout(180)  # 22 commands, each waiting 1 s for the store that is down
 def test_operations_fan_out_and_a_down_store_is_its_own_error(
     dsn: str, schema_admin: SchemaAdmin, schemas: dict[str, str]
 ) -> None:
@@ -117,20 +119,25 @@ def test_operations_fan_out_and_a_down_store_is_its_own_error(
     env = pgtasks_env(dsn, schemas["default"])
     env.pop("PGTASKS_DSN")
     env["PGTASKS_TEST_CONNECT_ATTEMPTS"] = "1"
+    env["PGTASKS_TEST_CONNECT_TIMEOUT"] = "1"  # the store that is down: 1 s per command
     env["PGTASKS_STORES"] = json.dumps(
         {
             "default": {"dsn": dsn, "schema": schemas["default"]},
             "bulk": {"dsn": "postgresql://pgtasks@127.0.0.1:1/nowhere", "schema": "pgtasks"},
         }
     )
-    for command in (
+    commands = (
         ("stats",),
         ("queues", "list"),
         ("workers",),
         ("jobs", "list"),
+        ("limits",),
+        ("workflows", "list"),
+        ("workflows", "heal"),
         ("doctor",),
         ("prune",),
-    ):
+    )
+    for command in commands:
         result = run(env, *command)
         assert result.returncode in (1, 2), (command, result.stdout, result.stderr)
         assert "== store default" in result.stdout or "store default:" in result.stdout, command
@@ -140,6 +147,74 @@ def test_operations_fan_out_and_a_down_store_is_its_own_error(
         assert "error" in document["stores"]["bulk"], command
         assert "error" not in document["stores"]["default"], command
 
+    for command in (("stats",), ("limits",), ("workflows", "list")):  # asked alone: no error
+        alone = run(env, *command, "--store", "default", "--json")
+        assert alone.returncode == 0, (command, alone.stdout, alone.stderr)
+        assert list(json.loads(alone.stdout)["stores"]) == ["default"], command
+
     refused = run(env, "purge", "--yes")
     assert refused.returncode == 2
     assert "this app has stores default, bulk: name the queue" in refused.stderr
+
+
+def test_limits_and_workflows_of_every_store_or_one(
+    env: dict[str, str], schemas: dict[str, str], dsn: str
+) -> None:
+    migrated = run(env, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    app = App(
+        stores={name: Store(dsn, schema=schema) for name, schema in schemas.items()},
+        routes={"emails": "bulk"},
+    )
+    try:
+
+        @app.task(name="stores_app.double")
+        def double(n: int) -> int:
+            return n * 2
+
+        @app.task(name="stores_app.mail", queue="emails")
+        def mail(n: int) -> int:
+            return n + 1
+
+        here = chain(double.s(1), double.s()).delay().id
+        there = chain(mail.s(1), mail.s()).delay().id
+    finally:
+        app.close()
+    assert here >> 48 == 0 and there >> 48 == 1
+
+    listed = run(env, "workflows", "list")
+    assert listed.returncode == 0, listed.stderr
+    default_part, bulk_part = listed.stdout.split("== store bulk")
+    assert "== store default" in default_part
+    assert listed_ids(default_part) == [here] and listed_ids(bulk_part) == [there]
+    document = json.loads(run(env, "workflows", "list", "--json").stdout)["stores"]
+    assert [found["id"] for found in document["default"]] == [here]
+    assert [found["id"] for found in document["bulk"]] == [there]
+    only = json.loads(run(env, "workflows", "list", "--store", "bulk", "--json").stdout)
+    assert list(only["stores"]) == ["bulk"]
+    # --before pages the store that issued the id.
+    paged = json.loads(run(env, "workflows", "list", "--before", str(there + 1), "--json").stdout)
+    assert [found["id"] for found in paged["stores"]["bulk"]] == [there]
+    assert list(paged["stores"]) == ["bulk"]
+    shown = run(env, "workflows", "show", str(there), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["id"] == there and json.loads(shown.stdout)["incidents"] == []
+
+    healed = json.loads(run(env, "workflows", "heal", "--json").stdout)["stores"]
+    assert set(healed) == {"default", "bulk"}
+    assert all(result["healed"] == 0 for result in healed.values())
+    limits = json.loads(run(env, "limits", "--json").stdout)["stores"]
+    assert set(limits) == {"default", "bulk"}
+    assert "== store bulk" in run(env, "limits").stdout
+    stats = json.loads(run(env, "stats", "--store", "bulk", "--json").stdout)["stores"]
+    assert list(stats) == ["bulk"]
+
+    unknown = run(env, "limits", "--store", "nowhere")
+    assert unknown.returncode == 1
+    assert "no store named 'nowhere' (stores: default, bulk)" in unknown.stderr
+
+
+def listed_ids(text: str) -> list[int]:
+    """The ids a table of ``workflows list`` shows (the first column of its rows)."""
+    firsts = [line.split()[0] for line in text.splitlines() if line.strip()]
+    return [int(first) for first in firsts if first.isdigit()]

@@ -12,7 +12,8 @@ from tests.apps import lazy_app
 
 def build() -> App:
     attempts = int(os.environ.get("PGTASKS_TEST_CONNECT_ATTEMPTS", "3"))
-    app = App(connect_timeout=3.0, connect_attempts=attempts)
+    timeout = float(os.environ.get("PGTASKS_TEST_CONNECT_TIMEOUT", "3"))
+    app = App(connect_timeout=timeout, connect_attempts=attempts)
 
     @app.task(name="stores_app.double")
     def double(n: int) -> int:
