@@ -90,7 +90,7 @@ from .security import (
     FailedLogins,
     csrf_token,
 )
-from .stores import job_elsewhere, mount_stores, store_links, store_names
+from .stores import job_elsewhere, mount_stores, store_links, store_names, summaries
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -286,6 +286,12 @@ class Dashboard:
         now, statuses = await run_in_threadpool(read_schedules, self.app, self.reads(request))
         return self.page(request, "schedules.html", now=now, schedules=statuses)
 
+    async def all_stores(self, request: Request) -> Response:
+        """Every store of the app at once (the root dashboard of an app of several)."""
+        dashboards = [self, *(mounted.dashboard for mounted in self.mounted)]
+        found = await summaries(dashboards, base_path(request))
+        return self.page(request, "stores.html", summaries=found)
+
     async def favicon(self, request: Request) -> Response:
         return FileResponse(HERE / "static" / "favicon.ico", media_type="image/x-icon")
 
@@ -469,10 +475,11 @@ def asgi(
     # A redirect to the same path with or without a slash would name the request's Host.
     starlette.router.redirect_slashes = False
     starlette.state.dashboard = dashboard
-    if root is not None:  # and each other store's, at /stores/<name>
+    if root is not None:  # each other store's at /stores/<name>, every store at /stores
         mounted = {name: asgi(root.for_store(name), **options) for name in store_names(root)}
         mount_stores(starlette, mounted)
         dashboard.mounted = list(mounted.values())
+        starlette.router.routes.insert(0, Route("/stores", dashboard.all_stores, name="stores"))
     return DashboardApp(starlette, dashboard)
 
 

@@ -1,6 +1,7 @@
 """The dashboard of an app of two stores: the default store's at the root, the other's at
 /stores/<name>, each page naming its store; a job page routes by the id's store; an
-action on a job of the mounted store goes to that store."""
+action on a job of the mounted store goes to that store; /stores shows every store at
+once, a store that is down as down."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 
 from pgtasks import App
 from pgtasks.web import asgi
+from tests.support.schemas import SchemaAdmin
 from tests.support.web import Client
 
 
@@ -49,3 +51,84 @@ def test_each_store_has_its_dashboard_and_ids_find_theirs(
         assert app.get_job(here.id).status() == "pending"
     finally:
         dashboard.close()
+
+
+def test_the_page_of_every_store_labels_each_store_and_its_queues(
+    make_stores_app: Callable[..., App],
+) -> None:
+    app = make_stores_app(routes={"emails": "bulk"})
+
+    @app.task(name="dash.plain")
+    def plain() -> None:
+        return None
+
+    @app.task(name="dash.mail", queue="emails")
+    def mail() -> None:
+        return None
+
+    plain.delay()
+    for _ in range(3):
+        mail.delay()
+    app.pause_queue("emails")
+    dashboard = asgi(app)
+    web = Client(dashboard)
+    try:
+        page = web.get("/stores")
+        assert page.status_code == 200, page.text
+        default, bulk = store_sections(page.text)
+        assert 'data-state="up"' in default and 'data-state="up"' in bulk
+        assert f"schema {app.schemas['default']}" in default  # type: ignore[attr-defined]
+        assert f"schema {app.schemas['bulk']}" in bulk  # type: ignore[attr-defined]
+        # Each store's own queues and counts, linked to that store's dashboard.
+        assert 'data-queue="default"' in default and 'data-queue="emails"' not in default
+        assert 'href="/jobs?queue=default&amp;status=pending">1<' in default
+        assert 'href="/stores/bulk/jobs?queue=emails&amp;status=pending">3<' in bulk
+        assert "state-paused" in bulk and "state-paused" not in default
+        # Linked from every page's store links; /stores/ goes to /stores.
+        assert 'href="/stores">all stores<' in web.get("/").text
+        assert 'href="/stores">all stores<' in web.get("/stores/bulk/").text
+        slashed = web.get("/stores/")
+        assert slashed.status_code == 308 and slashed.headers["location"] == "/stores"
+    finally:
+        dashboard.close()
+
+
+def test_a_store_that_is_down_is_shown_down_and_the_others_answer(
+    make_stores_app: Callable[..., App], schema_admin: SchemaAdmin
+) -> None:
+    app = make_stores_app(
+        dsns={"bulk": "postgresql://pgtasks@127.0.0.1:1/nowhere"},
+        migrate=False,
+        connect_attempts=1,
+        connect_timeout=1.0,
+    )
+    schema_admin.create_migrated(app.schemas["default"])  # type: ignore[attr-defined]
+
+    @app.task(name="dash.plain")
+    def plain() -> None:
+        return None
+
+    plain.delay()
+    dashboard = asgi(app)
+    web = Client(dashboard)
+    try:
+        page = web.get("/stores")
+        assert page.status_code == 200, page.text
+        default, bulk = store_sections(page.text)
+        assert 'data-state="up"' in default
+        assert 'href="/jobs?queue=default&amp;status=pending">1<' in default
+        assert 'data-state="down"' in bulk and "state-down" in bulk
+        assert "cannot reach PostgreSQL at 127.0.0.1:1" in bulk
+        assert 'href="/stores/bulk/"' in bulk
+        # The down store's own pages are its error page, not a 500; the root still answers.
+        assert web.get("/stores/bulk/").status_code == 503
+        assert web.get("/").status_code == 200
+    finally:
+        dashboard.close()
+
+
+def store_sections(html: str) -> list[str]:
+    """The page's section of each store, in order (default, bulk)."""
+    sections = html.split('<tbody data-store="')[1:]
+    assert [section.split('"', 1)[0] for section in sections] == ["default", "bulk"]
+    return [section.split("</tbody>", 1)[0] for section in sections]
