@@ -142,6 +142,12 @@ class Dashboard:
         #: The other stores' dashboards, mounted in this one (the root's): closed with it.
         self.mounted: list[DashboardApp] = []
 
+    @property
+    def linked(self) -> bool:
+        """Whether the other stores' dashboards are served beside this one (the root of an
+        app of several stores, or one mounted in it)."""
+        return bool(self.mount or self.mounted)
+
     # -- rendering --
     def _common(self, base: str) -> dict[str, Any]:
         return {
@@ -149,7 +155,7 @@ class Dashboard:
             "read_only": self.read_only,
             "csrf": self.csrf,
             "schema": self.app.schema,
-            **store_links(self.app, base, self.mount),
+            **store_links(self.app, base, self.mount, self.linked),
         }
 
     def fragment(self, template: str, base: str, **context: Any) -> str:
@@ -263,7 +269,7 @@ class Dashboard:
 
     async def job(self, request: Request) -> Response:
         job_id = path_id(request)
-        elsewhere = job_elsewhere(self.app, job_id, base_path(request), self.mount)
+        elsewhere = job_elsewhere(self.app, job_id, base_path(request), self.mount, self.linked)
         if elsewhere is not None:  # the id names another store: its dashboard
             return RedirectResponse(elsewhere, status_code=303)
         try:

@@ -37,20 +37,24 @@ def store_path(name: str) -> str:
     return "" if name == DEFAULT_STORE else f"/stores/{name}"
 
 
-def store_links(app: App, base: str, mount: str) -> dict[str, Any]:
+def store_links(app: App, base: str, mount: str, linked: bool) -> dict[str, Any]:
     """The store a page shows and a link to each store's dashboard (an app of one store:
-    none)."""
+    none; ``linked`` False: a dashboard of one store of several, whose neighbours are not
+    served beside it, names its store only)."""
     if app.stores.single:
         return {"store": None, "stores": []}
+    if not linked:
+        return {"store": app.store_name, "stores": []}
     home = base[: len(base) - len(mount)] if mount and base.endswith(mount) else base
     links = [(name, f"{home}{store_path(name)}/") for name in app.stores.names]
     return {"store": app.store_name, "stores": links, "all_stores": f"{home}/stores"}
 
 
-def job_elsewhere(app: App, job_id: int, base: str, mount: str) -> str | None:
+def job_elsewhere(app: App, job_id: int, base: str, mount: str, linked: bool) -> str | None:
     """The job page in the dashboard of the store that issued ``job_id``, when that is not
-    this one (None: this one, or no store of the app issued it)."""
-    if app.stores.single:
+    this one (None: this one, no store of the app issued it, or the other stores'
+    dashboards are not served beside this one: ``linked`` False)."""
+    if app.stores.single or not linked:
         return None
     try:
         owner = for_id(app, job_id)

@@ -53,6 +53,33 @@ def test_each_store_has_its_dashboard_and_ids_find_theirs(
         dashboard.close()
 
 
+def test_the_dashboard_of_one_store_of_several_names_it_and_links_nowhere(
+    make_stores_app: Callable[..., App],
+) -> None:
+    app = make_stores_app(routes={"emails": "bulk"})
+
+    @app.task(name="dash.plain")
+    def plain() -> None:
+        return None
+
+    @app.task(name="dash.mail", queue="emails")
+    def mail() -> None:
+        return None
+
+    here, there = plain.delay(), mail.delay()
+    dashboard = asgi(app.for_store("bulk"))  # that store alone, at the root
+    web = Client(dashboard)
+    try:
+        root = web.get("/")
+        assert root.status_code == 200 and "store bulk" in root.text
+        assert 'aria-label="stores"' not in root.text and "all stores" not in root.text
+        assert web.get(f"/jobs/{there.id}").status_code == 200
+        assert web.get(f"/jobs/{here.id}").status_code == 404  # not served here: no redirect
+        assert web.get("/stores").status_code == 404
+    finally:
+        dashboard.close()
+
+
 def test_the_page_of_every_store_labels_each_store_and_its_queues(
     make_stores_app: Callable[..., App],
 ) -> None:
