@@ -12,10 +12,19 @@ finish. Modes, in alternating rounds (median of R):
   filter (what the claim was before limits), plain jobs;
 - ``plain``: the claim statements as they are now, plain jobs, no limit stored;
 - ``plain, limits stored``: plain jobs on workers whose schema stores a limit (as a
-  worker does, a claimer asks claim_limited_jobs first, and after it found nothing, once
+  worker does, a claimer asks claim_limited first, and after it found nothing, once
   per poll interval of 1 s);
 - ``task concurrency=50``: every job of a task limited to 50 running at once;
 - ``key concurrency=1, 1000 keys``: every job limited to one running per key, over 1000 keys.
+
+Then the same limits on one real ``pgtasks worker`` process (concurrency 10, no-op tasks;
+each limited figure against the plain one of the same checkout), and the promises as a
+user meets them on workers at their default settings (benchmarks/limits_promises.py):
+the time from a job's end to the start of the next one under a limit of one at a time,
+on the same worker and handed over to another worker (p50, p95), and the rate reached by
+"5/s" and "20/s". With ``--baseline CHECKOUT``, the worker rounds and the promises run
+for that checkout too, in alternating rounds (its pgtasks imported in the processes of
+its side, each side in schemas of its own), and both sides are printed.
 """
 
 from __future__ import annotations
@@ -24,9 +33,11 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -58,6 +69,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--json", default=str(ROOT / "benchmarks" / "results" / "limits.json"), help="output"
     )
+    parser.add_argument(
+        "--baseline", type=Path, default=None, help="another checkout: its promises too"
+    )
+    parser.add_argument("--only-promises", action="store_true", help="skip the throughput sections")
+    parser.add_argument("--no-promises", action="store_true", help="skip the promises section")
     args = parser.parse_args(argv)
     if args.quick:
         args.jobs, args.runs = 300, 1
@@ -160,39 +176,173 @@ def drain(dsn: str, store: Store, jobs: int, claimers: int, limited: bool) -> fl
     return jobs / elapsed
 
 
-def worker_round(dsn: str, app_name: str, jobs: int, concurrency: int) -> float:
-    """Jobs/s of one real ``pgtasks worker`` process draining the enqueued jobs (first claim
-    to last finish, from the database's timestamps, as the main runner measures)."""
-    env = {**os.environ, "PGTASKS_DSN": dsn, "PGTASKS_SCHEMA": SCHEMA}
-    command = [
-        *(sys.executable, "-m", "pgtasks", "worker", "-A", f"benchmarks.limits_app:{app_name}"),
-        *("--concurrency", str(concurrency), "--log-level", "WARNING"),
-    ]
+#: The module the worker rounds import: limits_app.py, copied next to any checkout.
+WORKER_APP_MODULE = "pgtasks_bench_limits_app"
+
+
+def checkout_env(directory: str, dsn: str, schema: str) -> dict[str, str]:
+    """The environment of a process of one side: its module directory, DSN and schema."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PGTASKS_SCHEMA", "PGTASKS_APP", "DATABASE_URL")
+    }
+    env.update(PGTASKS_DSN=dsn, PGTASKS_SCHEMA=schema, PYTHONPATH=directory)
+    return env
+
+
+def worker_round(
+    checkout: Path, dsn: str, schema: str, kind: str, app_name: str, jobs: int, concurrency: int
+) -> float:
+    """Jobs/s of one real ``pgtasks worker`` process of ``checkout`` draining ``jobs`` jobs
+    of ``kind`` that the same checkout enqueued in ``schema`` (first claim to last finish,
+    from the database's timestamps, as the main runner measures)."""
     count = sql.SQL("SELECT count(*) FILTER (WHERE status = 'done') FROM {}.jobs").format(
-        sql.Identifier(SCHEMA)
+        sql.Identifier(schema)
     )
-    process = subprocess.Popen(command, cwd=ROOT, env=env)
-    try:
-        deadline = time.monotonic() + 600
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            while (conn.execute(count).fetchone() or (0,))[0] < jobs:
-                if process.poll() is not None:
-                    raise RuntimeError(f"the worker exited with {process.returncode}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the worker did not finish in 600 s")
-                time.sleep(0.05)
-            row = conn.execute(
-                sql.SQL(
-                    "SELECT extract(epoch FROM max(finished_at) - min(locked_at)),"
-                    " count(*) FILTER (WHERE attempts <> 1) FROM {}.jobs"
-                ).format(sql.Identifier(SCHEMA))
-            ).fetchone()
-    finally:
-        process.terminate()
-        process.wait(30)
+    with tempfile.TemporaryDirectory() as directory:
+        shutil.copy(
+            ROOT / "benchmarks" / "limits_app.py", Path(directory) / f"{WORKER_APP_MODULE}.py"
+        )
+        env = checkout_env(directory, dsn, schema)
+        subprocess.run(
+            [sys.executable, "-m", WORKER_APP_MODULE, "prepare", kind, str(jobs)],
+            cwd=checkout,
+            env=env,
+            check=True,
+            timeout=600,
+        )
+        command = [
+            *(sys.executable, "-m", "pgtasks", "worker", "-A", f"{WORKER_APP_MODULE}:{app_name}"),
+            *("--concurrency", str(concurrency), "--log-level", "WARNING"),
+        ]
+        process = subprocess.Popen(command, cwd=checkout, env=env)
+        try:
+            deadline = time.monotonic() + 600
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while (conn.execute(count).fetchone() or (0,))[0] < jobs:
+                    if process.poll() is not None:
+                        raise RuntimeError(f"the worker exited with {process.returncode}")
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the worker did not finish in 600 s")
+                    time.sleep(0.05)
+                row = conn.execute(
+                    sql.SQL(
+                        "SELECT extract(epoch FROM max(finished_at) - min(locked_at)),"
+                        " count(*) FILTER (WHERE attempts <> 1) FROM {}.jobs"
+                    ).format(sql.Identifier(schema))
+                ).fetchone()
+        finally:
+            process.terminate()
+            process.wait(30)
     if row is None or row[1]:
         raise RuntimeError(f"jobs did not run exactly once: {row}")
     return jobs / float(row[0])
+
+
+#: The promises measured (limits_promises.py): scenario, jobs per run (quick: fewer).
+PROMISES = (
+    ("handoff-same", 40, 8),
+    ("handoff-across", 30, 6),
+    ("rate-5", 25, 25),
+    ("rate-20", 60, 30),
+)
+
+
+def promise_round(checkout: Path, dsn: str, scenario: str, jobs: int, schema: str) -> Any:
+    """One run of a scenario of limits_promises.py with ``checkout``'s pgtasks."""
+    with tempfile.TemporaryDirectory() as directory:
+        shutil.copy(
+            ROOT / "benchmarks" / "limits_promises.py",
+            Path(directory) / "pgtasks_bench_promises.py",
+        )
+        env = checkout_env(directory, dsn, schema)
+        completed = subprocess.run(
+            [sys.executable, "-m", "pgtasks_bench_promises", scenario, str(jobs)],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+    if completed.returncode != 0:
+        raise RuntimeError(
+            f"{scenario} on {checkout} failed:\n{completed.stdout}{completed.stderr}"
+        )
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def promises(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
+    """The handoff and rate figures, for this checkout (and the baseline), alternating."""
+    sides = sides_of(args)
+    runs = max(1, args.runs)
+    collected: dict[tuple[str, str], list[Any]] = {}
+    for round_number in range(runs):
+        order = list(sides) if round_number % 2 == 0 else list(reversed(sides))
+        for scenario, jobs, quick_jobs in PROMISES:
+            for side in order:
+                schema = f"pgtasks_bench_promises_{side}"
+                result = promise_round(
+                    sides[side], dsn, scenario, quick_jobs if args.quick else jobs, schema
+                )
+                collected.setdefault((side, scenario), []).append(result)
+    print(
+        f"limits as users meet them: workers at their default settings, {runs} round(s)"
+        + (f", alternating with {sides['baseline']}" if "baseline" in sides else "")
+    )
+    print(f"{'figure':44} " + " ".join(f"{side:>18}" for side in sides))
+    results: list[dict[str, Any]] = []
+    rows: dict[str, dict[str, str]] = {}
+    for (side, scenario), runs_of in collected.items():
+        if scenario.startswith("handoff"):
+            pooled = [gap for run in runs_of for gap in run["gaps"]]
+            p50, p95 = percentile(pooled, 0.5), percentile(pooled, 0.95)
+            spread = [percentile(run["gaps"], 0.95) for run in runs_of]
+            label = "same worker" if scenario == "handoff-same" else "to another worker"
+            rows.setdefault(f"freed slot taken, {label}: p50", {})[side] = f"{p50 * 1000:.1f} ms"
+            rows.setdefault(f"freed slot taken, {label}: p95", {})[side] = (
+                f"{p95 * 1000:.1f} ms"
+                + (f" ({min(spread) * 1000:.0f}-{max(spread) * 1000:.0f})" if runs > 1 else "")
+            )
+            results.append(
+                {
+                    "mode": f"{scenario} ({side})",
+                    "handoff_p50_ms": p50 * 1000,
+                    "handoff_p95_ms": p95 * 1000,
+                    "handoffs": len(pooled),
+                    "p95_per_round_ms": [value * 1000 for value in spread],
+                }
+            )
+        else:
+            declared = 5.0 if scenario == "rate-5" else 20.0
+            achieved = [run["achieved"] for run in runs_of]
+            median = statistics.median(achieved)
+            label = f'rate "{int(declared)}/s" reached'
+            rows.setdefault(label, {})[side] = f"{median:.2f}/s {median / declared:.0%}" + (
+                f" ({min(achieved):.2f}-{max(achieved):.2f})" if runs > 1 else ""
+            )
+            rows.setdefault(f'rate "{int(declared)}/s": most claims in 1 s', {})[side] = str(
+                max(run["most_in_1s"] for run in runs_of)
+            )
+            results.append(
+                {
+                    "mode": f"{scenario} ({side})",
+                    "achieved_per_second": median,
+                    "declared_per_second": declared,
+                    "achieved_per_round": achieved,
+                    "burst": max(run["burst"] for run in runs_of),
+                    "most_in_1s": max(run["most_in_1s"] for run in runs_of),
+                }
+            )
+    for label, values in rows.items():
+        print(f"{label:44} " + " ".join(f"{values.get(side, '-'):>18}" for side in sides))
+    return results
 
 
 def main(argv: list[str]) -> int:
@@ -203,6 +353,20 @@ def main(argv: list[str]) -> int:
         from pgtasks._embedded import embedded_dsn
 
         dsn = embedded_dsn(ROOT / ".pgtasks-bench")
+    results: list[dict[str, Any]] = []
+    if not args.only_promises:
+        results += throughput(args, dsn)
+        results += worker_throughput(args, dsn)
+    if not args.no_promises:
+        results += promises(args, dsn)
+    output = Path(args.json)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps({"claimers": args.claimers, "results": results}, indent=2))
+    return 0
+
+
+def throughput(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
+    """The claim alone and one real worker: limited claims against plain ones."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
     app, tasks = build_app(dsn)
@@ -242,38 +406,69 @@ def main(argv: list[str]) -> int:
             f"{label:<30} {median:>9.0f} {min(values):>9.0f} {max(values):>9.0f}"
             f" {median / baseline:>7.0%}"
         )
-    # The same limits end to end: one real worker process, no-op tasks, concurrency 10.
+    app.close()
+    return results
+
+
+def sides_of(args: argparse.Namespace) -> dict[str, Path]:
+    """This checkout, and the baseline's when one is given."""
+    sides = {"this": ROOT}
+    if args.baseline is not None:
+        sides["baseline"] = args.baseline.resolve()
+    return sides
+
+
+def worker_throughput(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
+    """The same limits end to end: one real worker process (no-op tasks, concurrency 10)
+    per round and mode, for this checkout and the baseline in alternating order, each in
+    a schema of its own; each side's limited figures against its own plain one."""
     worker_modes = [
         ("worker: plain", "plain", "plain_app"),
         ("worker: task concurrency=50", "task", "limited_app"),
         ("worker: key concurrency=1, 1000 keys", "key", "limited_app"),
     ]
+    sides = sides_of(args)
     worker_jobs = max(args.jobs, 300)
-    print(f"worker throughput: one pgtasks worker, concurrency 10, {worker_jobs} no-op jobs")
-    worker_figures: dict[str, list[float]] = {label: [] for label, *_ in worker_modes}
-    for _ in range(args.runs):
+    print(
+        f"worker throughput: one pgtasks worker, concurrency 10, {worker_jobs} no-op jobs,"
+        f" {args.runs} round(s), median"
+        + (f", alternating with {sides['baseline']}" if "baseline" in sides else "")
+    )
+    figures: dict[tuple[str, str], list[float]] = {}
+    for round_number in range(args.runs):
+        order = list(sides) if round_number % 2 == 0 else list(reversed(sides))
         for label, kind, app_name in worker_modes:
-            reset(app, tasks, kind, worker_jobs, store_limits=False)
-            worker_figures[label].append(worker_round(dsn, app_name, worker_jobs, 10))
-    worker_baseline = statistics.median(worker_figures["worker: plain"])
-    print(f"{'mode':<38} {'jobs/s':>9} {'min':>9} {'max':>9} {'vs plain':>8}")
-    for label, values in worker_figures.items():
-        median = statistics.median(values)
-        results.append(
-            {
-                "mode": label,
-                "jobs_per_second": median,
-                "min": min(values),
-                "max": max(values),
-                "ratio_to_plain_worker": median / worker_baseline,
-            }
-        )
-        print(
-            f"{label:<38} {median:>9.0f} {min(values):>9.0f} {max(values):>9.0f}"
-            f" {median / worker_baseline:>7.0%}"
-        )
-    output = Path(args.json)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"claimers": args.claimers, "results": results}, indent=2))
-    app.close()
-    return 0
+            for side in order:
+                schema = f"{SCHEMA}_worker_{side}"
+                figures.setdefault((side, label), []).append(
+                    worker_round(sides[side], dsn, schema, kind, app_name, worker_jobs, 10)
+                )
+    results: list[dict[str, Any]] = []
+    print(
+        f"{'mode':<38} "
+        + " ".join(f"{side + ' jobs/s (range)':>26} {'vs plain':>8}" for side in sides)
+        + "   (vs plain: median of the rounds' ratios, each against the same round's plain)"
+    )
+    for label, _, _ in worker_modes:
+        cells = []
+        for side in sides:
+            values = figures[(side, label)]
+            plain = figures[(side, "worker: plain")]
+            ratios = [value / base for value, base in zip(values, plain, strict=True)]
+            ratio = statistics.median(ratios)
+            results.append(
+                {
+                    "mode": f"{label} ({side})",
+                    "jobs_per_second": statistics.median(values),
+                    "per_round": values,
+                    "ratio_to_plain_worker": ratio,
+                    "ratio_per_round": ratios,
+                    "ratio_of_medians": statistics.median(values) / statistics.median(plain),
+                }
+            )
+            cells.append(
+                f"{statistics.median(values):>9.0f} ({min(values):.0f}-{max(values):.0f})".rjust(26)
+                + f" {ratio:>7.0%}"
+            )
+        print(f"{label:<38} " + " ".join(cells))
+    return results

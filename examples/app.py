@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 
 from pgtasks import App, JobContext
 
-app = App()
+# A schema of its own: this example never meets the jobs of your own workers (nor
+# they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
+app = App(schema=os.environ.get("PGTASKS_EXAMPLE_SCHEMA", "examples_app"))
 
 
 @app.task(queue="emails", max_attempts=5)

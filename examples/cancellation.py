@@ -8,12 +8,15 @@ after a few batches, and shows that the job ends ``cancelled``.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 from pgtasks import App, JobCancelled, JobContext, Worker
 
-app = App()
+# A schema of its own: this example never meets the jobs of your own workers (nor
+# they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
+app = App(schema=os.environ.get("PGTASKS_EXAMPLE_SCHEMA", "examples_cancellation"))
 
 
 @app.task(bind=True)

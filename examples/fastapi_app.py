@@ -17,6 +17,7 @@ loopback clients only); its open pages never hold up the service's shutdown.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,7 +32,9 @@ from pgtasks import App, JobCancelled, JobNotFoundError, TaskFailed
 from pgtasks.contrib.fastapi import run_app
 from pgtasks.web import asgi as dashboard
 
-app = App()
+# A schema of its own: this example never meets the jobs of your own workers (nor
+# they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
+app = App(schema=os.environ.get("PGTASKS_EXAMPLE_SCHEMA", "examples_fastapi"))
 # The example's own table, beside pgtasks' tables in the App's schema.
 ORDERS = sql.SQL("{}.example_orders").format(sql.Identifier(app.schema))
 

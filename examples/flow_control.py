@@ -10,12 +10,15 @@ pause|resume|list`` does the same from a shell, for every worker of the schema.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 from pgtasks import App, Worker
 
-app = App()
+# A schema of its own: this example never meets the jobs of your own workers (nor
+# they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
+app = App(schema=os.environ.get("PGTASKS_EXAMPLE_SCHEMA", "examples_flow_control"))
 first_started = threading.Event()
 first_may_finish = threading.Event()
 

@@ -8,12 +8,15 @@ Runs a worker in this process (``pgtasks.Worker``).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 from pgtasks import App, JobContext, Worker
 
-app = App()
+# A schema of its own: this example never meets the jobs of your own workers (nor
+# they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
+app = App(schema=os.environ.get("PGTASKS_EXAMPLE_SCHEMA", "examples_metadata"))
 
 
 @app.task(bind=True, max_attempts=3, retry_backoff=0.05, retry_jitter=False)

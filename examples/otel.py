@@ -10,6 +10,7 @@ runs a worker in this process, and prints the spans.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -26,7 +27,9 @@ provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 
-app = App()
+# A schema of its own: this example never meets the jobs of your own workers (nor
+# they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
+app = App(schema=os.environ.get("PGTASKS_EXAMPLE_SCHEMA", "examples_otel"))
 instrument(app)  # where the app is defined: workers and process-pool children import it
 
 

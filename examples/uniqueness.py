@@ -10,13 +10,16 @@ has a key for life. A worker runs in this process (``pgtasks.Worker``).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import datetime, timedelta
 
 from pgtasks import App, UniquenessError, Worker
 
-app = App()
+# A schema of its own: this example never meets the jobs of your own workers (nor
+# they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
+app = App(schema=os.environ.get("PGTASKS_EXAMPLE_SCHEMA", "examples_uniqueness"))
 may_finish = threading.Event()
 
 

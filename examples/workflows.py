@@ -13,12 +13,15 @@ crash between two steps loses nothing.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
 from pgtasks import App, Worker, WorkflowFailed, chain, chord, group
 
-app = App()
+# A schema of its own: this example never meets the jobs of your own workers (nor
+# they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
+app = App(schema=os.environ.get("PGTASKS_EXAMPLE_SCHEMA", "examples_workflows"))
 
 
 @app.task

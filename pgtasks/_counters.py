@@ -1,10 +1,10 @@
 """Counters of how often pgtasks' guarantees were exercised: their names, and a tally.
 
 Pure module. Each counter is counted where it happens (docs/howto/metrics.md): the
-worker counts lost leases, refused fenced writes, jobs released at shutdown and jobs of
-unknown tasks, and adds them to the database with its heartbeat; the rescue statement
-counts rescues and the enqueue statements count enqueues answered by an existing job, in
-their own transactions. ``pgtasks stats --json``, the dashboard and the Prometheus
+worker counts lost leases, refused fenced writes, jobs released at shutdown and the jobs
+of unknown tasks it released, and adds them to the database with its heartbeat; the
+rescue statement counts rescues and the enqueue statements count enqueues answered by an
+existing job, in their own transactions. ``pgtasks stats --json``, the dashboard and the Prometheus
 series read the totals.
 """
 
@@ -25,7 +25,10 @@ FENCED_WRITES_REFUSED = "fenced_writes_refused"
 ENQUEUES_DEDUPLICATED = "enqueues_deduplicated"
 #: Jobs a stopping worker gave back to pending without using up their attempt.
 RELEASED_AT_SHUTDOWN = "released_at_shutdown"
-#: Claimed jobs of a task the worker does not know.
+#: Jobs of a task a worker's process could not run, released back to pending (never
+#: failed): workers claim only the tasks they know, so this counts the jobs that reached
+#: a process without the task (a process-pool child started before it was registered).
+#: Jobs that no live worker knows wait unclaimed: ``stats`` and ``doctor`` name them.
 UNKNOWN_TASK_JOBS = "unknown_task_jobs"
 
 COUNTER_NAMES = (

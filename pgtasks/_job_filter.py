@@ -17,9 +17,11 @@ from typing import Any
 from ._operations import STATUSES
 
 #: Query-string names of a JobFilter's fields, in the order the jobs page shows them.
-FILTER_FIELDS = ("status", "queue", "task", "args", "from", "to", "due")
+FILTER_FIELDS = ("status", "queue", "task", "args", "from", "to", "due", "workflow")
 #: What the ``due`` filter accepts: pending and due now (yes), or scheduled later (no).
 DUE_VALUES = {"yes": True, "no": False}
+#: The largest value of PostgreSQL's bigint (ids beyond it are refused, not a 500).
+MAX_BIGINT = 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +30,8 @@ class JobFilter:
 
     ``args``: a JSON value the job's args contain (jsonb ``@>``), e.g. ``[42]`` or
     ``[{"user": 7}]``; ``created_from`` / ``created_to``: a half-open range of created_at;
-    ``due``: pending jobs due now (True) or scheduled for later (False).
+    ``due``: pending jobs due now (True) or scheduled for later (False); ``workflow_id``:
+    the jobs of one workflow.
     """
 
     status: str | None = None
@@ -38,6 +41,7 @@ class JobFilter:
     created_from: datetime | None = None
     created_to: datetime | None = None
     due: bool | None = None
+    workflow_id: int | None = None
 
     @property
     def empty(self) -> bool:
@@ -53,13 +57,17 @@ class JobFilter:
             "from": None if self.created_from is None else self.created_from.isoformat(),
             "to": None if self.created_to is None else self.created_to.isoformat(),
             "due": None if self.due is None else ("yes" if self.due else "no"),
+            "workflow": None if self.workflow_id is None else str(self.workflow_id),
         }
         return {name: value for name, value in values.items() if value is not None}
 
     @property
     def scans(self) -> bool:
         """Whether listing it reads jobs no index selects: a filter on args, task,
-        creation time, due, or a queue (except with a status a partial index serves)."""
+        creation time, due, or a queue (except with a status a partial index serves).
+        A workflow's jobs are read through jobs_workflow_idx, whatever else is filtered."""
+        if self.workflow_id is not None:
+            return False
         if self.args is not None or self.task_name is not None or self.due is not None:
             return True
         if self.created_from is not None or self.created_to is not None:
@@ -143,6 +151,14 @@ def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
     due_text = get("due")
     if due_text is not None and due_text not in DUE_VALUES:
         raise ValueError(f"due: {due_text!r} is not one of {', '.join(DUE_VALUES)}")
+    workflow_text = get("workflow")
+    if workflow_text is not None and not (
+        workflow_text.isascii() and workflow_text.isdigit() and int(workflow_text) <= MAX_BIGINT
+    ):
+        raise ValueError(
+            f"workflow: {workflow_text!r} is not a workflow id (a positive integer; see"
+            " the workflows list)"
+        )
     job_filter = JobFilter(
         status=status,
         queue=get("queue"),
@@ -151,6 +167,7 @@ def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
         created_from=None if created_from is None else _filter_time("from", created_from),
         created_to=None if created_to is None else _filter_time("to", created_to),
         due=None if due_text is None else DUE_VALUES[due_text],
+        workflow_id=None if workflow_text is None else int(workflow_text),
     )
     if (
         job_filter.created_from is not None

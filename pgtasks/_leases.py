@@ -153,10 +153,49 @@ class Finish:
 
 
 @dataclasses.dataclass(frozen=True)
+class LimitedClaimReport:
+    """What a limited claim (claim_limited, migration flow_control) says besides its jobs.
+
+    ``wait``: seconds until the next rate token that held a job back is due (None when
+    no rate did); ``blocked``: the names of the limits that held jobs back for want of
+    room; ``error``: the database error that ended the claim (nothing was claimed then);
+    ``plain_error``: the error of the plain claim that followed the limited one in a
+    round trip of its own (the limited claim's finishes and jobs stand; the plain claim
+    is tried again).
+    """
+
+    wait: float | None = None
+    blocked: tuple[str, ...] = ()
+    error: str | None = None
+    plain_error: str | None = None
+
+    @classmethod
+    def from_values(cls, values: object) -> LimitedClaimReport:
+        """The report of claim_limited's report row (its meta: a JSON object; anything
+        else reads as an empty report)."""
+        if not isinstance(values, dict):
+            return cls()
+        wait = values.get("wait")
+        blocked = values.get("blocked")
+        error = values.get("error")
+        return cls(
+            wait=float(wait) if isinstance(wait, (int, float)) else None,
+            blocked=tuple(str(name) for name in blocked) if isinstance(blocked, list) else (),
+            error=str(error) if error is not None else None,
+        )
+
+
+#: The report of a round trip whose claim was not limited (or took all it asked for).
+NO_REPORT = LimitedClaimReport()
+
+
+@dataclasses.dataclass(frozen=True)
 class RoundTrip:
     """What one round trip did: the status written per finished job whose lease held (a
     job missing from ``written`` had lost its lease: nothing was written), and the jobs
-    it claimed, those of the limited claim first, then plain ones in claim order."""
+    it claimed, those of the limited claim first, then plain ones in claim order; for a
+    limited claim, what held limited jobs back or the error that ended it (``report``)."""
 
     written: Mapping[int, str]
     claimed: Sequence[ClaimedJob]
+    report: LimitedClaimReport = NO_REPORT

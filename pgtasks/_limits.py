@@ -13,6 +13,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from ._operations import format_table
@@ -20,9 +21,12 @@ from ._operations import format_table
 #: Seconds per unit of a rate limit ("100/m").
 RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*$")
-#: A bucket holds at most the tokens of this many seconds (at least one token): a burst
-#: of that share after a pause, never more.
+#: A bucket holds the tokens of this many seconds, and at least one token plus those of
+#: LATENESS_SECONDS (at most two tokens): a burst of that share after a pause, never more.
 BURST_SECONDS = 0.1
+#: How late a worker may ask for its next token (it wakes when the token is due, but its
+#: claim takes a moment and a loaded machine answers late) without the rate losing it.
+LATENESS_SECONDS = 0.25
 #: Largest concurrency or rate count (a 32-bit column).
 MAX_LIMIT = 2**31 - 1
 
@@ -36,9 +40,19 @@ class RateLimit:
     text: str
 
     @property
+    def per_second(self) -> float:
+        return self.count / self.period
+
+    @property
     def burst(self) -> float:
-        """Most tokens the bucket holds (jobs one claim may start after a pause)."""
-        return float(max(1, math.floor(self.count / self.period * BURST_SECONDS)))
+        """Most tokens the bucket holds: the tokens of BURST_SECONDS, and at least one plus
+        those of LATENESS_SECONDS (at most two), so that a claim a little late still finds
+        the token it waited for and the declared rate is reached ("5/s": 2, "1/s": 1.25,
+        "1/h": a little over 1, "200/s": 20). ``floor(burst)`` jobs may start at once after
+        a pause; in any window of T seconds at most ``burst + rate * T`` start."""
+        rate = self.per_second
+        slack = 1.0 + min(1.0, rate * LATENESS_SECONDS)
+        return float(max(slack, math.floor(rate * BURST_SECONDS)))
 
     def __str__(self) -> str:
         return self.text
@@ -140,72 +154,151 @@ def describe_rate(count: int | None, period: float | None) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class LimitState:
-    """A stored limit as ``pgtasks limits`` shows it, with its running jobs (for a
-    per-key limit: the key with the most running jobs, and how many keys run)."""
+class KeyUsage:
+    """One key of a per-key limit: its running, pending and due jobs, and the due jobs the
+    limit holds back now."""
 
-    name: str
-    concurrency: int | None
-    rate: str
-    tokens: float | None
-    running: int = 0
-    pending: int = 0
-    keys: int = 0
+    key: str
+    running: int
+    pending: int
+    due: int
+    held: int
 
     def as_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True)
+class LimitState:
+    """A limit as operators read it (``pgtasks limits``, the dashboard): what it allows,
+    what runs under it now, and what it holds back.
+
+    ``kind`` is ``queue``, ``task`` or ``key`` (concurrency per key) and ``target`` the
+    queue or task it applies to. ``tokens`` are the rate's tokens now (None without a rate)
+    and ``next_token_in`` the seconds until the next whole one. ``held``: due jobs under it
+    that it keeps from starting now (no room, or no whole token). For a per-key limit the
+    counts are summed over its keys, ``keys`` counts the keys with jobs, and ``top_keys``
+    are those with the most running, then pending, jobs. ``stored`` is False for a limit
+    that jobs name but that no worker stored (its jobs run without it).
+    """
+
+    name: str
+    kind: str
+    target: str
+    concurrency: int | None
+    rate: str
+    rate_per_second: float | None = None
+    burst: float | None = None
+    tokens: float | None = None
+    next_token_in: float | None = None
+    running: int = 0
+    pending: int = 0
+    due: int = 0
+    held: int = 0
+    keys: int = 0
+    top_keys: tuple[KeyUsage, ...] = ()
+    stored: bool = True
+    updated_at: datetime | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        document = dataclasses.asdict(self)
+        document["top_keys"] = [key.as_json() for key in self.top_keys]
+        return document
+
+
+def limit_kind(name: str) -> tuple[str, str]:
+    """``(kind, target)`` of a limit name: ``queue:reports`` is ("queue", "reports")."""
+    kind, _, target = name.partition(":")
+    return (kind, target) if kind in ("queue", "task", "key") and target else ("other", name)
+
+
 def limit_states(
-    definitions: Iterable[Mapping[str, Any]], usage: Iterable[Mapping[str, Any]]
+    definitions: Iterable[Mapping[str, Any]],
+    usage: Iterable[Mapping[str, Any]],
+    top_keys: Iterable[Mapping[str, Any]] = (),
 ) -> list[LimitState]:
-    """Join rows of get_limits and get_limit_usage: per name, the running and pending jobs
-    (for a per-key limit: summed over keys; ``keys`` counts the keys with jobs)."""
-    totals: dict[str, list[int]] = {}
-    for row in usage:
-        total = totals.setdefault(row["name"], [0, 0, 0])
-        total[0] += int(row["running"])
-        total[1] += int(row["pending"])
-        total[2] += 1 if row["key"] is not None else 0
-    states = []
-    for row in definitions:
-        running, pending, keys = totals.get(row["name"], [0, 0, 0])
-        states.append(
-            LimitState(
-                name=row["name"],
-                concurrency=row["concurrency"],
-                rate=describe_rate(row["rate_count"], row["rate_period"]),
-                tokens=row["tokens"],
-                running=running,
-                pending=pending,
-                keys=keys,
+    """Join rows of get_limits, get_limit_usage and get_limit_top_keys, by limit name;
+    limits that jobs name but that are not stored come last (``stored`` False)."""
+    used = {row["name"]: row for row in usage}
+    keys: dict[str, list[KeyUsage]] = {}
+    for row in top_keys:
+        keys.setdefault(row["name"], []).append(
+            KeyUsage(
+                key=row["key"],
+                running=int(row["running"]),
+                pending=int(row["pending"]),
+                due=int(row["due"]),
+                held=int(row["held"]),
             )
         )
+    states = []
+    seen = set()
+    for row in definitions:
+        name = row["name"]
+        seen.add(name)
+        states.append(_state(name, row, used.get(name), keys.get(name, ())))
+    for name in sorted(set(used) - seen):
+        states.append(_state(name, None, used[name], keys.get(name, ())))
     return states
 
 
-def format_limits(states: Sequence[LimitState], usage: Sequence[Mapping[str, Any]]) -> str:
+def _state(
+    name: str,
+    definition: Mapping[str, Any] | None,
+    usage: Mapping[str, Any] | None,
+    top_keys: Sequence[KeyUsage],
+) -> LimitState:
+    kind, target = limit_kind(name)
+    count = definition["rate_count"] if definition else None
+    period = definition["rate_period"] if definition else None
+    return LimitState(
+        name=name,
+        kind=kind,
+        target=target,
+        concurrency=definition["concurrency"] if definition else None,
+        rate=describe_rate(count, period),
+        rate_per_second=count / period if count is not None and period else None,
+        burst=definition["burst"] if definition else None,
+        tokens=definition["tokens"] if definition else None,
+        next_token_in=definition["next_token_in"] if definition else None,
+        running=int(usage["running"]) if usage else 0,
+        pending=int(usage["pending"]) if usage else 0,
+        due=int(usage["due"]) if usage else 0,
+        held=int(usage["held"]) if usage and definition else 0,
+        keys=int(usage["keys"]) if usage else 0,
+        top_keys=tuple(top_keys),
+        stored=definition is not None,
+        updated_at=definition["updated_at"] if definition else None,
+    )
+
+
+def format_limits(states: Sequence[LimitState]) -> str:
     if not states:
         return "no limits are stored (a worker stores its app's limits when it starts)"
     rows = [
         [
-            state.name,
+            state.name if state.stored else f"{state.name} (not stored)",
             state.concurrency if state.concurrency is not None else "-",
             state.rate,
             f"{state.tokens:.2f}" if state.tokens is not None else "-",
             state.running,
             state.pending,
-            state.keys if state.name.startswith("key:") else "-",
+            state.held,
+            state.keys if state.kind == "key" else "-",
         ]
         for state in states
     ]
     text = format_table(
-        ("LIMIT", "CONCURRENCY", "RATE", "TOKENS", "RUNNING", "PENDING", "KEYS"), rows
+        ("LIMIT", "CONCURRENCY", "RATE", "TOKENS", "RUNNING", "PENDING", "HELD", "KEYS"), rows
     )
-    keyed = [row for row in usage if row["key"] is not None and row["running"]]
+    keyed = [(state.name, key) for state in states for key in state.top_keys]
     if keyed:
         text += "\n\n" + format_table(
-            ("LIMIT", "KEY", "RUNNING", "PENDING"),
-            [[row["name"], row["key"], row["running"], row["pending"]] for row in keyed],
+            ("LIMIT", "KEY", "RUNNING", "PENDING", "HELD"),
+            [[name, key.key, key.running, key.pending, key.held] for name, key in keyed],
         )
+    text += (
+        "\n\nHELD: due jobs the limit keeps from starting now (no free slot, or no whole"
+        " token); KEYS: keys with jobs (the busiest are listed below)"
+    )
     return text

@@ -194,6 +194,9 @@ class Stats:
     #: Registered workers silent past the lease, not yet removed by a rescuer.
     silent_workers: int
     lease_timeout: float
+    #: Pending jobs that no live worker would claim (its task is unknown to every live
+    #: worker of its queue): rows of get_unknown_task_jobs (task_name, queue, jobs).
+    unknown_tasks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: How often the guarantees were exercised since the schema was created, every
     #: process (pgtasks._counters; migration 0014): name -> total, every name present.
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -212,6 +215,10 @@ class Stats:
                 "silent": self.silent_workers,
                 "lease_timeout": self.lease_timeout,
             },
+            "unknown_tasks": [
+                {"task": row["task_name"], "queue": row["queue"], "jobs": int(row["jobs"])}
+                for row in self.unknown_tasks
+            ],
             "counters": every_counter(self.counters),
         }
 
@@ -256,6 +263,12 @@ def format_stats(stats: Stats) -> str:
     if stats.silent_workers:
         workers += f", {stats.silent_workers} silent past the lease (not yet rescued)"
     workers += f" (lease {format_duration(stats.lease_timeout)})"
+    for unknown in stats.unknown_tasks:
+        workers += (
+            f"\n{unknown['jobs']} job(s) of task `{printable(unknown['task_name'])}`"
+            f" (queue {printable(unknown['queue'])})"
+            " no live worker knows: they wait for a worker whose app registers it"
+        )
     legend = (
         "WAITING: workflow steps waiting for earlier steps; DUE: pending and due now;"
         " OLDEST DUE: wait of the oldest due job;"

@@ -28,8 +28,9 @@ def step_key(step: str | None) -> tuple[int, tuple[int, ...], str]:
     """Sort steps as numbers (``2`` before ``10``), anything else last."""
     text = step or ""
     parts = text.split(".")
-    if all(part.isdigit() for part in parts):
-        return (0, tuple(int(part) for part in parts), "")
+    # isdecimal, not isdigit: int() refuses digits such as "²" (a row edited by hand).
+    if all(part.isdecimal() for part in parts):
+        return (0, tuple(map(int, parts)), "")
     return (1, (), text)
 
 
@@ -124,11 +125,13 @@ class WorkflowSummary:
         return dataclasses.asdict(self)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class WorkflowStep:
     """One job of a workflow as its page (graph) shows it: its step, links (job ids),
-    state, attempts, timings, its result as JSON text (cut; ``result_cut``) and the last
-    line of its error."""
+    state, attempts, timings, its result as JSON text (cut; ``result_cut``; None when it
+    has none, or when it is too large to render: ``result_size``, its stored size in
+    bytes, says so) and the last line of its error. (Slots, not frozen: a page reads
+    thousands of them.)"""
 
     id: int
     step: str | None
@@ -140,23 +143,39 @@ class WorkflowStep:
     prev_ids: list[int]
     next_ids: list[int]
     waiting_for: int | None
-    created_at: datetime
+    created_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
     result_text: str | None
     result_cut: bool
     error_line: str | None
+    result_size: int = 0
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> WorkflowStep:
-        values: dict[str, Any] = {
-            field.name: row.get(field.name) for field in dataclasses.fields(cls)
-        }
-        values["step"] = row["workflow_step"]
-        values["prev_ids"] = list(row["prev_ids"] or [])
-        values["next_ids"] = list(row["next_ids"] or [])
-        values["result_cut"] = bool(row["result_cut"])
-        return cls(**values)
+    def from_tuple(cls, row: Sequence[Any]) -> WorkflowStep:
+        """A step from a row whose values are this class's fields, in order (the store's
+        get_workflow_steps)."""
+        (ident, step, task, queue, status, attempts, max_attempts, prev, following, *rest) = row
+        waiting_for, created_at, started_at, finished_at, result_text, cut, error, size = rest
+        return cls(
+            ident,
+            step,
+            task,
+            queue,
+            status,
+            attempts,
+            max_attempts,
+            list(prev or ()),
+            list(following or ()),
+            waiting_for,
+            created_at,
+            started_at,
+            finished_at,
+            result_text,
+            bool(cut),
+            error,
+            int(size or 0),
+        )
 
     @property
     def seconds(self) -> float | None:

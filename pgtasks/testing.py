@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from ._app.app import App
+from ._store.db import PINNED
 from ._store.migrate import Migrator
 from ._store.store import Store
 from ._validation import positive_seconds, schema_name
@@ -199,12 +200,13 @@ def isolated_schema(dsn: str, *, prefix: str = "pgtasks_test_") -> Iterator[str]
     """A freshly migrated schema named ``<prefix><random hex>``, dropped on exit."""
     schema = schema_name(f"{prefix}{secrets.token_hex(4)}")
     store = Store(schema)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    # READ COMMITTED whatever the server's default, as every pgtasks connection.
+    with psycopg.connect(dsn, autocommit=True, options=PINNED) as conn:
         Migrator(store).migrate(conn)
     try:
         yield schema
     finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn, autocommit=True, options=PINNED) as conn:
             store.drop_schema(conn)
 
 

@@ -75,6 +75,7 @@ column workers.queues text[]
 column workers.concurrency integer NOT NULL
 column workers.started_at timestamp with time zone NOT NULL DEFAULT now()
 column workers.heartbeat_at timestamp with time zone NOT NULL DEFAULT now()
+column workers.task_names text[]
 column workflow_incidents.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
 column workflow_incidents.kind text NOT NULL
 column workflow_incidents.workflow_id bigint
@@ -95,16 +96,22 @@ constraint instance.instance_pkey PRIMARY KEY (singleton)
 constraint instance.instance_singleton_check CHECK (singleton)
 constraint instance.instance_store_no_check CHECK (((store_no >= 0) AND (store_no <= 32766)))
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
+constraint jobs.jobs_limit_groups_check CHECK (((limit_groups IS NULL) OR (cardinality(limit_groups) <= 8))) NOT VALID
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
 constraint jobs.jobs_unique_window_check CHECK (((unique_window IS NULL) OR ((unique_key IS NOT NULL) AND (NOT isempty(unique_window)))))
 constraint limits.limits_burst_check CHECK ((burst >= (1)::double precision))
+constraint limits.limits_burst_range_check CHECK (((burst >= (1)::double precision) AND (burst <= ('1000000000'::numeric)::double precision)))
 constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 1)))
 constraint limits.limits_pkey PRIMARY KEY (name)
 constraint limits.limits_rate_count_check CHECK (((rate_count IS NULL) OR (rate_count >= 1)))
 constraint limits.limits_rate_period_check CHECK (((rate_period IS NULL) OR (rate_period > (0)::double precision)))
+constraint limits.limits_rate_period_range_check CHECK (((rate_period IS NULL) OR ((rate_period >= (0.001)::double precision) AND (rate_period <= ('10000000000'::numeric)::double precision))))
+constraint limits.limits_refilled_at_check CHECK (isfinite(refilled_at))
+constraint limits.limits_tokens_check CHECK (((tokens >= (0)::double precision) AND (tokens <= ('1000000000'::numeric)::double precision)))
+constraint limits.limits_updated_at_check CHECK (isfinite(updated_at))
 constraint migration_steps.migration_steps_pkey PRIMARY KEY (version, step)
 constraint migrations.migrations_pkey PRIMARY KEY (version)
 constraint periodic.periodic_pkey PRIMARY KEY (name)
@@ -150,6 +157,7 @@ trigger CREATE TRIGGER jobs_workflow_job_ended AFTER UPDATE OF status ON {schema
 trigger CREATE TRIGGER jobs_workflow_jobs_ended AFTER UPDATE OF status ON {schema}.jobs FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
+function claim_limited() cddda0e7b81d4b84b0be35ded98cfc96
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39

@@ -298,7 +298,7 @@ def test_limits_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> 
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks", "--limits", "--quick"),
-            *("--dsn", own_database, "--json", str(output)),
+            *("--dsn", own_database, "--json", str(output), "--baseline", str(ROOT)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -309,17 +309,33 @@ def test_limits_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> 
     assert result.returncode == 0, result.stdout + result.stderr
     report: dict[str, Any] = json.loads(output.read_text())
     modes = {row["mode"]: row for row in report["results"]}
-    assert set(modes) == {
+    throughput = {
         "main's claim",
         "plain",
         "plain, limits stored",
         "task concurrency=50",
         "key concurrency=1, 1000 keys",
-        "worker: plain",
-        "worker: task concurrency=50",
-        "worker: key concurrency=1, 1000 keys",
     }
-    assert all(row["jobs_per_second"] > 0 for row in modes.values())
+    # The worker rounds and the promises run for both checkouts, alternating.
+    workers = {
+        f"worker: {mode} ({side})"
+        for mode in ("plain", "task concurrency=50", "key concurrency=1, 1000 keys")
+        for side in ("this", "baseline")
+    }
+    promises = {
+        f"{scenario} ({side})"
+        for scenario in ("handoff-same", "handoff-across", "rate-5", "rate-20")
+        for side in ("this", "baseline")
+    }
+    assert set(modes) == throughput | workers | promises
+    assert all(modes[mode]["jobs_per_second"] > 0 for mode in throughput | workers)
+    assert modes["worker: plain (this)"]["ratio_to_plain_worker"] == 1.0
+    for side in ("this", "baseline"):
+        for scenario in ("handoff-same", "handoff-across"):
+            assert modes[f"{scenario} ({side})"]["handoffs"] > 0
+            assert modes[f"{scenario} ({side})"]["handoff_p95_ms"] >= 0
+        assert modes[f"rate-5 ({side})"]["achieved_per_second"] > 0
+    assert "freed slot taken, to another worker: p95" in result.stdout
 
 
 @pytest.mark.slow

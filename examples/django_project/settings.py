@@ -65,6 +65,7 @@ TASKS = {
 }
 
 PGTASKS = {
-    "SCHEMA": os.environ.get("PGTASKS_SCHEMA", "pgtasks"),
+    # A schema of its own, so the example never meets the jobs of your own workers.
+    "SCHEMA": os.environ.get("PGTASKS_EXAMPLE_SCHEMA", "examples_django"),
     "APP_OPTIONS": {"poll_interval": 0.5},
 }

@@ -27,6 +27,7 @@ from psycopg.errors import UniqueViolation
 from .._counters import every_counter
 from .._errors import (
     ConfigurationError,
+    DatabaseError,
     JobNotFoundError,
     UniqueKeyTakenError,
     WorkflowProtectedError,
@@ -36,7 +37,6 @@ from .._limits import LimitState, describe_limit, limit_states
 from .._operations import RETRYABLE, QueueStats, Stats, WorkerInfo
 from .._payload import check_name
 from .._queues import QueueState, queue_states
-from .._store.base import Row
 from .routing import for_id
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         live_workers=sum(worker.state == "live" for worker in workers),
         silent_workers=sum(worker.state == "silent" for worker in workers),
         lease_timeout=app.lease_timeout,
+        unknown_tasks=app.store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
         counters=every_counter(app.store.get_counters(conn)),
     )
 
@@ -117,15 +118,40 @@ def queues(app: App) -> list[QueueState]:
     return app.database.run(read)
 
 
-def limits(app: App) -> tuple[list[LimitState], list[Row]]:
-    """What ``pgtasks limits`` shows: every stored limit with its running and pending jobs,
-    and the running and pending jobs per key of the per-key limits (keys with jobs)."""
+def read_limits(app: App, conn: psycopg.Connection[Any], *, top_keys: int = 10) -> list[LimitState]:
+    """Every limit as operators read it (``pgtasks limits``, the dashboard), on ``conn``:
+    per limit its kind (queue, task or key) and target, its capacity (concurrency), its
+    rate with the bucket's tokens now, burst and the seconds until the next whole token,
+    the jobs running under it now, its pending and due jobs and those it holds back (due
+    but no room or no token), and for a per-key limit the keys with jobs and the
+    ``top_keys`` busiest (running, pending, due and held per key); then the limits jobs
+    name that are not stored (``stored`` False). Counts are read without SKIP LOCKED.
+    Raises the driver's error (see :func:`limits` for the one a CLI shows)."""
+    store = app.store
+    return limit_states(
+        store.get_limits(conn),
+        store.get_limit_usage(conn),
+        store.get_limit_top_keys(conn, per_limit=top_keys),
+    )
 
-    def read(conn: psycopg.Connection[Any]) -> tuple[list[LimitState], list[Row]]:
-        usage = app.store.get_limit_usage(conn)
-        return limit_states(app.store.get_limits(conn), usage), usage
 
-    return app.database.run(read)
+def limits(app: App, *, top_keys: int = 10) -> list[LimitState]:
+    """:func:`read_limits` on the app's connections (the replica when it has one: the
+    counts may lag by its replay). A table that cannot be read raises DatabaseError with
+    the reason (never a driver traceback)."""
+    try:
+        return app.database.read(lambda conn: read_limits(app, conn, top_keys=top_keys))
+    except psycopg.Error as error:
+        raise limits_unreadable(error) from None
+
+
+def limits_unreadable(error: psycopg.Error) -> DatabaseError:
+    """The error to show when the limits cannot be read: the reason, and what to run."""
+    return DatabaseError(
+        "the limits cannot be read"
+        f" ({type(error).__name__}: {' '.join(str(error).split())}); `pgtasks doctor`"
+        " checks the limits table, `pgtasks migrate` repairs a schema that is behind"
+    )
 
 
 # -- writes ---------------------------------------------------------------------------------------

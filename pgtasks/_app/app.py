@@ -531,10 +531,10 @@ class App:
         return queue
 
     def limit_definitions(self) -> list[LimitDefinition]:
-        """Every concurrency and rate limit this app declares (tasks and queues)."""
-        return app_definitions(
-            (task.limits for task in self.tasks.values()), self.queue_limits.values()
-        )
+        """Every concurrency and rate limit this app declares (tasks and queues); the App
+        of one store of several (a worker's): those that store holds (routing.held)."""
+        tasks, queues = routing.held(self)
+        return app_definitions((task.limits for task in tasks), queues)
 
     def pause_queue(self, queue: str) -> bool:
         """Pause ``queue`` for every worker: none claims its jobs from at most one poll

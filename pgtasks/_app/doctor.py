@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._dsn import describe_dsn
+from .._errors import SchemaNotMigratedError
+from .._text import printable
 
 if TYPE_CHECKING:
     from .app import App
@@ -245,6 +247,143 @@ def check_connections(row: Row, limits: Thresholds) -> Finding:
     )
 
 
+def check_isolation(app: App, pinned: Row, default: str | None) -> Finding:
+    """The isolation pgtasks' connections run in (pinned READ COMMITTED) and the database's
+    default for pgtasks' role (``default``: None when it could not be read)."""
+    level = str(pinned["isolation"])
+    shown = default.upper() if default else "unknown"
+    if app.database.pooled:
+        # Through a transaction pooler a statement runs at the server connection's default:
+        # the pooler check says whether that is READ COMMITTED.
+        return Finding(
+            "isolation",
+            "ok" if level == "read committed" else "warning",
+            f"database default {shown}; through the pooler pgtasks pins READ COMMITTED per"
+            " transaction (the worker's claims and finishes, explicit transactions), lone"
+            f" statements run at its server connections' default ({level.upper()})",
+            "" if level == "read committed" else "see the pooler check",
+        )
+    if level != "read committed":
+        return Finding(
+            "isolation",
+            "critical",
+            f"this pgtasks connection runs {level.upper()} although pgtasks pins READ"
+            " COMMITTED: limits could be exceeded and workflows stall",
+            "a pooler between pgtasks and PostgreSQL drops the startup option that pins it:"
+            " declare it (App(dsn=<pooler>, session_dsn=<the server itself>)), or set"
+            " default_transaction_isolation = 'read committed' for the role pgtasks uses",
+        )
+    if default is None or default == "read committed":
+        return Finding("isolation", "ok", f"database default {shown}; pgtasks runs READ COMMITTED")
+    return Finding(
+        "isolation",
+        "ok",
+        f"database default {shown}; every pgtasks connection runs READ COMMITTED"
+        " (pinned), so limits, fencing and workflows hold. Connections your code passes with"
+        " connection= keep your level",
+    )
+
+
+def default_isolation(app: App) -> str | None:
+    """The isolation a session of pgtasks' role starts with on its database, before pgtasks
+    pins it: read on a connection of its own without the pin (it runs this one read), to
+    the session DSN or ``dsn``. None when it cannot be read."""
+    database = app.database
+    try:
+        with psycopg.connect(
+            database.session_dsn or database.dsn,
+            autocommit=True,
+            connect_timeout=max(1, round(database.pools.connect_timeout)),
+            application_name="pgtasks doctor",
+        ) as conn:
+            return str(app.store.get_session_defaults(conn)["isolation"])
+    except psycopg.Error:
+        return None
+
+
+def check_limits(row: Row, declared: Sequence[str]) -> list[Finding]:
+    """The limits table: values the claim cannot take, pending jobs under limits that are
+    not stored, and jobs under more limit instances than the claim takes."""
+    findings = []
+    stored = int(row["stored"] or 0)
+    bad = [printable(name) for name in row["bad_values"] or []]
+    if bad:
+        findings.append(
+            Finding(
+                "limits values",
+                "warning",
+                f"{len(bad)} stored limit(s) hold values the claim cannot take as they are"
+                f" ({', '.join(bad[:5])}): it clamps them (tokens, burst, period, refill time)",
+                "start a worker of the app that declares them (it stores its values again),"
+                " or DELETE the rows: their jobs then run unlimited",
+            )
+        )
+    unstored = [printable(name) for name in row["unstored"] or []]
+    if unstored:
+        findings.append(
+            Finding(
+                "limits not stored",
+                "warning",
+                f"{int(row['unstored_jobs'] or 0)} pending job(s) count in limits that are"
+                f" not stored ({', '.join(unstored[:5])}): they run without those limits",
+                "if the limits should hold, start a worker of the app that declares them"
+                " (workers store their app's limits when they start); if they were lifted on"
+                " purpose, nothing to do",
+            )
+        )
+    overlimited = int(row["overlimited"] or 0)
+    if overlimited:
+        findings.append(
+            Finding(
+                "jobs under too many limits",
+                "warning",
+                f"{overlimited} pending job(s) count in more than 8 limit instances (the first:"
+                f" job {row['first_overlimited']}); the claim leaves them pending",
+                "rows written by hand (enqueues refuse them): cancel them"
+                " (pgtasks jobs cancel ID) or enqueue them again",
+            )
+        )
+    if not findings:
+        undeclared = stored - len(declared)
+        summary = f"{stored} limit(s) stored, every value usable, no job left out"
+        if declared and undeclared > 0:
+            summary += f" ({undeclared} not declared by this app)"
+        findings.append(Finding("limits", "ok", summary))
+    return findings
+
+
+def limits_unreadable(error: Exception) -> Finding:
+    return Finding(
+        "limits",
+        "critical",
+        f"the limits table cannot be read ({type(error).__name__}:"
+        f" {' '.join(str(error).split())}): workers claim plain jobs only and retry the"
+        " limited claim with backoff",
+        "run `pgtasks migrate`; if the table was changed by hand, restore it (see"
+        " docs/reference/schema.md)",
+    )
+
+
+def check_unknown_tasks(rows: Sequence[Row]) -> Finding:
+    if not rows:
+        return Finding(
+            "unknown tasks", "ok", "every pending job's task is known to a live worker of its queue"
+        )
+    total = sum(int(row["jobs"]) for row in rows)
+    shown = "; ".join(
+        f"{row['jobs']} job(s) of task `{printable(row['task_name'])}` in queue"
+        f" {printable(row['queue'])}"
+        for row in rows[:5]
+    )
+    return Finding(
+        "unknown tasks",
+        "warning",
+        f"{total} pending job(s) no live worker knows: {shown}",
+        "deploy workers whose app registers these tasks (for those queues); until then the"
+        " jobs wait, untouched. A typo in send_task's name? Cancel them (pgtasks jobs cancel)",
+    )
+
+
 #: How far back ``doctor`` counts healed steps and tolerated trigger errors.
 WORKFLOW_INCIDENT_WINDOW = 86400.0
 
@@ -305,8 +444,10 @@ def check_pooler(app: App, defaults: Row) -> Finding:
             "pooler",
             "critical",
             f"the pooler's server connections at {where} start transactions in {isolation}:"
-            " claims, limits and workflows rely on READ COMMITTED, and a pooled connection"
-            " cannot be pinned per session",
+            " claims, limits and workflows rely on READ COMMITTED; a pooled connection"
+            " cannot be pinned per session, and pgtasks pins only its claims, finishes and"
+            " explicit transactions per transaction (rescues, releases and other lone"
+            " statements run at this default)",
             "set default_transaction_isolation = 'read committed' for pgtasks' role (ALTER"
             " ROLE … SET) or in the pooler's connect_query for pgtasks' database entry",
         )
@@ -394,7 +535,7 @@ def diagnose(
     limits = limits or Thresholds()
     store = app.store
     replica = check_replica(app, store.get_wal_position(conn), limits)
-    return [
+    findings = [
         check_snapshot(store.get_oldest_snapshot(conn), limits),
         check_slots(store.get_replication_slots(conn), limits),
         check_prepared(store.get_prepared_transactions(conn), limits),
@@ -404,6 +545,8 @@ def diagnose(
         check_backlog(store.get_backlog(conn), limits),
         check_exhausted(store.get_exhausted_pending_jobs(conn)),
         check_connections(store.get_connection_usage(conn), limits),
+        check_isolation(app, store.get_isolation(conn), default_isolation(app)),
+        check_unknown_tasks(store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout)),
         check_workflows(
             store.get_workflow_health(conn, since=WORKFLOW_INCIDENT_WINDOW),
             store.list_workflow_incidents(conn, limit=1),
@@ -413,6 +556,14 @@ def diagnose(
         *([replica] if replica is not None else []),
         *([] if app.stores.single else [check_stranded(app, store.count_stranded_jobs(conn))]),
     ]
+    try:
+        problems = store.get_limit_problems(conn)
+    except (psycopg.Error, SchemaNotMigratedError) as error:
+        findings.append(limits_unreadable(error))
+    else:
+        declared = [definition.name for definition in app.limit_definitions()]
+        findings += check_limits(problems, declared)
+    return findings
 
 
 def check_stranded(app: App, rows: Sequence[Row]) -> Finding:

@@ -26,6 +26,8 @@ from .handle import JobHandle
 
 if TYPE_CHECKING:
     from .app import App
+    from .limits import QueueLimits
+    from .tasks import Task
 
 
 def for_store(app: App, name: str) -> App:
@@ -115,6 +117,20 @@ def for_queue(app: App, queue: str) -> App:
     if app.stores.single or app.settings.store is not None:
         return app
     return for_store(app, app.store_of_queue(queue))
+
+
+def held(app: App) -> tuple[list[Task[..., Any]], list[QueueLimits]]:
+    """The tasks and queue limits of ``app`` whose limits its store holds: a limit lives
+    in the store of its queue (a task's: the task's queue), where its jobs are counted;
+    every one for an App of one store or of several (the root)."""
+    tasks, queues = list(app.tasks.values()), list(app.queue_limits.values())
+    if app.stores.single or app.settings.store is None:
+        return tasks, queues
+    here = app.store_name
+    return (
+        [task for task in tasks if app.store_of_queue(task.queue) == here],
+        [limits for limits in queues if app.store_of_queue(limits.queue) == here],
+    )
 
 
 def serving(app: App) -> list[App]:

@@ -3,13 +3,14 @@ dashboard: a workflow and its jobs, the list of workflows (by state, by id), one
 workflow's page (steps, edges, states, results, timings, incidents) and the incidents of
 the workflow machinery (migration workflow_progress).
 
-Each function runs its statements through ``app.database.run`` and returns values of
-``pgtasks._workflows_text``.
+Each function runs its statements through ``app.database.run`` (or the ``run`` it is
+given: the dashboard's own connections) and returns values of ``pgtasks._workflows_text``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
@@ -29,6 +30,12 @@ if TYPE_CHECKING:
 
 #: Characters of a step's result (as JSON text) a workflow page reads.
 MAX_RESULT_CHARS = 2000
+#: A result stored in more bytes than this is not rendered on a workflow page (its size is).
+MAX_RESULT_BYTES = 65_536
+
+T = TypeVar("T")
+#: Runs a read on a connection (``app.database.run``, or the dashboard's own pool's).
+Runner = Callable[[Callable[[psycopg.Connection[Any]], T]], T]
 
 
 def _missing(workflow_id: int) -> WorkflowNotFoundError:
@@ -60,16 +67,18 @@ def list_workflows(
     workflow_id: int | None = None,
     before: int | None = None,
     limit: int = 50,
+    run: Runner[Any] | None = None,
 ) -> list[WorkflowSummary]:
     """Workflows newest first: all, those in one state (``WORKFLOW_STATES``), the one
     with id ``workflow_id`` (a search), those with ids below ``before`` (the next page).
     Of ``app``'s store (an App of several stores: its default one), or of the store that
-    issued ``workflow_id``."""
+    issued ``workflow_id``; with ``run``, of the store its connections are (the caller's
+    store: a dashboard's)."""
     if status is not None and status not in WORKFLOW_STATES:
         raise ValueError(f"status: {status!r} is not one of {', '.join(WORKFLOW_STATES)}")
-    if workflow_id is not None:
+    if workflow_id is not None and run is None:
         app = for_id(app, workflow_id)
-    rows = app.database.run(
+    rows: list[dict[str, Any]] = (run or app.database.run)(
         lambda conn: app.store.list_workflows(
             conn, status=status, workflow_id=workflow_id, before=before, limit=limit
         )
@@ -78,26 +87,44 @@ def list_workflows(
 
 
 def workflow_detail(
-    app: App, workflow_id: int, *, max_result: int = MAX_RESULT_CHARS
+    app: App,
+    workflow_id: int,
+    *,
+    max_result: int = MAX_RESULT_CHARS,
+    max_steps: int | None = None,
+    max_incidents: int = 100,
+    run: Runner[Any] | None = None,
 ) -> WorkflowDetail:
-    """One workflow's page: its summary, its jobs with their links, states, attempts,
-    timings, results (cut to ``max_result`` characters) and last error lines, and its
-    incidents. WorkflowNotFoundError when it does not exist."""
+    """One workflow's page: its summary, its jobs (the first ``max_steps`` by id; None:
+    all) with their links, states, attempts, timings, results (cut to ``max_result``
+    characters) and last error lines, and its newest incidents. WorkflowNotFoundError
+    when it does not exist. Read in the store that issued the id, or with ``run`` in the
+    store its connections are (the caller's store: a dashboard's)."""
+    if run is None:
+        app = for_id(app, workflow_id)  # the store that issued the id
 
     def read(conn: psycopg.Connection[Any]) -> WorkflowDetail | None:
         store = app.store
         rows = store.list_workflows(conn, workflow_id=workflow_id, limit=1)
         if not rows:
             return None
-        steps = store.get_workflow_steps(conn, workflow_id, max_result=max_result)
-        incidents = store.list_workflow_incidents(conn, workflow_id=workflow_id, limit=100)
+        steps = store.get_workflow_steps(
+            conn,
+            workflow_id,
+            max_result=max_result,
+            max_result_bytes=MAX_RESULT_BYTES,
+            limit=max_steps,
+        )
+        incidents = store.list_workflow_incidents(
+            conn, workflow_id=workflow_id, limit=max_incidents
+        )
         return WorkflowDetail(
             summary=WorkflowSummary.from_row(rows[0]),
-            steps=[WorkflowStep.from_row(row) for row in steps],
+            steps=[WorkflowStep.from_tuple(row) for row in steps],
             incidents=[WorkflowIncident.from_row(row) for row in incidents],
         )
 
-    detail = app.database.run(read)
+    detail: WorkflowDetail | None = (run or app.database.run)(read)
     if detail is None:
         raise _missing(workflow_id)
     return detail

@@ -27,12 +27,24 @@ def policy_of(task: Task[Any, Any]) -> RetryPolicy:
     return RetryPolicy(task.retry_backoff, task.retry_backoff_max, task.retry_jitter)
 
 
+#: Seconds a job of a task this worker does not know waits before it may be claimed again.
+UNKNOWN_TASK_DELAY = 60.0
+#: The exception type recorded for such a release (the worker counts it: unknown_task_jobs).
+UNKNOWN_TASK_ERROR = "pgtasks.UnknownTaskError"
+
+
 def unknown_task_outcome(task_name: str, app: App) -> Outcome:
+    """A job of a task this worker does not know is never failed: another app or a newer
+    deploy may know it. Workers claim only the tasks they know, so this happens only when a
+    process-pool child lacks a task its parent has: the job goes back to pending after
+    UNKNOWN_TASK_DELAY seconds, the reason in its history."""
     known = ", ".join(sorted(app.tasks)) or "none"
-    return Outcome.failed(
-        f"UnknownTaskError: no task named {task_name!r} is registered in this worker"
-        f" (known: {known}); deploy the code that defines it, or run workers with"
-        " --ignore-unknown to leave such jobs pending"
+    return Outcome.retry(
+        UNKNOWN_TASK_DELAY,
+        f"UnknownTaskError: no task named {task_name!r} is registered in this process"
+        f" (known: {known}); the job was left for a worker that knows it (retried in"
+        f" {UNKNOWN_TASK_DELAY:g} s)",
+        UNKNOWN_TASK_ERROR,
     )
 
 

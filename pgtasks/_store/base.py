@@ -77,7 +77,18 @@ _json_loads = json.JSONDecoder().decode
 #: Queries whose rows an operator reads (jobs list/show, get_jobs): any timestamp loads.
 #: (The claim clamps run_at in SQL instead: this loader is slower than psycopg's C one.)
 _INFINITE_TIMESTAMPS = frozenset(
-    {"get_job", "get_jobs", "list_jobs", "list_jobs_page", "list_jobs_scan", "get_job_page"}
+    {
+        "get_job",
+        "get_jobs",
+        "list_jobs",
+        "list_jobs_page",
+        "list_jobs_scan",
+        "list_workflow_jobs_page",
+        "get_job_page",
+        "list_workflows",
+        "list_running_workflows",
+        "list_workflows_scan",
+    }
 )
 
 
@@ -131,7 +142,7 @@ def own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
 
 #: Claims that, run in a round trip that writes no outcome, announce themselves (see
 #: StoreBase._announced): ``<name>_announced`` is the same claim plus one notification.
-ANNOUNCED_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_limited_jobs")
+ANNOUNCED_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_limited_jobs", "claim_limited")
 
 
 class StoreBase:
@@ -147,6 +158,9 @@ class StoreBase:
         #: Jobs changed without finishing (claimed, retried, meta or progress written;
         #: payload: what changed, never a job's data): the dashboard listens here.
         self.activity_channel = f"{self.channel}.activity"
+        #: A limited job left 'running' (payload "<lease owner>:<limit names>", migration
+        #: flow_control): workers waiting for a slot of one of those limits claim at once.
+        self.limits_channel = f"{self.channel}.limits"
         self._identifier = sql.Identifier(schema)
         #: The jobs table's qualified name, as text (for pg_get_serial_sequence).
         self.jobs_table = self._identifier.as_string(None) + ".jobs"
@@ -168,6 +182,7 @@ class StoreBase:
             done_channel=sql.Literal(self.done_channel),
             cancel_channel=sql.Literal(self.cancel_channel),
             activity_channel=sql.Literal(self.activity_channel),
+            limits_channel=sql.Literal(self.limits_channel),
         )
         return composed.as_string(None).encode()
 
@@ -178,7 +193,8 @@ class StoreBase:
         A round trip that also writes outcomes runs the claim as it is: its finish
         notifies (``done``, or ``retried``) in the same transaction. A claim alone (an idle
         worker's) would otherwise go unheard until the dashboard's next poll. The condition
-        is evaluated once, before the first row; a claim that took nothing notifies nothing.
+        is evaluated once, before the first row; a claim that took nothing notifies nothing
+        (claim_limited's report row, id NULL, is not a job taken).
         """
         lines = claim.decode().rstrip().removesuffix(";").splitlines()
         # The claim's own header comment stays first: pg_stat_activity shows it.
@@ -190,7 +206,7 @@ class StoreBase:
         return (
             f"{comments}\nWITH claimed AS (\n{body}\n)\nSELECT * FROM claimed"
             f" WHERE (SELECT count(*) FROM (SELECT pg_notify({channel}, 'claimed')"
-            " FROM claimed LIMIT 1) AS notified) >= 0"
+            " FROM claimed WHERE id IS NOT NULL LIMIT 1) AS notified) >= 0"
         ).encode()
 
     # -- executors --

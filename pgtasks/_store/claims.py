@@ -9,13 +9,23 @@ ClaimedJobs made straight from their values.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import RowFactory, tuple_row
 
-from .._leases import CLAIMED_JOB_FIELDS, ClaimedJob, ClaimRequest, Finish, RoundTrip, claim_order
+from .._leases import (
+    CLAIMED_JOB_FIELDS,
+    ClaimedJob,
+    ClaimRequest,
+    Finish,
+    LimitedClaimReport,
+    RoundTrip,
+    claim_order,
+)
 from .base import JsonbTextLoader, StoreBase, own_transaction, translate_errors
 
 #: ClaimedJob's fields by the claim's column names (``attempts`` is the attempt).
@@ -66,7 +76,7 @@ def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
         "task_names": list(claim.task_names) if claim.task_names is not None else None,
     }
     if claim.limited:
-        return "claim_limited_jobs", params
+        return "claim_limited", params
     after = claim.after
     if after is None:
         return "claim_jobs", params
@@ -74,6 +84,49 @@ def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
     params["after_run_at"] = after.run_at
     params["after_id"] = after.id
     return "claim_jobs_after", params
+
+
+def split_report(rows: list[ClaimedJob]) -> tuple[list[ClaimedJob], LimitedClaimReport]:
+    """The jobs claim_limited took and its report: its last row (id NULL) is no job, its
+    meta holds what held jobs back (or the error that ended the claim)."""
+    if rows and rows[-1].id is None:
+        last = rows.pop()  # where claim_limited returns it
+    else:
+        # Wrapped (an announced claim), the rows may come in another order.
+        found = [index for index, row in enumerate(rows) if row.id is None]
+        if not found:
+            return rows, LimitedClaimReport()
+        last = rows.pop(found[0])
+    return rows, LimitedClaimReport.from_values(last.meta)
+
+
+def _trip(
+    written: dict[int, str], claim: ClaimRequest | None, claimed: list[ClaimedJob]
+) -> RoundTrip:
+    """A round trip's record (``claimed`` in claim order already): a limited claim's jobs
+    without its report row, which becomes ``report``."""
+    if claim is not None and claim.limited:
+        jobs, report = split_report(claimed)
+        return RoundTrip(written, jobs, report)
+    return RoundTrip(written, claimed)
+
+
+def _pinned_per_transaction(conn: psycopg.Connection[Any]) -> bool:
+    """``conn`` goes through a transaction pooler (Database.pin_isolation set its
+    isolation level) and runs each statement as a transaction of its own: a round trip
+    that relies on READ COMMITTED begins its own transaction at that level."""
+    return conn.isolation_level is not None and own_transaction(conn)
+
+
+def _roll_back_failed_block(conn: psycopg.Connection[Any]) -> None:
+    """A statement of a pinned round trip failed: the server skipped the rest (the COMMIT
+    too), so the transaction it began is still open, aborted. End it; the connection stays
+    usable (a broken one is replaced by its owner)."""
+    if conn.closed or conn.broken:
+        return
+    if conn.pgconn.transaction_status != TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            conn.rollback()
 
 
 def _job_id(finish: Finish) -> int:
@@ -138,26 +191,25 @@ class ClaimQueries(StoreBase):
     def claim_limited_jobs(
         self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
     ) -> list[ClaimedJob]:
-        """Claim up to ``claim.limit`` due jobs that limits apply to, never past a limit,
-        in the order the claim took them."""
+        """The limited claim of the previous release (migration 0009), kept for its
+        workers during a rolling upgrade; this release claims with :meth:`claim_limited`."""
         return self._claimed(conn, "claim_limited_jobs", claim, announced=announced)
 
-    def claim(
+    def claim_limited(
         self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
-    ) -> list[ClaimedJob]:
-        """The claim ``claim`` asks for (the limited one alone when it is limited), in
-        ``conn``'s transaction."""
-        if claim.limited:
-            return self.claim_limited_jobs(conn, claim, announced=announced)
-        if claim.after is None:
-            return self.claim_jobs(conn, claim, announced=announced)
-        return self.claim_jobs_after(conn, claim, announced=announced)
+    ) -> tuple[list[ClaimedJob], LimitedClaimReport]:
+        """Claim up to ``claim.limit`` due jobs that limits apply to, never past a limit,
+        in the order the claim took them; and what held jobs back, or the database error
+        that ended the claim (it raises none for a row it cannot take: nothing is claimed
+        then, and the report says why)."""
+        return split_report(self._claimed(conn, "claim_limited", claim, announced=announced))
 
     def _claimed(
         self, conn: psycopg.Connection[Any], name: str, claim: ClaimRequest, *, announced: bool
     ) -> list[ClaimedJob]:
         """Run the claim statement ``name`` (``announced``: its variant that notifies the
-        dashboard): the claimed jobs, in claim order (a limited claim's: as it took them)."""
+        dashboard): the claimed jobs, in claim order (a limited claim's: as it took them,
+        its report row last)."""
         _, params = claim_statement(claim)
         statement = self._statements[f"{name}_announced" if announced else name]
         with (
@@ -196,15 +248,22 @@ class ClaimQueries(StoreBase):
         one network round trip (pipeline mode).
 
         A limited claim (some limit is stored, migration 0009) takes the jobs that limits
-        apply to (claim_limited_jobs) in this round trip; when those do not fill its
-        limit, a second round trip claims plain jobs for the rest. Claimed jobs come
-        limited first (in the order the limited claim took them), then plain ones in
-        claim order.
+        apply to (claim_limited, migration flow_control) in this round trip; when those do
+        not fill its limit, a second round trip claims plain jobs for the rest. Claimed
+        jobs come limited first (in the order the limited claim took them), then plain
+        ones in claim order. What held limited jobs back, or the error that ended the
+        limited claim (it never raises one: the plain claim goes on), is the round trip's
+        ``report``. The second round trip is a transaction of its own: when the server
+        refuses it (the connection still usable), the first one's finishes and claims
+        stand and are returned, its error in ``report.plain_error`` (the plain claim is
+        tried again next time).
 
         A single statement (a claim with nothing to write, or the finishes of one lease
         owner with nothing to claim) runs alone on an autocommit connection: no pipeline
         or transaction block around it, which saves ~0.3 ms of the claim an idle worker
-        makes for a new job.
+        makes for a new job. Through a transaction pooler (Database.pin_isolation) every
+        round trip begins and ends a READ COMMITTED transaction of its own, in the same
+        pipeline.
         """
         if claim is not None and claim.limit <= 0:
             claim = None
@@ -214,8 +273,28 @@ class ClaimQueries(StoreBase):
         taken = len(trip.claimed)
         if taken >= claim.limit:
             return trip
-        plain = self._round_trip(conn, (), claim.plain(claim.limit - taken))
-        return RoundTrip(trip.written, [*trip.claimed, *plain.claimed])
+        try:
+            plain = self._round_trip(conn, (), claim.plain(claim.limit - taken))
+        except psycopg.Error as error:
+            if conn.closed or conn.broken:
+                raise
+            # The finishes written and the jobs claimed by the first round trip are
+            # committed: they must reach the worker, whatever the second did.
+            report = dataclasses.replace(
+                trip.report, plain_error=f"{type(error).__name__}: {str(error).strip()}"
+            )
+            return RoundTrip(trip.written, trip.claimed, report)
+        return RoundTrip(trip.written, [*trip.claimed, *plain.claimed], trip.report)
+
+    def _claim_alone(self, conn: psycopg.Connection[Any], claim: ClaimRequest) -> RoundTrip:
+        """The round trip of a claim with nothing to write: the claim statement alone,
+        announced (no finish notifies in its transaction)."""
+        if claim.limited:
+            jobs, report = self.claim_limited(conn, claim, announced=True)
+            return RoundTrip({}, jobs, report)
+        if claim.after is None:
+            return RoundTrip({}, self.claim_jobs(conn, claim, announced=True))
+        return RoundTrip({}, self.claim_jobs_after(conn, claim, announced=True))
 
     def _round_trip(
         self,
@@ -225,10 +304,10 @@ class ClaimQueries(StoreBase):
     ) -> RoundTrip:
         if not finishes and claim is None:
             return RoundTrip({}, [])
-        if conn.autocommit and not finishes and claim is not None:
-            # A claim alone announces itself (no finish notifies in its transaction).
-            return RoundTrip({}, self.claim(conn, claim, announced=True))
-        if conn.autocommit and claim is None and _one_owner(finishes):
+        pinned = _pinned_per_transaction(conn)
+        if conn.autocommit and not finishes and claim is not None and not pinned:
+            return self._claim_alone(conn, claim)
+        if conn.autocommit and claim is None and _one_owner(finishes) and not pinned:
             return RoundTrip(self.finish_jobs(conn, finishes), [])
         owners = finish_params(finishes)
         cursors = []
@@ -240,24 +319,33 @@ class ClaimQueries(StoreBase):
         block: contextlib.AbstractContextManager[Any] = (
             contextlib.nullcontext() if own_transaction(conn) else conn.transaction()
         )
-        with translate_errors(self.schema), conn.pipeline(), block:
-            for params in owners:
-                cursor = conn.cursor(row_factory=tuple_row)
-                cursor.execute(self._binary_statements["finish_jobs"], params)
-                cursors.append(cursor)
-            if claim is not None:
-                name, params = claim_statement(claim)
-                if not owners:  # nothing finished in this transaction: announce the claim
-                    name = f"{name}_announced"
-                claim_cursor = conn.cursor(row_factory=claimed_jobs(claim.worker_id))
-                claim_cursor.adapters.register_loader("jsonb", JsonbTextLoader)
-                claim_cursor.execute(self._statements[name], params)
+        try:
+            with translate_errors(self.schema), conn.pipeline(), block:
+                if pinned:
+                    conn.cursor().execute(self._statements["begin_read_committed_block"])
+                for params in owners:
+                    cursor = conn.cursor(row_factory=tuple_row)
+                    cursor.execute(self._binary_statements["finish_jobs"], params)
+                    cursors.append(cursor)
+                if claim is not None:
+                    name, params = claim_statement(claim)
+                    if not owners:  # nothing finished in this transaction: announce it
+                        name = f"{name}_announced"
+                    claim_cursor = conn.cursor(row_factory=claimed_jobs(claim.worker_id))
+                    claim_cursor.adapters.register_loader("jsonb", JsonbTextLoader)
+                    claim_cursor.execute(self._statements[name], params)
+                if pinned:
+                    conn.cursor().execute(self._statements["commit_block"])
+        except BaseException:
+            if pinned:
+                _roll_back_failed_block(conn)
+            raise
         # finish_jobs returns (id, status, notifications sent).
         written = {row[0]: row[1] for cursor in cursors for row in cursor.fetchall()}
         claimed = claim_cursor.fetchall() if claim_cursor is not None else []
         if claim is not None and not claim.limited:
             claimed.sort(key=claim_order)
-        return RoundTrip(written, claimed)
+        return _trip(written, claim, claimed)
 
     def release_jobs(self, conn: psycopg.Connection[Any], jobs: Sequence[ClaimedJob]) -> set[int]:
         """Give the leases of ``jobs`` back: pending again, without using up the attempt

@@ -185,13 +185,18 @@ class Database:
         """Keyword arguments of psycopg.connect for a pooled connection to ``dsn`` (or the
         session DSN): the extra arguments given, without startup options when ``dsn`` is a
         transaction pooler (it refuses them), and no prepared statements where the pooler
-        cannot hold them."""
+        cannot hold them. A direct connection's options pin READ COMMITTED (pin_isolation)."""
         kwargs = dict(self.extra_kwargs)
         if self.pooled and not session:
             kwargs.pop("options", None)
+        else:
+            kwargs["options"] = db.pinned_options(kwargs.get("options"))
         if not session and not self.prepared_statements:
             kwargs["prepare_threshold"] = None
         return kwargs
+
+    #: READ COMMITTED on a pooled connection, per transaction (see db.pin_isolation).
+    pin_isolation, apin_isolation = staticmethod(db.pin_isolation), staticmethod(db.apin_isolation)
 
     def connect(
         self,
@@ -202,7 +207,8 @@ class Database:
         **kwargs: Any,
     ) -> psycopg.Connection[Any]:
         """A new connection of its own (autocommit unless ``autocommit=False``) to ``dsn``,
-        the session DSN (``session``) or the replica (``replica``).
+        the session DSN (``session``) or the replica (``replica``), READ COMMITTED whatever
+        the server's default (db.pin_isolation).
 
         ``options`` (libpq startup options, ``-c name=value``) are sent on direct
         connections only: a transaction pooler refuses them (PgBouncer before 1.20) or
@@ -225,11 +231,17 @@ class Database:
             target, direct, extra = target_or_none, True, {}
         else:
             target, direct, extra = self.dsn, not self.pooled, self.connection_kwargs()
-        if options and direct:
-            extra["options"] = options
+        if direct:
+            # The caller's options replace the App's; the isolation pin goes with either.
+            extra["options"] = (
+                db.pinned_options(options) if options else extra.get("options") or db.PINNED
+            )
         kwargs.setdefault("autocommit", True)
         kwargs.setdefault("connect_timeout", max(1, round(self.pools.connect_timeout)))
-        return psycopg.connect(target, **{**extra, **kwargs})
+        conn = psycopg.connect(target, **{**extra, **kwargs})
+        if not direct:
+            self.pin_isolation(conn)
+        return conn
 
     # -- pools --
     def get_pool(self) -> ConnectionPool[Any]:
@@ -244,6 +256,8 @@ class Database:
                 min_size=self.pools.min_size,
                 max_size=self.pools.max_size,
                 kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
+                # READ COMMITTED whatever the database or role default (see pin_isolation).
+                configure=self.pin_isolation if self.pooled else None,
                 timeout=self.pools.connect_timeout,
                 name=self.name,
                 open=False,
@@ -272,6 +286,7 @@ class Database:
                 min_size=self.pools.min_size,
                 max_size=self.pools.max_size,
                 kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
+                configure=self.apin_isolation if self.pooled else None,
                 timeout=self.pools.connect_timeout,
                 name=f"{self.name}-async",
                 open=False,
@@ -290,7 +305,11 @@ class Database:
         """The error to raise when no connection could be had: the server is down or
         unreachable (DatabaseUnavailableError), or the pool is exhausted."""
         if isinstance(cause, PoolTimeout) or cause is None:
-            probed = db.probe_connection_error(self.dsn, self.pools.connect_timeout)
+            probed = db.probe_connection_error(
+                self.dsn, self.pools.connect_timeout, self.connection_kwargs()
+            )
+            if probed is not None and db.refuses_startup_options(probed):
+                return db.startup_options_refused(self.dsn, probed)
             if probed is None and isinstance(cause, PoolTimeout):
                 # The server answers: the pool is exhausted, not the database down.
                 return PoolExhaustedError(
@@ -513,6 +532,7 @@ class Database:
                     **db.pool_kwargs(),
                     "application_name": "pgtasks replica reads",
                     **self.extra_kwargs,
+                    "options": db.pinned_options(self.extra_kwargs.get("options")),
                 },
                 timeout=self.pools.connect_timeout,
                 name=f"{self.name}-replica",

@@ -156,13 +156,65 @@ def pooler_error(dsn: str, error: BaseException, *, declared: bool) -> Configura
     )
 
 
-def probe_connection_error(dsn: str, timeout: float) -> BaseException | None:
-    """Try one direct connection to learn why the pool cannot connect."""
+def probe_connection_error(
+    dsn: str, timeout: float, kwargs: Mapping[str, Any] | None = None
+) -> BaseException | None:
+    """Try one connection (with the pool's ``kwargs``) to learn why the pool cannot connect."""
     try:
-        with psycopg.connect(dsn, connect_timeout=max(1, int(timeout))):
+        with psycopg.connect(dsn, **{**(kwargs or {}), "connect_timeout": max(1, int(timeout))}):
             return None
     except psycopg.Error as error:
         return error
+
+
+#: The startup option that pins a direct connection's transactions to READ COMMITTED,
+#: whatever the database's or role's default (Database.pin_isolation).
+PINNED = r"-c default_transaction_isolation=read\ committed"
+
+
+def pinned_options(options: str | None) -> str:
+    """libpq startup ``options`` with the isolation pin last (it wins over a default
+    given there)."""
+    return f"{options} {PINNED}" if options else PINNED
+
+
+def refuses_startup_options(error: BaseException) -> bool:
+    """A pooler (PgBouncer before 1.20, in any pool mode) refused the startup options."""
+    return "unsupported startup parameter" in str(error)
+
+
+def startup_options_refused(dsn: str, error: BaseException) -> ConfigurationError:
+    """What to say when ``dsn`` refused pgtasks' startup options (refuses_startup_options):
+    it is a pooler, and how to declare it."""
+    detail = " ".join(redact_for(dsn, str(error)).split())
+    return ConfigurationError(
+        f"{describe_dsn(dsn)} refused pgtasks' startup options ({detail}):"
+        " it is a connection pooler (PgBouncer). Declare it with"
+        " App(dsn=<pooler>, session_dsn=<the server itself>), or App(pooled=True)"
+        " when no direct connection is possible (pgtasks then polls)"
+    )
+
+
+def pin_isolation(conn: psycopg.Connection[Any]) -> None:
+    """Every pgtasks connection runs READ COMMITTED, whatever the database or role
+    default (claims, limits and workflows rely on it).
+
+    A direct connection (``dsn`` not pooled, the session DSN, the replica) is pinned for
+    its whole session by a startup option (``default_transaction_isolation``,
+    pinned_options). A connection through a transaction pooler cannot be: its statements
+    run on whichever server connection the pooler lends, which keeps no session setting of
+    ours and accepts no startup option. There each transaction pgtasks opens is pinned
+    instead: this sets psycopg's ``isolation_level``, so every explicit transaction begins
+    ``BEGIN ISOLATION LEVEL READ COMMITTED`` (no round trip of its own), and the worker's
+    round trips of claims and finishes, which run as implicit transactions, begin and end
+    their own in the same round trip (Store.finish_and_claim_jobs). A lone autocommit
+    statement (an enqueue, a heartbeat) runs at the server connection's default:
+    ``pgtasks doctor``'s pooler check says when that is not READ COMMITTED."""
+    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+
+
+async def apin_isolation(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
 
 
 def pool_kwargs() -> dict[str, Any]:

@@ -40,6 +40,17 @@ class DoctorQueries(StoreBase):
     def get_connection_usage(self, conn: psycopg.Connection[Any]) -> Row:
         return self._rows(conn, "get_connection_usage", None)[0]
 
+    def get_isolation(self, conn: psycopg.Connection[Any]) -> Row:
+        return self._rows(conn, "get_isolation", None)[0]
+
+    def get_limit_problems(self, conn: psycopg.Connection[Any]) -> Row:
+        return self._rows(conn, "get_limit_problems", None)[0]
+
+    def get_unknown_task_jobs(
+        self, conn: psycopg.Connection[Any], *, lease_timeout: float
+    ) -> list[Row]:
+        return self._rows(conn, "get_unknown_task_jobs", {"lease_timeout": lease_timeout})
+
     def get_session_defaults(self, conn: psycopg.Connection[Any]) -> Row:
         return self._rows(conn, "get_session_defaults", None)[0]
 

@@ -68,5 +68,8 @@ class LimitQueries(StoreBase):
     def get_limits(self, conn: psycopg.Connection[Any]) -> list[Row]:
         return self._rows(conn, "get_limits", None)
 
-    def get_limit_usage(self, conn: psycopg.Connection[Any], limit: int = 1000) -> list[Row]:
-        return self._rows(conn, "get_limit_usage", {"limit": limit})
+    def get_limit_usage(self, conn: psycopg.Connection[Any]) -> list[Row]:
+        return self._rows(conn, "get_limit_usage", None)
+
+    def get_limit_top_keys(self, conn: psycopg.Connection[Any], per_limit: int = 10) -> list[Row]:
+        return self._rows(conn, "get_limit_top_keys", {"per_limit": per_limit})

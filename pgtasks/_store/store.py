@@ -68,6 +68,15 @@ class Store(
         params = {"version": migration.version, "name": migration.name}
         self._rows(conn, "record_migration", params)
 
+    # -- transaction blocks through a pooler (Database.pin_isolation) --
+    def begin_read_committed_block(self, conn: psycopg.Connection[Any]) -> None:
+        """Begin a transaction block, READ COMMITTED whatever the server's default (on an
+        autocommit connection; a pipelined round trip sends the same statement)."""
+        self._rows(conn, "begin_read_committed_block", None)
+
+    def commit_block(self, conn: psycopg.Connection[Any]) -> None:
+        self._rows(conn, "commit_block", None)
+
     def get_schema_version(self, conn: psycopg.Connection[Any]) -> int:
         return int(self._rows(conn, "get_schema_version", None)[0]["version"])
 
@@ -125,12 +134,16 @@ class Store(
         pid: int,
         queues: Sequence[str] | None,
         concurrency: int,
+        task_names: Sequence[str] | None = None,
     ) -> int:
+        """A new registration (its id is the lease owner of the worker's claims);
+        ``task_names``: the tasks the worker knows (None: any, as before migration flow_control)."""
         params = {
             "hostname": hostname,
             "pid": pid,
             "queues": list(queues) if queues is not None else None,
             "concurrency": concurrency,
+            "task_names": list(task_names) if task_names is not None else None,
         }
         return int(self._rows(conn, "register_worker", params)[0]["id"])
 

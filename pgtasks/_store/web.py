@@ -22,6 +22,7 @@ def _filter_params(job_filter: JobFilter) -> dict[str, Any]:
         "created_from": job_filter.created_from,
         "created_to": job_filter.created_to,
         "due": job_filter.due,
+        "workflow_id": job_filter.workflow_id,
     }
 
 
@@ -79,7 +80,14 @@ class WebQueries(StoreBase):
             "args_chars": args_chars,
             "error_chars": error_chars,
         }
+        if job_filter.workflow_id is not None:  # through jobs_workflow_idx, in any plan
+            return self.list_workflow_jobs_page(conn, params)
         return self._rows(conn, "list_jobs_page", params)
+
+    def list_workflow_jobs_page(self, conn: psycopg.Connection[Any], params: Params) -> list[Row]:
+        """list_jobs_page of a filter naming a workflow (``params``: list_jobs_page's, with
+        ``workflow_id`` set): read through jobs_workflow_idx whatever else it names."""
+        return self._rows(conn, "list_workflow_jobs_page", params)
 
     def list_jobs_scan(
         self,
@@ -120,12 +128,33 @@ class WebQueries(StoreBase):
         return self._rows(conn, "count_filtered_jobs", params)[0]
 
     def get_job_page(
-        self, conn: psycopg.Connection[Any], job_id: int, *, json_chars: int, error_chars: int
+        self,
+        conn: psycopg.Connection[Any],
+        job_id: int,
+        *,
+        json_chars: int,
+        error_chars: int,
+        neighbours: int = 20,
     ) -> Row | None:
-        """One job as the dashboard's job page shows it (None: no such job)."""
-        params: Params = {"id": job_id, "json_chars": json_chars, "error_chars": error_chars}
+        """One job as the dashboard's job page shows it (None: no such job); a workflow
+        step's first ``neighbours`` predecessors and successors (``prev_ids``,
+        ``next_ids``) and how many it has (``prev_count``, ``next_count``)."""
+        params: Params = {
+            "id": job_id,
+            "json_chars": json_chars,
+            "error_chars": error_chars,
+            "neighbours": neighbours,
+        }
         rows = self._rows(conn, "get_job_page", params)
         return rows[0] if rows else None
+
+    def get_workflow_neighbours(
+        self, conn: psycopg.Connection[Any], workflow_id: int, job_ids: list[int]
+    ) -> list[Row]:
+        """Rows ``id, workflow_step, task_name, status`` of the jobs ``job_ids`` that are
+        in workflow ``workflow_id``, by id."""
+        params: Params = {"ids": job_ids, "workflow_id": workflow_id}
+        return self._rows(conn, "get_workflow_neighbours", params)
 
     def delete_finished_job(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
         """None when the job does not exist; else ``status``, ``deleted`` and, for a job of a

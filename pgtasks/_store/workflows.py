@@ -131,20 +131,67 @@ class WorkflowQueries(StoreBase):
         limit: int = 50,
     ) -> list[Row]:
         """Workflows newest first: ``id, kind, shape, created_at, steps, steps_done,
-        started_at, state, finished_at``."""
+        started_at, state, finished_at``. Running workflows are found from their partial
+        index, the others by probing each workflow (see workflows.sql)."""
         params = {
             "status": status,
             "id": workflow_id,
             "before": before,
             "limit": limit,
         }
+        if workflow_id is None and status == "running":
+            return self.list_running_workflows(conn, before=before, limit=limit)
         return self._rows(conn, "list_workflows", params)
 
-    def get_workflow_steps(
-        self, conn: psycopg.Connection[Any], workflow_id: int, *, max_result: int
+    def list_running_workflows(
+        self, conn: psycopg.Connection[Any], *, before: int | None = None, limit: int = 50
     ) -> list[Row]:
-        """A workflow's jobs for its page, results cut to ``max_result`` characters."""
-        return self._rows(conn, "get_workflow_steps", {"id": workflow_id, "max_result": max_result})
+        """list_workflows of the running workflows, found from jobs_workflow_unfinished_idx."""
+        params = {"before": before, "limit": limit}
+        return self._rows(conn, "list_running_workflows", params)
+
+    def list_workflows_scan(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        status: str,
+        before: int | None = None,
+        limit: int = 50,
+        scan: int,
+    ) -> tuple[list[Row], int | None, int]:
+        """The workflows in finished state ``status`` (as list_workflows) among those whose
+        jobs the newest ``scan`` workflow jobs (below ``before``) are, the oldest workflow
+        id reached (older ones were not searched; None: no workflow) and how many jobs
+        were read (fewer than ``scan``: every older workflow was searched)."""
+        params = {"status": status, "before": before, "limit": limit, "scan": scan}
+        rows = self._rows(conn, "list_workflows_scan", params)
+        floor, scanned = rows[0]["floor"], int(rows[0]["scanned"] or 0)
+        return [row for row in rows if row["id"] is not None], floor, scanned
+
+    def count_workflows(self, conn: psycopg.Connection[Any], *, cap: int) -> Row:
+        """``total`` and ``running`` workflows, each counted up to ``cap``."""
+        return self._rows(conn, "count_workflows", {"cap": cap})[0]
+
+    def get_workflow_steps(
+        self,
+        conn: psycopg.Connection[Any],
+        workflow_id: int,
+        *,
+        max_result: int,
+        max_result_bytes: int = 65_536,
+        limit: int | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """A workflow's jobs for its page (the first ``limit`` by id; None: all), results
+        cut to ``max_result`` characters (not rendered when stored in over
+        ``max_result_bytes``: ``result_size`` says how large): tuples of the fields of
+        ``WorkflowStep``, in order (``WorkflowStep.from_tuple``)."""
+        params = {
+            "id": workflow_id,
+            "max_result": max_result,
+            "max_result_bytes": max_result_bytes,
+            "limit": limit,
+        }
+        return self._rows(conn, "get_workflow_steps", params, tuples=True)
 
     def find_stuck_steps(
         self, conn: psycopg.Connection[Any], *, after: int = 0, limit: int

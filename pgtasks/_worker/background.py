@@ -44,6 +44,8 @@ class Exchange:
     broken: bool = False
     #: How long the round trip took.
     seconds: float = 0.0
+    #: time.monotonic() when the round trip was prepared.
+    started: float = 0.0
 
     @property
     def limit(self) -> int:

@@ -35,7 +35,8 @@ Connect = Callable[[], "psycopg.Connection[Any]"]
 
 def connector(database: Database, *, owner: str, session: bool = False) -> Connect:
     """Opens a worker's dedicated connections: autocommit, TCP keepalives (dead peers are
-    noticed), the worker's name in pg_stat_activity, and WORKER_CONNECTION_OPTIONS.
+    noticed), the worker's name in pg_stat_activity, WORKER_CONNECTION_OPTIONS, and READ
+    COMMITTED whatever the database or role default (Database.pin_isolation).
 
     ``session``: to the session DSN (LISTEN, session locks) rather than ``dsn``. Through a
     transaction pooler (``dsn`` pooled) no startup option is sent and no statement is

@@ -12,6 +12,7 @@ Claims read on from the worker's position (claims.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -19,18 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._counters import UNKNOWN_TASK_JOBS
-from .._leases import ClaimRequest, Finish
+from .._leases import ClaimRequest, Finish, LimitedClaimReport
 from .._retry import Outcome
-from .._store.failures import is_transient
+from .._store.failures import is_connection_failure, is_transient
 from .._text import storable
 from .background import BackgroundExchanger, Exchange
 from .claims import ClaimCursor, Prefetch, round_trip_share
 from .connection import Connect
+from .limited import LimitedClaims
+from .services import ErrorLog
 
 if TYPE_CHECKING:
     from .._store.store import Store
-    from .ledger import Finished
     from .parts import LoopParts
     from .settings import WorkerSettings
 
@@ -68,7 +69,6 @@ class Exchanges:
         self.errors = parts.errors
         self.queues = settings.queues
         self.prefetch = prefetch
-        self.ignore_unknown = settings.ignore_unknown
         self.tasks = tasks
         poll_interval = settings.poll_interval
         self.cursor = ClaimCursor(poll_interval)
@@ -85,21 +85,19 @@ class Exchanges:
         #: of every claim. Replaced whole by the listener thread, read by the loop.
         self._paused: frozenset[str] = frozenset()
         self._task_names: tuple[str, ...] | None = None
-        #: Some concurrency or rate limit is stored (migration 0009): claims take limited
-        #: jobs first (Store.finish_and_claim_jobs). Set at start.
-        self._limited = False
-        #: Limited jobs this worker holds (one ending may free room for the next).
+        #: When claims ask for jobs under limits (migration 0009) first, and what they
+        #: wait for in between (limited.py). Whether some limit is stored is set at start.
+        self._limits = LimitedClaims(self.name, poll_interval)
+        #: Failures of a plain claim that followed a limited one in a round trip of its own.
+        self.plain_errors = ErrorLog(f"plain claim of worker {self.name}")
+        #: Limited jobs this worker holds (one ending frees room for the next).
         self.limited_ids: set[int] = set()
-        #: time.monotonic() before which claims skip limited jobs: after a limited claim
-        #: that did not get all it asked for, until a poll interval passed, an enqueue was
-        #: notified (wake_limited) or a limited job of this worker ended.
-        self.limited_retry_at = 0.0
-        self.poll_interval = poll_interval
 
     def start(self, *, paused: frozenset[str], limited: bool) -> None:
         """What the worker read before its first claim: the paused queues, and whether
         some limit is stored."""
-        self._paused, self._limited = paused, limited
+        self._paused = paused
+        self._limits.start(stored=limited)
 
     # -- state the loop reads, changed through the methods below --
     @property
@@ -175,9 +173,33 @@ class Exchanges:
         pipeline = self.pipeline
         return self.share(pipeline) < pipeline
 
+    # -- limited claims (limited.py) --
     def wake_limited(self) -> None:
         """An enqueue was notified: the next claim asks for limited jobs again (any thread)."""
-        self.limited_retry_at = 0.0
+        self._limits.reset()
+
+    def limits_freed(self, names: list[str]) -> bool:
+        """Another worker freed slots of the limits ``names`` (the listener's thread):
+        True when this worker waits for one of them (it should claim now)."""
+        return self._limits.freed(names)
+
+    def limited_due(self, now: float) -> bool:
+        """A rate token this worker waits for is due, or a failed limited claim is to be
+        tried again: claim even if nothing else calls for it."""
+        return self._limits.due(now)
+
+    @property
+    def limited_wake_at(self) -> float | None:
+        """When (time.monotonic()) the loop wakes for a limited claim; None: not scheduled."""
+        return self._limits.wake_at
+
+    def limited_ended(self) -> bool:
+        """A limited job of this worker ended and its outcome is not written yet: the round
+        trip that writes it claims too, so its slot is taken at once."""
+        limited_ids = self.limited_ids
+        return bool(limited_ids) and any(
+            running.job.id in limited_ids for running, _ in self.ledger.unwritten
+        )
 
     # -- paused queues --
     def claim_filter(self) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None] | None:
@@ -223,17 +245,20 @@ class Exchanges:
         batch = self.ledger.take_unwritten()
         finish = Finish.of
         finishes = [finish(running.job, outcome) for running, outcome in batch]
-        return Exchange(batch, finishes, self._claim_request(batch, limit) if limit else None)
-
-    def _claim_request(self, batch: list[Finished], limit: int) -> ClaimRequest | None:
-        """What the round trip claims: None when every queue of this worker is paused."""
-        limited = False
-        if self._limited:
+        limited_ids = self.limited_ids
+        if limited_ids:
             for running, _ in batch:
-                if running.job.id in self.limited_ids:
-                    self.limited_ids.discard(running.job.id)
-                    self.limited_retry_at = 0.0
-            limited = time.monotonic() >= self.limited_retry_at
+                if running.job.id in limited_ids:
+                    # A limited job of ours ended: its slot is free for the next claim.
+                    limited_ids.discard(running.job.id)
+                    self._limits.reset()
+        # After the resets above: this round trip's own claim answers them.
+        now = time.monotonic()
+        claim = self._claim_request(limit, now) if limit else None
+        return Exchange(batch, finishes, claim, started=now)
+
+    def _claim_request(self, limit: int, now: float) -> ClaimRequest | None:
+        """What the round trip claims: None when every queue of this worker is paused."""
         claim_filter = self.claim_filter()
         if claim_filter is None:
             return None
@@ -243,9 +268,11 @@ class Exchanges:
             limit=limit,
             queues=queues,
             excluded_queues=excluded,
-            task_names=self._known_task_names() if self.ignore_unknown else None,
+            # Only the tasks this worker knows: another app or a newer deploy may know the
+            # others (a job of theirs is never failed here, it waits for them).
+            task_names=self._known_task_names(),
             after=self.cursor.claim_from(),
-            limited=limited,
+            limited=self._limits.asking(now),
         )
 
     def run(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:
@@ -256,7 +283,20 @@ class Exchanges:
         # The lease owner is the registration the claim runs under.
         claim = exchange.claim.for_worker(worker_id) if exchange.claim is not None else None
         started = time.monotonic()
-        exchange.trip = self.store.finish_and_claim_jobs(conn, exchange.finishes, claim)
+        store = self.store
+        try:
+            exchange.trip = store.finish_and_claim_jobs(conn, exchange.finishes, claim)
+        except psycopg.Error as error:
+            if claim is None or not claim.limited or not _still_usable(conn, error):
+                raise
+            # The round trip failed as a whole (nothing of it was written). If it goes
+            # through without the limited claim, that claim was the cause: the plain
+            # claim must not wait for it. Otherwise the error is the round trip's own.
+            trip = store.finish_and_claim_jobs(conn, exchange.finishes, claim.plain(claim.limit))
+            report = LimitedClaimReport(
+                error=f"{type(error).__name__}: {str(error).strip() or 'no message'}"
+            )
+            exchange.trip = dataclasses.replace(trip, report=report)
         exchange.seconds = time.monotonic() - started
 
     def apply(self, exchange: Exchange) -> int:
@@ -270,8 +310,16 @@ class Exchanges:
         if claim is not None and claim.limited:
             taken = [job.id for job in jobs if job.limited]
             self.limited_ids.update(taken)
-            if len(taken) < claim.limit:
-                self.limited_retry_at = time.monotonic() + self.poll_interval
+            report = exchange.trip.report
+            self._limits.claimed(
+                asked=claim.limit, taken=len(taken), report=report, started=exchange.started
+            )
+            if report.plain_error is not None:
+                # The plain claim after the limited one failed on its own: the limited
+                # jobs and the outcomes stand; the plain claim is tried again next time.
+                self.plain_errors.failed(RuntimeError(report.plain_error))
+            else:
+                self.plain_errors.recovered()
         in_flight, submit, observed = (
             self.ledger.in_flight,
             self.executor.submit,
@@ -282,8 +330,6 @@ class Exchanges:
                 reporter.notify("job_started", job)
             running = submit(job)
             in_flight[running.token] = running
-            if running.task is None:
-                reporter.exercised(UNKNOWN_TASK_JOBS)
         reporter.count("claimed", len(jobs))
         return len(jobs)
 
@@ -432,7 +478,16 @@ class Exchanges:
             )
 
     def _known_task_names(self) -> tuple[str, ...]:
-        """The app's task names for --ignore-unknown claims, sorted once per change."""
+        """The app's task names, which claims are limited to, sorted once per change."""
         if self._task_names is None or len(self._task_names) != len(self.tasks):
             self._task_names = tuple(sorted(self.tasks))
         return self._task_names
+
+
+def _still_usable(conn: psycopg.Connection[Any], error: psycopg.Error) -> bool:
+    """The server refused a statement and the connection is fine (not in a transaction)."""
+    return (
+        not conn.closed
+        and not is_connection_failure(error)
+        and conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    )

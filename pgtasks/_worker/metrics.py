@@ -36,7 +36,8 @@ worker counted them::
     pgtasks_jobs_rescued_total                  jobs this worker's rescuer returned from
                                                 dead workers
     pgtasks_jobs_released_total                 jobs released at shutdown
-    pgtasks_unknown_task_jobs_total             claimed jobs of tasks this worker does not know
+    pgtasks_unknown_task_jobs_total             jobs of tasks its process could not run,
+                                                released (never failed)
     pgtasks_enqueues_deduplicated_total         enqueues of this process answered by an
                                                 existing job
 
@@ -215,7 +216,7 @@ EXERCISED_SERIES = {
     ),
     UNKNOWN_TASK_JOBS: (
         "pgtasks_unknown_task_jobs",
-        "Claimed jobs of tasks this worker does not know.",
+        "Jobs of tasks this worker's process could not run, released to pending.",
     ),
 }
 
@@ -291,7 +292,8 @@ class QueueDepthSampler:
         self.stopping = threading.Event()
         self.errors = ErrorLog(f"queue-depth sampler of worker {name}")
         self.thread = threading.Thread(target=self._run, name="pgtasks-metrics", daemon=True)
-        # The replica when the app has one (a sample may lag), else the app's dsn.
+        # The replica when the app has one (a sample may lag), else the app's dsn; READ
+        # COMMITTED whatever the default (Database.connect pins it).
         self._connection = OwnConnection(
             lambda: app.database.connect(
                 replica=True, application_name=f"pgtasks metrics {name}"[:63]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -34,8 +34,11 @@ class Registration:
         queues: Sequence[str] | None,
         concurrency: int,
         lease_timeout: float,
+        task_names: Callable[[], Sequence[str]] = list,
     ) -> None:
         self.store = store
+        #: The tasks the worker knows when it registers (its row shows them).
+        self.task_names = task_names
         self.name = name
         self.hostname = hostname
         self.pid = pid
@@ -58,6 +61,7 @@ class Registration:
             pid=self.pid,
             queues=self.queues,
             concurrency=self.concurrency,
+            task_names=self.task_names(),
         )
         with self._id_lock:
             self.worker_id = worker_id

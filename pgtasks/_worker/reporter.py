@@ -13,7 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._counters import FENCED_WRITES_REFUSED, LEASE_LOST, Tally
+from .._counters import FENCED_WRITES_REFUSED, LEASE_LOST, UNKNOWN_TASK_JOBS, Tally
+from .._execution.outcomes import UNKNOWN_TASK_ERROR
 from .._instrumentation import outcome_name
 from .._retry import Outcome
 
@@ -129,6 +130,8 @@ class Reporter:
                 self._log_outcome(running, outcome, written=status is not None)
             else:
                 counts[outcome.kind] = counts.get(outcome.kind, 0) + 1
+                if outcome.exception_type == UNKNOWN_TASK_ERROR:
+                    self.exercised(UNKNOWN_TASK_JOBS)  # released, not failed
             if running.trace is not None:
                 self._end_trace(running, outcome, status is not None)
             if outcome.status == "pending" and status is not None:
@@ -163,6 +166,8 @@ class Reporter:
             )
             return
         self.count(outcome.kind)
+        if outcome.exception_type == UNKNOWN_TASK_ERROR:
+            self.exercised(UNKNOWN_TASK_JOBS)  # a job of a task it could not run, released
         self.notify("job_finished", job, outcome.kind, duration)
         level = logging.INFO if outcome.kind in ("done", "retry") else logging.WARNING
         first_line = ""

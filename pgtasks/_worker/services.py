@@ -215,18 +215,21 @@ class Rescuer(Service):
 class ListenerCalls:
     """What the listener calls on its thread: ``wake`` the claim loop (an enqueue was
     notified for its queues, or the listener reconnected), ``cancel`` jobs a notification
-    named, pass the ``paused`` queues on, ``poll_cancellations`` without LISTEN."""
+    named, pass the ``paused`` queues on, ``poll_cancellations`` without LISTEN, and pass
+    on ``limits_freed`` notifications (payload "<worker id>:<limit names>", migration
+    flow_control; None: not listened to)."""
 
     wake: Callable[[], None]
     cancel: Callable[[set[int]], None]
     paused: Callable[[frozenset[str]], None]
     poll_cancellations: Callable[[psycopg.Connection[Any]], None]
+    limits_freed: Callable[[str], None] | None = None
 
 
 class Listener(Service):
     """LISTENs for enqueue notifications and wakes the claim loop for its queues; passes
-    cancellation requests on; reads the paused queues (migration 0007) every
-    ``paused_refresh`` seconds and passes them on.
+    cancellation requests and freed slots of limits (migration flow_control) on; reads the paused
+    queues (migration 0007) every ``paused_refresh`` seconds and passes them on.
 
     After (re)connecting it wakes the loop once, so jobs enqueued while it was away are
     claimed at once rather than at the next poll.
@@ -234,7 +237,8 @@ class Listener(Service):
     ``listen=False`` (a pooled ``dsn`` without a session connection, where LISTEN cannot
     work): it only polls. Every ``paused_refresh`` seconds it reads the paused queues and
     calls ``poll_cancellations`` (so a cancelled job stops within that time, not the
-    heartbeat's); the claim loop finds new jobs at its poll interval.
+    heartbeat's); the claim loop finds new jobs, and slots of limits other workers
+    freed, at its poll interval.
 
     The paused queues are read here, on the listener's connection, so the claim loop
     pays nothing for them: one read of a table that holds a row per paused queue, every
@@ -277,7 +281,10 @@ class Listener(Service):
             self._poll(conn)
             return
         store = self.store
-        store.listen(conn, store.channel, store.cancel_channel)
+        channels = [store.channel, store.cancel_channel]
+        if self.calls.limits_freed is not None:
+            channels.append(store.limits_channel)
+        store.listen(conn, *channels)
         next_read = self.read_paused(conn)
         calls = self.calls
         calls.wake()
@@ -290,6 +297,9 @@ class Listener(Service):
                 if notify.channel == store.cancel_channel:
                     if notify.payload.isascii() and notify.payload.isdigit():
                         calls.cancel({int(notify.payload)})
+                elif notify.channel == store.limits_channel:
+                    if calls.limits_freed is not None:
+                        calls.limits_freed(notify.payload)
                 elif queues is None or notify.payload in queues:
                     reread = reread or notify.payload in self.paused
                     calls.wake()

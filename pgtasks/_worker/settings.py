@@ -37,7 +37,8 @@ class WorkerSettings:
     rescue_interval: float = 5.0
     poll_interval: float = 1.0
     shutdown_timeout: float = 30.0
-    ignore_unknown: bool = False
+    #: Kept for compatibility: a worker always claims only the tasks it knows.
+    ignore_unknown: bool = True
     #: Jobs claimed beyond the free slots (None: two per slot while jobs are short).
     prefetch: int | None = None
     prune_interval: float = 60.0
@@ -84,7 +85,7 @@ class WorkerSettings:
         rescue_interval: float | None = None,
         poll_interval: float | None = None,
         shutdown_timeout: float = 30.0,
-        ignore_unknown: bool = False,
+        ignore_unknown: bool = True,
         prefetch: int | None = None,
         pool: str = "thread",
         processes: int | None = None,
@@ -145,3 +146,49 @@ class WorkerSettings:
 
 def _given(value: float | None, default: float) -> float:
     return default if value is None else value
+
+
+class SettingsAttributes:
+    """A worker's settings as the attributes of earlier releases (``worker.queues``,
+    ``worker.poll_interval``, ...), read from its ``settings``."""
+
+    settings: WorkerSettings
+
+    @property
+    def queues(self) -> list[str] | None:
+        """The queues this worker claims from (None: every queue)."""
+        queues = self.settings.queues
+        return list(queues) if queues is not None else None
+
+    @property
+    def concurrency(self) -> int:
+        return self.settings.concurrency
+
+    @property
+    def lease_timeout(self) -> float:
+        return self.settings.lease_timeout
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.settings.heartbeat_interval
+
+    @property
+    def rescue_interval(self) -> float:
+        return self.settings.rescue_interval
+
+    @property
+    def poll_interval(self) -> float:
+        return self.settings.poll_interval
+
+    @property
+    def shutdown_timeout(self) -> float:
+        return self.settings.shutdown_timeout
+
+    @property
+    def ignore_unknown(self) -> bool:
+        return self.settings.ignore_unknown
+
+    @property
+    def prefetch(self) -> int | None:
+        """Jobs claimed beyond the free slots (None: see claims.Prefetch)."""
+        return self.settings.prefetch

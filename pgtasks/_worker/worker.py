@@ -50,7 +50,7 @@ from .pruner import Pruner
 from .registration import Registration
 from .reporter import Reporter
 from .services import ErrorLog, Heartbeat, Listener, ListenerCalls, Rescuer, Service
-from .settings import WorkerSettings
+from .settings import SettingsAttributes, WorkerSettings
 from .shutdown import HARD_EXIT_MARGIN as HARD_EXIT_MARGIN
 from .shutdown import SHUTDOWN_WRITE_BOUND, GracefulStop, StopSignals
 
@@ -63,7 +63,7 @@ logger = logging.getLogger("pgtasks.worker")
 LINGER = 0.001
 
 
-class Worker:
+class Worker(SettingsAttributes):
     """Claims and runs jobs of ``queues`` (None: every queue of its ``store``) until stopped.
 
     ``run()`` blocks; ``await arun()`` runs it from an asyncio program; ``stop()``
@@ -83,7 +83,7 @@ class Worker:
         rescue_interval: float | None = None,
         poll_interval: float | None = None,
         shutdown_timeout: float = 30.0,
-        ignore_unknown: bool = False,
+        ignore_unknown: bool = True,
         prefetch: int | None = None,
         observers: Sequence[WorkerEvents] = (),
         pool: str = "thread",
@@ -146,6 +146,7 @@ class Worker:
             queues=self.queues,
             concurrency=settings.concurrency,
             lease_timeout=settings.lease_timeout,
+            task_names=lambda: sorted(self.app.tasks),
         )
         self._reporter = Reporter(observers)
         #: Counters since start (read by tests and the demo).
@@ -170,46 +171,6 @@ class Worker:
         self._exchanges = self._new_exchanges()
         self._cancellations = self._new_cancellations()
         self._services: list[Service] = []
-
-    # -- the settings, as attributes of earlier releases --
-    @property
-    def queues(self) -> list[str] | None:
-        """The queues this worker claims from (None: every queue)."""
-        queues = self.settings.queues
-        return list(queues) if queues is not None else None
-
-    @property
-    def concurrency(self) -> int:
-        return self.settings.concurrency
-
-    @property
-    def lease_timeout(self) -> float:
-        return self.settings.lease_timeout
-
-    @property
-    def heartbeat_interval(self) -> float:
-        return self.settings.heartbeat_interval
-
-    @property
-    def rescue_interval(self) -> float:
-        return self.settings.rescue_interval
-
-    @property
-    def poll_interval(self) -> float:
-        return self.settings.poll_interval
-
-    @property
-    def shutdown_timeout(self) -> float:
-        return self.settings.shutdown_timeout
-
-    @property
-    def ignore_unknown(self) -> bool:
-        return self.settings.ignore_unknown
-
-    @property
-    def prefetch(self) -> int | None:
-        """Jobs claimed beyond the free slots (None: see claims.Prefetch)."""
-        return self.settings.prefetch
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} id={self.worker_id} queues={self.queues or 'all'}>"
@@ -277,6 +238,17 @@ class Worker:
             )
         if previous - paused:
             self.wake(notified=True)
+
+    def _limits_freed(self, payload: str) -> None:
+        """Another worker freed slots of limits (the listener's thread; the payload is
+        "<worker id>:<limit names>", any text a role may send): claim now when this worker
+        waits for one of them. Its own ends are claimed for in the round trip that wrote
+        them."""
+        owner, _, names = payload.partition(":")
+        if owner == str(self.worker_id):
+            return
+        if self._exchanges.limits_freed(names.split(",")):
+            self._wake_event.set()
 
     def cancel_jobs(self, job_ids: set[int]) -> None:
         """A cancel notification named these jobs (the listener's thread): see
@@ -369,6 +341,7 @@ class Worker:
             cancel=self.cancel_jobs,
             paused=self._set_paused,
             poll_cancellations=self.poll_cancel_requests,
+            limits_freed=self._limits_freed,
         )
         return [
             Heartbeat(
@@ -517,7 +490,15 @@ class Worker:
         now = time.monotonic()
         free = exchanges.pipeline - len(ledger.in_flight) - exchanges.claiming
         due = now >= next_poll or now >= reporter.next_due
-        claim = free > 0 and (self._notified or exchanges.maybe_more or due)
+        claim = free > 0 and (
+            self._notified
+            or exchanges.maybe_more
+            or due
+            # A slot of a limit came free (a limited job of ours ended, or another worker
+            # notified one we wait for), or a rate token we wait for is due: claim now.
+            or exchanges.limited_ended()
+            or exchanges.limited_due(now)
+        )
         if claim and exchanges.claim_filter() is None:
             claim = False  # every queue of this worker is paused: claim once one resumes
         if exchanges.batch_more(free if claim else 0):
@@ -574,7 +555,14 @@ class Worker:
 
     def _wait_time(self, next_poll: float) -> float:
         now = time.monotonic()
-        wait = max(0.0, min(next_poll, self._reporter.next_due) - now)
+        wake_at = min(next_poll, self._reporter.next_due)
+        limited_at = self._exchanges.limited_wake_at
+        if limited_at is not None and limited_at > now:
+            # A rate token we wait for is due then (or a failed limited claim is retried).
+            # One already due claims in the step, when a slot is free; without one, the
+            # first job to end wakes the loop.
+            wake_at = min(wake_at, limited_at)
+        wait = max(0.0, wake_at - now)
         if self._exchanges.background_busy:
             # A poll or a due retry waits for the round trip in flight: its return wakes
             # the loop (and a claim right after it reads from the start if due).

@@ -10,7 +10,6 @@ import click
 
 from .._app import admin
 from .._limits import LimitState, format_limits
-from .._store.base import Row
 from ._common import app_option, load_app
 from ._stores import each_store, echo_each, store_option
 
@@ -20,17 +19,18 @@ from ._stores import each_store, echo_each, store_option
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 def limits(app_path: str, store: str | None, as_json: bool) -> None:
-    """Every stored limit: concurrency, rate, tokens left, running and pending jobs; then
-    the keys of per-key limits that have jobs running."""
+    """Every stored limit: concurrency, rate, tokens left, running, pending and held-back
+    jobs; then the busiest keys of per-key limits."""
     app = load_app(app_path)
     with app:
         results = each_store(app, admin.limits, store)
 
-    def document(read: tuple[list[LimitState], list[Row]]) -> dict[str, Any]:
-        states, usage = read
+    def document(states: list[LimitState]) -> dict[str, Any]:
         return {
             "limits": [state.as_json() for state in states],
-            "keys": [dict(row) for row in usage if row["key"] is not None],
+            "keys": [
+                {"name": state.name, **key.as_json()} for state in states for key in state.top_keys
+            ],
         }
 
-    echo_each(app, results, as_json=as_json, document=document, text=lambda r: format_limits(*r))
+    echo_each(app, results, as_json=as_json, document=document, text=format_limits)

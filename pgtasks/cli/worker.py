@@ -85,7 +85,8 @@ if TYPE_CHECKING:
 @click.option(
     "--ignore-unknown",
     is_flag=True,
-    help="Leave jobs of tasks this worker does not know pending instead of failing them.",
+    help="Kept for compatibility: a worker always leaves jobs of tasks it does not know"
+    " pending, for a worker that knows them.",
 )
 @click.option(
     "-B",

@@ -103,3 +103,59 @@ SELECT pg_is_in_recovery() AS standby,
        extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8 AS replay_age,
        current_setting('hot_standby_feedback') AS hot_standby_feedback,
        current_setting('max_standby_streaming_delay') AS max_standby_streaming_delay;
+
+-- name: get_isolation :one
+-- The isolation this connection's transactions run in (pgtasks pins READ COMMITTED).
+SELECT current_setting('transaction_isolation') AS isolation;
+
+-- name: get_limit_problems :one
+-- What `pgtasks doctor` checks in the limits (migration flow_control): stored limits with values
+-- the claim arithmetic cannot take (written by hand past its CHECKs; the claim clamps
+-- them), pending jobs whose limit names no stored limit holds (they run without it), and
+-- pending jobs under more limit instances than the claim takes (left pending).
+SELECT (SELECT count(*) FROM {schema}.limits) AS stored,
+       (SELECT array_agg(name ORDER BY name) FROM {schema}.limits
+        WHERE NOT (tokens >= 0 AND tokens <= 1e9)
+           OR NOT (burst >= 1 AND burst <= 1e9)
+           OR NOT (rate_period IS NULL OR (rate_period >= 0.001 AND rate_period <= 1e10))
+           OR NOT isfinite(refilled_at) OR NOT isfinite(updated_at)
+           OR refilled_at > now() + interval '1 minute') AS bad_values,
+       (SELECT array_agg(name ORDER BY name) FROM (
+            SELECT DISTINCT split_part(inst, chr(31), 1) AS name
+            FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
+            WHERE jobs.status = 'pending' AND jobs.limit_groups IS NOT NULL
+              AND inst IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS d
+                              WHERE d.name = split_part(inst, chr(31), 1))
+            LIMIT 20) AS names) AS unstored,
+       (SELECT count(*) FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
+        WHERE jobs.status = 'pending' AND jobs.limit_groups IS NOT NULL AND inst IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS d
+                          WHERE d.name = split_part(inst, chr(31), 1))) AS unstored_jobs,
+       (SELECT count(*) FROM {schema}.jobs
+        WHERE status = 'pending' AND cardinality(limit_groups) > 8) AS overlimited,
+       (SELECT min(id) FROM {schema}.jobs
+        WHERE status = 'pending' AND cardinality(limit_groups) > 8) AS first_overlimited;
+
+-- name: get_unknown_task_jobs :many
+-- Pending jobs that no live worker would claim: no worker whose heartbeat is within the
+-- lease serves their queue and knows their task (migration flow_control; a worker of an earlier
+-- release, task_names NULL, knows every task). Read without SKIP LOCKED.
+WITH pending AS (
+    SELECT task_name, queue, count(*) AS jobs, min(id) AS first_id
+    FROM {schema}.jobs
+    WHERE status = 'pending'
+    GROUP BY task_name, queue
+), live AS (
+    SELECT queues, task_names FROM {schema}.workers
+    WHERE heartbeat_at >= now() - make_interval(secs => %(lease_timeout)s)
+)
+SELECT pending.task_name, pending.queue, pending.jobs, pending.first_id
+FROM pending
+WHERE EXISTS (SELECT 1 FROM live)
+  AND NOT EXISTS (
+      SELECT 1 FROM live
+      WHERE (live.queues IS NULL OR pending.queue = ANY(live.queues))
+        AND (live.task_names IS NULL OR pending.task_name = ANY(live.task_names)))
+ORDER BY pending.jobs DESC, pending.task_name, pending.queue
+LIMIT 50;

@@ -64,6 +64,22 @@ FROM {schema}.claim_limited_jobs(
     %(limit)s
 );
 
+-- name: claim_limited :many
+-- Claim up to %(limit)s due jobs that limits apply to, never past a limit (the function of
+-- migration flow_control); filters as in claim_jobs. The claimed jobs have the columns of
+-- claim_jobs; the last row is a report (id NULL) whose meta holds the seconds until the
+-- next rate token that held a job back (wait), the limits that held jobs back (blocked)
+-- and the error that ended the claim (error; nothing was claimed then).
+SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts,
+       CASE WHEN id IS NULL
+            THEN jsonb_build_object('wait', wait, 'blocked', blocked, 'error', error)
+            ELSE meta END AS meta,
+       run_at, created_at, claimed_at, true AS limited
+FROM {schema}.claim_limited(
+    %(worker_id)s, %(queues)s::text[], %(excluded_queues)s::text[], %(task_names)s::text[],
+    %(limit)s
+);
+
 -- name: upsert_limits :one
 -- Store the limit definitions of a worker's app (a changed definition replaces the stored
 -- one; rate tokens are kept, capped at the new burst). Returns how many are stored in all.
@@ -93,27 +109,95 @@ SELECT (SELECT count(*) FROM {schema}.limits)
        AS stored;
 
 -- name: get_limits :many
--- Every stored limit definition with its tokens now.
-SELECT name, concurrency, rate_count, rate_period, burst,
-       CASE WHEN rate_count IS NOT NULL THEN
-           least(burst, tokens + greatest(0, extract(epoch FROM clock_timestamp() - refilled_at))
-                 * rate_count / rate_period)
-       END AS tokens,
+-- Every stored limit definition with its tokens now and the seconds until its next whole
+-- token (values clamped as the claim clamps them: a row written by hand reads, never raises).
+WITH clamped AS (
+    SELECT name, concurrency, rate_count, rate_period,
+           CASE WHEN rate_count > 0 AND rate_period > 0 THEN
+               least(greatest(rate_count::double precision / rate_period, 1e-9), 1e9)
+           END AS per_sec,
+           least(greatest(burst, 1), 1e9) AS burst,
+           least(greatest(tokens, 0), 1e9) AS tokens,
+           CASE WHEN isfinite(refilled_at)
+                THEN greatest(0, least(1e9, extract(epoch FROM clock_timestamp() - refilled_at)))
+                ELSE 1e9 END AS elapsed,
+           CASE WHEN isfinite(updated_at) THEN updated_at END AS updated_at
+    FROM {schema}.limits
+), state AS (
+    SELECT *, CASE WHEN per_sec IS NOT NULL
+                   THEN least(burst, tokens + elapsed * per_sec) END AS tokens_now
+    FROM clamped
+)
+SELECT name, concurrency, rate_count, rate_period,
+       CASE WHEN per_sec IS NOT NULL THEN burst END AS burst,
+       tokens_now AS tokens,
+       CASE WHEN tokens_now IS NOT NULL
+            THEN greatest(0, 1 - tokens_now) / per_sec END AS next_token_in,
        updated_at
-FROM {schema}.limits
+FROM state
 ORDER BY name;
 
 -- name: get_limit_usage :many
--- Running and pending jobs per limit instance (a 'key:' name with its key), read without
--- SKIP LOCKED.
-SELECT split_part(inst, chr(31), 1) AS name,
-       CASE WHEN strpos(inst, chr(31)) > 0 THEN substr(inst, strpos(inst, chr(31)) + 1) END
-           AS key,
-       count(*) FILTER (WHERE status = 'running') AS running,
-       count(*) FILTER (WHERE status = 'pending') AS pending
-FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
-WHERE jobs.status IN ('pending', 'running') AND jobs.limit_groups IS NOT NULL
-  AND inst IS NOT NULL
-GROUP BY inst
-ORDER BY inst
-LIMIT %(limit)s;
+-- Per stored or referenced limit (per-key limits summed over their keys): the running,
+-- pending and due jobs under it, the due ones it holds back now (no room, or no whole
+-- token), and how many keys have jobs. Read without SKIP LOCKED.
+WITH instances AS (
+    SELECT inst,
+           count(*) FILTER (WHERE jobs.status = 'running') AS running,
+           count(*) FILTER (WHERE jobs.status = 'pending') AS pending,
+           count(*) FILTER (WHERE jobs.status = 'pending' AND jobs.run_at <= now()) AS due
+    FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
+    WHERE jobs.status IN ('pending', 'running') AND jobs.limit_groups IS NOT NULL
+      AND inst IS NOT NULL
+    GROUP BY inst
+), held AS (
+    SELECT split_part(i.inst, chr(31), 1) AS name,
+           strpos(i.inst, chr(31)) > 0 AS keyed,
+           i.running, i.pending, i.due,
+           greatest(0, i.due - least(
+               coalesce(greatest(0, d.concurrency - i.running), i.due),
+               CASE WHEN d.rate_count > 0 AND d.rate_period > 0 AND d.name = i.inst
+                    THEN floor(least(greatest(d.burst, 1), 1e9, least(greatest(d.tokens, 0), 1e9)
+                         + CASE WHEN isfinite(d.refilled_at)
+                                THEN greatest(0, least(1e9, extract(epoch FROM
+                                     clock_timestamp() - d.refilled_at)))
+                                ELSE 1e9 END
+                           * least(greatest(d.rate_count::double precision / d.rate_period,
+                                            1e-9), 1e9)))::bigint
+                    ELSE i.due END)) AS held
+    FROM instances AS i
+    LEFT JOIN {schema}.limits AS d ON d.name = split_part(i.inst, chr(31), 1)
+)
+SELECT name, sum(running)::bigint AS running, sum(pending)::bigint AS pending,
+       sum(due)::bigint AS due, sum(held)::bigint AS held,
+       count(*) FILTER (WHERE keyed) AS keys
+FROM held
+GROUP BY name
+ORDER BY name;
+
+-- name: get_limit_top_keys :many
+-- The keys of per-key limits with the most running, then pending, jobs: at most
+-- %(per_limit)s per limit, with their due jobs and the due ones held back.
+WITH instances AS (
+    SELECT inst,
+           count(*) FILTER (WHERE jobs.status = 'running') AS running,
+           count(*) FILTER (WHERE jobs.status = 'pending') AS pending,
+           count(*) FILTER (WHERE jobs.status = 'pending' AND jobs.run_at <= now()) AS due
+    FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
+    WHERE jobs.status IN ('pending', 'running') AND jobs.limit_groups IS NOT NULL
+      AND strpos(inst, chr(31)) > 0
+    GROUP BY inst
+), ranked AS (
+    SELECT split_part(i.inst, chr(31), 1) AS name,
+           substr(i.inst, strpos(i.inst, chr(31)) + 1) AS key,
+           i.running, i.pending, i.due,
+           greatest(0, i.due - coalesce(greatest(0, d.concurrency - i.running), i.due)) AS held,
+           row_number() OVER (PARTITION BY split_part(i.inst, chr(31), 1)
+                              ORDER BY i.running DESC, i.pending DESC, i.inst) AS rank
+    FROM instances AS i
+    LEFT JOIN {schema}.limits AS d ON d.name = split_part(i.inst, chr(31), 1)
+)
+SELECT name, key, running, pending, due, held
+FROM ranked
+WHERE rank <= %(per_limit)s
+ORDER BY name, rank;

@@ -31,6 +31,16 @@ SELECT version FROM {schema}.migrations ORDER BY version;
 -- Record a version, in the transaction of its last step (or of the whole migration).
 INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s, %(name)s);
 
+-- name: begin_read_committed_block :exec
+-- A transaction block READ COMMITTED whatever the server's default: a worker's round trip
+-- through a transaction pooler begins with it and ends with commit_block, in one pipeline
+-- (Database.pin_isolation).
+BEGIN ISOLATION LEVEL READ COMMITTED;
+
+-- name: commit_block :exec
+-- Ends the transaction block begin_read_committed_block began.
+COMMIT;
+
 -- name: get_schema_version :one
 -- The highest applied migration version.
 SELECT coalesce(max(version), 0) AS version FROM {schema}.migrations;
@@ -211,9 +221,10 @@ SELECT id, pg_notify({activity_channel}, id::text) IS NULL AS notified FROM upda
 SELECT status FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: register_worker :one
--- Register a worker; its id is the lease owner written to the jobs it claims.
-INSERT INTO {schema}.workers (hostname, pid, queues, concurrency)
-VALUES (%(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
+-- Register a worker; its id is the lease owner written to the jobs it claims. task_names:
+-- the tasks it knows and claims (migration flow_control; NULL: any).
+INSERT INTO {schema}.workers (hostname, pid, queues, concurrency, task_names)
+VALUES (%(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(task_names)s::text[])
 RETURNING id;
 
 -- name: heartbeat_worker :one
@@ -237,10 +248,13 @@ WITH picked AS (
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
       -- Paused queues (migration 0007) of a worker of every queue; NULL while none is.
       AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
-      -- Workers started with --ignore-unknown claim only the tasks they know.
+      -- A worker claims only the tasks it knows (NULL: any).
       AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-      -- Jobs that limits apply to (migration 0011) are claimed by claim_limited_jobs.
+      -- Jobs that limits apply to (migration 0009) are claimed by claim_limited (migration flow_control).
       AND limit_groups IS NULL
+      -- A row whose next attempt number would not fit (written by hand) is left pending
+      -- rather than fail every claim.
+      AND attempts < 2147483647
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -288,6 +302,7 @@ WITH picked AS (
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
+          AND attempts < 2147483647
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS higher_priority
@@ -304,6 +319,7 @@ WITH picked AS (
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
+          AND attempts < 2147483647
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS same_priority
@@ -319,6 +335,7 @@ WITH picked AS (
                OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
+          AND attempts < 2147483647
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS lower_priority
@@ -390,7 +407,7 @@ WITH finished AS (
       AND jobs.status = outcome.held
       AND jobs.locked_by = %(worker_id)s
       AND jobs.attempts = outcome.attempt
-    RETURNING jobs.id, jobs.status
+    RETURNING jobs.id, jobs.status, jobs.limit_groups
 ),
 notified AS (
     -- One notification per 500 finished jobs, payload "id,id,…" (under the 8 kB limit).
@@ -402,14 +419,25 @@ notified AS (
     -- Attempts that will be retried changed their jobs too: one notification for all.
     (SELECT pg_notify({activity_channel}, 'retried') FROM finished WHERE status = 'pending'
      LIMIT 1)
+),
+freed AS (
+    -- Limited jobs that left 'running' free a slot of each of their limits (migration
+    -- flow_control): one notification "<worker id>:<limit names>" wakes the workers
+    -- waiting.
+    SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
+                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
+    FROM finished, unnest(finished.limit_groups) AS inst
+    WHERE finished.limit_groups IS NOT NULL AND inst IS NOT NULL
+    HAVING count(*) > 0
 )
--- Selecting "sent" keeps the join (and so the notifications) from being optimised away.
-SELECT finished.id, finished.status, notifications.sent
+-- Selecting "sent" keeps the joins (and so the notifications) from being optimised away.
+SELECT finished.id, finished.status, notifications.sent + limits.sent
 FROM finished
-LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true;
+LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true
+LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
 -- name: release_jobs :many
--- Put a stopping worker's unfinished jobs back to pending without using up an attempt.
+-- Put the unfinished jobs of a stopping worker back to pending without using up an attempt.
 WITH released AS (
     UPDATE {schema}.jobs AS jobs
     SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'pending' END,
@@ -422,27 +450,49 @@ WITH released AS (
       AND jobs.status = 'running'
       AND jobs.locked_by = %(worker_id)s
       AND jobs.attempts = lease.attempt
-    RETURNING jobs.id, jobs.queue
+    RETURNING jobs.id, jobs.queue, jobs.limit_groups
+),
+freed AS (
+    -- Their slots of limits are free (migration flow_control): wake the workers waiting for one.
+    SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
+                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
+    FROM released, unnest(released.limit_groups) AS inst
+    WHERE released.limit_groups IS NOT NULL AND inst IS NOT NULL
+    HAVING count(*) > 0
 )
 SELECT released.id, pg_notify({channel}, released.queue) IS NULL AS notified
-FROM released;
+FROM released
+LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
 -- name: release_orphaned_jobs :many
 -- Release jobs running under this worker that it does not know it holds (a claim whose
 -- reply was lost with the connection); they never started, so the attempt is returned.
-UPDATE {schema}.jobs AS jobs
-SET status = 'pending',
-    attempts = jobs.attempts - 1,
-    run_at = now(),
-    updated_at = now()
-WHERE jobs.status = 'running'
-  AND jobs.locked_by = %(worker_id)s
-  AND jobs.id <> ALL(%(known_ids)s::bigint[])
-RETURNING jobs.id;
+WITH released AS (
+    UPDATE {schema}.jobs AS jobs
+    SET status = 'pending',
+        attempts = jobs.attempts - 1,
+        run_at = now(),
+        updated_at = now()
+    WHERE jobs.status = 'running'
+      AND jobs.locked_by = %(worker_id)s
+      AND jobs.id <> ALL(%(known_ids)s::bigint[])
+    RETURNING jobs.id, jobs.limit_groups
+), freed AS (
+    -- Their slots of limits are free (migration flow_control): wake the workers waiting for one.
+    SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
+                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
+    FROM released, unnest(released.limit_groups) AS inst
+    WHERE released.limit_groups IS NOT NULL AND inst IS NOT NULL
+    HAVING count(*) > 0
+)
+SELECT released.id
+FROM released
+LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
 -- name: rescue_jobs :many
 -- Jobs running under a worker that is gone or silent past the lease: back to pending,
--- or failed when out of attempts. Live workers' long jobs are never touched.
+-- or failed when out of attempts. The long jobs of live workers are never touched. The slots
+-- of limits they held are free: the workers waiting for one are notified.
 WITH lost AS (
     SELECT jobs.id
     FROM {schema}.jobs AS jobs
@@ -474,14 +524,24 @@ WITH lost AS (
         updated_at = now()
     FROM lost
     WHERE jobs.id = lost.id
-    RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue
+    RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue, jobs.limit_groups
 ), counted AS (
     -- The rescued counter (migration 0014), in the rescue's own transaction: exact
     -- even if this worker dies right after.
     INSERT INTO {schema}.counters (name, value)
     SELECT 'rescued', count(*) FROM rescued HAVING count(*) > 0
+), freed AS (
+    -- Rescued limited jobs free their slots (migration flow_control): workers waiting
+    -- for them claim at once.
+    SELECT pg_notify({limits_channel}, left('0:'
+                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
+    FROM rescued, unnest(rescued.limit_groups) AS inst
+    WHERE rescued.limit_groups IS NOT NULL AND inst IS NOT NULL
+    HAVING count(*) > 0
 )
-SELECT id, status, locked_by, attempts, queue FROM rescued;
+SELECT rescued.id, rescued.status, rescued.locked_by, rescued.attempts, rescued.queue
+FROM rescued
+LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
 -- name: delete_dead_workers :many
 -- Remove registrations silent past the lease (their jobs are rescued first).

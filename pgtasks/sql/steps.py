@@ -304,6 +304,7 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         (r"^CREATE\s+SCHEMA\b", "", "none"),
         (r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\b", "", "none"),
         (r"^CREATE\s+(?:UNLOGGED\s+)?TABLE\b", "", "none"),
+        (r"^CREATE\s+TYPE\b", "", "none"),
         (r"^COMMENT\s+ON\b", "", "none"),
         (
             r"^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+(?:IF\s+NOT\s+EXISTS\s+)?\w+\s+ON\s+"
@@ -455,9 +456,23 @@ _NOTES = {
 _SCANS = ("online-build", "online-scan", "scan", "rewrite", "rows")
 
 
+#: Tables of a few rows (one per declared limit, paused queue or schedule): a statement
+#: that changes some of their rows holds those rows' locks until its step commits, which
+#: (in a transaction step, under lock_timeout) is milliseconds. On any other table such a
+#: statement belongs in a batched step.
+SMALL_TABLES = frozenset({"limits", "queue_pauses", "periodic"})
+
+
 def _use(relation: str, mode: str, kind: str, new_tables: Container[str]) -> LockUse:
     if relation in new_tables:
         return LockUse(relation, mode, "none", "a table this migration creates: nobody uses it yet")
+    if kind == "rows" and relation in SMALL_TABLES:
+        return LockUse(
+            relation,
+            mode,
+            "brief",
+            "locks the rows it changes until the step commits (a table of a few rows)",
+        )
     effect, note = _NOTES[kind]
     return LockUse(
         relation,

@@ -4,7 +4,8 @@
 --
 -- The job filter (list_jobs_page, count_filtered_jobs, retry_filtered_jobs,
 -- cancel_filtered_jobs): every parameter NULL means "any"; %(args)s is a JSON document the
--- job's args contain (@>); %(due)s: pending and due now (true) or scheduled later (false).
+-- job's args contain (@>); %(due)s: pending and due now (true) or scheduled later (false);
+-- %(workflow_id)s: the jobs of one workflow (through jobs_workflow_idx).
 
 -- name: get_unfinished_stats :many
 -- Per queue: pending, due, running and the oldest due job's wait, from indexes only:
@@ -93,7 +94,7 @@ GROUP BY 1, 2, 3;
 -- stored size is small: a large document is not rendered at all), the last line of the
 -- last error, the progress of meta (when meta is not large), never result or kwargs.
 SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id,
+       created_at, finished_at, workflow_id, workflow_step,
        CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
             THEN left(args::text, %(args_chars)s::int) END AS args_head,
        pg_column_size(args) AS args_size,
@@ -106,6 +107,7 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
   AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
   AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
@@ -115,12 +117,39 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
+-- name: list_workflow_jobs_page :many
+-- list_jobs_page of one workflow's jobs (%(workflow_id)s, never NULL here): read through
+-- jobs_workflow_idx backwards from %(before)s, whatever else the filter names, so that a
+-- generic plan of the statement still uses that index.
+SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
+       created_at, finished_at, workflow_id, workflow_step,
+       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
+            THEN left(args::text, %(args_chars)s::int) END AS args_head,
+       pg_column_size(args) AS args_size,
+       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
+            %(error_chars)s::int) AS error_line,
+       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
+       now() AS now
+FROM {schema}.jobs
+WHERE workflow_id = %(workflow_id)s::bigint
+  AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  AND (%(due)s::boolean IS NULL
+       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+ORDER BY workflow_id DESC, id DESC
+LIMIT %(limit)s::int;
+
 -- name: list_jobs_scan :many
 -- list_jobs_page reading at most %(scan)s jobs (newest first, older than %(before)s):
 -- filters no index serves (args, task, creation times, a queue) cost what one page of
 -- them costs, whatever the table holds; get_scan_floor tells where the scan stopped.
 SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id,
+       created_at, finished_at, workflow_id, workflow_step,
        CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
             THEN left(args::text, %(args_chars)s::int) END AS args_head,
        pg_column_size(args) AS args_size,
@@ -138,6 +167,7 @@ FROM (
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
   AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
   AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
@@ -170,6 +200,7 @@ SELECT
           AND (%(status)s::text IS NULL OR status = %(status)s::text)
           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
           AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
           AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
           AND (%(created_from)s::timestamptz IS NULL
                OR created_at >= %(created_from)s::timestamptz)
@@ -183,6 +214,7 @@ SELECT
           AND (%(status)s::text IS NULL OR status = %(status)s::text)
           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
           AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
           AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
           AND (%(created_from)s::timestamptz IS NULL
                OR created_at >= %(created_from)s::timestamptz)
@@ -202,6 +234,9 @@ SELECT jobs.id, task_name, queue, priority, status, attempts, max_attempts,
        unique_key, lower(unique_window) AS unique_window_start,
        upper(unique_window) AS unique_window_end,
        limit_groups, limit_key, workflow_id, workflow_step,
+       -- A workflow step's links (a chord's callback may name thousands: the first few).
+       prev_ids[1:%(neighbours)s::int] AS prev_ids, cardinality(prev_ids) AS prev_count,
+       next_ids[1:%(neighbours)s::int] AS next_ids, cardinality(next_ids) AS next_count,
        left(rendered.args, %(json_chars)s::int) AS args_text, length(rendered.args) AS args_length,
        left(rendered.kwargs, %(json_chars)s::int) AS kwargs_text,
        length(rendered.kwargs) AS kwargs_length,
@@ -232,6 +267,14 @@ CROSS JOIN LATERAL (
            jobs.meta::text AS meta
 ) AS rendered
 WHERE jobs.id = %(id)s::bigint;
+
+-- name: get_workflow_neighbours :many
+-- The steps a job page links to as its neighbours: the jobs %(ids)s of workflow
+-- %(workflow_id)s (its predecessors and successors), with their step, task and status.
+SELECT id, workflow_step, task_name, status
+FROM {schema}.jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND workflow_id = %(workflow_id)s::bigint
+ORDER BY id;
 
 -- name: delete_finished_job :one
 -- Delete one done, failed or cancelled job; the row's status tells a missing job (no
@@ -270,6 +313,7 @@ WITH picked AS (
                        AND cardinality(prev_ids) > 0, false)
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+      AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
       AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
       AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
@@ -316,6 +360,7 @@ FROM (
       AND (%(status)s::text IS NULL OR status = %(status)s::text)
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+      AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
       AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
       AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
@@ -336,6 +381,7 @@ WITH picked AS (
       AND (%(status)s::text IS NULL OR status = %(status)s::text)
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+      AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
       AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
       AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)

@@ -115,42 +115,196 @@ SELECT count(*)::int AS deleted FROM deleted;
 -- name: list_workflows :many
 -- Workflows newest first (ids below %(before)s), with their steps done and in all (the
 -- on_error job is not a step), state (as get_workflow), first start and end; %(status)s
--- keeps one state, %(id)s one workflow. Each reads its jobs through jobs_workflow_idx.
-SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
-       progress.steps, progress.steps_done, progress.started_at, progress.state,
-       progress.finished_at
-FROM {schema}.workflows AS workflows
+-- keeps one state, %(id)s one workflow. A workflow's state is a probe of
+-- jobs_workflow_unfinished_idx (running) and, for a finished one, of its jobs through
+-- jobs_workflow_idx; the workflows listed have their jobs read (jobs_workflow_idx). A
+-- state filter reads workflows until a page is full: the running ones are found from
+-- their index by list_running_workflows, and the dashboard reads at most a bounded
+-- number of jobs per page for the other states (list_workflows_scan).
+WITH picked AS (
+    SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at, state.state
+    FROM {schema}.workflows AS workflows
+    -- Scalar probes (LIMIT 1), not EXISTS: PostgreSQL may run an uncorrelated EXISTS as
+    -- one hashed scan of every unfinished (or failed) job of the table.
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                          WHERE jobs.workflow_id = workflows.id
+                            AND jobs.status IN ('waiting', 'pending', 'running')
+                          LIMIT 1) IS NOT NULL
+                    THEN 'running'
+                    WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                          WHERE jobs.workflow_id = workflows.id AND jobs.status = 'failed'
+                          LIMIT 1) IS NOT NULL
+                    THEN 'failed'
+                    WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                          WHERE jobs.workflow_id = workflows.id AND jobs.status = 'cancelled'
+                          LIMIT 1) IS NOT NULL
+                    THEN 'cancelled'
+                    ELSE 'done' END AS state
+    ) AS state
+    WHERE (%(before)s::bigint IS NULL OR workflows.id < %(before)s::bigint)
+      AND (%(id)s::bigint IS NULL OR workflows.id = %(id)s::bigint)
+      AND (%(status)s::text IS NULL OR state.state = %(status)s::text)
+    ORDER BY workflows.id DESC
+    LIMIT %(limit)s::int
+)
+SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
+       progress.steps_done, progress.started_at, picked.state,
+       CASE WHEN picked.state <> 'running' THEN progress.finished_at END AS finished_at
+FROM picked
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
            count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                               AND jobs.status = 'done')::int AS steps_done,
            min(jobs.started_at) AS started_at,
-           CASE WHEN bool_or(jobs.status IN ('waiting', 'pending', 'running')) THEN 'running'
-                WHEN bool_or(jobs.status = 'failed') THEN 'failed'
-                WHEN bool_or(jobs.status = 'cancelled') THEN 'cancelled'
-                ELSE 'done' END AS state,
-           CASE WHEN NOT bool_or(jobs.status IN ('waiting', 'pending', 'running'))
-                THEN max(jobs.finished_at) END AS finished_at
+           max(jobs.finished_at) AS finished_at
     FROM {schema}.jobs AS jobs
-    WHERE jobs.workflow_id = workflows.id
+    WHERE jobs.workflow_id = picked.id
 ) AS progress
-WHERE (%(before)s::bigint IS NULL OR workflows.id < %(before)s::bigint)
-  AND (%(id)s::bigint IS NULL OR workflows.id = %(id)s::bigint)
-  AND (%(status)s::text IS NULL OR progress.state = %(status)s::text)
-ORDER BY workflows.id DESC
-LIMIT %(limit)s::int;
+ORDER BY picked.id DESC;
+
+-- name: list_running_workflows :many
+-- list_workflows of the running workflows (any job waiting, pending or running), found
+-- newest first from jobs_workflow_unfinished_idx: reads the index entries of the
+-- workflows listed, not the workflows before them.
+WITH picked AS (
+    SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
+           'running'::text AS state
+    FROM (
+        SELECT DISTINCT jobs.workflow_id
+        FROM {schema}.jobs AS jobs
+        WHERE jobs.workflow_id IS NOT NULL
+          AND jobs.status IN ('waiting', 'pending', 'running')
+          AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
+        ORDER BY jobs.workflow_id DESC
+    ) AS running
+    JOIN {schema}.workflows AS workflows ON workflows.id = running.workflow_id
+    ORDER BY workflows.id DESC
+    LIMIT %(limit)s::int
+)
+SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
+       progress.steps_done, progress.started_at, picked.state, NULL::timestamptz AS finished_at
+FROM picked
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+           count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
+                              AND jobs.status = 'done')::int AS steps_done,
+           min(jobs.started_at) AS started_at
+    FROM {schema}.jobs AS jobs
+    WHERE jobs.workflow_id = picked.id
+) AS progress
+ORDER BY picked.id DESC;
+
+-- name: list_workflows_scan :many
+-- list_workflows of the workflows in state %(status)s (done, failed or cancelled) that
+-- reads at most %(scan)s workflow jobs (jobs_workflow_idx, newest workflow first, ids
+-- below %(before)s): a rare state costs what a page of a common one does. Each workflow
+-- the scan read whole gets its state from the rows read; the oldest one it reached (it
+-- may have read part of it) is probed as list_workflows does. One row at least: floor
+-- (the oldest workflow id the scan reached: older ones were not searched) and scanned
+-- (jobs read; fewer than %(scan)s: the scan reached the oldest workflow), then the
+-- workflows found (id NULL when none).
+WITH scanned AS (
+    SELECT jobs.workflow_id, jobs.status
+    FROM {schema}.jobs AS jobs
+    WHERE jobs.workflow_id IS NOT NULL
+      AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
+    ORDER BY jobs.workflow_id DESC, jobs.id DESC
+    LIMIT %(scan)s::int
+), bounds AS (
+    SELECT min(workflow_id) AS floor, count(*)::int AS scanned FROM scanned
+), states AS (
+    SELECT scanned.workflow_id AS id,
+           CASE WHEN bool_or(scanned.status IN ('waiting', 'pending', 'running'))
+                THEN 'running'
+                WHEN bool_or(scanned.status = 'failed') THEN 'failed'
+                WHEN bool_or(scanned.status = 'cancelled') THEN 'cancelled'
+                ELSE 'done' END AS state
+    FROM scanned
+    WHERE scanned.workflow_id > (SELECT floor FROM bounds)
+    GROUP BY scanned.workflow_id
+    UNION ALL
+    SELECT bounds.floor,
+           CASE WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                      WHERE jobs.workflow_id = bounds.floor
+                        AND jobs.status IN ('waiting', 'pending', 'running')
+                      LIMIT 1) IS NOT NULL
+                THEN 'running'
+                WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                      WHERE jobs.workflow_id = bounds.floor AND jobs.status = 'failed'
+                      LIMIT 1) IS NOT NULL
+                THEN 'failed'
+                WHEN (SELECT 1 FROM {schema}.jobs AS jobs
+                      WHERE jobs.workflow_id = bounds.floor AND jobs.status = 'cancelled'
+                      LIMIT 1) IS NOT NULL
+                THEN 'cancelled'
+                ELSE 'done' END
+    FROM bounds
+    WHERE bounds.floor IS NOT NULL
+), picked AS (
+    SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at, states.state
+    FROM states
+    JOIN {schema}.workflows AS workflows ON workflows.id = states.id
+    WHERE states.state = %(status)s::text
+    ORDER BY workflows.id DESC
+    LIMIT %(limit)s::int
+), found AS (
+    SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
+           progress.steps_done, progress.started_at, picked.state, progress.finished_at
+    FROM picked
+    CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
+                   AS steps,
+               count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
+                                  AND jobs.status = 'done')::int AS steps_done,
+               min(jobs.started_at) AS started_at,
+               max(jobs.finished_at) AS finished_at
+        FROM {schema}.jobs AS jobs
+        WHERE jobs.workflow_id = picked.id
+    ) AS progress
+)
+SELECT bounds.floor, bounds.scanned, found.*
+FROM bounds
+LEFT JOIN found ON true
+ORDER BY found.id DESC NULLS LAST;
+
+-- name: count_workflows :one
+-- The workflows in all and the running ones (with a job waiting, pending or running:
+-- from jobs_workflow_unfinished_idx), each counted up to %(cap)s.
+SELECT (SELECT count(*) FROM (SELECT FROM {schema}.workflows LIMIT %(cap)s::int) AS capped)::int
+           AS total,
+       (SELECT count(*) FROM (
+            SELECT DISTINCT jobs.workflow_id
+            FROM {schema}.jobs AS jobs
+            WHERE jobs.workflow_id IS NOT NULL
+              AND jobs.status IN ('waiting', 'pending', 'running')
+            LIMIT %(cap)s::int) AS capped)::int AS running;
 
 -- name: get_workflow_steps :many
--- A workflow's jobs for its page (graph): links, state, attempts, timings, the result as
--- JSON text cut to %(max_result)s characters, and the last line of the error.
-SELECT id, task_name, queue, status, attempts, max_attempts, workflow_step, prev_ids,
-       next_ids, waiting_for, created_at, started_at, finished_at,
-       left(result::text, %(max_result)s::int) AS result_text,
-       coalesce(length(result::text) > %(max_result)s::int, false) AS result_cut,
-       left((regexp_match(rtrim(last_error, E' \n\r\t'), '[^\n]*$'))[1], 500) AS error_line
+-- A workflow's jobs for its page (graph), the first %(limit)s by id: links, state,
+-- attempts, timings, the result as JSON text cut to %(max_result)s characters (a result
+-- stored in over %(max_result_bytes)s bytes is not rendered: result_size says how large
+-- it is) and the last line of the error. A time that is not finite (a row edited by
+-- hand) reads as NULL: thousands of rows load faster without the 'infinity' loader.
+-- The columns are in the order of WorkflowStep's fields (read as tuples: a page reads
+-- thousands of rows).
+SELECT id, workflow_step, task_name, queue, status, attempts, max_attempts, prev_ids,
+       next_ids, waiting_for,
+       CASE WHEN isfinite(created_at) THEN created_at END AS created_at,
+       CASE WHEN isfinite(started_at) THEN started_at END AS started_at,
+       CASE WHEN isfinite(finished_at) THEN finished_at END AS finished_at,
+       CASE WHEN pg_column_size(result) <= %(max_result_bytes)s::int
+            THEN left(result::text, %(max_result)s::int) END AS result_text,
+       CASE WHEN pg_column_size(result) <= %(max_result_bytes)s::int
+            THEN length(result::text) > %(max_result)s::int
+            ELSE result IS NOT NULL END AS result_cut,
+       left((regexp_match(rtrim(right(last_error, 2000), E' \n\r\t'), '[^\n]*$'))[1], 500)
+           AS error_line,
+       coalesce(pg_column_size(result), 0) AS result_size
 FROM {schema}.jobs
 WHERE workflow_id = %(id)s
-ORDER BY id;
+ORDER BY id
+LIMIT %(limit)s::int;
 
 -- name: find_stuck_steps :many
 -- Waiting steps to heal: none of their predecessors is unfinished (each is done, failed,

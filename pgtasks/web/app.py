@@ -5,7 +5,8 @@ Reads are the dashboard's own (``pgtasks.web.reads``, queries in ``sql/web.sql``
 small pool of its own with a statement timeout; writes (``pgtasks.web.actions``) use the
 same functions as the CLI (``app.cancel``, ``admin.retry_job``, …). Database calls are
 synchronous and run in Starlette's thread pool. Pages with a live part (overview, jobs, a
-job, workers) render it with the same template the event stream pushes.
+job, workflows, a workflow, workers) render it with the same template the event stream
+pushes. The workflow pages are in workflow_pages.py.
 
 Pages read from the app's replica when it has one (``replica_dsn``), except the page an
 action redirects to (its URL carries ``done=``): that one reads the primary, so the
@@ -47,6 +48,7 @@ from .._operations import RETRYABLE
 from .actions import Actions
 from .charts import charts
 from .gate import DashboardApp, error_page
+from .job_reads import job_page as read_job_page
 from .live import END, LiveHub
 from .reads import (
     SCAN_ROWS,
@@ -55,9 +57,6 @@ from .reads import (
 )
 from .reads import (
     bulk_counts as read_bulk_counts,
-)
-from .reads import (
-    job_page as read_job_page,
 )
 from .reads import (
     jobs_page as read_jobs_page,
@@ -90,7 +89,8 @@ from .security import (
     FailedLogins,
     csrf_token,
 )
-from .stores import job_elsewhere, mount_stores, store_links, store_names, summaries
+from .stores import home_of, mount_stores, store_links, store_names, summaries
+from .workflow_pages import WorkflowPages
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -141,6 +141,9 @@ class Dashboard:
         self.mount = ""
         #: The other stores' dashboards, mounted in this one (the root's): closed with it.
         self.mounted: list[DashboardApp] = []
+        #: The POST routes (actions.py) and the workflow pages (workflow_pages.py).
+        self.actions = Actions(self)
+        self.workflow_pages = WorkflowPages(self)
 
     @property
     def linked(self) -> bool:
@@ -172,6 +175,11 @@ class Dashboard:
             **context,
         )
         return HTMLResponse(html, status_code=status_code)
+
+    def elsewhere(self, request: Request, object_id: int) -> str | None:
+        """The dashboard (its path) of the store that issued the job or workflow id
+        ``object_id``, when that is another store's served beside this one."""
+        return home_of(self.app, object_id, base_path(request), self.mount, self.linked)
 
     def reads(self, request: Request) -> DashboardDatabase:
         """Where a page reads: the replica when the app has one, except right after an
@@ -269,9 +277,9 @@ class Dashboard:
 
     async def job(self, request: Request) -> Response:
         job_id = path_id(request)
-        elsewhere = job_elsewhere(self.app, job_id, base_path(request), self.mount, self.linked)
-        if elsewhere is not None:  # the id names another store: its dashboard
-            return RedirectResponse(elsewhere, status_code=303)
+        there = self.elsewhere(request, job_id)
+        if there is not None:  # the id names another store: its dashboard
+            return RedirectResponse(f"{there}/jobs/{job_id}", status_code=303)
         try:
             context = await run_in_threadpool(self.job_context, job_id, self.reads(request))
         except JobNotFoundError as error:
@@ -304,42 +312,45 @@ class Dashboard:
     # -- live updates --
     async def events(self, request: Request) -> Response:
         """The event stream of one page's live part: ``/events`` (the overview),
-        ``/events/jobs?FILTER``, ``/events/jobs/ID`` or ``/events/workers``."""
+        ``/events/jobs?FILTER``, ``/events/jobs/ID``, ``/events/workflows?FILTER``,
+        ``/events/workflows/ID`` or ``/events/workers``."""
         base = base_path(request)
         page = "/" + request.path_params.get("page", "")
-        key: tuple[Any, ...]
-        render: Callable[[], str]
+        kind, _, item = page[1:].partition("/")
+        if kind == "workflows":
+            key, render = self.workflow_pages.live_view(request, base, item)
+        elif item and kind == "jobs":
+            job_id = id_or_404(item)
+            key, render = (
+                ("job", base, job_id),
+                lambda: self.fragment("_job_live.html", base, **self.job_context(job_id)),
+            )
+        else:
+            key, render = self._list_view(request, base, page)
+        return self._stream(key, render)
+
+    def _list_view(
+        self, request: Request, base: str, page: str
+    ) -> tuple[tuple[Any, ...], Callable[[], str]]:
+        """The key and renderer of the live part of the overview, the jobs list or the
+        workers page."""
         if page == "/":
-            key = ("overview", base)
-
-            def render() -> str:
-                return self.fragment("_overview_live.html", base, **self.overview_context())
-
-        elif page == "/jobs":
+            return ("overview", base), lambda: self.fragment(
+                "_overview_live.html", base, **self.overview_context()
+            )
+        if page == "/workers":
+            return ("workers", base), lambda: self.fragment(
+                "_workers_live.html", base, **self.workers_context()
+            )
+        if page == "/jobs":
             job_filter = filter_or_400(request.query_params)
             before = optional_id(request.query_params.get("before"), "before")
-            key = ("jobs", base, query_string({**job_filter.as_query(), "before": before}))
-
-            def render() -> str:
-                context = self.jobs_context(job_filter, before)
-                return self.fragment("_jobs_live.html", base, **context)
-
-        elif page == "/workers":
-            key = ("workers", base)
-
-            def render() -> str:
-                return self.fragment("_workers_live.html", base, **self.workers_context())
-
-        elif page.startswith("/jobs/") and page.count("/") == 2:
-            job_id = id_or_404(page.rsplit("/", 1)[1])
-            key = ("job", base, job_id)
-
-            def render() -> str:
-                return self.fragment("_job_live.html", base, **self.job_context(job_id))
-
-        else:
-            raise HTTPException(404, f"no live page {page!r}")
-        return self._stream(key, render)
+            return ("jobs", base, query_string({**job_filter.as_query(), "before": before})), (
+                lambda: self.fragment(
+                    "_jobs_live.html", base, **self.jobs_context(job_filter, before)
+                )
+            )
+        raise HTTPException(404, f"no live page {page!r}")
 
     def _stream(self, key: tuple[Any, ...], render: Callable[[], str]) -> Response:
         hub, max_age = self.live, self.stream_max_age
@@ -444,7 +455,7 @@ def asgi(
         stream_max_age=stream_max_age,
         login_attempts=login_attempts,
     )
-    actions = Actions(dashboard)
+    actions = dashboard.actions
     routes = [
         Route("/", dashboard.overview, name="overview"),
         Route("/favicon.ico", dashboard.favicon, name="favicon"),
@@ -467,6 +478,13 @@ def asgi(
         Route(
             "/queues/{action:str}",
             _only(("pause", "resume"), actions.queue),
+            methods=["POST"],
+        ),
+        Route("/workflows", dashboard.workflow_pages.workflows, name="workflows"),
+        Route("/workflows/{workflow_id:str}", dashboard.workflow_pages.workflow, name="workflow"),
+        Route(
+            "/workflows/{workflow_id:str}/{action:str}",
+            _only(("cancel",), dashboard.workflow_pages.cancel),
             methods=["POST"],
         ),
         Route("/workers", dashboard.workers, name="workers"),

@@ -74,7 +74,7 @@ def _plain(status: int, text: str, headers: dict[str, str] | None = None) -> Res
 
 
 #: Pages whose address with a trailing slash is redirected to the address without it.
-_SLASHED = ("/jobs/", "/workers/", "/schedules/", "/stores/")
+_SLASHED = ("/jobs/", "/workflows/", "/workers/", "/schedules/", "/stores/")
 
 
 class DashboardApp:

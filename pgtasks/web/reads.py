@@ -11,7 +11,6 @@ last line of its error.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,10 +20,8 @@ import psycopg
 from .._app import admin
 from .._app.schedules import ScheduleStatus, schedule_statuses
 from .._counters import every_counter
-from .._errors import JobNotFoundError
 from .._job_filter import JobFilter
-from .._jobs import PROGRESS_KEY, JobRow, JobStatus, Progress
-from .._limits import SEPARATOR
+from .._jobs import PROGRESS_KEY, JobStatus, Progress
 from .._operations import (
     STATUSES,
     QueueStats,
@@ -34,6 +31,7 @@ from .._operations import (
 )
 from .._store.database import Database
 from .._store.store import Store
+from .._workflows_text import WorkflowSummary
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -52,12 +50,10 @@ LIST_ARGS_BYTES = 4096
 LIST_ARGS_CHARS = 120
 #: The last line of a job's last error in the jobs list, in characters.
 LIST_ERROR_CHARS = 200
-#: A job page shows each JSON document (args, kwargs, result, meta) and the last error up
-#: to this many characters (an error longer than that as its head and its tail).
-PAGE_JSON_CHARS = 65_536
-PAGE_ERROR_CHARS = 65_536
 #: The counts of a bulk action's button stop at this many jobs.
 BULK_COUNT_CAP = 100_000
+#: Workflows the overview lists (the newest).
+OVERVIEW_WORKFLOWS = 5
 #: Jobs a page of a filter no index serves reads at most (newest first): a page of a
 #: rare value costs what a page of a common one does, and says where it stopped.
 SCAN_ROWS = 10_000
@@ -251,6 +247,8 @@ class Overview:
     lease_timeout: float
     #: How often the guarantees were exercised (as Stats.counters; every name present).
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: The newest workflows (OVERVIEW_WORKFLOWS of them).
+    workflows: list[WorkflowSummary] = dataclasses.field(default_factory=list)
 
     @property
     def queues(self) -> list[QueueStats]:
@@ -317,6 +315,10 @@ def overview(
             workers=workers,
             lease_timeout=app.lease_timeout,
             counters=every_counter(store.get_counters(conn)),
+            workflows=[
+                WorkflowSummary.from_row(row)
+                for row in store.list_workflows(conn, limit=OVERVIEW_WORKFLOWS)
+            ],
         )
 
     return database.run(read)
@@ -339,6 +341,7 @@ class JobListRow:
     created_at: datetime
     finished_at: datetime | None
     workflow_id: int | None
+    workflow_step: str | None
     #: The head of the args' JSON text (None: too large to render, see ``args_size``).
     args_head: str | None
     #: The args' stored size in bytes (compressed when large).
@@ -363,6 +366,7 @@ class JobListRow:
             created_at=row["created_at"],
             finished_at=row["finished_at"],
             workflow_id=row["workflow_id"],
+            workflow_step=row.get("workflow_step"),
             args_head=row["args_head"],
             args_size=int(row["args_size"] or 0),
             error_line=row["error_line"] or None,
@@ -495,91 +499,6 @@ def bulk_counts(database: DashboardDatabase, job_filter: JobFilter) -> BulkCount
         return BulkCounts(int(row["retryable"]), int(row["cancellable"]), BULK_COUNT_CAP)
 
     return database.run(read)
-
-
-# -- the job page ---------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Document:
-    """A JSON document of a job as its page shows it: ``text`` is the whole document
-    pretty-printed, or (``cut``) the head of its compact text; ``length`` in characters."""
-
-    text: str
-    length: int
-    cut: bool
-
-    @classmethod
-    def from_text(cls, text: str | None, length: int | None, limit: int) -> tuple[Any, Document]:
-        """The parsed value (None when cut or absent) and how to show it."""
-        if text is None:
-            return None, cls("null", 4, False)
-        full_length = int(length if length is not None else len(text))
-        if full_length > limit:
-            return None, cls(text, full_length, True)
-        try:
-            value = json.loads(text)
-        except ValueError:  # e.g. an integer of more digits than Python converts
-            return None, cls(text, full_length, False)
-        pretty = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-        return value, cls(pretty, full_length, False)
-
-
-@dataclasses.dataclass(frozen=True)
-class JobPage:
-    """One job as its page shows it: the row (documents that were cut read as empty),
-    each document's display, and what the job row says beyond JobRow."""
-
-    now: datetime
-    job: JobRow
-    documents: dict[str, Document]
-    cancel_requested: bool
-    limit_groups: list[str] | None
-    limit_key: str | None
-    workflow_id: int | None
-    workflow_step: str | None
-
-    @property
-    def progress(self) -> Progress | None:
-        return self.job.progress
-
-    @property
-    def limit_names(self) -> list[str]:
-        """The limits that apply (``queue:…``, ``task:…``, ``key:…``), without the key
-        a per-key limit's instance carries (``limit_key`` says it)."""
-        names = [group.split(SEPARATOR, 1)[0] for group in self.limit_groups or ()]
-        return list(dict.fromkeys(names))
-
-
-def job_page(database: DashboardDatabase, job_id: int) -> JobPage:
-    """One job's page; JobNotFoundError when it does not exist."""
-
-    def read(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
-        return database.store.get_job_page(
-            conn, job_id, json_chars=PAGE_JSON_CHARS, error_chars=PAGE_ERROR_CHARS
-        )
-
-    row = database.run(read)
-    if row is None:
-        raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
-    values = dict(row)
-    documents = {}
-    for name, empty in (("args", []), ("kwargs", {}), ("result", None), ("meta", {})):
-        value, document = Document.from_text(
-            row[f"{name}_text"], row[f"{name}_length"], PAGE_JSON_CHARS
-        )
-        values[name] = empty if value is None and document.text != "null" else value
-        documents[name] = document
-    if not isinstance(values["meta"], dict):
-        values["meta"] = {}
-    return JobPage(
-        now=row["now"],
-        job=JobRow.from_row(values),
-        documents=documents,
-        cancel_requested=bool(row["cancel_requested"]),
-        limit_groups=row["limit_groups"],
-        limit_key=row["limit_key"],
-        workflow_id=row["workflow_id"],
-        workflow_step=row["workflow_step"],
-    )
 
 
 # -- workers and schedules ------------------------------------------------------------------------

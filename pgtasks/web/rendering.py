@@ -9,6 +9,8 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from .._operations import STATUSES, format_duration
+from .._workflows_text import WORKFLOW_STATES
+from .graph import dots_markup, format_took
 from .reads import format_bytes
 from .requests import TAB_STATUSES
 
@@ -21,6 +23,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["duration"] = format_duration
+    env.filters["took"] = format_took
     env.filters["timestamp"] = _timestamp
     env.filters["isoformat"] = _isoformat
     env.filters["number"] = "{:,}".format
@@ -28,6 +31,8 @@ def environment() -> Environment:
     env.globals["ago"] = _ago
     env.globals["STATUSES"] = STATUSES
     env.globals["TAB_STATUSES"] = TAB_STATUSES
+    env.globals["WORKFLOW_STATES"] = WORKFLOW_STATES
+    env.globals["dots_markup"] = dots_markup
     return env
 
 

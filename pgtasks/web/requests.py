@@ -33,9 +33,11 @@ MESSAGES = {
     "selected-deleted": "Deleted {count} selected job(s); {refused} could not be deleted.",
     "paused": "Paused: workers claim none of its jobs from their next poll on.",
     "resumed": "Resumed: its workers were woken.",
+    "workflow-cancelled": (
+        "Cancelled the workflow: {count} job(s) cancelled or asked to stop (running ones end"
+        " cancelled when their workers stop them)."
+    ),
 }
-#: Which job statuses a page about the jobs list links to, in life-cycle order.
-TAB_STATUSES = STATUSES
 #: Which job statuses a page about the jobs list links to, in life-cycle order.
 TAB_STATUSES = STATUSES
 
@@ -101,6 +103,12 @@ def id_or_404(text: str) -> int:
 
 def path_id(request: Request) -> int:
     return id_or_404(request.path_params["job_id"])
+
+
+def workflow_id_or_404(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) > MAX_ID:
+        raise HTTPException(404, f"no workflow {text!r}: workflow ids are positive integers")
+    return int(text)
 
 
 def message(request: Request) -> str | None:

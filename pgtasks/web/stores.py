@@ -1,7 +1,7 @@
 """The dashboard of an app of several stores: the default store's dashboard at the root,
 each other store's mounted at ``/stores/<name>`` (its own connections, pages and live
-streams), every page naming its store with links to the others; a job page of an id
-another store issued redirects there (an id names its store). ``/stores`` shows every
+streams), every page naming its store with links to the others; a job or workflow page
+of an id another store issued redirects there (an id names its store). ``/stores`` shows every
 store at once: each asked concurrently on its own connections, a store that does not
 answer shown as down while the others are shown as usual."""
 
@@ -50,20 +50,21 @@ def store_links(app: App, base: str, mount: str, linked: bool) -> dict[str, Any]
     return {"store": app.store_name, "stores": links, "all_stores": f"{home}/stores"}
 
 
-def job_elsewhere(app: App, job_id: int, base: str, mount: str, linked: bool) -> str | None:
-    """The job page in the dashboard of the store that issued ``job_id``, when that is not
-    this one (None: this one, no store of the app issued it, or the other stores'
-    dashboards are not served beside this one: ``linked`` False)."""
+def home_of(app: App, object_id: int, base: str, mount: str, linked: bool) -> str | None:
+    """The dashboard (its path) of the store that issued the job or workflow id
+    ``object_id``, when that is not this one (None: this one, no store of the app issued
+    it, or the other stores' dashboards are not served beside this one: ``linked``
+    False)."""
     if app.stores.single or not linked:
         return None
     try:
-        owner = for_id(app, job_id)
+        owner = for_id(app, object_id)
     except JobNotFoundError:
         return None
     if owner.store_name == app.store_name:
         return None
     home = base[: len(base) - len(mount)] if mount and base.endswith(mount) else base
-    return f"{home}{store_path(owner.store_name)}/jobs/{job_id}"
+    return f"{home}{store_path(owner.store_name)}"
 
 
 def store_names(app: App) -> list[str]:

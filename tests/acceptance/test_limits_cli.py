@@ -27,7 +27,7 @@ def test_limits_and_queues_list_show_the_stored_limits_and_running_jobs(
     assert "no limits are stored" in empty.stdout
 
     with app.connection() as conn:
-        assert app.store.upsert_limits(conn, app.limit_definitions()) == 4
+        assert app.store.upsert_limits(conn, app.limit_definitions()) == 6
         worker = app.store.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
     tasks.per_key.delay_many([{"user": user, "seconds": 0} for user in ("ann", "ann", "bob")])
     tasks.per_task.delay(0)
@@ -38,18 +38,34 @@ def test_limits_and_queues_list_show_the_stored_limits_and_running_jobs(
     listed = cli("limits")
     assert listed.returncode == 0, listed.stderr
     lines = [line.split() for line in listed.stdout.splitlines()]
-    assert lines[0] == ["LIMIT", "CONCURRENCY", "RATE", "TOKENS", "RUNNING", "PENDING", "KEYS"]
-    assert lines[1] == [f"key:{tasks.per_key.name}", "1", "-", "-", "2", "1", "2"]
-    assert lines[2] == [f"queue:{CAPPED_QUEUE}", "2", "-", "-", "0", "0", "-"]
-    assert lines[3][:3] == [f"task:{tasks.per_task.name}", "3", "-"]
-    assert lines[4][:3] == [f"task:{tasks.rated.name}", "-", "240/m"]
-    assert ["LIMIT", "KEY", "RUNNING", "PENDING"] in lines
-    assert [f"key:{tasks.per_key.name}", "ann", "1", "1"] in lines
+    assert lines[0] == [
+        *("LIMIT", "CONCURRENCY", "RATE", "TOKENS", "RUNNING", "PENDING", "HELD", "KEYS")
+    ]
+    # ann's second job is due and held back by its key's limit of one.
+    assert lines[1] == [f"key:{tasks.per_key.name}", "1", "-", "-", "2", "1", "1", "2"]
+    assert lines[2] == [f"queue:{CAPPED_QUEUE}", "2", "-", "-", "0", "0", "0", "-"]
+    assert lines[4][:3] == [f"task:{tasks.per_task.name}", "3", "-"]
+    assert lines[5][:3] == [f"task:{tasks.rated.name}", "-", "240/m"]
+    assert ["LIMIT", "KEY", "RUNNING", "PENDING", "HELD"] in lines
+    assert [f"key:{tasks.per_key.name}", "ann", "1", "1", "1"] in lines
 
     document = json.loads(cli("limits", "--json").stdout)
     by_name = {entry["name"]: entry for entry in document["limits"]}
-    assert by_name[f"task:{tasks.per_task.name}"]["running"] == 1
-    assert by_name[f"task:{tasks.rated.name}"]["tokens"] == 1.0
+    per_task = by_name[f"task:{tasks.per_task.name}"]
+    assert (per_task["kind"], per_task["target"], per_task["running"]) == (
+        "task",
+        tasks.per_task.name,
+        1,
+    )
+    rated = by_name[f"task:{tasks.rated.name}"]
+    # A full bucket: 240/m holds two tokens (one plus a quarter second's, at most two).
+    assert (rated["tokens"], rated["burst"], rated["rate_per_second"]) == (2.0, 2.0, 4.0)
+    assert rated["next_token_in"] == 0
+    keyed = by_name[f"key:{tasks.per_key.name}"]
+    assert [(key["key"], key["running"], key["held"]) for key in keyed["top_keys"]] == [
+        ("ann", 1, 1),
+        ("bob", 1, 0),
+    ]
     assert {(entry["key"], entry["running"]) for entry in document["keys"]} == {
         ("ann", 1),
         ("bob", 1),

@@ -20,3 +20,8 @@ app = App(
 @app.task
 def ping(n: int = 0) -> int:
     return n
+
+
+@app.task(max_attempts=1)
+def fail() -> None:
+    raise RuntimeError("failing on purpose")

@@ -21,6 +21,8 @@ QUEUE_CONCURRENCY = 2
 CAPPED_QUEUE = "capped"
 RATE = "240/m"
 RATE_PER_SECOND = 4.0
+#: The rate a new user tries first (docs/howto/flow-control.md), on a default worker.
+FAST_RATE = "5/s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +31,9 @@ class LimitTasks:
     per_key: Any
     in_queue: Any
     rated: Any
+    fast_rated: Any
+    solo: Any
+    plain: Any
 
 
 def register_limit_tasks(app: App) -> LimitTasks:
@@ -61,7 +66,19 @@ def register_limit_tasks(app: App) -> LimitTasks:
     def rated(context: JobContext) -> None:
         recorder.instant(context)
 
-    return LimitTasks(per_task, per_key, in_queue, rated)
+    @app.task(bind=True, name="limits_app.fast_rated", rate_limit=FAST_RATE)
+    def fast_rated(context: JobContext) -> None:
+        recorder.instant(context)
+
+    @app.task(bind=True, name="limits_app.solo", concurrency=1)
+    def solo(context: JobContext, seconds: float) -> None:
+        run(context, seconds)
+
+    @app.task(bind=True, name="limits_app.plain")
+    def plain(context: JobContext) -> None:
+        recorder.instant(context)
+
+    return LimitTasks(per_task, per_key, in_queue, rated, fast_rated, solo, plain)
 
 
 def build_app() -> App:

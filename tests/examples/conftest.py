@@ -1,4 +1,4 @@
-"""The examples' environment: the test server, a schema of their own (dropped after)."""
+"""The examples' environment: the test server, a schema of the test's own (dropped after)."""
 
 from __future__ import annotations
 
@@ -13,5 +13,7 @@ from tests.support.schemas import drop_schema, new_schema_name
 @pytest.fixture
 def example_env(dsn: str) -> Iterator[dict[str, str]]:
     schema = new_schema_name()
-    yield pgtasks_env(dsn, schema, schema_variable="PGTASKS_SCHEMA")
+    # The examples keep their tables in a schema of their own, which this variable moves;
+    # a user's PGTASKS_SCHEMA never reaches them.
+    yield pgtasks_env(dsn, schema, schema_variable="PGTASKS_EXAMPLE_SCHEMA")
     drop_schema(dsn, schema)

@@ -66,7 +66,8 @@ def test_the_django_example_runs(example_database: str) -> None:
     run_demo(PGTASKS_DSN=example_database)
     assert conninfo_to_dict(example_database)["dbname"].startswith("pgtasks_django_example_")
     with psycopg.connect(example_database) as conn:
-        names = conn.execute("SELECT DISTINCT task_name FROM pgtasks.jobs").fetchall()
+        # The example keeps its tables in a schema of its own.
+        names = conn.execute("SELECT DISTINCT task_name FROM examples_django.jobs").fetchall()
     assert names == [(TASK_PATH,)]
 
 

@@ -32,14 +32,24 @@ def test_claim_walks_the_pending_index_in_order_even_with_stale_statistics(
     noop.delay_many([{}] * 5000)
     position = ClaimPosition(0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
 
-    # Every queue, named queues, and every queue but the paused ones (migration 0007).
-    for queues, excluded in ((None, None), (None, ("paused",)), (("default",), None)):
-        plan = explain_claim(app, dsn, queues, excluded=excluded)
+    # Every queue, named queues, and every queue but the paused ones (migration 0007); a
+    # worker claims only the tasks it knows (migration flow_control): with and without that list.
+    tasks = (*[f"task.{n}" for n in range(200)], noop.name)
+    for queues, excluded, task_names in (
+        (None, None, None),
+        (None, ("paused",), None),
+        (("default",), None, None),
+        (None, None, tasks),
+        (("default",), ("paused",), tasks),
+    ):
+        plan = explain_claim(app, dsn, queues, excluded=excluded, task_names=task_names)
         assert "Index Scan using jobs_claim_idx" in plan, plan
         assert "Sort" not in plan, plan
         assert "Bitmap" not in plan, plan
 
-        plan = explain_claim(app, dsn, queues, after=position, excluded=excluded)
+        plan = explain_claim(
+            app, dsn, queues, after=position, excluded=excluded, task_names=task_names
+        )
         # Three ordered walks (higher, same, lower priority); the same-priority one starts
         # at the position inside the index.
         assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
@@ -92,9 +102,11 @@ def explain_claim(
     *,
     after: ClaimPosition | None = None,
     excluded: tuple[str, ...] | None = None,
+    task_names: tuple[str, ...] | None = None,
 ) -> str:
     """EXPLAIN ANALYZE a claim on a worker-configured connection, rolled back."""
-    params = claim_statement(ClaimRequest(WORKER, 50, queues, excluded, after=after))
+    claim = ClaimRequest(WORKER, 50, queues, excluded, task_names, after=after)
+    params = claim_statement(claim)
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
         return explain(app, conn, *params)
 

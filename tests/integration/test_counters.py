@@ -154,26 +154,41 @@ def test_jobs_released_at_shutdown_are_counted_and_stored_before_deregistering(
     assert [str(handle.status()) for handle in handles] == ["pending"] * 3
 
 
-def test_a_claimed_job_of_an_unknown_task_is_counted_where_the_worker_meets_it(
-    app: App,
-) -> None:
+def test_a_job_of_an_unknown_task_is_counted_where_a_worker_releases_it(app: App) -> None:
+    """Workers claim only the tasks they know: a job no worker knows is never met, so
+    never counted (stats names it instead). A task registered after a worker's forked
+    process-pool children started is known to the worker and claimed, but its child
+    cannot run it: the job is released to pending, not failed, and counted there."""
     with App(app.dsn, schema=app.schema) as producer:
 
         @producer.task(name="deployed.elsewhere")
         def elsewhere() -> None: ...
 
-        unknown = elsewhere.delay()
+        never_claimed = elsewhere.delay()
 
-    @app.task
+    @app.task(executor="process")
     def known() -> None: ...
 
-    unknown = app.get_job(unknown.id)
-    with running_worker(app) as worker:
+    with running_worker(app, processes=1, process_start_method="fork") as worker:
         finished(known.delay())
-        finished(unknown)
 
-    assert worker.counters == {"unknown_task_jobs": 1}
-    assert stored(app)["unknown_task_jobs"] == 1
+        @app.task(name="registered.late", executor="process")
+        def late() -> None: ...
+
+        released = late.delay()
+        row = wait_until(
+            lambda: (job := released.fetch()).attempts == 1 and job.status == "pending" and job,
+            message="the late task's job released by the child that lacks it",
+        )
+        wait_until(
+            lambda: stored(app)["unknown_task_jobs"] == 1,
+            message="the count stored with a heartbeat",
+        )
+        counters = dict(worker.counters)
+
+    assert counters == {"unknown_task_jobs": 1}
+    assert row.last_error is not None and "no task named 'registered.late'" in row.last_error
+    assert never_claimed.fetch().attempts == 0
 
 
 def test_a_lost_lease_is_counted_once_per_attempt_and_each_refused_write_once(

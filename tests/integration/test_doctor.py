@@ -12,8 +12,10 @@ import psycopg
 import pytest
 
 from pgtasks import App
+from pgtasks._app import admin as operations
 from pgtasks._app.doctor import Thresholds, diagnose, exit_code
 from pgtasks._leases import ClaimRequest
+from pgtasks._operations import Stats, format_stats
 from tests.support.environment import ROOT, pgtasks_env
 
 #: Thresholds low enough that a few seconds of age already count.
@@ -25,6 +27,11 @@ SENSITIVE = Thresholds(
     dead_ratio_warning=0.2,
     backlog_warning=0.0,
 )
+
+
+def collect_stats(app: App) -> Stats:
+    with app.connection() as conn:
+        return operations.collect_stats(app, conn)
 
 
 def finding(app: App, check: str, limits: Thresholds = SENSITIVE) -> Any:
@@ -145,3 +152,102 @@ def test_doctor_cli_prints_json_and_exits_1_on_warnings(
     )
     assert "WARNING  stuck jobs: 1 job(s) running under dead or silent workers" in text.stdout
     assert text.returncode == completed.returncode
+
+
+def test_the_database_default_isolation_is_reported_and_pgtasks_runs_read_committed(
+    app: App,
+) -> None:
+    result = finding(app, "isolation")
+    assert result.level == "ok"
+    assert "READ COMMITTED" in result.summary
+
+
+def test_limits_rows_the_claim_cannot_take_and_jobs_it_leaves_out_are_reported(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task(name="doctor.limited", concurrency=1, rate_limit="5/s")
+    def limited() -> None: ...
+
+    @app.task(name="doctor.plain")
+    def plain() -> None: ...
+
+    with app.connection() as conn:
+        app.store.upsert_limits(conn, app.limit_definitions())
+    healthy = finding(app, "limits")
+    assert (healthy.level, healthy.summary) == (
+        "ok",
+        "1 limit(s) stored, every value usable, no job left out",
+    )
+
+    # A DBA dropped the checks of migration flow_control and wrote values the claim cannot take.
+    schema = app.schema
+    for constraint in ("limits_tokens_check", "limits_refilled_at_check"):
+        admin.execute(f"ALTER TABLE {schema}.limits DROP CONSTRAINT {constraint}")
+    admin.execute(f"UPDATE {schema}.limits SET tokens = '-Infinity', refilled_at = 'infinity'")
+    unstored = plain.delay()
+    admin.execute(
+        f"UPDATE {schema}.jobs SET limit_groups = ARRAY['queue:gone', 'task:gone'] WHERE id = %s",
+        [unstored.id],
+    )
+    oversized = plain.delay()
+    admin.execute(f"ALTER TABLE {schema}.jobs DROP CONSTRAINT jobs_limit_groups_check")
+    admin.execute(
+        f"UPDATE {schema}.jobs SET limit_groups = array_fill('task:x'::text, ARRAY[9])"
+        " WHERE id = %s",
+        [oversized.id],
+    )
+
+    assert finding(app, "limits values").level == "warning"
+    assert "task:doctor.limited" in finding(app, "limits values").summary
+    not_stored = finding(app, "limits not stored")
+    assert not_stored.level == "warning"
+    assert "1 pending job(s) count in limits that are not stored" in not_stored.summary
+    assert "queue:gone, task:gone" in not_stored.summary
+    too_many = finding(app, "jobs under too many limits")
+    assert too_many.level == "warning"
+    assert f"the first: job {oversized.id}" in too_many.summary
+
+
+def test_an_unreadable_limits_table_is_critical_not_a_traceback(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    admin.execute(f"ALTER TABLE {app.schema}.limits RENAME COLUMN tokens TO tokens_by_hand")
+    result = finding(app, "limits")
+    assert result.level == "critical"
+    assert "the limits table cannot be read" in result.summary
+
+
+def test_pending_jobs_no_live_worker_knows_are_reported_by_task(
+    app: App, make_app: Callable[..., App]
+) -> None:
+    producer = make_app(schema=app.schema, migrate=False)
+
+    @producer.task(name="newer.deploy")
+    def newer() -> None: ...
+
+    @app.task(name="known.task")
+    def known() -> None: ...
+
+    newer.delay_many([{} for _ in range(3)])
+    known.delay()
+    # No live worker: nothing to say about tasks (the backlog check covers it).
+    assert finding(app, "unknown tasks").level == "ok"
+    with app.connection() as conn:
+        app.store.register_worker(
+            conn, hostname="h", pid=1, queues=None, concurrency=1, task_names=["known.task"]
+        )
+    result = finding(app, "unknown tasks")
+    assert result.level == "warning"
+    assert "3 job(s) of task `newer.deploy` in queue default" in result.summary
+    stats = collect_stats(app)
+    assert [(row["task_name"], row["jobs"]) for row in stats.unknown_tasks] == [("newer.deploy", 3)]
+    assert "3 job(s) of task `newer.deploy` (queue default) no live worker knows" in (
+        format_stats(stats)
+    )
+    assert stats.as_json()["unknown_tasks"] == [
+        {"task": "newer.deploy", "queue": "default", "jobs": 3}
+    ]
+    # A worker of an earlier release (no task list) knows every task.
+    with app.connection() as conn:
+        app.store.register_worker(conn, hostname="h", pid=2, queues=None, concurrency=1)
+    assert finding(app, "unknown tasks").level == "ok"

@@ -3,13 +3,16 @@ the limited claim against the database, with several claimers (worker ids) in tu
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import psycopg
 import pytest
 
 from pgtasks import App, JobStatus, LimitKeyError
-from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
+from pgtasks._app.admin import limits as admin_limits
+from pgtasks._app.admin import read_limits
+from pgtasks._leases import ClaimedJob, ClaimRequest, Finish, LimitedClaimReport
 from pgtasks._retry import Outcome
 from tests.support.inprocess import finished, running_worker
 
@@ -200,10 +203,19 @@ def test_a_worker_runs_limited_jobs_and_hostile_limit_rows_alike(
     handles = work.delay_many([{"label": f"{c}{n}"} for c in "ab" for n in range(3)])
     hostile = [work.delay("h1"), work.delay("h2"), work.delay("h3")]
     oversized = work.delay("h4")
-    admin.execute(
+    oversize = (
         f"UPDATE {app.schema}.jobs SET limit_groups = array_fill('task:x'::text, ARRAY[100000])"
-        " WHERE id = %s",
-        [oversized.id],
+        " WHERE id = %s"
+    )
+    # More than 8 limit instances are refused at the write (migration flow_control)...
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_limit_groups_check"):
+        admin.execute(oversize, [oversized.id])
+    # ...and a row written so before it is left pending.
+    admin.execute(f"ALTER TABLE {app.schema}.jobs DROP CONSTRAINT jobs_limit_groups_check")
+    admin.execute(oversize, [oversized.id])
+    admin.execute(
+        f"ALTER TABLE {app.schema}.jobs ADD CONSTRAINT jobs_limit_groups_check"
+        " CHECK (limit_groups IS NULL OR cardinality(limit_groups) <= 8) NOT VALID"
     )
     for handle, (groups, key) in zip(
         hostile,
@@ -218,7 +230,7 @@ def test_a_worker_runs_limited_jobs_and_hostile_limit_rows_alike(
         for handle in handles + hostile:
             assert finished(handle).status is JobStatus.DONE
     assert sorted(ran) == sorted([f"{c}{n}" for c in "ab" for n in range(3)] + ["h1", "h2", "h3"])
-    # A row written by hand with 100,000 instances is left pending, and slows nothing.
+    # A row written before the check with 100,000 instances is left pending, and slows nothing.
     assert oversized.status() is JobStatus.PENDING
 
 
@@ -258,3 +270,237 @@ def test_a_claimer_stuck_inside_its_transaction_holds_up_the_others_briefly(
         assert [row.task_name for row in rows] == [plain.name]
         stuck.rollback()
     assert len(_claim(app, worker, 5)) == 3
+
+
+def _claim_with_report(
+    app: App, worker_id: int, limit: int
+) -> tuple[list[ClaimedJob], LimitedClaimReport]:
+    with app.connection() as conn:
+        return app.store.claim_limited(conn, ClaimRequest(worker_id, limit, limited=True))
+
+
+def test_a_short_limited_claim_says_which_limits_held_jobs_back_and_when_a_token_is_due(
+    app: App,
+) -> None:
+    @app.task(rate_limit="2/s")
+    def rated(n: int) -> None: ...
+
+    @app.task(concurrency=1)
+    def single(n: int) -> None: ...
+
+    _store_limits(app)
+    rated.delay_many([{"n": n} for n in range(5)])
+    single.delay_many([{"n": n} for n in range(3)])
+    (worker,) = _register(app, 1)
+    rows, report = _claim_with_report(app, worker, 10)
+    # 2/s holds 1.5 tokens: one job now; the single slot: one job.
+    assert sorted(row.task_name for row in rows) == [rated.name, single.name]
+    assert report.error is None
+    assert set(report.blocked) == {f"task:{rated.name}", f"task:{single.name}"}
+    # Half a token is left: the next whole one is due within half a second.
+    assert report.wait is not None and 0 < report.wait <= 0.5
+    rows, report = _claim_with_report(app, worker, 10)
+    assert rows == []
+    assert report.wait is not None and 0 < report.wait <= 0.5
+
+
+def test_a_full_claim_reports_nothing_held_back(app: App) -> None:
+    @app.task(concurrency=5)
+    def five(n: int) -> None: ...
+
+    _store_limits(app)
+    five.delay_many([{"n": n} for n in range(3)])
+    (worker,) = _register(app, 1)
+    rows, report = _claim_with_report(app, worker, 3)
+    assert len(rows) == 3
+    assert report == LimitedClaimReport(wait=None, blocked=(), error=None)
+
+
+def test_limits_values_written_by_hand_are_refused_by_the_checks(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task(rate_limit="5/s")
+    def rated() -> None: ...
+
+    _store_limits(app)
+    table = f"{app.schema}.limits"
+    for assignment in (
+        "tokens = '-Infinity'",
+        "tokens = 'NaN'",
+        "refilled_at = 'infinity'",
+        "burst = 'Infinity'",
+        "rate_period = 'NaN'",
+        "rate_period = 1e-300",
+        "updated_at = '-infinity'",
+    ):
+        with pytest.raises(psycopg.errors.CheckViolation):
+            admin.execute(f"UPDATE {table} SET {assignment}")
+
+
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        "tokens = '-Infinity', refilled_at = 'infinity'",
+        "tokens = 'NaN', burst = 'NaN', rate_period = 'NaN'",
+        "tokens = 'Infinity', burst = 'Infinity', refilled_at = '-infinity'",
+        "rate_period = 1e-300, burst = 1e300",
+        "refilled_at = now() + interval '1000 years'",
+    ],
+)
+def test_a_limits_row_past_its_checks_is_clamped_never_an_error(
+    app: App, admin: psycopg.Connection[Any], assignment: str
+) -> None:
+    """Values the claim arithmetic cannot take (a DBA dropped the checks): the claim clamps
+    them, so the bucket holds at most its burst and the jobs run."""
+
+    @app.task(rate_limit="5/s", concurrency=3)
+    def rated(n: int) -> None: ...
+
+    _store_limits(app)
+    table = f"{app.schema}.limits"
+    for constraint in admin.execute(
+        "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'c'",
+        [table],
+    ).fetchall():
+        admin.execute(f"ALTER TABLE {table} DROP CONSTRAINT {constraint[0]}")
+    admin.execute(f"UPDATE {table} SET {assignment}")
+    rated.delay_many([{"n": n} for n in range(5)])
+    (worker,) = _register(app, 1)
+    rows, report = _claim_with_report(app, worker, 5)
+    assert report.error is None
+    assert 0 <= len(rows) <= 3
+    states = admin_limits(app)
+    assert [state.name for state in states] == [f"task:{rated.name}"]
+
+
+def test_a_limited_claim_that_fails_reports_its_error_and_the_plain_claim_goes_on(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task(concurrency=2)
+    def limited(n: int) -> None: ...
+
+    @app.task
+    def plain(n: int) -> None: ...
+
+    _store_limits(app)
+    limited.delay_many([{"n": n} for n in range(3)])
+    plain.delay_many([{"n": n} for n in range(3)])
+    (worker,) = _register(app, 1)
+    admin.execute(f"ALTER TABLE {app.schema}.limits RENAME COLUMN tokens TO tokens_by_hand")
+    rows, report = _claim_with_report(app, worker, 5)
+    assert rows == []
+    assert report.error is not None and "tokens" in report.error
+    with app.connection() as conn:
+        trip = app.store.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 5, limited=True))
+    # The claim_limited statement reports its own error: the plain claim goes on.
+    assert sorted(job.task_name for job in trip.claimed) == [plain.name] * 3
+    assert trip.report.error is not None
+    admin.execute(f"ALTER TABLE {app.schema}.limits RENAME COLUMN tokens_by_hand TO tokens")
+    rows, report = _claim_with_report(app, worker, 5)
+    assert [row.task_name for row in rows] == [limited.name] * 2
+    assert report.error is None
+
+
+def test_the_limited_claim_refuses_to_count_outside_read_committed(app: App) -> None:
+    @app.task(concurrency=1)
+    def limited(n: int) -> None: ...
+
+    _store_limits(app)
+    limited.delay_many([{"n": n} for n in range(2)])
+    (worker,) = _register(app, 1)
+    with app.connection() as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        rows, report = app.store.claim_limited(conn, ClaimRequest(worker, 5, limited=True))
+    assert rows == []
+    assert report.error is not None
+    assert "needs READ COMMITTED" in report.error and "REPEATABLE READ" in report.error
+
+
+def test_a_plain_claim_that_fails_after_a_limited_one_keeps_what_the_limited_one_took(
+    app: App,
+) -> None:
+    @app.task(concurrency=2)
+    def limited(n: int) -> None: ...
+
+    @app.task
+    def plain(n: int) -> None: ...
+
+    _store_limits(app)
+    limited.delay_many([{"n": n} for n in range(3)])
+    plain.delay_many([{"n": n} for n in range(3)])
+    (worker,) = _register(app, 1)
+    store = copy.copy(app.store)
+    # The plain claim fails (alone on the connection, it runs announced).
+    failing = {name: b"SELECT 1 / 0" for name in ("claim_jobs", "claim_jobs_announced")}
+    store._statements = {**app.store._statements, **failing}
+    with app.connection() as conn:
+        trip = store.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 5, limited=True))
+    # The limited claim's jobs stand (committed in its own round trip) and are returned.
+    assert [job.task_name for job in trip.claimed] == [limited.name] * 2
+    assert trip.report.error is None
+    assert trip.report.plain_error is not None and "DivisionByZero" in trip.report.plain_error
+    # The limit is full: the next claim takes the plain jobs.
+    assert [row.task_name for row in _claim(app, worker, 5)] == [plain.name] * 3
+
+
+def test_a_pending_row_whose_next_attempt_would_not_fit_is_left_and_stops_no_claim(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task
+    def plain(n: int) -> None: ...
+
+    @app.task(concurrency=5)
+    def limited(n: int) -> None: ...
+
+    _store_limits(app)
+    stuck = [plain.delay(0), limited.delay(0)]
+    admin.execute(
+        f"UPDATE {app.schema}.jobs SET attempts = 2147483647, max_attempts = 2147483647"
+        " WHERE id = ANY(%s)",
+        [[job.id for job in stuck]],
+    )
+    others = [*plain.delay_many([{"n": n} for n in range(2)]), limited.delay(1)]
+    (worker,) = _register(app, 1)
+    rows = _claim(app, worker, 10)
+    assert sorted(row.id for row in rows) == sorted(job.id for job in others)
+    assert [job.status() for job in stuck] == [JobStatus.PENDING] * 2
+
+
+def test_read_limits_gives_each_limits_capacity_rate_tokens_and_running_per_key(
+    app: App,
+) -> None:
+    """The admin read a limits page uses: per limit its concurrency, rate, tokens now and
+    the jobs running under it, per key for a per-key limit, on the caller's connection."""
+    app.queue("reports", concurrency=3)
+
+    @app.task(queue="reports", rate_limit="2/s")
+    def report(n: int) -> None: ...
+
+    @app.task(concurrency_key=lambda user, **_: user, concurrency=1)
+    def sync(user: str, n: int) -> None: ...
+
+    _store_limits(app)
+    report.delay_many([{"n": n} for n in range(4)])
+    sync.delay_many([{"user": user, "n": n} for user in ("ann", "bob") for n in range(3)])
+    (worker,) = _register(app, 1)
+    claimed = _claim(app, worker, 10)
+
+    with app.connection() as conn:
+        states = {state.name: state for state in read_limits(app, conn)}
+
+    queue, task = states["queue:reports"], states[f"task:{report.name}"]
+    key = next(state for state in states.values() if state.kind == "key")
+    assert (queue.kind, queue.target, queue.concurrency, queue.rate) == (
+        "queue", "reports", 3, "-"
+    )  # fmt: skip
+    assert queue.tokens is None and queue.running == sum(
+        1 for row in claimed if row.queue == "reports"
+    )
+    assert task.rate_per_second == 2.0 and task.concurrency is None
+    assert task.tokens is not None and 0 <= task.tokens <= (task.burst or 0)
+    assert task.running == sum(1 for row in claimed if row.task_name == report.name)
+    assert task.pending == 4 - task.running and task.held == task.pending
+    assert (key.concurrency, key.target, key.keys) == (1, sync.name, 2)
+    per_key = {usage.key: (usage.running, usage.pending) for usage in key.top_keys}
+    assert per_key == {"ann": (1, 2), "bob": (1, 2)}
+    assert all(state.stored for state in states.values())

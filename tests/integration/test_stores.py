@@ -3,7 +3,10 @@ name their store, one worker per store, and the refusals of what would cross sto
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -322,3 +325,101 @@ def test_a_worker_refuses_to_start_on_duplicate_stores(
             worker.run()
     finally:
         fresh.close()
+
+
+def test_each_store_holds_the_limits_of_its_queues(stores_app: App) -> None:
+    """A limit lives in the store of its queue (a task's: the task's queue): a worker stores
+    its store's limits only, and the limited claim holds them there."""
+    from pgtasks._app import admin
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    @stores_app.task(name="paced", queue="emails", concurrency=1)
+    def paced(n: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return n
+
+    @stores_app.task(name="plain")
+    def plain(n: int) -> int:
+        return n
+
+    stores_app.queue("default", concurrency=2)
+    names = {
+        name: [limit.name for limit in stores_app.for_store(name).limit_definitions()]
+        for name in ("default", "bulk")
+    }
+    assert names == {"default": ["queue:default"], "bulk": ["task:paced"]}
+    assert [limit.name for limit in stores_app.limit_definitions()] == [
+        "queue:default",
+        "task:paced",
+    ]
+    handles = [paced.delay(n) for n in range(4)]
+    assert all(handle.id >> 48 == 1 for handle in handles)
+    with running_worker(stores_app, store="bulk", concurrency=4):
+        assert [handle.get(timeout=20) for handle in handles] == [0, 1, 2, 3]
+    assert most[0] == 1  # concurrency=1 held in the bulk store
+    stored = {name: admin.limits(stores_app.for_store(name)) for name in ("default", "bulk")}
+    assert [state.name for state in stored["bulk"] if state.stored] == ["task:paced"]
+    assert [state.name for state in stored["default"] if state.stored] == []
+    with running_worker(stores_app, store="default"):
+        assert plain.delay(7).get(timeout=10) == 7
+    default_limits = admin.limits(stores_app.for_store("default"))
+    assert [state.name for state in default_limits if state.stored] == ["queue:default"]
+
+
+def test_every_connection_of_every_store_runs_read_committed(
+    make_stores_app: Callable[..., App], other_database: str, dsn: str
+) -> None:
+    """A store on a database whose default isolation is SERIALIZABLE: its pools, its session
+    connections and its worker's claims run READ COMMITTED (the limited claim refuses to
+    count outside it), and doctor of that store says so."""
+    from pgtasks._app.doctor import diagnose
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        name = psycopg.conninfo.conninfo_to_dict(other_database)["dbname"]
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = 'serializable'").format(
+                sql.Identifier(str(name))
+            )
+        )
+    with psycopg.connect(other_database, autocommit=True) as conn:  # the scenario's premise
+        assert conn.execute("SHOW transaction_isolation").fetchone() == ("serializable",)
+    app = make_stores_app(routes={"emails": "bulk"}, dsns={"bulk": other_database})
+    bulk = app.for_store("bulk")
+
+    def isolation(conn: psycopg.Connection[Any]) -> str:
+        row = conn.execute("SHOW transaction_isolation").fetchone()
+        return str(row[0]) if row else ""
+
+    async def async_isolation() -> str:
+        async def read(conn: psycopg.AsyncConnection[Any]) -> str:
+            row = await (await conn.execute("SHOW transaction_isolation")).fetchone()
+            return str(row[0]) if row else ""
+
+        try:
+            return await bulk.database.arun(read)
+        finally:
+            await bulk.database.aclose()
+
+    assert bulk.database.run(isolation) == "read committed"
+    assert asyncio.run(async_isolation()) == "read committed"
+    with bulk.database.connect(session=True) as conn:
+        assert isolation(conn) == "read committed"
+
+    @app.task(name="limited_mail", queue="emails", concurrency=1)
+    def limited_mail(n: int) -> int:
+        return n + 1
+
+    handles = [limited_mail.delay(n) for n in range(3)]
+    with running_worker(app, store="bulk"):
+        assert [handle.get(timeout=20) for handle in handles] == [1, 2, 3]
+    with bulk.database.connection() as conn:
+        found = {finding.check: finding for finding in diagnose(bulk, conn)}
+    assert found["isolation"].level == "ok"
+    assert "database default SERIALIZABLE" in found["isolation"].summary

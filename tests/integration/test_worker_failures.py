@@ -16,8 +16,10 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobContext, JobStatus, Retry
+from pgtasks._execution.outcomes import unknown_task_outcome
 from pgtasks._leases import ClaimRequest
 from tests.support.inprocess import (
+    DEFAULT_SETTINGS,
     Gates,
     execute,
     finished,
@@ -25,6 +27,7 @@ from tests.support.inprocess import (
     registered_workers,
     running_job_count,
     running_worker,
+    select,
 )
 from tests.support.waiting import stays_true, wait_until
 
@@ -134,9 +137,11 @@ def test_a_timeout_is_recorded_promptly_even_with_a_long_poll_interval(
 # -- unknown tasks --
 
 
-def test_fails_a_job_of_an_unknown_task_and_keeps_running(
+def test_leaves_a_job_of_an_unknown_task_pending_and_keeps_running(
     app: App, make_app: Callable[..., App]
 ) -> None:
+    """At default settings a worker claims only the tasks it knows: another app or a newer
+    deploy may know the others, so their jobs wait, untouched, for a worker that does."""
     producer = make_app(schema=app.schema, migrate=False)
 
     @producer.task(name="reports.ghost")
@@ -146,37 +151,15 @@ def test_fails_a_job_of_an_unknown_task_and_keeps_running(
     def real() -> str:
         return "ran"
 
-    with running_worker(app):
-        unknown = finished(ghost.delay())
-        known = finished(real.delay())
-
-    assert unknown.status is JobStatus.FAILED
-    assert unknown.attempts == 1
-    assert unknown.last_error is not None
-    assert "UnknownTaskError: no task named 'reports.ghost'" in unknown.last_error
-    assert "reports.real" in unknown.last_error, "the message lists the known tasks"
-    assert "--ignore-unknown" in unknown.last_error
-    assert known.status is JobStatus.DONE
-    assert known.result == "ran"
-
-
-def test_leaves_jobs_of_unknown_tasks_pending_with_ignore_unknown(
-    app: App, make_app: Callable[..., App]
-) -> None:
-    producer = make_app(schema=app.schema, migrate=False)
-
-    @producer.task(name="reports.ghost")
-    def ghost() -> None: ...
-
-    @app.task(name="reports.real")
-    def real() -> str:
-        return "ran"
-
-    with running_worker(app, ignore_unknown=True):
+    with running_worker(app, **DEFAULT_SETTINGS) as worker, app.connection() as conn:
         unknown = ghost.delay()
         known = [finished(real.delay()) for _ in range(3)]
+        registered = select(
+            conn, app, "SELECT task_names FROM {schema}.workers WHERE id = %s", [worker.worker_id]
+        )
 
     assert [row.status for row in known] == [JobStatus.DONE] * 3
+    assert [row.result for row in known] == ["ran"] * 3
     row = unknown.fetch()
     assert (row.status, row.attempts, row.locked_by, row.last_error) == (
         JobStatus.PENDING,
@@ -184,6 +167,38 @@ def test_leaves_jobs_of_unknown_tasks_pending_with_ignore_unknown(
         None,
         None,
     )
+    assert registered == [(["reports.real"],)]
+
+
+def test_the_ignore_unknown_option_is_still_accepted(
+    app: App, make_app: Callable[..., App]
+) -> None:
+    producer = make_app(schema=app.schema, migrate=False)
+
+    @producer.task(name="reports.ghost")
+    def ghost() -> None: ...
+
+    @app.task(name="reports.real")
+    def real() -> str:
+        return "ran"
+
+    with running_worker(app, ignore_unknown=False):
+        unknown = ghost.delay()
+        known = finished(real.delay())
+
+    assert known.status is JobStatus.DONE
+    assert unknown.fetch().status is JobStatus.PENDING
+
+
+def test_a_job_of_an_unknown_task_that_reaches_an_executor_is_released_not_failed(
+    app: App,
+) -> None:
+    outcome = unknown_task_outcome("reports.ghost", app)
+
+    assert (outcome.kind, outcome.status) == ("retry", "pending")
+    assert outcome.delay > 0
+    assert outcome.error is not None
+    assert "UnknownTaskError: no task named 'reports.ghost'" in outcome.error
 
 
 # -- fencing --

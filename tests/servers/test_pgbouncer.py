@@ -26,6 +26,7 @@ from psycopg import conninfo, sql
 from pgtasks import App, ConfigurationError, JobContext, JobStatus, Worker
 from pgtasks._app.doctor import diagnose
 from pgtasks._worker.beat import Beat
+from pgtasks.sql import load_migrations
 from tests.support.inprocess import running_worker
 from tests.support.schemas import create_migrated_schema, drop_schema
 from tests.support.servers import pgbouncer_dsn
@@ -190,16 +191,21 @@ def tick_jobs(app: App) -> list[str]:
 def test_a_pooler_that_refuses_startup_options_gets_an_actionable_error(
     make_app: Callable[..., App], bouncer: str
 ) -> None:
-    """Not declared as pooled, the worker sends its startup options; PgBouncer 1.18 refuses."""
-    app = make_app(dsn=bouncer, session_dsn=None, pooled=False)
+    """Not declared as pooled, every connection sends the startup option that pins its
+    isolation (READ COMMITTED); PgBouncer 1.18 refuses it: the app's first connection and
+    a worker say what to declare."""
+    app = make_app(dsn=bouncer, session_dsn=None, pooled=False, migrate=False)
 
-    with pytest.raises(psycopg.OperationalError) as refused:
+    with pytest.raises(ConfigurationError) as first:
+        app.check_schema()
+    with pytest.raises((ConfigurationError, psycopg.OperationalError)) as worker:
         Worker(app, concurrency=1).run()
 
-    message = str(refused.value)
-    assert "unsupported startup parameter" in message
-    assert "App(dsn=<pooler>, session_dsn=<the server itself>)" in message
-    assert "App(pooled=True)" in message
+    for refused in (first, worker):
+        message = str(refused.value)
+        assert "unsupported startup parameter" in message
+        assert "App(dsn=<pooler>, session_dsn=<the server itself>)" in message
+        assert "App(pooled=True)" in message
 
 
 def enqueue_from_threads(app: App, threads: int, per_thread: int) -> list[Exception]:
@@ -253,7 +259,8 @@ def test_migrate_and_the_schema_check_use_the_session_dsn(
 
     applied = app.migrate()
 
-    assert applied and app.migration_plan().describe().endswith("is up to date (version 12)")
+    latest = len(load_migrations())
+    assert applied and app.migration_plan().describe().endswith(f"is up to date (version {latest})")
     assert "pooled; sessions: 127.0.0.1" in app.describe_database()
 
 

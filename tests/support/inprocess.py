@@ -28,6 +28,16 @@ FAST: dict[str, Any] = {
     "shutdown_timeout": 2.0,
 }
 
+#: Worker options at the App's defaults (poll interval, lease, heartbeat, rescue and
+#: concurrency), for tests that check a promise as users meet it.
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "concurrency": 10,
+    "poll_interval": None,
+    "lease_timeout": None,
+    "heartbeat_interval": None,
+    "rescue_interval": None,
+}
+
 
 @contextlib.contextmanager
 def running_worker(app: App, **options: Any) -> Iterator[Worker]:

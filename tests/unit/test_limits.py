@@ -16,16 +16,19 @@ UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none"
 @pytest.mark.parametrize(
     ("text", "count", "period", "burst"),
     [
-        ("100/m", 100, 60.0, 1.0),
-        ("5/s", 5, 1.0, 1.0),
-        ("1000/h", 1000, 3600.0, 1.0),
-        ("10/30s", 10, 30.0, 1.0),
+        # The bucket: one token plus a quarter second's (at most two), or 100 ms of tokens.
+        ("100/m", 100, 60.0, 1 + 100 / 60 / 4),
+        ("5/s", 5, 1.0, 2.0),
+        ("1/s", 1, 1.0, 1.25),
+        ("1000/h", 1000, 3600.0, 1 + 1000 / 3600 / 4),
+        ("10/30s", 10, 30.0, 1 + 10 / 30 / 4),
         (" 200 / s ", 200, 1.0, 20.0),
     ],
 )
 def test_rate_limits_parse(text: str, count: int, period: float, burst: float) -> None:
     rate = parse_rate_limit("rate_limit=", text)
-    assert (rate.count, rate.period, rate.burst) == (count, period, burst)
+    assert (rate.count, rate.period) == (count, period)
+    assert rate.burst == pytest.approx(burst)
     assert isinstance(rate, RateLimit)
 
 

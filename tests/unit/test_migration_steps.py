@@ -148,6 +148,9 @@ def test_in_transaction_text_drops_concurrently_and_runs_a_batch_over_every_id()
             ("jobs", "SHARE ROW EXCLUSIVE", "brief"),
         ),
         ("UPDATE {schema}.jobs SET x = 1", ("jobs", "ROW EXCLUSIVE", "blocking")),
+        # A table of a few rows (one per declared limit): its rows' locks are brief.
+        ("UPDATE {schema}.limits SET tokens = 0", ("limits", "ROW EXCLUSIVE", "brief")),
+        ("DELETE FROM {schema}.workers WHERE pid = 0", ("workers", "ROW EXCLUSIVE", "blocking")),
         ("VACUUM {schema}.jobs", ("?", "ACCESS EXCLUSIVE", "blocking")),
     ],
 )
@@ -159,6 +162,7 @@ def test_statement_locks_name_the_mode_and_what_it_blocks(
 
 def test_a_table_the_migration_creates_disturbs_nobody() -> None:
     assert locks_of("CREATE TABLE {schema}.fresh (id int)") == []
+    assert locks_of("CREATE TYPE {schema}.pair AS (a int, b text)") == []
     assert locks_of("CREATE INDEX i ON {schema}.fresh (id)", ("fresh",)) == [
         ("fresh", "SHARE", "none")
     ]

@@ -34,7 +34,12 @@ def test_the_dashboard_benchmark_runs_on_tiny_sizes(dsn: str) -> None:
         "workers",
         "schedules",
         "live re-render: job page",
+        "workflows, failed",
+        "workflow page, chord of 1,000",
+        "jobs of a workflow (filter)",
+        "live re-render: workflows",
     ):
         assert page in result.stdout
     assert "claim" in result.stdout
+    assert "the exact read of `pgtasks workflows list --status`" in result.stdout
     assert "size-capped jobs" in result.stdout and "Python memory peak" in result.stdout

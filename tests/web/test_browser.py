@@ -18,11 +18,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtasks import App
+from pgtasks import App, chain, chord
 from pgtasks.web import asgi
 from tests.support.inprocess import Gates, execute, running_worker
 from tests.support.population import insert_job, register
 from tests.support.web import Served
+from tests.support.workflows import settle
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(
@@ -108,6 +109,61 @@ def demo_data(admin: Connection, app: App) -> int:
         [failed],
     )
     return failed
+
+
+def demo_workflows(admin: Connection, app: App, worker: int) -> int:
+    """Workflows of a small shop in every state; the id of a running one to draw: an
+    order's chain whose chord fetches 40 prices (some done, some running) then totals
+    them, and ships."""
+
+    @app.task(name="shop.reserve_stock", queue="default")
+    def reserve_stock(order: int) -> int: ...
+
+    @app.task(name="shop.fetch_price", queue="default")
+    def fetch_price(order: int, item: int) -> int: ...
+
+    @app.task(name="shop.total", queue="default")
+    def total(prices: list[int]) -> int: ...
+
+    @app.task(name="shop.ship", queue="default")
+    def ship(total: int) -> str: ...
+
+    def order(number: int, items: int) -> int:
+        flow = chain(
+            reserve_stock.s(number),
+            chord([fetch_price.si(number, item) for item in range(items)], total.s()),
+            ship.s(),
+        ).delay()
+        return flow.id
+
+    def settle_steps(workflow_id: int, outcomes: dict[str, Any]) -> None:
+        jobs = {job["workflow_step"]: job["id"] for job in app.get_workflow(workflow_id)["jobs"]}
+        settle(app, {jobs[step]: value for step, value in outcomes.items()})
+
+    for number in (1041, 1042):
+        done = order(number, 3)
+        settle_steps(done, {"0": number})
+        settle_steps(done, {f"1.0.{item}": 100 + item for item in range(3)})
+        settle_steps(done, {"1.1": 303})
+        settle_steps(done, {"2": "shipped"})
+    failed = order(1043, 3)
+    settle_steps(failed, {"0": 1043})
+    settle_steps(failed, {"1.0.0": 100, "1.0.1": RuntimeError("price service: 503"), "1.0.2": 102})
+    running = order(1044, 40)
+    settle_steps(running, {"0": 1044})
+    settle_steps(running, {f"1.0.{item}": 100 + item for item in range(26)})
+    jobs = {job["workflow_step"]: job["id"] for job in app.get_workflow(running)["jobs"]}
+    # Three prices being fetched now, by the registered worker.
+    execute(
+        admin,
+        app,
+        "UPDATE {schema}.jobs SET status = 'running', locked_by = %s, attempts = 1,"
+        " locked_at = now() - interval '1 second', started_at = now() - interval '1 second'"
+        " WHERE id = ANY(%s)",
+        [worker, [jobs[f"1.0.{item}"] for item in range(26, 29)]],
+    )
+    order(1045, 2)  # just enqueued
+    return running
 
 
 def test_overview_updates_live_and_a_failed_job_is_retried_and_runs(
@@ -256,6 +312,94 @@ def test_a_progress_bar_moves_live_on_the_job_page(
         gates.open_all()
 
 
+def test_a_workflow_graph_changes_state_live(
+    app: App, serve: Callable[..., Served], page: Any
+) -> None:
+    """Default settings: each step's claim and finish reach the page over its event
+    stream; the graph, the steps done and the state follow without a reload."""
+    from playwright.sync_api import expect
+
+    gates = Gates()
+    held = {value: gates() for value in (1, 2, 3)}
+
+    @app.task(name="shop.fetch", queue="flow")
+    def fetch(value: int) -> int:
+        held[value].wait(30)
+        return value * 10
+
+    @app.task(name="shop.total", queue="flow")
+    def total(values: list[int]) -> int:
+        return sum(values)
+
+    served = serve(asgi(app))
+    workflow = chord([fetch.s(1), fetch.s(2), fetch.s(3)], total.s()).delay()
+    by_step = {job["workflow_step"]: job["id"] for job in app.get_workflow(workflow.id)["jobs"]}
+    node = {step: page.locator(f'[data-job="{job}"]') for step, job in by_step.items()}
+    try:
+        page.goto(f"{served.url}/workflows/{workflow.id}")
+        expect(page.locator("#live-status")).to_have_text("live")
+        expect(node["0.0"]).to_have_attribute("data-status", "pending")
+        expect(node["1"]).to_have_attribute("data-status", "waiting")
+        with running_worker(app, queues=["flow"], concurrency=3, poll_interval=app.poll_interval):
+            for step in ("0.0", "0.1", "0.2"):
+                expect(node[step]).to_have_attribute("data-status", "running")
+            held[2].set()
+            expect(node["0.1"]).to_have_attribute("data-status", "done")
+            expect(page.locator("#steps-done")).to_contain_text("1/4")
+            expect(node["0.0"]).to_have_attribute("data-status", "running")
+            held[1].set()
+            held[3].set()
+            expect(node["1"]).to_have_attribute("data-status", "done")
+            expect(page.locator("#workflow-state")).to_have_text("done")
+            expect(page.locator("#steps-done")).to_contain_text("4/4")
+            expect(page.locator("#steps")).to_contain_text("60")
+        assert workflow.get(timeout=10) == 60
+    finally:
+        gates.open_all()
+
+
+def test_cancel_workflow_asks_first_then_cancels_its_steps_and_the_graph_shows_it(
+    app: App, admin: Connection, serve: Callable[..., Served], page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    @app.task(name="shop.reserve", queue="nobody")
+    def reserve(order: int) -> int: ...
+
+    @app.task(name="shop.ship", queue="nobody")
+    def ship(order: int) -> str: ...
+
+    workflow = chain(reserve.s(7), ship.s()).delay()
+    by_step = {job["workflow_step"]: job["id"] for job in app.get_workflow(workflow.id)["jobs"]}
+    served = serve(asgi(app))
+    questions: list[str] = []
+    button = page.locator("text=Cancel workflow")
+
+    # Declining the question leaves the workflow running.
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.dismiss()))
+    page.goto(f"{served.url}/workflows/{workflow.id}")
+    button.click()
+    expect(page.locator("#workflow-state")).to_have_text("running")
+    assert questions == [
+        f"Cancel workflow {workflow.id}? Its waiting and pending steps will not run; its"
+        " running steps are asked to stop."
+    ]
+
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
+    button.click()
+    expect(page.locator(".message")).to_contain_text("Cancelled the workflow: 2 job(s)")
+    expect(page.locator("#workflow-state")).to_have_text("cancelled")
+    for job in by_step.values():
+        expect(page.locator(f'#graph [data-job="{job}"]')).to_have_attribute(
+            "data-status", "cancelled"
+        )
+    expect(button).to_have_count(0)  # nothing left to cancel
+    statuses = admin.execute(
+        f'SELECT DISTINCT status FROM "{app.schema}".jobs WHERE workflow_id = %s', [workflow.id]
+    ).fetchall()
+    assert statuses == [("cancelled",)]
+
+
 def test_ticked_jobs_survive_live_updates_and_the_buttons_count_them(
     app: App, admin: Connection, serve: Callable[..., Served], page: Any
 ) -> None:
@@ -323,6 +467,7 @@ def test_screenshots_of_every_page(
         " 'total', 1000, 'message', 'rows exported')) WHERE id = %s",
         [running],
     )
+    workflow = demo_workflows(admin, app, worker)
     served = serve(asgi(app))
     shots = screenshot_dir(tmp_path)
     page.set_viewport_size({"width": 1440, "height": 860})
@@ -331,6 +476,8 @@ def test_screenshots_of_every_page(
         ("/jobs", "jobs", "#jobs"),
         (f"/jobs/{failed}", "job", "#last-error"),
         (f"/jobs/{running}", "job-running", "#progress"),
+        ("/workflows", "workflows", "#workflows"),
+        (f"/workflows/{workflow}", "workflow", "#graph"),
         ("/workers", "workers", "#workers"),
         ("/schedules", "schedules", "#schedules"),
     ):

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.acceptance
 @pytest.fixture
 def example_env(dsn: str) -> Iterator[dict[str, str]]:
     schema = new_schema_name()
-    yield pgtasks_env(dsn, schema, schema_variable="PGTASKS_SCHEMA")
+    # The example keeps its tables in a schema of its own, which this variable moves.
+    yield pgtasks_env(dsn, schema, schema_variable="PGTASKS_EXAMPLE_SCHEMA")
     drop_schema(dsn, schema)
 
 
@@ -64,7 +65,7 @@ def registered_workers(example_env: dict[str, str]) -> int:
     with psycopg.connect(example_env["PGTASKS_DSN"], autocommit=True) as conn:
         row = conn.execute(
             sql.SQL("SELECT count(*) FROM {}.workers").format(
-                sql.Identifier(example_env["PGTASKS_SCHEMA"])
+                sql.Identifier(example_env["PGTASKS_EXAMPLE_SCHEMA"])
             )
         ).fetchone()
     return int(row[0]) if row else 0

@@ -1,13 +1,13 @@
 """The dashboard of an app of two stores: the default store's at the root, the other's at
-/stores/<name>, each page naming its store; a job page routes by the id's store; an
-action on a job of the mounted store goes to that store; /stores shows every store at
-once, a store that is down as down."""
+/stores/<name>, each page naming its store; a job or workflow page routes by the id's
+store; an action on a job or workflow of the mounted store goes to that store; /stores
+shows every store at once, a store that is down as down."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from pgtasks import App
+from pgtasks import App, chain
 from pgtasks.web import asgi
 from tests.support.schemas import SchemaAdmin
 from tests.support.web import Client
@@ -51,6 +51,69 @@ def test_each_store_has_its_dashboard_and_ids_find_theirs(
         assert app.get_job(here.id).status() == "pending"
     finally:
         dashboard.close()
+
+
+def test_workflow_pages_of_each_store_and_ids_find_theirs(
+    make_stores_app: Callable[..., App],
+) -> None:
+    app = make_stores_app(routes={"emails": "bulk"})
+
+    @app.task(name="dash.plain")
+    def plain(n: int) -> int:
+        return n
+
+    @app.task(name="dash.mail", queue="emails")
+    def mail(n: int) -> int:
+        return n
+
+    here = chain(plain.s(1), plain.s()).delay().id
+    there = chain(mail.s(1), mail.s()).delay().id
+    assert here >> 48 == 0 and there >> 48 == 1
+    dashboard = asgi(app)
+    web = Client(dashboard)
+    try:
+        root = web.get("/workflows")
+        assert root.status_code == 200
+        assert f'data-workflow="{here}"' in root.text
+        assert f'data-workflow="{there}"' not in root.text
+        listed = web.get("/stores/bulk/workflows")
+        assert listed.status_code == 200 and "store bulk" in listed.text
+        assert f'data-workflow="{there}"' in listed.text
+        assert f'data-workflow="{here}"' not in listed.text
+        assert f'href="/stores/bulk/workflows/{there}"' in listed.text
+        # A workflow id names its store: its page, or a search for it, redirects there.
+        moved = web.get(f"/workflows/{there}")
+        assert moved.status_code == 303
+        assert moved.headers["location"] == f"/stores/bulk/workflows/{there}"
+        back = web.get(f"/stores/bulk/workflows/{here}")
+        assert back.status_code == 303 and back.headers["location"] == f"/workflows/{here}"
+        searched = web.get(f"/workflows?id={there}")
+        assert searched.status_code == 303
+        assert searched.headers["location"] == f"/stores/bulk/workflows?id={there}"
+        found = web.get(f"/stores/bulk/workflows?id={there}")
+        assert found.status_code == 200 and f'data-workflow="{there}"' in found.text
+        page = web.get(f"/stores/bulk/workflows/{there}")
+        assert page.status_code == 200 and "dash.mail" in page.text
+        first = app.get_workflow(there)["jobs"][0]["id"]
+        job = web.get(f"/stores/bulk/jobs/{first}")
+        assert f'href="/stores/bulk/workflows/{there}"' in job.text
+        # Cancel workflow goes to the store of the page it is posted to.
+        cancelled = web.post(f"/stores/bulk/workflows/{there}/cancel")
+        assert cancelled.status_code == 303
+        assert cancelled.headers["location"].startswith(f"/stores/bulk/workflows/{there}?")
+        assert {job["status"] for job in app.get_workflow(there)["jobs"]} == {"cancelled"}
+        assert {job["status"] for job in app.get_workflow(here)["jobs"]} == {"pending", "waiting"}
+    finally:
+        dashboard.close()
+    alone = asgi(app.for_store("bulk"))  # that store alone: no other store's pages
+    web = Client(alone)
+    try:
+        assert web.get(f"/workflows/{there}").status_code == 200
+        assert web.get(f"/workflows/{here}").status_code == 404
+        searched = web.get(f"/workflows?id={here}")
+        assert searched.status_code == 200 and f'data-workflow="{here}"' not in searched.text
+    finally:
+        alone.close()
 
 
 def test_the_dashboard_of_one_store_of_several_names_it_and_links_nowhere(

@@ -1,4 +1,4 @@
--- pgtasks 0015: the store's identity (several stores behind one App).
+-- pgtasks 0016: the store's identity (several stores behind one App).
 -- Placeholders: {schema} (quoted identifier).
 --
 -- One row: the store's number and a uid, made once. Job and workflow ids of store N
