@@ -197,7 +197,7 @@ class Store(
         if job_ids:
             self._rows(conn, "notify_done", {"ids": ",".join(str(job_id) for job_id in job_ids)})
 
-    # -- beat --
+    # -- beat (sql/beat.sql) --
     def configure_beat_session(
         self,
         conn: psycopg.Connection[Any],
