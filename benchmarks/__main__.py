@@ -9,6 +9,7 @@
     python -m benchmarks --enqueue [...]   (enqueue beside bare psycopg loops: enqueue.py)
     python -m benchmarks --counters [...]   (the counters' cost, with and without: counters.py)
     python -m benchmarks --migrations [...]   (stalls while migrating a live table: migrations.py)
+    python -m benchmarks --scaleout [...]   (1, 2, 3 stores on CPU-capped servers: scaleout.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -32,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from benchmarks.figures import Figure, add_integrity_figures, repeat, side_by_side
+from benchmarks.figures import Figure, repeat
+from benchmarks.side_by_side import add_integrity_figures, run_peers, side_by_side
 from pgtasks._leases import ClaimPosition, ClaimRequest, Finish
 from pgtasks._retry import Outcome
 from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
@@ -305,7 +307,7 @@ def idle_latency(
     return percentile(50), percentile(95), percentile(99)
 
 
-# -- peers, side by side ---------------------------------------------------------------------------
+# -- integrity -----------------------------------------------------------------------------------
 PGTASKS_CHECKS: list[tuple[int, int]] = []  # (duplicates, lost) of each pgtasks processing run
 
 
@@ -321,68 +323,6 @@ def pgtasks_integrity(conn: psycopg.Connection[Any], jobs: int) -> tuple[int, in
     return int(row[0]), jobs - int(row[1])
 
 
-def run_peers(
-    dsn: str, args: argparse.Namespace, add: Callable[[Figure], None], *, explicit: bool
-) -> None:
-    """Each installed peer's figures, on the same server, each in its own database."""
-    from benchmarks.peers import INSTALL_HINT, PEERS
-
-    for peer in PEERS:
-        if not peer.available():
-            print(f"{peer.name}: not installed ({INSTALL_HINT})", flush=True)
-            continue
-        if peer.installed_version() != peer.version:
-            print(
-                f"{peer.name}: {peer.installed_version()} installed (the extra pins {peer.version})"
-            )
-        prefix = f"{peer.name}: "
-        checks: list[tuple[int, int]] = []
-        try:
-            peer_figures(peer.load(), prefix, dsn, args, add, checks)
-        except Exception as error:  # one peer failing must not lose the other figures
-            print(f"{peer.name}: failed: {error!r}", file=sys.stderr, flush=True)
-            if explicit:
-                raise
-        add_integrity_figures(prefix, checks, add)
-
-
-def peer_figures(
-    bench: Any,
-    prefix: str,
-    dsn: str,
-    args: argparse.Namespace,
-    add: Callable[[Figure], None],
-    checks: list[tuple[int, int]],
-) -> None:
-    """The peer's rows: the same sizes as pgtasks' (``bench`` is its module in peers/)."""
-    from functools import partial
-
-    small = max(200, args.jobs // 10)
-
-    def drain(concurrency: int) -> float:
-        rate, duplicates, lost = bench.processing(dsn, args.jobs, concurrency)
-        checks.append((duplicates, lost))
-        return float(rate)
-
-    one_by_one = partial(bench.enqueue_one_by_one, dsn, small)
-    add(Figure(f"{prefix}enqueue one by one", "jobs/s", repeat(args.runs, one_by_one)))
-    bulk = partial(bench.enqueue_bulk, dsn, args.jobs)
-    add(Figure(f"{prefix}enqueue bulk (x1000)", "jobs/s", repeat(args.runs, bulk)))
-    for concurrency in (10, 50):
-        add(
-            Figure(
-                f"{prefix}worker, concurrency {concurrency}",
-                "jobs/s",
-                repeat(args.runs, partial(drain, concurrency)),
-                bench.worker_note(concurrency),
-            )
-        )
-    latency_jobs = 20 if args.quick else 200
-    latency = [bench.idle_latency(dsn, latency_jobs, 0.02) for _ in range(args.runs)]
-    for index, label in enumerate(("p50", "p95", "p99")):
-        add(Figure(f"{prefix}idle pickup latency {label}", "ms", [run[index] for run in latency]))
-
-
 #: Flags that hand the whole command line to a benchmark module of their own.
 SUBCOMMANDS = {
     "--bloat": "bloat",  # bloat resilience: 1,000,000 jobs, then a pinned xmin horizon
@@ -392,6 +332,7 @@ SUBCOMMANDS = {
     "--counters": "counters",  # what the counters of exercised guarantees cost
     "--enqueue": "enqueue",  # enqueue paths beside bare psycopg loops
     "--in-process": "inprocess",  # the worker inside an asyncio program
+    "--scaleout": "scaleout",  # 1, 2, 3 stores on as many CPU-capped PostgreSQL servers
 }
 
 

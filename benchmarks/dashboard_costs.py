@@ -22,6 +22,7 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.__main__ import worker_processes
+from benchmarks.dashboard_data import drop
 from pgtasks import App
 from pgtasks.web import asgi
 
@@ -52,12 +53,6 @@ FROM {schema}.jobs ORDER BY id DESC LIMIT 51
 """
 
 
-def drop(dsn: str, schema: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
-
-# -- size-capped rows -----------------------------------------------------------------------------
 def capped_rows(dsn: str, rows: int = 50, loads: int = 8, rounds: int = 3) -> None:
     """The jobs list over the newest ``rows`` size-capped jobs: ``loads`` parallel loads,
     server time and Python memory, against reading the full rows (the former list)."""

@@ -34,6 +34,10 @@ column all_jobs.waiting_for integer
 column all_jobs.input_mode text
 column counters.name text NOT NULL
 column counters.value bigint NOT NULL
+column instance.singleton boolean NOT NULL DEFAULT true
+column instance.store_no integer NOT NULL DEFAULT 0
+column instance.uid uuid NOT NULL DEFAULT gen_random_uuid()
+column instance.created_at timestamp with time zone NOT NULL DEFAULT now()
 column job_keys.job_id bigint NOT NULL
 column job_keys.idempotency_key text
 column job_keys.unique_key text
@@ -284,6 +288,9 @@ column workflows.created_at timestamp with time zone NOT NULL DEFAULT now()
 column workflows.on_error jsonb
 column workflows.error_job_id bigint
 column workflows.shape text
+constraint instance.instance_pkey PRIMARY KEY (singleton)
+constraint instance.instance_singleton_check CHECK (singleton)
+constraint instance.instance_store_no_check CHECK (((store_no >= 0) AND (store_no <= 32766)))
 constraint job_keys.job_keys_pkey PRIMARY KEY (job_id)
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
 constraint jobs.jobs_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
@@ -319,6 +326,7 @@ constraint workflow_incidents.workflow_incidents_kind_check CHECK ((kind = ANY (
 constraint workflow_incidents.workflow_incidents_pkey PRIMARY KEY (id)
 constraint workflows.workflows_kind_check CHECK ((kind = ANY (ARRAY['chain'::text, 'group'::text, 'chord'::text])))
 constraint workflows.workflows_pkey PRIMARY KEY (id)
+index CREATE UNIQUE INDEX instance_pkey ON {schema}.instance USING btree (singleton)
 index CREATE UNIQUE INDEX job_keys_idempotency_key ON {schema}.job_keys USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)
 index CREATE UNIQUE INDEX job_keys_pkey ON {schema}.job_keys USING btree (job_id)
 index CREATE UNIQUE INDEX job_keys_unique_window ON {schema}.job_keys USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)

@@ -1,5 +1,6 @@
--- Beat (`pgtasks beat`) and the stored state of periodic schedules (`pgtasks schedules`).
--- Headers, placeholders and parameters as in queries.sql.
+-- Beat (`pgtasks beat`, migration 0002): its session, the leader lock of a schema and the
+-- stored state of periodic schedules in `periodic` (`pgtasks schedules`). Headers,
+-- placeholders and parameters as in queries.sql.
 
 -- name: configure_beat_session :exec
 -- Beat: bound waits on its connection; the server drops a vanished beat host's session.
