@@ -418,6 +418,7 @@ function workflow_heal_step() ddd7208eb042acc4598e899aca93e7f8
 function workflow_incident() 1c8be421da437723736fba24795c9525
 function workflow_input() adcb61cb117693cdcf575bbd1a02916e
 function workflow_job_ended() 170ad8f4c9d8d1eecfa900b0713fa90c
+function workflow_jobs() a33439ad564037e7c3696be43ce49330
 function workflow_jobs_ended() c9572907aa766728e58a92237d3f0374
 function workflow_lock_targets() d03c4c9069dc3dcd93d9cab699f9c089
 function workflow_move_on() 036562fa19c5cd29e153eda5a868b79a

@@ -89,6 +89,7 @@ _INFINITE_TIMESTAMPS = frozenset(
         "get_job_page",
         "list_workflows",
         "list_running_workflows",
+        "list_ended_workflows",
         "list_workflows_scan",
     }
 )

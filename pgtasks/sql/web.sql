@@ -210,9 +210,9 @@ LIMIT %(limit)s::int;
 
 -- name: list_workflow_jobs_page :many
 -- list_jobs_page of one workflow's jobs (%(workflow_id)s, never NULL here): read through
--- all_jobs backwards from %(before)s (jobs_workflow_idx merged with each partition's
--- jobs_history_workflow_idx), whatever else the filter names, so that a generic plan of
--- the statement still uses those indexes.
+-- workflow_jobs backwards from %(before)s (jobs_workflow_idx merged with the
+-- jobs_history_workflow_idx of the days since the workflow was made), whatever else the
+-- filter names, so that a generic plan of the statement still uses those indexes.
 SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
        created_at, finished_at, workflow_id, workflow_step,
        CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
@@ -222,9 +222,14 @@ SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, l
             %(error_chars)s::int) AS error_line,
        CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
        now() AS now
-FROM {schema}.all_jobs
-WHERE workflow_id = %(workflow_id)s::bigint
-  AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+FROM (
+    SELECT steps.*
+    FROM (SELECT %(workflow_id)s::bigint AS id) AS wanted
+    LEFT JOIN {schema}.workflows AS made ON made.id = wanted.id
+    CROSS JOIN LATERAL {schema}.workflow_jobs(wanted.id, coalesce(made.created_at, '-infinity'))
+        AS steps
+) AS jobs
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
@@ -363,10 +368,17 @@ WHERE jobs.id = %(id)s::bigint;
 -- name: get_workflow_neighbours :many
 -- The steps a job page links to as its neighbours: the jobs %(ids)s of workflow
 -- %(workflow_id)s (its predecessors and successors), with their step, task and status
--- (all_jobs: by the id indexes of jobs and jobs_history).
+-- (workflow_jobs: by the workflow indexes of jobs and of the days of jobs_history since
+-- the workflow was made).
 SELECT id, workflow_step, task_name, status
-FROM {schema}.all_jobs
-WHERE id = ANY(%(ids)s::bigint[]) AND workflow_id = %(workflow_id)s::bigint
+FROM (
+    SELECT steps.*
+    FROM (SELECT %(workflow_id)s::bigint AS id) AS wanted
+    LEFT JOIN {schema}.workflows AS made ON made.id = wanted.id
+    CROSS JOIN LATERAL {schema}.workflow_jobs(wanted.id, coalesce(made.created_at, '-infinity'))
+        AS steps
+) AS jobs
+WHERE id = ANY(%(ids)s::bigint[])
 ORDER BY id;
 
 -- name: delete_finished_job :one

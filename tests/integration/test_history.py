@@ -404,3 +404,52 @@ def test_a_job_that_moves_keeps_its_key(app: App, conn: Any) -> None:
         again = once.apply_async(idempotency_key=key)
         assert (again.id, again.existed) == (handle.id, True)
     assert select(conn, app, "SELECT count(*) FROM {schema}.job_keys")[0][0] == 2
+
+
+def test_failed_and_cancelled_workflows_are_found_from_their_jobs_in_history(
+    app: App, conn: Any
+) -> None:
+    """``workflows list --status failed|cancelled`` finds its workflows from their jobs of
+    that status (list_ended_workflows), not by probing every workflow: the same workflows,
+    in the same order and pages, as the state of each workflow says."""
+    from pgtasks import chain
+    from pgtasks._app.workflow_admin import list_workflows
+
+    @app.task(name="steps.add")
+    def add(a: int, b: int = 0) -> int:
+        return a + b
+
+    conn.autocommit = True
+    flows = [chain(add.s(n), add.s(), add.s()).delay().id for n in range(8)]
+
+    def end(workflow_id: int, step: str, status: str) -> None:
+        execute(
+            conn,
+            app,
+            "UPDATE {schema}.jobs SET status = %s, finished_at = now(), locked_by = NULL"
+            " WHERE workflow_id = %s AND workflow_step = %s",
+            [status, workflow_id, step],
+        )
+
+    app.cancel_workflow(flows[0])  # cancelled
+    end(flows[1], "0", "failed")  # failed (the rest cancelled downstream)
+    end(flows[2], "0", "cancelled")  # cancelled by its first step
+    end(flows[3], "1", "cancelled")  # its first step still pending: running
+    end(flows[4], "1", "failed")  # failed, and its first step pending: running
+    app.cancel_workflow(flows[5])  # cancelled
+    end(flows[6], "2", "failed")  # failed, the others still pending: running
+    end(flows[6], "0", "cancelled")
+    end(flows[6], "1", "cancelled")  # now failed and cancelled jobs: failed
+    states = {flow: list_workflows(app, workflow_id=flow, limit=1)[0].state for flow in flows}
+    assert states[flows[3]] == states[flows[4]] == "running"
+    assert states[flows[6]] == "failed" and states[flows[7]] == "running"
+    for status in ("failed", "cancelled"):
+        expected = sorted((flow for flow in flows if states[flow] == status), reverse=True)
+        assert len(expected) >= 2, status
+        found = list_workflows(app, status=status)
+        assert [summary.id for summary in found] == expected, status
+        assert {summary.state for summary in found} == {status}
+        assert all(summary.steps == 3 and summary.finished_at for summary in found)
+        assert [s.id for s in list_workflows(app, status=status, limit=1)] == expected[:1]
+        paged = list_workflows(app, status=status, before=expected[0])
+        assert [summary.id for summary in paged] == expected[1:]

@@ -167,6 +167,22 @@ CREATE VIEW {schema}.all_jobs AS
     UNION ALL
     SELECT * FROM {schema}.jobs_history;
 
+-- The jobs of one workflow wherever they are: jobs, and only the days of jobs_history
+-- that can hold them. A step finishes after its workflow was created (both times are the
+-- server's clock), so the days before p_since (the workflow's created_at; an hour less,
+-- for a clock stepped back) are pruned without a probe: a read of a workflow touches the
+-- days it ran in and the default partitions, not every day kept. A plain SQL function:
+-- the planner inlines it, and a caller's filters and parameters prune as in its own query.
+CREATE FUNCTION {schema}.workflow_jobs(p_workflow_id bigint, p_since timestamptz)
+RETURNS SETOF {schema}.jobs
+LANGUAGE sql STABLE AS $$
+    SELECT * FROM {schema}.jobs WHERE jobs.workflow_id = p_workflow_id
+    UNION ALL
+    SELECT * FROM {schema}.jobs_history AS history
+    WHERE history.workflow_id = p_workflow_id
+      AND history.finished_at >= p_since - interval '1 hour'
+$$;
+
 -- The first missing day partition of jobs_history from the day of ``first_day`` to
 -- ``days`` days after it (done, then failed); rows of its day held by the default
 -- partition move into it. A partition is attached (SHARE UPDATE EXCLUSIVE on the class’s
