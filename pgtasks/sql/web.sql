@@ -227,13 +227,17 @@ SELECT
 -- One job as its dashboard page shows it: every field, the JSON documents as text cut at
 -- %(json_chars)s characters (with their full length), a last error longer than
 -- %(error_chars)s characters as its head and tail, each failed attempt's error as its
--- last line. A row written by hand (attempt_errors not an array) reads without error.
+-- last line. A row written by hand (attempt_errors not an array, 100,000 limit
+-- instances) reads without error.
 SELECT jobs.id, task_name, queue, priority, status, attempts, max_attempts,
        run_at, locked_at, locked_by, idempotency_key, created_at, updated_at, finished_at,
        started_at, cancel_requested,
        unique_key, lower(unique_window) AS unique_window_start,
        upper(unique_window) AS unique_window_end,
-       limit_groups, limit_key, workflow_id, workflow_step,
+       -- The limit instances (a row written by hand may hold 100,000: the first few).
+       limit_groups[1:%(instances)s::int] AS limit_groups,
+       cardinality(limit_groups) AS limit_groups_count, left(limit_key, 1000) AS limit_key,
+       workflow_id, workflow_step,
        -- A workflow step's links (a chord's callback may name thousands: the first few).
        prev_ids[1:%(neighbours)s::int] AS prev_ids, cardinality(prev_ids) AS prev_count,
        next_ids[1:%(neighbours)s::int] AS next_ids, cardinality(next_ids) AS next_count,

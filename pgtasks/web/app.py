@@ -5,8 +5,9 @@ Reads are the dashboard's own (``pgtasks.web.reads``, queries in ``sql/web.sql``
 small pool of its own with a statement timeout; writes use the same functions as the CLI
 (``app.cancel``, ``admin.retry_job``, …). Database calls are synchronous and run in
 Starlette's thread pool. Pages with a live part (overview, jobs, a job, workflows, a
-workflow, workers) render it with the same template the event stream pushes. The
-workflow pages are in workflow_pages.py.
+workflow, limits, workers) render it with the same template the event stream pushes
+(live.py). The workflow pages are in workflow_pages.py, the limits page in
+limit_pages.py.
 
 Pages read from the app's replica when it has one (``replica_dsn``), except the page an
 action redirects to (its URL carries ``done=``): that one reads the primary, so the
@@ -15,10 +16,9 @@ change just made shows at once.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
@@ -34,7 +34,6 @@ from starlette.responses import (
     JSONResponse,
     RedirectResponse,
     Response,
-    StreamingResponse,
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -52,7 +51,8 @@ from .._payload import check_name
 from .charts import charts
 from .gate import DashboardApp, error_page
 from .job_reads import job_page as read_job_page
-from .live import END, LiveHub
+from .limit_pages import LimitPages
+from .live import LiveHub, event_stream
 from .reads import (
     SCAN_ROWS,
     DashboardDatabase,
@@ -142,6 +142,7 @@ class Dashboard:
         self.failed_logins = FailedLogins(limit=login_attempts)
         self._chart: tuple[float, FinishedMinutes] | None = None
         self.workflow_pages = WorkflowPages(self)
+        self.limit_pages = LimitPages(self)
 
     # -- rendering --
     def _common(self, base: str) -> dict[str, Any]:
@@ -290,12 +291,14 @@ class Dashboard:
     async def events(self, request: Request) -> Response:
         """The event stream of one page's live part: ``/events`` (the overview),
         ``/events/jobs?FILTER``, ``/events/jobs/ID``, ``/events/workflows?FILTER``,
-        ``/events/workflows/ID`` or ``/events/workers``."""
+        ``/events/workflows/ID``, ``/events/limits?QUERY`` or ``/events/workers``."""
         base = base_path(request)
         page = "/" + request.path_params.get("page", "")
         kind, _, item = page[1:].partition("/")
         if kind == "workflows":
             key, render = self.workflow_pages.live_view(request, base, item)
+        elif page == "/limits":
+            key, render = self.limit_pages.live_view(request, base)
         elif item and kind == "jobs":
             job_id = id_or_404(item)
             key, render = (
@@ -304,7 +307,7 @@ class Dashboard:
             )
         else:
             key, render = self._list_view(request, base, page)
-        return self._stream(key, render)
+        return event_stream(self.live, key, render, self.stream_max_age)
 
     def _list_view(
         self, request: Request, base: str, page: str
@@ -328,40 +331,6 @@ class Dashboard:
                 )
             )
         raise HTTPException(404, f"no live page {page!r}")
-
-    def _stream(self, key: tuple[Any, ...], render: Callable[[], str]) -> Response:
-        hub, max_age = self.live, self.stream_max_age
-
-        async def stream() -> AsyncIterator[str]:
-            if hub.closing:  # the server is stopping: no new stream
-                yield "retry: 1000\n\n"
-                return
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + max_age
-            # Subscribed before anything is sent: a client that has read the first line is
-            # one close_streams() ends.
-            subscriber = hub.subscribe(key, render)
-            try:
-                # Reconnect a second after the stream ends (its age, a server restart).
-                yield "retry: 1000\n\n"
-                while True:
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        return
-                    try:
-                        html = await asyncio.wait_for(subscriber.get(), min(15.0, remaining))
-                    except asyncio.TimeoutError:
-                        yield ": keep-alive\n\n"  # finds a closed connection
-                        continue
-                    if html == END:  # the server is stopping
-                        return
-                    data = "".join(f"data: {line}\n" for line in html.splitlines())
-                    yield f"event: update\n{data}\n"
-            finally:
-                hub.unsubscribe(subscriber)
-
-        headers = {"x-accel-buffering": "no"}
-        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
     # -- actions --
     async def form(self, request: Request) -> list[tuple[str, str]]:
@@ -569,6 +538,7 @@ def asgi(
             _only(("cancel",), dashboard.workflow_pages.cancel),
             methods=["POST"],
         ),
+        Route("/limits", dashboard.limit_pages.limits, name="limits"),
         Route("/workers", dashboard.workers, name="workers"),
         Route("/schedules", dashboard.schedules, name="schedules"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
