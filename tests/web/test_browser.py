@@ -20,7 +20,7 @@ import pytest
 from pgtasks import App, chain, chord
 from pgtasks.web import asgi
 from tests.support.dashboard_demo import SHOTS, build_scene, demo_data, take_screenshots
-from tests.support.inprocess import Gates, running_worker
+from tests.support.inprocess import DEFAULT_SETTINGS, Gates, running_worker
 from tests.support.population import insert_job
 from tests.support.web import Served
 
@@ -48,6 +48,11 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
+    from playwright.sync_api import expect
+
+    # Live pages render at least every 5 s without a notification: wait past that, and
+    # past a loaded machine's delays.
+    expect.set_options(timeout=15_000)
     context = browser.new_context(viewport={"width": 1100, "height": 720})
     opened = context.new_page()
     opened.set_default_timeout(15_000)
@@ -229,9 +234,10 @@ def test_a_workflow_graph_changes_state_live(
     try:
         page.goto(f"{served.url}/workflows/{workflow.id}")
         expect(page.locator("#live-status")).to_have_text("live")
+        page.evaluate("window.loadedOnce = true")  # gone if the page were loaded again
         expect(node["0.0"]).to_have_attribute("data-status", "pending")
         expect(node["1"]).to_have_attribute("data-status", "waiting")
-        with running_worker(app, queues=["flow"], concurrency=3, poll_interval=app.poll_interval):
+        with running_worker(app, queues=["flow"], **DEFAULT_SETTINGS):
             for step in ("0.0", "0.1", "0.2"):
                 expect(node[step]).to_have_attribute("data-status", "running")
             held[2].set()
@@ -245,6 +251,54 @@ def test_a_workflow_graph_changes_state_live(
             expect(page.locator("#steps-done")).to_contain_text("4/4")
             expect(page.locator("#steps")).to_contain_text("60")
         assert workflow.get(timeout=10) == 60
+        assert page.evaluate("window.loadedOnce") is True
+    finally:
+        gates.open_all()
+
+
+def test_the_limits_page_follows_running_jobs_live(
+    app: App, serve: Callable[..., Served], page: Any
+) -> None:
+    """Default settings: the claims and finishes of a limited task's jobs reach the limits
+    page over its event stream; its running, pending and held counts follow without a
+    reload."""
+    from playwright.sync_api import expect
+
+    gates = Gates()
+    held = [gates() for _ in range(3)]
+
+    @app.task(name="shop.refund", queue="refunds", concurrency=2)
+    def refund(n: int) -> None:
+        held[n].wait(30)
+
+    with app.connection() as conn:  # as the worker of an earlier deploy stored them
+        app.store.upsert_limits(conn, app.limit_definitions())
+    refund.delay_many([{"n": n} for n in range(3)])
+    served = serve(asgi(app))
+    row = page.locator('tr[data-limit="task:shop.refund"]')
+    running, pending, cell_held = (
+        row.locator(f'[data-stat="{stat}"]') for stat in ("running", "pending", "held")
+    )
+    try:
+        page.goto(f"{served.url}/limits")
+        expect(page.locator("#live-status")).to_have_text("live")
+        page.evaluate("window.loadedOnce = true")  # gone if the page were loaded again
+        expect(running).to_have_text("0 of 2")
+        expect(pending).to_have_text("3")
+        with running_worker(app, queues=["refunds"], **DEFAULT_SETTINGS):
+            # Two claimed (the limit's capacity), the third held back.
+            expect(running).to_have_text("2 of 2")
+            expect(pending).to_have_text("1")
+            expect(cell_held).to_have_text("1")
+            held[0].set()  # one ends: the third takes its slot
+            expect(pending).to_have_text("0")
+            expect(cell_held).to_have_text("0")
+            expect(running).to_have_text("2 of 2")
+            held[1].set()
+            expect(running).to_have_text("1 of 2")
+            held[2].set()
+            expect(running).to_have_text("0 of 2")
+        assert page.evaluate("window.loadedOnce") is True
     finally:
         gates.open_all()
 
