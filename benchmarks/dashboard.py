@@ -6,19 +6,20 @@
 
 Pages: 1,000,000 jobs are bulk-inserted with one INSERT … SELECT generate_series into the
 schema ``pgtasks_bench_dashboard`` (90% done over 30 days, 5% failed, 1% cancelled, 4%
-pending of which half due, 20 running, one in 20 running jobs reporting progress, one in
-50 unique, one in 50 limited; 5 queues, 10 task names). One job in 10 is a step of a
-workflow of 5 (20,000 workflows at 1,000,000 jobs, their steps interleaved with the
-other jobs as they were enqueued over the 30 days): chains, groups, chords and a chain
-of a group, 5% failed (the steps after the failed one cancelled), 1% cancelled, the 20
-newest and one in 500 older ones running. Then three large workflows are enqueued
-through the API, the newest: a chord of 1,000 members (half done), a chain of 200 steps
-(half done) and nested chords. Then VACUUM ANALYZE, as autovacuum would leave such a
+pending of which half due, 40 running, one in 20 running jobs reporting progress, one in
+50 unique; 5 queues, 10 task names; limits as workers store them: bench.task_8 per key
+(500 keys), bench.task_6 at a rate, queue q4 and bench.task_9's concurrency, so every
+pending or running job outside a workflow is limited: 30,000 pending, 40 running). One job
+in 10 is a step of a workflow of 5 (20,000 workflows at 1,000,000 jobs, their steps
+interleaved with the other jobs as they were enqueued over the 30 days): chains, groups,
+chords and a chain of a group, 5% failed (the steps after the failed one cancelled), 1%
+cancelled, the 20 newest and one in 500 older ones running. Then three large workflows are
+enqueued through the API, the newest: a chord of 1,000 members (half done), a chain of 200
+steps (half done) and nested chords. Then VACUUM ANALYZE, as autovacuum would leave such a
 table. Each page is requested N times in-process through httpx's ASGI transport (so the
 figure is server time: routing, queries, rendering), in N rounds of every page in turn,
-and p50/p95 are printed; so is each
-live page's re-render (what the event stream pushes). The claim: every page answers in
-<= 50 ms (p95).
+and p50/p95 are printed; so is each live page's re-render (what the event stream pushes).
+The claim: every page answers in <= 50 ms (p95).
 
 Workflow reads (``--workflow-reads``, on by default): the first page of the workflows in
 each finished state as the dashboard reads it (no index finds them: at most
@@ -68,6 +69,7 @@ from benchmarks.__main__ import ROOT, print_setting, resolve_dsn, worker_process
 from pgtasks import App
 from pgtasks._job_filter import parse_job_filter
 from pgtasks.web import asgi
+from pgtasks.web.limit_pages import LimitsQuery
 from pgtasks.web.workflow_pages import WorkflowQuery
 
 PAGES_SCHEMA = "pgtasks_bench_dashboard"
@@ -110,8 +112,13 @@ SELECT 'bench.task_' || (i %% 10),
        CASE WHEN wf.step THEN wf.workflow END,
        CASE WHEN wf.step THEN wf.label END,
        CASE WHEN i %% 50 = 3 THEN 'unique:' || i END,
-       CASE WHEN i %% 50 = 11 THEN ARRAY['key:bench.task_1' || chr(31) || (i %% 7)] END,
-       CASE WHEN i %% 50 = 11 THEN (i %% 7)::text END,
+       -- Limits (LIMITS): bench.task_8 per key (500 keys), bench.task_6 at a rate, queue q4
+       -- (bench.task_4 and bench.task_9), bench.task_9's concurrency.
+       CASE i %% 10 WHEN 8 THEN ARRAY['key:bench.task_8' || chr(31) || 'k' || ((i / 10) %% 500)]
+                    WHEN 6 THEN ARRAY['task:bench.task_6']
+                    WHEN 4 THEN ARRAY['queue:q4']
+                    WHEN 9 THEN ARRAY['queue:q4', 'task:bench.task_9'] END,
+       CASE WHEN i %% 10 = 8 THEN 'k' || ((i / 10) %% 500) END,
        CASE WHEN wf.step THEN wf.prev END,
        CASE WHEN wf.step THEN wf.next END,
        CASE WHEN wf.step AND kind.status = 'waiting' THEN cardinality(wf.prev) ELSE 0 END
@@ -167,7 +174,7 @@ CROSS JOIN LATERAL (
 ) AS wf
 CROSS JOIN LATERAL (
     SELECT CASE WHEN wf.step THEN wf.status
-                WHEN i <= 20 * 100 AND i %% 100 = 99 THEN 'running'
+                WHEN i <= 20 * 100 AND i %% 100 IN (98, 99) THEN 'running'
                 WHEN i %% 100 < 90 THEN 'done'
                 WHEN i %% 100 < 95 THEN 'failed'
                 WHEN i %% 100 = 95 THEN 'cancelled'
@@ -190,6 +197,14 @@ SELECT w,
                    ELSE 'bench.task_7 → [3 x bench.task_7] → bench.task_7' END,
        now() - (%(jobs)s::int - ((w - 1) * 50 + 7)) * interval '30 days' / %(jobs)s::int
 FROM generate_series(1, %(jobs)s::int / 50) AS w
+"""
+#: The limits the populated jobs count in (as workers store them).
+LIMITS = """
+INSERT INTO {schema}.limits (name, concurrency, rate_count, rate_period, burst, tokens)
+VALUES ('key:bench.task_8', 2, NULL, NULL, 1, 1),
+       ('task:bench.task_9', 20, NULL, NULL, 1, 1),
+       ('queue:q4', 50, NULL, NULL, 1, 1),
+       ('task:bench.task_6', NULL, 100, 1, 10, 3)
 """
 WORKFLOWS_SEQUENCE = """
 SELECT setval(pg_get_serial_sequence(%(table)s, 'id'), greatest(1, %(jobs)s::int / 50))
@@ -277,6 +292,7 @@ def populate(dsn: str, app: App, jobs: int, reuse: bool) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL(POPULATE).format(schema=schema), {"jobs": jobs})
         conn.execute(sql.SQL(WORKFLOWS).format(schema=schema), {"jobs": jobs})
+        conn.execute(sql.SQL(LIMITS).format(schema=schema))
         conn.execute(WORKFLOWS_SEQUENCE, {"jobs": jobs, "table": f"{PAGES_SCHEMA}.workflows"})
     large = large_workflows(app)
     inserted = time.perf_counter() - started
@@ -376,6 +392,7 @@ def page_list(dsn: str, jobs: int) -> list[tuple[str, str]]:
     failed_id = newest_id(dsn, "status = 'failed'")
     running_id = newest_id(dsn, "status = 'running' AND meta ? 'pgtasks.progress'")
     step_id = newest_id(dsn, "workflow_id IS NOT NULL")
+    limited_id = newest_id(dsn, "status = 'pending' AND limit_key IS NOT NULL")
     far_back = failed_id - 100_000 if failed_id > 100_000 else failed_id
     flows = workflow_ids(dsn, jobs)
     return [
@@ -406,6 +423,9 @@ def page_list(dsn: str, jobs: int) -> list[tuple[str, str]]:
         (f"/workflows/{flows['nested']}", "workflow page, nested chords"),
         (f"/jobs?workflow={flows['old']}", "jobs of a workflow (filter)"),
         (f"/jobs/{flows['callback']}", "job page, callback of 1,000"),
+        ("/limits", "limits"),
+        ("/limits?kind=key&keys=200", "limits, per key, the 200 busiest keys"),
+        (f"/jobs/{limited_id}", "job page, a limited job"),
         ("/workers", "workers"),
         ("/schedules", "schedules"),
         ("live:/", "live re-render: overview"),
@@ -414,6 +434,7 @@ def page_list(dsn: str, jobs: int) -> list[tuple[str, str]]:
         (f"live:/jobs/{running_id}", "live re-render: job page"),
         ("live:/workers", "live re-render: workers"),
         ("live:/workflows", "live re-render: workflows"),
+        ("live:/limits", "live re-render: limits"),
         (f"live:/workflows/{flows['wide']}", "live re-render: chord of 1,000"),
     ]
 
@@ -432,6 +453,10 @@ def live_render(state: Any, page: str) -> str:
         pages = state.workflow_pages
         context = pages.workflows_context(WorkflowQuery.from_params(dict(parse_qsl(query))))
         return str(state.fragment("_workflows_live.html", "", **context))
+    if path == "/limits":
+        limits = LimitsQuery.from_params(dict(parse_qsl(query)))
+        context = state.limit_pages.limits_context(limits)
+        return str(state.fragment("_limits_live.html", "", **context))
     if path.startswith("/workflows/"):
         context = state.workflow_pages.workflow_context(int(path.rsplit("/", 1)[1]))
         return str(state.fragment("_workflow_live.html", "", **context))

@@ -152,6 +152,13 @@ class WebQueries(StoreBase):
         rows = self._rows(conn, "get_job_page", params)
         return rows[0] if rows else None
 
+    def get_limit_instances(self, conn: psycopg.Connection[Any], *, cap: int) -> list[Row]:
+        """Rows ``inst, running, pending, due`` per limit instance with jobs: every running
+        limited job, the first ``cap`` pending ones in claim order; each row also has
+        ``pending_read``, ``overlimited`` and ``first_overlimited`` (among those read;
+        one row of NULL ``inst`` when no instance has jobs)."""
+        return self._rows(conn, "get_limit_instances", {"cap": cap})
+
     def get_workflow_neighbours(
         self, conn: psycopg.Connection[Any], workflow_id: int, job_ids: list[int]
     ) -> list[Row]:

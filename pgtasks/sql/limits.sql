@@ -141,7 +141,7 @@ ORDER BY name;
 -- Per stored or referenced limit (per-key limits summed over their keys): the running,
 -- pending and due jobs under it, the due ones it holds back now (no room, or no whole
 -- token), and how many keys have jobs. Read without SKIP LOCKED. A pending job under
--- more than 8 instances is left out (no claim takes it; get_limit_anomalies counts it):
+-- more than 8 instances is left out (no claim takes it; `pgtasks doctor` names it):
 -- counted, a row written by hand with 100,000 instances would be 100,000 jobs.
 WITH instances AS (
     SELECT inst,
@@ -212,22 +212,15 @@ FROM ranked
 WHERE rank <= %(per_limit)s
 ORDER BY name, rank;
 
--- name: get_limit_anomalies :one
--- What a limits page marks besides the limits: the pending jobs under more than 8 limit
--- instances (no claim takes them: migration flow_control), the first of them, and the
--- stored limits whose values break the table's checks (written by hand past them; the
--- claim and get_limits clamp them).
-SELECT (SELECT count(*) FROM {schema}.jobs
-        WHERE status = 'pending' AND limit_groups IS NOT NULL
-          AND cardinality(limit_groups) > 8) AS overlimited,
-       (SELECT min(id) FROM {schema}.jobs
-        WHERE status = 'pending' AND limit_groups IS NOT NULL
-          AND cardinality(limit_groups) > 8) AS first_overlimited,
-       (SELECT coalesce(array_agg(name ORDER BY name), ARRAY[]::text[]) FROM {schema}.limits
-        WHERE NOT coalesce(concurrency >= 1, true)
-           OR NOT coalesce(rate_count >= 1, true)
-           OR NOT (rate_period IS NULL OR (rate_period >= 0.001 AND rate_period <= 1e10))
-           OR NOT (burst >= 1 AND burst <= 1e9)
-           OR NOT (tokens >= 0 AND tokens <= 1e9)
-           OR NOT isfinite(refilled_at) OR NOT isfinite(updated_at)
-           OR refilled_at > now() + interval '1 minute') AS bad_values;
+-- name: get_limit_bad_values :one
+-- The stored limits whose values break the table's checks (written by hand past them;
+-- the claim and get_limits clamp them), by name: what a limits page marks.
+SELECT coalesce(array_agg(name ORDER BY name), ARRAY[]::text[]) AS names
+FROM {schema}.limits
+WHERE NOT coalesce(concurrency >= 1, true)
+   OR NOT coalesce(rate_count >= 1, true)
+   OR NOT (rate_period IS NULL OR (rate_period >= 0.001 AND rate_period <= 1e10))
+   OR NOT (burst >= 1 AND burst <= 1e9)
+   OR NOT (tokens >= 0 AND tokens <= 1e9)
+   OR NOT isfinite(refilled_at) OR NOT isfinite(updated_at)
+   OR refilled_at > now() + interval '1 minute';

@@ -272,6 +272,43 @@ CROSS JOIN LATERAL (
 ) AS rendered
 WHERE jobs.id = %(id)s::bigint;
 
+-- name: get_limit_instances :many
+-- What the limits page counts per limit instance (a limit's name, or a per-key limit's
+-- name, chr(31) and a key): the jobs running under it (every running limited job,
+-- through jobs_limited_running_idx) and the pending and due ones among the first
+-- %(cap)s pending limited jobs in claim order (jobs_limited_claim_idx: a page costs the
+-- same however long the backlog), a pending job under more than 8 instances (no claim
+-- takes it) counted apart. Each row also says how many pending jobs were read and how
+-- many of those carry more than 8 instances (the first of them); one row of NULL
+-- instance when none has jobs. Read without SKIP LOCKED.
+WITH pending AS MATERIALIZED (
+    SELECT id, limit_groups, run_at <= now() AS due
+    FROM {schema}.jobs
+    WHERE status = 'pending' AND limit_groups IS NOT NULL
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(cap)s::int
+), pairs AS (
+    SELECT inst, 0 AS running, 1 AS pending, pending.due::int AS due
+    FROM pending, unnest(pending.limit_groups) AS inst
+    WHERE cardinality(pending.limit_groups) <= 8
+    UNION ALL
+    SELECT inst, 1, 0, 0
+    FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
+    WHERE jobs.status = 'running' AND jobs.limit_groups IS NOT NULL
+), counted AS (
+    SELECT inst, sum(running)::bigint AS running, sum(pending)::bigint AS pending,
+           sum(due)::bigint AS due
+    FROM pairs
+    WHERE inst IS NOT NULL
+    GROUP BY inst
+)
+SELECT counted.inst, counted.running, counted.pending, counted.due,
+       (SELECT count(*) FROM pending) AS pending_read,
+       (SELECT count(*) FROM pending WHERE cardinality(limit_groups) > 8) AS overlimited,
+       (SELECT min(id) FROM pending WHERE cardinality(limit_groups) > 8) AS first_overlimited
+FROM (SELECT 1) AS one
+LEFT JOIN counted ON true;
+
 -- name: get_workflow_neighbours :many
 -- The steps a job page links to as its neighbours: the jobs %(ids)s of workflow
 -- %(workflow_id)s (its predecessors and successors), with their step, task and status.

@@ -310,3 +310,34 @@ def test_hostile_limits_rows_render_marked_and_escaped(
     # The live part renders the same rows.
     stream = web.get("/events/limits?kind=bogus")
     assert stream.status_code == 400
+
+
+def test_a_long_backlog_is_counted_up_to_the_next_jobs_in_claim_order_and_says_so(
+    web: Client, app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page counts at most LIMITED_SCAN pending limited jobs (the next a claim takes):
+    past it, pending, due, held and keys are those of the jobs read, marked +; running
+    counts every running job."""
+    from pgtasks.web import limit_reads
+
+    @app.task(name="mail.send", concurrency=1)
+    def send(n: int) -> None: ...
+
+    @app.task(name="sync.user", concurrency_key=lambda user: user, concurrency=1)
+    def sync(user: str) -> None: ...
+
+    store_limits(app)
+    send.delay_many([{"n": n} for n in range(3)])
+    sync.delay_many([{"user": user} for user in ("ann", "bob", "cy", "dee")])
+    assert len(claim(app, 2)) == 2  # mail.send's first job, ann's
+    monkeypatch.setattr(limit_reads, "LIMITED_SCAN", 3)
+    page = web.get("/limits").text
+    assert "More than 3 limited jobs are pending" in text(page)
+    mail = limit_row(page, "task:mail.send")
+    assert (mail["running"], mail["pending"], mail["held"]) == ("1 of 1", "2+", "2+")
+    keyed = limit_row(page, "key:sync.user")
+    assert keyed["running"].startswith("1 over") and keyed["pending"] == "1+"
+    monkeypatch.setattr(limit_reads, "LIMITED_SCAN", 100)
+    page = web.get("/limits").text
+    assert 'id="capped"' not in page
+    assert limit_row(page, "key:sync.user")["pending"] == "3"
