@@ -27,6 +27,11 @@ WORKFLOW_SCAN_JOBS workflow jobs, then "search older workflows"), against the ex
 of ``pgtasks workflows list --status`` (every workflow probed until the page is full),
 on the same table, in alternating rounds; medians.
 
+Limit reads (``--limit-reads``, on by default): the limits page's read (every running
+limited job, the first LIMITED_SCAN pending ones in claim order) against the exact read of
+``pgtasks limits`` (every pending limited job), on the same table, in alternating rounds;
+medians.
+
 Size-capped rows (``--capped``, on by default): the newest 50 jobs carry args, kwargs
 and a result of 1 MiB each (random text: it does not compress) and a 64 KiB error, the
 largest pgtasks stores by default. 8 loads of the jobs list run in parallel; the figures
@@ -259,6 +264,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also compare the workflows list's reads of a finished state",
+    )
+    parser.add_argument(
+        "--limit-reads",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also compare the limits page's read with pgtasks limits' exact read",
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     args = parser.parse_args(argv)
@@ -508,6 +519,54 @@ def page_times(dsn: str, jobs: int, requests: int, reuse: bool) -> list[dict[str
     dashboard.close()
     app.close()
     return results
+
+
+# -- limit reads ----------------------------------------------------------------------------------
+def limit_reads(dsn: str, rounds: int = 7, reads: int = 5) -> None:
+    """The limits page's read (every running limited job, the first LIMITED_SCAN pending
+    ones in claim order) against the exact read of ``pgtasks limits``
+    (``admin.read_limits``: every pending limited job), on the populated table, in
+    alternating rounds; medians."""
+    from pgtasks._app.admin import read_limits
+    from pgtasks.web.limit_reads import LIMITED_SCAN, limits_page
+    from pgtasks.web.reads import DashboardDatabase
+
+    app = App(dsn, schema=PAGES_SCHEMA, pool_max_size=2)
+    database = DashboardDatabase(app, pool_size=2, statement_timeout=30.0)
+    print(
+        f"\nthe limits, as the limits page reads them (every running limited job, the first"
+        f" {LIMITED_SCAN:,} pending ones in claim order) vs the exact read of `pgtasks limits`"
+        f" (every pending limited job) ({rounds} alternating rounds of {reads} reads;"
+        " medians, ms)"
+    )
+
+    def page() -> int:
+        return limits_page(app, database).pending_read
+
+    def exact() -> int:
+        with app.connection() as conn:
+            return sum(state.pending for state in read_limits(app, conn))
+
+    times: dict[str, list[float]] = {"page": [], "exact": []}
+    counted = {"page": page(), "exact": exact()}  # warm
+    for round_number in range(rounds):
+        order = [("page", page), ("exact", exact)]
+        for name, read in order if round_number % 2 == 0 else order[::-1]:
+            started = time.perf_counter()
+            for _ in range(reads):
+                read()
+            times[name].append((time.perf_counter() - started) * 1000 / reads)
+    print(f"{'READ':34} {'MEDIAN MS':>10}  PENDING JOBS COUNTED")
+    print(
+        f"{'the limits page':34} {statistics.median(times['page']):10.1f}"
+        f"  {counted['page']:,} limited jobs read"
+    )
+    print(
+        f"{'pgtasks limits (admin.read_limits)':34} {statistics.median(times['exact']):10.1f}"
+        f"  {counted['exact']:,} job-instance pairs"
+    )
+    database.close()
+    app.close()
 
 
 # -- workflow reads -------------------------------------------------------------------------------
@@ -857,6 +916,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"claim met: every page p95 <= {BUDGET_MS:g} ms" if ok else "claim MISSED")
     if args.workflow_reads:
         workflow_reads(dsn, rounds=1 if args.quick else 7)
+    if args.limit_reads:
+        limit_reads(dsn, rounds=1 if args.quick else 7)
     if args.capped:
         capped_rows(dsn, rows=5 if args.quick else 50, rounds=1 if args.quick else 3)
     return 0

@@ -46,4 +46,5 @@ def test_the_dashboard_benchmark_runs_on_tiny_sizes(dsn: str) -> None:
         assert page in result.stdout
     assert "claim" in result.stdout
     assert "the exact read of `pgtasks workflows list --status`" in result.stdout
+    assert "the exact read of `pgtasks limits`" in result.stdout
     assert "size-capped jobs" in result.stdout and "Python memory peak" in result.stdout
