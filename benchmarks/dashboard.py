@@ -293,7 +293,8 @@ def populate(dsn: str, app: App, jobs: int, reuse: bool) -> None:
             ).fetchone()
             if row and row[0]:
                 count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
-                if count and count[0] == jobs:
+                # The populated jobs and the steps of the large workflows.
+                if count and count[0] == jobs + LARGE_STEPS:
                     print(f"reusing {jobs:,} jobs in schema {PAGES_SCHEMA}")
                     return
     drop(dsn, PAGES_SCHEMA)
@@ -356,7 +357,11 @@ def large_workflows(app: App) -> dict[str, int]:
         conn.execute(sql.SQL(end).format(schema=schema), [members])
         for job in app.get_workflow(deep.id)["jobs"][:100]:
             conn.execute(sql.SQL(end).format(schema=schema), [[job["id"]]])
-    return {"wide": 1001, "deep": 200, "nested": 6}
+    return {"wide": 1001, "deep": 200, "nested": 7}
+
+
+#: The jobs large_workflows enqueues.
+LARGE_STEPS = 1001 + 200 + 7
 
 
 def workflow_ids(dsn: str, jobs: int) -> dict[str, int]:
