@@ -19,7 +19,8 @@
                                     Debian's PostgreSQL 15, PgBouncer (transaction mode) in
                                     front of it and a streaming replica of it, for the tests
                                     that need them; `start` prints the variables to export
-                                    (also in .pgtasks-servers/env)
+                                    (also in .pgtasks-servers/env), and a second cluster
+                                    on 127.0.0.2 (the multi-store tests' other store)
     python3 dev.py test-servers [ARGS...]
                                     start those servers, run the migration-stall test on a
                                     2,000,000-row table, then the pooler and replica tests and
@@ -313,7 +314,11 @@ SERVERS = (
     ("primary", "start", "PGTASKS_TEST_DSN"),
     ("pgbouncer", "start-pgbouncer", "PGTASKS_TEST_PGBOUNCER_DSN"),
     ("replica", "start-replica", "PGTASKS_TEST_REPLICA_DSN"),
+    ("second", "start", "PGTASKS_TEST_SECOND_DSN"),
 )
+#: The second cluster (the multi-store tests' other store): another loopback address and
+#: ports of its own, so that it never meets the primary's.
+SECOND_SERVER = {"PGTASKS_CI_PG_HOST": "127.0.0.2", "PGTASKS_CI_PG_PORT": "54420"}
 #: What `dev.py test-servers` runs through PgBouncer (PGTASKS_TEST_VIA_PGBOUNCER=1), with
 #: the tests of the pooler and the replica themselves.
 SERVER_TESTS = (
@@ -346,8 +351,11 @@ def start_server(name: str, command: str) -> str:
     if command != "start":
         arguments.append(str(SERVERS_DIR / "primary.state"))
     arguments.append(str(state))
+    env = server_environment()
+    if name == "second":
+        env.update(SECOND_SERVER)
     result = subprocess.run(
-        arguments, cwd=ROOT, env=server_environment(), capture_output=True, text=True, check=False
+        arguments, cwd=ROOT, env=env, capture_output=True, text=True, check=False
     )
     lines = result.stdout.strip().splitlines()
     if result.returncode != 0 or not lines or not lines[-1].startswith("DSN="):
@@ -360,7 +368,9 @@ def pgbouncer_installed() -> bool:
     return shutil.which("pgbouncer") is not None or Path("/usr/sbin/pgbouncer").exists()
 
 
-def servers_start(names: Sequence[str] = ("primary", "pgbouncer", "replica")) -> dict[str, str]:
+def servers_start(
+    names: Sequence[str] = ("primary", "pgbouncer", "replica", "second"),
+) -> dict[str, str]:
     """Start the servers named (stopping earlier ones of dev.py first); their variables."""
     if not (PG15_BIN / "initdb").exists():
         raise SetupError(f"no PostgreSQL 15 in {PG15_BIN}: apt-get install postgresql-15")
@@ -429,7 +439,7 @@ def cmd_test_servers(args: Sequence[str]) -> int:
             say(f"running the migration-stall test on {int(STALL_ROWS):,} rows")
             os.environ.update(env, PGTASKS_TEST_MIGRATION_ROWS=STALL_ROWS)
             codes.append(run([python, "-m", "pytest", STALL_TEST, "-q", "-s"]))
-        env.update(servers_start(("pgbouncer", "replica")))
+        env.update(servers_start(("pgbouncer", "replica", "second")))
         os.environ.update(env, PGTASKS_TEST_VIA_PGBOUNCER="1")
         for variable, value in env.items():
             say(f"{variable}={value}")

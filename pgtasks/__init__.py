@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._app.app import App
 from ._app.handle import JobHandle
+from ._app.layout import Store
 from ._app.tasks import Task, TaskOptions
 from ._app.workflows import (
     Chain,
@@ -19,6 +20,7 @@ from ._app.workflows import (
 from ._cron import PeriodicOptions, Schedule
 from ._errors import (
     ConfigurationError,
+    CrossStoreError,
     DatabaseError,
     DatabaseUnavailableError,
     EmbeddedUnavailableError,
@@ -67,6 +69,7 @@ __all__ = [
     "Chain",
     "Chord",
     "ConfigurationError",
+    "CrossStoreError",
     "DatabaseError",
     "DatabaseUnavailableError",
     "Discard",
@@ -100,6 +103,7 @@ __all__ = [
     "SchemaTooNewError",
     "Signature",
     "SoftTimeLimitExceeded",
+    "Store",
     "Task",
     "TaskFailed",
     "TaskOptions",

@@ -9,6 +9,7 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
 
     PgTasksError
     ├── ConfigurationError            bad App/CLI configuration (schema name, DSN, app path)
+    │   ├── CrossStoreError           a workflow, limit or connection= would cross stores
     │   └── EmbeddedUnavailableError  no DSN set and the embedded extra is not installed
     ├── DatabaseError
     │   ├── DatabaseUnavailableError  the server cannot be reached (after bounded retries)
@@ -54,6 +55,12 @@ class PgTasksError(Exception):
 
 class ConfigurationError(PgTasksError):
     """pgtasks is misconfigured."""
+
+
+class CrossStoreError(ConfigurationError):
+    """What was asked would cross two stores of an App (a workflow whose steps route to
+    two stores, a limited task enqueued into another store, ``connection=`` of another
+    store): refused before anything is written."""
 
 
 class EmbeddedUnavailableError(ConfigurationError):

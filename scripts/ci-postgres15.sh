@@ -2,7 +2,8 @@
 # Throwaway PostgreSQL 15 servers for CI (Debian's postgresql-15 binaries and pgbouncer).
 #
 #   scripts/ci-postgres15.sh start [STATE_FILE]
-#       initdb + start a fresh cluster in a new temp dir, listening on 127.0.0.1 only.
+#       initdb + start a fresh cluster in a new temp dir, listening on 127.0.0.1 only
+#       (or on $PGTASKS_CI_PG_HOST).
 #       Progress goes to stderr; stdout ends with the line
 #           DSN=postgresql://<user>@127.0.0.1:<port>/postgres
 #       The data directory path is written to STATE_FILE.
@@ -14,6 +15,9 @@
 #       PgBouncer (Debian's pgbouncer: apt-get install pgbouncer) in front of that cluster:
 #       pool_mode = transaction, 127.0.0.1 and the next free port, trust auth, no startup
 #       option let through (as a default install). stdout ends with DSN=...
+#   scripts/ci-postgres15.sh crash STATE_FILE | restart STATE_FILE | pid STATE_FILE
+#       stop that cluster with pg_ctl stop -m immediate keeping its data directory; start
+#       it again (crash recovery first); print its postmaster's pid.
 #   scripts/ci-postgres15.sh stop [STATE_FILE | DATA_DIR]
 #       stop what a state file names (a cluster, a replica or a PgBouncer) and delete its
 #       temp dir (a no-op when it is already gone).
@@ -29,13 +33,17 @@
 # and its unix socket inside the temp dir.
 #
 # Environment: PG_BIN (default /usr/lib/postgresql/15/bin), PGTASKS_CI_PG_PORT (first port
-# tried, default 54315), PGBOUNCER (default: pgbouncer on PATH, else /usr/sbin/pgbouncer).
+# tried, default 54315), PGTASKS_CI_PG_HOST (the address `start` listens on, default
+# 127.0.0.1; replicas and PgBouncer stay on 127.0.0.1), PGBOUNCER (default: pgbouncer on PATH, else /usr/sbin/pgbouncer).
 # A leftover server of an earlier run of this script on a port it tries is stopped first;
 # a port held by anything else is skipped.
 set -euo pipefail
 
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 FIRST_PORT="${PGTASKS_CI_PG_PORT:-54315}"
+# The address a cluster of cmd_start listens on (127.0.0.2, 127.0.0.3 … are other "hosts"
+# of the loopback network: a second cluster of the multi-store tests).
+HOST="${PGTASKS_CI_PG_HOST:-127.0.0.1}"
 PORT_ATTEMPTS=20
 CI_USER="pgtasks-ci"
 PREFIX="pgtasks-ci-pg15."
@@ -83,9 +91,9 @@ as_user() {
     fi
 }
 
-# Something accepts TCP connections on 127.0.0.1:$1.
+# Something accepts TCP connections on $HOST:$1 (the address cmd_start listens on).
 port_in_use() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+    (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null
 }
 
 # Stop the PgBouncer whose temp dir is $1 and remove that dir.
@@ -188,7 +196,7 @@ cmd_start() {
     cat >>"$datadir/postgresql.conf" <<EOF
 
 # --- added by scripts/ci-postgres15.sh ---
-listen_addresses = '127.0.0.1'
+listen_addresses = '$HOST'
 unix_socket_directories = '$sockdir'
 max_connections = 200
 # The pgtasks doctor tests provoke a prepared transaction.
@@ -225,16 +233,16 @@ EOF
     fi
     echo "port = $port" >>"$datadir/postgresql.conf" # so a plain pg_ctl restart keeps it
 
-    if [[ -x "$PG_BIN/pg_isready" ]] && ! "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$port" -t 30; then
+    if [[ -x "$PG_BIN/pg_isready" ]] && ! "$PG_BIN/pg_isready" -q -h "$HOST" -p "$port" -t 30; then
         cat "$logfile" >&2 || true
         stop_datadir "$datadir" || true
-        die "server started but does not accept connections on 127.0.0.1:$port"
+        die "server started but does not accept connections on $HOST:$port"
     fi
 
     echo "$datadir" >"$state_file"
     log "running: data dir $datadir, log $logfile, state file $state_file"
     echo "STATE_FILE=$state_file"
-    echo "DSN=postgresql://$user@127.0.0.1:$port/postgres"
+    echo "DSN=postgresql://$user@$HOST:$port/postgres"
 }
 
 # The data dir a state file (or a data dir) names.
@@ -418,7 +426,46 @@ cmd_stop() {
     log "stopped"
 }
 
+# A crash of the cluster a state file names: pg_ctl stop -m immediate (no shutdown
+# checkpoint, sessions cut), its data directory kept for `restart`.
+cmd_crash() {
+    local datadir owner
+    datadir="$(read_state "${1:-$DEFAULT_STATE}")"
+    owner="$(stat -c %U "$datadir")"
+    cd /
+    as_user "$owner" "$PG_BIN/pg_ctl" stop -D "$datadir" -m immediate -w >/dev/null
+    log "stopped $datadir (immediate)"
+}
+
+# Start again a cluster `crash` stopped (crash recovery runs first), on its own port.
+cmd_restart() {
+    local datadir owner
+    datadir="$(read_state "${1:-$DEFAULT_STATE}")"
+    owner="$(stat -c %U "$datadir")"
+    cd /
+    as_user "$owner" "$PG_BIN/pg_ctl" start -D "$datadir" -l "$(dirname "$datadir")/postgres.log" \
+        -w -t 120 >/dev/null
+    log "restarted $datadir"
+}
+
+# The postmaster's pid of the cluster a state file names (first line of postmaster.pid).
+cmd_pid() {
+    head -n 1 "$(read_state "${1:-$DEFAULT_STATE}")/postmaster.pid"
+}
+
 case "${1:-}" in
+crash)
+    shift
+    cmd_crash "$@"
+    ;;
+restart)
+    shift
+    cmd_restart "$@"
+    ;;
+pid)
+    shift
+    cmd_pid "$@"
+    ;;
 start)
     shift
     cmd_start "$@"
@@ -437,7 +484,8 @@ stop)
     ;;
 *)
     echo "usage: $0 start [STATE_FILE] | start-replica PRIMARY_STATE [STATE_FILE]" \
-        "| start-pgbouncer PRIMARY_STATE [STATE_FILE] | stop [STATE_FILE|DATA_DIR]" >&2
+        "| start-pgbouncer PRIMARY_STATE [STATE_FILE] | stop [STATE_FILE|DATA_DIR]" \
+        "| crash STATE_FILE | restart STATE_FILE | pid STATE_FILE" >&2
     exit 2
     ;;
 esac

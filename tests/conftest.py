@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtasks import App
+from pgtasks import App, Store
 from pgtasks._embedded import embedded_dsn
 from tests.support.environment import ROOT, forget_connection_environment
 from tests.support.schemas import SchemaAdmin, new_schema_name
@@ -98,3 +98,48 @@ def make_app(
 def app(make_app: Callable[..., App]) -> App:
     """A migrated App in a fresh schema."""
     return make_app()
+
+
+@pytest.fixture
+def make_stores_app(dsn: str, schema_admin: SchemaAdmin) -> Iterator[Callable[..., App]]:
+    """Build Apps of several stores, each store a fresh migrated schema of the test server
+    (``dsns``: a store's DSN when not the test server's, its schema made by migrate);
+    ``app.migrate()`` numbers them. Schemas dropped afterwards."""
+    made: list[tuple[App, dict[str, str]]] = []
+
+    def factory(
+        names: tuple[str, ...] = ("default", "bulk"),
+        *,
+        routes: dict[str, str] | None = None,
+        dsns: dict[str, str] | None = None,
+        numbers: dict[str, int] | None = None,
+        migrate: bool = True,
+        **options: Any,
+    ) -> App:
+        schemas = {name: new_schema_name() for name in names}
+        stores = {}
+        for name, schema in schemas.items():
+            store_dsn = (dsns or {}).get(name, dsn)
+            if store_dsn == dsn and migrate:
+                schema_admin.create_migrated(schema)
+            stores[name] = Store(store_dsn, schema=schema, number=(numbers or {}).get(name))
+        options.setdefault("connect_timeout", 3.0)
+        app = App(stores=stores, routes=routes or {}, **options)
+        made.append((app, {name: (dsns or {}).get(name, dsn) for name in names}))
+        app.schemas = schemas  # type: ignore[attr-defined]
+        if migrate:
+            app.migrate()
+        return app
+
+    yield factory
+    for app, dsns in made:
+        app.close()
+        for name, schema in app.schemas.items():  # type: ignore[attr-defined]
+            if dsns[name] == dsn:
+                schema_admin.drop(schema)
+            else:  # elsewhere: gone with its database, or dropped here
+                try:
+                    with psycopg.connect(dsns[name], autocommit=True) as conn:
+                        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+                except psycopg.OperationalError:
+                    pass

@@ -2,6 +2,10 @@
 -- Regenerate with: python3 scripts/dump-schema
 column counters.name text NOT NULL
 column counters.value bigint NOT NULL
+column instance.singleton boolean NOT NULL DEFAULT true
+column instance.store_no integer NOT NULL DEFAULT 0
+column instance.uid uuid NOT NULL DEFAULT gen_random_uuid()
+column instance.created_at timestamp with time zone NOT NULL DEFAULT now()
 column jobs.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
 column jobs.task_name text NOT NULL
 column jobs.queue text NOT NULL
@@ -88,6 +92,9 @@ column workflows.created_at timestamp with time zone NOT NULL DEFAULT now()
 column workflows.on_error jsonb
 column workflows.error_job_id bigint
 column workflows.shape text
+constraint instance.instance_pkey PRIMARY KEY (singleton)
+constraint instance.instance_singleton_check CHECK (singleton)
+constraint instance.instance_store_no_check CHECK (((store_no >= 0) AND (store_no <= 32766)))
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
 constraint jobs.jobs_limit_groups_check CHECK (((limit_groups IS NULL) OR (cardinality(limit_groups) <= 8))) NOT VALID
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
@@ -116,6 +123,7 @@ constraint workflow_incidents.workflow_incidents_kind_check CHECK ((kind = ANY (
 constraint workflow_incidents.workflow_incidents_pkey PRIMARY KEY (id)
 constraint workflows.workflows_kind_check CHECK ((kind = ANY (ARRAY['chain'::text, 'group'::text, 'chord'::text])))
 constraint workflows.workflows_pkey PRIMARY KEY (id)
+index CREATE UNIQUE INDEX instance_pkey ON {schema}.instance USING btree (singleton)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
 index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)

@@ -80,11 +80,22 @@ def own_database(dsn: str) -> Iterator[str]:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
-def test_benchmark_runs_end_to_end_with_the_installed_peers(dsn: str, tmp_path: Path) -> None:
+def test_benchmark_runs_end_to_end_with_the_installed_peers(
+    own_database: str, tmp_path: Path
+) -> None:
     output = tmp_path / "bench.json"
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--dsn", dsn, "--json", str(output)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--quick",
+            "--dsn",
+            own_database,
+            "--json",
+            str(output),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -127,7 +138,8 @@ def test_a_peer_that_is_not_installed_is_named_with_the_extra_to_install(
     import argparse
 
     import benchmarks.peers
-    from benchmarks.__main__ import Figure, run_peers
+    from benchmarks.figures import Figure
+    from benchmarks.side_by_side import run_peers
 
     missing = Peer("NoSuchQueue", "1.0", "no_such_queue_library", "benchmarks.peers.nothing")
     monkeypatch.setattr(benchmarks.peers, "PEERS", (missing,))
@@ -174,12 +186,12 @@ def test_bloat_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> N
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(300)
-def test_in_process_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
+def test_in_process_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> None:
     output = tmp_path / "in-process.json"
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks", "--in-process", "--quick"),
-            *("--concurrency", "10", "--dsn", dsn, "--json", str(output)),
+            *("--concurrency", "10", "--dsn", own_database, "--json", str(output)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -215,12 +227,14 @@ def test_in_process_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
-def test_enqueue_benchmark_prints_each_ratio_with_its_reference(dsn: str, tmp_path: Path) -> None:
+def test_enqueue_benchmark_prints_each_ratio_with_its_reference(
+    own_database: str, tmp_path: Path
+) -> None:
     output = tmp_path / "enqueue.json"
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks", "--enqueue", "--quick"),
-            *("--dsn", dsn, "--json", str(output)),
+            *("--dsn", own_database, "--json", str(output)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -252,13 +266,13 @@ def test_enqueue_benchmark_prints_each_ratio_with_its_reference(dsn: str, tmp_pa
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
 def test_counters_benchmark_compares_with_and_without_the_counters(
-    dsn: str, tmp_path: Path
+    own_database: str, tmp_path: Path
 ) -> None:
     output = tmp_path / "counters.json"
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks", "--counters", "--quick"),
-            *("--dsn", dsn, "--json", str(output)),
+            *("--dsn", own_database, "--json", str(output)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -279,12 +293,12 @@ def test_counters_benchmark_compares_with_and_without_the_counters(
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(300)
-def test_limits_benchmark_runs_end_to_end(dsn: str, tmp_path: Path) -> None:
+def test_limits_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> None:
     output = tmp_path / "limits.json"
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks", "--limits", "--quick"),
-            *("--dsn", dsn, "--json", str(output), "--baseline", str(ROOT)),
+            *("--dsn", own_database, "--json", str(output), "--baseline", str(ROOT)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -366,11 +380,11 @@ def test_processing_ab_benchmark_compares_two_checkouts(own_database: str) -> No
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_claim_sql_ab_benchmark_compares_the_statements_of_two_checkouts(dsn: str) -> None:
+def test_claim_sql_ab_benchmark_compares_the_statements_of_two_checkouts(own_database: str) -> None:
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks.claim_sql_ab", "--baseline", str(ROOT)),
-            *("--jobs", "400", "--batch", "16", "--runs", "1", "--dsn", dsn),
+            *("--jobs", "400", "--batch", "16", "--runs", "1", "--dsn", own_database),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -386,11 +400,11 @@ def test_claim_sql_ab_benchmark_compares_the_statements_of_two_checkouts(dsn: st
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
-def test_unique_overhead_benchmark_runs_end_to_end(dsn: str) -> None:
+def test_unique_overhead_benchmark_runs_end_to_end(own_database: str) -> None:
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks.unique_overhead"),
-            *("--jobs", "200", "--runs", "1", "--dsn", dsn),
+            *("--jobs", "200", "--runs", "1", "--dsn", own_database),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -407,13 +421,13 @@ def test_unique_overhead_benchmark_runs_end_to_end(dsn: str) -> None:
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
 def test_workflow_races_benchmark_counts_no_stuck_nor_doubled_callback(
-    dsn: str, tmp_path: Path
+    own_database: str, tmp_path: Path
 ) -> None:
     output = tmp_path / "races.json"
     result = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks", "--workflow-races", "--quick"),
-            *("--no-reference", "--dsn", dsn, "--json", str(output)),
+            *("--no-reference", "--dsn", own_database, "--json", str(output)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -425,3 +439,31 @@ def test_workflow_races_benchmark_counts_no_stuck_nor_doubled_callback(
     (row,) = json.loads(output.read_text())["results"]
     assert row["trigger"] == "current" and row["callbacks"] == 100
     assert (row["stuck"], row["doubled"], row["wrong"], row["healed"]) == (0, 0, 0, 0)
+
+
+def test_scaleout_benchmark_runs_end_to_end(tmp_path: Path) -> None:
+    from benchmarks.clusters import pg15_available
+
+    if not pg15_available():
+        pytest.skip("Debian's PostgreSQL 15 is not installed (apt-get install postgresql-15)")
+    output = tmp_path / "scaleout.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--scaleout", "--quick", "--json", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report: dict[str, Any] = json.loads(output.read_text())
+    modes = ["uncapped"] + (["capped"] if "capped" in report else [])
+    if "capped" not in report:
+        assert "cgroups are read-only here" in result.stdout
+    for mode in modes:
+        rows = report[mode]
+        assert [row["stores"] for row in rows] == [1, 2, 3]
+        assert all(row["lost"] == 0 and row["duplicates"] == 0 for row in rows)
+        assert all(min(row["throughput"]) > 0 for row in rows)
+    producer = report["producer_us_per_delay"]
+    assert min(producer["one_store"]) > 0 and min(producer["three_stores"]) > 0

@@ -16,6 +16,7 @@ on the app's replica when it has one (``Database.read``).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,11 +25,19 @@ import psycopg
 from psycopg.errors import UniqueViolation
 
 from .._counters import every_counter
-from .._errors import DatabaseError, JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError
+from .._errors import (
+    ConfigurationError,
+    DatabaseError,
+    JobNotFoundError,
+    UniqueKeyTakenError,
+    WorkflowProtectedError,
+)
 from .._job_filter import JobFilter
 from .._limits import LimitState, describe_limit, limit_states
 from .._operations import RETRYABLE, QueueStats, Stats, WorkerInfo
+from .._payload import check_name
 from .._queues import QueueState, queue_states
+from .routing import for_id
 
 if TYPE_CHECKING:
     from .app import App
@@ -172,6 +181,7 @@ def retry_job(app: App, job_id: int) -> RetryResult:
     """Retry one failed or cancelled job (RETRY_RULE) and wake its queue's workers;
     JobNotFoundError when it does not exist.
     """
+    app = for_id(app, job_id)  # the store that issued the id
 
     def retry(conn: psycopg.Connection[Any]) -> Any:
         row = app.store.retry_job(conn, job_id)
@@ -352,6 +362,7 @@ def delete_finished_job(app: App, job_id: int) -> tuple[bool, str]:
     WorkflowProtectedError for a job of a workflow that has not finished (its later steps
     read this job's result, its handle returns it).
     """
+    app = for_id(app, job_id)  # the store that issued the id
     row = app.database.run(lambda conn: app.store.delete_finished_job(conn, job_id))
     if row is None:
         raise _missing(job_id)
@@ -394,3 +405,64 @@ def purge_jobs(app: App, queue: str | None, task_name: str | None, max_id: int) 
         ),
     )
     return len(rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueMove:
+    """How a ``queues move`` ended: ``left`` unfinished jobs of the queue in the source
+    store (0: drained, and the queue resumed in the target store)."""
+
+    queue: str
+    source: str
+    target: str
+    left: int
+
+    @property
+    def done(self) -> bool:
+        return self.left == 0
+
+
+def unfinished_in(app: App, queue: str) -> int:
+    """Waiting, pending and running jobs of ``queue`` in ``app``'s store."""
+    rows = app.database.run(app.store.count_stranded_jobs)
+    return sum(int(row["jobs"]) for row in rows if row["queue"] == queue)
+
+
+def move_queue(
+    app: App,
+    queue: str,
+    target: str,
+    *,
+    source: str | None = None,
+    timeout: float = 600.0,
+    poll: float = 1.0,
+    waiting: Callable[[int], None] | None = None,
+) -> QueueMove:
+    """Move ``queue`` from store ``source`` (default: where it routes now) to ``target``:
+    pause it in ``target`` (jobs enqueued there once the route is switched wait, so none
+    overtakes an older one), wait until ``source`` holds none of its jobs (its workers
+    run them; the producers' route is switched meanwhile), then resume it in ``target``.
+    ``waiting(left)`` is told the count while it waits. After ``timeout`` seconds: the
+    count left, the queue still paused in ``target`` (run it again to keep waiting)."""
+    check_name("queue", queue)
+    app.stores.layout.check_store(target)
+    source = source if source is not None else app.store_of_queue(queue)
+    app.stores.layout.check_store(source)
+    if source == target:
+        raise ConfigurationError(
+            f"queue {queue!r} routes to store {target!r} already: name the store it"
+            " leaves with --from"
+        )
+    to_app, from_app = app.for_store(target), app.for_store(source)
+    to_app.pause_queue(queue)
+    deadline = time.monotonic() + timeout
+    while True:
+        left = unfinished_in(from_app, queue)
+        if left == 0:
+            to_app.resume_queue(queue)
+            return QueueMove(queue, source, target, 0)
+        if time.monotonic() >= deadline:
+            return QueueMove(queue, source, target, left)
+        if waiting is not None:
+            waiting(left)
+        time.sleep(min(poll, max(deadline - time.monotonic(), 0.0)))

@@ -21,26 +21,26 @@ from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
 from .._errors import (
     ConfigurationError,
-    JobNotFoundError,
-    TaskRegistrationError,
     UnknownTaskError,
 )
 from .._instrumentation import Instrumentation
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._limits import LimitDefinition
-from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name, encode_meta
+from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
 from .._store.database import Database
 from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
-from .._store.store import Store
+from .._store.store import Store as Statements
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from ..sql import Migration
-from . import enqueue
+from . import enqueue, routing
 from .handle import JobHandle
+from .layout import DEFAULT_STORE, Store
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
-from .schedules import build_schedule
+from .schedules import add_schedule, build_schedule
 from .settings import AppSettings, FromSettings
-from .tasks import Task, TaskSettings
+from .stores import Stores
+from .tasks import Task, TaskSettings, register_task
 from .workflow_admin import describe_workflow
 from .workflows import Signature
 
@@ -60,7 +60,7 @@ _inherited: list[object] = []
 def _forget_inherited_listeners() -> None:
     """``os.fork()`` hook (child side): the parent's result listener is not the child's
     (the pools are let go of by the Database's own hook)."""
-    for app in list(_apps):
+    for app in [each for root in list(_apps) for each in (root, *root.views.values())]:
         if app._results is not None:
             _inherited.append(app._results)
         app._lock = threading.Lock()  # another thread may have held it during the fork
@@ -87,6 +87,10 @@ class App:
     before 1.21 cannot hold them). ``replica_dsn`` (or ``PGTASKS_REPLICA_DSN``): a
     streaming replica for the dashboard, ``pgtasks stats``, ``pgtasks jobs list`` and
     metrics; never for reads of the app's own writes. See docs/howto/deployment.md.
+
+    Several databases: ``stores={"default": dsn, "bulk": Store(dsn2)}`` and
+    ``routes={"emails": "bulk"}`` (unrouted queues go to "default"; or PGTASKS_STORES
+    and PGTASKS_ROUTES); see docs/howto/scaling.md.
     """
 
     default_queue: FromSettings[str] = FromSettings()
@@ -135,10 +139,14 @@ class App:
         prune_interval: float = 60.0,
         heal_interval: float = 30.0,
         eager: bool = False,
+        stores: Mapping[str, str | Store] | None = None,
+        routes: Mapping[str, str] | None = None,
     ) -> None:
         #: The App's configuration, validated once (every keyword above).
         self.settings = AppSettings.resolve(
             dsn,
+            stores=stores,
+            routes=routes,
             session_dsn=session_dsn,
             replica_dsn=replica_dsn,
             pooled=pooled,
@@ -175,6 +183,13 @@ class App:
         #: Connections: the DSN, pools, schema check and retried operations; its Store
         #: holds every statement, rendered for the schema.
         self.database = Database(self.settings.database, self.settings.pools)
+        #: Its stores (one Database each, this one's "default") and the routes of queues.
+        self.stores = Stores(self.settings.store_layout, self.settings.pools, self.database)
+        #: The store this App serves (an App of one store of several: app.for_store()).
+        self.store_name = DEFAULT_STORE
+        #: The App of each store (``for_store``) of an App of several.
+        self.views: dict[str, App] = {}
+        self.root = self
         self._eager: contextvars.ContextVar[bool] = contextvars.ContextVar(
             f"pgtasks_eager_{id(self)}", default=self.settings.eager
         )
@@ -186,7 +201,17 @@ class App:
         _apps.add(self)
 
     def __repr__(self) -> str:
-        return f"<App schema={self.schema} tasks={len(self.tasks)}>"
+        where = "" if self.stores.single else f" store={self.store_name}"
+        return f"<App schema={self.schema}{where} tasks={len(self.tasks)}>"
+
+    def for_store(self, name: str) -> App:
+        """This App as seen from store ``name``: the same tasks and options, its database
+        that store's (what a Worker, Beat and the operations of one store are given)."""
+        return routing.for_store(self, name)
+
+    def store_of_queue(self, queue: str) -> str:
+        """The name of the store ``queue`` routes to."""
+        return self.stores.store_of_queue(queue)
 
     # -- configuration --
     @property
@@ -225,17 +250,7 @@ class App:
         """Register a function as a task: ``@app.task`` or ``@app.task(queue=..., ...)``."""
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
-            if isinstance(function, Task):
-                raise TaskRegistrationError(f"{function!r} is already a task")
-            task: Task[Any, Any] = Task(self, function, bind=bind, **options)
-            with self._lock:
-                if task.name in self.tasks:
-                    raise TaskRegistrationError(
-                        f"a task named {task.name!r} is already registered; pass name= to"
-                        " register another function under a different name"
-                    )
-                self.tasks[task.name] = task
-            return task
+            return register_task(self, function, bind=bind, options=options)
 
         if len(functions) > 1:
             raise TypeError("@app.task takes one function")
@@ -297,15 +312,7 @@ class App:
         self, task: Task[Any, Any] | str, **options: Unpack[PeriodicOptions]
     ) -> Schedule:
         """Declare a schedule for a registered task (or task name) at run time."""
-        schedule = build_schedule(self, task, **options)
-        with self._lock:
-            if schedule.name in self.schedules:
-                raise TaskRegistrationError(
-                    f"a schedule named {schedule.name!r} already exists; pass name= to"
-                    " declare another schedule of the same task and expression"
-                )
-            self.schedules[schedule.name] = schedule
-        return schedule
+        return add_schedule(self, build_schedule(self, task, **options))
 
     # -- database --
     @contextmanager
@@ -332,7 +339,10 @@ class App:
         again, for up to ``lock_retry_for`` seconds: MigrationLockError after that), large
         backfills go in batches. Runs on the session connection (``session_dsn``).
         """
-        return self.database.migrate(lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+        options = {"lock_timeout": lock_timeout, "lock_retry_for": lock_retry_for}
+        if self is self.root:  # every store, then each numbered (a store's App: its own)
+            return self.stores.migrate(**options)
+        return self.database.migrate(**options)
 
     def migration_plan(
         self,
@@ -347,10 +357,12 @@ class App:
         )
 
     def check_schema(self) -> None:
-        """Raise SchemaNotMigratedError / SchemaTooNewError unless the schema is current."""
+        """Raise SchemaNotMigratedError / SchemaTooNewError unless the schema is current
+        (and, for an App of several stores, ConfigurationError for two of one number)."""
         self.database.schema_checked = False
         with self.database.connection():
             pass
+        self.stores.check()  # of several stores: none with another's number or uid
 
     @property
     def schema(self) -> str:
@@ -358,7 +370,7 @@ class App:
         return self.database.store.schema
 
     @property
-    def store(self) -> Store:
+    def store(self) -> Statements:
         """Every statement pgtasks runs, rendered for this App's schema."""
         return self.database.store
 
@@ -391,9 +403,7 @@ class App:
 
     def restore_database(self, database: Database) -> None:
         """Switch back to a Database that :meth:`use_database` returned (pools closed)."""
-        self.close()
-        self.database = database
-        self.settings = dataclasses.replace(self.settings, database=database.settings)
+        routing.restore_database(self, database)
 
     # -- enqueue --
     def insert_specs(
@@ -438,32 +448,22 @@ class App:
 
     # -- jobs --
     def get_job(self, job_id: int) -> JobHandle[Any]:
-        """A handle for an existing job; JobNotFoundError when there is none."""
-        if self.database.run(lambda conn: self.store.get_job_status(conn, job_id)) is None:
-            raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
-        return JobHandle(self, job_id)
+        """A handle for an existing job (in the store its id names); JobNotFoundError
+        when there is none."""
+        return routing.get_job(self, job_id)
 
     async def aget_job(self, job_id: int) -> JobHandle[Any]:
-        status = await self.database.arun(lambda conn: self.store.aget_job_status(conn, job_id))
-        if status is None:
-            raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
-        return JobHandle(self, job_id)
+        return await routing.aget_job(self, job_id)
 
     def cancel(self, job_id: int) -> CancelResult:
         """Cancel a job: pending → cancelled (never runs); running → flagged, its worker is
         told, and it ends cancelled (async tasks get CancelledError, bound sync tasks see
         ``ctx.cancelled()``); finished → nothing changes (``outcome == "already_finished"``).
         """
-        row = self.database.run(lambda conn: self.store.cancel_job(conn, job_id))
-        if row is None:
-            raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
-        return CancelResult.from_row(job_id, row)
+        return routing.cancel(self, job_id)
 
     async def acancel(self, job_id: int) -> CancelResult:
-        row = await self.database.arun(lambda conn: self.store.acancel_job(conn, job_id))
-        if row is None:
-            raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
-        return CancelResult.from_row(job_id, row)
+        return await routing.acancel(self, job_id)
 
     def update_job_meta(
         self, job_id: int, *, worker_id: int, attempt: int, patch: Mapping[str, Any]
@@ -471,15 +471,8 @@ class App:
         """Merge ``patch`` into a running job's meta under its lease (worker_id, attempt):
         one fenced UPDATE. False when the lease is lost (nothing written); an empty patch
         writes nothing. JobContext.update_meta and set_progress write through it."""
-        patch_json = encode_meta(
-            "meta update", patch, max_bytes=self.max_payload_bytes, internal=True
-        )
-        if patch_json is None:
-            return True
-        return self.database.run(
-            lambda conn: self.store.update_job_meta(
-                conn, job_id=job_id, worker_id=worker_id, attempt=attempt, patch_json=patch_json
-            )
+        return routing.update_job_meta(
+            self, job_id, worker_id=worker_id, attempt=attempt, patch=patch
         )
 
     # -- workflows --
@@ -492,7 +485,8 @@ class App:
         """Cancel what has not run of a workflow (running jobs are asked to stop); the
         number of jobs cancelled or asked to stop."""
         self.get_workflow(workflow_id)  # WorkflowNotFoundError
-        rows = self.database.run(lambda conn: self.store.cancel_workflow(conn, workflow_id))
+        owner = routing.for_id(self, workflow_id)
+        rows = owner.database.run(lambda conn: owner.store.cancel_workflow(conn, workflow_id))
         return len(rows)
 
     def signature(
@@ -515,12 +509,10 @@ class App:
 
     def get_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
         """Snapshots of the jobs with these ids, in id order (missing ids are skipped)."""
-        ids = list(job_ids)
-        return self.database.run(lambda conn: self.store.get_jobs(conn, ids))
+        return routing.get_jobs(self, job_ids)
 
     async def aget_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
-        ids = list(job_ids)
-        return await self.database.arun(lambda conn: self.store.aget_jobs(conn, ids))
+        return await routing.aget_jobs(self, job_ids)
 
     # -- queues --
     def queue(
@@ -539,29 +531,28 @@ class App:
         return queue
 
     def limit_definitions(self) -> list[LimitDefinition]:
-        """Every concurrency and rate limit this app declares (tasks and queues)."""
-        return app_definitions(
-            (task.limits for task in self.tasks.values()), self.queue_limits.values()
-        )
+        """Every concurrency and rate limit this app declares (tasks and queues); the App
+        of one store of several (a worker's): those that store holds (routing.held)."""
+        tasks, queues = routing.held(self)
+        return app_definitions((task.limits for task in tasks), queues)
 
     def pause_queue(self, queue: str) -> bool:
         """Pause ``queue`` for every worker: none claims its jobs from at most one poll
         interval on. Jobs already running finish; enqueuing goes on. Persistent until
         :meth:`resume_queue`. Returns False when the queue was paused already.
         """
-        name = check_name("queue", queue)
-        return self.database.run(lambda conn: self.store.pause_queue(conn, name))
+        name, owner = check_name("queue", queue), routing.for_queue(self, queue)
+        return owner.database.run(lambda conn: owner.store.pause_queue(conn, name))
 
     def resume_queue(self, queue: str) -> bool:
         """Resume a paused queue (its workers are woken and claim at once). Returns False
         when the queue was not paused."""
-        name = check_name("queue", queue)
-        return self.database.run(lambda conn: self.store.resume_queue(conn, name))
+        name, owner = check_name("queue", queue), routing.for_queue(self, queue)
+        return owner.database.run(lambda conn: owner.store.resume_queue(conn, name))
 
     def paused_queues(self) -> list[str]:
         """The paused queues, by name."""
-        rows = self.database.run(self.store.get_paused_queues)
-        return [row["queue"] for row in rows]
+        return routing.paused_queues(self)
 
     # -- lifetime --
     def close(self) -> None:
@@ -570,10 +561,15 @@ class App:
         results, self._results = self._results, None
         if results is not None and self._results_pid == os.getpid():
             results.close()
-        self.database.close()
+        if self is not self.root:
+            self.database.close()
+            return
+        for view in list(self.views.values()):
+            view.close()
+        self.stores.close()
 
     async def aclose(self) -> None:
-        await self.database.aclose()
+        await (self.stores.aclose() if self is self.root else self.database.aclose())
         self.close()
 
     def __enter__(self) -> Self:

@@ -554,6 +554,7 @@ def diagnose(
         ),
         check_pooler(app, store.get_session_defaults(conn)),
         *([replica] if replica is not None else []),
+        *([] if app.stores.single else [check_stranded(app, store.count_stranded_jobs(conn))]),
     ]
     try:
         problems = store.get_limit_problems(conn)
@@ -563,6 +564,29 @@ def diagnose(
         declared = [definition.name for definition in app.limit_definitions()]
         findings += check_limits(problems, declared)
     return findings
+
+
+def check_stranded(app: App, rows: Sequence[Row]) -> Finding:
+    """Unfinished jobs of queues that route to another store now (a route changed before
+    the queue drained): no worker of their queue's store sees them."""
+    stranded = [
+        (row["queue"], int(row["jobs"]), app.store_of_queue(row["queue"]))
+        for row in rows
+        if app.store_of_queue(row["queue"]) != app.store_name
+    ]
+    if not stranded:
+        return Finding("stranded jobs", "ok", "every unfinished job's queue routes here")
+    total = sum(jobs for _, jobs, _ in stranded)
+    listed = ", ".join(f"{queue} ({jobs}, routed to {to})" for queue, jobs, to in stranded)
+    return Finding(
+        "stranded jobs",
+        "warning",
+        f"{total} unfinished job(s) in store {app.store_name!r} whose queue routes to"
+        f" another store now: {listed}",
+        f"run `pgtasks worker --store {app.store_name}` (it claims every queue of its"
+        " store) until they finish, or route the queue back; move queues with"
+        " `pgtasks queues move QUEUE --to STORE`",
+    )
 
 
 def exit_code(findings: list[Finding]) -> int:

@@ -11,6 +11,7 @@ import psycopg
 
 from .._counters import ENQUEUES_DEDUPLICATED
 from .._jobs import InsertedJob, JobSpec
+from . import routing
 from .eager import arun_eagerly, run_eagerly
 from .handle import JobHandle
 
@@ -33,6 +34,8 @@ def enqueue_many(
         return []
     if app.is_eager:
         return run_eagerly(app, specs)
+    if not app.stores.single:  # the store of the jobs' queues (one, or an error)
+        app = routing.for_specs(app, specs, connection)
     if connection is not None:
         app.database.check_schema(connection)
         return handles(app, app.insert_specs(connection, specs))
@@ -44,6 +47,8 @@ def enqueue(app: App, spec: JobSpec, connection: psycopg.Connection[Any] | None)
         return run_eagerly(app, [spec])[0]
     if app.instrumentation is not None:
         return enqueue_many(app, [spec], connection)[0]
+    if not app.stores.single:
+        app = routing.for_specs(app, [spec], connection)
     if connection is not None:
         app.database.check_schema(connection)
         job = app.store.insert_job(connection, spec)
@@ -59,6 +64,8 @@ async def aenqueue_many(
         return []
     if app.is_eager:
         return await arun_eagerly(app, specs)
+    if not app.stores.single:
+        app = await routing.afor_specs(app, specs, connection)
     if connection is not None:
         await app.database.acheck_schema(connection)
         return handles(app, await app.ainsert_specs(connection, specs))
@@ -72,6 +79,8 @@ async def aenqueue(
         return (await arun_eagerly(app, [spec]))[0]
     if app.instrumentation is not None:
         return (await aenqueue_many(app, [spec], connection))[0]
+    if not app.stores.single:
+        app = await routing.afor_specs(app, [spec], connection)
     if connection is not None:
         await app.database.acheck_schema(connection)
         job = await app.store.ainsert_job(connection, spec)

@@ -18,6 +18,7 @@ from .._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from .._store.db import DatabaseSettings, PoolSettings
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from .._validation import positive_seconds, whole_number
+from .layout import DEFAULT_STORE, Store, StoreLayout
 
 T = TypeVar("T")
 
@@ -36,9 +37,12 @@ _INTERVALS = (
 class AppSettings:
     """What an App is configured with (see :class:`pgtasks.App` for each option).
 
-    ``database``: where its store's connections go; ``pools``: its connection pools. The
-    worker timings (lease, heartbeat, rescue, poll) are the defaults of its workers;
-    retention of finished jobs is in seconds (None: never pruned).
+    ``database``: where its store's connections go (an App of several stores: the
+    default one; an App of one of them, ``app.for_store(name)``: that one); ``layout``:
+    its stores and the routes of its queues (None: ``database`` alone; ``store_layout``
+    is the one in force either way); ``pools``: its connection pools. The worker timings
+    (lease, heartbeat, rescue, poll) are the defaults of its workers; retention of
+    finished jobs is in seconds (None: never pruned).
     """
 
     database: DatabaseSettings
@@ -57,6 +61,16 @@ class AppSettings:
     prune_interval: float = 60.0
     heal_interval: float = 30.0
     eager: bool = False
+    layout: StoreLayout | None = None
+    #: The store an App of one of its stores serves (app.for_store(name)); None: all.
+    store: str | None = None
+
+    @property
+    def store_layout(self) -> StoreLayout:
+        """The stores and routes in force: ``layout``, or ``database`` alone."""
+        if self.layout is not None:
+            return self.layout
+        return StoreLayout({DEFAULT_STORE: self.database})
 
     def __post_init__(self) -> None:
         if not isinstance(self.default_queue, str) or not self.default_queue:
@@ -101,10 +115,14 @@ class AppSettings:
         connect_timeout: float = 5.0,
         connect_attempts: int = 3,
         environ: Mapping[str, str] | None = None,
+        stores: Mapping[str, str | Store] | None = None,
+        routes: Mapping[str, str] | None = None,
         **options: Any,
     ) -> AppSettings:
         """The settings of ``App(...)``'s keywords (``options``: the fields of the same
-        name), the environment filling in the connections (PGTASKS_DSN, …)."""
+        name), the environment filling in the connections (PGTASKS_DSN, …) and the
+        stores (PGTASKS_STORES, PGTASKS_ROUTES; see layout.py)."""
+        environ = os.environ if environ is None else environ
         database = DatabaseSettings.resolve(
             dsn,
             schema=schema,
@@ -116,7 +134,8 @@ class AppSettings:
             environ=environ,
         )
         pools = PoolSettings(pool_min_size, pool_max_size, connect_timeout, connect_attempts)
-        return cls(database, pools, **options)
+        layout = StoreLayout.resolve(database, stores, routes, dsn_given=bool(dsn), environ=environ)
+        return cls(layout.stores[DEFAULT_STORE], pools, layout=layout, **options)
 
 
 class _Configured(Protocol):

@@ -555,3 +555,21 @@ class Task(Generic[P, R]):
         meta: Mapping[str, Any] | None = None,
     ) -> list[JobHandle[R]]:
         return await self.app.aenqueue_many(self._many_specs(items, meta), connection=connection)
+
+
+def register_task(
+    app: App, function: Callable[..., Any], *, bind: bool, options: dict[str, Any]
+) -> Task[Any, Any]:
+    """Make ``function`` a task of ``app`` (``@app.task``); a second task of one name is
+    a TaskRegistrationError."""
+    if isinstance(function, Task):
+        raise TaskRegistrationError(f"{function!r} is already a task")
+    task: Task[Any, Any] = Task(app, function, bind=bind, **options)
+    with app._lock:
+        if task.name in app.tasks:
+            raise TaskRegistrationError(
+                f"a task named {task.name!r} is already registered; pass name= to"
+                " register another function under a different name"
+            )
+        app.tasks[task.name] = task
+    return task

@@ -23,6 +23,7 @@ from .._workflows_text import (
     WorkflowStep,
     WorkflowSummary,
 )
+from .routing import for_id
 
 if TYPE_CHECKING:
     from .app import App
@@ -45,6 +46,7 @@ def _missing(workflow_id: int) -> WorkflowNotFoundError:
 
 def describe_workflow(app: App, workflow_id: int) -> dict[str, Any]:
     """The workflow's row and its jobs (``app.get_workflow``)."""
+    app = for_id(app, workflow_id)  # the store that issued the id
 
     def read(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
         row = app.store.get_workflow(conn, workflow_id)
@@ -68,9 +70,14 @@ def list_workflows(
     run: Runner[Any] | None = None,
 ) -> list[WorkflowSummary]:
     """Workflows newest first: all, those in one state (``WORKFLOW_STATES``), the one
-    with id ``workflow_id`` (a search), those with ids below ``before`` (the next page)."""
+    with id ``workflow_id`` (a search), those with ids below ``before`` (the next page).
+    Of ``app``'s store (an App of several stores: its default one), or of the store that
+    issued ``workflow_id``; with ``run``, of the store its connections are (the caller's
+    store: a dashboard's)."""
     if status is not None and status not in WORKFLOW_STATES:
         raise ValueError(f"status: {status!r} is not one of {', '.join(WORKFLOW_STATES)}")
+    if workflow_id is not None and run is None:
+        app = for_id(app, workflow_id)
     rows: list[dict[str, Any]] = (run or app.database.run)(
         lambda conn: app.store.list_workflows(
             conn, status=status, workflow_id=workflow_id, before=before, limit=limit
@@ -91,7 +98,10 @@ def workflow_detail(
     """One workflow's page: its summary, its jobs (the first ``max_steps`` by id; None:
     all) with their links, states, attempts, timings, results (cut to ``max_result``
     characters) and last error lines, and its newest incidents. WorkflowNotFoundError
-    when it does not exist."""
+    when it does not exist. Read in the store that issued the id, or with ``run`` in the
+    store its connections are (the caller's store: a dashboard's)."""
+    if run is None:
+        app = for_id(app, workflow_id)  # the store that issued the id
 
     def read(conn: psycopg.Connection[Any]) -> WorkflowDetail | None:
         store = app.store
@@ -123,9 +133,12 @@ def workflow_detail(
 def workflow_incidents(
     app: App, *, workflow_id: int | None = None, kind: str | None = None, limit: int = 50
 ) -> list[WorkflowIncident]:
-    """Incidents newest first (of one workflow, or all; of one kind, or all)."""
+    """Incidents newest first (of one workflow, in the store that issued its id; or all
+    of ``app``'s store), of one kind or all."""
     if kind is not None and kind not in INCIDENT_KINDS:
         raise ValueError(f"kind: {kind!r} is not one of {', '.join(INCIDENT_KINDS)}")
+    if workflow_id is not None:
+        app = for_id(app, workflow_id)
     rows = app.database.run(
         lambda conn: app.store.list_workflow_incidents(
             conn, workflow_id=workflow_id, kind=kind, limit=limit

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
-from .._errors import WorkflowError
+from .._errors import CrossStoreError, WorkflowError
 from .._jobs import InsertedJob, JobSpec
 from .handle import JobHandle
 from .workflow_results import GroupResult as GroupResult
@@ -440,8 +440,36 @@ def _prepare(root: Canvas, on_error: Signature | None) -> _Prepared:
             "workflows are not run in eager mode: run them against a database (a test"
             " can use a worker, see docs/howto/testing.md)"
         )
-    plan.rows(app, list(range(len(plan.nodes))))
-    return _Prepared(app, root.kind, plan, _on_error_spec(app, on_error), shape(root))
+    rows = plan.rows(app, list(range(len(plan.nodes))))
+    on_error_spec = _on_error_spec(app, on_error)
+    if not app.stores.single:  # every step in one store: the triggers stay transactional
+        steps = [(f"step {row['step']}", row["queue"]) for row in rows]
+        if on_error_spec is not None:
+            steps.append(("on_error", json.loads(on_error_spec)["queue"]))
+        app = app.for_store(_one_store(app, steps))
+    return _Prepared(app, root.kind, plan, on_error_spec, shape(root))
+
+
+def _first_queue(plan: _Plan) -> str:
+    signature = plan.nodes[0].signature
+    return str(signature.options.get("queue") or signature.task.queue)
+
+
+def _one_store(app: App, steps: list[tuple[str, str]]) -> str:
+    """The one store of a workflow's steps (``(step, queue)``); CrossStoreError naming
+    a step of each store otherwise."""
+    first_step, first_queue = steps[0]
+    home = app.store_of_queue(first_queue)
+    for step, queue in steps[1:]:
+        store = app.store_of_queue(queue)
+        if store != home:
+            raise CrossStoreError(
+                f"a workflow's steps must route to one store: {first_step} (queue"
+                f" {first_queue!r}) goes to store {home!r}, {step} (queue {queue!r}) to"
+                f" store {store!r}. Route their queues to one store, or enqueue the"
+                " other store's work from a task"
+            )
+    return home
 
 
 def enqueue_workflow(
@@ -481,6 +509,8 @@ def enqueue_workflow(
             return write(conn)
 
     if connection is not None:
+        if not app.stores.single:
+            app.stores.check_connection(connection, app.store_name, _first_queue(plan))
         app.database.check_schema(connection)
         workflow_id, ids = insert(connection)
     else:
@@ -523,6 +553,8 @@ async def aenqueue_workflow(
             return await write(conn)
 
     if connection is not None:
+        if not app.stores.single:
+            await app.stores.acheck_connection(connection, app.store_name, _first_queue(plan))
         await app.database.acheck_schema(connection)
         workflow_id, ids = await insert(connection)
     else:

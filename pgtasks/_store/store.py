@@ -33,6 +33,7 @@ from .metrics import MetricsQueries
 from .migrations import MigrationQueries
 from .operations import OperationsQueries
 from .queues import QueueQueries
+from .stores import StoreQueries
 from .web import WebQueries
 from .workflows import WorkflowQueries
 
@@ -45,6 +46,7 @@ class Store(
     MigrationQueries,
     OperationsQueries,
     QueueQueries,
+    StoreQueries,
     WebQueries,
     WorkflowQueries,
     StoreBase,
@@ -195,7 +197,7 @@ class Store(
         if job_ids:
             self._rows(conn, "notify_done", {"ids": ",".join(str(job_id) for job_id in job_ids)})
 
-    # -- beat --
+    # -- beat (sql/beat.sql) --
     def configure_beat_session(
         self,
         conn: psycopg.Connection[Any],

@@ -39,7 +39,7 @@ from .._cron import (
     plan_ticks,
 )
 from .._dsn import dsn_secrets, redact
-from .._errors import SchemaError
+from .._errors import ConfigurationError, SchemaError
 from .._jobs import JobSpec
 from .._retry import reconnect_delay
 from .._store.migrate import check_version
@@ -113,6 +113,11 @@ class Beat:
         grace: float | timedelta = DEFAULT_GRACE,
         reconnect_max: float = 5.0,
     ) -> None:
+        if not app.stores.single and app.settings.store is None:
+            raise ConfigurationError(
+                f"this app has stores {', '.join(app.stores.names)}: a Beat serves one"
+                " (Beat(app.for_store(name)) for each; pgtasks beat runs them all)"
+            )
         self.app = app
         self.leader_election = leader_election
         self.lock_retry_interval = positive_seconds(
@@ -314,7 +319,13 @@ class Beat:
     # -- one pass --------------------------------------------------------------------------
     def run_pass(self, conn: psycopg.Connection[Any]) -> PassResult:
         """Enqueue the due ticks of every schedule once (the loop's body; public for tests)."""
-        schedules = list(self.app.schedules.values())
+        app = self.app  # the schedules whose queue routes to this beat's store
+        schedules = [
+            schedule
+            for schedule in app.schedules.values()
+            if app.store_of_queue(schedule.queue or app.get_task(schedule.task_name).queue)
+            == app.store_name
+        ]
         if not schedules:
             return PassResult((), self.app.store.get_database_time(conn), self.max_wait)
         rows = self.app.store.load_periodic(conn, [schedule.name for schedule in schedules])

@@ -25,7 +25,7 @@ Series (``task`` and ``queue`` labels come from the job)::
     pgtasks_queue_running_jobs{queue}           running jobs, all workers (sampled)
     pgtasks_queue_depth_sampled_timestamp_seconds
                                                 when the last sample succeeded (Unix time)
-    pgtasks_worker_info{name,schema,queues,version}
+    pgtasks_worker_info{name,schema,store,queues,version}
 
 Counters of exercised guarantees (pgtasks._counters; docs/howto/metrics.md), as this
 worker counted them::
@@ -490,6 +490,7 @@ class WorkerMetrics(WorkerEvents):
             {
                 "name": worker.name,
                 "schema": worker.app.schema,
+                "store": worker.app.store_name,
                 "queues": ",".join(worker.queues) if worker.queues else "*",
                 "version": __version__,
             }

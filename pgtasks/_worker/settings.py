@@ -24,9 +24,10 @@ from .._validation import seconds_at_least_zero, whole_number
 class WorkerSettings:
     """What a worker runs with (see :class:`pgtasks.Worker` for each option).
 
-    ``queues``: the queues it claims from (None: every queue); ``executor``: how it runs
-    jobs (its ``concurrency`` among them). The intervals are in seconds; the pruning and
-    healing options and ``max_error_bytes`` are the App's.
+    ``queues``: the queues it claims from (None: every queue of its store); ``store``:
+    the store it serves (None: the one its queues route to; see pgtasks/_app/layout.py);
+    ``executor``: how it runs jobs (its ``concurrency`` among them). The intervals are in
+    seconds; the pruning and healing options and ``max_error_bytes`` are the App's.
     """
 
     executor: ExecutorSettings
@@ -45,6 +46,7 @@ class WorkerSettings:
     prune_failed_after: float | None = 7 * 86400.0
     heal_interval: float = 30.0
     max_error_bytes: int = 64 * 1024
+    store: str | None = None
 
     def __post_init__(self) -> None:
         if self.queues is not None:
@@ -93,6 +95,7 @@ class WorkerSettings:
         max_tasks_per_child: int | None = None,
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
+        store: str | None = None,
     ) -> WorkerSettings:
         """The settings of ``Worker(app, ...)``'s keywords: an interval not given is the
         App's; queue names are stripped, blank ones dropped."""
@@ -124,6 +127,9 @@ class WorkerSettings:
             prune_failed_after=app.prune_failed_after,
             heal_interval=app.heal_interval,
             max_error_bytes=app.max_error_bytes,
+            store=app.store_layout.store_of_queues(
+                store if store is not None else app.store, queues
+            ),
         )
 
     @property

@@ -64,15 +64,13 @@ LINGER = 0.001
 
 
 class Worker(SettingsAttributes):
-    """Claims and runs jobs of ``queues`` (None: every queue) until stopped.
+    """Claims and runs jobs of ``queues`` (None: every queue of its ``store``) until stopped.
 
-    ``run()`` blocks; ``await arun()`` runs it from an asyncio program without blocking
-    the event loop; ``stop()`` (thread-safe) stops claiming, lets running jobs finish
-    for up to ``shutdown_timeout`` seconds, releases the rest back to pending without
-    using up their attempt, and deregisters. The keywords make a
-    :class:`~pgtasks._worker.settings.WorkerSettings` (the App's intervals fill in those
-    not given); :meth:`from_settings` takes one made already (``pgtasks worker`` does).
-    """
+    ``run()`` blocks; ``await arun()`` runs it from an asyncio program; ``stop()``
+    (thread-safe) stops claiming, lets running jobs finish for up to ``shutdown_timeout``
+    seconds, releases the rest to pending without using up their attempt, and
+    deregisters. The keywords make a WorkerSettings (pgtasks/_worker/settings.py);
+    :meth:`from_settings` takes one made already (``pgtasks worker`` does)."""
 
     def __init__(
         self,
@@ -96,6 +94,7 @@ class Worker(SettingsAttributes):
         max_tasks_per_child: int | None = None,
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
+        store: str | None = None,
     ) -> None:
         settings = WorkerSettings.derive(
             app.settings,
@@ -116,6 +115,7 @@ class Worker(SettingsAttributes):
             max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child,
             loop_lag_threshold=loop_lag_threshold,
+            store=store,
         )
         self._configure(app, settings, observers)
 
@@ -131,7 +131,7 @@ class Worker(SettingsAttributes):
     def _configure(
         self, app: App, settings: WorkerSettings, observers: Sequence[WorkerEvents]
     ) -> None:
-        self.app = app
+        self.app = app = app.for_store(settings.store or app.store_name)  # its one store
         #: What this worker runs with, checked once (see WorkerSettings).
         self.settings = settings
         self.hostname = socket.gethostname()

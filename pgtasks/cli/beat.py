@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import click
 
@@ -27,19 +28,49 @@ from ._common import (
     metavar="SECONDS",
     help="Seconds a tick may be late and still be enqueued whatever its catch-up policy.",
 )
+@click.option(
+    "--store",
+    "stores",
+    multiple=True,
+    metavar="NAME",
+    help="A store whose schedules to run, of an app of several (repeatable) [default: all].",
+)
 @log_level_option
 @log_format_option
-def beat(app_path: str, grace: float, log_level: str, log_format: str) -> None:
-    """Enqueue periodic jobs until SIGTERM/SIGINT (run several: one is active at a time)."""
+def beat(
+    app_path: str, grace: float, stores: tuple[str, ...], log_level: str, log_format: str
+) -> None:
+    """Enqueue periodic jobs until SIGTERM/SIGINT (run several: one is active at a time).
+
+    An app of several stores: one loop per store, each elected leader in its store (a
+    schedule's ticks live in its queue's store)."""
     from .._worker.beat import Beat
 
     configure_logging(log_level, log_format)
     app = load_app(app_path)
     if not app.schedules:
         logging.getLogger("pgtasks.beat").warning("app %s declares no schedules", app_path)
-    scheduler = Beat(app, grace=grace)
+    names = stores or app.stores.names
     with app:
-        guard(lambda: scheduler.run(install_signal_handlers=True))
+        if not app.stores.single:
+            guard(app.stores.check)
+        beats = guard(
+            lambda: [
+                Beat(app if app.stores.single else app.for_store(name), grace=grace)
+                for name in names
+            ]
+        )
+        threads = [
+            threading.Thread(target=other.run, name=f"pgtasks-beat-{name}", daemon=True)
+            for name, other in zip(names[1:], beats[1:], strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            guard(lambda: beats[0].run(install_signal_handlers=True))
+        finally:
+            for other in beats[1:]:
+                other.stop(timeout=5)
 
 
 @click.command()

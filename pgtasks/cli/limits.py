@@ -1,37 +1,36 @@
 """``pgtasks limits``: the stored concurrency and rate limits (migration 0009) and the jobs
-running under each (per key for per-key limits)."""
+running under each (per key for per-key limits); of every store of an app of several
+(each store keeps the limits of the tasks and queues it serves), or of ``--store``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
 from .._app import admin
-from .._limits import format_limits
-from .._operations import to_json
-from ._common import app_option, guard, load_app
+from .._limits import LimitState, format_limits
+from ._common import app_option, load_app
+from ._stores import each_store, echo_each, store_option
 
 
 @click.command()
 @app_option
+@store_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
-def limits(app_path: str, as_json: bool) -> None:
+def limits(app_path: str, store: str | None, as_json: bool) -> None:
     """Every stored limit: concurrency, rate, tokens left, running, pending and held-back
     jobs; then the busiest keys of per-key limits."""
     app = load_app(app_path)
     with app:
-        states = guard(lambda: admin.limits(app))
-    if as_json:
-        click.echo(
-            to_json(
-                {
-                    "limits": [state.as_json() for state in states],
-                    "keys": [
-                        {"name": state.name, **key.as_json()}
-                        for state in states
-                        for key in state.top_keys
-                    ],
-                }
-            )
-        )
-    else:
-        click.echo(format_limits(states))
+        results = each_store(app, admin.limits, store)
+
+    def document(states: list[LimitState]) -> dict[str, Any]:
+        return {
+            "limits": [state.as_json() for state in states],
+            "keys": [
+                {"name": state.name, **key.as_json()} for state in states for key in state.top_keys
+            ],
+        }
+
+    echo_each(app, results, as_json=as_json, document=document, text=format_limits)

@@ -17,6 +17,7 @@ import psycopg
 
 from .._app import admin
 from .._app.app import App
+from .._app.routing import for_id, serving
 from .._errors import JobNotFoundError
 from .._operations import (
     DURATION_FORMS,
@@ -34,6 +35,7 @@ from .._operations import (
 from .._payload import check_name
 from .._worker.pruner import DEFAULT_BATCH_SIZE, prune
 from ._common import app_option, guard, load_app
+from ._stores import each_store, echo_each, store_option
 
 T = TypeVar("T")
 
@@ -110,8 +112,9 @@ def _missing(job_id: int) -> NoReturn:
 # -- stats ----------------------------------------------------------------------------------------
 @click.command()
 @app_option
+@store_option
 @json_option
-def stats(app_path: str, as_json: bool) -> None:
+def stats(app_path: str, store: str | None, as_json: bool) -> None:
     """Jobs per queue and status, oldest due job's wait, recent throughput, live workers.
 
     Counts read every row, including rows workers hold locked (no SKIP LOCKED); on the
@@ -119,8 +122,12 @@ def stats(app_path: str, as_json: bool) -> None:
     """
     app = load_app(app_path)
     with app:
-        result = _read(app, lambda conn: admin.collect_stats(app, conn))
-    click.echo(to_json(result.as_json()) if as_json else format_stats(result))
+        results = each_store(
+            app,
+            lambda owner: owner.database.read(lambda conn: admin.collect_stats(owner, conn)),
+            store,
+        )
+    echo_each(app, results, as_json=as_json, document=lambda r: r.as_json(), text=format_stats)
 
 
 # -- jobs -----------------------------------------------------------------------------------------
@@ -147,6 +154,7 @@ def jobs() -> None:
 @click.option(
     "--limit", default=50, show_default=True, type=SQL_INT, metavar="N", help="Most jobs listed."
 )
+@store_option
 @json_option
 def list_command(
     app_path: str,
@@ -155,26 +163,38 @@ def list_command(
     task_name: str | None,
     workflow_id: int | None,
     limit: int,
+    store: str | None,
     as_json: bool,
 ) -> None:
     """The newest jobs first, optionally filtered (on the app's replica when it has one)."""
     app = load_app(app_path)
     with app:
-        now, rows = _read(
+        names = None if workflow_id is None else [guard(lambda: for_id(app, workflow_id))]
+        results = each_store(
             app,
-            lambda conn: app.store.list_jobs(
-                conn,
-                status=status,
-                queue=queue,
-                task_name=task_name,
-                workflow_id=workflow_id,
-                limit=limit,
+            lambda owner: (
+                owner.database.read(
+                    lambda conn: owner.store.list_jobs(
+                        conn,
+                        status=status,
+                        queue=queue,
+                        task_name=task_name,
+                        workflow_id=workflow_id,
+                        limit=limit,
+                    )
+                )
+                if names is None or owner.store_name == names[0].store_name
+                else (None, [])
             ),
+            store,
         )
-    if as_json:
-        click.echo(to_json([job_as_json(job) for job in rows]))
-    else:
-        click.echo(format_jobs(now, rows))
+    echo_each(
+        app,
+        results,
+        as_json=as_json,
+        document=lambda listed: [job_as_json(job) for job in listed[1]],
+        text=lambda listed: format_jobs(*listed) if listed[0] is not None else "no jobs",
+    )
 
 
 @jobs.command("show")
@@ -183,8 +203,9 @@ def list_command(
 @json_option
 def show_command(app_path: str, job_id: int, as_json: bool) -> None:
     """Every field of one job: arguments, result, and last error with its traceback."""
-    app = load_app(app_path)
-    with app:
+    loaded = load_app(app_path)
+    with loaded:
+        app = guard(lambda: for_id(loaded, job_id))  # the store that issued the id
 
         def read(conn: psycopg.Connection[Any]) -> Any:
             return (
@@ -282,7 +303,9 @@ def _retry_one(app: App, job_id: int, as_json: bool) -> None:
 
 
 def _retry_all_failed(app: App, task_name: str | None, as_json: bool) -> None:
-    ids: list[int] = guard(lambda: admin.retry_failed_jobs(app, task_name))
+    ids: list[int] = []
+    for owner in serving(app):  # every store of an app of several
+        ids.extend(guard(lambda owner=owner: admin.retry_failed_jobs(owner, task_name)))
     if as_json:
         click.echo(to_json({"retried": len(ids), "ids": ids, "task": task_name}))
         return
@@ -350,8 +373,9 @@ def cancel_command(app_path: str, job_id: int, as_json: bool) -> None:
     show_default=True,
     help=f"Also list workers removed within this long ({DURATION_FORMS}).",
 )
+@store_option
 @json_option
-def workers(app_path: str, since: float, as_json: bool) -> None:
+def workers(app_path: str, since: float, store: str | None, as_json: bool) -> None:
     """Live workers and recently stopped or lost ones, with heartbeat age and running jobs.
 
     States: live (heartbeat within the lease), silent (registered but past the lease, not
@@ -360,16 +384,24 @@ def workers(app_path: str, since: float, as_json: bool) -> None:
     """
     app = load_app(app_path)
     with app:
-        now, infos = _run(app, lambda conn: admin.read_workers(app, conn, since=since), "workers")
-    if as_json:
-        document = {
-            "now": now,
+        results = each_store(
+            app,
+            lambda owner: owner.database.run(
+                lambda conn: admin.read_workers(owner, conn, since=since)
+            ),
+            store,
+        )
+    echo_each(
+        app,
+        results,
+        as_json=as_json,
+        document=lambda read: {
+            "now": read[0],
             "lease_timeout": app.lease_timeout,
-            "workers": [info.as_json() for info in infos],
-        }
-        click.echo(to_json(document))
-    else:
-        click.echo(format_workers(now, infos))
+            "workers": [info.as_json() for info in read[1]],
+        },
+        text=lambda read: format_workers(*read),
+    )
 
 
 # -- prune ----------------------------------------------------------------------------------------
@@ -401,6 +433,7 @@ def workers(app_path: str, since: float, as_json: bool) -> None:
     metavar="N",
     help="Rows per DELETE; each batch is its own short transaction.",
 )
+@store_option
 @json_option
 @click.pass_context
 def prune_command(
@@ -409,6 +442,7 @@ def prune_command(
     done_after: float | None,
     failed_after: float | None,
     batch_size: int,
+    store: str | None,
     as_json: bool,
 ) -> None:
     """Delete finished jobs past their retention, in batches; never pending or running jobs.
@@ -423,24 +457,33 @@ def prune_command(
     if _defaulted(ctx, "failed_after"):
         failed_after = app.prune_failed_after
     with app:
-        result = _run(
+        results = each_store(
             app,
-            lambda conn: prune(
-                app.store,
-                conn,
-                done_after=done_after,
-                failed_after=failed_after,
-                batch_size=batch_size,
+            lambda owner: owner.database.run(
+                lambda conn: prune(
+                    owner.store,
+                    conn,
+                    done_after=done_after,
+                    failed_after=failed_after,
+                    batch_size=batch_size,
+                )
             ),
-            "prune",
+            store,
         )
-    if as_json:
-        document = result.as_json()
-        document["done_older_than"] = done_after
-        document["failed_older_than"] = failed_after
-        click.echo(to_json(document))
-    else:
-        click.echo(format_prune(result, done_after=done_after, failed_after=failed_after))
+
+    def document(result: Any) -> dict[str, Any]:
+        pruned: dict[str, Any] = result.as_json()
+        pruned["done_older_than"] = done_after
+        pruned["failed_older_than"] = failed_after
+        return pruned
+
+    echo_each(
+        app,
+        results,
+        as_json=as_json,
+        document=document,
+        text=lambda result: format_prune(result, done_after=done_after, failed_after=failed_after),
+    )
 
 
 def _defaulted(ctx: click.Context, name: str) -> bool:

@@ -8,6 +8,7 @@ jobs and whether it is paused.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import click
@@ -16,7 +17,8 @@ from .._app import admin
 from .._operations import to_json
 from .._payload import check_name
 from .._queues import format_queues
-from ._common import app_option, guard, load_app
+from ._common import app_option, exit_now, guard, load_app
+from ._stores import each_store, echo_each, store_option
 
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
@@ -40,16 +42,20 @@ def queues() -> None:
 
 @queues.command("list")
 @app_option
+@store_option
 @json_option
-def list_queues(app_path: str, as_json: bool) -> None:
+def list_queues(app_path: str, store: str | None, as_json: bool) -> None:
     """Every known queue: pending, due and running jobs, and whether it is paused."""
     app = load_app(app_path)
     with app:
-        states = guard(lambda: admin.queues(app))
-    if as_json:
-        click.echo(to_json({"queues": [state.as_json() for state in states]}))
-    else:
-        click.echo(format_queues(states))
+        results = each_store(app, admin.queues, store)
+    echo_each(
+        app,
+        results,
+        as_json=as_json,
+        document=lambda states: {"queues": [state.as_json() for state in states]},
+        text=format_queues,
+    )
 
 
 def _report(queue: str, changed: bool, done: str, already: str, as_json: bool) -> None:
@@ -83,3 +89,74 @@ def resume(app_path: str, as_json: bool, queue: str) -> None:
     with app:
         changed = guard(lambda: app.resume_queue(queue))
     _report(queue, changed, "resumed", "was not paused", as_json)
+
+
+@queues.command()
+@app_option
+@json_option
+@queue_argument
+@click.option("--to", "target", required=True, metavar="STORE", help="The store it moves to.")
+@click.option(
+    "--from",
+    "source",
+    default=None,
+    metavar="STORE",
+    help="The store it leaves [default: the one it routes to in this app's configuration].",
+)
+@click.option(
+    "--timeout",
+    default=600.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="How long to wait for the source store to drain.",
+)
+def move(
+    app_path: str,
+    as_json: bool,
+    queue: str,
+    target: str,
+    source: str | None,
+    timeout: float,
+) -> None:
+    """Move QUEUE to another store: pause it in STORE, wait while you switch its route
+    and the old store's workers finish its jobs there, then resume it in STORE.
+
+    Jobs enqueued in STORE once producers use the new route wait until the old store
+    holds none, so none overtakes an older job. Exit 1 when the wait timed out (QUEUE
+    stays paused in STORE: run the command again to keep waiting)."""
+    app = load_app(app_path)
+    told: list[int] = []
+
+    def waiting(left: int) -> None:
+        if not told and not as_json:
+            click.echo(
+                f"queue {queue} paused on store {target}. Switch its route now"
+                f" (routes={{{queue!r}: {target!r}}} or PGTASKS_ROUTES) and deploy it to"
+                f" every producer and worker; waiting for its {left} unfinished job(s) in"
+                " the old store to finish (its workers run them)...",
+                err=True,
+            )
+        told.append(left)
+
+    with app:
+        result = guard(
+            lambda: admin.move_queue(
+                app, queue, target, source=source, timeout=timeout, waiting=waiting
+            )
+        )
+    if as_json:
+        click.echo(to_json(dataclasses.asdict(result) | {"done": result.done}))
+    elif result.done:
+        click.echo(
+            f"queue {queue}: drained from store {result.source}, resumed on store"
+            f" {result.target}; route it to {result.target} everywhere (if not done yet)"
+        )
+    else:
+        click.echo(
+            f"queue {queue}: {result.left} job(s) still in store {result.source} after"
+            f" {timeout:g} s; it stays paused on store {result.target}. Switch the route,"
+            " check that workers of the old store run, and run this command again"
+        )
+    if not result.done:
+        exit_now(1)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT
+
+if TYPE_CHECKING:
+    from .._app.app import App
 from ._common import (
     app_option,
     configure_logging,
@@ -72,10 +76,26 @@ def migrate(
             click.echo(json.dumps(planned.as_json()) if as_json else planned.describe())
             return
         applied = guard(lambda: app.migrate(**options))
+        numbers = _store_numbers(app)
     names = [f"{m.version:04d}_{m.name}" for m in applied]
     if as_json:
-        click.echo(json.dumps({"schema": app.schema, "applied": names}))
+        click.echo(json.dumps({"schema": app.schema, "applied": names, **numbers}))
     elif applied:
         click.echo(f"schema {app.schema!r} migrated: applied {', '.join(names)}")
     else:
         click.echo(f"schema {app.schema!r} is up to date")
+    for name, number in numbers.get("stores", {}).items():
+        schema = app.stores.databases[name].store.schema
+        click.echo(f"store {name} (schema {schema!r}): number {number}")
+
+
+def _store_numbers(app: App) -> dict[str, dict[str, int]]:
+    """The stores' numbers after migrate, of an app of several (nothing otherwise)."""
+    if app.stores.single:
+        return {}
+    numbers = {}
+    for name, identity in guard(app.stores.identities).items():
+        if isinstance(identity, BaseException):
+            raise click.ClickException(f"store {name}: {identity}")
+        numbers[name] = identity.number
+    return {"stores": numbers}

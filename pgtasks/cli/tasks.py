@@ -13,6 +13,7 @@ import click
 
 from .._app import admin
 from .._app.app import App
+from .._app.routing import for_queue
 from .._app.tasks import Task
 from .._errors import PgTasksError
 from .._operations import format_duration, format_table, to_json
@@ -219,9 +220,15 @@ def purge(
     and steps of workflows (cancel those with pgtasks workflows cancel), are left alone.
     Jobs enqueued after the count was shown are kept. There is no undo.
     """
-    app = load_app(app_path)
+    loaded = load_app(app_path)
     scope = _scope(queue, task_name)
-    with app:
+    with loaded:
+        if not loaded.stores.single and queue is None:
+            raise click.UsageError(
+                f"this app has stores {', '.join(loaded.stores.names)}: name the queue"
+                " (--queue) whose store to purge"
+            )
+        app = loaded if queue is None else for_queue(loaded, queue)
         count: admin.PurgeCount = guard(lambda: admin.count_purgeable(app, queue, task_name))
         if count.jobs == 0:
             deleted = 0

@@ -29,7 +29,13 @@ if TYPE_CHECKING:
     "--queues",
     default=None,
     metavar="QUEUES",
-    help="Comma-separated queues to claim from [default: all].",
+    help="Comma-separated queues to claim from [default: all of its store].",
+)
+@click.option(
+    "--store",
+    default=None,
+    metavar="NAME",
+    help="The store to serve, of an app of several (default: the one its queues route to).",
 )
 @click.option(
     "-c",
@@ -125,6 +131,7 @@ if TYPE_CHECKING:
 def worker(
     app_path: str,
     queues: str | None,
+    store: str | None,
     concurrency: int,
     shutdown_timeout: float,
     lease_timeout: float | None,
@@ -163,14 +170,16 @@ def worker(
             poll_interval=poll_interval,
             ignore_unknown=ignore_unknown,
             prefetch=prefetch,
+            store=store,
             **worker_executor_options(app_path, app, executor_flags),
         )
+        app.stores.check()  # two stores of one number or uid: refused, naming both
         if metrics_port is not None:
             metrics = _worker_metrics(metrics_port, metrics_host, metrics_interval)
         job_worker = Worker.from_settings(
             app, settings, observers=[metrics] if metrics is not None else ()
         )
-        scheduler = Beat(app) if with_beat else None
+        scheduler = Beat(job_worker.app) if with_beat else None
         if scheduler is not None:
             # The worker's signal handlers stay in charge; beat stops after the worker.
             threading.Thread(target=scheduler.run, name="pgtasks-beat", daemon=True).start()

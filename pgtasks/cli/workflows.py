@@ -4,7 +4,9 @@
 ``show`` prints a workflow's jobs as a tree of steps with their states (and its
 incidents); ``cancel`` cancels what has not run (running jobs are asked to stop);
 ``heal`` runs a healing pass over stuck steps now (workers run one every heal_interval).
-An unknown workflow id is a one-line ``error:`` and exit code 1.
+An unknown workflow id is a one-line ``error:`` and exit code 1. In an app of several
+stores ``list`` and ``heal`` ask every store (or ``--store``), labelled by store; a
+workflow id names its store, so ``show`` and ``cancel`` find it from the id alone.
 """
 
 from __future__ import annotations
@@ -14,17 +16,21 @@ from typing import Any
 import click
 import psycopg
 
+from .._app.app import App
+from .._app.routing import for_id
 from .._app.workflow_admin import list_workflows, workflow_incidents
 from .._operations import to_json
 from .._worker.healer import heal
 from .._workflows_text import (
     WORKFLOW_STATES,
+    WorkflowSummary,
     format_heal,
     format_incidents,
     format_workflow,
     format_workflows,
 )
 from ._common import app_option, guard, load_app
+from ._stores import each_store, echo_each, store_option
 
 WORKFLOW_ID = click.IntRange(min=1, max=2**63 - 1)
 
@@ -51,7 +57,8 @@ def workflows() -> None:
     type=WORKFLOW_ID,
     default=None,
     metavar="ID",
-    help="Only workflows with a smaller id (the next page).",
+    help="Only workflows with a smaller id (the next page; of the store that issued ID"
+    " unless --store names one).",
 )
 @click.option(
     "--limit",
@@ -61,18 +68,33 @@ def workflows() -> None:
     metavar="N",
     help="Most workflows listed.",
 )
+@store_option
 @json_option
 def list_command(
-    app_path: str, status: str | None, before: int | None, limit: int, as_json: bool
+    app_path: str,
+    status: str | None,
+    before: int | None,
+    limit: int,
+    store: str | None,
+    as_json: bool,
 ) -> None:
     """Workflows, newest first: id, shape, steps done of all, state, started, finished."""
     app = load_app(app_path)
     with app:
-        found = guard(lambda: list_workflows(app, status=status, before=before, limit=limit))
-    if as_json:
-        click.echo(to_json([workflow.as_json() for workflow in found]))
-    else:
-        click.echo(format_workflows(found))
+        if before is not None and store is None and not app.stores.single:
+            store = guard(lambda: for_id(app, before)).store_name  # that store's next page
+
+        def read(owner: App) -> list[WorkflowSummary]:
+            return list_workflows(owner, status=status, before=before, limit=limit)
+
+        results = each_store(app, read, store)
+    echo_each(
+        app,
+        results,
+        as_json=as_json,
+        document=lambda found: [workflow.as_json() for workflow in found],
+        text=format_workflows,
+    )
 
 
 @workflows.command("show")
@@ -112,16 +134,20 @@ def cancel(app_path: str, workflow_id: int, as_json: bool) -> None:
 
 @workflows.command("heal")
 @app_option
+@store_option
 @json_option
-def heal_command(app_path: str, as_json: bool) -> None:
+def heal_command(app_path: str, store: str | None, as_json: bool) -> None:
     """Move stuck steps on now: waiting steps none of whose predecessors is unfinished are
     started with their input, or cancelled when one failed, was cancelled or is gone.
-    Workers run this pass every heal_interval seconds (one worker at a time)."""
+    Workers run this pass every heal_interval seconds (one worker at a time per store)."""
     app = load_app(app_path)
     with app:
 
-        def run(conn: psycopg.Connection[Any]) -> Any:
-            return heal(app.store, conn)
+        def run(owner: App) -> Any:
+            def on(conn: psycopg.Connection[Any]) -> Any:
+                return heal(owner.store, conn)
 
-        result = guard(lambda: app.database.run(run))
-    click.echo(to_json(result.as_json()) if as_json else format_heal(result))
+            return owner.database.run(on)
+
+        results = each_store(app, run, store)
+    echo_each(app, results, as_json=as_json, document=lambda r: r.as_json(), text=format_heal)

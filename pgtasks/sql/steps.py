@@ -330,6 +330,8 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         ),
         (r"^DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?\w+\s+ON\s+" + _T, _AE, "catalog"),
         (r"^INSERT\s+INTO\s+" + _T, "ROW EXCLUSIVE", "online"),
+        # A sequence's options: nextval() (an enqueue's id) waits for the catalog change.
+        (r"^ALTER\s+SEQUENCE\s+(?:IF\s+EXISTS\s+)?" + _T, "SHARE ROW EXCLUSIVE", "catalog"),
         (r"^(?:UPDATE|DELETE\s+FROM)\s+" + _T, "ROW EXCLUSIVE", "rows"),
         (r"^ANALYZE\s+" + _T, _SUE, "online"),
     )

@@ -2,11 +2,11 @@
 events): ``asgi(app)`` builds it; ``pgtasks web`` serves it with uvicorn.
 
 Reads are the dashboard's own (``pgtasks.web.reads``, queries in ``sql/web.sql``) on a
-small pool of its own with a statement timeout; writes use the same functions as the CLI
-(``app.cancel``, ``admin.retry_job``, …). Database calls are synchronous and run in
-Starlette's thread pool. Pages with a live part (overview, jobs, a job, workflows, a
-workflow, limits, workers) render it with the same template the event stream pushes
-(live.py). The workflow pages are in workflow_pages.py, the limits page in
+small pool of its own with a statement timeout; writes (``pgtasks.web.actions``) use the
+same functions as the CLI (``app.cancel``, ``admin.retry_job``, …). Database calls are
+synchronous and run in Starlette's thread pool. Pages with a live part (overview, jobs, a
+job, workflows, a workflow, limits, workers) render it with the same template the event
+stream pushes (live.py). The workflow pages are in workflow_pages.py, the limits page in
 limit_pages.py.
 
 Pages read from the app's replica when it has one (``replica_dsn``), except the page an
@@ -21,7 +21,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl
 
 import psycopg
 from starlette.applications import Starlette
@@ -38,16 +37,14 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .._app import admin
+from .._app.layout import DEFAULT_STORE
 from .._errors import (
     JobNotFoundError,
     PgTasksError,
-    UniqueKeyTakenError,
-    WorkflowProtectedError,
 )
-from .._job_filter import FILTER_FIELDS, JobFilter
+from .._job_filter import JobFilter
 from .._operations import RETRYABLE
-from .._payload import check_name
+from .actions import Actions
 from .charts import charts
 from .gate import DashboardApp, error_page
 from .job_reads import job_page as read_job_page
@@ -77,7 +74,6 @@ from .rendering import environment
 from .requests import (
     base_path,
     filter_or_400,
-    form_id,
     id_or_404,
     live_url,
     message,
@@ -91,9 +87,9 @@ from .requests import (
 from .security import (
     AuthCallable,
     FailedLogins,
-    csrf_problem,
     csrf_token,
 )
+from .stores import home_of, mount_stores, store_links, store_names, summaries
 from .workflow_pages import WorkflowPages
 
 if TYPE_CHECKING:
@@ -102,15 +98,14 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 #: Jobs per page of the jobs list.
 PAGE_SIZE = 50
-#: Jobs one "selected" action may name.
-MAX_SELECTED = 500
 #: Seconds the overview's charts are reused (they count per minute; each read fetches a
 #: row per job finished in the hour).
 CHART_MAX_AGE = 10.0
 
 
 class Dashboard:
-    """The routes of one dashboard over one App."""
+    """The pages and live streams of one dashboard over one App (its POST routes:
+    ``pgtasks.web.actions``)."""
 
     def __init__(
         self,
@@ -141,8 +136,21 @@ class Dashboard:
         self.stream_max_age = stream_max_age
         self.failed_logins = FailedLogins(limit=login_attempts)
         self._chart: tuple[float, FinishedMinutes] | None = None
+        #: Where this store's dashboard is mounted in the dashboard of an app of several
+        #: stores ("/stores/<name>"; "" for the default store's, at the root).
+        self.mount = ""
+        #: The other stores' dashboards, mounted in this one (the root's): closed with it.
+        self.mounted: list[DashboardApp] = []
+        #: The POST routes (actions.py) and the workflow pages (workflow_pages.py).
+        self.actions = Actions(self)
         self.workflow_pages = WorkflowPages(self)
         self.limit_pages = LimitPages(self)
+
+    @property
+    def linked(self) -> bool:
+        """Whether the other stores' dashboards are served beside this one (the root of an
+        app of several stores, or one mounted in it)."""
+        return bool(self.mount or self.mounted)
 
     # -- rendering --
     def _common(self, base: str) -> dict[str, Any]:
@@ -151,6 +159,7 @@ class Dashboard:
             "read_only": self.read_only,
             "csrf": self.csrf,
             "schema": self.app.schema,
+            **store_links(self.app, base, self.mount, self.linked),
         }
 
     def fragment(self, template: str, base: str, **context: Any) -> str:
@@ -167,6 +176,11 @@ class Dashboard:
             **context,
         )
         return HTMLResponse(html, status_code=status_code)
+
+    def elsewhere(self, request: Request, object_id: int) -> str | None:
+        """The dashboard (its path) of the store that issued the job or workflow id
+        ``object_id``, when that is another store's served beside this one."""
+        return home_of(self.app, object_id, base_path(request), self.mount, self.linked)
 
     def reads(self, request: Request) -> DashboardDatabase:
         """Where a page reads: the replica when the app has one, except right after an
@@ -264,6 +278,9 @@ class Dashboard:
 
     async def job(self, request: Request) -> Response:
         job_id = path_id(request)
+        there = self.elsewhere(request, job_id)
+        if there is not None:  # the id names another store: its dashboard
+            return RedirectResponse(f"{there}/jobs/{job_id}", status_code=303)
         try:
             context = await run_in_threadpool(self.job_context, job_id, self.reads(request))
         except JobNotFoundError as error:
@@ -283,6 +300,12 @@ class Dashboard:
     async def schedules(self, request: Request) -> Response:
         now, statuses = await run_in_threadpool(read_schedules, self.app, self.reads(request))
         return self.page(request, "schedules.html", now=now, schedules=statuses)
+
+    async def all_stores(self, request: Request) -> Response:
+        """Every store of the app at once (the root dashboard of an app of several)."""
+        dashboards = [self, *(mounted.dashboard for mounted in self.mounted)]
+        found = await summaries(dashboards, base_path(request))
+        return self.page(request, "stores.html", summaries=found)
 
     async def favicon(self, request: Request) -> Response:
         return FileResponse(HERE / "static" / "favicon.ico", media_type="image/x-icon")
@@ -332,134 +355,11 @@ class Dashboard:
             )
         raise HTTPException(404, f"no live page {page!r}")
 
-    # -- actions --
-    async def form(self, request: Request) -> list[tuple[str, str]]:
-        """The POST's urlencoded form (every field, in order), after the read-only and CSRF
-        checks."""
-        if self.read_only:
-            raise HTTPException(403, "this dashboard is read-only")
-        body = (await request.body()).decode("utf-8", errors="replace")
-        fields = parse_qsl(body, keep_blank_values=True)
-        problem = csrf_problem(request, dict(fields), self.secret)
-        if problem is not None:
-            raise HTTPException(403, problem)
-        return fields
-
-    def back(self, request: Request, where: str, **params: object) -> Response:
-        query = query_string(params)
-        return RedirectResponse(
-            f"{base_path(request)}{where}" + (f"?{query}" if query else ""), 303
-        )
-
-    async def job_action(self, request: Request) -> Response:
-        await self.form(request)
-        job_id = path_id(request)
-        action = request.path_params["action"]
-        try:
-            if action == "retry":
-                result = await run_in_threadpool(admin.retry_job, self.app, job_id)
-                if not result.retried:
-                    raise HTTPException(409, result.refusal)
-                done = "retried"
-            elif action == "cancel":
-                outcome = (await run_in_threadpool(self.app.cancel, job_id)).outcome
-                done = {"already_finished": "finished"}.get(outcome, outcome)
-            else:
-                deleted, status = await run_in_threadpool(
-                    admin.delete_finished_job, self.app, job_id
-                )
-                if not deleted:
-                    raise HTTPException(
-                        409, f"job {job_id} is {status}: only finished jobs can be deleted"
-                    )
-                return self.back(request, "/jobs", done="deleted")
-        except JobNotFoundError as error:
-            raise HTTPException(404, str(error)) from None
-        except UniqueKeyTakenError as error:  # another job holds its key (migration 0010)
-            raise HTTPException(409, str(error)) from None
-        except WorkflowProtectedError as error:  # it would break an unfinished workflow
-            raise HTTPException(409, str(error)) from None
-        return self.back(request, f"/jobs/{job_id}", done=done)
-
-    async def selected_action(self, request: Request) -> Response:
-        """Retry, cancel or delete the jobs ticked on the jobs list (each as its own button
-        would: the same rules, a job that may not be acted on is counted, not an error)."""
-        fields = await self.form(request)
-        form = dict(fields)
-        action = form.get("action")
-        if action not in ("retry", "cancel", "delete"):
-            raise HTTPException(400, "choose an action: retry, cancel or delete")
-        ids = sorted({form_id(value) for name, value in fields if name == "id"})
-        if not ids:
-            raise HTTPException(400, "no job selected: tick the jobs to act on")
-        if len(ids) > MAX_SELECTED:
-            raise HTTPException(400, f"at most {MAX_SELECTED} jobs at once, got {len(ids)}")
-        outcome = await run_in_threadpool(self._act_on, action, ids)
-        back = {name: value for name, value in fields if name in FILTER_FIELDS}
-        done = {"retry": "selected-retried", "cancel": "selected-cancelled"}.get(
-            action, "selected-deleted"
-        )
-        return self.back(request, "/jobs", **back, done=done, **outcome)
-
-    def _act_on(self, action: str, ids: list[int]) -> dict[str, int]:
-        done = requested = refused = 0
-        for job_id in ids:
-            try:
-                if action == "retry":
-                    retried = admin.retry_job(self.app, job_id).retried
-                    done, refused = done + retried, refused + (not retried)
-                elif action == "cancel":
-                    outcome = self.app.cancel(job_id).outcome
-                    done += outcome == "cancelled"
-                    requested += outcome == "requested"
-                    refused += outcome == "already_finished"
-                else:
-                    deleted, _ = admin.delete_finished_job(self.app, job_id)
-                    done, refused = done + deleted, refused + (not deleted)
-            except (JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError):
-                refused += 1
-        return {"count": done, "requested": requested, "refused": refused}
-
-    async def queue_action(self, request: Request) -> Response:
-        """Pause or resume the queue the form names (migration 0007)."""
-        form = dict(await self.form(request))
-        try:
-            queue = check_name("queue", form.get("queue"))
-        except ValueError as error:
-            raise HTTPException(400, str(error)) from None
-        if request.path_params["action"] == "pause":
-            await run_in_threadpool(self.app.pause_queue, queue)
-            return self.back(request, "/", done="paused")
-        await run_in_threadpool(self.app.resume_queue, queue)
-        return self.back(request, "/", done="resumed")
-
-    async def bulk_action(self, request: Request) -> Response:
-        form = dict(await self.form(request))
-        job_filter = filter_or_400(form)
-        if job_filter.empty:
-            raise HTTPException(
-                400, "a bulk action needs a filter (e.g. status=failed): refusing every job"
-            )
-        query = job_filter.as_query()
-        if request.path_params["action"] == "retry":
-            try:
-                ids = await run_in_threadpool(admin.retry_matching, self.app, job_filter)
-            except (UniqueKeyTakenError, WorkflowProtectedError) as error:
-                raise HTTPException(409, str(error)) from None
-            return self.back(request, "/jobs", **query, done="bulk-retried", count=len(ids))
-        outcome = await run_in_threadpool(admin.cancel_matching, self.app, job_filter)
-        return self.back(
-            request,
-            "/jobs",
-            **query,
-            done="bulk-cancelled",
-            count=len(outcome["cancelled"]),
-            requested=len(outcome["requested"]),
-        )
-
     def close(self) -> None:
         """Close the dashboard's pool (its event streams end with close_streams)."""
         self.db.close()
+        for other in self.mounted:
+            other.close()
 
 
 def asgi(
@@ -493,13 +393,30 @@ def asgi(
     ``pool_size`` and ``statement_timeout``: the dashboard's own connections and how long
     one of its queries may run.
     """
+    key = secret if secret is not None else secrets.token_bytes(32)
+    options: dict[str, Any] = {
+        "auth": auth,
+        "read_only": read_only,
+        "insecure_no_auth": insecure_no_auth,
+        "allowed_hosts": allowed_hosts,
+        "secret": key,
+        "debounce": debounce,
+        "poll": poll,
+        "pool_size": pool_size,
+        "statement_timeout": statement_timeout,
+        "stream_max_age": stream_max_age,
+        "login_attempts": login_attempts,
+    }
+    root = app if not app.stores.single and app.settings.store is None else None
+    if root is not None:
+        app = app.for_store(DEFAULT_STORE)  # at the root: the default store's dashboard
     dashboard = Dashboard(
         app,
         auth=auth,
         read_only=read_only,
         insecure_no_auth=insecure_no_auth,
         allowed_hosts=allowed_hosts,
-        secret=secret if secret is not None else secrets.token_bytes(32),
+        secret=key,
         debounce=debounce,
         poll=poll,
         pool_size=pool_size,
@@ -507,6 +424,7 @@ def asgi(
         stream_max_age=stream_max_age,
         login_attempts=login_attempts,
     )
+    actions = dashboard.actions
     routes = [
         Route("/", dashboard.overview, name="overview"),
         Route("/favicon.ico", dashboard.favicon, name="favicon"),
@@ -514,21 +432,21 @@ def asgi(
         Route("/events/{page:path}", dashboard.events),
         Route("/jobs", dashboard.jobs, name="jobs"),
         Route("/jobs/counts", dashboard.job_counts, name="job_counts"),
-        Route("/jobs/selected", dashboard.selected_action, methods=["POST"]),
+        Route("/jobs/selected", actions.selected, methods=["POST"]),
         Route(
             "/jobs/bulk/{action:str}",
-            _only(("retry", "cancel"), dashboard.bulk_action),
+            _only(("retry", "cancel"), actions.bulk),
             methods=["POST"],
         ),
         Route("/jobs/{job_id:str}", dashboard.job, name="job"),
         Route(
             "/jobs/{job_id:str}/{action:str}",
-            _only(("retry", "cancel", "delete"), dashboard.job_action),
+            _only(("retry", "cancel", "delete"), actions.job),
             methods=["POST"],
         ),
         Route(
             "/queues/{action:str}",
-            _only(("pause", "resume"), dashboard.queue_action),
+            _only(("pause", "resume"), actions.queue),
             methods=["POST"],
         ),
         Route("/workflows", dashboard.workflow_pages.workflows, name="workflows"),
@@ -551,6 +469,11 @@ def asgi(
     # A redirect to the same path with or without a slash would name the request's Host.
     starlette.router.redirect_slashes = False
     starlette.state.dashboard = dashboard
+    if root is not None:  # each other store's at /stores/<name>, every store at /stores
+        mounted = {name: asgi(root.for_store(name), **options) for name in store_names(root)}
+        mount_stores(starlette, mounted)
+        dashboard.mounted = list(mounted.values())
+        starlette.router.routes.insert(0, Route("/stores", dashboard.all_stores, name="stores"))
     return DashboardApp(starlette, dashboard)
 
 

@@ -74,7 +74,7 @@ def _plain(status: int, text: str, headers: dict[str, str] | None = None) -> Res
 
 
 #: Pages whose address with a trailing slash is redirected to the address without it.
-_SLASHED = ("/jobs/", "/workflows/", "/workers/", "/schedules/")
+_SLASHED = ("/jobs/", "/workflows/", "/workers/", "/schedules/", "/stores/")
 
 
 class DashboardApp:
@@ -118,6 +118,8 @@ class DashboardApp:
         main thread, and after ``stream_max_age`` seconds.
         """
         self.dashboard.live.close_streams()
+        for other in self.dashboard.mounted:
+            other.close_streams()
 
     def close(self) -> None:
         """Close the dashboard's own connections (e.g. at the application's shutdown)."""

@@ -2,8 +2,10 @@
 by id, keyset paging), one workflow's page with its graph (``/workflows/ID``), their live
 parts, and Cancel workflow (``pgtasks workflows cancel``).
 
-What they read is in workflow_reads.py; the Dashboard (app.py) renders the pages, checks
-the forms and routes here.
+What they read is in workflow_reads.py; the Dashboard (app.py) renders the pages and
+routes here, its actions (actions.py) check the forms. In the dashboard of an app of
+several stores, a workflow id names its store: its page, or a search for it, in another
+store's dashboard redirects there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from .._app.workflow_admin import list_workflows
 from .._errors import WorkflowNotFoundError
@@ -137,6 +139,12 @@ class WorkflowPages:
     async def workflows(self, request: Request) -> Response:
         query = WorkflowQuery.from_params(request.query_params)
         dashboard = self.dashboard
+        if query.workflow_id is not None:
+            there = dashboard.elsewhere(request, query.workflow_id)
+            if there is not None:  # a search for another store's id: its dashboard's list
+                return RedirectResponse(
+                    f"{there}/workflows?{query_string(query.as_query())}", status_code=303
+                )
         context = await run_in_threadpool(self.workflows_context, query, dashboard.reads(request))
         return dashboard.page(
             request,
@@ -148,6 +156,9 @@ class WorkflowPages:
     async def workflow(self, request: Request) -> Response:
         workflow_id = workflow_id_or_404(request.path_params["workflow_id"])
         dashboard = self.dashboard
+        there = dashboard.elsewhere(request, workflow_id)
+        if there is not None:  # the id names another store: its dashboard
+            return RedirectResponse(f"{there}/workflows/{workflow_id}", status_code=303)
         try:
             context = await run_in_threadpool(
                 self.workflow_context, workflow_id, dashboard.reads(request)
@@ -183,7 +194,7 @@ class WorkflowPages:
         """Cancel a workflow (``pgtasks workflows cancel``): its waiting and pending jobs
         end cancelled, its running ones are asked to stop."""
         dashboard = self.dashboard
-        await dashboard.form(request)
+        await dashboard.actions.form(request)
         workflow_id = workflow_id_or_404(request.path_params["workflow_id"])
         try:
             count = await run_in_threadpool(self.app.cancel_workflow, workflow_id)
@@ -199,6 +210,6 @@ class WorkflowPages:
                 )
         except WorkflowNotFoundError as error:
             raise HTTPException(404, str(error)) from None
-        return dashboard.back(
+        return dashboard.actions.back(
             request, f"/workflows/{workflow_id}", done="workflow-cancelled", count=count
         )

@@ -220,7 +220,13 @@ def test_the_worker_info_names_the_worker_schema_and_queues(
     app: App, metrics: WorkerMetrics
 ) -> None:
     with running_worker(app, queues=["a", "b"], observers=[metrics]) as worker:
-        info = {"name": worker.name, "schema": app.schema, "queues": "a,b", "version": "0.1.0"}
+        info = {
+            "name": worker.name,
+            "schema": app.schema,
+            "store": "default",
+            "queues": "a,b",
+            "version": "0.1.0",
+        }
         scrape_until(metrics, "pgtasks_worker_info", 1.0, **info)
 
 
