@@ -22,6 +22,7 @@ from pgtasks.web import asgi
 from tests.support.dashboard_demo import SHOTS, build_scene, demo_data, take_screenshots
 from tests.support.inprocess import DEFAULT_SETTINGS, Gates, running_worker
 from tests.support.population import insert_job
+from tests.support.waiting import wait_until
 from tests.support.web import Served
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -141,10 +142,25 @@ def test_bulk_retry_and_delete_ask_before_acting(
     assert rows == [("pending",)]
 
 
+def dashboard_listens(app: App) -> bool:
+    """Whether the dashboard's listener has LISTENed on every channel of the app's schema
+    (its session's last statement is the LISTEN on the activity channel, its last)."""
+    with app.connection() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'pgtasks web' AND query = %s",
+            [f'LISTEN "{app.store.activity_channel}"'],
+        ).fetchone()
+    return bool(row and row[0])
+
+
 def test_a_half_second_job_shows_as_running_on_the_overview(
     app: App, serve: Callable[..., Served], page: Any
 ) -> None:
-    """Default settings: the claim's notification, not a poll, makes it visible."""
+    """Default settings: the claim's notification, not a poll, makes it visible. Waits on
+    conditions only: the page is live, its listener LISTENs and the page shows the job
+    pending before a worker (at the App's defaults) starts and claims it, so nothing but
+    the claim's notification and one render stand between the claim and the page."""
     from playwright.sync_api import expect
 
     @app.task(queue="quick")
@@ -153,21 +169,24 @@ def test_a_half_second_job_shows_as_running_on_the_overview(
         return "done"
 
     served = serve(asgi(app))
-    with running_worker(app, queues=["quick"], poll_interval=app.poll_interval):
-        page.goto(served.url + "/")
-        expect(page.locator("#live-status")).to_have_text("live")
-        # Every value the queue's Running cell takes, as the page shows it.
-        page.evaluate(
-            """() => {
-                window.runningSeen = [];
-                const live = document.getElementById("live");
-                new MutationObserver(() => {
-                    const cell = live.querySelector('tr[data-queue="quick"] [data-stat="running"]');
-                    if (cell) { window.runningSeen.push(cell.textContent.trim()); }
-                }).observe(live, {childList: true, subtree: true, characterData: true});
-            }"""
-        )
-        handle = half_second.delay()
+    page.goto(served.url + "/")
+    expect(page.locator("#live-status")).to_have_text("live")
+    wait_until(lambda: dashboard_listens(app), message="the dashboard's listener to LISTEN")
+    # Every value the queue's Running cell takes, as the page shows it.
+    page.evaluate(
+        """() => {
+            window.runningSeen = [];
+            const live = document.getElementById("live");
+            new MutationObserver(() => {
+                const cell = live.querySelector('tr[data-queue="quick"] [data-stat="running"]');
+                if (cell) { window.runningSeen.push(cell.textContent.trim()); }
+            }).observe(live, {childList: true, subtree: true, characterData: true});
+        }"""
+    )
+    handle = half_second.delay()
+    # The enqueue's notification: the page shows the job pending (no worker yet).
+    expect(page.locator('tr[data-queue="quick"] [data-stat="pending"]')).to_have_text("1")
+    with running_worker(app, queues=["quick"], **DEFAULT_SETTINGS):
         assert handle.get(timeout=15) == "done"
         expect(page.locator('tr[data-queue="quick"] [data-stat="done"]')).to_have_text("1")
     seen = page.evaluate("window.runningSeen")
