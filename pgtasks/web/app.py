@@ -16,6 +16,7 @@ change just made shows at once.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -45,7 +47,7 @@ from .._errors import (
 from .._job_filter import JobFilter
 from .._operations import RETRYABLE
 from .actions import Actions
-from .charts import charts
+from .charts import Charts, charts
 from .gate import DashboardApp, error_page
 from .job_reads import job_page as read_job_page
 from .limit_pages import LimitPages
@@ -103,6 +105,18 @@ PAGE_SIZE = 50
 CHART_MAX_AGE = 10.0
 
 
+@dataclasses.dataclass
+class _Charts:
+    """The overview's charts of one read of the finished minutes (reused CHART_MAX_AGE
+    seconds) and their markup, rendered once per path the dashboard is served at (the
+    overview's heaviest part: a bar per queue, minute and status)."""
+
+    read_at: float
+    finished: FinishedMinutes
+    charts: Charts
+    html: dict[str, Markup] = dataclasses.field(default_factory=dict)
+
+
 class Dashboard:
     """The pages and live streams of one dashboard over one App (its POST routes:
     ``pgtasks.web.actions``)."""
@@ -135,7 +149,7 @@ class Dashboard:
         self.live = LiveHub(app, debounce=debounce, poll=poll)
         self.stream_max_age = stream_max_age
         self.failed_logins = FailedLogins(limit=login_attempts)
-        self._chart: tuple[float, FinishedMinutes] | None = None
+        self._chart: _Charts | None = None
         #: Where this store's dashboard is mounted in the dashboard of an app of several
         #: stores ("/stores/<name>"; "" for the default store's, at the root).
         self.mount = ""
@@ -190,13 +204,29 @@ class Dashboard:
     # -- what each page shows (run in a thread) --
     def overview_context(self, db: DashboardDatabase | None = None) -> dict[str, Any]:
         cached = self._chart
-        fresh = cached is not None and time.monotonic() - cached[0] < CHART_MAX_AGE
+        fresh = cached is not None and time.monotonic() - cached.read_at < CHART_MAX_AGE
         data = read_overview(
-            self.app, db or self.db, finished=cached[1] if fresh and cached else None
+            self.app, db or self.db, finished=cached.finished if fresh and cached else None
         )
-        if not fresh:
-            self._chart = (time.monotonic(), data.finished)
-        return {"overview": data, "now": data.now, "charts": charts(data.finished)}
+        if cached is None or not fresh:
+            cached = self._chart = _Charts(time.monotonic(), data.finished, charts(data.finished))
+        chart = cached
+
+        def chart_html(base: str) -> Markup:
+            html = chart.html.get(base)
+            if html is None:
+                template = self.templates.get_template("_charts.html")
+                html = Markup(template.render(base=base, charts=chart.charts))  # noqa: S704
+                if len(chart.html) < 8:  # one per path the dashboard is served at
+                    chart.html[base] = html
+            return html
+
+        return {
+            "overview": data,
+            "now": data.now,
+            "charts": chart.charts,
+            "chart_html": chart_html,
+        }
 
     def jobs_context(
         self, job_filter: JobFilter, before: int | None, db: DashboardDatabase | None = None
