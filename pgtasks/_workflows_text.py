@@ -140,8 +140,8 @@ class WorkflowStep:
     status: str
     attempts: int
     max_attempts: int
-    prev_ids: list[int]
-    next_ids: list[int]
+    prev_ids: tuple[int, ...]
+    next_ids: tuple[int, ...]
     waiting_for: int | None
     created_at: datetime | None
     started_at: datetime | None
@@ -155,8 +155,8 @@ class WorkflowStep:
     def from_tuple(cls, row: Sequence[Any]) -> WorkflowStep:
         """A step from a row whose values are this class's fields, in order (the store's
         get_workflow_steps)."""
-        (ident, step, task, queue, status, attempts, max_attempts, prev, following, *rest) = row
-        waiting_for, created_at, started_at, finished_at, result_text, cut, error, size = rest
+        (ident, step, task, queue, status, attempts, max_attempts, prev, following) = row[:9]
+        (waiting_for, created_at, started_at, finished_at, result_text, cut, error, size) = row[9:]
         return cls(
             ident,
             step,
@@ -165,8 +165,8 @@ class WorkflowStep:
             status,
             attempts,
             max_attempts,
-            list(prev or ()),
-            list(following or ()),
+            tuple(prev) if prev else (),
+            tuple(following) if following else (),
             waiting_for,
             created_at,
             started_at,

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from .base import Params, Row, StoreBase
+from .base import Params, Row, StoreBase, T
 
 #: First key of the healer lock (a session lock on the healing worker's connection): "pgth".
 ADVISORY_LOCK_CLASS_HEAL = 0x70677468
@@ -176,22 +176,24 @@ class WorkflowQueries(StoreBase):
         self,
         conn: psycopg.Connection[Any],
         workflow_id: int,
+        make: Callable[[Sequence[Any]], T],
         *,
         max_result: int,
         max_result_bytes: int = 65_536,
         limit: int | None = None,
-    ) -> list[tuple[Any, ...]]:
+    ) -> list[T]:
         """A workflow's jobs for its page (the first ``limit`` by id; None: all), results
         cut to ``max_result`` characters (not rendered when stored in over
-        ``max_result_bytes``: ``result_size`` says how large): tuples of the fields of
-        ``WorkflowStep``, in order (``WorkflowStep.from_tuple``)."""
+        ``max_result_bytes``: ``result_size`` says how large), each made by ``make`` from
+        the fields of ``WorkflowStep``, in order (``WorkflowStep.from_tuple``) as it is
+        read: a page reads thousands, and no row is kept but what ``make`` makes."""
         params = {
             "id": workflow_id,
             "max_result": max_result,
             "max_result_bytes": max_result_bytes,
             "limit": limit,
         }
-        return self._rows(conn, "get_workflow_steps", params, tuples=True)
+        return self._made(conn, "get_workflow_steps", params, make)
 
     def find_stuck_steps(
         self, conn: psycopg.Connection[Any], *, after: int = 0, limit: int
