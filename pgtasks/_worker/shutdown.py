@@ -169,7 +169,7 @@ class GracefulStop:
 
     def _release(self, leftovers: list[Running], *, why: str = "shutdown deadline reached") -> None:
         for running in leftovers:
-            running.abandoned = True
+            running.abandon()
         released: set[int] = set()
         answered = False
         for attempt in range(1, _WRITE_TRIES + 1):
