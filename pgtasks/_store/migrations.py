@@ -12,21 +12,16 @@ from .base import ADVISORY_LOCK_CLASS_MIGRATE, Params, Row, StoreBase, translate
 
 
 class MigrationQueries(StoreBase):
-    def _migration_lock_params(self) -> Params:
-        return {"lock_class": ADVISORY_LOCK_CLASS_MIGRATE, "schema": self.schema}
-
     def lock_migrations_session(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's migration lock for ``conn``'s session."""
-        rows = self._rows(conn, "lock_migrations_session", self._migration_lock_params())
-        return bool(rows[0]["locked"])
+        return self._advisory_lock(conn, "lock_migrations_session", ADVISORY_LOCK_CLASS_MIGRATE)
 
     def wait_migrations_session(self, conn: psycopg.Connection[Any]) -> None:
         """Wait for the schema's migration lock, then hold it for ``conn``'s session."""
-        self._rows(conn, "wait_migrations_session", self._migration_lock_params())
+        self._advisory_lock(conn, "wait_migrations_session", ADVISORY_LOCK_CLASS_MIGRATE)
 
     def unlock_migrations_session(self, conn: psycopg.Connection[Any]) -> bool:
-        rows = self._rows(conn, "unlock_migrations_session", self._migration_lock_params())
-        return bool(rows[0]["unlocked"])
+        return self._advisory_lock(conn, "unlock_migrations_session", ADVISORY_LOCK_CLASS_MIGRATE)
 
     def configure_migration_session(self, conn: psycopg.Connection[Any], *, local: bool) -> Row:
         """No statement or lock timeout (``local``: for the current transaction only); the

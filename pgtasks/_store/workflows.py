@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from .._jobs import StepJob
-from .base import Params, Row, StoreBase
+from .base import Row, StoreBase
 
 #: First key of the healer lock (a session lock on the healing worker's connection): "pgth".
 ADVISORY_LOCK_CLASS_HEAL = 0x70677468
@@ -246,12 +246,9 @@ class WorkflowQueries(StoreBase):
         rows = self._rows(conn, "prune_workflow_incidents", {"older_than": older_than})
         return int(rows[0]["deleted"])
 
-    def _heal_lock_params(self) -> Params:
-        return {"lock_class": ADVISORY_LOCK_CLASS_HEAL, "schema": self.schema}
-
     def lock_healer(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's healer lock for ``conn``'s session; True when held."""
-        return bool(self._rows(conn, "lock_healer", self._heal_lock_params())[0]["locked"])
+        return self._advisory_lock(conn, "lock_healer", ADVISORY_LOCK_CLASS_HEAL)
 
     def unlock_healer(self, conn: psycopg.Connection[Any]) -> bool:
-        return bool(self._rows(conn, "unlock_healer", self._heal_lock_params())[0]["unlocked"])
+        return self._advisory_lock(conn, "unlock_healer", ADVISORY_LOCK_CLASS_HEAL)
