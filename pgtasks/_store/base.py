@@ -209,11 +209,10 @@ class StoreBase:
             " FROM claimed WHERE id IS NOT NULL LIMIT 1) AS notified) >= 0"
         ).encode()
 
-    def _advisory_lock(self, conn: psycopg.Connection[Any], query: str, lock_class: int) -> bool:
-        """Run ``query`` on the schema's advisory lock of ``lock_class`` (try to take it,
-        wait for it, or release it): the boolean it answers (taken, released)."""
-        rows = self._rows(conn, query, {"lock_class": lock_class, "schema": self.schema})
-        return bool(rows and next(iter(rows[0].values())))
+    def _lock_params(self, lock_class: int) -> Params:
+        """The parameters of a statement on this schema's advisory lock of ``lock_class``
+        (migrations, beat, pruner, healer)."""
+        return {"lock_class": lock_class, "schema": self.schema}
 
     # -- executors --
     @overload

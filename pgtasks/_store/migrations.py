@@ -14,14 +14,20 @@ from .base import ADVISORY_LOCK_CLASS_MIGRATE, Params, Row, StoreBase, translate
 class MigrationQueries(StoreBase):
     def lock_migrations_session(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's migration lock for ``conn``'s session."""
-        return self._advisory_lock(conn, "lock_migrations_session", ADVISORY_LOCK_CLASS_MIGRATE)
+        rows = self._rows(
+            conn, "lock_migrations_session", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE)
+        )
+        return bool(rows[0]["locked"])
 
     def wait_migrations_session(self, conn: psycopg.Connection[Any]) -> None:
         """Wait for the schema's migration lock, then hold it for ``conn``'s session."""
-        self._advisory_lock(conn, "wait_migrations_session", ADVISORY_LOCK_CLASS_MIGRATE)
+        self._rows(conn, "wait_migrations_session", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE))
 
     def unlock_migrations_session(self, conn: psycopg.Connection[Any]) -> bool:
-        return self._advisory_lock(conn, "unlock_migrations_session", ADVISORY_LOCK_CLASS_MIGRATE)
+        rows = self._rows(
+            conn, "unlock_migrations_session", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE)
+        )
+        return bool(rows[0]["unlocked"])
 
     def configure_migration_session(self, conn: psycopg.Connection[Any], *, local: bool) -> Row:
         """No statement or lock timeout (``local``: for the current transaction only); the

@@ -82,10 +82,12 @@ class OperationsQueries(StoreBase):
 
     def lock_pruner(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's pruner lock for ``conn``'s session; True when held."""
-        return self._advisory_lock(conn, "lock_pruner", ADVISORY_LOCK_CLASS_PRUNE)
+        rows = self._rows(conn, "lock_pruner", self._lock_params(ADVISORY_LOCK_CLASS_PRUNE))
+        return bool(rows[0]["locked"])
 
     def unlock_pruner(self, conn: psycopg.Connection[Any]) -> bool:
-        return self._advisory_lock(conn, "unlock_pruner", ADVISORY_LOCK_CLASS_PRUNE)
+        rows = self._rows(conn, "unlock_pruner", self._lock_params(ADVISORY_LOCK_CLASS_PRUNE))
+        return bool(rows[0]["unlocked"])
 
     def count_purgeable_jobs(
         self, conn: psycopg.Connection[Any], *, queue: str | None, task_name: str | None

@@ -58,7 +58,7 @@ class Store(
         self._rows(conn, "create_migrations_table", None)
 
     def lock_migrations(self, conn: psycopg.Connection[Any]) -> None:
-        self._advisory_lock(conn, "lock_migrations", ADVISORY_LOCK_CLASS_MIGRATE)
+        self._rows(conn, "lock_migrations", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE))
 
     def get_applied_migrations(self, conn: psycopg.Connection[Any]) -> set[int]:
         return {row["version"] for row in self._rows(conn, "get_applied_migrations", None)}
@@ -219,10 +219,12 @@ class Store(
 
     def lock_beat(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's beat lock for ``conn``'s session; True when held."""
-        return self._advisory_lock(conn, "lock_beat", ADVISORY_LOCK_CLASS_BEAT)
+        rows = self._rows(conn, "lock_beat", self._lock_params(ADVISORY_LOCK_CLASS_BEAT))
+        return bool(rows[0]["locked"])
 
     def unlock_beat(self, conn: psycopg.Connection[Any]) -> bool:
-        return self._advisory_lock(conn, "unlock_beat", ADVISORY_LOCK_CLASS_BEAT)
+        rows = self._rows(conn, "unlock_beat", self._lock_params(ADVISORY_LOCK_CLASS_BEAT))
+        return bool(rows[0]["unlocked"])
 
     def load_periodic(self, conn: psycopg.Connection[Any], names: Sequence[str]) -> list[Row]:
         """Rows ``name, processed_until, last_tick, last_job_id, now`` for ``names``."""

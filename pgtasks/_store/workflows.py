@@ -248,7 +248,9 @@ class WorkflowQueries(StoreBase):
 
     def lock_healer(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's healer lock for ``conn``'s session; True when held."""
-        return self._advisory_lock(conn, "lock_healer", ADVISORY_LOCK_CLASS_HEAL)
+        rows = self._rows(conn, "lock_healer", self._lock_params(ADVISORY_LOCK_CLASS_HEAL))
+        return bool(rows[0]["locked"])
 
     def unlock_healer(self, conn: psycopg.Connection[Any]) -> bool:
-        return self._advisory_lock(conn, "unlock_healer", ADVISORY_LOCK_CLASS_HEAL)
+        rows = self._rows(conn, "unlock_healer", self._lock_params(ADVISORY_LOCK_CLASS_HEAL))
+        return bool(rows[0]["unlocked"])
