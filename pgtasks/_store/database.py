@@ -521,7 +521,7 @@ class Database:
                 min_size=0,
                 max_size=REPLICA_POOL_MAX,
                 kwargs={
-                    "autocommit": True,
+                    **db.pool_kwargs(),
                     "application_name": "pgtasks replica reads",
                     **self.extra_kwargs,
                     "options": db.pinned_options(self.extra_kwargs.get("options")),

@@ -217,13 +217,18 @@ async def apin_isolation(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
 
 
+def pool_kwargs() -> dict[str, Any]:
+    """What every pooled connection is made with (benchmarks' bare loops use it too)."""
+    return {"autocommit": True}
+
+
 def pool_options(pools: PoolSettings, connection_kwargs: dict[str, Any]) -> dict[str, Any]:
     """What a sync and an async pool share: sizes, timeout, autocommit connections with
     ``connection_kwargs``; opened by their owner."""
     return {
         "min_size": pools.min_size,
         "max_size": pools.max_size,
-        "kwargs": {"autocommit": True, **connection_kwargs},
+        "kwargs": {**pool_kwargs(), **connection_kwargs},
         "timeout": pools.connect_timeout,
         "open": False,
     }
