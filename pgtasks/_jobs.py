@@ -176,6 +176,20 @@ class ScopedJobSpec(JobSpec):
     unique_for: timedelta | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class StepJob:
+    """A workflow step to insert: its job (``spec``: arguments encoded once, ``meta_json``
+    from the instrumentation), its place (``step``, e.g. ``"1.0"``), what it receives
+    (``input_mode``: None, ``"one"`` or ``"list"``) and its links as positions in the
+    workflow's list of steps (the store maps them to the ids it reserved)."""
+
+    spec: JobSpec
+    step: str
+    input_mode: str | None
+    prev: tuple[int, ...]
+    next: tuple[int, ...]
+
+
 class InsertedJob(NamedTuple):
     """The outcome of inserting one JobSpec (a tuple: built once per job on hot paths)."""
 

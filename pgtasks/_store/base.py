@@ -210,6 +210,11 @@ class StoreBase:
             " FROM claimed WHERE id IS NOT NULL LIMIT 1) AS notified) >= 0"
         ).encode()
 
+    def _lock_params(self, lock_class: int) -> Params:
+        """The parameters of a statement on this schema's advisory lock of ``lock_class``
+        (migrations, beat, pruner, healer)."""
+        return {"lock_class": lock_class, "schema": self.schema}
+
     # -- executors --
     @overload
     def _rows(

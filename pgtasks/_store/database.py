@@ -253,14 +253,10 @@ class Database:
                 return self._pool
             pool: ConnectionPool[Any] = ConnectionPool(
                 self.dsn,
-                min_size=self.pools.min_size,
-                max_size=self.pools.max_size,
-                kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
                 # READ COMMITTED whatever the database or role default (see pin_isolation).
                 configure=self.pin_isolation if self.pooled else None,
-                timeout=self.pools.connect_timeout,
                 name=self.name,
-                open=False,
+                **db.pool_options(self.pools, self.connection_kwargs()),
             )
             try:
                 # Wait for the first connection(s): a first request that had to wait
@@ -283,13 +279,9 @@ class Database:
         if self._apool is None or self._apool_loop is not loop:
             apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.dsn,
-                min_size=self.pools.min_size,
-                max_size=self.pools.max_size,
-                kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
                 configure=self.apin_isolation if self.pooled else None,
-                timeout=self.pools.connect_timeout,
                 name=f"{self.name}-async",
-                open=False,
+                **db.pool_options(self.pools, self.connection_kwargs()),
             )
             try:
                 # Waiting for the first connection keeps no connection attempt running in

@@ -218,7 +218,20 @@ async def apin_isolation(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 def pool_kwargs() -> dict[str, Any]:
+    """What every pooled connection is made with (benchmarks' bare loops use it too)."""
     return {"autocommit": True}
+
+
+def pool_options(pools: PoolSettings, connection_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What a sync and an async pool share: sizes, timeout, autocommit connections with
+    ``connection_kwargs``; opened by their owner."""
+    return {
+        "min_size": pools.min_size,
+        "max_size": pools.max_size,
+        "kwargs": {**pool_kwargs(), **connection_kwargs},
+        "timeout": pools.connect_timeout,
+        "open": False,
+    }
 
 
 def embedded_data_dir(
