@@ -4,6 +4,7 @@ that is slow to answer is waited for, never called down."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import subprocess
@@ -108,10 +109,8 @@ def _pipe(source: socket.socket, target: socket.socket) -> None:
         pass
     finally:
         for end in (source, target):
-            try:
+            with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             end.close()
 
 
