@@ -146,7 +146,6 @@ class Database:
         #: The schema's version was found current (checked once, on first use).
         self.schema_checked = False
         _databases.add(self)
-        opening.quiet_pool_warnings()
 
     @property
     def dsn(self) -> str:
@@ -299,6 +298,7 @@ class Database:
     def unavailable(self, cause: BaseException | None) -> Exception:
         """The error to raise when no connection could be had: the server is down or
         unreachable (DatabaseUnavailableError), or the pool is exhausted."""
+        cause = cause.cause if isinstance(cause, opening.Refused) else cause
         if isinstance(cause, PoolTimeout) or cause is None:
             probed = self._probe()
             if probed is None and isinstance(cause, PoolTimeout):
@@ -382,7 +382,7 @@ class Database:
             if pool is None or self._pool_pid != os.getpid():
                 pool = self.get_pool()
             try:
-                conn = pool.getconn(timeout=self.pools.connect_timeout)
+                conn = opening.getconn(pool, self.pools.connect_timeout, self._probe)
             except PoolTimeout as error:
                 raise self.unavailable(error) from None
             try:
@@ -430,7 +430,7 @@ class Database:
             if apool is None or self._apool_loop is not asyncio.get_running_loop():
                 apool = await self.get_apool()
             try:
-                conn = await apool.getconn(timeout=self.pools.connect_timeout)
+                conn = await opening.agetconn(apool, self.pools.connect_timeout, self._probe)
             except PoolTimeout as error:
                 raise self.unavailable(error) from None
             try:

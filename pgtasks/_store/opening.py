@@ -88,9 +88,79 @@ async def aopen_pool(
         pause = min(pause * 2, LONGEST_PAUSE)
 
 
+#: How long a caller waits for a pooled connection before it looks whether the pool's
+#: attempts to connect fail (then a direct connection that is refused ends the wait).
+FIRST_WAIT = 0.25
+
+
+class Refused(PoolTimeout):
+    """No pooled connection: the pool's attempts failed and the server refused a direct
+    connection too (``cause``: that refusal)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def getconn(pool: ConnectionPool[Any], timeout: float, probe: Probe) -> Any:
+    """``pool.getconn(timeout)``, except that a server which went down after the pool
+    opened is :class:`Refused` at once: after FIRST_WAIT, each time the pool has failed
+    to connect again, one direct connection is tried (a pool that is merely busy, with
+    no failed attempt, is waited for the whole ``timeout``)."""
+    if timeout <= FIRST_WAIT:
+        return pool.getconn(timeout=timeout)
+    try:
+        return pool.getconn(timeout=FIRST_WAIT)  # at once when a connection is free
+    except PoolTimeout:
+        pass
+    deadline = time.monotonic() + timeout - FIRST_WAIT
+    probed = 0
+    while True:
+        errors = pool.get_stats().get("connections_errors", 0)
+        if errors > probed:
+            probed = errors
+            refused = probe()
+            if refused is not None:
+                raise Refused(refused)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise PoolTimeout(f"couldn't get a connection after {timeout:g} sec")
+        try:
+            return pool.getconn(timeout=min(left, FIRST_WAIT))
+        except PoolTimeout:
+            continue
+
+
+async def agetconn(pool: AsyncConnectionPool[Any], timeout: float, probe: Probe) -> Any:
+    """:func:`getconn` of an async pool (the probe runs in a thread)."""
+    if timeout <= FIRST_WAIT:
+        return await pool.getconn(timeout=timeout)
+    try:
+        return await pool.getconn(timeout=FIRST_WAIT)
+    except PoolTimeout:
+        pass
+    deadline = time.monotonic() + timeout - FIRST_WAIT
+    probed = 0
+    while True:
+        errors = pool.get_stats().get("connections_errors", 0)
+        if errors > probed:
+            probed = errors
+            refused = await asyncio.to_thread(probe)
+            if refused is not None:
+                raise Refused(refused)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise PoolTimeout(f"couldn't get a connection after {timeout:g} sec")
+        try:
+            return await pool.getconn(timeout=min(left, FIRST_WAIT))
+        except PoolTimeout:
+            continue
+
+
 class PoolWarningsToDebug(logging.Filter):
     """psycopg_pool's warnings about connections of pgtasks' pools ("error connecting in
-    'pgtasks-…'", "reconnection attempt … failed") are logged again at debug under
+    'pgtasks-…'", "reconnection attempt … failed", "discarding closed connection") are
+    logged again at debug under
     ``pgtasks.db``: pgtasks reports the failure itself, once, with what to do (a pool of
     the user's own keeps its warnings)."""
 
@@ -98,10 +168,16 @@ class PoolWarningsToDebug(logging.Filter):
         if record.levelno != logging.WARNING or not record.args:
             return True
         args = record.args if isinstance(record.args, tuple) else (record.args,)
-        if not any(isinstance(arg, str) and arg.startswith(POOL_PREFIX) for arg in args):
+        if not any(_of_pgtasks(arg) for arg in args):
             return True
         logger.debug("psycopg_pool: %s", record.getMessage())
         return False
+
+
+def _of_pgtasks(arg: object) -> bool:
+    """A pool name of pgtasks', or a connection of one of its pools."""
+    name = arg if isinstance(arg, str) else getattr(getattr(arg, "_pool", None), "name", None)
+    return isinstance(name, str) and name.startswith(POOL_PREFIX)
 
 
 _filter = PoolWarningsToDebug()
@@ -112,3 +188,6 @@ def quiet_pool_warnings() -> None:
     pool_logger = logging.getLogger("psycopg.pool")
     if _filter not in pool_logger.filters:
         pool_logger.addFilter(_filter)
+
+
+quiet_pool_warnings()  # pgtasks' pools are made by Database, which imports this

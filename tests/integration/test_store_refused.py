@@ -76,6 +76,7 @@ class SlowProxy(threading.Thread):
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.closing = False
+        self.accepted: list[socket.socket] = []
 
     def run(self) -> None:
         while not self.closing:
@@ -83,6 +84,7 @@ class SlowProxy(threading.Thread):
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            self.accepted.append(client)
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
@@ -97,8 +99,14 @@ class SlowProxy(threading.Thread):
             threading.Thread(target=_pipe, args=(source, target), daemon=True).start()
 
     def close(self) -> None:
+        """Stop listening (new connections are refused) and cut the open ones."""
         self.closing = True
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
+        for client in self.accepted:
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)
 
 
 def _pipe(source: socket.socket, target: socket.socket) -> None:
@@ -166,3 +174,40 @@ def test_a_refused_database_is_one_clear_line(
     assert lines[0].startswith("error: cannot reach PostgreSQL at 127.0.0.1:"), lines
     assert "Connection refused" in lines[0] and "is the server running" in lines[0]
     assert elapsed < LONG_TIMEOUT / 3, f"{command} took {elapsed:.1f} s"
+
+
+def test_a_store_that_goes_down_after_its_pool_opened_is_down_at_once(
+    make_stores_app: Callable[..., App], schema_admin: SchemaAdmin, dsn: str
+) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(dsn)
+    host = str(params.get("host", ""))
+    if not host.startswith("/"):
+        pytest.skip("the proxy fronts the embedded server's Unix socket")
+    proxy = SlowProxy(f"{host}/.s.PGSQL.{params.get('port', 5432)}", delay=0.0)
+    proxy.start()
+    through = f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres?sslmode=disable"
+    app = make_stores_app(dsns={"bulk": through}, migrate=False, connect_timeout=LONG_TIMEOUT)
+    for schema in app.schemas.values():  # type: ignore[attr-defined]
+        schema_admin.create_migrated(schema)
+
+    def ask() -> dict[str, Any]:
+        return app.stores.each(
+            lambda name: app.for_store(name).database.run(
+                lambda conn: conn.execute("SELECT 1").fetchone()
+            )
+        )
+
+    try:
+        assert ask() == {"default": (1,), "bulk": (1,)}  # both pools open
+        proxy.close()  # the server of store bulk goes away: its connections cut, refused
+        started = time.monotonic()
+        answers = ask()
+        elapsed = time.monotonic() - started
+        assert answers["default"] == (1,)
+        assert isinstance(answers["bulk"], DatabaseUnavailableError), answers
+        assert "Connection refused" in str(answers["bulk"])
+        assert elapsed < LONG_TIMEOUT / 3, f"waited {elapsed:.1f} s for a store gone down"
+    finally:
+        proxy.close()
