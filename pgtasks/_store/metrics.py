@@ -13,13 +13,15 @@ from .base import StoreBase
 
 @dataclasses.dataclass(frozen=True)
 class QueueDepth:
-    """Jobs of one queue at one moment: ``pending`` due now, ``running``, and ``waiting``
-    (workflow steps waiting for earlier steps)."""
+    """Jobs of one queue at one moment: ``pending`` due now, ``running``, ``waiting``
+    (workflow steps waiting for earlier steps), and ``oldest_due_age``: seconds the oldest
+    due job has waited since its run_at (None: none due)."""
 
     queue: str
     pending: int
     running: int
     waiting: int = 0
+    oldest_due_age: float | None = None
 
 
 def _queues_param(queues: Sequence[str] | None) -> dict[str, Any]:
@@ -40,7 +42,13 @@ class MetricsQueries(StoreBase):
         """Queues (all, or those named) that have due pending, running or waiting jobs."""
         rows = self._rows(conn, "get_queue_depths", _queues_param(queues))
         return [
-            QueueDepth(row["queue"], int(row["pending"]), int(row["running"]), int(row["waiting"]))
+            QueueDepth(
+                row["queue"],
+                int(row["pending"]),
+                int(row["running"]),
+                int(row["waiting"]),
+                None if row["oldest_due_age"] is None else max(0.0, float(row["oldest_due_age"])),
+            )
             for row in rows
         ]
 

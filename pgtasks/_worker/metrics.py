@@ -4,8 +4,8 @@
 a ``CollectorRegistry`` of its own, so two workers in one process never share series.
 Counters and histograms are updated from the worker's events; the busy-slot gauges
 are read from the worker when Prometheus scrapes; queue depths are sampled every
-``queue_depth_interval`` seconds by a thread on a connection of its own (to the app's
-replica when it has one).
+``queue_depth_interval`` seconds from each store by a thread on a connection of its own
+(to the store's replica when it has one).
 ``serve(port, host)`` exposes the registry over HTTP (``pgtasks worker --metrics-port``).
 
 Series (``task`` and ``queue`` labels come from the job)::
@@ -21,11 +21,18 @@ Series (``task`` and ``queue`` labels come from the job)::
                                                 database time (how long a due job waited)
     pgtasks_worker_busy_slots                   jobs running in this worker now
     pgtasks_worker_slots                        this worker's concurrency
-    pgtasks_queue_depth{queue}                  pending jobs that are due (sampled)
-    pgtasks_queue_running_jobs{queue}           running jobs, all workers (sampled)
-    pgtasks_queue_depth_sampled_timestamp_seconds
-                                                when the last sample succeeded (Unix time)
+    pgtasks_queue_depth{store,queue}            pending jobs that are due (sampled)
+    pgtasks_queue_running_jobs{store,queue}     running jobs, all workers (sampled)
+    pgtasks_queue_waiting_jobs{store,queue}     workflow steps waiting (sampled)
+    pgtasks_queue_oldest_due_age_seconds{store,queue}
+                                                wait of the oldest due job (sampled)
+    pgtasks_queue_depth_sampled_timestamp_seconds{store}
+                                                when the store's last sample succeeded
+    pgtasks_store_up{store}                     1: its last sample succeeded, 0: it failed
+    pgtasks_store_sample_errors_total{store}    its failed samples
     pgtasks_worker_info{name,schema,store,queues,version}
+
+Every store of the worker's app is sampled (store_samples.py), each on its own thread.
 
 Counters of exercised guarantees (pgtasks._counters; docs/howto/metrics.md), as this
 worker counted them::
@@ -43,7 +50,7 @@ worker counted them::
 
 and every process's totals, stored in the database (sampled with the queue depths)::
 
-    pgtasks_schema_events_total{event}          event: one of the six counters' names
+    pgtasks_schema_events_total{store,event}    event: one of the six counters' names
 """
 
 from __future__ import annotations

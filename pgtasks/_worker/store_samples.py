@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -34,7 +34,7 @@ logger = logging.getLogger("pgtasks.metrics")
 #: A depth query that takes longer than this is cancelled (and logged).
 QUEUE_DEPTH_STATEMENT_TIMEOUT_MS = 10_000
 
-DepthRow = tuple[str, int, int] | tuple[str, int, int, int]
+DepthRow = tuple[str, int, int] | tuple[str, int, int, int] | tuple[str, int, int, int, float]
 
 
 class QueueDepthCollector:
@@ -47,6 +47,7 @@ class QueueDepthCollector:
         self._pending: dict[tuple[str, str], int] = {}
         self._running: dict[tuple[str, str], int] = {}
         self._waiting: dict[tuple[str, str], int] = {}
+        self._oldest: dict[tuple[str, str], float] = {}
         self._sampled_at: dict[str, float] = {}
         self._up: dict[str, bool] = {}
         self._errors: dict[str, int] = {}
@@ -54,20 +55,25 @@ class QueueDepthCollector:
     def update(
         self, depths: Iterable[DepthRow], expected: Iterable[str] = (), store: str = "default"
     ) -> None:
-        """Replace ``store``'s sample with ``(queue, pending, running[, waiting])`` rows."""
+        """Replace ``store``'s sample with ``(queue, pending, running[, waiting[, oldest
+        due age]])`` rows."""
         with self._lock:
             known = [queue for (name, queue) in self._pending if name == store]
             zeros = {(store, queue): 0 for queue in [*known, *expected]}
             pending, running, waiting = dict(zeros), dict(zeros), dict(zeros)
+            oldest = {key: 0.0 for key in zeros}
             for queue_name, pending_count, running_count, *rest in depths:
                 key = (store, queue_name)
                 pending[key], running[key] = pending_count, running_count
-                waiting[key] = rest[0] if rest else 0
-            for table, new in (
+                waiting[key] = int(rest[0]) if rest else 0
+                oldest[key] = float(rest[1]) if len(rest) > 1 else 0.0
+            tables: list[tuple[dict[tuple[str, str], Any], dict[tuple[str, str], Any]]] = [
                 (self._pending, pending),
                 (self._running, running),
                 (self._waiting, waiting),
-            ):
+                (self._oldest, oldest),
+            ]
+            for table, new in tables:
                 for key in [key for key in table if key[0] == store]:
                     del table[key]
                 table.update(new)
@@ -86,6 +92,7 @@ class QueueDepthCollector:
         with self._lock:
             pending, running = dict(self._pending), dict(self._running)
             waiting, sampled_at = dict(self._waiting), dict(self._sampled_at)
+            oldest = dict(self._oldest)
             up, errors = dict(self._up), dict(self._errors)
         labels = ["store", "queue"]
         depth = GaugeMetricFamily(
@@ -103,13 +110,21 @@ class QueueDepthCollector:
             "Workflow steps waiting for earlier steps, per store and queue (sampled).",
             labels=labels,
         )
+        age = GaugeMetricFamily(
+            "pgtasks_queue_oldest_due_age_seconds",
+            "Seconds the oldest due pending job of the queue has waited since its run_at,"
+            " per store and queue (0: none due; sampled).",
+            labels=labels,
+        )
         for key in sorted(pending):
             depth.add_metric(list(key), pending[key])
             busy.add_metric(list(key), running.get(key, 0))
             steps.add_metric(list(key), waiting.get(key, 0))
+            age.add_metric(list(key), oldest.get(key, 0.0))
         yield depth
         yield busy
         yield steps
+        yield age
         stamp = GaugeMetricFamily(
             "pgtasks_queue_depth_sampled_timestamp_seconds",
             "Unix time of the last successful sample of each store.",
@@ -216,7 +231,7 @@ class QueueDepthSampler:
             store.limit_statement_time(conn, QUEUE_DEPTH_STATEMENT_TIMEOUT_MS / 1000)
             depths = store.get_queue_depths(conn, self.queues)
         self.collector.update(
-            ((depth.queue, depth.pending, depth.running, depth.waiting) for depth in depths),
+            ((d.queue, d.pending, d.running, d.waiting, d.oldest_due_age or 0.0) for d in depths),
             expected=self.queues or (),
             store=self.store_name,
         )

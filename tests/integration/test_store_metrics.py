@@ -97,6 +97,9 @@ def test_every_store_is_sampled_and_labelled_by_store(
         ) > 0
         assert value(scraped, "pgtasks_schema_events_total", store=store, event="rescued") == 0
     assert value(scraped, "pgtasks_queue_depth", store="default", queue="emails") is None
+    for store, queue in (("default", "default"), ("bulk", "emails")):
+        age = value(scraped, "pgtasks_queue_oldest_due_age_seconds", store=store, queue=queue)
+        assert age is not None and age > 0, (store, queue, age)
     info = [labels for (name, labels) in scraped if name == "pgtasks_worker_info"]
     assert len(info) == 1 and ("store", "default") in info[0]
 
@@ -116,6 +119,8 @@ def test_a_worker_of_some_queues_samples_them_in_their_store(
             "an empty emails queue in bulk and the default store up",
         )
     assert value(scraped, "pgtasks_queue_depth", store="default", queue="emails") is None
+    empty = value(scraped, "pgtasks_queue_oldest_due_age_seconds", store="bulk", queue="emails")
+    assert empty == 0
 
 
 def refused_dsn() -> str:
