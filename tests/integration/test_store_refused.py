@@ -1,6 +1,7 @@
-"""A store whose server refuses connections shows as down at once (not after
-connect_timeout), with one clear error and none of psycopg_pool's retry warnings; a store
-that is slow to answer is waited for, never called down."""
+"""A store whose server refuses connections shows as down within about a second (not
+after connect_timeout), with one clear error and none of psycopg_pool's retry warnings; a
+store that is slow to answer is waited for, never called down, and a server that refuses
+for less than a second (a restart) is waited out."""
 
 from __future__ import annotations
 
@@ -70,10 +71,10 @@ class SlowProxy(threading.Thread):
     """A TCP port in front of the test server's Unix socket that holds each new
     connection ``delay`` seconds before passing its bytes on: a server slow to answer."""
 
-    def __init__(self, socket_path: str, delay: float) -> None:
+    def __init__(self, socket_path: str, delay: float, port: int = 0) -> None:
         super().__init__(daemon=True)
         self.socket_path, self.delay = socket_path, delay
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.create_server(("127.0.0.1", port))
         self.port = self.listener.getsockname()[1]
         self.closing = False
         self.accepted: list[socket.socket] = []
@@ -211,3 +212,40 @@ def test_a_store_that_goes_down_after_its_pool_opened_is_down_at_once(
         assert elapsed < LONG_TIMEOUT / 3, f"waited {elapsed:.1f} s for a store gone down"
     finally:
         proxy.close()
+
+
+def test_a_server_that_refuses_for_less_than_a_second_is_waited_out(
+    make_stores_app: Callable[..., App], schema_admin: SchemaAdmin, dsn: str
+) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from pgtasks._store.opening import DOWN_AFTER
+
+    params = conninfo_to_dict(dsn)
+    host = str(params.get("host", ""))
+    if not host.startswith("/"):
+        pytest.skip("the proxy fronts the embedded server's Unix socket")
+    path = f"{host}/.s.PGSQL.{params.get('port', 5432)}"
+    proxies = [SlowProxy(path, delay=0.0)]
+    proxies[0].start()
+    through = f"postgresql://postgres@127.0.0.1:{proxies[0].port}/postgres?sslmode=disable"
+    app = make_stores_app(dsns={"bulk": through}, migrate=False, connect_timeout=LONG_TIMEOUT)
+    for schema in app.schemas.values():  # type: ignore[attr-defined]
+        schema_admin.create_migrated(schema)
+    bulk = app.for_store("bulk").database
+
+    def back() -> None:  # the server is back on its port before DOWN_AFTER
+        time.sleep(DOWN_AFTER / 3)
+        proxies.append(SlowProxy(path, delay=0.0, port=proxies[0].port))
+        proxies[-1].start()
+
+    try:
+        assert bulk.run(lambda conn: conn.execute("SELECT 1").fetchone()) == (1,)
+        proxies[0].close()  # refused from now on, the pool's connection cut
+        restart = threading.Thread(target=back)
+        restart.start()
+        assert bulk.run(lambda conn: conn.execute("SELECT 2").fetchone()) == (2,)
+        restart.join()
+    finally:
+        for proxy in proxies:
+            proxy.close()
