@@ -15,11 +15,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.acceptance.test_stores_cli import APP, run
-from tests.acceptance.test_stores_cli import env as env
-from tests.acceptance.test_stores_cli import schemas as schemas
 from tests.support.environment import pgtasks_command
 from tests.support.processes import ChildProcess, Processes
+from tests.support.schemas import SchemaAdmin, new_schema_name
+from tests.support.stores_cli import APP, run, stores_env
 from tests.support.waiting import sleep_past, wait_until
 
 #: The schedules of tests/apps/stores_app.py (every second), by the store they live in.
@@ -48,6 +47,20 @@ def leader_pid(dsn: str, schema: str) -> int:
             (schema,),
         ).fetchone()
     return int(row[0].split(":")[1]) if row else 0
+
+
+@pytest.fixture
+def schemas(schema_admin: SchemaAdmin) -> Iterator[dict[str, str]]:
+    """The two stores' schemas (made by `pgtasks migrate`, dropped afterwards)."""
+    names = {"default": new_schema_name(), "bulk": new_schema_name()}
+    yield names
+    for schema in names.values():
+        schema_admin.drop(schema)
+
+
+@pytest.fixture
+def env(dsn: str, schemas: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    return stores_env(dsn, schemas, tmp_path)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ counted, while the other stores' series keep being sampled."""
 from __future__ import annotations
 
 import socket
-import urllib.request
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -13,15 +12,12 @@ import pytest
 from pgtasks import App
 from tests.support.inprocess import running_worker
 from tests.support.schemas import SchemaAdmin
-from tests.support.waiting import wait_until
+from tests.support.scrape import scrape_until, value
 
 pytest.importorskip("prometheus_client")
 
-from prometheus_client.parser import text_string_to_metric_families
 
 from pgtasks import WorkerMetrics
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture
@@ -30,31 +26,6 @@ def metrics() -> Iterator[WorkerMetrics]:
     worker_metrics.serve(0)
     yield worker_metrics
     worker_metrics.close()
-
-
-def samples(metrics: WorkerMetrics) -> Samples:
-    with urllib.request.urlopen(f"http://{metrics.address}/metrics", timeout=5) as page:
-        text = page.read().decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(scraped: Samples, name: str, /, **labels: str) -> float | None:
-    return scraped.get((name, frozenset(labels.items())))
-
-
-def scrape_until(metrics: WorkerMetrics, check: Callable[[Samples], bool], what: str) -> Samples:
-    seen: list[Samples] = [{}]
-
-    def matches() -> bool:
-        seen[0] = samples(metrics)
-        return check(seen[0])
-
-    wait_until(matches, timeout=15, message=what)
-    return seen[0]
 
 
 def add_tasks(app: App) -> dict[str, object]:
@@ -86,8 +57,12 @@ def test_every_store_is_sampled_and_labelled_by_store(
             lambda s: (
                 value(s, "pgtasks_queue_depth", store="default", queue="default") == 2
                 and value(s, "pgtasks_queue_depth", store="bulk", queue="emails") == 3
+                and all(
+                    value(s, "pgtasks_schema_events_total", store=name, event="rescued") is not None
+                    for name in ("default", "bulk")
+                )
             ),
-            "the depths of both stores",
+            "the depths and counters of both stores",
         )
     for store in ("default", "bulk"):
         assert value(scraped, "pgtasks_store_up", store=store) == 1

@@ -140,6 +140,7 @@ def done_between(dsn: str, schema: str, start: float, end: float) -> int:
         return int(conn.execute(query, (start, end)).fetchone()[0])  # type: ignore[index]
 
 
+@pytest.mark.timeout(300)  # 10 s baseline + 30 s outage + drain, and the cluster's stop
 def test_a_stopped_cluster_stalls_only_its_store(
     second_dsn: str, crashing_cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -245,7 +246,7 @@ def test_metrics_read_both_clusters_and_a_crashed_one_is_down(
     counted and the other store's samples go on; after its restart it is up again."""
     pytest.importorskip("prometheus_client")
     from pgtasks import WorkerMetrics
-    from tests.integration.test_store_metrics import scrape_until, value
+    from tests.support.scrape import scrape_until, value
 
     schemas = {"default": new_schema_name(), "bulk": new_schema_name()}
     app = two_store_app(second_dsn, crashing_cluster.dsn, schemas, connect_timeout=3.0)
