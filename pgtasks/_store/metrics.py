@@ -52,6 +52,11 @@ class MetricsQueries(StoreBase):
             for row in rows
         ]
 
+    def count_workers(self, conn: psycopg.Connection[Any], lease_timeout: float) -> tuple[int, int]:
+        """Registered workers: (live, silent past ``lease_timeout``)."""
+        row = self._rows(conn, "count_workers", {"lease": lease_timeout})[0]
+        return int(row["live"]), int(row["silent"])
+
     def count_scheduled_jobs(
         self, conn: psycopg.Connection[Any], queues: Sequence[str] | None = None
     ) -> int:

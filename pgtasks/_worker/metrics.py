@@ -30,6 +30,7 @@ Series (``task`` and ``queue`` labels come from the job)::
                                                 when the store's last sample succeeded
     pgtasks_store_up{store}                     1: its last sample succeeded, 0: it failed
     pgtasks_store_sample_errors_total{store}    its failed samples
+    pgtasks_store_workers{store,state}          registered workers: live or silent (sampled)
     pgtasks_worker_info{name,schema,store,queues,version}
 
 Every store of the worker's app is sampled (store_samples.py), each on its own thread.

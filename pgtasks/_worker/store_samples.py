@@ -51,6 +51,7 @@ class QueueDepthCollector:
         self._sampled_at: dict[str, float] = {}
         self._up: dict[str, bool] = {}
         self._errors: dict[str, int] = {}
+        self._workers: dict[str, tuple[int, int]] = {}
 
     def update(
         self, depths: Iterable[DepthRow], expected: Iterable[str] = (), store: str = "default"
@@ -80,6 +81,10 @@ class QueueDepthCollector:
             self._sampled_at[store] = time.time()
             self._up[store] = True
 
+    def update_workers(self, store: str, live: int, silent: int) -> None:
+        with self._lock:
+            self._workers[store] = (live, silent)
+
     def failed(self, store: str) -> None:
         """A sample of ``store`` failed: it is down until a sample succeeds."""
         with self._lock:
@@ -94,6 +99,7 @@ class QueueDepthCollector:
             waiting, sampled_at = dict(self._waiting), dict(self._sampled_at)
             oldest = dict(self._oldest)
             up, errors = dict(self._up), dict(self._errors)
+            workers = dict(self._workers)
         labels = ["store", "queue"]
         depth = GaugeMetricFamily(
             "pgtasks_queue_depth",
@@ -150,6 +156,17 @@ class QueueDepthCollector:
         for store in sorted(up):
             failures.add_metric([store], errors.get(store, 0))
         yield failures
+        registered = GaugeMetricFamily(
+            "pgtasks_store_workers",
+            "Registered workers of the store, every process: live (a heartbeat within the"
+            " lease) or silent (past it, not yet removed by a rescuer); sampled.",
+            labels=["store", "state"],
+        )
+        for store in sorted(workers):
+            live, silent = workers[store]
+            registered.add_metric([store, "live"], live)
+            registered.add_metric([store, "silent"], silent)
+        yield registered
 
 
 class SchemaCountersCollector:
@@ -230,11 +247,13 @@ class QueueDepthSampler:
         with conn.transaction():
             store.limit_statement_time(conn, QUEUE_DEPTH_STATEMENT_TIMEOUT_MS / 1000)
             depths = store.get_queue_depths(conn, self.queues)
+            live, silent = store.count_workers(conn, self.app.lease_timeout)
         self.collector.update(
             ((d.queue, d.pending, d.running, d.waiting, d.oldest_due_age or 0.0) for d in depths),
             expected=self.queues or (),
             store=self.store_name,
         )
+        self.collector.update_workers(self.store_name, live, silent)
         if self.counters is not None:
             self.counters.update(store.get_counters(conn), store=self.store_name)
 

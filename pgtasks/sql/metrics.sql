@@ -36,6 +36,15 @@ FROM depths
 FULL JOIN waiting USING (queue)
 ORDER BY queue;
 
+-- name: count_workers :one
+-- Registered workers: live (a heartbeat within the lease) and silent (not yet removed by
+-- a rescuer). The workers table holds one row per running worker.
+SELECT count(*) FILTER (WHERE heartbeat_at >= now() - make_interval(secs => %(lease)s::float8))
+           AS live,
+       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(lease)s::float8))
+           AS silent
+FROM {schema}.workers;
+
 -- name: count_scheduled_jobs :one
 -- Pending jobs not due yet (scheduled, or retries waiting for their backoff).
 SELECT count(*) AS scheduled

@@ -75,6 +75,10 @@ def test_every_store_is_sampled_and_labelled_by_store(
     for store, queue in (("default", "default"), ("bulk", "emails")):
         age = value(scraped, "pgtasks_queue_oldest_due_age_seconds", store=store, queue=queue)
         assert age is not None and age > 0, (store, queue, age)
+    # The worker of store default is registered there; none serves bulk.
+    assert value(scraped, "pgtasks_store_workers", store="default", state="live") == 1
+    assert value(scraped, "pgtasks_store_workers", store="bulk", state="live") == 0
+    assert value(scraped, "pgtasks_store_workers", store="bulk", state="silent") == 0
     info = [labels for (name, labels) in scraped if name == "pgtasks_worker_info"]
     assert len(info) == 1 and ("store", "default") in info[0]
 
