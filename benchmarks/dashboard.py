@@ -6,25 +6,31 @@
 
 Pages: 1,000,000 jobs are bulk-inserted with one INSERT … SELECT generate_series into the
 schema ``pgtasks_bench_dashboard`` (90% done over 30 days, 5% failed, 1% cancelled, 4%
-pending of which half due, 20 running, one in 20 running jobs reporting progress, one in
-50 unique, one in 50 limited; 5 queues, 10 task names). One job in 10 is a step of a
-workflow of 5 (20,000 workflows at 1,000,000 jobs, their steps interleaved with the
-other jobs as they were enqueued over the 30 days): chains, groups, chords and a chain
-of a group, 5% failed (the steps after the failed one cancelled), 1% cancelled, the 20
-newest and one in 500 older ones running. Then three large workflows are enqueued
-through the API, the newest: a chord of 1,000 members (half done), a chain of 200 steps
-(half done) and nested chords. Then VACUUM ANALYZE, as autovacuum would leave such a
+pending of which half due, 40 running, one in 20 running jobs reporting progress, one in
+50 unique; 5 queues, 10 task names; limits as workers store them: bench.task_8 per key
+(500 keys), bench.task_6 at a rate, queue q4 and bench.task_9's concurrency, so every
+pending or running job outside a workflow is limited: 30,000 pending, 40 running). One job
+in 10 is a step of a workflow of 5 (20,000 workflows at 1,000,000 jobs, their steps
+interleaved with the other jobs as they were enqueued over the 30 days): chains, groups,
+chords and a chain of a group, 5% failed (the steps after the failed one cancelled), 1%
+cancelled, the 20 newest and one in 500 older ones running. Then three large workflows are
+enqueued through the API, the newest: a chord of 1,000 members (half done), a chain of 200
+steps (half done) and nested chords. Then VACUUM ANALYZE, as autovacuum would leave such a
 table. Each page is requested N times in-process through httpx's ASGI transport (so the
 figure is server time: routing, queries, rendering), in N rounds of every page in turn,
-and p50/p95 are printed; so is each
-live page's re-render (what the event stream pushes). The claim: every page answers in
-<= 50 ms (p95).
+and p50/p95 are printed; so is each live page's re-render (what the event stream pushes).
+The claim: every page answers in <= 50 ms (p95).
 
 Workflow reads (``--workflow-reads``, on by default): the first page of the workflows in
 each finished state as the dashboard reads it (no index finds them: at most
 WORKFLOW_SCAN_JOBS workflow jobs, then "search older workflows"), against the exact read
 of ``pgtasks workflows list --status`` (every workflow probed until the page is full),
 on the same table, in alternating rounds; medians.
+
+Limit reads (``--limit-reads``, on by default): the limits page's read (every running
+limited job, the first LIMITED_SCAN pending ones in claim order) against the exact read of
+``pgtasks limits`` (every pending limited job), on the same table, in alternating rounds;
+medians.
 
 Size-capped rows (``--capped``, on by default): the newest 50 jobs carry args, kwargs
 and a result of 1 MiB each (random text: it does not compress) and a 64 KiB error, the
@@ -69,6 +75,7 @@ from benchmarks.dashboard_data import PAGES_SCHEMA, populate, workflow_ids
 from pgtasks import App
 from pgtasks._job_filter import parse_job_filter
 from pgtasks.web import asgi
+from pgtasks.web.limit_pages import LimitsQuery
 from pgtasks.web.workflow_pages import WorkflowQuery
 
 #: The p95 every page (and live re-render) stays within at 1,000,000 jobs.
@@ -101,6 +108,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=True,
         help="also compare the workflows list's reads of a finished state",
     )
+    parser.add_argument(
+        "--limit-reads",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also compare the limits page's read with pgtasks limits' exact read",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -128,6 +141,7 @@ def page_list(dsn: str, jobs: int) -> list[tuple[str, str]]:
     failed_id = newest_id(dsn, "status = 'failed'")
     running_id = newest_id(dsn, "status = 'running' AND meta ? 'pgtasks.progress'")
     step_id = newest_id(dsn, "workflow_id IS NOT NULL")
+    limited_id = newest_id(dsn, "status = 'pending' AND limit_key IS NOT NULL")
     far_back = failed_id - 100_000 if failed_id > 100_000 else failed_id
     flows = workflow_ids(dsn, jobs)
     return [
@@ -158,6 +172,9 @@ def page_list(dsn: str, jobs: int) -> list[tuple[str, str]]:
         (f"/workflows/{flows['nested']}", "workflow page, nested chords"),
         (f"/jobs?workflow={flows['old']}", "jobs of a workflow (filter)"),
         (f"/jobs/{flows['callback']}", "job page, callback of 1,000"),
+        ("/limits", "limits"),
+        ("/limits?kind=key&keys=200", "limits, per key, the 200 busiest keys"),
+        (f"/jobs/{limited_id}", "job page, a limited job"),
         ("/workers", "workers"),
         ("/schedules", "schedules"),
         ("live:/", "live re-render: overview"),
@@ -166,6 +183,7 @@ def page_list(dsn: str, jobs: int) -> list[tuple[str, str]]:
         (f"live:/jobs/{running_id}", "live re-render: job page"),
         ("live:/workers", "live re-render: workers"),
         ("live:/workflows", "live re-render: workflows"),
+        ("live:/limits", "live re-render: limits"),
         (f"live:/workflows/{flows['wide']}", "live re-render: chord of 1,000"),
     ]
 
@@ -184,6 +202,10 @@ def live_render(state: Any, page: str) -> str:
         pages = state.workflow_pages
         context = pages.workflows_context(WorkflowQuery.from_params(dict(parse_qsl(query))))
         return str(state.fragment("_workflows_live.html", "", **context))
+    if path == "/limits":
+        limits = LimitsQuery.from_params(dict(parse_qsl(query)))
+        context = state.limit_pages.limits_context(limits)
+        return str(state.fragment("_limits_live.html", "", **context))
     if path.startswith("/workflows/"):
         context = state.workflow_pages.workflow_context(int(path.rsplit("/", 1)[1]))
         return str(state.fragment("_workflow_live.html", "", **context))
@@ -235,6 +257,54 @@ def page_times(dsn: str, jobs: int, requests: int, reuse: bool) -> list[dict[str
     dashboard.close()
     app.close()
     return results
+
+
+# -- limit reads ----------------------------------------------------------------------------------
+def limit_reads(dsn: str, rounds: int = 7, reads: int = 5) -> None:
+    """The limits page's read (every running limited job, the first LIMITED_SCAN pending
+    ones in claim order) against the exact read of ``pgtasks limits``
+    (``admin.read_limits``: every pending limited job), on the populated table, in
+    alternating rounds; medians."""
+    from pgtasks._app.admin import read_limits
+    from pgtasks.web.limit_reads import LIMITED_SCAN, limits_page
+    from pgtasks.web.reads import DashboardDatabase
+
+    app = App(dsn, schema=PAGES_SCHEMA, pool_max_size=2)
+    database = DashboardDatabase(app, pool_size=2, statement_timeout=30.0)
+    print(
+        f"\nthe limits, as the limits page reads them (every running limited job, the first"
+        f" {LIMITED_SCAN:,} pending ones in claim order) vs the exact read of `pgtasks limits`"
+        f" (every pending limited job) ({rounds} alternating rounds of {reads} reads;"
+        " medians, ms)"
+    )
+
+    def page() -> int:
+        return limits_page(app, database).pending_read
+
+    def exact() -> int:
+        with app.connection() as conn:
+            return sum(state.pending for state in read_limits(app, conn))
+
+    times: dict[str, list[float]] = {"page": [], "exact": []}
+    counted = {"page": page(), "exact": exact()}  # warm
+    for round_number in range(rounds):
+        order = [("page", page), ("exact", exact)]
+        for name, read in order if round_number % 2 == 0 else order[::-1]:
+            started = time.perf_counter()
+            for _ in range(reads):
+                read()
+            times[name].append((time.perf_counter() - started) * 1000 / reads)
+    print(f"{'READ':34} {'MEDIAN MS':>10}  PENDING JOBS COUNTED")
+    print(
+        f"{'the limits page':34} {statistics.median(times['page']):10.1f}"
+        f"  {counted['page']:,} limited jobs read"
+    )
+    print(
+        f"{'pgtasks limits (admin.read_limits)':34} {statistics.median(times['exact']):10.1f}"
+        f"  {counted['exact']:,} job-instance pairs"
+    )
+    database.close()
+    app.close()
 
 
 # -- workflow reads -------------------------------------------------------------------------------
@@ -319,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"claim met: every page p95 <= {BUDGET_MS:g} ms" if ok else "claim MISSED")
     if args.workflow_reads:
         workflow_reads(dsn, rounds=1 if args.quick else 7)
+    if args.limit_reads:
+        limit_reads(dsn, rounds=1 if args.quick else 7)
     if args.capped:
         capped_rows(dsn, rows=5 if args.quick else 50, rounds=1 if args.quick else 3)
     return 0

@@ -51,8 +51,13 @@ SELECT 'bench.task_' || (i %% 10),
        CASE WHEN wf.step THEN wf.workflow END,
        CASE WHEN wf.step THEN wf.label END,
        CASE WHEN i %% 50 = 3 THEN 'unique:' || i END,
-       CASE WHEN i %% 50 = 11 THEN ARRAY['key:bench.task_1' || chr(31) || (i %% 7)] END,
-       CASE WHEN i %% 50 = 11 THEN (i %% 7)::text END,
+       -- Limits (LIMITS): bench.task_8 per key (500 keys), bench.task_6 at a rate, queue q4
+       -- (bench.task_4 and bench.task_9), bench.task_9's concurrency.
+       CASE i %% 10 WHEN 8 THEN ARRAY['key:bench.task_8' || chr(31) || 'k' || ((i / 10) %% 500)]
+                    WHEN 6 THEN ARRAY['task:bench.task_6']
+                    WHEN 4 THEN ARRAY['queue:q4']
+                    WHEN 9 THEN ARRAY['queue:q4', 'task:bench.task_9'] END,
+       CASE WHEN i %% 10 = 8 THEN 'k' || ((i / 10) %% 500) END,
        CASE WHEN wf.step THEN wf.prev END,
        CASE WHEN wf.step THEN wf.next END,
        CASE WHEN wf.step AND kind.status = 'waiting' THEN cardinality(wf.prev) ELSE 0 END
@@ -108,7 +113,7 @@ CROSS JOIN LATERAL (
 ) AS wf
 CROSS JOIN LATERAL (
     SELECT CASE WHEN wf.step THEN wf.status
-                WHEN i <= 20 * 100 AND i %% 100 = 99 THEN 'running'
+                WHEN i <= 20 * 100 AND i %% 100 IN (98, 99) THEN 'running'
                 WHEN i %% 100 < 90 THEN 'done'
                 WHEN i %% 100 < 95 THEN 'failed'
                 WHEN i %% 100 = 95 THEN 'cancelled'
@@ -132,6 +137,14 @@ SELECT w,
        now() - (%(jobs)s::int - ((w - 1) * 50 + 7)) * interval '30 days' / %(jobs)s::int
 FROM generate_series(1, %(jobs)s::int / 50) AS w
 """
+#: The limits the populated jobs count in (as workers store them).
+LIMITS = """
+INSERT INTO {schema}.limits (name, concurrency, rate_count, rate_period, burst, tokens)
+VALUES ('key:bench.task_8', 2, NULL, NULL, 1, 1),
+       ('task:bench.task_9', 20, NULL, NULL, 1, 1),
+       ('queue:q4', 50, NULL, NULL, 1, 1),
+       ('task:bench.task_6', NULL, 100, 1, 10, 3)
+"""
 WORKFLOWS_SEQUENCE = """
 SELECT setval(pg_get_serial_sequence(%(table)s, 'id'), greatest(1, %(jobs)s::int / 50))
 """
@@ -150,12 +163,9 @@ def populate(dsn: str, app: App, jobs: int, reuse: bool) -> None:
                 "SELECT to_regclass(%s) IS NOT NULL", [f'"{PAGES_SCHEMA}".all_jobs']
             ).fetchone()
             if row and row[0]:
-                count = conn.execute(
-                    sql.SQL("SELECT count(*) FROM {} WHERE task_name LIKE 'bench.task%%'").format(
-                        table
-                    )
-                ).fetchone()
-                if count and count[0] == jobs:
+                count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+                # The populated jobs and the steps of the large workflows.
+                if count and count[0] == jobs + LARGE_STEPS:
                     print(f"reusing {jobs:,} jobs in schema {PAGES_SCHEMA}")
                     return
     drop(dsn, PAGES_SCHEMA)
@@ -165,6 +175,7 @@ def populate(dsn: str, app: App, jobs: int, reuse: bool) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL(POPULATE).format(schema=schema), {"jobs": jobs})
         conn.execute(sql.SQL(WORKFLOWS).format(schema=schema), {"jobs": jobs})
+        conn.execute(sql.SQL(LIMITS).format(schema=schema))
         conn.execute(WORKFLOWS_SEQUENCE, {"jobs": jobs, "table": f"{PAGES_SCHEMA}.workflows"})
     large = large_workflows(app)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -219,7 +230,11 @@ def large_workflows(app: App) -> dict[str, int]:
         conn.execute(sql.SQL(end).format(schema=schema), [members])
         for job in app.get_workflow(deep.id)["jobs"][:100]:
             conn.execute(sql.SQL(end).format(schema=schema), [[job["id"]]])
-    return {"wide": 1001, "deep": 200, "nested": 6}
+    return {"wide": 1001, "deep": 200, "nested": 7}
+
+
+#: The jobs large_workflows enqueues.
+LARGE_STEPS = 1001 + 200 + 7
 
 
 def workflow_ids(dsn: str, jobs: int) -> dict[str, int]:

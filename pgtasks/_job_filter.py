@@ -153,10 +153,13 @@ def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
         raise ValueError(f"due: {due_text!r} is not one of {', '.join(DUE_VALUES)}")
     workflow_text = get("workflow")
     if workflow_text is not None and not (
-        workflow_text.isascii() and workflow_text.isdigit() and int(workflow_text) <= MAX_BIGINT
+        workflow_text.isascii()
+        and workflow_text.isdigit()
+        and len(workflow_text) <= len(str(MAX_BIGINT))
+        and int(workflow_text) <= MAX_BIGINT
     ):
         raise ValueError(
-            f"workflow: {workflow_text!r} is not a workflow id (a positive integer; see"
+            f"workflow: {workflow_text[:40]!r} is not a workflow id (a positive integer; see"
             " the workflows list)"
         )
     job_filter = JobFilter(

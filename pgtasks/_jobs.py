@@ -176,6 +176,20 @@ class ScopedJobSpec(JobSpec):
     unique_for: timedelta | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class StepJob:
+    """A workflow step to insert: its job (``spec``: arguments encoded once, ``meta_json``
+    from the instrumentation), its place (``step``, e.g. ``"1.0"``), what it receives
+    (``input_mode``: None, ``"one"`` or ``"list"``) and its links as positions in the
+    workflow's list of steps (the store maps them to the ids it reserved)."""
+
+    spec: JobSpec
+    step: str
+    input_mode: str | None
+    prev: tuple[int, ...]
+    next: tuple[int, ...]
+
+
 class InsertedJob(NamedTuple):
     """The outcome of inserting one JobSpec (a tuple: built once per job on hot paths)."""
 
@@ -286,27 +300,41 @@ class Progress:
 
     @property
     def fraction(self) -> float | None:
-        """current / total, or None without a (positive) total."""
+        """current / total, or None without a (positive) total or when it is not finite."""
         if not self.total:
             return None
-        return self.current / self.total
+        fraction = self.current / self.total
+        return fraction if math.isfinite(fraction) else None
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> Progress | None:
+        """The progress in ``meta``; None when there is none, or when its current value is
+        not a finite number a float holds (a row written by hand: an integer of 400 digits, or
+        ``1e400``, which reads as infinity). A total that is not such a number is left out."""
         value = meta.get(PROGRESS_KEY)
         if not isinstance(value, dict):
             return None
-        current, total, message = value.get("current"), value.get("total"), value.get("message")
-        if isinstance(current, bool) or not isinstance(current, (int, float)):
+        message = value.get("message")
+        current, total = _finite(value.get("current")), _finite(value.get("total"))
+        if current is None:
             return None
-        if isinstance(total, bool) or not isinstance(total, (int, float)):
-            total = None
         return cls(
             current=current,
             total=total,
             message=message if isinstance(message, str) else None,
             updated_at=_parse_time(value.get("updated_at")),
         )
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite int or float, else None (bools, text, ints past a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(number) else None
 
 
 @dataclasses.dataclass(frozen=True)

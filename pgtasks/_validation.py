@@ -12,6 +12,10 @@ import math
 import re
 
 from ._errors import ConfigurationError
+from ._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name
+
+#: Job priorities and max_attempts are PostgreSQL integers.
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 
 
 def _is_number(value: object) -> bool:
@@ -75,3 +79,29 @@ def schema_name(schema: object) -> str:
     if schema.lower().startswith("pg_"):
         raise ConfigurationError(f"invalid schema name {schema!r}: the pg_ prefix is reserved")
     return schema
+
+
+# -- job options: a task's defaults, a call's, a workflow step's ------------------------------
+def validate_priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"priority must be an int, got {value!r}")
+    if not PRIORITY_RANGE[0] <= value <= PRIORITY_RANGE[1]:
+        raise ValueError(f"priority must fit in a 32-bit integer, got {value}")
+    return value
+
+
+def validate_text(what: str, value: object) -> str:
+    """Queue names and idempotency keys: see check_name (length, NUL, surrogates)."""
+    return check_name(what, value, MAX_KEY_BYTES if what == "idempotency_key" else MAX_NAME_BYTES)
+
+
+def validate_queue(value: object) -> str:
+    return validate_text("queue", value)
+
+
+def validate_max_attempts(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_attempts must be an int >= 1, got {value!r}")
+    if value > PRIORITY_RANGE[1]:
+        raise ValueError(f"max_attempts must fit in a 32-bit integer, got {value}")
+    return value

@@ -11,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._operations import format_table
 from ._text import printable
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 #: A workflow's states: running while any job is unfinished, then failed (a job failed),
 #: cancelled (a job was cancelled) or done.
@@ -97,8 +100,22 @@ def failed_step(jobs: Sequence[Mapping[str, Any]], job_id: int) -> Mapping[str, 
 
 
 # -- listings ---------------------------------------------------------------------------------
+R = TypeVar("R", bound="DataclassInstance")
+
+
+class _RowRecord:
+    """A dataclass read from a row of its fields' names, written to JSON as they are."""
+
+    @classmethod
+    def from_row(cls: type[R], row: Mapping[str, Any]) -> R:
+        return cls(**{field.name: row[field.name] for field in dataclasses.fields(cls)})
+
+    def as_json(self: DataclassInstance) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass(frozen=True)
-class WorkflowSummary:
+class WorkflowSummary(_RowRecord):
     """One workflow of ``pgtasks workflows list`` (and the dashboard's list).
 
     ``shape``: the workflow as built, one line (``add → [3 TIMES mul] → total``, with the
@@ -117,13 +134,6 @@ class WorkflowSummary:
     started_at: datetime | None
     finished_at: datetime | None
 
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> WorkflowSummary:
-        return cls(**{field.name: row[field.name] for field in dataclasses.fields(cls)})
-
-    def as_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclasses.dataclass(slots=True)
 class WorkflowStep:
@@ -140,8 +150,8 @@ class WorkflowStep:
     status: str
     attempts: int
     max_attempts: int
-    prev_ids: list[int]
-    next_ids: list[int]
+    prev_ids: tuple[int, ...]
+    next_ids: tuple[int, ...]
     waiting_for: int | None
     created_at: datetime | None
     started_at: datetime | None
@@ -155,8 +165,8 @@ class WorkflowStep:
     def from_tuple(cls, row: Sequence[Any]) -> WorkflowStep:
         """A step from a row whose values are this class's fields, in order (the store's
         get_workflow_steps)."""
-        (ident, step, task, queue, status, attempts, max_attempts, prev, following, *rest) = row
-        waiting_for, created_at, started_at, finished_at, result_text, cut, error, size = rest
+        (ident, step, task, queue, status, attempts, max_attempts, prev, following) = row[:9]
+        (waiting_for, created_at, started_at, finished_at, result_text, cut, error, size) = row[9:]
         return cls(
             ident,
             step,
@@ -165,8 +175,8 @@ class WorkflowStep:
             status,
             attempts,
             max_attempts,
-            list(prev or ()),
-            list(following or ()),
+            tuple(prev) if prev else (),
+            tuple(following) if following else (),
             waiting_for,
             created_at,
             started_at,
@@ -186,7 +196,7 @@ class WorkflowStep:
 
 
 @dataclasses.dataclass(frozen=True)
-class WorkflowIncident:
+class WorkflowIncident(_RowRecord):
     """Something the workflow machinery met (``INCIDENT_KINDS``), with the job it concerns,
     what happened (``detail``), its SQLSTATE, how often and when."""
 
@@ -200,13 +210,6 @@ class WorkflowIncident:
     occurrences: int
     first_at: datetime
     last_at: datetime
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> WorkflowIncident:
-        return cls(**{field.name: row[field.name] for field in dataclasses.fields(cls)})
-
-    def as_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)

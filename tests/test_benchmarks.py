@@ -441,6 +441,7 @@ def test_workflow_races_benchmark_counts_no_stuck_nor_doubled_callback(
     assert (row["stuck"], row["doubled"], row["wrong"], row["healed"]) == (0, 0, 0, 0)
 
 
+@pytest.mark.timeout(180)
 def test_scaleout_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     from benchmarks.clusters import pg15_available
 

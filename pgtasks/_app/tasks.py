@@ -21,8 +21,14 @@ from .._jobs import (
     JobSpec,
     new_job_spec,
 )
-from .._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name, encode_arguments, encode_meta
-from .._validation import positive_number
+from .._payload import check_name, encode_arguments, encode_meta
+from .._validation import (
+    positive_number,
+    validate_max_attempts,
+    validate_priority,
+    validate_queue,
+    validate_text,
+)
 from .handle import JobHandle
 from .limits import TaskLimits, job_limits
 from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
@@ -35,8 +41,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: Where a task's code runs: the worker's thread pool, its process pool, or its event loop.
-
-PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 
 _NO_NAMES: frozenset[str] = frozenset()
 
@@ -95,31 +99,6 @@ def _positive(name: str, value: float | None, *, allow_none: bool = False) -> No
     if value is None and allow_none:
         return
     positive_number(f"task option {name}=", value, error=TaskRegistrationError)
-
-
-def validate_priority(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"priority must be an int, got {value!r}")
-    if not PRIORITY_RANGE[0] <= value <= PRIORITY_RANGE[1]:
-        raise ValueError(f"priority must fit in a 32-bit integer, got {value}")
-    return value
-
-
-def validate_text(what: str, value: object) -> str:
-    """Queue names and idempotency keys: see check_name (length, NUL, surrogates)."""
-    return check_name(what, value, MAX_KEY_BYTES if what == "idempotency_key" else MAX_NAME_BYTES)
-
-
-def validate_queue(value: object) -> str:
-    return validate_text("queue", value)
-
-
-def validate_max_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"max_attempts must be an int >= 1, got {value!r}")
-    if value > PRIORITY_RANGE[1]:
-        raise ValueError(f"max_attempts must fit in a 32-bit integer, got {value}")
-    return value
 
 
 #: Longest accepted countdown: about 31 years.

@@ -111,6 +111,7 @@ def workflow_detail(
         steps = store.get_workflow_steps(
             conn,
             workflow_id,
+            WorkflowStep.from_tuple,
             max_result=max_result,
             max_result_bytes=MAX_RESULT_BYTES,
             limit=max_steps,
@@ -120,7 +121,7 @@ def workflow_detail(
         )
         return WorkflowDetail(
             summary=WorkflowSummary.from_row(rows[0]),
-            steps=[WorkflowStep.from_tuple(row) for row in steps],
+            steps=steps,
             incidents=[WorkflowIncident.from_row(row) for row in incidents],
         )
 

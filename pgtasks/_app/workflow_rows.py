@@ -1,14 +1,16 @@
-"""A workflow step's job columns: validated and encoded from its signature (before anything
-is written), and the steps as the jobs an instrumentation sees."""
+"""A workflow step's job: validated and encoded from its signature (before anything is
+written), and the meta an instrumentation gives the steps' jobs."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._errors import WorkflowError
-from .._jobs import JobSpec
+from .._jobs import JobSpec, StepJob
 from .._payload import encode_arguments
+from .._validation import validate_max_attempts, validate_priority, validate_queue
 from .limits import job_limits
 
 if TYPE_CHECKING:
@@ -16,8 +18,8 @@ if TYPE_CHECKING:
     from .workflows import Signature
 
 
-def encode_step(app: App, signature: Signature, receives_input: bool, label: str) -> dict[str, Any]:
-    """The job columns of a signature, validated and encoded (raises before writing)."""
+def encode_step(app: App, signature: Signature, receives_input: bool, label: str) -> JobSpec:
+    """The job of a signature, validated and encoded (raises before writing)."""
     task = signature.task
     if app.tasks.get(task.name) is not task:
         raise WorkflowError(f"task {task.name!r} of {signature!r} is not registered with this app")
@@ -39,25 +41,28 @@ def encode_step(app: App, signature: Signature, receives_input: bool, label: str
     )
     options = signature.options
     try:
-        spec = (
-            task.build_spec((*placeholder, *signature.args), signature.kwargs, **options)
-            if options
-            else None
+        queue = validate_queue(options["queue"]) if "queue" in options else task.queue
+        priority = (
+            validate_priority(options["priority"]) if "priority" in options else task.priority
+        )
+        max_attempts = (
+            validate_max_attempts(options["max_attempts"])
+            if "max_attempts" in options
+            else task.max_attempts
         )
     except (TypeError, ValueError) as error:
         raise WorkflowError(f"options of {label} {signature!r}: {error}") from None
-    queue = spec.queue if spec else task.queue
     limit_groups, limit_key = _limits(app, signature, queue, receives_input, label)
-    return {
-        "task_name": task.name,
-        "queue": queue,
-        "priority": spec.priority if spec else task.priority,
-        "max_attempts": spec.max_attempts if spec else task.max_attempts,
-        "args_json": args_json,
-        "kwargs_json": kwargs_json,
-        "limit_groups": limit_groups,
-        "limit_key": limit_key,
-    }
+    return JobSpec(
+        task.name,
+        queue,
+        priority,
+        args_json,
+        kwargs_json,
+        max_attempts,
+        limit_groups=None if limit_groups is None else tuple(limit_groups),
+        limit_key=limit_key,
+    )
 
 
 def _limits(
@@ -79,23 +84,11 @@ def _limits(
     return job_limits(task_limits, queue_limits, signature.args, signature.kwargs)
 
 
-def step_specs(rows: Sequence[dict[str, Any]]) -> list[JobSpec]:
-    """The steps as the jobs an instrumentation sees (tracing adds their meta)."""
-    return [
-        JobSpec(
-            row["task_name"],
-            row["queue"],
-            row["priority"],
-            row["args_json"],
-            row["kwargs_json"],
-            row["max_attempts"],
-        )
-        for row in rows
-    ]
-
-
-def take_meta(rows: Sequence[dict[str, Any]], specs: Sequence[JobSpec]) -> None:
-    if len(specs) != len(rows):
+def with_meta(steps: Sequence[StepJob], specs: Sequence[JobSpec]) -> list[StepJob]:
+    """``steps`` with the meta the instrumentation gave their jobs (``specs``, in order)."""
+    if len(specs) != len(steps):
         raise RuntimeError("the instrumentation changed the number of workflow steps")
-    for row, spec in zip(rows, specs, strict=True):
-        row["meta_json"] = spec.meta_json
+    return [
+        dataclasses.replace(step, spec=dataclasses.replace(step.spec, meta_json=spec.meta_json))
+        for step, spec in zip(steps, specs, strict=True)
+    ]

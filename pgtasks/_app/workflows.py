@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, cast
 import psycopg
 
 from .._errors import CrossStoreError, WorkflowError
-from .._jobs import InsertedJob, JobSpec
+from .._jobs import InsertedJob, JobSpec, StepJob
 from .handle import JobHandle
 from .workflow_results import GroupResult as GroupResult
 from .workflow_results import WorkflowResult as WorkflowResult
-from .workflow_rows import encode_step, step_specs, take_meta
+from .workflow_rows import encode_step, with_meta
 
 if TYPE_CHECKING:
     from .app import App
@@ -368,46 +368,48 @@ class _Plan:
         ends, _ = self._build(element.header, prev, kind, _join(step, 0))
         return self._build(element.body, ends, "list", _join(step, 1))
 
-    def rows(self, app: App, ids: Sequence[int]) -> list[dict[str, Any]]:
-        """Validated, encoded rows for ``insert_workflow_jobs`` (raises before writing)."""
-        rows = []
-        for node, job_id in zip(self.nodes, ids, strict=True):
-            row = encode_step(app, node.signature, node.input_mode is not None, f"step {node.step}")
-            row.update(
-                id=job_id,
-                step=node.step,
-                next=[ids[index] for index in node.next],
-                prev=[ids[index] for index in node.prev],
-                input_mode=node.input_mode,
+    def steps(self, app: App) -> tuple[StepJob, ...]:
+        """The jobs to insert, validated and encoded once (raises before writing)."""
+        return tuple(
+            StepJob(
+                encode_step(app, node.signature, node.input_mode is not None, f"step {node.step}"),
+                node.step,
+                node.input_mode,
+                tuple(node.prev),
+                tuple(node.next),
             )
-            rows.append(row)
-        return rows
+            for node in self.nodes
+        )
 
 
 def _join(step: str, position: int) -> str:
     return f"{step}.{position}" if step else str(position)
 
 
-def _on_error_spec(app: App, on_error: Signature | None) -> str | None:
-    """The on_error job as the workflows row keeps it (the trigger inserts it)."""
+def _on_error_job(app: App, on_error: Signature | None) -> StepJob | None:
+    """The on_error job, validated and encoded (the workflow's failure inserts it)."""
     if on_error is None:
         return None
     if not isinstance(on_error, Signature):
         raise WorkflowError(
             f"on_error= must be a signature (task.s() or task.si()), got {on_error!r}"
         )
-    row = encode_step(app, on_error, not on_error.immutable, "on_error")
-    return json.dumps(
-        {
-            "task_name": row["task_name"],
-            "queue": row["queue"],
-            "priority": row["priority"],
-            "max_attempts": row["max_attempts"],
-            "args": json.loads(row["args_json"]),
-            "kwargs": json.loads(row["kwargs_json"]),
-            "input_mode": None if on_error.immutable else "one",
-        }
-    )
+    spec = encode_step(app, on_error, not on_error.immutable, "on_error")
+    return StepJob(spec, "on_error", None if on_error.immutable else "one", (), ())
+
+
+def _on_error_json(job: StepJob) -> str:
+    """The on_error job as the workflows row keeps it (the trigger inserts it), its
+    arguments spliced in as they were encoded."""
+    spec = job.spec
+    fields = {
+        "task_name": spec.task_name,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "input_mode": job.input_mode,
+    }
+    return f'{json.dumps(fields)[:-1]}, "args": {spec.args_json}, "kwargs": {spec.kwargs_json}}}'
 
 
 @dataclasses.dataclass
@@ -417,6 +419,7 @@ class _Prepared:
     app: App
     kind: str
     plan: _Plan
+    steps: tuple[StepJob, ...]
     on_error: str | None
     shape: str
 
@@ -440,14 +443,15 @@ def _prepare(root: Canvas, on_error: Signature | None) -> _Prepared:
             "workflows are not run in eager mode: run them against a database (a test"
             " can use a worker, see docs/howto/testing.md)"
         )
-    rows = plan.rows(app, list(range(len(plan.nodes))))
-    on_error_spec = _on_error_spec(app, on_error)
+    steps = plan.steps(app)
+    on_error_job = _on_error_job(app, on_error)
     if not app.stores.single:  # every step in one store: the triggers stay transactional
-        steps = [(f"step {row['step']}", row["queue"]) for row in rows]
-        if on_error_spec is not None:
-            steps.append(("on_error", json.loads(on_error_spec)["queue"]))
-        app = app.for_store(_one_store(app, steps))
-    return _Prepared(app, root.kind, plan, on_error_spec, shape(root))
+        queues = [(f"step {step.step}", step.spec.queue) for step in steps]
+        if on_error_job is not None:
+            queues.append(("on_error", on_error_job.spec.queue))
+        app = app.for_store(_one_store(app, queues))
+    on_error_json = None if on_error_job is None else _on_error_json(on_error_job)
+    return _Prepared(app, root.kind, plan, steps, on_error_json, shape(root))
 
 
 def _first_queue(plan: _Plan) -> str:
@@ -480,24 +484,23 @@ def enqueue_workflow(
 ) -> WorkflowResult:
     """Plan, validate and insert ``root``; see :meth:`_Workflow.apply_async`."""
     prepared = _prepare(root, on_error)
-    app, plan, store = prepared.app, prepared.plan, prepared.app.store
+    app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, prepared.app.store
 
     def write(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
         workflow_id = store.insert_workflow(
             conn, kind=prepared.kind, on_error=prepared.on_error, shape=prepared.shape
         )
-        ids = store.reserve_job_ids(conn, len(plan.nodes))
-        rows = plan.rows(app, ids)
+        ids = store.reserve_job_ids(conn, len(steps))
 
-        def insert_rows(specs: Sequence[JobSpec]) -> list[InsertedJob]:
-            take_meta(rows, specs)
-            store.insert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
+        def insert_steps(specs: Sequence[JobSpec]) -> list[InsertedJob]:
+            traced = with_meta(steps, specs)
+            store.insert_workflow_jobs(conn, workflow_id=workflow_id, ids=ids, steps=traced)
             return [InsertedJob(job_id, False) for job_id in ids]
 
         if app.instrumentation is None:
-            store.insert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
+            store.insert_workflow_jobs(conn, workflow_id=workflow_id, ids=ids, steps=steps)
         else:  # tracing: the steps' meta carries the context of their enqueue
-            app.instrumentation.insert(step_specs(rows), insert_rows)
+            app.instrumentation.insert([step.spec for step in steps], insert_steps)
         return workflow_id, ids
 
     def insert(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
@@ -526,24 +529,23 @@ async def aenqueue_workflow(
 ) -> WorkflowResult:
     """The async twin of :func:`enqueue_workflow`."""
     prepared = _prepare(root, on_error)
-    app, plan, store = prepared.app, prepared.plan, prepared.app.store
+    app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, prepared.app.store
 
     async def write(conn: psycopg.AsyncConnection[Any]) -> tuple[int, list[int]]:
         workflow_id = await store.ainsert_workflow(
             conn, kind=prepared.kind, on_error=prepared.on_error, shape=prepared.shape
         )
-        ids = await store.areserve_job_ids(conn, len(plan.nodes))
-        rows = plan.rows(app, ids)
+        ids = await store.areserve_job_ids(conn, len(steps))
 
-        async def insert_rows(specs: Sequence[JobSpec]) -> list[InsertedJob]:
-            take_meta(rows, specs)
-            await store.ainsert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
+        async def insert_steps(specs: Sequence[JobSpec]) -> list[InsertedJob]:
+            traced = with_meta(steps, specs)
+            await store.ainsert_workflow_jobs(conn, workflow_id=workflow_id, ids=ids, steps=traced)
             return [InsertedJob(job_id, False) for job_id in ids]
 
         if app.instrumentation is None:
-            await store.ainsert_workflow_jobs(conn, workflow_id=workflow_id, jobs=rows)
+            await store.ainsert_workflow_jobs(conn, workflow_id=workflow_id, ids=ids, steps=steps)
         else:
-            await app.instrumentation.ainsert(step_specs(rows), insert_rows)
+            await app.instrumentation.ainsert([step.spec for step in steps], insert_steps)
         return workflow_id, ids
 
     async def insert(conn: psycopg.AsyncConnection[Any]) -> tuple[int, list[int]]:

@@ -406,7 +406,7 @@ class Executor:
         task = running.task
         if task is None or task.timeout is None:
             raise ValueError(f"job {running.job.id} has no timeout to expire")
-        running.abandoned = True
+        running.abandon()
         return _retry.after_timeout(
             task.timeout,
             attempt=running.job.attempt,
@@ -436,7 +436,7 @@ class Executor:
 
     def cancel(self, running: Running) -> None:
         """Ask a running attempt to stop: the flag for sync tasks, cancel() for coroutines."""
-        running.cancel_requested = True
+        running.request_cancel()
         loop = self._loop.loop
         if loop is not None and running.async_task is not None:
             loop.call_soon_threadsafe(self._cancel_async_job, running)

@@ -16,7 +16,12 @@ from .._retry import Outcome
 
 @dataclasses.dataclass(eq=False)
 class Running:
-    """One attempt in flight. ``token`` tells apart two attempts of one job id."""
+    """One attempt in flight. ``token`` tells apart two attempts of one job id.
+
+    The executor that starts it sets where and when it runs; its three flags change only
+    through its methods (the worker's parts read them): :meth:`abandon`,
+    :meth:`request_cancel` and :meth:`lose_lease`.
+    """
 
     token: int
     job: ClaimedJob
@@ -24,16 +29,6 @@ class Running:
     started: float
     deadline: float | None
     future: concurrent.futures.Future[Outcome] | None = None
-    #: Set when the outcome was decided without the code (timeout); its late end is ignored.
-    abandoned: bool = False
-    #: Set when cancellation of the job was requested (JobContext.cancelled() reads it).
-    cancel_requested: bool = False
-    #: Set when the lease fence first refused a write of this attempt (it is counted once).
-    lease_lost: bool = False
-
-    def is_cancel_requested(self) -> bool:
-        return self.cancel_requested
-
     #: The asyncio task of an ``async def`` job, to cancel it.
     async_task: asyncio.Task[Outcome] | None = None
     #: Where it runs: "thread", "process", "async" (None: unknown task, no code to run).
@@ -41,3 +36,41 @@ class Running:
     #: The attempt's trace (an instrumented App's thread or async job), ended by the
     #: worker once the outcome is written.
     trace: AttemptTrace | None = None
+    _abandoned: bool = dataclasses.field(default=False, init=False, repr=False)
+    _cancel_requested: bool = dataclasses.field(default=False, init=False, repr=False)
+    _lease_lost: bool = dataclasses.field(default=False, init=False, repr=False)
+
+    @property
+    def abandoned(self) -> bool:
+        """Its outcome was decided without its code (timeout, shutdown): its late end is
+        ignored."""
+        return self._abandoned
+
+    def abandon(self) -> None:
+        self._abandoned = True
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Cancellation of the job was requested (JobContext.cancelled() reads it)."""
+        return self._cancel_requested
+
+    def is_cancel_requested(self) -> bool:
+        return self._cancel_requested
+
+    def request_cancel(self) -> bool:
+        """Ask it to stop; False when that was asked already."""
+        first = not self._cancel_requested
+        self._cancel_requested = True
+        return first
+
+    @property
+    def lease_lost(self) -> bool:
+        """The lease fence refused a write of this attempt."""
+        return self._lease_lost
+
+    def lose_lease(self) -> bool:
+        """The lease fence refused a write of this attempt: True the first time (the
+        loss is counted once per attempt)."""
+        first = not self._lease_lost
+        self._lease_lost = True
+        return first

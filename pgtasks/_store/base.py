@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -27,6 +27,7 @@ from ..sql import load_queries
 
 Params = Mapping[str, Any]
 Row = dict[str, Any]
+T = TypeVar("T")
 
 #: A text-format placeholder (``%(name)s``), not an escaped ``%%``.
 _TEXT_PLACEHOLDER = re.compile(rb"(?<!%)%\((\w+)\)s")
@@ -212,6 +213,11 @@ class StoreBase:
             " FROM claimed WHERE id IS NOT NULL LIMIT 1) AS notified) >= 0"
         ).encode()
 
+    def _lock_params(self, lock_class: int) -> Params:
+        """The parameters of a statement on this schema's advisory lock of ``lock_class``
+        (migrations, beat, pruner, healer)."""
+        return {"lock_class": lock_class, "schema": self.schema}
+
     # -- executors --
     @overload
     def _rows(
@@ -259,6 +265,23 @@ class StoreBase:
                     dict_cursor.adapters.register_loader("timestamptz", InfinityTimestamptzLoader)
                 dict_cursor.execute(statement, params)
                 return dict_cursor.fetchall() if dict_cursor.description is not None else []
+        except _NOT_MIGRATED as error:
+            raise not_migrated_error(self.schema, error) from error
+
+    def _made(
+        self,
+        conn: psycopg.Connection[Any],
+        name: str,
+        params: Params | None,
+        make: Callable[[Sequence[Any]], T],
+    ) -> list[T]:
+        """Run a named statement that returns rows, each made by ``make`` from its values
+        as it is read: no row is kept but what ``make`` makes (a page reads thousands).
+        Rows come in binary (times and arrays load faster than from text)."""
+        try:
+            with conn.cursor(row_factory=lambda _cursor: make) as cursor:
+                cursor.execute(self._statements[name], params, binary=True)
+                return cursor.fetchall()
         except _NOT_MIGRATED as error:
             raise not_migrated_error(self.schema, error) from error
 

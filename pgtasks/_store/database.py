@@ -39,7 +39,7 @@ from .._dsn import describe_dsn, redact_for
 from .._embedded import embedded_dsn
 from .._errors import ConfigurationError, PoolExhaustedError
 from ..sql import Migration
-from . import db
+from . import db, opening
 from .failures import (
     arollback_left_open,
     is_connection_failure,
@@ -250,28 +250,20 @@ class Database:
                 return self._pool
             pool: ConnectionPool[Any] = ConnectionPool(
                 self.dsn,
-                min_size=self.pools.min_size,
-                max_size=self.pools.max_size,
-                kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
                 # READ COMMITTED whatever the database or role default (see pin_isolation).
                 configure=self.pin_isolation if self.pooled else None,
-                timeout=self.pools.connect_timeout,
                 name=self.name,
-                open=False,
+                **db.pool_options(self.pools, self.connection_kwargs()),
             )
-            try:
-                # Wait for the first connection(s): a first request that had to wait
-                # would make the pool open one more connection at once, and a one-by-one
-                # producer would then alternate between two server processes for the
-                # pool's max_idle (about 20 µs more per enqueue).
-                pool.open(wait=True, timeout=self.pools.connect_timeout)
-            except PoolTimeout as error:  # the pool closed itself
-                timeout: PoolTimeout | None = error
-            else:
-                timeout = None
+            # Wait for the first connection(s): a first request that had to wait would
+            # make the pool open one more connection at once, and a one-by-one producer
+            # would then alternate between two server processes for the pool's max_idle
+            # (about 20 µs more per enqueue). A server that refuses: at once (opening.py).
+            failed = opening.open_pool(pool, self.pools.connect_timeout, self._probe)
+            if failed is None:
                 self._pool, self._pool_pid = pool, pid
-        if timeout is not None:
-            raise self.unavailable(timeout) from None
+        if failed is not None:
+            raise self.unavailable(failed) from None
         return pool
 
     async def get_apool(self) -> AsyncConnectionPool[Any]:
@@ -280,33 +272,24 @@ class Database:
         if self._apool is None or self._apool_loop is not loop:
             apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.dsn,
-                min_size=self.pools.min_size,
-                max_size=self.pools.max_size,
-                kwargs={**db.pool_kwargs(), **self.connection_kwargs()},
                 configure=self.apin_isolation if self.pooled else None,
-                timeout=self.pools.connect_timeout,
                 name=f"{self.name}-async",
-                open=False,
+                **db.pool_options(self.pools, self.connection_kwargs()),
             )
-            try:
-                # Waiting for the first connection keeps no connection attempt running in
-                # the background when a short-lived loop (asyncio.run) ends.
-                await apool.open(wait=True, timeout=self.pools.connect_timeout)
-            except PoolTimeout as error:
-                await apool.close()
-                raise self.unavailable(error) from None
+            # Waiting for the first connection keeps no connection attempt running in
+            # the background when a short-lived loop (asyncio.run) ends.
+            failed = await opening.aopen_pool(apool, self.pools.connect_timeout, self._probe)
+            if failed is not None:
+                raise self.unavailable(failed) from None
             self._apool, self._apool_loop = apool, loop
         return self._apool
 
     def unavailable(self, cause: BaseException | None) -> Exception:
         """The error to raise when no connection could be had: the server is down or
         unreachable (DatabaseUnavailableError), or the pool is exhausted."""
+        cause = cause.cause if isinstance(cause, opening.Refused) else cause
         if isinstance(cause, PoolTimeout) or cause is None:
-            probed = db.probe_connection_error(
-                self.dsn, self.pools.connect_timeout, self.connection_kwargs()
-            )
-            if probed is not None and db.refuses_startup_options(probed):
-                return db.startup_options_refused(self.dsn, probed)
+            probed = self._probe()
             if probed is None and isinstance(cause, PoolTimeout):
                 # The server answers: the pool is exhausted, not the database down.
                 return PoolExhaustedError(
@@ -316,7 +299,15 @@ class Database:
                     f" long transaction)? The server at {self.describe()} is reachable."
                 )
             cause = probed or cause
+        if cause is not None and db.refuses_startup_options(cause):
+            return db.startup_options_refused(self.dsn, cause)
         return db.unavailable_error(self.dsn, cause, self.pools.connect_timeout)
+
+    def _probe(self) -> BaseException | None:
+        """One direct connection, as the pool makes them: its error, None when it worked."""
+        return db.probe_connection_error(
+            self.dsn, self.pools.connect_timeout, self.connection_kwargs()
+        )
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -380,7 +371,7 @@ class Database:
             if pool is None or self._pool_pid != os.getpid():
                 pool = self.get_pool()
             try:
-                conn = pool.getconn(timeout=self.pools.connect_timeout)
+                conn = opening.getconn(pool, self.pools.connect_timeout, self._probe)
             except PoolTimeout as error:
                 raise self.unavailable(error) from None
             try:
@@ -428,7 +419,7 @@ class Database:
             if apool is None or self._apool_loop is not asyncio.get_running_loop():
                 apool = await self.get_apool()
             try:
-                conn = await apool.getconn(timeout=self.pools.connect_timeout)
+                conn = await opening.agetconn(apool, self.pools.connect_timeout, self._probe)
             except PoolTimeout as error:
                 raise self.unavailable(error) from None
             try:

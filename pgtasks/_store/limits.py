@@ -73,3 +73,7 @@ class LimitQueries(StoreBase):
 
     def get_limit_top_keys(self, conn: psycopg.Connection[Any], per_limit: int = 10) -> list[Row]:
         return self._rows(conn, "get_limit_top_keys", {"per_limit": per_limit})
+
+    def get_limit_bad_values(self, conn: psycopg.Connection[Any]) -> list[str]:
+        """Names of the stored limits whose values break the table's checks."""
+        return list(self._rows(conn, "get_limit_bad_values", None)[0]["names"])

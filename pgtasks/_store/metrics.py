@@ -13,13 +13,15 @@ from .base import StoreBase
 
 @dataclasses.dataclass(frozen=True)
 class QueueDepth:
-    """Jobs of one queue at one moment: ``pending`` due now, ``running``, and ``waiting``
-    (workflow steps waiting for earlier steps)."""
+    """Jobs of one queue at one moment: ``pending`` due now, ``running``, ``waiting``
+    (workflow steps waiting for earlier steps), and ``oldest_due_age``: seconds the oldest
+    due job has waited since its run_at (None: none due)."""
 
     queue: str
     pending: int
     running: int
     waiting: int = 0
+    oldest_due_age: float | None = None
 
 
 def _queues_param(queues: Sequence[str] | None) -> dict[str, Any]:
@@ -40,9 +42,20 @@ class MetricsQueries(StoreBase):
         """Queues (all, or those named) that have due pending, running or waiting jobs."""
         rows = self._rows(conn, "get_queue_depths", _queues_param(queues))
         return [
-            QueueDepth(row["queue"], int(row["pending"]), int(row["running"]), int(row["waiting"]))
+            QueueDepth(
+                row["queue"],
+                int(row["pending"]),
+                int(row["running"]),
+                int(row["waiting"]),
+                None if row["oldest_due_age"] is None else max(0.0, float(row["oldest_due_age"])),
+            )
             for row in rows
         ]
+
+    def count_workers(self, conn: psycopg.Connection[Any], lease_timeout: float) -> tuple[int, int]:
+        """Registered workers: (live, silent past ``lease_timeout``)."""
+        row = self._rows(conn, "count_workers", {"lease": lease_timeout})[0]
+        return int(row["live"]), int(row["silent"])
 
     def count_scheduled_jobs(
         self, conn: psycopg.Connection[Any], queues: Sequence[str] | None = None

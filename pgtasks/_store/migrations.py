@@ -12,20 +12,21 @@ from .base import ADVISORY_LOCK_CLASS_MIGRATE, Params, Row, StoreBase, translate
 
 
 class MigrationQueries(StoreBase):
-    def _migration_lock_params(self) -> Params:
-        return {"lock_class": ADVISORY_LOCK_CLASS_MIGRATE, "schema": self.schema}
-
     def lock_migrations_session(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's migration lock for ``conn``'s session."""
-        rows = self._rows(conn, "lock_migrations_session", self._migration_lock_params())
+        rows = self._rows(
+            conn, "lock_migrations_session", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE)
+        )
         return bool(rows[0]["locked"])
 
     def wait_migrations_session(self, conn: psycopg.Connection[Any]) -> None:
         """Wait for the schema's migration lock, then hold it for ``conn``'s session."""
-        self._rows(conn, "wait_migrations_session", self._migration_lock_params())
+        self._rows(conn, "wait_migrations_session", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE))
 
     def unlock_migrations_session(self, conn: psycopg.Connection[Any]) -> bool:
-        rows = self._rows(conn, "unlock_migrations_session", self._migration_lock_params())
+        rows = self._rows(
+            conn, "unlock_migrations_session", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE)
+        )
         return bool(rows[0]["unlocked"])
 
     def configure_migration_session(self, conn: psycopg.Connection[Any], *, local: bool) -> Row:

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from .._jobs import JobRow
-from .base import Params, Row, StoreBase
+from .base import Row, StoreBase
 
 #: First key of the pruner lock (a session lock on the pruning worker's connection); the
 #: other classes are in ``_store_base`` ("pgtk" migrate, "pgtb" beat). This one is "pgtp".
@@ -80,15 +80,14 @@ class OperationsQueries(StoreBase):
         rows = self._rows(conn, "prune_worker_history", {"older_than": older_than})
         return int(rows[0]["deleted"])
 
-    def _prune_lock_params(self) -> Params:
-        return {"lock_class": ADVISORY_LOCK_CLASS_PRUNE, "schema": self.schema}
-
     def lock_pruner(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's pruner lock for ``conn``'s session; True when held."""
-        return bool(self._rows(conn, "lock_pruner", self._prune_lock_params())[0]["locked"])
+        rows = self._rows(conn, "lock_pruner", self._lock_params(ADVISORY_LOCK_CLASS_PRUNE))
+        return bool(rows[0]["locked"])
 
     def unlock_pruner(self, conn: psycopg.Connection[Any]) -> bool:
-        return bool(self._rows(conn, "unlock_pruner", self._prune_lock_params())[0]["unlocked"])
+        rows = self._rows(conn, "unlock_pruner", self._lock_params(ADVISORY_LOCK_CLASS_PRUNE))
+        return bool(rows[0]["unlocked"])
 
     def count_purgeable_jobs(
         self, conn: psycopg.Connection[Any], *, queue: str | None, task_name: str | None

@@ -24,7 +24,7 @@ from .._jobs import JobRow, JobStatus
 from ..sql import Migration
 from .base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
 from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
-from .base import Params, Row, StoreBase
+from .base import Row, StoreBase
 from .base import notification_channel as notification_channel
 from .claims import ClaimQueries
 from .doctor import DoctorQueries
@@ -60,8 +60,7 @@ class Store(
         self._rows(conn, "create_migrations_table", None)
 
     def lock_migrations(self, conn: psycopg.Connection[Any]) -> None:
-        params = {"lock_class": ADVISORY_LOCK_CLASS_MIGRATE, "schema": self.schema}
-        self._rows(conn, "lock_migrations", params)
+        self._rows(conn, "lock_migrations", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE))
 
     def get_applied_migrations(self, conn: psycopg.Connection[Any]) -> set[int]:
         return {row["version"] for row in self._rows(conn, "get_applied_migrations", None)}
@@ -228,15 +227,14 @@ class Store(
         }
         self._rows(conn, "configure_beat_session", params)
 
-    def _beat_lock_params(self) -> Params:
-        return {"lock_class": ADVISORY_LOCK_CLASS_BEAT, "schema": self.schema}
-
     def lock_beat(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's beat lock for ``conn``'s session; True when held."""
-        return bool(self._rows(conn, "lock_beat", self._beat_lock_params())[0]["locked"])
+        rows = self._rows(conn, "lock_beat", self._lock_params(ADVISORY_LOCK_CLASS_BEAT))
+        return bool(rows[0]["locked"])
 
     def unlock_beat(self, conn: psycopg.Connection[Any]) -> bool:
-        return bool(self._rows(conn, "unlock_beat", self._beat_lock_params())[0]["unlocked"])
+        rows = self._rows(conn, "unlock_beat", self._lock_params(ADVISORY_LOCK_CLASS_BEAT))
+        return bool(rows[0]["unlocked"])
 
     def load_periodic(self, conn: psycopg.Connection[Any], names: Sequence[str]) -> list[Row]:
         """Rows ``name, processed_until, last_tick, last_job_id, now`` for ``names``."""

@@ -153,18 +153,29 @@ class WebQueries(StoreBase):
         json_chars: int,
         error_chars: int,
         neighbours: int = 20,
+        instances: int = 20,
     ) -> Row | None:
         """One job as the dashboard's job page shows it (None: no such job); a workflow
         step's first ``neighbours`` predecessors and successors (``prev_ids``,
-        ``next_ids``) and how many it has (``prev_count``, ``next_count``)."""
+        ``next_ids``) and how many it has (``prev_count``, ``next_count``); its first
+        ``instances`` limit instances (``limit_groups``) and how many it has
+        (``limit_groups_count``)."""
         params: Params = {
             "id": job_id,
             "json_chars": json_chars,
             "error_chars": error_chars,
             "neighbours": neighbours,
+            "instances": instances,
         }
         rows = self._rows(conn, "get_job_page", params)
         return rows[0] if rows else None
+
+    def get_limit_instances(self, conn: psycopg.Connection[Any], *, cap: int) -> list[Row]:
+        """Rows ``inst, running, pending, due`` per limit instance with jobs: every running
+        limited job, the first ``cap`` pending ones in claim order; each row also has
+        ``pending_read``, ``overlimited`` and ``first_overlimited`` (among those read;
+        one row of NULL ``inst`` when no instance has jobs)."""
+        return self._rows(conn, "get_limit_instances", {"cap": cap})
 
     def get_workflow_neighbours(
         self, conn: psycopg.Connection[Any], workflow_id: int, job_ids: list[int]

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from .base import Params, Row, StoreBase
+from .._jobs import StepJob
+from .base import Row, StoreBase, T
 
 #: First key of the healer lock (a session lock on the healing worker's connection): "pgth".
 ADVISORY_LOCK_CLASS_HEAL = 0x70677468
@@ -54,47 +55,62 @@ class WorkflowQueries(StoreBase):
         return sorted(int(row["id"]) for row in rows)
 
     @staticmethod
-    def _workflow_jobs_params(workflow_id: int, jobs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        params: dict[str, Any] = {"workflow_id": workflow_id}
-        for column in ("id", "task_name", "queue", "priority", "max_attempts", "step"):
-            params[column] = [job[column] for job in jobs]
-        params["waiting_for"] = [len(job["prev"]) for job in jobs]
-        params["input_mode"] = [job["input_mode"] for job in jobs]
-        params["args"] = "[" + ",".join(job["args_json"] for job in jobs) + "]"
-        params["kwargs"] = "[" + ",".join(job["kwargs_json"] for job in jobs) + "]"
-        params["next"] = json.dumps([job["next"] for job in jobs])
-        params["prev"] = json.dumps([job["prev"] for job in jobs])
+    def _workflow_jobs_params(
+        workflow_id: int, ids: Sequence[int], steps: Sequence[StepJob]
+    ) -> dict[str, Any]:
+        """The parameters of insert_workflow_jobs: one array per column, the steps' links
+        (positions in ``steps``) as the ids reserved for them (``ids``, in order)."""
+        if len(ids) != len(steps):
+            raise ValueError(f"{len(steps)} workflow steps need as many ids, got {len(ids)}")
+        specs = [step.spec for step in steps]
         # Concurrency and rate limits (migration 0009): NULL when no step has any.
-        limited = any(job["limit_groups"] is not None for job in jobs)
-        params["limit_groups"] = (
-            json.dumps([job["limit_groups"] for job in jobs]) if limited else None
-        )
-        params["limit_key"] = [job["limit_key"] for job in jobs]
+        limited = any(spec.limit_groups is not None for spec in specs)
         # Meta (trace context) of the steps, migration 0008: NULL when no step has any.
-        metas = [job.get("meta_json") for job in jobs]
-        params["meta"] = (
-            "[" + ",".join(meta or "{}" for meta in metas) + "]"
-            if any(meta is not None for meta in metas)
-            else None
-        )
-        return params
+        traced = any(spec.meta_json is not None for spec in specs)
+        return {
+            "workflow_id": workflow_id,
+            "id": list(ids),
+            "task_name": [spec.task_name for spec in specs],
+            "queue": [spec.queue for spec in specs],
+            "priority": [spec.priority for spec in specs],
+            "max_attempts": [spec.max_attempts for spec in specs],
+            "step": [step.step for step in steps],
+            "waiting_for": [len(step.prev) for step in steps],
+            "input_mode": [step.input_mode for step in steps],
+            "args": "[" + ",".join([spec.args_json for spec in specs]) + "]",
+            "kwargs": "[" + ",".join([spec.kwargs_json for spec in specs]) + "]",
+            "next": json.dumps([[ids[index] for index in step.next] for step in steps]),
+            "prev": json.dumps([[ids[index] for index in step.prev] for step in steps]),
+            "limit_groups": (
+                json.dumps([spec.limit_groups for spec in specs]) if limited else None
+            ),
+            "limit_key": [spec.limit_key for spec in specs],
+            "meta": (
+                "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]" if traced else None
+            ),
+        }
 
     def insert_workflow_jobs(
-        self, conn: psycopg.Connection[Any], *, workflow_id: int, jobs: Sequence[dict[str, Any]]
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        workflow_id: int,
+        ids: Sequence[int],
+        steps: Sequence[StepJob],
     ) -> None:
-        """Insert a workflow's jobs: dicts with id, task_name, queue, priority, args_json,
-        kwargs_json, max_attempts, step, next, prev, input_mode, limit_groups, limit_key
-        and optionally meta_json."""
-        self._rows(conn, "insert_workflow_jobs", self._workflow_jobs_params(workflow_id, jobs))
+        """Insert a workflow's jobs (``steps``) with the ids reserved for them."""
+        params = self._workflow_jobs_params(workflow_id, ids, steps)
+        self._rows(conn, "insert_workflow_jobs", params)
 
     async def ainsert_workflow_jobs(
         self,
         conn: psycopg.AsyncConnection[Any],
         *,
         workflow_id: int,
-        jobs: Sequence[dict[str, Any]],
+        ids: Sequence[int],
+        steps: Sequence[StepJob],
     ) -> None:
-        params = self._workflow_jobs_params(workflow_id, jobs)
+        params = self._workflow_jobs_params(workflow_id, ids, steps)
         await self._arows(conn, "insert_workflow_jobs", params)
 
     def get_workflow(self, conn: psycopg.Connection[Any], workflow_id: int) -> Row | None:
@@ -192,22 +208,24 @@ class WorkflowQueries(StoreBase):
         self,
         conn: psycopg.Connection[Any],
         workflow_id: int,
+        make: Callable[[Sequence[Any]], T],
         *,
         max_result: int,
         max_result_bytes: int = 65_536,
         limit: int | None = None,
-    ) -> list[tuple[Any, ...]]:
+    ) -> list[T]:
         """A workflow's jobs for its page (the first ``limit`` by id; None: all), results
         cut to ``max_result`` characters (not rendered when stored in over
-        ``max_result_bytes``: ``result_size`` says how large): tuples of the fields of
-        ``WorkflowStep``, in order (``WorkflowStep.from_tuple``)."""
+        ``max_result_bytes``: ``result_size`` says how large), each made by ``make`` from
+        the fields of ``WorkflowStep``, in order (``WorkflowStep.from_tuple``) as it is
+        read: a page reads thousands, and no row is kept but what ``make`` makes."""
         params = {
             "id": workflow_id,
             "max_result": max_result,
             "max_result_bytes": max_result_bytes,
             "limit": limit,
         }
-        return self._rows(conn, "get_workflow_steps", params, tuples=True)
+        return self._made(conn, "get_workflow_steps", params, make)
 
     def find_stuck_steps(
         self, conn: psycopg.Connection[Any], *, after: int = 0, limit: int
@@ -246,12 +264,11 @@ class WorkflowQueries(StoreBase):
         rows = self._rows(conn, "prune_workflow_incidents", {"older_than": older_than})
         return int(rows[0]["deleted"])
 
-    def _heal_lock_params(self) -> Params:
-        return {"lock_class": ADVISORY_LOCK_CLASS_HEAL, "schema": self.schema}
-
     def lock_healer(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's healer lock for ``conn``'s session; True when held."""
-        return bool(self._rows(conn, "lock_healer", self._heal_lock_params())[0]["locked"])
+        rows = self._rows(conn, "lock_healer", self._lock_params(ADVISORY_LOCK_CLASS_HEAL))
+        return bool(rows[0]["locked"])
 
     def unlock_healer(self, conn: psycopg.Connection[Any]) -> bool:
-        return bool(self._rows(conn, "unlock_healer", self._heal_lock_params())[0]["unlocked"])
+        rows = self._rows(conn, "unlock_healer", self._lock_params(ADVISORY_LOCK_CLASS_HEAL))
+        return bool(rows[0]["unlocked"])

@@ -52,6 +52,16 @@ class Exchange:
         """How many jobs it claims at most."""
         return self.claim.limit if self.claim is not None else 0
 
+    def answered(self, trip: RoundTrip, seconds: float) -> None:
+        """The round trip went through in ``seconds``: what it did."""
+        self.trip = trip
+        self.seconds = seconds
+
+    def failed(self, error: psycopg.Error, *, broken: bool) -> None:
+        """The round trip failed (``broken``: the error broke its connection)."""
+        self.error = error
+        self.broken = broken
+
 
 class BackgroundExchanger:
     """Runs one :class:`Exchange` at a time on its own connection, off the loop thread.
@@ -127,13 +137,12 @@ class BackgroundExchanger:
             try:
                 self._run(self._connection.get(), exchange)
             except psycopg.Error as error:
-                exchange.error = error
-                exchange.broken = self._connection.broken
+                exchange.failed(error, broken=self._connection.broken)
                 if exchange.broken:
                     self._connection.drop()
             except BaseException as error:  # a bug: report it as a broken exchange
-                exchange.error = psycopg.InterfaceError(f"background exchange failed: {error!r}")
-                exchange.broken = True
+                failure = psycopg.InterfaceError(f"background exchange failed: {error!r}")
+                exchange.failed(failure, broken=True)
                 self._connection.drop()
             with self._lock:
                 self._request = None

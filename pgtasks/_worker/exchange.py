@@ -285,7 +285,7 @@ class Exchanges:
         started = time.monotonic()
         store = self.store
         try:
-            exchange.trip = store.finish_and_claim_jobs(conn, exchange.finishes, claim)
+            trip = store.finish_and_claim_jobs(conn, exchange.finishes, claim)
         except psycopg.Error as error:
             if claim is None or not claim.limited or not _still_usable(conn, error):
                 raise
@@ -296,8 +296,8 @@ class Exchanges:
             report = LimitedClaimReport(
                 error=f"{type(error).__name__}: {str(error).strip() or 'no message'}"
             )
-            exchange.trip = dataclasses.replace(trip, report=report)
-        exchange.seconds = time.monotonic() - started
+            trip = dataclasses.replace(trip, report=report)
+        exchange.answered(trip, time.monotonic() - started)
 
     def apply(self, exchange: Exchange) -> int:
         """Log the written outcomes and start the claimed jobs (loop thread)."""
@@ -320,16 +320,15 @@ class Exchanges:
                 self.plain_errors.failed(RuntimeError(report.plain_error))
             else:
                 self.plain_errors.recovered()
-        in_flight, submit, observed = (
-            self.ledger.in_flight,
+        started, submit, observed = (
+            self.ledger.started,
             self.executor.submit,
             reporter.observers,
         )
         for job in jobs:
             if observed:
                 reporter.notify("job_started", job)
-            running = submit(job)
-            in_flight[running.token] = running
+            started(submit(job))
         reporter.count("claimed", len(jobs))
         return len(jobs)
 

@@ -40,6 +40,10 @@ class JobLedger:
         """Whether a job's end wakes the loop (see ``_quiet``)."""
         self._quiet = quiet
 
+    def started(self, running: Running) -> None:
+        """An attempt was handed to the executor (loop thread)."""
+        self.in_flight[running.token] = running
+
     def on_finished(self, running: Running, outcome: Outcome) -> None:
         """An attempt ended (any thread): hand over to the loop."""
         self._finished.put((running, outcome))

@@ -4,8 +4,8 @@
 a ``CollectorRegistry`` of its own, so two workers in one process never share series.
 Counters and histograms are updated from the worker's events; the busy-slot gauges
 are read from the worker when Prometheus scrapes; queue depths are sampled every
-``queue_depth_interval`` seconds by a thread on a connection of its own (to the app's
-replica when it has one).
+``queue_depth_interval`` seconds from each store by a thread on a connection of its own
+(to the store's replica when it has one).
 ``serve(port, host)`` exposes the registry over HTTP (``pgtasks worker --metrics-port``).
 
 Series (``task`` and ``queue`` labels come from the job)::
@@ -21,11 +21,19 @@ Series (``task`` and ``queue`` labels come from the job)::
                                                 database time (how long a due job waited)
     pgtasks_worker_busy_slots                   jobs running in this worker now
     pgtasks_worker_slots                        this worker's concurrency
-    pgtasks_queue_depth{queue}                  pending jobs that are due (sampled)
-    pgtasks_queue_running_jobs{queue}           running jobs, all workers (sampled)
-    pgtasks_queue_depth_sampled_timestamp_seconds
-                                                when the last sample succeeded (Unix time)
+    pgtasks_queue_depth{store,queue}            pending jobs that are due (sampled)
+    pgtasks_queue_running_jobs{store,queue}     running jobs, all workers (sampled)
+    pgtasks_queue_waiting_jobs{store,queue}     workflow steps waiting (sampled)
+    pgtasks_queue_oldest_due_age_seconds{store,queue}
+                                                wait of the oldest due job (sampled)
+    pgtasks_queue_depth_sampled_timestamp_seconds{store}
+                                                when the store's last sample succeeded
+    pgtasks_store_up{store}                     1: its last sample succeeded, 0: it failed
+    pgtasks_store_sample_errors_total{store}    its failed samples
+    pgtasks_store_workers{store,state}          registered workers: live or silent (sampled)
     pgtasks_worker_info{name,schema,store,queues,version}
+
+Every store of the worker's app is sampled (store_samples.py), each on its own thread.
 
 Counters of exercised guarantees (pgtasks._counters; docs/howto/metrics.md), as this
 worker counted them::
@@ -43,18 +51,15 @@ worker counted them::
 
 and every process's totals, stored in the database (sampled with the queue depths)::
 
-    pgtasks_schema_events_total{event}          event: one of the six counters' names
+    pgtasks_schema_events_total{store,event}    event: one of the six counters' names
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
-
-import psycopg
 
 from .._counters import (
     ENQUEUES_DEDUPLICATED,
@@ -63,24 +68,35 @@ from .._counters import (
     RELEASED_AT_SHUTDOWN,
     RESCUED,
     UNKNOWN_TASK_JOBS,
-    every_counter,
 )
 from .._errors import ConfigurationError
 from .._validation import positive_seconds
-from .connection import OwnConnection
 from .events import WorkerEvents
-from .services import ErrorLog
+from .store_samples import (
+    QUEUE_DEPTH_STATEMENT_TIMEOUT_MS,
+    QueueDepthCollector,
+    QueueDepthSampler,
+    SchemaCountersCollector,
+    samplers_of,
+)
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from prometheus_client.core import Metric
 
-    from .._app.app import App
     from .._leases import ClaimedJob
     from .worker import Worker
 
 logger = logging.getLogger("pgtasks.metrics")
+
+__all__ = [
+    "QUEUE_DEPTH_STATEMENT_TIMEOUT_MS",
+    "QueueDepthCollector",
+    "QueueDepthSampler",
+    "SchemaCountersCollector",
+    "WorkerMetrics",
+]
 
 #: Job run times: milliseconds to an hour.
 DURATION_BUCKETS = (
@@ -92,8 +108,6 @@ LATENCY_BUCKETS = (
     300.0, 900.0, 3600.0,
 )  # fmt: skip
 DEFAULT_QUEUE_DEPTH_INTERVAL = 15.0
-#: A depth query that takes longer than this is cancelled (and logged).
-QUEUE_DEPTH_STATEMENT_TIMEOUT_MS = 10_000
 JOB_LABELS = ("task", "queue")
 
 
@@ -132,70 +146,6 @@ def start_latency(job: ClaimedJob) -> float:
     return max(0.0, (job.claimed_at - due).total_seconds())
 
 
-class QueueDepthCollector:
-    """Serves the last queue-depth sample; queues that emptied since report 0."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: dict[str, int] = {}
-        self._running: dict[str, int] = {}
-        self._waiting: dict[str, int] = {}
-        self._sampled_at: float | None = None
-
-    def update(
-        self,
-        depths: Iterable[tuple[str, int, int] | tuple[str, int, int, int]],
-        expected: Iterable[str] = (),
-    ) -> None:
-        """Replace the sample with ``(queue, pending, running[, waiting])`` rows."""
-        with self._lock:
-            pending = dict.fromkeys([*self._pending, *expected], 0)
-            running = dict.fromkeys([*self._running, *expected], 0)
-            waiting = dict.fromkeys([*self._waiting, *expected], 0)
-            for queue_name, pending_count, running_count, *rest in depths:
-                pending[queue_name] = pending_count
-                running[queue_name] = running_count
-                waiting[queue_name] = rest[0] if rest else 0
-            self._pending, self._running, self._waiting = pending, running, waiting
-            self._sampled_at = time.time()
-
-    def collect(self) -> Iterable[Metric]:
-        from prometheus_client.core import GaugeMetricFamily
-
-        with self._lock:
-            pending, running = dict(self._pending), dict(self._running)
-            waiting = dict(self._waiting)
-            sampled_at = self._sampled_at
-        depth = GaugeMetricFamily(
-            "pgtasks_queue_depth",
-            "Pending jobs that are due, per queue (sampled from the database).",
-            labels=["queue"],
-        )
-        busy = GaugeMetricFamily(
-            "pgtasks_queue_running_jobs",
-            "Running jobs per queue, held by any worker (sampled from the database).",
-            labels=["queue"],
-        )
-        steps = GaugeMetricFamily(
-            "pgtasks_queue_waiting_jobs",
-            "Workflow steps waiting for earlier steps, per queue (sampled from the database).",
-            labels=["queue"],
-        )
-        for queue_name in sorted(pending):
-            depth.add_metric([queue_name], pending[queue_name])
-            busy.add_metric([queue_name], running[queue_name])
-            steps.add_metric([queue_name], waiting.get(queue_name, 0))
-        yield depth
-        yield busy
-        yield steps
-        if sampled_at is not None:
-            yield GaugeMetricFamily(
-                "pgtasks_queue_depth_sampled_timestamp_seconds",
-                "Unix time of the last successful queue-depth sample.",
-                value=sampled_at,
-            )
-
-
 #: The Prometheus counters of the worker's own counts (pgtasks._counters' names).
 EXERCISED_SERIES = {
     LEASE_LOST: (
@@ -221,35 +171,6 @@ EXERCISED_SERIES = {
 }
 
 
-class SchemaCountersCollector:
-    """Serves the last sample of the database's counters (every process's totals)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._totals: dict[str, int] | None = None
-
-    def update(self, totals: Mapping[str, int]) -> None:
-        with self._lock:
-            self._totals = every_counter(totals)
-
-    def collect(self) -> Iterable[Metric]:
-        from prometheus_client.core import CounterMetricFamily
-
-        with self._lock:
-            totals = self._totals
-        if totals is None:
-            return
-        family = CounterMetricFamily(
-            "pgtasks_schema_events",
-            "How often the guarantees were exercised, every process, stored in the database"
-            " (sampled with the queue depths).",
-            labels=["event"],
-        )
-        for name, value in totals.items():
-            family.add_metric([name], value)
-        yield family
-
-
 class ProcessCountersCollector:
     """Serves the counts of the worker's App: enqueues of this process answered by an
     existing job (its tasks' own enqueues)."""
@@ -268,71 +189,6 @@ class ProcessCountersCollector:
             " uniqueness scope).",
             value=value,
         )
-
-
-class QueueDepthSampler:
-    """A thread that samples queue depths every ``interval`` seconds on its own connection."""
-
-    def __init__(
-        self,
-        app: App,
-        queues: Sequence[str] | None,
-        collector: QueueDepthCollector,
-        *,
-        interval: float,
-        name: str,
-        counters: SchemaCountersCollector | None = None,
-    ) -> None:
-        self.app = app
-        self.queues = list(queues) if queues is not None else None
-        self.collector = collector
-        self.counters = counters
-        self.interval = interval
-        self.name = name
-        self.stopping = threading.Event()
-        self.errors = ErrorLog(f"queue-depth sampler of worker {name}")
-        self.thread = threading.Thread(target=self._run, name="pgtasks-metrics", daemon=True)
-        # The replica when the app has one (a sample may lag), else the app's dsn; READ
-        # COMMITTED whatever the default (Database.connect pins it).
-        self._connection = OwnConnection(
-            lambda: app.database.connect(
-                replica=True, application_name=f"pgtasks metrics {name}"[:63]
-            )
-        )
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self.stopping.set()
-        if self.thread.is_alive() and threading.current_thread() is not self.thread:
-            self.thread.join(timeout)
-
-    def sample_once(self) -> None:
-        conn = self._connection.get()
-        store = self.app.store
-        with conn.transaction():
-            store.limit_statement_time(conn, QUEUE_DEPTH_STATEMENT_TIMEOUT_MS / 1000)
-            depths = store.get_queue_depths(conn, self.queues)
-        self.collector.update(
-            ((depth.queue, depth.pending, depth.running, depth.waiting) for depth in depths),
-            expected=self.queues or (),
-        )
-        if self.counters is not None:
-            self.counters.update(self.app.store.get_counters(conn))
-
-    def _run(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                self.sample_once()
-                self.errors.recovered()
-            except psycopg.Error as error:
-                self.errors.failed(error)
-                self._connection.drop()
-            except Exception:
-                logger.exception("queue-depth sampler of worker %s failed; continuing", self.name)
-            self.stopping.wait(self.interval)
-        self._connection.drop()
 
 
 class WorkerMetrics(WorkerEvents):
@@ -419,7 +275,7 @@ class WorkerMetrics(WorkerEvents):
             "cancelled": self.jobs_cancelled,
         }
         self._worker: Worker | None = None
-        self._sampler: QueueDepthSampler | None = None
+        self._samplers: list[QueueDepthSampler] = []
         self._server: WSGIServer | None = None
         self._server_thread: threading.Thread | None = None
 
@@ -477,8 +333,10 @@ class WorkerMetrics(WorkerEvents):
         return float(worker.concurrency) if worker is not None else 0.0
 
     def _stop_sampler(self) -> None:
-        sampler, self._sampler = self._sampler, None
-        if sampler is not None:
+        samplers, self._samplers = self._samplers, []
+        for sampler in samplers:
+            sampler.stopping.set()
+        for sampler in samplers:
             sampler.stop()
 
     # -- worker events --
@@ -496,15 +354,16 @@ class WorkerMetrics(WorkerEvents):
             }
         )
         self._stop_sampler()
-        self._sampler = QueueDepthSampler(
+        self._samplers = samplers_of(
             worker.app,
             worker.queues,
             self.queue_depths,
+            self.schema_counters,
             interval=self.queue_depth_interval,
             name=worker.name,
-            counters=self.schema_counters,
         )
-        self._sampler.start()
+        for sampler in self._samplers:
+            sampler.start()
 
     def worker_stopped(self, worker: Worker) -> None:
         self._stop_sampler()

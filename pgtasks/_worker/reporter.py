@@ -73,8 +73,7 @@ class Reporter:
         """The lease fence refused ``amount`` writes of an attempt: its lease is lost
         (counted once per attempt)."""
         self.exercised(FENCED_WRITES_REFUSED, amount)
-        if not running.lease_lost:
-            running.lease_lost = True
+        if running.lose_lease():
             self.exercised(LEASE_LOST)
 
     def notify(self, event: str, *arguments: Any) -> None:

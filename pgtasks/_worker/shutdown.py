@@ -145,20 +145,29 @@ class GracefulStop:
             )
             self.connection.abandon()  # still in use by the abandoned step: never shared
 
-    def _try_write(self) -> None:
-        """Write every finished outcome, fenced; give up after a few tries."""
+    def _tried(self, step: Callable[[], None]) -> bool:
+        """Run a write of the shutdown, on a fresh connection after a failure, a few
+        times at most: whether it went through."""
         for attempt in range(1, _WRITE_TRIES + 1):
             try:
-                self.ledger.collect()
-                if self.ledger.unwritten:
-                    self.exchanges.exchange(0)
-                return
+                step()
+                return True
             except psycopg.Error as error:
                 self.errors.failed(error)
                 self.connection.drop()
                 if attempt < _WRITE_TRIES:
                     time.sleep(reconnect_delay(attempt))
-        if self.ledger.unwritten:
+        return False
+
+    def _try_write(self) -> None:
+        """Write every finished outcome, fenced; give up after a few tries."""
+
+        def write() -> None:
+            self.ledger.collect()
+            if self.ledger.unwritten:
+                self.exchanges.exchange(0)
+
+        if not self._tried(write) and self.ledger.unwritten:
             logger.warning(
                 "worker %s: could not record %d outcome(s); those jobs will be rescued and run"
                 " again",
@@ -169,20 +178,14 @@ class GracefulStop:
 
     def _release(self, leftovers: list[Running], *, why: str = "shutdown deadline reached") -> None:
         for running in leftovers:
-            running.abandoned = True
+            running.abandon()
         released: set[int] = set()
-        answered = False
-        for attempt in range(1, _WRITE_TRIES + 1):
-            try:
-                conn = self.connection.get()
-                released |= self.store.release_jobs(conn, [running.job for running in leftovers])
-                answered = True
-                break
-            except psycopg.Error as error:
-                self.errors.failed(error)
-                self.connection.drop()
-                if attempt < _WRITE_TRIES:
-                    time.sleep(reconnect_delay(attempt))
+
+        def release() -> None:
+            conn = self.connection.get()
+            released.update(self.store.release_jobs(conn, [running.job for running in leftovers]))
+
+        answered = self._tried(release)
         for running in leftovers:
             if running.trace is not None:
                 try:

@@ -15,6 +15,7 @@ from click.core import ParameterSource
 from .._app import loading
 from .._app.app import App
 from .._errors import ConfigurationError, PgTasksError
+from .._payload import check_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -129,6 +130,40 @@ log_format_option = click.option(
     *_log_format_spec()[0], callback=resolve_global, **_log_format_spec()[1]
 )
 json_option = click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+
+
+def seconds_option(
+    *decls: str,
+    help: str,
+    default: float | None = None,
+    minimum: float = 0,
+    positive: bool = False,
+) -> Callable[[F], F]:
+    """An option of a number of seconds >= ``minimum`` (> 0 when ``positive``); its
+    default shown when it has one (None: the app's or the store's value)."""
+    return click.option(
+        *decls,
+        type=click.FloatRange(min=minimum, min_open=positive),
+        default=default,
+        show_default=default is not None,
+        metavar="SECONDS",
+        help=help,
+    )
+
+
+def checked_name(what: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """An option or argument callback: a queue or task name (``what``) must be a name
+    pgtasks accepts; None (not given) stays None."""
+
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check_name(what, value)
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
+
+    return convert
 
 
 def root_options(group: F) -> F:

@@ -15,17 +15,15 @@ from ._common import (
     load_app,
     log_format_option,
     log_level_option,
+    seconds_option,
 )
 
 
 @click.command()
 @app_option
-@click.option(
+@seconds_option(
     "--grace",
     default=60.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    metavar="SECONDS",
     help="Seconds a tick may be late and still be enqueued whatever its catch-up policy.",
 )
 @click.option(

@@ -32,9 +32,8 @@ from .._operations import (
     parse_duration,
     to_json,
 )
-from .._payload import check_name
 from .._worker.pruner import DEFAULT_BATCH_SIZE, prune
-from ._common import app_option, guard, load_app
+from ._common import app_option, checked_name, guard, json_option, load_app
 from ._stores import each_store, echo_each, store_option
 
 T = TypeVar("T")
@@ -44,10 +43,6 @@ JOB_ID = click.IntRange(min=1, max=2**63 - 1)
 SQL_INT = click.IntRange(min=1, max=2**31 - 1)
 #: Longest duration an option accepts (about 3,000 years): make_interval's range.
 MAX_DURATION = 1e11
-
-json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
-)
 
 RETRY_RULE = admin.RETRY_RULE
 
@@ -70,20 +65,6 @@ def _duration(*, allow_never: bool = False) -> Callable[..., float | None]:
         if not seconds <= MAX_DURATION:
             raise click.BadParameter(f"{value!r} is too long a duration (at most 3000 years)")
         return seconds
-
-    return convert
-
-
-def _name(what: str) -> Callable[..., str | None]:
-    """An option callback: a task or queue name filter must be a name pgtasks accepts."""
-
-    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-        if value is None:
-            return None
-        try:
-            return check_name(what, value)
-        except ValueError as error:
-            raise click.BadParameter(str(error)) from None
 
     return convert
 
@@ -139,9 +120,13 @@ def jobs() -> None:
 @jobs.command("list")
 @app_option
 @click.option("--status", type=click.Choice(STATUSES), default=None, help="Only this status.")
-@click.option("--queue", default=None, callback=_name("queue"), help="Only this queue.")
+@click.option("--queue", default=None, callback=checked_name("queue"), help="Only this queue.")
 @click.option(
-    "--task", "task_name", default=None, callback=_name("task name"), help="Only this task name."
+    "--task",
+    "task_name",
+    default=None,
+    callback=checked_name("task name"),
+    help="Only this task name.",
 )
 @click.option(
     "--workflow",
@@ -251,7 +236,7 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
     "--task",
     "task_name",
     default=None,
-    callback=_name("task name"),
+    callback=checked_name("task name"),
     help="With --all-failed: only this task.",
 )
 @json_option

@@ -9,30 +9,24 @@ jobs and whether it is paused.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import click
 
 from .._app import admin
 from .._operations import to_json
-from .._payload import check_name
 from .._queues import format_queues
-from ._common import app_option, exit_now, guard, load_app
+from ._common import (
+    app_option,
+    checked_name,
+    exit_now,
+    guard,
+    json_option,
+    load_app,
+    seconds_option,
+)
 from ._stores import each_store, echo_each, store_option
 
-json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
-)
-
-
-def _queue_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        return check_name("queue", value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
-
-
-queue_argument = click.argument("queue", callback=_queue_name)
+queue_argument = click.argument("queue", callback=checked_name("queue"))
 
 
 @click.group()
@@ -58,12 +52,17 @@ def list_queues(app_path: str, store: str | None, as_json: bool) -> None:
     )
 
 
-def _report(queue: str, changed: bool, done: str, already: str, as_json: bool) -> None:
-    document: dict[str, Any] = {"queue": queue, "changed": changed}
+def _switch(app_path: str, queue: str, as_json: bool, *, pause: bool) -> None:
+    """Pause or resume ``queue`` and say whether that changed it."""
+    app = load_app(app_path)
+    with app:
+        changed = guard(lambda: app.pause_queue(queue) if pause else app.resume_queue(queue))
     if as_json:
-        click.echo(to_json(document))
+        click.echo(to_json({"queue": queue, "changed": changed}))
+    elif pause:
+        click.echo(f"queue {queue}: {'paused' if changed else 'was paused already'}")
     else:
-        click.echo(f"queue {queue}: {done if changed else already}")
+        click.echo(f"queue {queue}: {'resumed' if changed else 'was not paused'}")
 
 
 @queues.command()
@@ -73,10 +72,7 @@ def _report(queue: str, changed: bool, done: str, already: str, as_json: bool) -
 def pause(app_path: str, as_json: bool, queue: str) -> None:
     """Pause QUEUE: no worker claims its jobs from one poll interval on (running jobs
     finish; enqueuing goes on)."""
-    app = load_app(app_path)
-    with app:
-        changed = guard(lambda: app.pause_queue(queue))
-    _report(queue, changed, "paused", "was paused already", as_json)
+    _switch(app_path, queue, as_json, pause=True)
 
 
 @queues.command()
@@ -85,10 +81,7 @@ def pause(app_path: str, as_json: bool, queue: str) -> None:
 @queue_argument
 def resume(app_path: str, as_json: bool, queue: str) -> None:
     """Resume QUEUE: its workers are woken and claim its jobs again."""
-    app = load_app(app_path)
-    with app:
-        changed = guard(lambda: app.resume_queue(queue))
-    _report(queue, changed, "resumed", "was not paused", as_json)
+    _switch(app_path, queue, as_json, pause=False)
 
 
 @queues.command()
@@ -103,12 +96,9 @@ def resume(app_path: str, as_json: bool, queue: str) -> None:
     metavar="STORE",
     help="The store it leaves [default: the one it routes to in this app's configuration].",
 )
-@click.option(
+@seconds_option(
     "--timeout",
     default=600.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    metavar="SECONDS",
     help="How long to wait for the source store to drain.",
 )
 def move(

@@ -19,6 +19,7 @@ from ._common import (
     load_app,
     log_format_option,
     log_level_option,
+    seconds_option,
 )
 
 
@@ -30,21 +31,16 @@ from ._common import (
     help="Print what would run (each pending step, its statements and the locks they take)"
     " and change nothing.",
 )
-@click.option(
+@seconds_option(
     "--lock-timeout",
-    type=click.FloatRange(min=0.001),
     default=DEFAULT_LOCK_TIMEOUT,
-    show_default=True,
-    metavar="SECONDS",
+    minimum=0.001,
     help="Longest wait of a catalog change for its lock: past it the step rolls back and is"
     " tried again, so enqueues and claims never queue behind it for longer.",
 )
-@click.option(
+@seconds_option(
     "--lock-retry-for",
-    type=click.FloatRange(min=0),
     default=DEFAULT_LOCK_RETRY_FOR,
-    show_default=True,
-    metavar="SECONDS",
     help="How long a step whose lock is not granted is retried before migrate fails"
     " (naming the sessions that held it; the steps done are kept).",
 )

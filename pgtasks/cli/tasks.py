@@ -17,9 +17,8 @@ from .._app.routing import for_queue
 from .._app.tasks import Task
 from .._errors import PgTasksError
 from .._operations import format_duration, format_table, to_json
-from .._payload import check_name
 from .._text import printable
-from ._common import app_option, guard, json_option, load_app
+from ._common import app_option, checked_name, guard, json_option, load_app
 
 INT32 = click.IntRange(min=-(2**31), max=2**31 - 1)
 
@@ -60,18 +59,6 @@ def _eta(ctx: click.Context, param: click.Parameter, value: str | None) -> datet
     return moment
 
 
-def _optional_name(what: str) -> Any:
-    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-        if value is None:
-            return None
-        try:
-            return check_name(what, value)
-        except ValueError as error:
-            raise click.BadParameter(str(error)) from None
-
-    return convert
-
-
 # -- call -----------------------------------------------------------------------------------------
 @click.command()
 @app_option
@@ -95,7 +82,7 @@ def _optional_name(what: str) -> Any:
 @click.option(
     "--queue",
     default=None,
-    callback=_optional_name("queue"),
+    callback=checked_name("queue"),
     help="Queue to put the job in [default: the task's].",
 )
 @click.option(
@@ -191,14 +178,14 @@ def call(
 @click.option(
     "--queue",
     default=None,
-    callback=_optional_name("queue"),
+    callback=checked_name("queue"),
     help="Only jobs of this queue.",
 )
 @click.option(
     "--task",
     "task_name",
     default=None,
-    callback=_optional_name("task name"),
+    callback=checked_name("task name"),
     help="Only jobs of this task.",
 )
 @click.option(

@@ -15,6 +15,7 @@ from ._common import (
     load_app,
     log_format_option,
     log_level_option,
+    seconds_option,
 )
 from .executors import executor_options, worker_executor_options
 
@@ -46,40 +47,29 @@ if TYPE_CHECKING:
     metavar="N",
     help="Jobs run at once.",
 )
-@click.option(
+@seconds_option(
     "--shutdown-timeout",
     default=30.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    metavar="SECONDS",
     help="Seconds running jobs get to finish after SIGTERM/SIGINT before they are released.",
 )
-@click.option(
+@seconds_option(
     "--lease-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
+    positive=True,
     help="Seconds without heartbeat before a worker's jobs are rescued [app: 30].",
 )
-@click.option(
+@seconds_option(
     "--heartbeat-interval",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
+    positive=True,
     help="Seconds between heartbeats [app: 5].",
 )
-@click.option(
+@seconds_option(
     "--rescue-interval",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
+    positive=True,
     help="Seconds between rescue passes [app: 5].",
 )
-@click.option(
+@seconds_option(
     "--poll-interval",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
+    positive=True,
     help="Seconds between claims when no notification arrives [app: 1].",
 )
 @click.option(
@@ -117,12 +107,10 @@ if TYPE_CHECKING:
     metavar="ADDRESS",
     help="Address the metrics server binds (0.0.0.0: every interface).",
 )
-@click.option(
+@seconds_option(
     "--metrics-interval",
-    type=click.FloatRange(min=0, min_open=True),
     default=15.0,
-    show_default=True,
-    metavar="SECONDS",
+    positive=True,
     help="Seconds between queue-depth samples for the metrics.",
 )
 @executor_options

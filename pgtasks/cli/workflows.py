@@ -29,14 +29,10 @@ from .._workflows_text import (
     format_workflow,
     format_workflows,
 )
-from ._common import app_option, guard, load_app
+from ._common import app_option, guard, json_option, load_app
 from ._stores import each_store, echo_each, store_option
 
 WORKFLOW_ID = click.IntRange(min=1, max=2**63 - 1)
-
-json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
-)
 
 
 @click.group()

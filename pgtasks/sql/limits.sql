@@ -176,7 +176,9 @@ ORDER BY name;
 -- name: get_limit_usage :many
 -- Per stored or referenced limit (per-key limits summed over their keys): the running,
 -- pending and due jobs under it, the due ones it holds back now (no room, or no whole
--- token), and how many keys have jobs. Read without SKIP LOCKED.
+-- token), and how many keys have jobs. Read without SKIP LOCKED. A pending job under
+-- more than 8 instances is left out (no claim takes it; `pgtasks doctor` names it):
+-- counted, a row written by hand with 100,000 instances would be 100,000 jobs.
 WITH instances AS (
     SELECT inst,
            count(*) FILTER (WHERE jobs.status = 'running') AS running,
@@ -184,14 +186,18 @@ WITH instances AS (
            count(*) FILTER (WHERE jobs.status = 'pending' AND jobs.run_at <= now()) AS due
     FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
     WHERE jobs.status IN ('pending', 'running') AND jobs.limit_groups IS NOT NULL
+      AND (jobs.status = 'running' OR cardinality(jobs.limit_groups) <= 8)
       AND inst IS NOT NULL
     GROUP BY inst
 ), held AS (
     SELECT split_part(i.inst, chr(31), 1) AS name,
            strpos(i.inst, chr(31)) > 0 AS keyed,
            i.running, i.pending, i.due,
+           -- Room: free slots (none stored: no limit on them; greatest() would read a
+           -- NULL concurrency as 0), and whole tokens.
            greatest(0, i.due - least(
-               coalesce(greatest(0, d.concurrency - i.running), i.due),
+               CASE WHEN d.concurrency IS NOT NULL
+                    THEN greatest(0, d.concurrency - i.running) ELSE i.due END,
                CASE WHEN d.rate_count > 0 AND d.rate_period > 0 AND d.name = i.inst
                     THEN floor(least(greatest(d.burst, 1), 1e9, least(greatest(d.tokens, 0), 1e9)
                          + CASE WHEN isfinite(d.refilled_at)
@@ -213,7 +219,8 @@ ORDER BY name;
 
 -- name: get_limit_top_keys :many
 -- The keys of per-key limits with the most running, then pending, jobs: at most
--- %(per_limit)s per limit, with their due jobs and the due ones held back.
+-- %(per_limit)s per limit, with their due jobs and the due ones held back (pending jobs
+-- under more than 8 instances left out, as in get_limit_usage).
 WITH instances AS (
     SELECT inst,
            count(*) FILTER (WHERE jobs.status = 'running') AS running,
@@ -221,13 +228,16 @@ WITH instances AS (
            count(*) FILTER (WHERE jobs.status = 'pending' AND jobs.run_at <= now()) AS due
     FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
     WHERE jobs.status IN ('pending', 'running') AND jobs.limit_groups IS NOT NULL
+      AND (jobs.status = 'running' OR cardinality(jobs.limit_groups) <= 8)
       AND strpos(inst, chr(31)) > 0
     GROUP BY inst
 ), ranked AS (
     SELECT split_part(i.inst, chr(31), 1) AS name,
            substr(i.inst, strpos(i.inst, chr(31)) + 1) AS key,
            i.running, i.pending, i.due,
-           greatest(0, i.due - coalesce(greatest(0, d.concurrency - i.running), i.due)) AS held,
+           greatest(0, i.due - CASE WHEN d.concurrency IS NOT NULL
+                                    THEN greatest(0, d.concurrency - i.running)
+                                    ELSE i.due END) AS held,
            row_number() OVER (PARTITION BY split_part(i.inst, chr(31), 1)
                               ORDER BY i.running DESC, i.pending DESC, i.inst) AS rank
     FROM instances AS i
@@ -237,3 +247,16 @@ SELECT name, key, running, pending, due, held
 FROM ranked
 WHERE rank <= %(per_limit)s
 ORDER BY name, rank;
+
+-- name: get_limit_bad_values :one
+-- The stored limits whose values break the table's checks (written by hand past them;
+-- the claim and get_limits clamp them), by name: what a limits page marks.
+SELECT coalesce(array_agg(name ORDER BY name), ARRAY[]::text[]) AS names
+FROM {schema}.limits
+WHERE NOT coalesce(concurrency >= 1, true)
+   OR NOT coalesce(rate_count >= 1, true)
+   OR NOT (rate_period IS NULL OR (rate_period >= 0.001 AND rate_period <= 1e10))
+   OR NOT (burst >= 1 AND burst <= 1e9)
+   OR NOT (tokens >= 0 AND tokens <= 1e9)
+   OR NOT isfinite(refilled_at) OR NOT isfinite(updated_at)
+   OR refilled_at > now() + interval '1 minute';

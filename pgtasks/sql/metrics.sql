@@ -6,12 +6,14 @@
 SELECT set_config('statement_timeout', %(statement_timeout)s, true);
 
 -- name: get_queue_depths :many
--- Per queue: pending jobs that are due now, running jobs, and workflow steps waiting for
--- earlier steps (no SKIP LOCKED: held rows count).
+-- Per queue: pending jobs that are due now, running jobs, workflow steps waiting for
+-- earlier steps (no SKIP LOCKED: held rows count), and the seconds the oldest due job has
+-- waited since its run_at (NULL: none due).
 WITH depths AS (
     SELECT queue,
            count(*) FILTER (WHERE status = 'pending') AS pending,
-           count(*) FILTER (WHERE status = 'running') AS running
+           count(*) FILTER (WHERE status = 'running') AS running,
+           min(run_at) FILTER (WHERE status = 'pending') AS oldest_due
     FROM {schema}.jobs
     -- Both branches are served by the partial indexes jobs_claim_idx and jobs_running_idx.
     WHERE ((status = 'pending' AND run_at <= now()) OR status = 'running')
@@ -28,10 +30,20 @@ WITH depths AS (
 SELECT queue,
        coalesce(depths.pending, 0) AS pending,
        coalesce(depths.running, 0) AS running,
-       coalesce(waiting.waiting, 0) AS waiting
+       coalesce(waiting.waiting, 0) AS waiting,
+       extract(epoch FROM now() - depths.oldest_due)::float8 AS oldest_due_age
 FROM depths
 FULL JOIN waiting USING (queue)
 ORDER BY queue;
+
+-- name: count_workers :one
+-- Registered workers: live (a heartbeat within the lease) and silent (not yet removed by
+-- a rescuer). The workers table holds one row per running worker.
+SELECT count(*) FILTER (WHERE heartbeat_at >= now() - make_interval(secs => %(lease)s::float8))
+           AS live,
+       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(lease)s::float8))
+           AS silent
+FROM {schema}.workers;
 
 -- name: count_scheduled_jobs :one
 -- Pending jobs not due yet (scheduled, or retries waiting for their backoff).

@@ -324,13 +324,17 @@ SELECT
 -- One job as its dashboard page shows it: every field, the JSON documents as text cut at
 -- %(json_chars)s characters (with their full length), a last error longer than
 -- %(error_chars)s characters as its head and tail, each failed attempt's error as its
--- last line. A row written by hand (attempt_errors not an array) reads without error.
+-- last line. A row written by hand (attempt_errors not an array, 100,000 limit
+-- instances) reads without error.
 SELECT jobs.id, task_name, queue, priority, status, attempts, max_attempts,
        run_at, locked_at, locked_by, idempotency_key, created_at, updated_at, finished_at,
        started_at, cancel_requested,
        unique_key, lower(unique_window) AS unique_window_start,
        upper(unique_window) AS unique_window_end,
-       limit_groups, limit_key, workflow_id, workflow_step,
+       -- The limit instances (a row written by hand may hold 100,000: the first few).
+       limit_groups[1:%(instances)s::int] AS limit_groups,
+       cardinality(limit_groups) AS limit_groups_count, left(limit_key, 1000) AS limit_key,
+       workflow_id, workflow_step,
        -- A workflow step's links (a chord's callback may name thousands: the first few).
        prev_ids[1:%(neighbours)s::int] AS prev_ids, cardinality(prev_ids) AS prev_count,
        next_ids[1:%(neighbours)s::int] AS next_ids, cardinality(next_ids) AS next_count,
@@ -364,6 +368,43 @@ CROSS JOIN LATERAL (
            jobs.meta::text AS meta
 ) AS rendered
 WHERE jobs.id = %(id)s::bigint;
+
+-- name: get_limit_instances :many
+-- What the limits page counts per limit instance (a limit's name, or a per-key limit's
+-- name, chr(31) and a key): the jobs running under it (every running limited job,
+-- through jobs_limited_running_idx) and the pending and due ones among the first
+-- %(cap)s pending limited jobs in claim order (jobs_limited_claim_idx: a page costs the
+-- same however long the backlog), a pending job under more than 8 instances (no claim
+-- takes it) counted apart. Each row also says how many pending jobs were read and how
+-- many of those carry more than 8 instances (the first of them); one row of NULL
+-- instance when none has jobs. Read without SKIP LOCKED.
+WITH pending AS MATERIALIZED (
+    SELECT id, limit_groups, run_at <= now() AS due
+    FROM {schema}.jobs
+    WHERE status = 'pending' AND limit_groups IS NOT NULL
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(cap)s::int
+), pairs AS (
+    SELECT inst, 0 AS running, 1 AS pending, pending.due::int AS due
+    FROM pending, unnest(pending.limit_groups) AS inst
+    WHERE cardinality(pending.limit_groups) <= 8
+    UNION ALL
+    SELECT inst, 1, 0, 0
+    FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
+    WHERE jobs.status = 'running' AND jobs.limit_groups IS NOT NULL
+), counted AS (
+    SELECT inst, sum(running)::bigint AS running, sum(pending)::bigint AS pending,
+           sum(due)::bigint AS due
+    FROM pairs
+    WHERE inst IS NOT NULL
+    GROUP BY inst
+)
+SELECT counted.inst, counted.running, counted.pending, counted.due,
+       (SELECT count(*) FROM pending) AS pending_read,
+       (SELECT count(*) FROM pending WHERE cardinality(limit_groups) > 8) AS overlimited,
+       (SELECT min(id) FROM pending WHERE cardinality(limit_groups) > 8) AS first_overlimited
+FROM (SELECT 1) AS one
+LEFT JOIN counted ON true;
 
 -- name: get_workflow_neighbours :many
 -- The steps a job page links to as its neighbours: the jobs %(ids)s of workflow

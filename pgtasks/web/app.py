@@ -5,8 +5,9 @@ Reads are the dashboard's own (``pgtasks.web.reads``, queries in ``sql/web.sql``
 small pool of its own with a statement timeout; writes (``pgtasks.web.actions``) use the
 same functions as the CLI (``app.cancel``, ``admin.retry_job``, …). Database calls are
 synchronous and run in Starlette's thread pool. Pages with a live part (overview, jobs, a
-job, workflows, a workflow, workers) render it with the same template the event stream
-pushes. The workflow pages are in workflow_pages.py.
+job, workflows, a workflow, limits, workers) render it with the same template the event
+stream pushes (live.py). The workflow pages are in workflow_pages.py, the limits page in
+limit_pages.py.
 
 Pages read from the app's replica when it has one (``replica_dsn``), except the page an
 action redirects to (its URL carries ``done=``): that one reads the primary, so the
@@ -15,14 +16,15 @@ change just made shows at once.
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -33,7 +35,6 @@ from starlette.responses import (
     JSONResponse,
     RedirectResponse,
     Response,
-    StreamingResponse,
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -46,10 +47,11 @@ from .._errors import (
 from .._job_filter import JobFilter
 from .._operations import RETRYABLE
 from .actions import Actions
-from .charts import charts
+from .charts import Charts, charts
 from .gate import DashboardApp, error_page
 from .job_reads import job_page as read_job_page
-from .live import END, LiveHub
+from .limit_pages import LimitPages
+from .live import LiveHub, event_stream
 from .reads import (
     SCAN_ROWS,
     DashboardDatabase,
@@ -103,6 +105,18 @@ PAGE_SIZE = 50
 CHART_MAX_AGE = 10.0
 
 
+@dataclasses.dataclass
+class _Charts:
+    """The overview's charts of one read of the finished minutes (reused CHART_MAX_AGE
+    seconds) and their markup, rendered once per path the dashboard is served at (the
+    overview's heaviest part: a bar per queue, minute and status)."""
+
+    read_at: float
+    finished: FinishedMinutes
+    charts: Charts
+    html: dict[str, Markup] = dataclasses.field(default_factory=dict)
+
+
 class Dashboard:
     """The pages and live streams of one dashboard over one App (its POST routes:
     ``pgtasks.web.actions``)."""
@@ -135,7 +149,7 @@ class Dashboard:
         self.live = LiveHub(app, debounce=debounce, poll=poll)
         self.stream_max_age = stream_max_age
         self.failed_logins = FailedLogins(limit=login_attempts)
-        self._chart: tuple[float, FinishedMinutes] | None = None
+        self._chart: _Charts | None = None
         #: Where this store's dashboard is mounted in the dashboard of an app of several
         #: stores ("/stores/<name>"; "" for the default store's, at the root).
         self.mount = ""
@@ -144,6 +158,7 @@ class Dashboard:
         #: The POST routes (actions.py) and the workflow pages (workflow_pages.py).
         self.actions = Actions(self)
         self.workflow_pages = WorkflowPages(self)
+        self.limit_pages = LimitPages(self)
 
     @property
     def linked(self) -> bool:
@@ -189,13 +204,29 @@ class Dashboard:
     # -- what each page shows (run in a thread) --
     def overview_context(self, db: DashboardDatabase | None = None) -> dict[str, Any]:
         cached = self._chart
-        fresh = cached is not None and time.monotonic() - cached[0] < CHART_MAX_AGE
+        fresh = cached is not None and time.monotonic() - cached.read_at < CHART_MAX_AGE
         data = read_overview(
-            self.app, db or self.db, finished=cached[1] if fresh and cached else None
+            self.app, db or self.db, finished=cached.finished if fresh and cached else None
         )
-        if not fresh:
-            self._chart = (time.monotonic(), data.finished)
-        return {"overview": data, "now": data.now, "charts": charts(data.finished)}
+        if cached is None or not fresh:
+            cached = self._chart = _Charts(time.monotonic(), data.finished, charts(data.finished))
+        chart = cached
+
+        def chart_html(base: str) -> Markup:
+            html = chart.html.get(base)
+            if html is None:
+                template = self.templates.get_template("_charts.html")
+                html = Markup(template.render(base=base, charts=chart.charts))  # noqa: S704
+                if len(chart.html) < 8:  # one per path the dashboard is served at
+                    chart.html[base] = html
+            return html
+
+        return {
+            "overview": data,
+            "now": data.now,
+            "charts": chart.charts,
+            "chart_html": chart_html,
+        }
 
     def jobs_context(
         self, job_filter: JobFilter, before: int | None, db: DashboardDatabase | None = None
@@ -313,12 +344,14 @@ class Dashboard:
     async def events(self, request: Request) -> Response:
         """The event stream of one page's live part: ``/events`` (the overview),
         ``/events/jobs?FILTER``, ``/events/jobs/ID``, ``/events/workflows?FILTER``,
-        ``/events/workflows/ID`` or ``/events/workers``."""
+        ``/events/workflows/ID``, ``/events/limits?QUERY`` or ``/events/workers``."""
         base = base_path(request)
         page = "/" + request.path_params.get("page", "")
         kind, _, item = page[1:].partition("/")
         if kind == "workflows":
             key, render = self.workflow_pages.live_view(request, base, item)
+        elif page == "/limits":
+            key, render = self.limit_pages.live_view(request, base)
         elif item and kind == "jobs":
             job_id = id_or_404(item)
             key, render = (
@@ -327,7 +360,7 @@ class Dashboard:
             )
         else:
             key, render = self._list_view(request, base, page)
-        return self._stream(key, render)
+        return event_stream(self.live, key, render, self.stream_max_age)
 
     def _list_view(
         self, request: Request, base: str, page: str
@@ -351,40 +384,6 @@ class Dashboard:
                 )
             )
         raise HTTPException(404, f"no live page {page!r}")
-
-    def _stream(self, key: tuple[Any, ...], render: Callable[[], str]) -> Response:
-        hub, max_age = self.live, self.stream_max_age
-
-        async def stream() -> AsyncIterator[str]:
-            if hub.closing:  # the server is stopping: no new stream
-                yield "retry: 1000\n\n"
-                return
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + max_age
-            # Subscribed before anything is sent: a client that has read the first line is
-            # one close_streams() ends.
-            subscriber = hub.subscribe(key, render)
-            try:
-                # Reconnect a second after the stream ends (its age, a server restart).
-                yield "retry: 1000\n\n"
-                while True:
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        return
-                    try:
-                        html = await asyncio.wait_for(subscriber.get(), min(15.0, remaining))
-                    except asyncio.TimeoutError:
-                        yield ": keep-alive\n\n"  # finds a closed connection
-                        continue
-                    if html == END:  # the server is stopping
-                        return
-                    data = "".join(f"data: {line}\n" for line in html.splitlines())
-                    yield f"event: update\n{data}\n"
-            finally:
-                hub.unsubscribe(subscriber)
-
-        headers = {"x-accel-buffering": "no"}
-        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
     def close(self) -> None:
         """Close the dashboard's pool (its event streams end with close_streams)."""
@@ -487,6 +486,7 @@ def asgi(
             _only(("cancel",), dashboard.workflow_pages.cancel),
             methods=["POST"],
         ),
+        Route("/limits", dashboard.limit_pages.limits, name="limits"),
         Route("/workers", dashboard.workers, name="workers"),
         Route("/schedules", dashboard.schedules, name="schedules"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),

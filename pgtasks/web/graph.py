@@ -24,8 +24,8 @@ import dataclasses
 import itertools
 import operator
 import re
-from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections import Counter, defaultdict, deque
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from markupsafe import Markup, escape
@@ -62,6 +62,8 @@ UNFINISHED = ("waiting", "pending", "running")
 STATES = ("waiting", "pending", "running", "done", "failed", "cancelled")
 
 _step_id = operator.attrgetter("id")
+#: Each step's predecessors (or successors), by job id.
+Links = Mapping[int, Sequence[int]]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
@@ -143,7 +145,7 @@ class Node:
     height: int = NODE_H
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Dot:
     id: int
     x: float
@@ -178,16 +180,16 @@ def dots_markup(block: Block, base: str) -> Markup:
     """A block's dots as SVG: a link to each step's job with its tooltip (escaped). Built
     here rather than in the template: a block draws hundreds of them on every render of a
     live page."""
-    parts = []
-    for dot in block.dots:
-        parts.append(
-            f'<a href="{escape(base)}/jobs/{dot.id}" class="dot st-{escape(dot.status)}"'
+    href = escape(base)  # once: the rest are numbers and each dot's title and state
+    return Markup(  # noqa: S704 - every value below is escaped or a number
+        "".join(
+            f'<a href="{href}/jobs/{dot.id}" class="dot st-{escape(dot.status)}"'
             f' id="step-{dot.id}" data-job="{dot.id}" data-status="{escape(dot.status)}">'
-            f"<title>{escape(dot.title)}</title>"
-            f'<rect x="{dot.x}" y="{dot.y}" width="{dot.size}" height="{dot.size}" rx="2">'
-            "</rect></a>"
+            f'<title>{escape(dot.title)}</title><rect x="{dot.x}" y="{dot.y}"'
+            f' width="{dot.size}" height="{dot.size}" rx="2"></rect></a>'
+            for dot in block.dots
         )
-    return Markup("".join(parts))  # noqa: S704 - every value above is escaped or a number
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,13 +238,9 @@ class _Item:
         return self.x + self.width / 2
 
 
-def _ranks(steps: Sequence[WorkflowStep], preds: dict[int, list[int]]) -> dict[int, int]:
+def _ranks(steps: Sequence[WorkflowStep], preds: Links, succs: Links) -> dict[int, int]:
     """Each step's rank: 0 without predecessors, else one more than its predecessors'
     highest; steps on a cycle (hand-edited links) get the rank after every other."""
-    succs: dict[int, list[int]] = defaultdict(list)
-    for step in steps:
-        for pred in preds[step.id]:
-            succs[pred].append(step.id)
     waiting = {step.id: len(preds[step.id]) for step in steps}
     ready = deque(step.id for step in steps if not preds[step.id])
     rank: dict[int, int] = {}
@@ -250,7 +248,7 @@ def _ranks(steps: Sequence[WorkflowStep], preds: dict[int, list[int]]) -> dict[i
     while ready:
         current = ready.popleft()
         rank[current] = here = lowest[current]
-        for succ in succs[current]:
+        for succ in succs.get(current, ()):
             if lowest[succ] <= here:
                 lowest[succ] = here + 1
             waiting[succ] -= 1
@@ -267,7 +265,7 @@ def _block(items: list[WorkflowStep], label: str, order: dict[int, int]) -> _Ite
 
 
 def _rows(
-    steps: Sequence[WorkflowStep], preds: dict[int, list[int]], rank: dict[int, int]
+    steps: Sequence[WorkflowStep], preds: Links, succs: Links, rank: dict[int, int]
 ) -> tuple[list[list[_Item]], dict[int, _Item]]:
     """The rows of items (steps, blocks) and the item each step is drawn in; ``steps``
     in step order (an item's place in it orders the rows)."""
@@ -275,17 +273,13 @@ def _rows(
     by_rank: dict[int, list[WorkflowStep]] = defaultdict(list)
     for step in steps:  # steps are in step order
         by_rank[rank[step.id]].append(step)
-    succs: dict[int, list[int]] = defaultdict(list)
-    for step in steps:
-        for pred in preds[step.id]:
-            succs[pred].append(step.id)
     ranks = [by_rank[index] for index in sorted(by_rank)]
 
     def chained(previous: list[WorkflowStep], current: list[WorkflowStep]) -> bool:
         if len(previous) != 1 or len(current) != 1:
             return False
         before, after = previous[0].id, current[0].id
-        return preds[after] == [before] and succs[before] == [after]
+        return preds[after] == (before,) and list(succs.get(before, ())) == [after]
 
     rows: list[list[_Item]] = []
     index = 0
@@ -340,20 +334,21 @@ def _node(step: WorkflowStep, order: dict[int, int]) -> _Item:
 
 
 def _links(
-    steps: Sequence[WorkflowStep], preds: dict[int, list[int]], item_of: dict[int, _Item]
+    steps: Sequence[WorkflowStep], preds: Links, item_of: dict[int, _Item]
 ) -> tuple[list[tuple[_Item, _Item]], int]:
     """The edges between items (one per pair), and how many links go up or sideways."""
     seen: dict[tuple[int, int], tuple[_Item, _Item]] = {}
     undrawn = 0
     for step in steps:
-        target = item_of[step.id]
+        target = last = item_of[step.id]
         for pred in preds[step.id]:
             source = item_of[pred]
-            if source is target:
-                continue  # within a block
+            if source is last or source is target:
+                continue  # within a block, or the edge just added (a chord's members)
             if source.row >= target.row:
                 undrawn += 1
                 continue
+            last = source
             seen.setdefault((id(source), id(target)), (source, target))
     return list(seen.values()), undrawn
 
@@ -514,9 +509,7 @@ def _drawn_node(item: _Item, now: datetime, *, handler: bool = False) -> Node:
 
 
 def _drawn_block(item: _Item, now: datetime) -> Block:
-    counts: dict[str, int] = {}
-    for step in item.steps:
-        counts[step.status] = counts.get(step.status, 0) + 1
+    counts = Counter(step.status for step in item.steps)
     ordered = tuple((state, counts[state]) for state in STATES if state in counts) + tuple(
         (state, count) for state, count in sorted(counts.items()) if state not in STATES
     )
@@ -556,17 +549,23 @@ def layout(steps: Iterable[WorkflowStep], now: datetime) -> Graph:
     main = sorted((step for step in everything if step.step != "on_error"), key=_step_id)
     known = {step.id for step in main}
     preds = {
-        step.id: [
+        step.id: tuple(
             pred for pred in dict.fromkeys(step.prev_ids) if pred in known and pred != step.id
-        ]
+        )
+        if step.prev_ids
+        else ()
         for step in main
     }
     rows: list[list[_Item]] = []
     paths: list[list[_Item]] = []
     undrawn = 0
     if main:
-        rank = _ranks(main, preds)
-        rows, item_of = _rows(main, preds, rank)
+        succs: dict[int, list[int]] = defaultdict(list)  # once: a chord's members have one
+        for step in main:
+            for pred in preds[step.id]:
+                succs[pred].append(step.id)
+        rank = _ranks(main, preds, succs)
+        rows, item_of = _rows(main, preds, succs, rank)
         links, undrawn = _links(main, preds, item_of)
         paths = _waypoints(rows, links)
         _order(rows)

@@ -61,6 +61,11 @@ class Neighbour:
 #: Predecessors and successors a job page names at most (a chord's callback may have
 #: thousands: the workflow's page draws them all).
 NEIGHBOURS = 20
+#: Limit instances a job page reads at most (pgtasks writes at most 3; a claim takes a
+#: job under at most 8; a row written by hand may hold any number).
+LIMIT_INSTANCES = 20
+#: The most limit instances a claim takes a job under (migration flow_control).
+CLAIMED_INSTANCES = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +87,9 @@ class JobPage:
     following: list[Neighbour] = dataclasses.field(default_factory=list)
     previous_count: int = 0
     following_count: int = 0
+    #: How many limit instances the job carries (``limit_groups`` holds the first
+    #: LIMIT_INSTANCES of them).
+    limit_groups_count: int = 0
 
     @property
     def progress(self) -> Progress | None:
@@ -91,8 +99,26 @@ class JobPage:
     def limit_names(self) -> list[str]:
         """The limits that apply (``queue:…``, ``task:…``, ``key:…``), without the key
         a per-key limit's instance carries (``limit_key`` says it)."""
-        names = [group.split(SEPARATOR, 1)[0] for group in self.limit_groups or ()]
+        names = [group.split(SEPARATOR, 1)[0] for group in self.limit_groups or () if group]
         return list(dict.fromkeys(names))
+
+    @property
+    def unread_limit_groups(self) -> int:
+        """Limit instances of the job its page does not show (past LIMIT_INSTANCES)."""
+        return max(0, self.limit_groups_count - len(self.limit_groups or ()))
+
+    @property
+    def over_claimed_instances(self) -> bool:
+        """More limit instances than a claim takes: no worker claims the job."""
+        return self.limit_groups_count > CLAIMED_INSTANCES
+
+    @property
+    def unique_period(self) -> float | None:
+        """Seconds of a ``unique_for=`` job's window (None: no window, or unbounded)."""
+        start, end = self.job.unique_window_start, self.job.unique_window_end
+        if start is None or end is None:
+            return None
+        return (end - start).total_seconds()
 
 
 def job_page(database: DashboardDatabase, job_id: int) -> JobPage:
@@ -106,6 +132,7 @@ def job_page(database: DashboardDatabase, job_id: int) -> JobPage:
             json_chars=PAGE_JSON_CHARS,
             error_chars=PAGE_ERROR_CHARS,
             neighbours=NEIGHBOURS,
+            instances=LIMIT_INSTANCES,
         )
         if row is None or row["workflow_id"] is None:
             return row, []
@@ -144,6 +171,7 @@ def job_page(database: DashboardDatabase, job_id: int) -> JobPage:
         following=[neighbours[i] for i in _ids(row["next_ids"]) if i in neighbours],
         previous_count=int(row["prev_count"] or 0),
         following_count=int(row["next_count"] or 0),
+        limit_groups_count=int(row["limit_groups_count"] or 0),
     )
 
 

@@ -33,12 +33,13 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import StreamingResponse
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -302,3 +303,42 @@ class LiveHub:
             "notifications": self.notifications,
             "renders": self.renders,
         }
+
+
+def event_stream(
+    hub: LiveHub, key: Hashable, render: Callable[[], str], max_age: float
+) -> StreamingResponse:
+    """The event stream of one live view: its HTML after each render that changed it,
+    for at most ``max_age`` seconds (the browser reconnects), ended at once when the
+    server stops (``close_streams``)."""
+
+    async def stream() -> AsyncIterator[str]:
+        if hub.closing:  # the server is stopping: no new stream
+            yield "retry: 1000\n\n"
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_age
+        # Subscribed before anything is sent: a client that has read the first line is
+        # one close_streams() ends.
+        subscriber = hub.subscribe(key, render)
+        try:
+            # Reconnect a second after the stream ends (its age, a server restart).
+            yield "retry: 1000\n\n"
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return
+                try:
+                    html = await asyncio.wait_for(subscriber.get(), min(15.0, remaining))
+                except asyncio.TimeoutError:
+                    yield ": keep-alive\n\n"  # finds a closed connection
+                    continue
+                if html == END:  # the server is stopping
+                    return
+                data = "".join(f"data: {line}\n" for line in html.splitlines())
+                yield f"event: update\n{data}\n"
+        finally:
+            hub.unsubscribe(subscriber)
+
+    headers = {"x-accel-buffering": "no"}
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)

@@ -3,6 +3,7 @@ by default, and the filters and globals they use."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def environment() -> Environment:
     env.filters["isoformat"] = _isoformat
     env.filters["number"] = "{:,}".format
     env.filters["bytes"] = format_bytes
+    env.filters["printable"] = printable
+    env.filters["fixed"] = fixed
     env.globals["ago"] = _ago
     env.globals["STATUSES"] = STATUSES
     env.globals["TAB_STATUSES"] = TAB_STATUSES
@@ -51,3 +54,29 @@ def _ago(now: datetime, value: datetime | None) -> str:
         return "-"
     delta = (now - value).total_seconds()
     return f"{format_duration(delta)} ago" if delta >= 0 else f"in {format_duration(-delta)}"
+
+
+#: Characters of a name (a limit's, a key) a page shows at most.
+NAME_CHARS = 200
+
+
+def printable(value: str | None, limit: int = NAME_CHARS) -> str:
+    """``value`` with each character that does not print (controls, the separator of a
+    per-key limit's instance) as an escape (``\\x1f``), cut at ``limit`` characters."""
+    if value is None:
+        return "-"
+    cut = value[:limit]
+    shown = "".join(char if char.isprintable() else ascii(char)[1:-1] for char in cut)
+    return shown + ("…" if len(value) > limit else "")
+
+
+def fixed(value: float | None, digits: int = 2) -> str:
+    """A number with ``digits`` decimals and thousands separators; "-" for None, and
+    what a value that is not finite is (a row written by hand)."""
+    if value is None:
+        return "-"
+    if math.isnan(value):
+        return "NaN (not a number)"
+    if math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    return f"{value:,.{digits}f}"

@@ -16,6 +16,9 @@ from .._operations import STATUSES
 
 #: The largest id PostgreSQL's bigint holds: larger ids are "not found", not a 500.
 MAX_ID = 2**63 - 1
+#: Its digits: a longer number is too large without being converted (Python refuses to
+#: convert a string of more than 4,300 digits: a ValueError, a 500).
+MAX_ID_DIGITS = len(str(MAX_ID))
 #: What an action's redirect reports (``?done=...``): fixed texts, never request input.
 MESSAGES = {
     "retried": "Retried: the job is pending and due now.",
@@ -83,8 +86,8 @@ def tab_links(job_filter: JobFilter) -> dict[str, str]:
 def optional_id(text: str | None, name: str) -> int | None:
     if text is None or text == "":
         return None
-    if not text.isascii() or not text.isdigit() or int(text) > MAX_ID:
-        raise HTTPException(400, f"{name} must be a job id (a positive integer), got {text!r}")
+    if not is_id(text):
+        raise HTTPException(400, f"{name} must be a job id (a positive integer), got {text[:40]!r}")
     return int(text)
 
 
@@ -95,9 +98,14 @@ def form_id(text: str) -> int:
     return job_id
 
 
+def is_id(text: str) -> bool:
+    """An id PostgreSQL's bigint holds, in ASCII digits."""
+    return text.isascii() and text.isdigit() and len(text) <= MAX_ID_DIGITS and int(text) <= MAX_ID
+
+
 def id_or_404(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or int(text) > MAX_ID:
-        raise HTTPException(404, f"no job {text!r}: job ids are positive integers")
+    if not is_id(text):
+        raise HTTPException(404, f"no job {text[:40]!r}: job ids are positive integers")
     return int(text)
 
 
@@ -106,8 +114,8 @@ def path_id(request: Request) -> int:
 
 
 def workflow_id_or_404(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or int(text) > MAX_ID:
-        raise HTTPException(404, f"no workflow {text!r}: workflow ids are positive integers")
+    if not is_id(text):
+        raise HTTPException(404, f"no workflow {text[:40]!r}: workflow ids are positive integers")
     return int(text)
 
 

@@ -24,7 +24,7 @@ from .._errors import WorkflowNotFoundError
 from .._workflows_text import WORKFLOW_STATES
 from .graph import layout
 from .reads import DashboardDatabase
-from .requests import MAX_ID, live_url, message, optional_id, query_string, workflow_id_or_404
+from .requests import is_id, live_url, message, optional_id, query_string, workflow_id_or_404
 from .workflow_reads import WORKFLOW_COUNT_CAP, WORKFLOW_SCAN_JOBS, workflow_page, workflows_page
 
 if TYPE_CHECKING:
@@ -58,9 +58,10 @@ class WorkflowQuery:
         text = params.get("id", "").strip()
         workflow_id = None
         if text:
-            if not text.isascii() or not text.isdigit() or int(text) > MAX_ID:
+            if not is_id(text):
                 raise HTTPException(
-                    400, f"bad filter: id must be a workflow id (a positive integer), got {text!r}"
+                    400,
+                    f"bad filter: id must be a workflow id (a positive integer), got {text[:40]!r}",
                 )
             workflow_id = int(text)
         return cls(status, workflow_id, optional_id(params.get("before"), "before"))

@@ -88,7 +88,10 @@ def test_worker_serves_metrics_and_writes_json_log_lines(app: App, spawn: Spawn)
         lambda: (
             (found := scrape(address)).get(("pgtasks_jobs_succeeded_total", ping_labels)) == 3
             and found.get(("pgtasks_jobs_failed_total", missing_labels)) == 1
-            and found.get(("pgtasks_queue_depth", frozenset({"queue": "default"}.items()))) == 0
+            and found.get(
+                ("pgtasks_queue_depth", frozenset({"store": "default", "queue": "default"}.items()))
+            )
+            == 0
             and found
         ),
         timeout=15,

@@ -57,6 +57,18 @@ def wait_for(path: str, limit: float) -> bool:
     return True
 
 
+def spin_until_met(directory: str, parties: int, limit: float) -> tuple[bool, int]:
+    """Spin (CPU-bound, no sleep) until ``directory`` holds ``parties`` files or ``limit``
+    seconds pass: whether they were there, and how many times it looked."""
+    deadline = time.monotonic() + limit
+    spins = 0
+    while time.monotonic() < deadline:
+        spins += 1
+        if len(os.listdir(directory)) >= parties:
+            return True, spins
+    return False, spins
+
+
 @dataclasses.dataclass(frozen=True)
 class Tasks:
     pid: Any
@@ -116,16 +128,21 @@ def _routing_tasks(app: App) -> dict[str, Any]:
 
 def _limit_tasks(app: App) -> dict[str, Any]:
     @app.task(name="executor_app.burn", executor="process")
-    def burn(cpu_seconds: float) -> dict[str, float]:
-        """Spin for ``cpu_seconds`` of this process's CPU time; report CPU and wall clock."""
-        start_wall, start_cpu = time.time(), time.process_time()
-        counter = 0
-        while time.process_time() - start_cpu < cpu_seconds:
-            counter += 1
+    def burn(directory: str, parties: int, limit: float) -> dict[str, Any]:
+        """CPU-bound until ``parties`` jobs run at once: say "started" with a file of
+        this run in ``directory``, then spin in pure Python (never sleeping, never
+        releasing the interpreter) until ``parties`` files are there or ``limit``
+        seconds have passed. Reports whether it met the others, its pid, its parent's
+        pid and its wall-clock interval."""
+        start = time.time()
+        Path(directory, f"{os.getpid()}-{uuid.uuid4()}").touch()
+        met, spins = spin_until_met(directory, parties, limit)
         return {
             "pid": os.getpid(),
-            "cpu": time.process_time() - start_cpu,
-            "start": start_wall,
+            "parent": os.getppid(),
+            "met": met,
+            "spins": spins,
+            "start": start,
             "end": time.time(),
         }
 

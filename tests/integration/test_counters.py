@@ -301,7 +301,10 @@ def schema_total(metrics: WorkerMetrics, event: str) -> float | None:
     text = generate_latest(metrics.registry).decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "pgtasks_schema_events_total" and sample.labels == {"event": event}:
+            if sample.name == "pgtasks_schema_events_total" and sample.labels == {
+                "store": "default",
+                "event": event,
+            }:
                 return sample.value
     return None
 

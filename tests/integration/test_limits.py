@@ -504,3 +504,44 @@ def test_read_limits_gives_each_limits_capacity_rate_tokens_and_running_per_key(
     per_key = {usage.key: (usage.running, usage.pending) for usage in key.top_keys}
     assert per_key == {"ann": (1, 2), "bob": (1, 2)}
     assert all(state.stored for state in states.values())
+
+
+def test_read_limits_holds_back_only_what_a_limit_holds_and_skips_overloaded_rows(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    """A rate alone holds back the due jobs past its whole tokens (not every due job); a
+    per-key limit no worker stored holds back none of its keys' jobs; a pending job under
+    more than 8 instances (no claim takes it) is counted in no limit; the limits' values
+    are within the table's checks."""
+
+    @app.task(rate_limit="1/h")
+    def hourly(n: int) -> None: ...
+
+    @app.task(concurrency_key=lambda user, **_: user, concurrency=1)
+    def sync(user: str) -> None: ...
+
+    _store_limits(app)
+    hourly.delay_many([{"n": n} for n in range(3)])
+    admin.execute(
+        f"UPDATE {app.schema}.limits SET tokens = 2, refilled_at = now() WHERE name = %s",
+        [f"task:{hourly.name}"],
+    )
+    admin.execute(f"DELETE FROM {app.schema}.limits WHERE name LIKE 'key:%%'")
+    sync.delay_many([{"user": "ann"}, {"user": "ann"}])
+    admin.execute(f"ALTER TABLE {app.schema}.jobs DROP CONSTRAINT jobs_limit_groups_check")
+    flooded = hourly.delay(99)
+    admin.execute(
+        f"UPDATE {app.schema}.jobs SET limit_groups = array_fill(%s::text, ARRAY[100000])"
+        " WHERE id = %s",
+        [f"task:{hourly.name}", flooded.id],
+    )
+    with app.connection() as conn:
+        states = {state.name: state for state in read_limits(app, conn)}
+        bad_values = app.store.get_limit_bad_values(conn)
+    rated = states[f"task:{hourly.name}"]
+    # Burst 1.0003 ("1/h"): tokens clamped to it, one whole token: 1 of the 3 may start.
+    assert (rated.pending, rated.due, rated.held) == (3, 3, 2)
+    keyed = next(state for state in states.values() if state.kind == "key")
+    assert not keyed.stored and (keyed.pending, keyed.held) == (2, 0)
+    assert [(key.key, key.pending, key.held) for key in keyed.top_keys] == [("ann", 2, 0)]
+    assert bad_values == []

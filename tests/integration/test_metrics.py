@@ -163,21 +163,30 @@ def test_busy_slots_and_queue_depth_follow_the_work_in_progress(
         with running_worker(app, queues=["media", "empty"], concurrency=1, observers=[metrics]):
             assert entered.wait(10)
             waiting = [transcode.delay(False) for _ in range(3)]
-            scraped = scrape_until(metrics, "pgtasks_queue_depth", 3.0, queue="media")
+            scraped = scrape_until(
+                metrics, "pgtasks_queue_depth", 3.0, store="default", queue="media"
+            )
             assert value(scraped, "pgtasks_worker_busy_slots") == 1
             assert value(scraped, "pgtasks_worker_slots") == 1
-            assert value(scraped, "pgtasks_queue_running_jobs", queue="media") == 1
-            assert value(scraped, "pgtasks_queue_depth", queue="empty") == 0
-            assert (value(scraped, "pgtasks_queue_depth_sampled_timestamp_seconds") or 0) > 0
+            assert value(scraped, "pgtasks_queue_running_jobs", store="default", queue="media") == 1
+            assert value(scraped, "pgtasks_queue_depth", store="default", queue="empty") == 0
+            assert (
+                value(scraped, "pgtasks_queue_depth_sampled_timestamp_seconds", store="default")
+                or 0
+            ) > 0
 
             gate.set()
             for handle in [blocker, *waiting]:
                 finished(handle)
-            scraped = scrape_until(metrics, "pgtasks_queue_depth", 0.0, queue="media")
+            scraped = scrape_until(
+                metrics, "pgtasks_queue_depth", 0.0, store="default", queue="media"
+            )
             scraped = scrape_until(metrics, "pgtasks_worker_busy_slots", 0.0)
             # The running count is sampled: the sample after the last finish says 0.
-            scraped = scrape_until(metrics, "pgtasks_queue_running_jobs", 0.0, queue="media")
-            assert value(scraped, "pgtasks_queue_running_jobs", queue="media") == 0
+            scraped = scrape_until(
+                metrics, "pgtasks_queue_running_jobs", 0.0, store="default", queue="media"
+            )
+            assert value(scraped, "pgtasks_queue_running_jobs", store="default", queue="media") == 0
     finally:
         gates.open_all()
 
@@ -189,9 +198,9 @@ def test_the_queue_depth_counts_only_jobs_that_are_due(app: App, metrics: Worker
 
     remind.apply_async(countdown=3600)
     with running_worker(app, queues=["later"], observers=[metrics]):
-        scraped = scrape_until(metrics, "pgtasks_queue_depth", 0.0, queue="later")
+        scraped = scrape_until(metrics, "pgtasks_queue_depth", 0.0, store="default", queue="later")
 
-    assert value(scraped, "pgtasks_queue_running_jobs", queue="later") == 0
+    assert value(scraped, "pgtasks_queue_running_jobs", store="default", queue="later") == 0
 
 
 def test_a_worker_without_queues_samples_every_queue_with_jobs(
@@ -208,9 +217,9 @@ def test_a_worker_without_queues_samples_every_queue_with_jobs(
         with running_worker(app, concurrency=1, observers=[metrics]):
             hold.delay()
             app.send_task(hold.name, queue="q2")
-            scrape_until(metrics, "pgtasks_queue_running_jobs", 1.0, queue="q1")
-            scraped = scrape_until(metrics, "pgtasks_queue_depth", 1.0, queue="q2")
-            assert value(scraped, "pgtasks_queue_depth", queue="q1") == 0
+            scrape_until(metrics, "pgtasks_queue_running_jobs", 1.0, store="default", queue="q1")
+            scraped = scrape_until(metrics, "pgtasks_queue_depth", 1.0, store="default", queue="q2")
+            assert value(scraped, "pgtasks_queue_depth", store="default", queue="q1") == 0
             gate.set()
     finally:
         gates.open_all()
@@ -294,10 +303,12 @@ def test_workflow_steps_waiting_for_earlier_steps_are_sampled(
     workflow = chain(hold.s("first"), after.s(), after.s()).delay()
     try:
         with running_worker(app, queues=["flow"], observers=[metrics]):
-            scraped = scrape_until(metrics, "pgtasks_queue_waiting_jobs", 2.0, queue="flow")
-            assert value(scraped, "pgtasks_queue_depth", queue="flow") is not None
+            scraped = scrape_until(
+                metrics, "pgtasks_queue_waiting_jobs", 2.0, store="default", queue="flow"
+            )
+            assert value(scraped, "pgtasks_queue_depth", store="default", queue="flow") is not None
             release.set()
             assert workflow.get(timeout=10) == "first"
-            scrape_until(metrics, "pgtasks_queue_waiting_jobs", 0.0, queue="flow")
+            scrape_until(metrics, "pgtasks_queue_waiting_jobs", 0.0, store="default", queue="flow")
     finally:
         gates.open_all()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from psycopg import connect, sql
 
 from benchmarks.migrations import first_version_table, migrate_under_load
@@ -25,6 +26,7 @@ ROWS = int(os.environ.get("PGTASKS_TEST_MIGRATION_ROWS", "50000"))
 STALL_BOUND = 1.5
 
 
+@pytest.mark.timeout(300)
 def test_enqueues_and_claims_go_on_while_migrate_runs_on_a_large_table(dsn: str) -> None:
     with first_version_table(dsn, ROWS) as schema:
         report = migrate_under_load(dsn, schema, mode="online", baseline_seconds=1.0)

@@ -102,7 +102,7 @@ def test_the_dashboard_stats_jobs_list_and_metrics_read_the_replica_and_get_the_
         page = reads.jobs_page(dashboard_reads, JobFilter(), before=None, limit=50)
         assert {row.id for row in page.jobs} == {handle.id for handle in first}
         sampler.sample_once()
-        assert sampler.collector._pending == {"emails": 3}
+        assert sampler.collector._pending == {("default", "emails"): 3}
 
         # Read on the primary: the app's own writes.
         assert later[0].status() == JobStatus.PENDING

@@ -147,6 +147,7 @@ def done_between(dsn: str, schema: str, start: float, end: float) -> int:
         return int(conn.execute(query, (start, end)).fetchone()[0])  # type: ignore[index]
 
 
+@pytest.mark.timeout(300)  # 10 s baseline + 30 s outage + drain, and the cluster's stop
 def test_a_stopped_cluster_stalls_only_its_store(
     second_dsn: str, crashing_cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -240,5 +241,74 @@ def test_a_stopped_cluster_stalls_only_its_store(
                 worker.wait(40)
             except subprocess.TimeoutExpired:
                 worker.kill()
+        app.close()
+        drop(second_dsn, schemas["default"])
+
+
+def test_metrics_read_both_clusters_and_a_crashed_one_is_down(
+    second_dsn: str, crashing_cluster: Cluster
+) -> None:
+    """A worker's metrics sample both clusters labelled by store; while one is stopped
+    (``pg_ctl stop -m immediate``) it is ``pgtasks_store_up 0`` with its failed samples
+    counted and the other store's samples go on; after its restart it is up again."""
+    pytest.importorskip("prometheus_client")
+    from pgtasks import WorkerMetrics
+    from tests.support.scrape import scrape_until, value
+
+    schemas = {"default": new_schema_name(), "bulk": new_schema_name()}
+    app = two_store_app(second_dsn, crashing_cluster.dsn, schemas, connect_timeout=3.0)
+    metrics = WorkerMetrics(queue_depth_interval=0.2)
+    metrics.serve(0)
+    try:
+        app.migrate()
+
+        @app.task(name="two.mail", queue="emails")
+        def mail(n: int) -> int:
+            return n + 1
+
+        assert app.pause_queue("emails")
+        for n in range(4):
+            mail.delay(n)
+        with running_worker(app, store="default", observers=[metrics]):
+            scrape_until(
+                metrics,
+                lambda s: (
+                    value(s, "pgtasks_queue_depth", store="bulk", queue="emails") == 4
+                    and value(s, "pgtasks_store_up", store="default") == 1
+                ),
+                "the other cluster's queue depth, both stores up",
+            )
+            crashing_cluster.crash()
+            down = scrape_until(
+                metrics,
+                lambda s: value(s, "pgtasks_store_up", store="bulk") == 0,
+                "the stopped cluster's store down",
+            )
+            errors = value(down, "pgtasks_store_sample_errors_total", store="bulk") or 0
+            stamp = value(down, "pgtasks_queue_depth_sampled_timestamp_seconds", store="default")
+            scrape_until(
+                metrics,
+                lambda s: (
+                    (
+                        value(s, "pgtasks_queue_depth_sampled_timestamp_seconds", store="default")
+                        or 0
+                    )
+                    > (stamp or 0)
+                    and (value(s, "pgtasks_store_sample_errors_total", store="bulk") or 0) > errors
+                    and value(s, "pgtasks_store_up", store="default") == 1
+                ),
+                "the default store sampled on while bulk's samples fail",
+            )
+            crashing_cluster.restart()
+            scrape_until(
+                metrics,
+                lambda s: (
+                    value(s, "pgtasks_store_up", store="bulk") == 1
+                    and value(s, "pgtasks_queue_depth", store="bulk", queue="emails") == 4
+                ),
+                "the restarted store up again with its jobs",
+            )
+    finally:
+        metrics.close()
         app.close()
         drop(second_dsn, schemas["default"])

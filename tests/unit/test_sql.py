@@ -19,7 +19,8 @@ UNUSUAL_SCHEMAS = ("MySchema", "select", "order_2", "Order", "_x1")
 
 
 def store_query_usages() -> list[tuple[str, str]]:
-    """(method name, query name) for every ``self._rows(conn, "<name>", …)`` in Store.
+    """(method name, query name) for every ``self._rows(conn, "<name>", …)`` (or ``_made``,
+    …) in Store.
 
     Store's methods live in ``pgtasks/_store/``: ``store.py`` and its per-area mixins.
     """
@@ -37,7 +38,7 @@ def store_query_usages() -> list[tuple[str, str]]:
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("_rows", "_arows", "_copy", "_acopy", "_claimed")
+                and node.func.attr in ("_rows", "_arows", "_made", "_copy", "_acopy", "_claimed")
             ):
                 name_argument = node.args[1]
                 assert isinstance(name_argument, ast.Constant), ast.dump(node)

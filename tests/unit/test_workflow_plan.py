@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
 from pgtasks import App, WorkflowError, chain, chord, group
-from pgtasks._app.workflows import MAX_DEPTH, _Plan, shape
+from pgtasks._app.workflow_rows import with_meta
+from pgtasks._app.workflows import MAX_DEPTH, _on_error_job, _on_error_json, _Plan, shape
+from pgtasks._jobs import StepJob
+from pgtasks._store.workflows import WorkflowQueries
 from pgtasks._workflows_text import failed_step, format_workflow, step_key
 
 
@@ -56,12 +61,65 @@ def test_bad_shapes_are_refused_before_anything_is_written(tasks: Any) -> None:
     with pytest.raises(WorkflowError, match="ends in a group"):
         _Plan(group(a.s(), chain(a.s(), group(a.s(), a.s()))))
     with pytest.raises(WorkflowError, match="do not match task 'two'"):
-        _Plan(chain(a.s(), two.s(1, 2))).rows(app, [1, 2])
-    assert _Plan(chain(a.s(), two.s(1))).rows(app, [1, 2])[1]["args_json"] == "[1]"
+        _Plan(chain(a.s(), two.s(1, 2))).steps(app)
+    assert _Plan(chain(a.s(), two.s(1))).steps(app)[1].spec.args_json == "[1]"
+    with pytest.raises(
+        WorkflowError, match=r"options of step 1 two\.s\(1\): priority must be an int"
+    ):
+        _Plan(chain(a.s(), two.s(1).set(priority="high"))).steps(app)
+    with pytest.raises(WorkflowError, match=r"options of step 0 a\.s\(\): max_attempts must be"):
+        _Plan(chain(a.s().set(max_attempts=0))).steps(app)
     with pytest.raises(WorkflowError, match="callback signature is missing"):
         chord([a.s()])
     with pytest.raises(WorkflowError, match="at least one step"):
         chain()
+
+
+def test_steps_are_frozen_records_whose_links_become_the_reserved_ids(tasks: Any) -> None:
+    app, a, two = tasks
+    steps = _Plan(chain(a.s(), group(two.s(1), a.si(7)), a.s())).steps(app)
+    assert [(s.step, s.input_mode, s.prev, s.next) for s in steps] == [
+        ("0", None, (), (1, 2)),
+        ("1.0", "one", (0,), (3,)),
+        ("1.1", None, (0,), (3,)),
+        ("2", "list", (1, 2), ()),
+    ]
+    assert isinstance(steps[0], StepJob) and steps[2].spec.args_json == "[7]"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        steps[0].step = "9"  # type: ignore[misc]
+    params = WorkflowQueries._workflow_jobs_params(5, [40, 41, 42, 43], steps)
+    assert params["id"] == [40, 41, 42, 43] and params["workflow_id"] == 5
+    assert json.loads(params["next"]) == [[41, 42], [43], [43], []]
+    assert json.loads(params["prev"]) == [[], [40], [40], [41, 42]]
+    assert params["waiting_for"] == [0, 1, 1, 2]
+    assert json.loads(params["args"]) == [[], [1], [7], []]
+    assert params["meta"] is None and params["limit_groups"] is None
+    traced = with_meta(steps, [dataclasses.replace(s.spec, meta_json='{"t":1}') for s in steps])
+    assert json.loads(WorkflowQueries._workflow_jobs_params(5, [1, 2, 3, 4], traced)["meta"]) == (
+        [{"t": 1}] * 4
+    )
+    with pytest.raises(ValueError, match="need as many ids"):
+        WorkflowQueries._workflow_jobs_params(5, [1], steps)
+
+
+def test_the_on_error_job_is_kept_with_its_arguments_as_encoded(tasks: Any) -> None:
+    app, _, two = tasks
+    job = _on_error_job(app, two.s(3).set(queue="alerts", priority=2))
+    assert job is not None and job.input_mode == "one"
+    assert json.loads(_on_error_json(job)) == {
+        "task_name": "two",
+        "queue": "alerts",
+        "priority": 2,
+        "max_attempts": job.spec.max_attempts,
+        "input_mode": "one",
+        "args": [3],
+        "kwargs": {},
+    }
+    immutable = _on_error_job(app, two.si(1, y={"n": [1]}))
+    assert immutable is not None
+    assert json.loads(_on_error_json(immutable))["input_mode"] is None
+    assert json.loads(_on_error_json(immutable))["args"] == [1]
+    assert json.loads(_on_error_json(immutable))["kwargs"] == {"y": {"n": [1]}}
 
 
 def test_steps_sort_as_numbers_and_render_as_a_tree() -> None:

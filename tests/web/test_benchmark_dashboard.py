@@ -38,8 +38,13 @@ def test_the_dashboard_benchmark_runs_on_tiny_sizes(dsn: str) -> None:
         "workflow page, chord of 1,000",
         "jobs of a workflow (filter)",
         "live re-render: workflows",
+        "limits",
+        "limits, per key, the 200 busiest keys",
+        "job page, a limited job",
+        "live re-render: limits",
     ):
         assert page in result.stdout
     assert "claim" in result.stdout
     assert "the exact read of `pgtasks workflows list --status`" in result.stdout
+    assert "the exact read of `pgtasks limits`" in result.stdout
     assert "size-capped jobs" in result.stdout and "Python memory peak" in result.stdout

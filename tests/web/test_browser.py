@@ -1,9 +1,8 @@
 """The dashboard in a real browser: Playwright driving Debian's chromium (never a browser
 Playwright downloads). Skipped, with the reason, when chromium is not installed.
 
-With PGTASKS_WEB_SCREENSHOTS=DIR the screenshots of docs/howto/dashboard.md are written
-to DIR (``PGTASKS_WEB_SCREENSHOTS=docs/img python3 dev.py test tests/web/test_browser.py``);
-otherwise to the test's temporary directory.
+The screenshots of docs/howto/dashboard.md are taken by ``scripts/dashboard-screenshots``;
+a test here takes them into a temporary directory, so that the script keeps working.
 """
 
 from __future__ import annotations
@@ -20,10 +19,11 @@ import pytest
 
 from pgtasks import App, chain, chord
 from pgtasks.web import asgi
-from tests.support.inprocess import Gates, execute, running_worker
-from tests.support.population import insert_job, register
+from tests.support.dashboard_demo import SHOTS, build_scene, demo_data, take_screenshots
+from tests.support.inprocess import DEFAULT_SETTINGS, Gates, running_worker
+from tests.support.population import insert_job
+from tests.support.waiting import wait_until
 from tests.support.web import Served
-from tests.support.workflows import settle
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(
@@ -49,6 +49,11 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
+    from playwright.sync_api import expect
+
+    # Live pages render at least every 5 s without a notification: wait past that, and
+    # past a loaded machine's delays.
+    expect.set_options(timeout=15_000)
     context = browser.new_context(viewport={"width": 1100, "height": 720})
     opened = context.new_page()
     opened.set_default_timeout(15_000)
@@ -56,114 +61,6 @@ def page(browser: Any) -> Iterator[Any]:
         yield opened
     finally:
         context.close()
-
-
-def screenshot_dir(tmp_path: Path) -> Path:
-    configured = os.environ.get("PGTASKS_WEB_SCREENSHOTS")
-    directory = Path(configured) if configured else tmp_path
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
-
-
-def demo_data(admin: Connection, app: App) -> int:
-    """Jobs of a small shop across queues, finished over the last hour; the failed job's id."""
-    for minute in range(60):
-        for _ in range((minute * 7) % 11 + 1):
-            insert_job(
-                admin,
-                app,
-                status="done",
-                queue="emails",
-                task="shop.send_receipt",
-                finished_ago=minute * 60 + 5,
-            )
-    for _ in range(4):
-        insert_job(admin, app, queue="emails", task="shop.send_receipt", args='["a@example.com"]')
-    for _ in range(2):
-        insert_job(admin, app, queue="reports", task="shop.nightly_report", run_in=3600)
-    insert_job(admin, app, status="cancelled", queue="reports", finished_ago=900)
-    failed = insert_job(
-        admin,
-        app,
-        status="failed",
-        queue="default",
-        task="shop.charge_card",
-        attempts=3,
-        finished_ago=120,
-        args='[{"order": 1042, "amount_cents": 1999}]',
-        last_error=(
-            "Traceback (most recent call last):\n"
-            '  File "shop/tasks.py", line 31, in charge_card\n'
-            "    gateway.charge(order, amount_cents)\n"
-            '  File "shop/gateway.py", line 88, in charge\n'
-            '    raise GatewayTimeout(f"no answer in {timeout} s")\n'
-            "shop.gateway.GatewayTimeout: no answer in 10 s"
-        ),
-    )
-    # A coherent timeline: created and due before its last attempt ended.
-    execute(
-        admin,
-        app,
-        "UPDATE {schema}.jobs SET created_at = now() - interval '9 minutes',"
-        " run_at = now() - interval '3 minutes', updated_at = finished_at WHERE id = %s",
-        [failed],
-    )
-    return failed
-
-
-def demo_workflows(admin: Connection, app: App, worker: int) -> int:
-    """Workflows of a small shop in every state; the id of a running one to draw: an
-    order's chain whose chord fetches 40 prices (some done, some running) then totals
-    them, and ships."""
-
-    @app.task(name="shop.reserve_stock", queue="default")
-    def reserve_stock(order: int) -> int: ...
-
-    @app.task(name="shop.fetch_price", queue="default")
-    def fetch_price(order: int, item: int) -> int: ...
-
-    @app.task(name="shop.total", queue="default")
-    def total(prices: list[int]) -> int: ...
-
-    @app.task(name="shop.ship", queue="default")
-    def ship(total: int) -> str: ...
-
-    def order(number: int, items: int) -> int:
-        flow = chain(
-            reserve_stock.s(number),
-            chord([fetch_price.si(number, item) for item in range(items)], total.s()),
-            ship.s(),
-        ).delay()
-        return flow.id
-
-    def settle_steps(workflow_id: int, outcomes: dict[str, Any]) -> None:
-        jobs = {job["workflow_step"]: job["id"] for job in app.get_workflow(workflow_id)["jobs"]}
-        settle(app, {jobs[step]: value for step, value in outcomes.items()})
-
-    for number in (1041, 1042):
-        done = order(number, 3)
-        settle_steps(done, {"0": number})
-        settle_steps(done, {f"1.0.{item}": 100 + item for item in range(3)})
-        settle_steps(done, {"1.1": 303})
-        settle_steps(done, {"2": "shipped"})
-    failed = order(1043, 3)
-    settle_steps(failed, {"0": 1043})
-    settle_steps(failed, {"1.0.0": 100, "1.0.1": RuntimeError("price service: 503"), "1.0.2": 102})
-    running = order(1044, 40)
-    settle_steps(running, {"0": 1044})
-    settle_steps(running, {f"1.0.{item}": 100 + item for item in range(26)})
-    jobs = {job["workflow_step"]: job["id"] for job in app.get_workflow(running)["jobs"]}
-    # Three prices being fetched now, by the registered worker.
-    execute(
-        admin,
-        app,
-        "UPDATE {schema}.jobs SET status = 'running', locked_by = %s, attempts = 1,"
-        " locked_at = now() - interval '1 second', started_at = now() - interval '1 second'"
-        " WHERE id = ANY(%s)",
-        [worker, [jobs[f"1.0.{item}"] for item in range(26, 29)]],
-    )
-    order(1045, 2)  # just enqueued
-    return running
 
 
 def test_overview_updates_live_and_a_failed_job_is_retried_and_runs(
@@ -245,10 +142,25 @@ def test_bulk_retry_and_delete_ask_before_acting(
     assert rows == [("pending",)]
 
 
+def dashboard_listens(app: App) -> bool:
+    """Whether the dashboard's listener has LISTENed on every channel of the app's schema
+    (its session's last statement is the LISTEN on the activity channel, its last)."""
+    with app.connection() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'pgtasks web' AND query = %s",
+            [f'LISTEN "{app.store.activity_channel}"'],
+        ).fetchone()
+    return bool(row and row[0])
+
+
 def test_a_half_second_job_shows_as_running_on_the_overview(
     app: App, serve: Callable[..., Served], page: Any
 ) -> None:
-    """Default settings: the claim's notification, not a poll, makes it visible."""
+    """Default settings: the claim's notification, not a poll, makes it visible. Waits on
+    conditions only: the page is live, its listener LISTENs and the page shows the job
+    pending before a worker (at the App's defaults) starts and claims it, so nothing but
+    the claim's notification and one render stand between the claim and the page."""
     from playwright.sync_api import expect
 
     @app.task(queue="quick")
@@ -257,21 +169,24 @@ def test_a_half_second_job_shows_as_running_on_the_overview(
         return "done"
 
     served = serve(asgi(app))
-    with running_worker(app, queues=["quick"], poll_interval=app.poll_interval):
-        page.goto(served.url + "/")
-        expect(page.locator("#live-status")).to_have_text("live")
-        # Every value the queue's Running cell takes, as the page shows it.
-        page.evaluate(
-            """() => {
-                window.runningSeen = [];
-                const live = document.getElementById("live");
-                new MutationObserver(() => {
-                    const cell = live.querySelector('tr[data-queue="quick"] [data-stat="running"]');
-                    if (cell) { window.runningSeen.push(cell.textContent.trim()); }
-                }).observe(live, {childList: true, subtree: true, characterData: true});
-            }"""
-        )
-        handle = half_second.delay()
+    page.goto(served.url + "/")
+    expect(page.locator("#live-status")).to_have_text("live")
+    wait_until(lambda: dashboard_listens(app), message="the dashboard's listener to LISTEN")
+    # Every value the queue's Running cell takes, as the page shows it.
+    page.evaluate(
+        """() => {
+            window.runningSeen = [];
+            const live = document.getElementById("live");
+            new MutationObserver(() => {
+                const cell = live.querySelector('tr[data-queue="quick"] [data-stat="running"]');
+                if (cell) { window.runningSeen.push(cell.textContent.trim()); }
+            }).observe(live, {childList: true, subtree: true, characterData: true});
+        }"""
+    )
+    handle = half_second.delay()
+    # The enqueue's notification: the page shows the job pending (no worker yet).
+    expect(page.locator('tr[data-queue="quick"] [data-stat="pending"]')).to_have_text("1")
+    with running_worker(app, queues=["quick"], **DEFAULT_SETTINGS):
         assert handle.get(timeout=15) == "done"
         expect(page.locator('tr[data-queue="quick"] [data-stat="done"]')).to_have_text("1")
     seen = page.evaluate("window.runningSeen")
@@ -338,9 +253,10 @@ def test_a_workflow_graph_changes_state_live(
     try:
         page.goto(f"{served.url}/workflows/{workflow.id}")
         expect(page.locator("#live-status")).to_have_text("live")
+        page.evaluate("window.loadedOnce = true")  # gone if the page were loaded again
         expect(node["0.0"]).to_have_attribute("data-status", "pending")
         expect(node["1"]).to_have_attribute("data-status", "waiting")
-        with running_worker(app, queues=["flow"], concurrency=3, poll_interval=app.poll_interval):
+        with running_worker(app, queues=["flow"], **DEFAULT_SETTINGS):
             for step in ("0.0", "0.1", "0.2"):
                 expect(node[step]).to_have_attribute("data-status", "running")
             held[2].set()
@@ -354,6 +270,54 @@ def test_a_workflow_graph_changes_state_live(
             expect(page.locator("#steps-done")).to_contain_text("4/4")
             expect(page.locator("#steps")).to_contain_text("60")
         assert workflow.get(timeout=10) == 60
+        assert page.evaluate("window.loadedOnce") is True
+    finally:
+        gates.open_all()
+
+
+def test_the_limits_page_follows_running_jobs_live(
+    app: App, serve: Callable[..., Served], page: Any
+) -> None:
+    """Default settings: the claims and finishes of a limited task's jobs reach the limits
+    page over its event stream; its running, pending and held counts follow without a
+    reload."""
+    from playwright.sync_api import expect
+
+    gates = Gates()
+    held = [gates() for _ in range(3)]
+
+    @app.task(name="shop.refund", queue="refunds", concurrency=2)
+    def refund(n: int) -> None:
+        held[n].wait(30)
+
+    with app.connection() as conn:  # as the worker of an earlier deploy stored them
+        app.store.upsert_limits(conn, app.limit_definitions())
+    refund.delay_many([{"n": n} for n in range(3)])
+    served = serve(asgi(app))
+    row = page.locator('tr[data-limit="task:shop.refund"]')
+    running, pending, cell_held = (
+        row.locator(f'[data-stat="{stat}"]') for stat in ("running", "pending", "held")
+    )
+    try:
+        page.goto(f"{served.url}/limits")
+        expect(page.locator("#live-status")).to_have_text("live")
+        page.evaluate("window.loadedOnce = true")  # gone if the page were loaded again
+        expect(running).to_have_text("0 of 2")
+        expect(pending).to_have_text("3")
+        with running_worker(app, queues=["refunds"], **DEFAULT_SETTINGS):
+            # Two claimed (the limit's capacity), the third held back.
+            expect(running).to_have_text("2 of 2")
+            expect(pending).to_have_text("1")
+            expect(cell_held).to_have_text("1")
+            held[0].set()  # one ends: the third takes its slot
+            expect(pending).to_have_text("0")
+            expect(cell_held).to_have_text("0")
+            expect(running).to_have_text("2 of 2")
+            held[1].set()
+            expect(running).to_have_text("1 of 2")
+            held[2].set()
+            expect(running).to_have_text("0 of 2")
+        assert page.evaluate("window.loadedOnce") is True
     finally:
         gates.open_all()
 
@@ -441,48 +405,10 @@ def test_ticked_jobs_survive_live_updates_and_the_buttons_count_them(
 def test_screenshots_of_every_page(
     app: App, admin: Connection, serve: Callable[..., Served], page: Any, tmp_path: Path
 ) -> None:
-    """The pictures of docs/howto/dashboard.md (PGTASKS_WEB_SCREENSHOTS=docs/img)."""
-    from playwright.sync_api import expect
-
-    @app.task(name="shop.charge_card", queue="default")
-    def charge_card(order: dict[str, Any]) -> str:
-        return "charged"
-
-    @app.task(name="shop.nightly_report", queue="reports")
-    def nightly_report() -> None: ...
-
-    app.add_periodic(nightly_report, cron="0 3 * * *", tz="Europe/Berlin", name="nightly-report")
-    failed = demo_data(admin, app)
-    worker = register(admin, app)
-    running = insert_job(
-        admin, app, status="running", queue="reports", task="shop.nightly_report", locked_by=worker
-    )
-    execute(
-        admin,
-        app,
-        "UPDATE {schema}.jobs SET attempts = 1, locked_at = now() - interval '42 seconds',"
-        " created_at = now() - interval '50 seconds', run_at = now() - interval '50 seconds',"
-        " started_at = now() - interval '42 seconds',"
-        " meta = jsonb_build_object('pgtasks.progress', jsonb_build_object('current', 640,"
-        " 'total', 1000, 'message', 'rows exported')) WHERE id = %s",
-        [running],
-    )
-    workflow = demo_workflows(admin, app, worker)
+    """The pictures of docs/howto/dashboard.md, as scripts/dashboard-screenshots takes
+    them (here into a temporary directory): every page renders the shop and goes live."""
+    ids = build_scene(admin, app)
     served = serve(asgi(app))
-    shots = screenshot_dir(tmp_path)
-    page.set_viewport_size({"width": 1440, "height": 860})
-    for path, name, ready in (
-        ("/", "overview", "#queues"),
-        ("/jobs", "jobs", "#jobs"),
-        (f"/jobs/{failed}", "job", "#last-error"),
-        (f"/jobs/{running}", "job-running", "#progress"),
-        ("/workflows", "workflows", "#workflows"),
-        (f"/workflows/{workflow}", "workflow", "#graph"),
-        ("/workers", "workers", "#workers"),
-        ("/schedules", "schedules", "#schedules"),
-    ):
-        page.goto(served.url + path)
-        expect(page.locator(ready)).to_be_visible()
-        if path != "/schedules":
-            expect(page.locator("#live-status")).to_have_text("live")
-        page.screenshot(path=str(shots / f"dashboard-{name}.png"), full_page=name != "jobs")
+    written = take_screenshots(page, served.url, ids, tmp_path)
+    assert [path.name for path in written] == [f"dashboard-{name}.png" for _, name, _ in SHOTS]
+    assert all(path.stat().st_size > 10_000 for path in written)

@@ -32,29 +32,73 @@ def test_the_page_shows_a_unique_key_and_its_scope(web: Client, app: App) -> Non
     @app.task(name="digest", unique_for=timedelta(minutes=10), unique_key=lambda n: f"digest:{n}")
     def digest(n: int) -> None: ...
 
-    plain = sync.delay(1)
-    windowed = digest.delay(7)
-    assert field(web.get(f"/jobs/{plain.id}").text, "unique") == (
-        "sync:1 unique while active (pending or running)"
+    @app.task(name="plain")
+    def plain() -> None: ...
+
+    active = web.get(f"/jobs/{sync.delay(1).id}").text
+    assert field(active, "unique") == "sync:1"
+    assert field(active, "unique-scope") == (
+        'while active (unique_while="active": no other pending or running job has this key)'
     )
-    window = field(web.get(f"/jobs/{windowed.id}").text, "unique")
-    assert re.fullmatch(r"digest:7 unique for the window \S+ \S+ UTC to \S+ \S+ UTC", window), (
-        window
-    )
-    assert field(web.get(f"/jobs/{plain.id}").text, "limits") == "-"
+    windowed = web.get(f"/jobs/{digest.delay(7).id}").text
+    assert field(windowed, "unique") == "digest:7"
+    scope = field(windowed, "unique-scope")
+    assert re.fullmatch(
+        r"for 10m \(unique_for=: one job with this key in the window \S+ \S+ UTC to \S+ \S+"
+        r" UTC\)",
+        scope,
+    ), scope
+    alone = web.get(f"/jobs/{plain.delay().id}").text
+    assert field(alone, "unique") == "-" and 'id="unique-scope"' not in alone
+    assert field(alone, "limits") == "-" and field(alone, "concurrency-key") == "-"
 
 
-def test_the_page_shows_limit_groups_and_the_key(web: Client, app: App) -> None:
-    @app.task(name="api.call", concurrency=2, concurrency_key=lambda user: f"user-{user}")
+def test_the_page_shows_limit_groups_and_the_concurrency_key(web: Client, app: App) -> None:
+    app.queue("api", concurrency=5)
+
+    @app.task(
+        name="api.call", queue="api", concurrency=2, concurrency_key=lambda user: f"user-{user}"
+    )
     def call(user: int) -> None: ...
 
     @app.task(name="api.rated", rate_limit="10/s")
     def rated() -> None: ...
 
-    keyed = call.delay(42)
-    shown = field(web.get(f"/jobs/{keyed.id}").text, "limits")
-    assert shown == "key:api.call key user-42", shown  # the limit, and the job's key
-    assert "task:api.rated" in field(web.get(f"/jobs/{rated.delay().id}").text, "limits")
+    page = web.get(f"/jobs/{call.delay(42).id}").text
+    assert field(page, "limits") == "key:api.call, queue:api"
+    assert field(page, "concurrency-key") == "user-42 (key:api.call limits its jobs per key)"
+    # Each limit links to its row on the limits page.
+    assert 'href="/limits?name=key%3Aapi.call"' in page
+    assert 'href="/limits?name=queue%3Aapi"' in page
+    rated_page = web.get(f"/jobs/{rated.delay().id}").text
+    assert field(rated_page, "limits") == "task:api.rated"
+    assert field(rated_page, "concurrency-key") == "-"
+
+
+def test_hostile_limit_and_unique_values_render_cut_and_escaped(
+    web: Client, app: App, admin: Connection
+) -> None:
+    job = insert_job(admin, app)
+    execute(admin, app, f"ALTER TABLE {app.schema}.jobs DROP CONSTRAINT jobs_limit_groups_check")
+    execute(
+        admin,
+        app,
+        "UPDATE {schema}.jobs SET limit_groups = ARRAY['task:<i>x</i>', NULL, 'key:k' || chr(31)"
+        " || 'a'] || array_fill('queue:q'::text, ARRAY[50000]), limit_key = repeat('k', 5000)"
+        " || chr(7) || '<b>', unique_key = '<script>u</script>' || chr(27) WHERE id = %s",
+        [job],
+    )
+    response = web.get(f"/jobs/{job}")
+    assert response.status_code == 200, response.text
+    page = response.text
+    assert "<i>x</i>" not in page and "<script>u" not in page and "<b>" not in page
+    assert field(page, "unique") == "<script>u</script>\\x1b"
+    limits = field(page, "limits")
+    assert limits.startswith("task:<i>x</i>, key:k, queue:q and 49,983 more"), limits
+    assert "⚠ 50,003 limit instances: no worker claims a job under more than 8" in limits
+    key = field(page, "concurrency-key")
+    assert key.startswith("k" * 200 + "…"), key[:300]
+    assert len(page) < 60_000
 
 
 def test_a_steps_page_says_which_workflow_and_step_it_belongs_to(web: Client, app: App) -> None:

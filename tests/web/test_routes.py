@@ -270,6 +270,14 @@ def test_jobs_are_paged_by_keyset(
         ("/jobs/0", 404, "does not exist"),
         ("/jobs/99999999", 404, "does not exist"),
         ("/jobs/99999999999999999999999", 404, "positive integers"),
+        # Numbers of more digits than Python converts (4,300): refused before converting.
+        ("/jobs/" + "9" * 5000, 404, "positive integers"),
+        ("/jobs?before=" + "9" * 5000, 400, "before"),
+        ("/jobs?workflow=" + "9" * 5000, 400, "not a workflow id"),
+        ("/events/jobs?before=" + "9" * 5000, 400, "before"),
+        ("/workflows?id=" + "9" * 5000, 400, "workflow id"),
+        ("/workflows?before=" + "9" * 5000, 400, "before"),
+        ("/workflows/" + "9" * 5000, 404, "positive integers"),
         ("/nowhere", 404, ""),
     ],
 )

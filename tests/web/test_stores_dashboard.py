@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from pgtasks import App, chain
 from pgtasks.web import asgi
+from pgtasks.web.limit_pages import LimitsQuery
 from tests.support.schemas import SchemaAdmin
 from tests.support.web import Client
 
@@ -114,6 +115,50 @@ def test_workflow_pages_of_each_store_and_ids_find_theirs(
         assert searched.status_code == 200 and f'data-workflow="{here}"' not in searched.text
     finally:
         alone.close()
+
+
+def test_limits_pages_of_each_store_show_that_stores_limits(
+    make_stores_app: Callable[..., App],
+) -> None:
+    app = make_stores_app(routes={"emails": "bulk"})
+
+    @app.task(name="dash.plain", concurrency=3)
+    def plain() -> None:
+        return None
+
+    @app.task(name="dash.mail", queue="emails", concurrency=2)
+    def mail() -> None:
+        return None
+
+    for name in ("default", "bulk"):  # what each store's worker does when it starts
+        store = app.for_store(name)
+        with store.connection() as conn:
+            store.store.upsert_limits(conn, store.limit_definitions())
+    plain.delay()
+    for _ in range(3):
+        mail.delay()
+    dashboard = asgi(app)
+    web = Client(dashboard)
+    try:
+        root = web.get("/limits")
+        assert root.status_code == 200 and "store default" in root.text
+        assert 'data-limit="task:dash.plain"' in root.text
+        assert 'data-limit="task:dash.mail"' not in root.text
+        bulk = web.get("/stores/bulk/limits")
+        assert bulk.status_code == 200 and "store bulk" in bulk.text
+        assert 'data-limit="task:dash.mail"' in bulk.text
+        assert 'data-limit="task:dash.plain"' not in bulk.text
+        # Each store's limit is its own app's declaration (not marked as another app's),
+        # its pending jobs linked in that store's jobs list.
+        assert "data-mark" not in root.text and "data-mark" not in bulk.text
+        assert 'href="/stores/bulk/jobs?task=dash.mail&amp;status=pending">3<' in bulk.text
+        # The live part the bulk store's stream pushes reads that store too.
+        mounted = dashboard.dashboard.mounted[0].dashboard
+        context = mounted.limit_pages.limits_context(LimitsQuery())
+        live = mounted.fragment("_limits_live.html", "/stores/bulk", **context)
+        assert 'data-limit="task:dash.mail"' in live and "task:dash.plain" not in live
+    finally:
+        dashboard.close()
 
 
 def test_the_dashboard_of_one_store_of_several_names_it_and_links_nowhere(
