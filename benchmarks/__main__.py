@@ -182,7 +182,7 @@ def worker_processes(count: int, *arguments: str) -> Iterator[list[subprocess.Po
 
 def job_counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     row = conn.execute(
-        sql.SQL("SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {}.jobs").format(
+        sql.SQL("SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {}.all_jobs").format(
             sql.Identifier(SCHEMA)
         )
     ).fetchone()
@@ -218,7 +218,7 @@ def processing(
         row = conn.execute(
             sql.SQL(
                 "SELECT extract(epoch FROM max(finished_at) - min(locked_at)),"
-                " count(*) FILTER (WHERE attempts <> 1) FROM {}.jobs"
+                " count(*) FILTER (WHERE attempts <> 1) FROM {}.all_jobs"
             ).format(sql.Identifier(SCHEMA))
         ).fetchone()
     assert row is not None
@@ -295,7 +295,7 @@ def idle_latency(
         while job_counts(conn)[0] < count:
             time.sleep(0.05)
         rows = conn.execute(
-            sql.SQL("SELECT (result::text)::float8 * 1000 FROM {}.jobs").format(
+            sql.SQL("SELECT (result::text)::float8 * 1000 FROM {}.all_jobs").format(
                 sql.Identifier(SCHEMA)
             )
         ).fetchall()
@@ -316,7 +316,7 @@ def pgtasks_integrity(conn: psycopg.Connection[Any], jobs: int) -> tuple[int, in
     row = conn.execute(
         sql.SQL(
             "SELECT coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0),"
-            " count(*) FILTER (WHERE status = 'done') FROM {}.jobs"
+            " count(*) FILTER (WHERE status = 'done') FROM {}.all_jobs"
         ).format(sql.Identifier(SCHEMA))
     ).fetchone()
     assert row is not None

@@ -101,7 +101,8 @@ class Flow:
             start = self._counted_to
             row = self.conn.execute(
                 sql.SQL(
-                    "SELECT count(*) FROM {}.jobs WHERE status IN ('done', 'failed', 'cancelled')"
+                    "SELECT count(*) FROM {}.all_jobs"
+                    " WHERE status IN ('done', 'failed', 'cancelled')"
                     " AND finished_at >= to_timestamp(%s) AND finished_at < to_timestamp(%s)"
                 ).format(sql.Identifier(SCHEMA)),
                 (start, start + 1.0),
@@ -263,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         duplicates = conn.execute(
             sql.SQL(
-                "SELECT coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0) FROM {}.jobs"
+                "SELECT coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0) FROM {}.all_jobs"
             ).format(sql.Identifier(SCHEMA))
         ).fetchone()
         results["duplicates"] = int(duplicates[0]) if duplicates else None

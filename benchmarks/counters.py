@@ -151,7 +151,7 @@ def drain_unknown(dsn: str, jobs: int, *, enabled: bool) -> float:
         warm.delay().get(timeout=60)
         # Known to the worker from now on, never to its children (forked before).
         app.task(name="bench.late")(lambda: None)
-        jobs_table = sql.Identifier(WITH, "jobs")
+        jobs_table = sql.Identifier(WITH, "all_jobs")
         with psycopg.connect(dsn, autocommit=True) as conn:
             deadline = time.monotonic() + 600
             while True:

@@ -1,6 +1,7 @@
 """The tables of ``python -m benchmarks.dashboard``: 1,000,000 jobs (and their
 workflows) bulk-inserted into the schema ``pgtasks_bench_dashboard``, the three large
-workflows enqueued through the API, the size-capped rows, and the ids the pages show.
+workflows enqueued through the API, moved to jobs_history as a finish moves them, and
+the ids the pages show.
 What each row is: see benchmarks/dashboard.py."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import time
 import psycopg
 from psycopg import sql
 
+from benchmarks.history_prune import move_into_history
 from pgtasks import App
 
 PAGES_SCHEMA = "pgtasks_bench_dashboard"
@@ -147,29 +149,6 @@ WORKFLOWS_SEQUENCE = """
 SELECT setval(pg_get_serial_sequence(%(table)s, 'id'), greatest(1, %(jobs)s::int / 50))
 """
 
-#: The newest jobs of the size-capped run: 1 MiB of random (incompressible) text in args,
-#: kwargs and result, and a 64 KiB error (App's default caps).
-CAPPED = """
-INSERT INTO {schema}.jobs (task_name, queue, args, kwargs, status, attempts, max_attempts,
-                           last_error, result, finished_at, locked_at)
-SELECT 'bench.capped', 'q0',
-       jsonb_build_array(blob.text), jsonb_build_object('blob', blob.text), 'failed', 3, 3,
-       repeat('frame ' || md5(i::text) || E'\\n', 1700) || 'ValueError: capped ' || i,
-       to_jsonb(blob.text), now(), now() - interval '1 second'
-FROM generate_series(1, %(rows)s::int) AS i
-CROSS JOIN LATERAL (
-    SELECT string_agg(md5(i::text || ':' || g::text), '') AS text
-    FROM generate_series(1, 32768) AS g
-) AS blob
-"""
-#: What the jobs list read before it selected only what it shows (for the comparison).
-FULL_ROWS = """
-SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
-       run_at, locked_at, locked_by, last_error, result, idempotency_key,
-       created_at, updated_at, finished_at, now() AS now
-FROM {schema}.jobs ORDER BY id DESC LIMIT 51
-"""
-
 
 def drop(dsn: str, schema: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -178,11 +157,10 @@ def drop(dsn: str, schema: str) -> None:
 
 def populate(dsn: str, app: App, jobs: int, reuse: bool) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        table = sql.SQL("{}.jobs").format(sql.Identifier(PAGES_SCHEMA))
+        table = sql.SQL("{}.all_jobs").format(sql.Identifier(PAGES_SCHEMA))
         if reuse:
             row = conn.execute(
-                "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = 'jobs'",
-                [PAGES_SCHEMA],
+                "SELECT to_regclass(%s) IS NOT NULL", [f'"{PAGES_SCHEMA}".all_jobs']
             ).fetchone()
             if row and row[0]:
                 count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
@@ -200,6 +178,8 @@ def populate(dsn: str, app: App, jobs: int, reuse: bool) -> None:
         conn.execute(sql.SQL(LIMITS).format(schema=schema))
         conn.execute(WORKFLOWS_SEQUENCE, {"jobs": jobs, "table": f"{PAGES_SCHEMA}.workflows"})
     large = large_workflows(app)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        move_into_history(conn, PAGES_SCHEMA)
     inserted = time.perf_counter() - started
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("VACUUM (ANALYZE) {}.jobs").format(schema))
@@ -265,9 +245,9 @@ def workflow_ids(dsn: str, jobs: int) -> dict[str, int]:
         row = conn.execute(sql.SQL("SELECT max(id) FROM {}.workflows").format(schema)).fetchone()
         newest = int(row[0]) if row and row[0] else 3
         callback = conn.execute(
-            sql.SQL("SELECT id FROM {}.jobs WHERE workflow_id = %s AND workflow_step = '1'").format(
-                schema
-            ),
+            sql.SQL(
+                "SELECT id FROM {}.all_jobs WHERE workflow_id = %s AND workflow_step = '1'"
+            ).format(schema),
             [newest - 2],
         ).fetchone()
     middle = max(1, jobs // 100)

@@ -124,7 +124,7 @@ async def run_pgtasks(args: argparse.Namespace, record: Record) -> dict[str, Any
         target.delay_many([([i], {}) for i in range(start, min(args.jobs, start + 5000))])
     options: dict[str, Any] = {} if args.prefetch is None else {"prefetch": args.prefetch}
     worker = Worker(app, concurrency=args.concurrency, **options)
-    jobs = sql.Identifier(SCHEMA, "jobs")
+    jobs = sql.Identifier(SCHEMA, "all_jobs")
     async with await psycopg.AsyncConnection.connect(args.dsn, autocommit=True) as conn:
 
         async def done() -> int:

@@ -52,6 +52,8 @@ from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
 from pgtasks._retry import Outcome
 from pgtasks._store.store import Store
 
+from .limits_promises import jobs_relation
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "pgtasks_bench_limits"
 BATCH = 10
@@ -109,7 +111,11 @@ def build_app(dsn: str) -> tuple[App, dict[str, Any]]:
 
 def reset(app: App, tasks: dict[str, Any], kind: str, jobs: int, store_limits: bool) -> None:
     with app.connection() as conn:
-        conn.execute(sql.SQL("TRUNCATE {}.jobs").format(sql.Identifier(SCHEMA)))
+        conn.execute(
+            sql.SQL("TRUNCATE {}.jobs, {}.jobs_history, {}.job_keys").format(
+                *[sql.Identifier(SCHEMA)] * 3
+            )
+        )
         conn.execute(sql.SQL("DELETE FROM {}.limits").format(sql.Identifier(SCHEMA)))
         conn.execute(sql.SQL("DELETE FROM {}.workers").format(sql.Identifier(SCHEMA)))
         if store_limits:
@@ -197,9 +203,6 @@ def worker_round(
     """Jobs/s of one real ``pgtasks worker`` process of ``checkout`` draining ``jobs`` jobs
     of ``kind`` that the same checkout enqueued in ``schema`` (first claim to last finish,
     from the database's timestamps, as the main runner measures)."""
-    count = sql.SQL("SELECT count(*) FILTER (WHERE status = 'done') FROM {}.jobs").format(
-        sql.Identifier(schema)
-    )
     with tempfile.TemporaryDirectory() as directory:
         shutil.copy(
             ROOT / "benchmarks" / "limits_app.py", Path(directory) / f"{WORKER_APP_MODULE}.py"
@@ -220,6 +223,11 @@ def worker_round(
         try:
             deadline = time.monotonic() + 600
             with psycopg.connect(dsn, autocommit=True) as conn:
+                # Finished jobs are in jobs_history where the checkout has one (all_jobs).
+                jobs_read = jobs_relation(conn, schema)
+                count = sql.SQL("SELECT count(*) FILTER (WHERE status = 'done') FROM {}").format(
+                    jobs_read
+                )
                 while (conn.execute(count).fetchone() or (0,))[0] < jobs:
                     if process.poll() is not None:
                         raise RuntimeError(f"the worker exited with {process.returncode}")
@@ -229,8 +237,8 @@ def worker_round(
                 row = conn.execute(
                     sql.SQL(
                         "SELECT extract(epoch FROM max(finished_at) - min(locked_at)),"
-                        " count(*) FILTER (WHERE attempts <> 1) FROM {}.jobs"
-                    ).format(sql.Identifier(schema))
+                        " count(*) FILTER (WHERE attempts <> 1) FROM {}"
+                    ).format(jobs_read)
                 ).fetchone()
         finally:
             process.terminate()

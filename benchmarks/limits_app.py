@@ -45,7 +45,16 @@ def prepare(kind: str, jobs: int) -> None:
     app.migrate()
     schema = sql.Identifier(app.schema)
     with app.connection() as conn:
-        conn.execute(sql.SQL("TRUNCATE {}.jobs").format(schema))
+        # Finished jobs and their keys too, where the checkout keeps them apart.
+        tables = [
+            sql.Identifier(app.schema, name)
+            for name in ("jobs", "jobs_history", "job_keys")
+            if conn.execute(
+                "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text))", [app.schema, name]
+            ).fetchone()
+            != (None,)
+        ]
+        conn.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(tables)))
         conn.execute(sql.SQL("DELETE FROM {}.limits").format(schema))
         conn.execute(sql.SQL("DELETE FROM {}.workers").format(schema))
     if kind == "key":

@@ -87,8 +87,8 @@ def registered(conn: psycopg.Connection[Any], schema: str, count: int) -> None:
 
 
 def wait_done(conn: psycopg.Connection[Any], schema: str, count: int, timeout: float) -> None:
-    query = sql.SQL("SELECT count(*) FILTER (WHERE status = 'done') FROM {}.jobs").format(
-        sql.Identifier(schema)
+    query = sql.SQL("SELECT count(*) FILTER (WHERE status = 'done') FROM {}").format(
+        jobs_relation(conn, schema)
     )
     deadline = time.monotonic() + timeout
     while (conn.execute(query).fetchone() or (0,))[0] < count:
@@ -118,7 +118,7 @@ def handoff_same(app: App, conn: psycopg.Connection[Any], jobs: int) -> dict[str
 def handoff_across(app: App, conn: psycopg.Connection[Any], jobs: int) -> dict[str, Any]:
     task = app.tasks["promises.handoff"]
     workers = [start_worker("--queues", "qa"), start_worker("--queues", "qb")]
-    status = sql.SQL("SELECT status FROM {}.jobs WHERE id = %s").format(sql.Identifier(app.schema))
+    status = sql.SQL("SELECT status FROM {} WHERE id = %s").format(jobs_relation(conn, app.schema))
     try:
         registered(conn, app.schema, 2)
         handles = []
@@ -144,8 +144,8 @@ def rate(app: App, conn: psycopg.Connection[Any], name: str, jobs: int) -> dict[
         task.delay_many([{} for _ in range(jobs)])
         wait_done(conn, app.schema, jobs, timeout=120)
         rows = conn.execute(
-            sql.SQL("SELECT extract(epoch FROM locked_at) FROM {}.jobs ORDER BY locked_at").format(
-                sql.Identifier(app.schema)
+            sql.SQL("SELECT extract(epoch FROM locked_at) FROM {} ORDER BY locked_at").format(
+                jobs_relation(conn, app.schema)
             )
         ).fetchall()
     finally:
@@ -157,6 +157,15 @@ def rate(app: App, conn: psycopg.Connection[Any], name: str, jobs: int) -> dict[
     most = max(sum(1 for other in claims[index:] if other < start + 1.0)
                for index, start in enumerate(claims))  # fmt: skip
     return {"achieved": achieved, "burst": burst, "most_in_1s": most}
+
+
+def jobs_relation(conn: psycopg.Connection[Any], schema: str) -> sql.Composable:
+    """What reads every job of ``schema``, finished ones too: all_jobs where the checkout
+    keeps finished jobs in jobs_history, else jobs."""
+    row = conn.execute(
+        "SELECT to_regclass(format('%%I.all_jobs', %s::text)) IS NOT NULL", [schema]
+    ).fetchone()
+    return sql.Identifier(schema, "all_jobs" if row and row[0] else "jobs")
 
 
 def stop(workers: list[subprocess.Popen[bytes]]) -> None:

@@ -257,7 +257,7 @@ def span(clusters: list[Cluster], schemas: list[str]) -> tuple[float, float, int
                     "SELECT extract(epoch FROM min(started_at)),"
                     " extract(epoch FROM max(finished_at)),"
                     " count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE attempts > 1)"
-                    " FROM {}.jobs"
+                    " FROM {}.all_jobs"
                 ).format(sql.Identifier(schema))
             ).fetchone()
             assert row is not None

@@ -135,7 +135,8 @@ def enqueue(app: App, count: int) -> list[dict[str, int]]:
     jobs = app.database.run(
         lambda conn: conn.execute(
             sql.SQL(
-                "SELECT workflow_id, workflow_step, id FROM {}.jobs WHERE workflow_id IS NOT NULL"
+                "SELECT workflow_id, workflow_step, id FROM {}.all_jobs"
+                " WHERE workflow_id IS NOT NULL"
             ).format(sql.Identifier(app.schema))
         ).fetchall()
     )
@@ -182,7 +183,7 @@ def run_workers(
                 time.sleep(0.1)
             span = conn.execute(
                 sql.SQL(
-                    "SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM {}.jobs"
+                    "SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM {}.all_jobs"
                 ).format(identifier)
             ).fetchone()
             assert span is not None
@@ -201,7 +202,7 @@ def count(dsn: str, schema: str, roles: list[dict[str, int]]) -> dict[str, int]:
     identifier = sql.Identifier(schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            sql.SQL("SELECT id, status, args, result FROM {}.jobs").format(identifier)
+            sql.SQL("SELECT id, status, args, result FROM {}.all_jobs").format(identifier)
         ).fetchall()
         runs = dict(
             conn.execute(

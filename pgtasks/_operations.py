@@ -493,6 +493,8 @@ class PruneResult:
     )
     worker_history: int = 0
     batches: int = 0
+    #: Day partitions of jobs_history dropped (their jobs are in ``deleted``).
+    days_dropped: int = 0
 
     @property
     def total(self) -> int:
@@ -507,6 +509,7 @@ class PruneResult:
             "total": self.total,
             "worker_history": self.worker_history,
             "batches": self.batches,
+            "days_dropped": self.days_dropped,
         }
 
 

@@ -1,11 +1,47 @@
 -- Normalised description of a migrated pgtasks schema ({schema} = its name).
 -- Regenerate with: python3 scripts/dump-schema
+column all_jobs.id bigint
+column all_jobs.task_name text
+column all_jobs.queue text
+column all_jobs.priority integer
+column all_jobs.args jsonb
+column all_jobs.kwargs jsonb
+column all_jobs.status text
+column all_jobs.attempts integer
+column all_jobs.max_attempts integer
+column all_jobs.run_at timestamp with time zone
+column all_jobs.locked_at timestamp with time zone
+column all_jobs.locked_by bigint
+column all_jobs.last_error text
+column all_jobs.result jsonb
+column all_jobs.idempotency_key text
+column all_jobs.created_at timestamp with time zone
+column all_jobs.updated_at timestamp with time zone
+column all_jobs.finished_at timestamp with time zone
+column all_jobs.cancel_requested boolean
+column all_jobs.meta jsonb
+column all_jobs.started_at timestamp with time zone
+column all_jobs.attempt_errors jsonb
+column all_jobs.limit_groups text[]
+column all_jobs.limit_key text
+column all_jobs.unique_key text
+column all_jobs.unique_window tstzrange
+column all_jobs.workflow_id bigint
+column all_jobs.workflow_step text
+column all_jobs.next_ids bigint[]
+column all_jobs.prev_ids bigint[]
+column all_jobs.waiting_for integer
+column all_jobs.input_mode text
 column counters.name text NOT NULL
 column counters.value bigint NOT NULL
 column instance.singleton boolean NOT NULL DEFAULT true
 column instance.store_no integer NOT NULL DEFAULT 0
 column instance.uid uuid NOT NULL DEFAULT gen_random_uuid()
 column instance.created_at timestamp with time zone NOT NULL DEFAULT now()
+column job_keys.job_id bigint NOT NULL
+column job_keys.idempotency_key text
+column job_keys.unique_key text
+column job_keys.unique_window tstzrange
 column jobs.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
 column jobs.task_name text NOT NULL
 column jobs.queue text NOT NULL
@@ -38,6 +74,166 @@ column jobs.next_ids bigint[]
 column jobs.prev_ids bigint[]
 column jobs.waiting_for integer
 column jobs.input_mode text
+column jobs_history.id bigint NOT NULL
+column jobs_history.task_name text NOT NULL
+column jobs_history.queue text NOT NULL
+column jobs_history.priority integer NOT NULL DEFAULT 0
+column jobs_history.args jsonb NOT NULL
+column jobs_history.kwargs jsonb NOT NULL
+column jobs_history.status text NOT NULL DEFAULT 'pending'::text
+column jobs_history.attempts integer NOT NULL DEFAULT 0
+column jobs_history.max_attempts integer NOT NULL
+column jobs_history.run_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history.locked_at timestamp with time zone
+column jobs_history.locked_by bigint
+column jobs_history.last_error text
+column jobs_history.result jsonb
+column jobs_history.idempotency_key text
+column jobs_history.created_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history.finished_at timestamp with time zone
+column jobs_history.cancel_requested boolean NOT NULL DEFAULT false
+column jobs_history.meta jsonb NOT NULL DEFAULT '{}'::jsonb
+column jobs_history.started_at timestamp with time zone
+column jobs_history.attempt_errors jsonb
+column jobs_history.limit_groups text[]
+column jobs_history.limit_key text
+column jobs_history.unique_key text
+column jobs_history.unique_window tstzrange
+column jobs_history.workflow_id bigint
+column jobs_history.workflow_step text
+column jobs_history.next_ids bigint[]
+column jobs_history.prev_ids bigint[]
+column jobs_history.waiting_for integer
+column jobs_history.input_mode text
+column jobs_history_done.id bigint NOT NULL
+column jobs_history_done.task_name text NOT NULL
+column jobs_history_done.queue text NOT NULL
+column jobs_history_done.priority integer NOT NULL DEFAULT 0
+column jobs_history_done.args jsonb NOT NULL
+column jobs_history_done.kwargs jsonb NOT NULL
+column jobs_history_done.status text NOT NULL DEFAULT 'pending'::text
+column jobs_history_done.attempts integer NOT NULL DEFAULT 0
+column jobs_history_done.max_attempts integer NOT NULL
+column jobs_history_done.run_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_done.locked_at timestamp with time zone
+column jobs_history_done.locked_by bigint
+column jobs_history_done.last_error text
+column jobs_history_done.result jsonb
+column jobs_history_done.idempotency_key text
+column jobs_history_done.created_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_done.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_done.finished_at timestamp with time zone
+column jobs_history_done.cancel_requested boolean NOT NULL DEFAULT false
+column jobs_history_done.meta jsonb NOT NULL DEFAULT '{}'::jsonb
+column jobs_history_done.started_at timestamp with time zone
+column jobs_history_done.attempt_errors jsonb
+column jobs_history_done.limit_groups text[]
+column jobs_history_done.limit_key text
+column jobs_history_done.unique_key text
+column jobs_history_done.unique_window tstzrange
+column jobs_history_done.workflow_id bigint
+column jobs_history_done.workflow_step text
+column jobs_history_done.next_ids bigint[]
+column jobs_history_done.prev_ids bigint[]
+column jobs_history_done.waiting_for integer
+column jobs_history_done.input_mode text
+column jobs_history_done_default.id bigint NOT NULL
+column jobs_history_done_default.task_name text NOT NULL
+column jobs_history_done_default.queue text NOT NULL
+column jobs_history_done_default.priority integer NOT NULL DEFAULT 0
+column jobs_history_done_default.args jsonb NOT NULL
+column jobs_history_done_default.kwargs jsonb NOT NULL
+column jobs_history_done_default.status text NOT NULL DEFAULT 'pending'::text
+column jobs_history_done_default.attempts integer NOT NULL DEFAULT 0
+column jobs_history_done_default.max_attempts integer NOT NULL
+column jobs_history_done_default.run_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_done_default.locked_at timestamp with time zone
+column jobs_history_done_default.locked_by bigint
+column jobs_history_done_default.last_error text
+column jobs_history_done_default.result jsonb
+column jobs_history_done_default.idempotency_key text
+column jobs_history_done_default.created_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_done_default.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_done_default.finished_at timestamp with time zone
+column jobs_history_done_default.cancel_requested boolean NOT NULL DEFAULT false
+column jobs_history_done_default.meta jsonb NOT NULL DEFAULT '{}'::jsonb
+column jobs_history_done_default.started_at timestamp with time zone
+column jobs_history_done_default.attempt_errors jsonb
+column jobs_history_done_default.limit_groups text[]
+column jobs_history_done_default.limit_key text
+column jobs_history_done_default.unique_key text
+column jobs_history_done_default.unique_window tstzrange
+column jobs_history_done_default.workflow_id bigint
+column jobs_history_done_default.workflow_step text
+column jobs_history_done_default.next_ids bigint[]
+column jobs_history_done_default.prev_ids bigint[]
+column jobs_history_done_default.waiting_for integer
+column jobs_history_done_default.input_mode text
+column jobs_history_failed.id bigint NOT NULL
+column jobs_history_failed.task_name text NOT NULL
+column jobs_history_failed.queue text NOT NULL
+column jobs_history_failed.priority integer NOT NULL DEFAULT 0
+column jobs_history_failed.args jsonb NOT NULL
+column jobs_history_failed.kwargs jsonb NOT NULL
+column jobs_history_failed.status text NOT NULL DEFAULT 'pending'::text
+column jobs_history_failed.attempts integer NOT NULL DEFAULT 0
+column jobs_history_failed.max_attempts integer NOT NULL
+column jobs_history_failed.run_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_failed.locked_at timestamp with time zone
+column jobs_history_failed.locked_by bigint
+column jobs_history_failed.last_error text
+column jobs_history_failed.result jsonb
+column jobs_history_failed.idempotency_key text
+column jobs_history_failed.created_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_failed.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_failed.finished_at timestamp with time zone
+column jobs_history_failed.cancel_requested boolean NOT NULL DEFAULT false
+column jobs_history_failed.meta jsonb NOT NULL DEFAULT '{}'::jsonb
+column jobs_history_failed.started_at timestamp with time zone
+column jobs_history_failed.attempt_errors jsonb
+column jobs_history_failed.limit_groups text[]
+column jobs_history_failed.limit_key text
+column jobs_history_failed.unique_key text
+column jobs_history_failed.unique_window tstzrange
+column jobs_history_failed.workflow_id bigint
+column jobs_history_failed.workflow_step text
+column jobs_history_failed.next_ids bigint[]
+column jobs_history_failed.prev_ids bigint[]
+column jobs_history_failed.waiting_for integer
+column jobs_history_failed.input_mode text
+column jobs_history_failed_default.id bigint NOT NULL
+column jobs_history_failed_default.task_name text NOT NULL
+column jobs_history_failed_default.queue text NOT NULL
+column jobs_history_failed_default.priority integer NOT NULL DEFAULT 0
+column jobs_history_failed_default.args jsonb NOT NULL
+column jobs_history_failed_default.kwargs jsonb NOT NULL
+column jobs_history_failed_default.status text NOT NULL DEFAULT 'pending'::text
+column jobs_history_failed_default.attempts integer NOT NULL DEFAULT 0
+column jobs_history_failed_default.max_attempts integer NOT NULL
+column jobs_history_failed_default.run_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_failed_default.locked_at timestamp with time zone
+column jobs_history_failed_default.locked_by bigint
+column jobs_history_failed_default.last_error text
+column jobs_history_failed_default.result jsonb
+column jobs_history_failed_default.idempotency_key text
+column jobs_history_failed_default.created_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_failed_default.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column jobs_history_failed_default.finished_at timestamp with time zone
+column jobs_history_failed_default.cancel_requested boolean NOT NULL DEFAULT false
+column jobs_history_failed_default.meta jsonb NOT NULL DEFAULT '{}'::jsonb
+column jobs_history_failed_default.started_at timestamp with time zone
+column jobs_history_failed_default.attempt_errors jsonb
+column jobs_history_failed_default.limit_groups text[]
+column jobs_history_failed_default.limit_key text
+column jobs_history_failed_default.unique_key text
+column jobs_history_failed_default.unique_window tstzrange
+column jobs_history_failed_default.workflow_id bigint
+column jobs_history_failed_default.workflow_step text
+column jobs_history_failed_default.next_ids bigint[]
+column jobs_history_failed_default.prev_ids bigint[]
+column jobs_history_failed_default.waiting_for integer
+column jobs_history_failed_default.input_mode text
 column limits.name text NOT NULL
 column limits.concurrency integer
 column limits.rate_count integer
@@ -95,13 +291,20 @@ column workflows.shape text
 constraint instance.instance_pkey PRIMARY KEY (singleton)
 constraint instance.instance_singleton_check CHECK (singleton)
 constraint instance.instance_store_no_check CHECK (((store_no >= 0) AND (store_no <= 32766)))
+constraint job_keys.job_keys_pkey PRIMARY KEY (job_id)
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
+constraint jobs.jobs_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint jobs.jobs_limit_groups_check CHECK (((limit_groups IS NULL) OR (cardinality(limit_groups) <= 8))) NOT VALID
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
 constraint jobs.jobs_unique_window_check CHECK (((unique_window IS NULL) OR ((unique_key IS NOT NULL) AND (NOT isempty(unique_window)))))
+constraint jobs_history.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
+constraint jobs_history_done.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
+constraint jobs_history_done_default.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
+constraint jobs_history_failed.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
+constraint jobs_history_failed_default.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint limits.limits_burst_check CHECK ((burst >= (1)::double precision))
 constraint limits.limits_burst_range_check CHECK (((burst >= (1)::double precision) AND (burst <= ('1000000000'::numeric)::double precision)))
 constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 1)))
@@ -124,8 +327,31 @@ constraint workflow_incidents.workflow_incidents_pkey PRIMARY KEY (id)
 constraint workflows.workflows_kind_check CHECK ((kind = ANY (ARRAY['chain'::text, 'group'::text, 'chord'::text])))
 constraint workflows.workflows_pkey PRIMARY KEY (id)
 index CREATE UNIQUE INDEX instance_pkey ON {schema}.instance USING btree (singleton)
+index CREATE UNIQUE INDEX job_keys_idempotency_key ON {schema}.job_keys USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)
+index CREATE UNIQUE INDEX job_keys_pkey ON {schema}.job_keys USING btree (job_id)
+index CREATE UNIQUE INDEX job_keys_unique_window ON {schema}.job_keys USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
+index CREATE INDEX jobs_history_done_default_finished_at_idx ON {schema}.jobs_history_done_default USING btree (finished_at)
+index CREATE INDEX jobs_history_done_default_id_idx ON {schema}.jobs_history_done_default USING btree (id)
+index CREATE INDEX jobs_history_done_default_id_idx1 ON {schema}.jobs_history_done_default USING btree (id) WHERE ((idempotency_key IS NOT NULL) OR (unique_window IS NOT NULL))
+index CREATE INDEX jobs_history_done_default_workflow_id_id_idx ON {schema}.jobs_history_done_default USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
+index CREATE INDEX jobs_history_done_finished_at_idx ON ONLY {schema}.jobs_history_done USING btree (finished_at)
+index CREATE INDEX jobs_history_done_id_idx ON ONLY {schema}.jobs_history_done USING btree (id)
+index CREATE INDEX jobs_history_done_id_idx1 ON ONLY {schema}.jobs_history_done USING btree (id) WHERE ((idempotency_key IS NOT NULL) OR (unique_window IS NOT NULL))
+index CREATE INDEX jobs_history_done_workflow_id_id_idx ON ONLY {schema}.jobs_history_done USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
+index CREATE INDEX jobs_history_failed_default_finished_at_idx ON {schema}.jobs_history_failed_default USING btree (finished_at)
+index CREATE INDEX jobs_history_failed_default_id_idx ON {schema}.jobs_history_failed_default USING btree (id)
+index CREATE INDEX jobs_history_failed_default_id_idx1 ON {schema}.jobs_history_failed_default USING btree (id) WHERE ((idempotency_key IS NOT NULL) OR (unique_window IS NOT NULL))
+index CREATE INDEX jobs_history_failed_default_workflow_id_id_idx ON {schema}.jobs_history_failed_default USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
+index CREATE INDEX jobs_history_failed_finished_at_idx ON ONLY {schema}.jobs_history_failed USING btree (finished_at)
+index CREATE INDEX jobs_history_failed_id_idx ON ONLY {schema}.jobs_history_failed USING btree (id)
+index CREATE INDEX jobs_history_failed_id_idx1 ON ONLY {schema}.jobs_history_failed USING btree (id) WHERE ((idempotency_key IS NOT NULL) OR (unique_window IS NOT NULL))
+index CREATE INDEX jobs_history_failed_workflow_id_id_idx ON ONLY {schema}.jobs_history_failed USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
+index CREATE INDEX jobs_history_finished_idx ON ONLY {schema}.jobs_history USING btree (finished_at)
+index CREATE INDEX jobs_history_id_idx ON ONLY {schema}.jobs_history USING btree (id)
+index CREATE INDEX jobs_history_keyed_idx ON ONLY {schema}.jobs_history USING btree (id) WHERE ((idempotency_key IS NOT NULL) OR (unique_window IS NOT NULL))
+index CREATE INDEX jobs_history_workflow_idx ON ONLY {schema}.jobs_history USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
 index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)
 index CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_limited_running_idx ON {schema}.jobs USING btree (id) WHERE ((status = 'running'::text) AND (limit_groups IS NOT NULL))
@@ -152,27 +378,52 @@ index CREATE UNIQUE INDEX workflows_pkey ON {schema}.workflows USING btree (id)
 storage jobs fillfactor=80, autovacuum_vacuum_scale_factor=0.02, autovacuum_analyze_scale_factor=0.02
 storage periodic fillfactor=50
 trigger CREATE TRIGGER jobs_count_deduplicated AFTER UPDATE OF idempotency_key, unique_key ON {schema}.jobs FOR EACH ROW WHEN (((NOT (old.idempotency_key IS DISTINCT FROM new.idempotency_key)) AND (NOT (old.unique_key IS DISTINCT FROM new.unique_key)))) EXECUTE FUNCTION {schema}.count_deduplicated_enqueue()
+trigger CREATE CONSTRAINT TRIGGER jobs_forget_key AFTER DELETE ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_move_finished AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))) EXECUTE FUNCTION {schema}.move_finished_job()
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
-trigger CREATE TRIGGER jobs_workflow_job_ended AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION {schema}.workflow_job_ended()
-trigger CREATE TRIGGER jobs_workflow_jobs_ended AFTER UPDATE OF status ON {schema}.jobs FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
+trigger CREATE TRIGGER jobs_register_key AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.idempotency_key IS NOT NULL) OR (new.unique_window IS NOT NULL))) EXECUTE FUNCTION {schema}.register_job_key()
+trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
+trigger CREATE TRIGGER jobs_history_workflow_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
+trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
+trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
+trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
+trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
+statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
 function claim_limited() cddda0e7b81d4b84b0be35ded98cfc96
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
+function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5
+function jobs_delete_finished() fba10730102f9ad3208aef84ea4ca94a
+function jobs_history_create_days() dedd22508bc53bb4644570e7ec532f5c
+function jobs_history_drop_day() 21bb88b14310d010219f0bafb630c1d0
+function jobs_history_expired_days() 45249fefc222df9532d287e1d09c14de
+function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
+function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
+function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
+function jobs_retry() aa4515305d5545e72b9e62bcf19489af
+function move_finished_job() 6e37a640903b5f4060a3be8a47805373
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
-function workflow_abort_reason() d472420a56a6d1bb15f412f3f352df28
-function workflow_cancel_downstream() 12766d509c3e69fbe494ac8f7308a977
-function workflow_heal_step() 5ffb8ef374db26fb9dd9b759c8b7c8c6
-function workflow_incident() 850aaf1fcf8528aa6a68ce0faf2dc11c
-function workflow_input() 45328620f3f22e074e514e8b8ea144c7
+function register_job_key() 8dd5689cc36503eb5160f1c335004362
+function workflow_abort_reason() 208b90ca51774d27d8b9af0a7740220e
+function workflow_cancel_downstream() b21651f2eda9aac40c1faceaa0347870
+function workflow_heal_step() ddd7208eb042acc4598e899aca93e7f8
+function workflow_incident() 1c8be421da437723736fba24795c9525
+function workflow_input() adcb61cb117693cdcf575bbd1a02916e
 function workflow_job_ended() 170ad8f4c9d8d1eecfa900b0713fa90c
+function workflow_jobs() a33439ad564037e7c3696be43ce49330
 function workflow_jobs_ended() c9572907aa766728e58a92237d3f0374
-function workflow_lock_targets() afae7588c98c34b9e89be9346d65e01f
-function workflow_move_on() 7c4b391d8456aad68c6301b7f17b1cb2
-function workflow_retry_step() 7d96325662186a0de164fb10b627d9b4
-function workflow_start() cc0b49450afb6e37169d456c5f52c8c0
-function workflow_start_on_error() f59491197c34e27bd22c8c014757aad8
-function workflow_start_ready() bb452a4bdf4c978df2bffbd8c2313a1b
-function workflow_targets() 840a3716d9893da985b39fa7e9dd6b3b
+function workflow_lock_targets() d03c4c9069dc3dcd93d9cab699f9c089
+function workflow_move_on() 036562fa19c5cd29e153eda5a868b79a
+function workflow_retry_step() 52ff4431623a3b1fea8daa7a8ec99584
+function workflow_start() 3e27f6f07bb25d57536f39b3bc2cbee3
+function workflow_start_on_error() 88dd87c61717a5aaabd787f8765e706f
+function workflow_start_ready() 78d48431237e8308d8166db45a95d7e4
+function workflow_targets() 6fee836bb47ede87cf30d236ddc4ace6

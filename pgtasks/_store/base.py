@@ -83,11 +83,14 @@ _INFINITE_TIMESTAMPS = frozenset(
         "get_jobs",
         "list_jobs",
         "list_jobs_page",
+        "list_finished_jobs_page",
+        "list_unfinished_jobs_page",
         "list_jobs_scan",
         "list_workflow_jobs_page",
         "get_job_page",
         "list_workflows",
         "list_running_workflows",
+        "list_ended_workflows",
         "list_workflows_scan",
     }
 )

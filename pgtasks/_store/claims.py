@@ -1,5 +1,5 @@
-"""ClaimQueries: the Store's claims and finishes (``sql/queries.sql``, ``sql/limits.sql``),
-and the round trip that runs both at once.
+"""ClaimQueries: the Store's claims and finishes (``sql/queries.sql``, ``sql/limits.sql``,
+``sql/rescues.sql``), and the round trip that runs both at once.
 
 The worker hands over records (``pgtasks._leases``): a ClaimRequest becomes the claim
 statement's parameters, Finishes the finish statement's, and claimed rows come back as

@@ -172,11 +172,8 @@ class Database:
         where = describe_dsn(self.dsn)
         if self.pooled:
             session = self.configured_session_dsn
-            where += (
-                " (pooled; sessions: "
-                + (describe_dsn(session) if session else "none, polling")
-                + ")"
-            )
+            sessions = describe_dsn(session) if session else "none, polling"
+            where += f" (pooled; sessions: {sessions})"
         if self.replica_dsn:
             where += f" (replica: {describe_dsn(self.replica_dsn)})"
         return where
@@ -491,6 +488,9 @@ class Database:
         with self._migration_connection() as conn:
             applied = migrator.migrate(conn)
             check_version(self.store.schema, self.store.get_schema_version(conn))
+            if conn.autocommit:
+                # Today's partitions of jobs_history (the pruner keeps them coming).
+                self.store.prepare_history_days(conn)
         self.schema_checked = True
         return applied
 

@@ -9,13 +9,14 @@ from contextlib import nullcontext
 from typing import Any
 
 import psycopg
+from psycopg.errors import UniqueViolation
 from psycopg.pq import PipelineStatus
 
 from .._jobs import InsertedJob, JobBatch, JobSpec, ScopedJobSpec
 from .base import Params, own_transaction
 from .limits import LimitQueries
 from .params import batch_params, copy_chunks, job_params, jobs_columns
-from .unique import UniqueQueries, aatomic, atomic
+from .unique import UniqueQueries, aatomic, atomic, is_life_key_conflict
 
 #: Batches of at least this many plain jobs go by COPY (Store.copy_new_jobs): two round
 #: trips instead of one, but for many jobs far less work for both ends than the arrays of
@@ -57,7 +58,16 @@ class InsertQueries(LimitQueries, UniqueQueries):
             if own_transaction(conn):
                 return InsertedJob(self.insert_and_notify_job(conn, spec), False)
             return InsertedJob(self.insert_new_job(conn, spec), False)
-        row = self._rows(conn, "insert_job", self._job_params(spec), tuples=True)[0]
+        params = self._job_params(spec)
+        try:
+            row = self._rows(conn, "insert_job", params, tuples=True)[0]
+        except UniqueViolation as error:
+            # The key's job was enqueued, ran and finished while this statement waited
+            # (its key left jobs for job_keys, migration jobs_history): once more, it is
+            # answered from job_keys. Inside the caller's transaction the error stands.
+            if not (is_life_key_conflict(error) and own_transaction(conn)):
+                raise
+            row = self._rows(conn, "insert_job", params, tuples=True)[0]
         return InsertedJob(row[0], row[1])
 
     async def ainsert_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> InsertedJob:
@@ -69,7 +79,13 @@ class InsertQueries(LimitQueries, UniqueQueries):
             if own_transaction(conn):
                 return InsertedJob(await self.ainsert_and_notify_job(conn, spec), False)
             return InsertedJob(await self.ainsert_new_job(conn, spec), False)
-        row = (await self._arows(conn, "insert_job", self._job_params(spec), tuples=True))[0]
+        params = self._job_params(spec)
+        try:
+            row = (await self._arows(conn, "insert_job", params, tuples=True))[0]
+        except UniqueViolation as error:
+            if not (is_life_key_conflict(error) and own_transaction(conn)):
+                raise
+            row = (await self._arows(conn, "insert_job", params, tuples=True))[0]
         return InsertedJob(row[0], row[1])
 
     def insert_and_notify_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> int:

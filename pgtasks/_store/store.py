@@ -28,6 +28,7 @@ from .base import Row, StoreBase
 from .base import notification_channel as notification_channel
 from .claims import ClaimQueries
 from .doctor import DoctorQueries
+from .history import HistoryQueries
 from .inserts import InsertQueries
 from .metrics import MetricsQueries
 from .migrations import MigrationQueries
@@ -42,6 +43,7 @@ class Store(
     InsertQueries,
     ClaimQueries,
     DoctorQueries,
+    HistoryQueries,
     MetricsQueries,
     MigrationQueries,
     OperationsQueries,
@@ -171,12 +173,20 @@ class Store(
 
     # -- results and cancellation --
     def cancel_job(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
-        """``previous_status`` and ``status`` of the job, or None when it does not exist."""
+        """``previous_status`` and ``status`` of the job, or None when it does not exist.
+
+        A job that finished while the cancel waited for its row lock left jobs meanwhile
+        (migration jobs_history): the statement then finds no row, and a second one
+        (a new snapshot) finds it finished."""
         rows = self._rows(conn, "cancel_job", {"id": job_id})
+        if not rows:
+            rows = self._rows(conn, "cancel_job", {"id": job_id})
         return rows[0] if rows else None
 
     async def acancel_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Row | None:
         rows = await self._arows(conn, "cancel_job", {"id": job_id})
+        if not rows:
+            rows = await self._arows(conn, "cancel_job", {"id": job_id})
         return rows[0] if rows else None
 
     def get_cancel_requests(self, conn: psycopg.Connection[Any], worker_id: int) -> set[int]:

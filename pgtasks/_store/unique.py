@@ -138,7 +138,7 @@ def answers(rows: list[tuple[Any, ...]], answer: list[int]) -> list[InsertedJob]
     return results
 
 
-def _is_life_key_conflict(error: UniqueViolation) -> bool:
+def is_life_key_conflict(error: UniqueViolation) -> bool:
     return error.diag.constraint_name == LIFE_KEY_CONSTRAINT
 
 
@@ -248,7 +248,7 @@ class UniqueQueries(CounterQueries):
             with conn.transaction():  # a savepoint: the caller's transaction survives
                 row = self._insert_group(conn, name, params)[0]
         except UniqueViolation as error:
-            if not _is_life_key_conflict(error):
+            if not is_life_key_conflict(error):
                 raise
             return self.insert_job(conn, _plain(spec))
         return InsertedJob(row[0], bool(row[1]))
@@ -278,7 +278,7 @@ class UniqueQueries(CounterQueries):
             async with conn.transaction():
                 row = (await self._ainsert_group(conn, name, params))[0]
         except UniqueViolation as error:
-            if not _is_life_key_conflict(error):
+            if not is_life_key_conflict(error):
                 raise
             return await self.ainsert_job(conn, _plain(spec))
         return InsertedJob(row[0], bool(row[1]))

@@ -12,6 +12,9 @@ import psycopg
 from .._job_filter import JobFilter
 from .base import Params, Row, StoreBase
 
+#: Statuses of jobs that ended: in jobs_history (migration jobs_history).
+FINISHED_STATUSES = frozenset({"done", "failed", "cancelled"})
+
 
 def _filter_params(job_filter: JobFilter) -> dict[str, Any]:
     return {
@@ -80,13 +83,28 @@ class WebQueries(StoreBase):
             "args_chars": args_chars,
             "error_chars": error_chars,
         }
-        if job_filter.workflow_id is not None:  # through jobs_workflow_idx, in any plan
+        if job_filter.workflow_id is not None:  # through the workflow indexes, in any plan
             return self.list_workflow_jobs_page(conn, params)
+        # A status filter reads the one place such jobs are (migration jobs_history).
+        if job_filter.status in FINISHED_STATUSES:
+            return self.list_finished_jobs_page(conn, params)
+        if job_filter.status is not None:
+            return self.list_unfinished_jobs_page(conn, params)
         return self._rows(conn, "list_jobs_page", params)
+
+    def list_finished_jobs_page(self, conn: psycopg.Connection[Any], params: Params) -> list[Row]:
+        """``list_jobs_page`` for a done, failed or cancelled filter (``params`` as built
+        there): jobs_history, and finished jobs an older version left in jobs."""
+        return self._rows(conn, "list_finished_jobs_page", params)
+
+    def list_unfinished_jobs_page(self, conn: psycopg.Connection[Any], params: Params) -> list[Row]:
+        """``list_jobs_page`` for a waiting, pending or running filter: jobs alone."""
+        return self._rows(conn, "list_unfinished_jobs_page", params)
 
     def list_workflow_jobs_page(self, conn: psycopg.Connection[Any], params: Params) -> list[Row]:
         """list_jobs_page of a filter naming a workflow (``params``: list_jobs_page's, with
-        ``workflow_id`` set): read through jobs_workflow_idx whatever else it names."""
+        ``workflow_id`` set): read through jobs_workflow_idx and jobs_history_workflow_idx
+        whatever else it names."""
         return self._rows(conn, "list_workflow_jobs_page", params)
 
     def list_jobs_scan(

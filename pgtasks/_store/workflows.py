@@ -148,7 +148,8 @@ class WorkflowQueries(StoreBase):
     ) -> list[Row]:
         """Workflows newest first: ``id, kind, shape, created_at, steps, steps_done,
         started_at, state, finished_at``. Running workflows are found from their partial
-        index, the others by probing each workflow (see workflows.sql)."""
+        index, failed and cancelled ones from their jobs of that status, done ones by
+        probing each workflow (see workflows.sql)."""
         params = {
             "status": status,
             "id": workflow_id,
@@ -157,6 +158,8 @@ class WorkflowQueries(StoreBase):
         }
         if workflow_id is None and status == "running":
             return self.list_running_workflows(conn, before=before, limit=limit)
+        if workflow_id is None and status in ("failed", "cancelled"):
+            return self.list_ended_workflows(conn, status=status, before=before, limit=limit)
         return self._rows(conn, "list_workflows", params)
 
     def list_running_workflows(
@@ -165,6 +168,19 @@ class WorkflowQueries(StoreBase):
         """list_workflows of the running workflows, found from jobs_workflow_unfinished_idx."""
         params = {"before": before, "limit": limit}
         return self._rows(conn, "list_running_workflows", params)
+
+    def list_ended_workflows(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        status: str,
+        before: int | None = None,
+        limit: int = 50,
+    ) -> list[Row]:
+        """list_workflows of the workflows in state ``status`` ('failed' or 'cancelled'),
+        found from their jobs of that status."""
+        params = {"status": status, "before": before, "limit": limit}
+        return self._rows(conn, "list_ended_workflows", params)
 
     def list_workflows_scan(
         self,

@@ -25,9 +25,14 @@ from .._store.database import Database
 #: optional queue and task filters are plain filters). So each statement is planned once
 #: per connection (a generic plan for psycopg's prepared statements): planning the claim
 #: and the finish anew on every round trip cost ~0.4 ms of server time per exchange.
-#: tests/integration/test_claim_plan.py checks the generic plans.
+#: tests/integration/test_claim_plan.py checks the generic plans. JIT compilation is off:
+#: a disabled scan costs 10^10 in the planner's estimates, far above jit_above_cost, so a
+#: server with JIT available compiled every such plan on every execution (a finish whose
+#: workflow triggers read all_jobs took seconds of LLVM optimisation for microseconds of
+#: work); these statements are short lookups that JIT never speeds up.
 WORKER_CONNECTION_OPTIONS = (
     "-c plan_cache_mode=force_generic_plan -c enable_bitmapscan=off -c enable_seqscan=off"
+    " -c jit=off"
 )
 
 Connect = Callable[[], "psycopg.Connection[Any]"]

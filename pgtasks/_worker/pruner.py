@@ -1,9 +1,10 @@
-"""Pruning finished jobs: the batched pass (``prune``) and the worker's Pruner service.
+"""Pruning finished jobs: the pass (``prune``) and the worker's Pruner service.
 
-A pass deletes finished jobs past their retention in batches of ``batch_size`` rows,
-each batch one short autocommit statement that locks only the rows it deletes (rows
-held elsewhere are skipped, never waited for). Pending and running rows are never
-read: the batches scan ``jobs_finished_idx``, whose predicate is the finished statuses.
+Finished jobs are in jobs_history, partitioned by class and day (migration
+jobs_history): a pass drops the days past retention (DROP TABLE: no row deleted, no dead
+tuple), and deletes in batches of ``batch_size`` rows only what no whole day holds, each
+batch one short autocommit statement that locks only the rows it deletes (rows held
+elsewhere are skipped, never waited for). The jobs table itself is never read.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ logger = logging.getLogger("pgtasks.pruner")
 
 #: Rows per DELETE statement.
 DEFAULT_BATCH_SIZE = 1000
+#: Seconds in a day: a retention under it is kept exact by deleting rows.
+DAY = 86400.0
 #: Seconds a removed worker stays in ``pgtasks workers`` history.
 WORKER_HISTORY_RETENTION = 86400.0
 
@@ -40,8 +43,16 @@ def prune(
     history_after: float | None = WORKER_HISTORY_RETENTION,
     stopping: Callable[[], bool] = lambda: False,
 ) -> PruneResult:
-    """Delete done jobs finished over ``done_after`` seconds ago, and failed and cancelled
-    ones over ``failed_after`` seconds ago (None: keep them), ``batch_size`` at a time.
+    """Prune done jobs finished over ``done_after`` seconds ago, and failed and cancelled
+    ones over ``failed_after`` seconds ago (None: keep them).
+
+    Finished jobs live in jobs_history (migration jobs_history), by class and day: a day
+    whose whole day is past its class's retention is dropped (one catalog change, no
+    dead tuple anywhere); the rows of its unfinished workflows are kept. Rows past
+    retention in a day not dropped yet are deleted ``batch_size`` at a time when the
+    retention is under a day (so that it stays exact), and always from the default
+    partitions (days without a partition). The coming days' partitions are created first,
+    and jobs finished before the migration still in jobs move over in batches.
 
     ``conn`` must be in autocommit mode, so that each batch commits on its own.
     ``stopping`` is checked between batches.
@@ -49,19 +60,24 @@ def prune(
     if not conn.autocommit:
         raise ValueError("prune() needs an autocommit connection (each batch commits alone)")
     result = PruneResult()
-    classes = (("done",), done_after), (("failed", "cancelled"), failed_after)
-    for statuses, older_than in classes:
-        if older_than is None:
-            continue
-        while not stopping():
-            deleted = store.prune_jobs(
-                conn, statuses=statuses, older_than=older_than, limit=batch_size
+    changed = bool(store.prepare_history_days(conn))
+    changed = _archive(store, conn, result, batch_size, stopping) or changed
+    classes = ("done", ("done",), done_after), ("failed", ("failed", "cancelled"), failed_after)
+    for history_class, statuses, older_than in classes:
+        if older_than is not None:
+            changed = (
+                _drop_days(store, conn, result, history_class, older_than, stopping) or changed
             )
-            result.batches += 1
-            for status, count in deleted.items():
-                result.add(status, count)
-            if sum(deleted.values()) < batch_size:
-                break
+            delete = store.prune_jobs if older_than < DAY else store.prune_history_defaults
+            while not stopping():
+                deleted = delete(conn, statuses=statuses, older_than=older_than, limit=batch_size)
+                result.batches += 1
+                for status, count in deleted.items():
+                    result.add(status, count)
+                if sum(deleted.values()) < batch_size:
+                    break
+    if changed and not stopping():
+        store.analyze_history(conn)
     retentions = [seconds for seconds in (done_after, failed_after) if seconds is not None]
     if retentions and not stopping():
         # Workflows whose jobs are all pruned (migration 0011), and the incidents of the
@@ -71,6 +87,56 @@ def prune(
     if history_after is not None and not stopping():
         result.worker_history = store.prune_worker_history(conn, older_than=history_after)
     return result
+
+
+def _archive(
+    store: Store,
+    conn: psycopg.Connection[Any],
+    result: PruneResult,
+    batch_size: int,
+    stopping: Callable[[], bool],
+) -> bool:
+    """Move the finished jobs an older version left in jobs into jobs_history, in
+    batches; whether any moved."""
+    moved = False
+    while not stopping():
+        archived = store.archive_finished_jobs(conn, limit=batch_size)
+        result.batches += 1
+        moved = moved or archived > 0
+        if archived < batch_size:
+            break
+    return moved
+
+
+def _drop_days(
+    store: Store,
+    conn: psycopg.Connection[Any],
+    result: PruneResult,
+    history_class: str,
+    older_than: float,
+    stopping: Callable[[], bool],
+) -> bool:
+    """Drop the day partitions of ``history_class`` past ``older_than``; whether any."""
+    dropped_any = False
+    for partition in store.get_expired_history_days(
+        conn, history_class=history_class, older_than=older_than
+    ):
+        if stopping():
+            break
+        try:
+            dropped = store.drop_history_day(conn, history_class=history_class, partition=partition)
+        except psycopg.errors.LockNotAvailable:
+            logger.info("pruner: %s is busy; it is dropped at the next pass", partition)
+            break
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidTableDefinition):
+            # Another worker's pass (a pooled dsn: no pruner lock) dropped it first.
+            continue
+        dropped_any = True
+        result.batches += 1
+        result.days_dropped += 1
+        for status, count in dropped.items():
+            result.add(status, count)
+    return dropped_any
 
 
 class Pruner(Service):

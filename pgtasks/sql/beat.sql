@@ -1,5 +1,6 @@
--- Beat (migration 0002): its session, the leader lock of a schema and the schedules' state
--- in `periodic`. Headers, placeholders and parameters as in queries.sql.
+-- Beat (`pgtasks beat`, migration 0002): its session, the leader lock of a schema and the
+-- stored state of periodic schedules in `periodic` (`pgtasks schedules`). Headers,
+-- placeholders and parameters as in queries.sql.
 
 -- name: configure_beat_session :exec
 -- Beat: bound waits on its connection; the server drops a vanished beat host's session.
@@ -65,3 +66,7 @@ WHERE periodic.name = input.name;
 SELECT name, processed_until, last_tick, last_job_id, created_at, updated_at
 FROM {schema}.periodic
 ORDER BY name;
+
+-- name: get_database_time :one
+-- The database's clock, which beat and `pgtasks schedules` use as "now".
+SELECT clock_timestamp() AS now;

@@ -5,23 +5,37 @@
 -- name: insert_limited_job :one
 -- Insert one job that limits apply to (limit_groups, limit_key); an existing idempotency
 -- key returns that job (the notify trigger wakes the workers at commit).
-INSERT INTO {schema}.jobs AS jobs
-    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta,
-     limit_groups, limit_key)
-VALUES (
-    %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
-    %(max_attempts)s,
-    coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-    %(idempotency_key)s, coalesce(%(meta)s::jsonb, jsonb_build_object()),
-    %(limit_groups)s::text[], %(limit_key)s
+-- A key whose job finished (migration jobs_history: the job left jobs and its unique
+-- index) answers from job_keys, where every key lives until its job is pruned.
+WITH known AS (
+    SELECT job_id FROM {schema}.job_keys WHERE idempotency_key = %(idempotency_key)s
+), counted AS (
+    INSERT INTO {schema}.counters (name, value)
+    SELECT 'enqueues_deduplicated', count(*) FROM known HAVING count(*) > 0
+), inserted AS (
+    INSERT INTO {schema}.jobs AS jobs
+        (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta,
+         limit_groups, limit_key)
+    SELECT
+        %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+        %(max_attempts)s,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
+        %(idempotency_key)s, coalesce(%(meta)s::jsonb, jsonb_build_object()),
+        %(limit_groups)s::text[], %(limit_key)s
+    WHERE NOT EXISTS (SELECT FROM known)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+    RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed
 )
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
-DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
-RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
+SELECT id, existed FROM inserted
+UNION ALL
+SELECT job_id, true FROM known;
 
 -- name: insert_limited_jobs :many
 -- Insert a batch of jobs some of which limits apply to, in order; as insert_jobs, plus
 -- limit_groups (a JSON array with an array of names or null per job) and limit_key.
+-- A key whose job finished (migration jobs_history: the job left jobs and its unique
+-- index) answers from job_keys, where every key lives until its job is pruned.
 WITH input AS (
     SELECT *
     FROM ROWS FROM (
@@ -34,21 +48,43 @@ WITH input AS (
         jsonb_array_elements(%(meta)s::jsonb)
     ) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts,
                            run_at, delay, idempotency_key, limit_groups, limit_key, meta, ord)
+), known AS MATERIALIZED (
+    SELECT input.ord, keys.job_id
+    FROM input
+    JOIN {schema}.job_keys AS keys ON keys.idempotency_key = input.idempotency_key
+), counted AS (
+    -- Counted as the ON CONFLICT answers are (migration 0014).
+    INSERT INTO {schema}.counters (name, value)
+    SELECT 'enqueues_deduplicated', count(*) FROM known HAVING count(*) > 0
+), inserted AS (
+    INSERT INTO {schema}.jobs AS jobs
+        (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta,
+         limit_groups, limit_key)
+    SELECT task_name, queue, priority, args, kwargs, max_attempts,
+           coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+           idempotency_key, coalesce(meta, jsonb_build_object()),
+           CASE WHEN jsonb_typeof(limit_groups) = 'array'
+                THEN ARRAY(SELECT jsonb_array_elements_text(limit_groups)) END,
+           limit_key
+    FROM input
+    WHERE input.ord NOT IN (SELECT ord FROM known)
+    ORDER BY ord
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+    RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed
+), numbered AS (
+    SELECT row_number() OVER () AS n, id, existed FROM inserted
+), fresh AS (
+    SELECT row_number() OVER (ORDER BY ord) AS n, ord
+    FROM input WHERE input.ord NOT IN (SELECT ord FROM known)
 )
-INSERT INTO {schema}.jobs AS jobs
-    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta,
-     limit_groups, limit_key)
-SELECT task_name, queue, priority, args, kwargs, max_attempts,
-       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       idempotency_key, coalesce(meta, jsonb_build_object()),
-       CASE WHEN jsonb_typeof(limit_groups) = 'array'
-            THEN ARRAY(SELECT jsonb_array_elements_text(limit_groups)) END,
-       limit_key
+SELECT coalesce(known.job_id, numbered.id) AS id,
+       coalesce(known.job_id IS NOT NULL OR numbered.existed, false) AS existed
 FROM input
-ORDER BY ord
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
-DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
-RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
+LEFT JOIN known USING (ord)
+LEFT JOIN fresh USING (ord)
+LEFT JOIN numbered USING (n)
+ORDER BY input.ord;
 
 -- name: claim_limited_jobs :many
 -- Claim up to %(limit)s due jobs that limits apply to, never past a limit (see the

@@ -19,7 +19,7 @@ SELECT queue,
        count(*) FILTER (WHERE finished_at >= now() - interval '1 minute')
            AS finished_last_minute,
        count(*) FILTER (WHERE finished_at >= now() - interval '1 hour') AS finished_last_hour
-FROM {schema}.jobs
+FROM {schema}.all_jobs
 GROUP BY queue
 ORDER BY queue;
 
@@ -28,7 +28,7 @@ ORDER BY queue;
 SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
        run_at, locked_at, locked_by, last_error, result, idempotency_key,
        created_at, updated_at, finished_at, now() AS now
-FROM {schema}.jobs
+FROM {schema}.all_jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
@@ -67,33 +67,21 @@ FULL JOIN holding ON holding.locked_by = known.id
 ORDER BY known.removed_at IS NOT NULL, known.hostname IS NULL, 1;
 
 -- name: retry_job :one
--- A failed or cancelled job back to pending, due now, allowed one more attempt; the
--- row's previous status tells a missing job (no row) from one in another state. A
--- workflow step cancelled before it received its input is left as it is (needs_input:
+-- A failed or cancelled job back to pending, due now, allowed one more attempt (moved
+-- back from jobs_history by jobs_retry, migration jobs_history); the row's previous
+-- status tells a missing job (no row) from one in another state. A workflow step
+-- cancelled before it received its input is left as it is (needs_input:
 -- retry_workflow_step re-assembles it).
 WITH target AS (
     SELECT id, status,
            coalesce(workflow_id IS NOT NULL AND waiting_for > 0
                     AND cardinality(prev_ids) > 0, false) AS needs_input
-    FROM {schema}.jobs WHERE id = %(id)s::bigint FOR UPDATE
+    FROM {schema}.all_jobs WHERE id = %(id)s::bigint
 ), retried AS (
-    UPDATE {schema}.jobs AS jobs
-    SET status = 'pending',
-        run_at = now(),
-        -- Attempts keep counting; the limit grows when it was used up.
-        max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
-        locked_by = NULL,
-        locked_at = NULL,
-        result = NULL,
-        finished_at = NULL,
-        -- A cancelled job's flag would cancel the new attempt too.
-        cancel_requested = false,
-        updated_at = now()
+    SELECT retried.*
     FROM target
-    WHERE jobs.id = target.id
-      AND target.status IN ('failed', 'cancelled')
-      AND NOT target.needs_input
-    RETURNING jobs.id, jobs.queue, jobs.attempts, jobs.max_attempts
+    CROSS JOIN LATERAL {schema}.jobs_retry(ARRAY[target.id]) AS retried
+    WHERE target.status IN ('failed', 'cancelled') AND NOT target.needs_input
 )
 SELECT target.id, target.status AS previous_status, retried.queue, retried.attempts,
        retried.max_attempts, retried.id IS NOT NULL AS retried, target.needs_input
@@ -103,48 +91,56 @@ LEFT JOIN retried ON retried.id = target.id;
 -- name: retry_failed_jobs :many
 -- Up to %(limit)s failed jobs (of one task, or any) back to pending, due now.
 WITH picked AS (
-    SELECT id
-    FROM {schema}.jobs AS jobs
-    WHERE status = 'failed'
-      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-      -- A workflow step that never received its input is retried by retry_workflow_step.
-      AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
-                       AND cardinality(prev_ids) > 0, false)
-      -- A job unique while active (migration 0010) whose key an active job holds
-      -- stays as it is: retrying it would make a second active job of the key.
-      AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
-          SELECT FROM {schema}.jobs AS holder
-          WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
-            AND holder.status IN ('pending', 'running')))
-    ORDER BY id
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs_history AS jobs
+        WHERE status = 'failed'
+          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          -- A workflow step that never received its input: retry_workflow_step.
+          AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                           AND cardinality(prev_ids) > 0, false)
+          -- A job unique while active (migration 0010) whose key an active job holds
+          -- stays as it is: retrying it would make a second active job of the key.
+          AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
+              SELECT FROM {schema}.jobs AS holder
+              WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
+                AND holder.status IN ('pending', 'running')))
+        ORDER BY id
+        LIMIT %(limit)s::int
+        -- A row another session holds is left for the next pass, not waited for.
+        FOR UPDATE SKIP LOCKED
+    ) AS history
+    UNION ALL
+    -- Failed jobs that finished before migration jobs_history, until the pruner moves them.
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs AS jobs
+        WHERE status = 'failed'
+          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                           AND cardinality(prev_ids) > 0, false)
+          AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
+              SELECT FROM {schema}.jobs AS holder
+              WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
+                AND holder.status IN ('pending', 'running')))
+        ORDER BY id
+        LIMIT %(limit)s::int
+        FOR UPDATE SKIP LOCKED
+    ) AS legacy
     LIMIT %(limit)s::int
-    -- A row another session holds is left for the next pass, not waited for.
-    FOR UPDATE SKIP LOCKED
 )
-UPDATE {schema}.jobs AS jobs
-SET status = 'pending',
-    run_at = now(),
-    max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
-    locked_by = NULL,
-    locked_at = NULL,
-    result = NULL,
-    finished_at = NULL,
-    cancel_requested = false,
-    updated_at = now()
-FROM picked
-WHERE jobs.id = picked.id
-RETURNING jobs.id, jobs.queue;
+SELECT id, queue FROM {schema}.jobs_retry(ARRAY(SELECT id FROM picked ORDER BY id));
 
 -- name: prune_jobs :many
--- Delete up to %(limit)s finished jobs of %(statuses)s finished over %(older_than)s s ago.
+-- Delete up to %(limit)s finished jobs of %(statuses)s finished over %(older_than)s s ago
+-- from every partition of jobs_history (a retention under a day: the pruner drops whole
+-- days only once they are past it), with the keys they hold (jobs_delete_finished).
 WITH doomed AS (
-    -- The first condition is jobs_finished_idx's predicate: the scan reads finished
-    -- rows only, oldest first, and never a pending or running one.
     SELECT id
-    FROM {schema}.jobs AS jobs
-    WHERE status IN ('done', 'failed', 'cancelled')
-      AND status = ANY(%(statuses)s::text[])
-      AND finished_at < now() - make_interval(secs => %(older_than)s::float8)
+    FROM {schema}.jobs_history AS jobs
+    WHERE status = ANY(%(statuses)s::text[])
+      AND (finished_at IS NULL
+           OR finished_at < now() - make_interval(secs => %(older_than)s::float8))
       -- A job of a workflow (migration 0011) stays while the workflow has unfinished
       -- jobs: a chord's callback reads its members' results when it starts.
       AND (workflow_id IS NULL
@@ -153,17 +149,107 @@ WITH doomed AS (
                             AND other.status IN ('waiting', 'pending', 'running')))
     ORDER BY finished_at
     LIMIT %(limit)s::int
-    -- Rows held elsewhere (a retry, a cancel) are skipped: the batch never waits.
+    -- Rows held elsewhere (a retry) are skipped: the batch never waits.
     FOR UPDATE SKIP LOCKED
-), deleted AS (
+)
+SELECT status, count(*)::int AS deleted
+FROM {schema}.jobs_delete_finished(ARRAY(SELECT id FROM doomed))
+GROUP BY status;
+
+-- name: prune_history_defaults :many
+-- prune_jobs for the default partitions of jobs_history only: the jobs of a day with no
+-- partition of its own (finished before its partition was created, or kept when their
+-- day was dropped because their workflow was unfinished).
+WITH doomed AS (
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs_history_done_default AS jobs
+        WHERE 'done' = ANY(%(statuses)s::text[])
+          AND (finished_at IS NULL
+               OR finished_at < now() - make_interval(secs => %(older_than)s::float8))
+          AND (workflow_id IS NULL
+               OR NOT EXISTS (SELECT 1 FROM {schema}.jobs AS other
+                              WHERE other.workflow_id = jobs.workflow_id
+                                AND other.status IN ('waiting', 'pending', 'running')))
+        ORDER BY finished_at
+        LIMIT %(limit)s::int
+        FOR UPDATE SKIP LOCKED
+    ) AS done
+    UNION ALL
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs_history_failed_default AS jobs
+        WHERE status = ANY(%(statuses)s::text[])
+          AND (finished_at IS NULL
+               OR finished_at < now() - make_interval(secs => %(older_than)s::float8))
+          AND (workflow_id IS NULL
+               OR NOT EXISTS (SELECT 1 FROM {schema}.jobs AS other
+                              WHERE other.workflow_id = jobs.workflow_id
+                                AND other.status IN ('waiting', 'pending', 'running')))
+        ORDER BY finished_at
+        LIMIT %(limit)s::int
+        FOR UPDATE SKIP LOCKED
+    ) AS failed
+    LIMIT %(limit)s::int
+)
+SELECT status, count(*)::int AS deleted
+FROM {schema}.jobs_delete_finished(ARRAY(SELECT id FROM doomed))
+GROUP BY status;
+
+-- name: create_history_days :many
+-- The day partitions of jobs_history from today (UTC) to %(days)s days ahead that do not
+-- exist yet, created (rows of those days in a default partition move into them).
+SELECT name FROM {schema}.jobs_history_create_days(now(), %(days)s::int) AS name;
+
+-- name: get_expired_history_days :many
+-- The day partitions of %(class)s ('done' or 'failed') whose whole day is over
+-- %(older_than)s seconds ago.
+SELECT partition_name, partition_day
+FROM {schema}.jobs_history_expired_days(%(class)s::text,
+                                        now() - make_interval(secs => %(older_than)s::float8));
+
+-- name: forget_history_day_keys :many
+-- Before a day partition is dropped: its jobs by status; the keys they held deleted.
+SELECT status, jobs FROM {schema}.jobs_history_forget_day_keys(%(partition)s::text);
+
+-- name: drop_history_day :one
+-- Drop a day partition (jobs of unfinished workflows kept); its jobs kept.
+SELECT {schema}.jobs_history_drop_day(%(class)s::text, %(partition)s::text) AS kept;
+
+-- name: set_lock_timeout :exec
+-- This transaction waits at most %(timeout)s for a lock (a partition's catalog change).
+SELECT set_config('lock_timeout', %(timeout)s::text, true);
+
+-- name: analyze_history :exec
+-- Statistics of jobs_history (autovacuum never analyzes a partitioned table itself): the
+-- dashboard's estimates of finished jobs read them.
+ANALYZE {schema}.jobs_history;
+
+-- name: archive_finished_jobs :one
+-- Move up to %(limit)s jobs that finished before migration jobs_history from jobs into
+-- jobs_history, oldest first (the workflows they belong to moved on when they ended:
+-- pgtasks.archiving keeps the triggers from doing it again).
+WITH flag AS (
+    -- (And the jobs moved keep their keys: jobs_forget_key leaves their rows alone.)
+    SELECT set_config('pgtasks.archiving', 'on', true),
+           set_config('pgtasks.keys_handled', 'on', true)
+), doomed AS (
+    SELECT id
+    FROM {schema}.jobs AS jobs
+    WHERE status IN ('done', 'failed', 'cancelled')
+      AND (SELECT count(*) FROM flag) = 1
+    ORDER BY finished_at
+    LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+), archived AS (
     DELETE FROM {schema}.jobs AS jobs
     USING doomed
     WHERE jobs.id = doomed.id
-    RETURNING jobs.status
+    RETURNING jobs.*
+), moved AS (
+    INSERT INTO {schema}.jobs_history SELECT * FROM archived RETURNING id
 )
-SELECT status, count(*)::int AS deleted
-FROM deleted
-GROUP BY status;
+SELECT count(*)::int AS archived FROM moved;
 
 -- name: prune_worker_history :one
 -- Forget workers removed more than %(older_than)s seconds ago.
@@ -206,8 +292,18 @@ WITH picked AS (
     ORDER BY id
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
+), flag AS (
+    -- This statement deletes the keys itself (jobs_forget_key leaves its rows alone).
+    SELECT set_config('pgtasks.keys_handled', 'on', true)
+), purged AS (
+    DELETE FROM {schema}.jobs AS jobs
+    USING picked
+    WHERE jobs.id = picked.id AND jobs.status = 'pending'
+      AND (SELECT count(*) FROM flag) = 1
+    RETURNING jobs.id
+), keys AS (
+    -- The keys the purged jobs held (migration jobs_history) are free again.
+    DELETE FROM {schema}.job_keys AS keys
+    WHERE keys.job_id IN (SELECT id FROM purged)
 )
-DELETE FROM {schema}.jobs AS jobs
-USING picked
-WHERE jobs.id = picked.id AND jobs.status = 'pending'
-RETURNING jobs.id;
+SELECT id FROM purged;

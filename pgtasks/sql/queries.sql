@@ -49,6 +49,8 @@ SELECT coalesce(max(version), 0) AS version FROM {schema}.migrations;
 -- Insert a batch of jobs in order; a job whose idempotency key exists returns that row.
 -- Columns come as arrays, but args and kwargs as one JSON array each (the texts joined
 -- by the client: cheaper to send than an array of texts); ROWS FROM zips them by position.
+-- A key whose job finished (migration jobs_history: the job left jobs and its unique
+-- index) answers from job_keys, where every key lives until its job is pruned.
 WITH input AS (
     SELECT *
     FROM ROWS FROM (
@@ -60,20 +62,42 @@ WITH input AS (
         jsonb_array_elements(%(meta)s::jsonb)
     ) WITH ORDINALITY AS t(task_name, queue, priority, args, kwargs, max_attempts,
                            run_at, delay, idempotency_key, meta, ord)
+), known AS MATERIALIZED (
+    SELECT input.ord, keys.job_id
+    FROM input
+    JOIN {schema}.job_keys AS keys ON keys.idempotency_key = input.idempotency_key
+), counted AS (
+    -- Counted as the ON CONFLICT answers are (migration 0014).
+    INSERT INTO {schema}.counters (name, value)
+    SELECT 'enqueues_deduplicated', count(*) FROM known HAVING count(*) > 0
+), inserted AS (
+    INSERT INTO {schema}.jobs AS jobs
+        (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta)
+    SELECT task_name, queue, priority, args, kwargs, max_attempts,
+           -- Relative delays use the server's clock, never the caller's.
+           coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+           idempotency_key, coalesce(meta, jsonb_build_object())
+    FROM input
+    WHERE input.ord NOT IN (SELECT ord FROM known)
+    ORDER BY ord
+    -- The no-op update makes RETURNING yield the existing row (one round trip, no error
+    -- to parse); xmax is non-zero only for a row that was updated rather than inserted.
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+    RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed
+), numbered AS (
+    SELECT row_number() OVER () AS n, id, existed FROM inserted
+), fresh AS (
+    SELECT row_number() OVER (ORDER BY ord) AS n, ord
+    FROM input WHERE input.ord NOT IN (SELECT ord FROM known)
 )
-INSERT INTO {schema}.jobs AS jobs
-    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta)
-SELECT task_name, queue, priority, args, kwargs, max_attempts,
-       -- Relative delays use the server's clock, never the caller's.
-       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       idempotency_key, coalesce(meta, jsonb_build_object())
+SELECT coalesce(known.job_id, numbered.id) AS id,
+       coalesce(known.job_id IS NOT NULL OR numbered.existed, false) AS existed
 FROM input
-ORDER BY ord
--- The no-op update makes RETURNING yield the existing row (one round trip, no error
--- to parse); xmax is non-zero only for a row that was updated rather than inserted.
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
-DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
-RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
+LEFT JOIN known USING (ord)
+LEFT JOIN fresh USING (ord)
+LEFT JOIN numbered USING (n)
+ORDER BY input.ord;
 
 -- name: insert_new_jobs :many
 -- Insert a batch of jobs that carry no idempotency key (no conflict arbitration needed);
@@ -127,17 +151,29 @@ FROM STDIN;
 
 -- name: insert_job :one
 -- Insert one job; when its idempotency key exists, return that job instead.
-INSERT INTO {schema}.jobs AS jobs
-    (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta)
-VALUES (
-    %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
-    %(max_attempts)s,
-    coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-    %(idempotency_key)s, coalesce(%(meta)s::jsonb, jsonb_build_object())
+-- A key whose job finished (migration jobs_history: the job left jobs and its unique
+-- index) answers from job_keys, where every key lives until its job is pruned.
+WITH known AS (
+    SELECT job_id FROM {schema}.job_keys WHERE idempotency_key = %(idempotency_key)s
+), counted AS (
+    INSERT INTO {schema}.counters (name, value)
+    SELECT 'enqueues_deduplicated', count(*) FROM known HAVING count(*) > 0
+), inserted AS (
+    INSERT INTO {schema}.jobs AS jobs
+        (task_name, queue, priority, args, kwargs, max_attempts, run_at, idempotency_key, meta)
+    SELECT
+        %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+        %(max_attempts)s,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
+        %(idempotency_key)s, coalesce(%(meta)s::jsonb, jsonb_build_object())
+    WHERE NOT EXISTS (SELECT FROM known)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+    RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed
 )
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
-DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
-RETURNING jobs.id, (jobs.xmax::text <> '0') AS existed;
+SELECT id, existed FROM inserted
+UNION ALL
+SELECT job_id, true FROM known;
 
 -- name: insert_and_notify_job :one
 -- Insert one job without an idempotency key, as a transaction of its own (autocommit
@@ -183,7 +219,8 @@ SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attem
        -- A uniqueness scope's key and window (migration 0010), the window as its bounds.
        unique_key, lower(unique_window) AS unique_window_start,
        upper(unique_window) AS unique_window_end
-FROM {schema}.jobs
+-- Finished jobs are in jobs_history (migration jobs_history): both, by their id indexes.
+FROM {schema}.all_jobs
 WHERE id = %(id)s;
 
 -- name: get_jobs :many
@@ -193,7 +230,7 @@ SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attem
        created_at, updated_at, finished_at, meta, started_at, attempt_errors,
        unique_key, lower(unique_window) AS unique_window_start,
        upper(unique_window) AS unique_window_end
-FROM {schema}.jobs
+FROM {schema}.all_jobs
 WHERE id = ANY(%(ids)s::bigint[])
 ORDER BY id;
 
@@ -218,7 +255,7 @@ SELECT id, pg_notify({activity_channel}, id::text) IS NULL AS notified FROM upda
 
 -- name: get_job_status :one
 -- The status of one job by id.
-SELECT status FROM {schema}.jobs WHERE id = %(id)s;
+SELECT status FROM {schema}.all_jobs WHERE id = %(id)s;
 
 -- name: register_worker :one
 -- Register a worker; its id is the lease owner written to the jobs it claims. task_names:
@@ -366,20 +403,81 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
 
 -- name: finish_jobs :many
 -- Record a batch of outcomes (done, retry, failed), each fenced by its lease; a job whose
--- cancellation was requested meanwhile ends cancelled. Waiters hear of finished jobs.
-WITH finished AS (
+-- cancellation was requested meanwhile ends cancelled. A job that ends leaves jobs in this
+-- statement: the fenced DELETE's rows are what the INSERT writes into jobs_history
+-- (migration jobs_history), so a lost lease matches nothing and a cancel racing the
+-- finish waits for it and then finds no row. Waiters hear of finished jobs.
+WITH outcome AS MATERIALIZED (
+    -- id, attempt, status, delay and held come as comma-joined text (one string each is
+    -- far cheaper to send than an array of one value per job); result and error as arrays.
+    SELECT * FROM unnest(
+        string_to_array(%(id)s, ',')::bigint[], string_to_array(%(attempt)s, ',')::int[],
+        string_to_array(%(status)s, ','), %(result)s::jsonb[], %(error)s::text[],
+        string_to_array(%(delay)s, ',')::float8[], string_to_array(%(held)s, ','),
+        %(exception_type)s::text[]
+    ) AS outcome(id, attempt, status, result, error, delay, held, exception_type)
+),
+flag AS (
+    -- The jobs this statement moves keep their keys (jobs_forget_key leaves their rows
+    -- alone); set for the rest of the transaction, the worker's round trip.
+    SELECT set_config('pgtasks.keys_handled', 'on', true)
+),
+ended AS (
+    DELETE FROM {schema}.jobs AS jobs
+    USING outcome
+    WHERE jobs.id = outcome.id
+      AND (SELECT count(*) FROM flag) = 1
+      -- The fence: still running under the lease this worker took. The expected status
+      -- comes with each outcome ('running') rather than as a constant, so the planner
+      -- cannot pick jobs_running_idx for this join: it reaches each job by its primary
+      -- key. (While an old snapshot pins the xmin horizon, jobs_running_idx keeps an
+      -- entry for every job finished since; a scan of it grows with each of them.)
+      AND jobs.status = outcome.held
+      AND jobs.locked_by = %(worker_id)s
+      AND jobs.attempts = outcome.attempt
+      AND (outcome.status <> 'pending' OR jobs.cancel_requested)
+    RETURNING jobs.*, outcome.status AS outcome_status, outcome.result AS outcome_result,
+              outcome.error AS outcome_error, outcome.attempt AS outcome_attempt,
+              outcome.exception_type AS outcome_exception_type
+),
+moved AS (
+    -- Every column of jobs, in its order (tests/unit check the list against the schema).
+    INSERT INTO {schema}.jobs_history
+        (id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
+         run_at, locked_at, locked_by, last_error, result, idempotency_key, created_at,
+         updated_at, finished_at, cancel_requested, meta, started_at, attempt_errors,
+         limit_groups, limit_key, unique_key, unique_window, workflow_id, workflow_step,
+         next_ids, prev_ids, waiting_for, input_mode)
+    SELECT id, task_name, queue, priority, args, kwargs,
+           CASE WHEN cancel_requested THEN 'cancelled' ELSE outcome_status END,
+           attempts, max_attempts, run_at, locked_at, locked_by,
+           coalesce(outcome_error, last_error),
+           CASE WHEN cancel_requested THEN NULL ELSE outcome_result END,
+           idempotency_key, created_at, now(), now(), cancel_requested, meta, started_at,
+           -- The attempt history (migration 0008): an entry per attempt ended by an error
+           -- only, so a job that succeeds at once never writes one.
+           CASE WHEN outcome_error IS NULL OR outcome_status = 'done'
+                THEN attempt_errors
+                ELSE coalesce(attempt_errors, '[]'::jsonb)
+                     || jsonb_build_array(jsonb_build_object(
+                            'attempt', outcome_attempt,
+                            'worker_id', locked_by,
+                            'error', outcome_error,
+                            'exception_type', outcome_exception_type,
+                            'finished_at', now()))
+           END,
+           limit_groups, limit_key, unique_key, unique_window, workflow_id, workflow_step,
+           next_ids, prev_ids, waiting_for, input_mode
+    FROM ended
+    RETURNING id, status, limit_groups
+),
+retried AS (
     UPDATE {schema}.jobs AS jobs
-    SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE outcome.status END,
-        result = CASE WHEN jobs.cancel_requested THEN NULL ELSE outcome.result END,
+    SET status = outcome.status,
         last_error = coalesce(outcome.error, jobs.last_error),
-        run_at = CASE WHEN outcome.status = 'pending' AND NOT jobs.cancel_requested
-                      THEN now() + make_interval(secs => outcome.delay)
-                      ELSE jobs.run_at END,
-        finished_at = CASE WHEN outcome.status = 'pending' AND NOT jobs.cancel_requested
-                           THEN NULL ELSE now() END,
-        -- The attempt history (migration 0008): an entry per attempt ended by an error
-        -- only, so a job that succeeds at once never writes one.
-        attempt_errors = CASE WHEN outcome.error IS NULL OR outcome.status = 'done'
+        run_at = now() + make_interval(secs => outcome.delay),
+        finished_at = NULL,
+        attempt_errors = CASE WHEN outcome.error IS NULL
                               THEN jobs.attempt_errors
                               ELSE coalesce(jobs.attempt_errors, '[]'::jsonb)
                                    || jsonb_build_array(jsonb_build_object(
@@ -390,35 +488,29 @@ WITH finished AS (
                                           'finished_at', now()))
                          END,
         updated_at = now()
-    -- id, attempt, status, delay and held come as comma-joined text (one string each is
-    -- far cheaper to send than an array of one value per job); result and error as arrays.
-    FROM unnest(
-        string_to_array(%(id)s, ',')::bigint[], string_to_array(%(attempt)s, ',')::int[],
-        string_to_array(%(status)s, ','), %(result)s::jsonb[], %(error)s::text[],
-        string_to_array(%(delay)s, ',')::float8[], string_to_array(%(held)s, ','),
-        %(exception_type)s::text[]
-    ) AS outcome(id, attempt, status, result, error, delay, held, exception_type)
+    FROM outcome
     WHERE jobs.id = outcome.id
-      -- The fence: still running under the lease this worker took. The expected status
-      -- comes with each outcome ('running') rather than as a constant, so the planner
-      -- cannot pick jobs_running_idx for this join: it reaches each job by its primary
-      -- key. (While an old snapshot pins the xmin horizon, jobs_running_idx keeps an
-      -- entry for every job finished since; a scan of it grows with each of them.)
+      AND outcome.status = 'pending'
       AND jobs.status = outcome.held
       AND jobs.locked_by = %(worker_id)s
       AND jobs.attempts = outcome.attempt
+      AND NOT jobs.cancel_requested
     RETURNING jobs.id, jobs.status, jobs.limit_groups
+),
+finished AS (
+    SELECT id, status, limit_groups FROM moved
+    UNION ALL
+    SELECT id, status, limit_groups FROM retried
 ),
 notified AS (
     -- One notification per 500 finished jobs, payload "id,id,…" (under the 8 kB limit).
     SELECT pg_notify({done_channel}, string_agg(id::text, ','))
     FROM (SELECT id, (row_number() OVER ()) / 500 AS chunk
-          FROM finished WHERE status <> 'pending') AS ended
+          FROM moved) AS ended
     GROUP BY chunk
     UNION ALL
     -- Attempts that will be retried changed their jobs too: one notification for all.
-    (SELECT pg_notify({activity_channel}, 'retried') FROM finished WHERE status = 'pending'
-     LIMIT 1)
+    (SELECT pg_notify({activity_channel}, 'retried') FROM retried LIMIT 1)
 ),
 freed AS (
     -- Limited jobs that left 'running' free a slot of each of their limits (migration
@@ -436,153 +528,9 @@ FROM finished
 LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true
 LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
--- name: release_jobs :many
--- Put the unfinished jobs of a stopping worker back to pending without using up an attempt.
-WITH released AS (
-    UPDATE {schema}.jobs AS jobs
-    SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'pending' END,
-        attempts = jobs.attempts - 1,
-        run_at = now(),
-        finished_at = CASE WHEN jobs.cancel_requested THEN now() END,
-        updated_at = now()
-    FROM unnest(%(id)s::bigint[], %(attempt)s::int[]) AS lease(id, attempt)
-    WHERE jobs.id = lease.id
-      AND jobs.status = 'running'
-      AND jobs.locked_by = %(worker_id)s
-      AND jobs.attempts = lease.attempt
-    RETURNING jobs.id, jobs.queue, jobs.limit_groups
-),
-freed AS (
-    -- Their slots of limits are free (migration flow_control): wake the workers waiting for one.
-    SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
-                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
-    FROM released, unnest(released.limit_groups) AS inst
-    WHERE released.limit_groups IS NOT NULL AND inst IS NOT NULL
-    HAVING count(*) > 0
-)
-SELECT released.id, pg_notify({channel}, released.queue) IS NULL AS notified
-FROM released
-LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
-
--- name: release_orphaned_jobs :many
--- Release jobs running under this worker that it does not know it holds (a claim whose
--- reply was lost with the connection); they never started, so the attempt is returned.
-WITH released AS (
-    UPDATE {schema}.jobs AS jobs
-    SET status = 'pending',
-        attempts = jobs.attempts - 1,
-        run_at = now(),
-        updated_at = now()
-    WHERE jobs.status = 'running'
-      AND jobs.locked_by = %(worker_id)s
-      AND jobs.id <> ALL(%(known_ids)s::bigint[])
-    RETURNING jobs.id, jobs.limit_groups
-), freed AS (
-    -- Their slots of limits are free (migration flow_control): wake the workers waiting for one.
-    SELECT pg_notify({limits_channel}, left(%(worker_id)s::text || ':'
-                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
-    FROM released, unnest(released.limit_groups) AS inst
-    WHERE released.limit_groups IS NOT NULL AND inst IS NOT NULL
-    HAVING count(*) > 0
-)
-SELECT released.id
-FROM released
-LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
-
--- name: rescue_jobs :many
--- Jobs running under a worker that is gone or silent past the lease: back to pending,
--- or failed when out of attempts. The long jobs of live workers are never touched. The slots
--- of limits they held are free: the workers waiting for one are notified.
-WITH lost AS (
-    SELECT jobs.id
-    FROM {schema}.jobs AS jobs
-    LEFT JOIN {schema}.workers AS workers ON workers.id = jobs.locked_by
-    WHERE jobs.status = 'running'
-      AND (workers.id IS NULL
-           OR workers.heartbeat_at < now() - make_interval(secs => %(lease_timeout)s))
-    FOR UPDATE OF jobs SKIP LOCKED
-), rescued AS (
-    UPDATE {schema}.jobs AS jobs
-    SET status = CASE WHEN jobs.cancel_requested THEN 'cancelled'
-                      WHEN jobs.attempts >= jobs.max_attempts THEN 'failed'
-                      ELSE 'pending' END,
-        last_error = format('WorkerLostError: worker %%s was lost (no heartbeat within %%s s)'
-                            ' during attempt %%s', jobs.locked_by, %(lease_timeout)s,
-                            jobs.attempts),
-        run_at = now(),
-        finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
-                           THEN now() END,
-        attempt_errors = coalesce(jobs.attempt_errors, '[]'::jsonb) || jsonb_build_array(
-            jsonb_build_object(
-                'attempt', jobs.attempts,
-                'worker_id', jobs.locked_by,
-                'error', format('WorkerLostError: worker %%s was lost (no heartbeat within'
-                                ' %%s s) during attempt %%s', jobs.locked_by,
-                                %(lease_timeout)s, jobs.attempts),
-                'exception_type', 'pgtasks.WorkerLostError',
-                'finished_at', now())),
-        updated_at = now()
-    FROM lost
-    WHERE jobs.id = lost.id
-    RETURNING jobs.id, jobs.status, jobs.locked_by, jobs.attempts, jobs.queue, jobs.limit_groups
-), counted AS (
-    -- The rescued counter (migration 0014), in the rescue's own transaction: exact
-    -- even if this worker dies right after.
-    INSERT INTO {schema}.counters (name, value)
-    SELECT 'rescued', count(*) FROM rescued HAVING count(*) > 0
-), freed AS (
-    -- Rescued limited jobs free their slots (migration flow_control): workers waiting
-    -- for them claim at once.
-    SELECT pg_notify({limits_channel}, left('0:'
-                     || string_agg(DISTINCT split_part(inst, chr(31), 1), ','), 7900))
-    FROM rescued, unnest(rescued.limit_groups) AS inst
-    WHERE rescued.limit_groups IS NOT NULL AND inst IS NOT NULL
-    HAVING count(*) > 0
-)
-SELECT rescued.id, rescued.status, rescued.locked_by, rescued.attempts, rescued.queue
-FROM rescued
-LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
-
--- name: delete_dead_workers :many
--- Remove registrations silent past the lease (their jobs are rescued first).
-DELETE FROM {schema}.workers
-WHERE heartbeat_at < now() - make_interval(secs => %(lease_timeout)s)
-RETURNING id, hostname, pid;
-
--- name: cancel_job :one
--- Cancel a job: pending becomes cancelled; running is flagged and its worker notified;
--- a finished job is left as it is. Returns the status before and after.
-WITH target AS (
-    SELECT id, status FROM {schema}.jobs WHERE id = %(id)s FOR UPDATE
-),
-cancelled AS (
-    -- A waiting workflow step (migration 0011) is cancelled like a pending job.
-    UPDATE {schema}.jobs AS jobs
-    SET status = CASE WHEN target.status IN ('pending', 'waiting') THEN 'cancelled'
-                      ELSE jobs.status END,
-        cancel_requested = true,
-        finished_at = CASE WHEN target.status IN ('pending', 'waiting') THEN now()
-                           ELSE jobs.finished_at END,
-        updated_at = now()
-    FROM target
-    WHERE jobs.id = target.id AND target.status IN ('pending', 'waiting', 'running')
-    RETURNING jobs.id, jobs.status
-)
-SELECT target.status AS previous_status,
-       coalesce(cancelled.status, target.status) AS status,
-       CASE WHEN cancelled.status = 'running' THEN pg_notify({cancel_channel}, target.id::text)
-            WHEN cancelled.status = 'cancelled' THEN pg_notify({done_channel}, target.id::text)
-       END IS NULL AS notified
-FROM target LEFT JOIN cancelled ON cancelled.id = target.id;
-
--- name: get_cancel_requests :many
--- Jobs running under a worker whose cancellation was requested.
-SELECT id FROM {schema}.jobs
-WHERE status = 'running' AND locked_by = %(worker_id)s AND cancel_requested;
-
 -- name: get_job_outcome :one
 -- What a waiter needs of one job: status, result and last error.
-SELECT id, status, result, last_error FROM {schema}.jobs WHERE id = %(id)s;
+SELECT id, status, result, last_error FROM {schema}.all_jobs WHERE id = %(id)s;
 
 -- name: notify_done :exec
 -- Tell result waiters that these jobs ended (payload "id,id,…").
@@ -591,7 +539,3 @@ SELECT pg_notify({done_channel}, %(ids)s);
 -- name: notify_queue :exec
 -- Wake workers of a queue (after releasing or rescuing jobs).
 SELECT pg_notify({channel}, %(queue)s);
-
--- name: get_database_time :one
--- The database's clock, which beat and `pgtasks schedules` use as "now".
-SELECT clock_timestamp() AS now;

@@ -304,6 +304,7 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         (r"^CREATE\s+SCHEMA\b", "", "none"),
         (r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\b", "", "none"),
         (r"^CREATE\s+(?:UNLOGGED\s+)?TABLE\b", "", "none"),
+        (r"^CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\b", "", "none"),
         (r"^CREATE\s+TYPE\b", "", "none"),
         (r"^COMMENT\s+ON\b", "", "none"),
         (
@@ -439,8 +440,31 @@ def statement_locks(statement: str, new_tables: Container[str] = ()) -> list[Loc
     for pattern, mode, kind in _RULES:
         match = pattern.match(statement)
         if match is not None:
-            return [] if kind == "none" else [_use(match["table"], mode, kind, new_tables)]
+            if kind == "none":
+                return []
+            table = match["table"]
+            return [_use(table, mode, kind, new_tables), *_reads(statement, table, new_tables)]
     return [LockUse("?", _AE, "blocking", "unknown statement: review its locks by hand")]
+
+
+_WRITES = re.compile(r"^(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\b", re.IGNORECASE)
+_READ = re.compile(
+    r"\b(?:FROM|JOIN|USING)\s+(?:ONLY\s+)?\{schema\}\.(?P<table>" + _WORD + r")\b", re.IGNORECASE
+)
+
+
+def _reads(statement: str, target: str, new_tables: Container[str]) -> list[LockUse]:
+    """The other tables an INSERT … SELECT, UPDATE … FROM or DELETE … USING reads (ACCESS
+    SHARE): harmless alone, but a scan while the same transaction holds a write-blocking
+    lock on the table (a trigger just created on it, say) blocks for as long as it reads."""
+    if not _WRITES.match(statement):
+        return []
+    tables = dict.fromkeys(match["table"] for match in _READ.finditer(statement))
+    return [
+        _use(table, "ACCESS SHARE", "online-scan", new_tables)
+        for table in tables
+        if table != target
+    ]
 
 
 _NOTES = {
@@ -508,6 +532,10 @@ def step_locks(step: Step, new_tables: set[str]) -> list[StatementLocks]:
             ):
                 lock = dataclasses.replace(
                     lock, effect="online", note=f"locks the rows of one batch of {step.size} ids"
+                )
+            elif step.kind == "batched" and lock.scans and lock.relation == step.table:
+                lock = dataclasses.replace(
+                    lock, scans=False, note=f"reads one batch of {step.size} ids at a time"
                 )
             earlier = held.get(lock.relation)
             if (

@@ -5,7 +5,8 @@
 -- The job filter (list_jobs_page, count_filtered_jobs, retry_filtered_jobs,
 -- cancel_filtered_jobs): every parameter NULL means "any"; %(args)s is a JSON document the
 -- job's args contain (@>); %(due)s: pending and due now (true) or scheduled later (false);
--- %(workflow_id)s: the jobs of one workflow (through jobs_workflow_idx).
+-- %(workflow_id)s: the jobs of one workflow (through jobs_workflow_idx and
+-- jobs_history_workflow_idx).
 
 -- name: get_unfinished_stats :many
 -- Per queue: pending, due, running and the oldest due job's wait, from indexes only:
@@ -44,33 +45,53 @@ FULL JOIN waiting USING (queue)
 ORDER BY queue;
 
 -- name: get_jobs_table_size :one
--- The planner's row count of the jobs table (-1: never analyzed or vacuumed).
-SELECT coalesce(
-           (SELECT reltuples FROM pg_class
-            WHERE oid = to_regclass(quote_ident(%(schema)s::text) || '.jobs')),
-           -1)::float8 AS reltuples;
+-- The planner's row count of jobs and of jobs_history's partitions together (-1: never
+-- analyzed or vacuumed).
+SELECT coalesce(CASE WHEN bool_and(class.reltuples < 0) THEN -1
+                     ELSE sum(greatest(class.reltuples, 0)) END, -1)::float8 AS reltuples
+FROM pg_class AS class
+WHERE class.oid = to_regclass(quote_ident(%(schema)s::text) || '.jobs')
+   OR class.oid IN (
+       SELECT relid
+       FROM pg_partition_tree(to_regclass(quote_ident(%(schema)s::text) || '.jobs_history'))
+       WHERE isleaf);
 
 -- name: get_finished_counts :many
 -- Exact finished jobs per queue and status (small tables only: it reads every one).
 SELECT queue, status, count(*)::bigint AS jobs
-FROM {schema}.jobs
+FROM {schema}.all_jobs
 WHERE status IN ('done', 'failed', 'cancelled')
 GROUP BY queue, status;
 
 -- name: get_finished_estimates :many
 -- Finished jobs per queue and status estimated from ANALYZE's statistics: the (queue,
--- status) most-common-values list of jobs_queue_status_stats (migration 0006) times
--- the table's row count. No row of the table is read.
+-- status) most-common-values lists of jobs_history_queue_status_stats (migration
+-- jobs_history; the pruner analyzes jobs_history) and of jobs_queue_status_stats
+-- (migration 0006: finished jobs an older version left in jobs), each times its table's
+-- row count. No row of the tables is read.
+WITH sources AS (
+    SELECT 'jobs' AS tablename, 'jobs_queue_status_stats' AS statistics_name,
+           (SELECT greatest(reltuples, 0) FROM pg_class
+            WHERE oid = to_regclass(quote_ident(%(schema)s::text) || '.jobs')) AS reltuples
+    UNION ALL
+    SELECT 'jobs_history', 'jobs_history_queue_status_stats',
+           (SELECT coalesce(sum(greatest(reltuples, 0)), 0) FROM pg_class
+            WHERE oid IN (SELECT relid
+                          FROM pg_partition_tree(to_regclass(
+                              quote_ident(%(schema)s::text) || '.jobs_history'))
+                          WHERE isleaf))
+)
 SELECT stats.most_common_vals[item][1] AS queue,
        stats.most_common_vals[item][2] AS status,
-       round(stats.most_common_freqs[item] * greatest(class.reltuples, 0))::bigint AS jobs
-FROM pg_stats_ext AS stats
+       sum(round(stats.most_common_freqs[item] * sources.reltuples))::bigint AS jobs
+FROM sources
+JOIN pg_stats_ext AS stats
+  ON stats.schemaname = %(schema)s::text
+ AND stats.tablename = sources.tablename
+ AND stats.statistics_name = sources.statistics_name
 CROSS JOIN LATERAL generate_subscripts(stats.most_common_freqs, 1) AS item
-JOIN pg_class AS class ON class.oid = to_regclass(quote_ident(%(schema)s::text) || '.jobs')
-WHERE stats.schemaname = %(schema)s::text
-  AND stats.tablename = 'jobs'
-  AND stats.statistics_name = 'jobs_queue_status_stats'
-  AND stats.most_common_vals[item][2] IN ('done', 'failed', 'cancelled');
+WHERE stats.most_common_vals[item][2] IN ('done', 'failed', 'cancelled')
+GROUP BY 1, 2;
 
 -- name: get_finished_minutes :many
 -- Jobs finished per queue, status and minute over the last hour, newest first through
@@ -79,7 +100,7 @@ WHERE stats.schemaname = %(schema)s::text
 SELECT queue, status, date_trunc('minute', finished_at) AS minute, count(*)::int AS jobs
 FROM (
     SELECT queue, status, finished_at
-    FROM {schema}.jobs
+    FROM {schema}.all_jobs
     WHERE status IN ('done', 'failed', 'cancelled')
       AND finished_at >= date_trunc('minute', now()) - interval '59 minutes'
     ORDER BY finished_at DESC
@@ -88,6 +109,76 @@ FROM (
 GROUP BY 1, 2, 3;
 
 -- name: list_jobs_page :many
+-- One page of jobs matching the filter, newest first, older than the %(before)s id
+-- (keyset paging: no OFFSET). Asks for one row more than a page to tell if one follows.
+-- Only what the list shows is read, cut on the server: the head of the args (when their
+-- stored size is small: a large document is not rendered at all), the last line of the
+-- last error, the progress of meta (when meta is not large), never result or kwargs.
+SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
+       created_at, finished_at, workflow_id, workflow_step,
+       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
+            THEN left(args::text, %(args_chars)s::int) END AS args_head,
+       pg_column_size(args) AS args_size,
+       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
+            %(error_chars)s::int) AS error_line,
+       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
+       now() AS now
+FROM {schema}.all_jobs
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  -- due: pending and due now (true), or pending and scheduled later (false).
+  AND (%(due)s::boolean IS NULL
+       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+ORDER BY id DESC
+LIMIT %(limit)s::int;
+
+-- name: list_finished_jobs_page :many
+-- list_jobs_page for a finished status (done, failed, cancelled): jobs_history (its other
+-- class's partitions skipped), and the finished jobs an older version left in jobs through
+-- jobs_finished_idx; the backlog in jobs is never walked for a status it cannot hold.
+-- One page of jobs matching the filter, newest first, older than the %(before)s id
+-- (keyset paging: no OFFSET). Asks for one row more than a page to tell if one follows.
+-- Only what the list shows is read, cut on the server: the head of the args (when their
+-- stored size is small: a large document is not rendered at all), the last line of the
+-- last error, the progress of meta (when meta is not large), never result or kwargs.
+SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
+       created_at, finished_at, workflow_id, workflow_step,
+       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
+            THEN left(args::text, %(args_chars)s::int) END AS args_head,
+       pg_column_size(args) AS args_size,
+       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
+            %(error_chars)s::int) AS error_line,
+       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
+       now() AS now
+FROM (
+    SELECT * FROM {schema}.jobs_history
+    UNION ALL
+    SELECT * FROM {schema}.jobs
+    WHERE status IN ('done', 'failed', 'cancelled')
+) AS jobs
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  -- due: pending and due now (true), or pending and scheduled later (false).
+  AND (%(due)s::boolean IS NULL
+       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+ORDER BY id DESC
+LIMIT %(limit)s::int;
+
+-- name: list_unfinished_jobs_page :many
+-- list_jobs_page for an unfinished status (waiting, pending, running): jobs alone (no
+-- finished job is ever in that state).
 -- One page of jobs matching the filter, newest first, older than the %(before)s id
 -- (keyset paging: no OFFSET). Asks for one row more than a page to tell if one follows.
 -- Only what the list shows is read, cut on the server: the head of the args (when their
@@ -119,8 +210,9 @@ LIMIT %(limit)s::int;
 
 -- name: list_workflow_jobs_page :many
 -- list_jobs_page of one workflow's jobs (%(workflow_id)s, never NULL here): read through
--- jobs_workflow_idx backwards from %(before)s, whatever else the filter names, so that a
--- generic plan of the statement still uses that index.
+-- workflow_jobs backwards from %(before)s (jobs_workflow_idx merged with the
+-- jobs_history_workflow_idx of the days since the workflow was made), whatever else the
+-- filter names, so that a generic plan of the statement still uses those indexes.
 SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
        created_at, finished_at, workflow_id, workflow_step,
        CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
@@ -130,9 +222,14 @@ SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, l
             %(error_chars)s::int) AS error_line,
        CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
        now() AS now
-FROM {schema}.jobs
-WHERE workflow_id = %(workflow_id)s::bigint
-  AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+FROM (
+    SELECT steps.*
+    FROM (SELECT %(workflow_id)s::bigint AS id) AS wanted
+    LEFT JOIN {schema}.workflows AS made ON made.id = wanted.id
+    CROSS JOIN LATERAL {schema}.workflow_jobs(wanted.id, coalesce(made.created_at, '-infinity'))
+        AS steps
+) AS jobs
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
@@ -159,7 +256,7 @@ SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, l
        now() AS now
 FROM (
     SELECT *
-    FROM {schema}.jobs
+    FROM {schema}.all_jobs
     WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
     ORDER BY id DESC
     LIMIT %(scan)s::int
@@ -183,7 +280,7 @@ LIMIT %(limit)s::int;
 SELECT min(id) AS floor, count(*)::int AS scanned
 FROM (
     SELECT id
-    FROM {schema}.jobs
+    FROM {schema}.all_jobs
     WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
     ORDER BY id DESC
     LIMIT %(scan)s::int
@@ -195,7 +292,7 @@ FROM (
 -- and not yet asked to stop).
 SELECT
     (SELECT count(*) FROM (
-        SELECT 1 FROM {schema}.jobs
+        SELECT 1 FROM {schema}.all_jobs
         WHERE status IN ('failed', 'cancelled')
           AND (%(status)s::text IS NULL OR status = %(status)s::text)
           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -265,7 +362,7 @@ SELECT jobs.id, task_name, queue, priority, status, attempts, max_attempts,
              WITH ORDINALITY AS history(entry, position)
         WHERE jsonb_typeof(entry) = 'object') AS attempt_errors,
        now() AS now
-FROM {schema}.jobs AS jobs
+FROM {schema}.all_jobs AS jobs
 CROSS JOIN LATERAL (
     SELECT jobs.args::text AS args, jobs.kwargs::text AS kwargs, jobs.result::text AS result,
            jobs.meta::text AS meta
@@ -311,30 +408,38 @@ LEFT JOIN counted ON true;
 
 -- name: get_workflow_neighbours :many
 -- The steps a job page links to as its neighbours: the jobs %(ids)s of workflow
--- %(workflow_id)s (its predecessors and successors), with their step, task and status.
+-- %(workflow_id)s (its predecessors and successors), with their step, task and status
+-- (workflow_jobs: by the workflow indexes of jobs and of the days of jobs_history since
+-- the workflow was made).
 SELECT id, workflow_step, task_name, status
-FROM {schema}.jobs
-WHERE id = ANY(%(ids)s::bigint[]) AND workflow_id = %(workflow_id)s::bigint
+FROM (
+    SELECT steps.*
+    FROM (SELECT %(workflow_id)s::bigint AS id) AS wanted
+    LEFT JOIN {schema}.workflows AS made ON made.id = wanted.id
+    CROSS JOIN LATERAL {schema}.workflow_jobs(wanted.id, coalesce(made.created_at, '-infinity'))
+        AS steps
+) AS jobs
+WHERE id = ANY(%(ids)s::bigint[])
 ORDER BY id;
 
 -- name: delete_finished_job :one
--- Delete one done, failed or cancelled job; the row's status tells a missing job (no
--- row) from one that is not finished (deleted false). A job of a workflow that has
--- unfinished jobs stays (workflow_unfinished): its later steps read its result.
+-- Delete one done, failed or cancelled job (from jobs_history, with the keys it holds);
+-- the row's status tells a missing job (no row) from one that is not finished (deleted
+-- false). A job of a workflow that has unfinished jobs stays (workflow_unfinished): its
+-- later steps read its result.
 WITH target AS (
     SELECT id, status, workflow_id, workflow_step,
            workflow_id IS NOT NULL AND EXISTS (
                SELECT 1 FROM {schema}.jobs AS other
                WHERE other.workflow_id = jobs.workflow_id
                  AND other.status IN ('waiting', 'pending', 'running')) AS workflow_unfinished
-    FROM {schema}.jobs AS jobs WHERE id = %(id)s::bigint FOR UPDATE
+    FROM {schema}.all_jobs AS jobs WHERE id = %(id)s::bigint
 ), deleted AS (
-    DELETE FROM {schema}.jobs AS jobs
-    USING target
-    WHERE jobs.id = target.id
-      AND target.status IN ('done', 'failed', 'cancelled')
+    SELECT deleted.id
+    FROM target
+    CROSS JOIN LATERAL {schema}.jobs_delete_finished(ARRAY[target.id]) AS deleted
+    WHERE target.status IN ('done', 'failed', 'cancelled')
       AND NOT target.workflow_unfinished
-    RETURNING jobs.id
 )
 SELECT target.status, deleted.id IS NOT NULL AS deleted, target.workflow_id,
        target.workflow_step, target.workflow_unfinished
@@ -343,47 +448,67 @@ LEFT JOIN deleted ON deleted.id = target.id;
 
 -- name: retry_filtered_jobs :many
 -- Up to %(limit)s failed or cancelled jobs matching the filter back to pending, due now
--- (the rule of retry_job); rows ``id, queue``.
+-- (the rule of retry_job: jobs_retry); rows ``id, queue``.
 WITH picked AS (
-    SELECT id
-    FROM {schema}.jobs AS jobs
-    WHERE status IN ('failed', 'cancelled')
-      AND (%(status)s::text IS NULL OR status = %(status)s::text)
-      -- A workflow step that never received its input: retry_filtered_steps.
-      AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
-                       AND cardinality(prev_ids) > 0, false)
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-      AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-      AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-      AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-      AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-      AND (%(due)s::boolean IS NULL
-           OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
-      -- A job unique while active (migration 0010) whose key an active job holds
-      -- stays as it is: retrying it would make a second active job of the key.
-      AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
-          SELECT FROM {schema}.jobs AS holder
-          WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
-            AND holder.status IN ('pending', 'running')))
-    ORDER BY id
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs_history AS jobs
+        WHERE status IN ('failed', 'cancelled')
+          AND (%(status)s::text IS NULL OR status = %(status)s::text)
+          -- A workflow step that never received its input: retry_filtered_steps.
+          AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                           AND cardinality(prev_ids) > 0, false)
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
+          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+          AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+          AND (%(due)s::boolean IS NULL
+               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          -- A job unique while active (migration 0010) whose key an active job holds
+          -- stays as it is: retrying it would make a second active job of the key.
+          AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
+              SELECT FROM {schema}.jobs AS holder
+              WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
+                AND holder.status IN ('pending', 'running')))
+        ORDER BY id
+        LIMIT %(limit)s::int
+        -- A row another session holds is left for the next pass, not waited for.
+        FOR UPDATE SKIP LOCKED
+    ) AS history
+    UNION ALL
+    -- Jobs that finished before migration jobs_history, until the pruner moves them.
+    SELECT id FROM (
+        SELECT id
+        FROM {schema}.jobs AS jobs
+        WHERE status IN ('failed', 'cancelled')
+          AND (%(status)s::text IS NULL OR status = %(status)s::text)
+          -- A workflow step that never received its input: retry_filtered_steps.
+          AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
+                           AND cardinality(prev_ids) > 0, false)
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
+          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+          AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+          AND (%(due)s::boolean IS NULL
+               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          -- A job unique while active (migration 0010) whose key an active job holds
+          -- stays as it is: retrying it would make a second active job of the key.
+          AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
+              SELECT FROM {schema}.jobs AS holder
+              WHERE holder.unique_key = jobs.unique_key AND holder.unique_window IS NULL
+                AND holder.status IN ('pending', 'running')))
+        ORDER BY id
+        LIMIT %(limit)s::int
+        -- A row another session holds is left for the next pass, not waited for.
+        FOR UPDATE SKIP LOCKED
+    ) AS legacy
     LIMIT %(limit)s::int
-    -- A row another session holds is left for the next pass, not waited for.
-    FOR UPDATE SKIP LOCKED
 )
-UPDATE {schema}.jobs AS jobs
-SET status = 'pending',
-    run_at = now(),
-    max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
-    locked_by = NULL,
-    locked_at = NULL,
-    result = NULL,
-    finished_at = NULL,
-    cancel_requested = false,
-    updated_at = now()
-FROM picked
-WHERE jobs.id = picked.id
-RETURNING jobs.id, jobs.queue;
+SELECT id, queue FROM {schema}.jobs_retry(ARRAY(SELECT id FROM picked ORDER BY id));
 
 -- name: retry_filtered_steps :many
 -- Up to %(limit)s cancelled workflow steps that never received their input, matching
@@ -393,7 +518,7 @@ RETURNING jobs.id, jobs.queue;
 SELECT picked.id, retried.outcome, retried.detail, retried.queue
 FROM (
     SELECT id
-    FROM {schema}.jobs AS jobs
+    FROM {schema}.all_jobs AS jobs
     WHERE status = 'cancelled'
       AND coalesce(workflow_id IS NOT NULL AND waiting_for > 0
                    AND cardinality(prev_ids) > 0, false)

@@ -47,7 +47,7 @@ FROM ROWS FROM (
 
 -- name: get_workflow :one
 -- A workflow and its status from its jobs: running while any is unfinished, then
--- failed, cancelled or done.
+-- failed, cancelled or done (workflow_jobs: the days of jobs_history since it was made).
 SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
        workflows.error_job_id,
        CASE WHEN bool_or(jobs.status IN ('waiting', 'pending', 'running')) THEN 'running'
@@ -57,7 +57,7 @@ SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
        CASE WHEN NOT bool_or(jobs.status IN ('waiting', 'pending', 'running'))
             THEN max(jobs.finished_at) END AS finished_at
 FROM {schema}.workflows AS workflows
-LEFT JOIN {schema}.jobs AS jobs ON jobs.workflow_id = workflows.id
+LEFT JOIN LATERAL {schema}.workflow_jobs(workflows.id, workflows.created_at) AS jobs ON true
 WHERE workflows.id = %(id)s
 GROUP BY workflows.id;
 
@@ -65,13 +65,18 @@ GROUP BY workflows.id;
 -- A workflow's jobs in insertion order, with their links.
 SELECT id, task_name, queue, status, attempts, max_attempts, workflow_step, next_ids,
        prev_ids, waiting_for, last_error, finished_at
-FROM {schema}.jobs
-WHERE workflow_id = %(id)s
+FROM (
+    SELECT steps.*
+    FROM (SELECT %(id)s::bigint AS id) AS wanted
+    LEFT JOIN {schema}.workflows AS made ON made.id = wanted.id
+    CROSS JOIN LATERAL {schema}.workflow_jobs(wanted.id, coalesce(made.created_at, '-infinity'))
+        AS steps
+) AS jobs
 ORDER BY id;
 
 -- name: get_job_workflow :one
 -- The workflow of one job (no row for a job outside any workflow, or no such job).
-SELECT workflow_id, workflow_step FROM {schema}.jobs
+SELECT workflow_id, workflow_step FROM {schema}.all_jobs
 WHERE id = %(id)s AND workflow_id IS NOT NULL;
 
 -- name: cancel_workflow :many
@@ -106,7 +111,7 @@ ORDER BY id;
 WITH deleted AS (
     DELETE FROM {schema}.workflows AS workflows
     WHERE workflows.created_at < now() - make_interval(secs => %(older_than)s::float8)
-      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS jobs
+      AND NOT EXISTS (SELECT 1 FROM {schema}.all_jobs AS jobs
                       WHERE jobs.workflow_id = workflows.id)
     RETURNING id
 )
@@ -116,11 +121,14 @@ SELECT count(*)::int AS deleted FROM deleted;
 -- Workflows newest first (ids below %(before)s), with their steps done and in all (the
 -- on_error job is not a step), state (as get_workflow), first start and end; %(status)s
 -- keeps one state, %(id)s one workflow. A workflow's state is a probe of
--- jobs_workflow_unfinished_idx (running) and, for a finished one, of its jobs through
--- jobs_workflow_idx; the workflows listed have their jobs read (jobs_workflow_idx). A
--- state filter reads workflows until a page is full: the running ones are found from
--- their index by list_running_workflows, and the dashboard reads at most a bounded
--- number of jobs per page for the other states (list_workflows_scan).
+-- jobs_workflow_unfinished_idx (running: such jobs are in jobs only) and, for a finished
+-- one, of its failed and cancelled jobs (workflow_jobs: jobs_history_workflow_idx on the
+-- partitions of that class from the workflow's day on, and jobs_workflow_idx for the
+-- finished rows an older version left in jobs); the workflows listed have their jobs
+-- read through workflow_jobs (the same indexes). A state
+-- filter reads workflows until a page is full: the running ones are found from their
+-- index by list_running_workflows, and the dashboard reads at most a bounded number of
+-- jobs per page for the other states (list_workflows_scan).
 WITH picked AS (
     SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at, state.state
     FROM {schema}.workflows AS workflows
@@ -132,12 +140,16 @@ WITH picked AS (
                             AND jobs.status IN ('waiting', 'pending', 'running')
                           LIMIT 1) IS NOT NULL
                     THEN 'running'
-                    WHEN (SELECT 1 FROM {schema}.jobs AS jobs
-                          WHERE jobs.workflow_id = workflows.id AND jobs.status = 'failed'
+                    WHEN (SELECT 1
+                          FROM {schema}.workflow_jobs(workflows.id, workflows.created_at)
+                               AS jobs
+                          WHERE jobs.status = 'failed'
                           LIMIT 1) IS NOT NULL
                     THEN 'failed'
-                    WHEN (SELECT 1 FROM {schema}.jobs AS jobs
-                          WHERE jobs.workflow_id = workflows.id AND jobs.status = 'cancelled'
+                    WHEN (SELECT 1
+                          FROM {schema}.workflow_jobs(workflows.id, workflows.created_at)
+                               AS jobs
+                          WHERE jobs.status = 'cancelled'
                           LIMIT 1) IS NOT NULL
                     THEN 'cancelled'
                     ELSE 'done' END AS state
@@ -158,15 +170,15 @@ CROSS JOIN LATERAL (
                               AND jobs.status = 'done')::int AS steps_done,
            min(jobs.started_at) AS started_at,
            max(jobs.finished_at) AS finished_at
-    FROM {schema}.jobs AS jobs
-    WHERE jobs.workflow_id = picked.id
+    FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
 ) AS progress
 ORDER BY picked.id DESC;
 
 -- name: list_running_workflows :many
 -- list_workflows of the running workflows (any job waiting, pending or running), found
--- newest first from jobs_workflow_unfinished_idx: reads the index entries of the
--- workflows listed, not the workflows before them.
+-- newest first from jobs_workflow_unfinished_idx (such jobs are in jobs only): reads the
+-- index entries of the workflows listed, not the workflows before them; their steps are
+-- counted through workflow_jobs (the finished ones are in jobs_history).
 WITH picked AS (
     SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
            'running'::text AS state
@@ -190,23 +202,75 @@ CROSS JOIN LATERAL (
            count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                               AND jobs.status = 'done')::int AS steps_done,
            min(jobs.started_at) AS started_at
-    FROM {schema}.jobs AS jobs
-    WHERE jobs.workflow_id = picked.id
+    FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+) AS progress
+ORDER BY picked.id DESC;
+
+-- name: list_ended_workflows :many
+-- list_workflows of the workflows in state %(status)s ('failed' or 'cancelled'), found
+-- newest first from their jobs of that status (in jobs_history, the partitions of that
+-- class merged in jobs_history_workflow_idx order; in jobs, the rows an older version
+-- left there, through jobs_workflow_idx): reads the jobs of that status of the
+-- workflows down to the page's last, not a probe of every workflow above it. Each
+-- candidate is then checked as list_workflows does: not running (no job waiting,
+-- pending or running) and, to be cancelled, no failed job.
+WITH candidates AS (
+    SELECT DISTINCT ended.workflow_id AS id
+    FROM (
+        SELECT jobs.workflow_id
+        FROM {schema}.jobs AS jobs
+        WHERE jobs.workflow_id IS NOT NULL AND jobs.status = %(status)s::text
+          AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
+        UNION ALL
+        SELECT history.workflow_id
+        FROM {schema}.jobs_history AS history
+        WHERE history.workflow_id IS NOT NULL AND history.status = %(status)s::text
+          AND (%(before)s::bigint IS NULL OR history.workflow_id < %(before)s::bigint)
+    ) AS ended
+    ORDER BY ended.workflow_id DESC
+), picked AS (
+    SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
+           %(status)s::text AS state
+    FROM candidates
+    JOIN {schema}.workflows AS workflows ON workflows.id = candidates.id
+    WHERE (SELECT 1 FROM {schema}.jobs AS jobs
+           WHERE jobs.workflow_id = workflows.id
+             AND jobs.status IN ('waiting', 'pending', 'running')
+           LIMIT 1) IS NULL
+      AND (%(status)s::text = 'failed'
+           OR (SELECT 1
+               FROM {schema}.workflow_jobs(workflows.id, workflows.created_at) AS jobs
+               WHERE jobs.status = 'failed'
+               LIMIT 1) IS NULL)
+    ORDER BY workflows.id DESC
+    LIMIT %(limit)s::int
+)
+SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
+       progress.steps_done, progress.started_at, picked.state, progress.finished_at
+FROM picked
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+           count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
+                              AND jobs.status = 'done')::int AS steps_done,
+           min(jobs.started_at) AS started_at,
+           max(jobs.finished_at) AS finished_at
+    FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
 ) AS progress
 ORDER BY picked.id DESC;
 
 -- name: list_workflows_scan :many
 -- list_workflows of the workflows in state %(status)s (done, failed or cancelled) that
--- reads at most %(scan)s workflow jobs (jobs_workflow_idx, newest workflow first, ids
--- below %(before)s): a rare state costs what a page of a common one does. Each workflow
--- the scan read whole gets its state from the rows read; the oldest one it reached (it
--- may have read part of it) is probed as list_workflows does. One row at least: floor
--- (the oldest workflow id the scan reached: older ones were not searched) and scanned
--- (jobs read; fewer than %(scan)s: the scan reached the oldest workflow), then the
--- workflows found (id NULL when none).
+-- reads at most %(scan)s workflow jobs (newest workflow first, ids below %(before)s:
+-- all_jobs in (workflow_id, id) order, a merge of jobs_workflow_idx and each partition's
+-- jobs_history_workflow_idx): a rare state costs what a page of a common one does. Each
+-- workflow the scan read whole gets its state from the rows read; the oldest one it
+-- reached (it may have read part of it) is probed as list_workflows does. One row at
+-- least: floor (the oldest workflow id the scan reached: older ones were not searched)
+-- and scanned (jobs read; fewer than %(scan)s: the scan reached the oldest workflow),
+-- then the workflows found (id NULL when none).
 WITH scanned AS (
     SELECT jobs.workflow_id, jobs.status
-    FROM {schema}.jobs AS jobs
+    FROM {schema}.all_jobs AS jobs
     WHERE jobs.workflow_id IS NOT NULL
       AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
     ORDER BY jobs.workflow_id DESC, jobs.id DESC
@@ -230,16 +294,21 @@ WITH scanned AS (
                         AND jobs.status IN ('waiting', 'pending', 'running')
                       LIMIT 1) IS NOT NULL
                 THEN 'running'
-                WHEN (SELECT 1 FROM {schema}.jobs AS jobs
-                      WHERE jobs.workflow_id = bounds.floor AND jobs.status = 'failed'
+                WHEN (SELECT 1 FROM {schema}.workflow_jobs(
+                               bounds.floor, coalesce(floor_made.created_at, '-infinity'))
+                           AS jobs
+                      WHERE jobs.status = 'failed'
                       LIMIT 1) IS NOT NULL
                 THEN 'failed'
-                WHEN (SELECT 1 FROM {schema}.jobs AS jobs
-                      WHERE jobs.workflow_id = bounds.floor AND jobs.status = 'cancelled'
+                WHEN (SELECT 1 FROM {schema}.workflow_jobs(
+                               bounds.floor, coalesce(floor_made.created_at, '-infinity'))
+                           AS jobs
+                      WHERE jobs.status = 'cancelled'
                       LIMIT 1) IS NOT NULL
                 THEN 'cancelled'
                 ELSE 'done' END
     FROM bounds
+    LEFT JOIN {schema}.workflows AS floor_made ON floor_made.id = bounds.floor
     WHERE bounds.floor IS NOT NULL
 ), picked AS (
     SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at, states.state
@@ -259,8 +328,7 @@ WITH scanned AS (
                                   AND jobs.status = 'done')::int AS steps_done,
                min(jobs.started_at) AS started_at,
                max(jobs.finished_at) AS finished_at
-        FROM {schema}.jobs AS jobs
-        WHERE jobs.workflow_id = picked.id
+        FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
     ) AS progress
 )
 SELECT bounds.floor, bounds.scanned, found.*
@@ -281,13 +349,14 @@ SELECT (SELECT count(*) FROM (SELECT FROM {schema}.workflows LIMIT %(cap)s::int)
             LIMIT %(cap)s::int) AS capped)::int AS running;
 
 -- name: get_workflow_steps :many
--- A workflow's jobs for its page (graph), the first %(limit)s by id: links, state,
+-- A workflow's jobs for its page (graph), the first %(limit)s by id (workflow_jobs: the
+-- finished ones are in the days of jobs_history since it was made): links, state,
 -- attempts, timings, the result as JSON text cut to %(max_result)s characters (a result
--- stored in over %(max_result_bytes)s bytes is not rendered: result_size says how large
--- it is) and the last line of the error. A time that is not finite (a row edited by
--- hand) reads as NULL: thousands of rows load faster without the 'infinity' loader.
--- The columns are in the order of WorkflowStep's fields (read as tuples: a page reads
--- thousands of rows).
+-- stored in over
+-- %(max_result_bytes)s bytes is not rendered: result_size says how large it is) and the
+-- last line of the error. A time that is not finite (a row edited by hand) reads as
+-- NULL: thousands of rows load faster without the 'infinity' loader. The columns are in
+-- the order of WorkflowStep's fields (read as tuples: a page reads thousands of rows).
 SELECT id, workflow_step, task_name, queue, status, attempts, max_attempts, prev_ids,
        next_ids, waiting_for,
        CASE WHEN isfinite(created_at) THEN created_at END AS created_at,
@@ -301,8 +370,13 @@ SELECT id, workflow_step, task_name, queue, status, attempts, max_attempts, prev
        left((regexp_match(rtrim(right(last_error, 2000), E' \n\r\t'), '[^\n]*$'))[1], 500)
            AS error_line,
        coalesce(pg_column_size(result), 0) AS result_size
-FROM {schema}.jobs
-WHERE workflow_id = %(id)s
+FROM (
+    SELECT steps.*
+    FROM (SELECT %(id)s::bigint AS id) AS wanted
+    LEFT JOIN {schema}.workflows AS made ON made.id = wanted.id
+    CROSS JOIN LATERAL {schema}.workflow_jobs(wanted.id, coalesce(made.created_at, '-infinity'))
+        AS steps
+) AS jobs
 ORDER BY id
 LIMIT %(limit)s::int;
 

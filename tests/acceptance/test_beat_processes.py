@@ -78,7 +78,7 @@ def lock_holder(admin: psycopg.Connection[Any], schema: str) -> int | None:
 def jobs(admin: psycopg.Connection[Any], schema: str, name: str) -> list[tuple[datetime, ...]]:
     """(run_at, created_at) of one schedule's jobs, by tick."""
     query = sql.SQL(
-        "SELECT run_at, created_at FROM {}.jobs WHERE starts_with(idempotency_key, %s)"
+        "SELECT run_at, created_at FROM {}.all_jobs WHERE starts_with(idempotency_key, %s)"
         " ORDER BY run_at"
     ).format(sql.Identifier(schema))
     return [tuple(row) for row in admin.execute(query, [f"pgtasks.periodic:{name}@"])]
@@ -280,7 +280,8 @@ def test_worker_with_beat_enqueues_and_runs_periodic_jobs(
         )
     try:
         query = sql.SQL(
-            "SELECT count(*) FROM {}.jobs WHERE task_name = 'beat_app.record' AND status = 'done'"
+            "SELECT count(*) FROM {}.all_jobs"
+            " WHERE task_name = 'beat_app.record' AND status = 'done'"
         ).format(sql.Identifier(app.schema))
 
         def done_periodic_jobs() -> int:

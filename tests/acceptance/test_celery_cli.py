@@ -44,7 +44,7 @@ def jobs_of(conn: Connection, app: App) -> list[tuple[Any, ...]]:
         conn,
         app,
         "SELECT id, task_name, queue, status, args, kwargs, priority, idempotency_key,"
-        " round(extract(epoch FROM run_at - created_at)) FROM {schema}.jobs ORDER BY id",
+        " round(extract(epoch FROM run_at - created_at)) FROM {schema}.all_jobs ORDER BY id",
     )
 
 
@@ -285,7 +285,7 @@ def populate(conn: Connection, app: App) -> dict[str, int]:
 
 
 def remaining(conn: Connection, app: App) -> set[int]:
-    return {row[0] for row in select(conn, app, "SELECT id FROM {schema}.jobs")}
+    return {row[0] for row in select(conn, app, "SELECT id FROM {schema}.all_jobs")}
 
 
 def test_purge_with_yes_deletes_only_pending_jobs_of_the_filter(

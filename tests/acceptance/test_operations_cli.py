@@ -206,7 +206,7 @@ def test_jobs_retry_puts_a_failed_job_back_to_pending_with_one_more_attempt(
         conn,
         ops_app,
         "SELECT status, attempts, max_attempts, run_at <= now(), finished_at IS NULL"
-        " FROM {schema}.jobs WHERE id = %s",
+        " FROM {schema}.all_jobs WHERE id = %s",
         [rows["failed"]],
     )
     assert states == [("pending", 3, 4, True, True)]

@@ -61,7 +61,7 @@ def run(env: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str
 
 def jobs_in(dsn: str, schema: str) -> list[tuple[int, str, str]]:
     with psycopg.connect(dsn) as conn:
-        query = sql.SQL("SELECT id, task_name, status FROM {}.jobs ORDER BY id").format(
+        query = sql.SQL("SELECT id, task_name, status FROM {}.all_jobs ORDER BY id").format(
             sql.Identifier(schema)
         )
         return [(row[0], row[1], row[2]) for row in conn.execute(query)]
@@ -102,10 +102,12 @@ def test_migrate_worker_and_beat_of_two_stores(
         assert {status for _, _, status in default_jobs} == {"pending"}  # no worker there
         assert all(job_id >> 48 == 1 for job_id, _, _ in jobs_in(dsn, schemas["bulk"]))
         assert beat.stop() == 0 and worker.stop() == 0
-        bulk_id = jobs_in(dsn, schemas["bulk"])[0][0]
+        # A finished job of store bulk, read from that store's jobs_history by its id.
+        bulk_id = next(job for job, _, status in jobs_in(dsn, schemas["bulk"]) if status == "done")
         shown = run(env, "jobs", "show", str(bulk_id), "--json")
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)["id"] == bulk_id
+        assert json.loads(shown.stdout)["status"] == "done"
         assert json.loads(shown.stdout)["task_name"] == "stores_app.mail"
     finally:
         processes.close()

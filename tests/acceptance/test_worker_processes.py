@@ -285,7 +285,7 @@ def test_worker_survives_a_database_restart_without_losing_jobs(
         def done_since_restart() -> int:
             try:
                 rows = probe.rows(
-                    "SELECT count(*) AS n FROM {schema}.jobs"
+                    "SELECT count(*) AS n FROM {schema}.all_jobs"
                     " WHERE status = 'done' AND finished_at > pg_postmaster_start_time()"
                 )
             except psycopg.OperationalError:

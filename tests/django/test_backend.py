@@ -28,7 +28,7 @@ def job_row(job_id: str) -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT task_name, queue, priority, status, max_attempts, run_at, kwargs::text"
-            " FROM pgtasks.jobs WHERE id = %s",
+            " FROM pgtasks.all_jobs WHERE id = %s",
             [int(job_id)],
         )
         row = cursor.fetchone()
@@ -164,12 +164,12 @@ def test_a_naive_run_after_is_refused() -> None:
 
 def test_arguments_that_are_not_json_are_refused_and_write_nothing() -> None:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pgtasks.jobs")
+        cursor.execute("SELECT count(*) FROM pgtasks.all_jobs")
         before = cursor.fetchone()
     with pytest.raises((InvalidTask, TypeError)):
         tasks.add.enqueue(object(), 1)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pgtasks.jobs")
+        cursor.execute("SELECT count(*) FROM pgtasks.all_jobs")
         assert cursor.fetchone() == before
 
 

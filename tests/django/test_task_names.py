@@ -44,7 +44,7 @@ def insert_row(task_name: str, payload: dict[str, Any]) -> str:
 
 def status_of(job_id: str) -> str:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT status FROM pgtasks.jobs WHERE id = %s", [int(job_id)])
+        cursor.execute("SELECT status FROM pgtasks.all_jobs WHERE id = %s", [int(job_id)])
         (value,) = cursor.fetchone()
     return str(value)
 

@@ -229,7 +229,7 @@ def test_a_hostile_job_fails_alone(start_worker: Callable[..., Any], payload: st
 
     def status() -> str | None:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT status FROM pgtasks.jobs WHERE id = %s", [job_id])
+            cursor.execute("SELECT status FROM pgtasks.all_jobs WHERE id = %s", [job_id])
             (value,) = cursor.fetchone()
         return value if value in ("failed", "done") else None
 

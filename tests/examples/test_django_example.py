@@ -67,7 +67,7 @@ def test_the_django_example_runs(example_database: str) -> None:
     assert conninfo_to_dict(example_database)["dbname"].startswith("pgtasks_django_example_")
     with psycopg.connect(example_database) as conn:
         # The example keeps its tables in a schema of its own.
-        names = conn.execute("SELECT DISTINCT task_name FROM examples_django.jobs").fetchall()
+        names = conn.execute("SELECT DISTINCT task_name FROM examples_django.all_jobs").fetchall()
     assert names == [(TASK_PATH,)]
 
 

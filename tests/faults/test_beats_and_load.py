@@ -21,7 +21,8 @@ JOBS = 20_000 // 4
 
 def ticks(env: FaultEnv) -> list[object]:
     rows = env.probe.rows(
-        "SELECT run_at FROM {schema}.jobs WHERE starts_with(idempotency_key, %s) ORDER BY run_at",
+        "SELECT run_at FROM {schema}.all_jobs"
+        " WHERE starts_with(idempotency_key, %s) ORDER BY run_at",
         (f"pgtasks.periodic:{EVERY_SECOND}@",),
     )
     return [row["run_at"] for row in rows]

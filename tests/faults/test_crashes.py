@@ -62,7 +62,7 @@ def test_stale_writes_of_a_stopped_worker_change_nothing_and_are_logged(
     )
     before = env.probe.rows(
         "SELECT id, status, attempts, locked_by, result, last_error, run_at, updated_at"
-        " FROM {schema}.jobs ORDER BY id"
+        " FROM {schema}.all_jobs ORDER BY id"
     )
     assert done["locked_by"] == other.worker_id()
     del failing_row
@@ -86,13 +86,13 @@ def test_stale_writes_of_a_stopped_worker_change_nothing_and_are_logged(
     assert stale.wait_exit(15) == 0
     after = env.probe.rows(
         "SELECT id, status, attempts, locked_by, result, last_error, run_at, updated_at"
-        " FROM {schema}.jobs ORDER BY id"
+        " FROM {schema}.all_jobs ORDER BY id"
     )
     # The finished job is untouched by the stale completion; the failing job may only
     # have moved on through the other worker's retries (never through the stale lease).
     assert after[0] == before[0]
     assert env.probe.rows(
-        "SELECT count(*) AS n FROM {schema}.jobs WHERE locked_by = %s", (stale_id,)
+        "SELECT count(*) AS n FROM {schema}.all_jobs WHERE locked_by = %s", (stale_id,)
     ) == [{"n": 0}]
     assert_invariants(env.probe, [finishing.id], executed=True)
 

@@ -48,7 +48,7 @@ def test_concurrent_enqueues_of_one_key_make_one_job_despite_late_rollbacks(
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(enqueue, range(16)))
     committed = [(job_id, took) for kind, job_id, took in results if kind == "committed"]
-    rows = env.probe.rows("SELECT id FROM {schema}.jobs WHERE idempotency_key = %s", (key,))
+    rows = env.probe.rows("SELECT id FROM {schema}.all_jobs WHERE idempotency_key = %s", (key,))
     assert len(rows) == 1
     assert {job_id for job_id, _ in committed} == {rows[0]["id"]}
     slowest = max(took for _, took in committed)
@@ -71,9 +71,9 @@ def test_a_rolled_back_transactional_enqueue_never_runs_even_after_a_wake_up(
         conn.rollback()
     after = env.tasks.noop.delay()
     wait_status(env.probe, after.id, "done")
-    assert env.probe.rows("SELECT count(*) AS n FROM {schema}.jobs WHERE id = %s", (ghost.id,)) == [
-        {"n": 0}
-    ]
+    assert env.probe.rows(
+        "SELECT count(*) AS n FROM {schema}.all_jobs WHERE id = %s", (ghost.id,)
+    ) == [{"n": 0}]
     assert env.probe.executions(ghost.id) == []
     assert worker.alive()
     assert_invariants(env.probe, [woken.id, after.id])
@@ -113,7 +113,7 @@ def test_ids_past_two_to_the_31_work_for_enqueue_claim_finish_rescue_and_beat(
     wait_until(
         lambda: (
             env.probe.rows(
-                "SELECT count(*) AS n FROM {schema}.jobs"
+                "SELECT count(*) AS n FROM {schema}.all_jobs"
                 " WHERE starts_with(idempotency_key, %s) AND status = 'done'",
                 (f"pgtasks.periodic:{EVERY_SECOND}@",),
             )[0]["n"]
@@ -126,7 +126,7 @@ def test_ids_past_two_to_the_31_work_for_enqueue_claim_finish_rescue_and_beat(
     assert beat.wait_exit(10) == 0
     periodic = env.probe.rows("SELECT last_job_id FROM {schema}.periodic")
     assert periodic and periodic[0]["last_job_id"] > 2**31
-    ids = [row["id"] for row in env.probe.rows("SELECT id FROM {schema}.jobs")]
+    ids = [row["id"] for row in env.probe.rows("SELECT id FROM {schema}.all_jobs")]
     for worker in workers:
         if worker.alive():
             worker.send(signal.SIGTERM)
@@ -174,7 +174,7 @@ def test_the_dsn_password_appears_in_no_log_exception_or_stored_error(env: Fault
     worker.send(signal.SIGTERM)
     assert worker.wait_exit(10) == 0
     stored = env.probe.rows(
-        "SELECT coalesce(string_agg(last_error, ''), '') AS e FROM {schema}.jobs"
+        "SELECT coalesce(string_agg(last_error, ''), '') AS e FROM {schema}.all_jobs"
     )
     for text in [worker.log(), stored[0]["e"], *errors]:
         assert PASSWORD not in text and "S3cr3t" not in text, text

@@ -106,7 +106,7 @@ def test_a_pending_row_out_of_attempts_blocks_no_claim_and_doctor_reports_it(
     worker = env.worker()
     wait_all_finished(env.probe, 21, timeout=30)
     rows = env.probe.rows(
-        "SELECT status, attempts, max_attempts FROM {schema}.jobs WHERE id = %s", (repaired,)
+        "SELECT status, attempts, max_attempts FROM {schema}.all_jobs WHERE id = %s", (repaired,)
     )
     assert rows == [{"status": "done", "attempts": 6, "max_attempts": 6}]
     stop(worker)

@@ -122,7 +122,7 @@ def test_concurrency_limits_hold_across_ten_workers_with_three_killed(env: Env) 
     rows = probe.rows(
         "SELECT jobs.task_name, jobs.queue, jobs.limit_key, executions.started,"
         " coalesce(executions.finished, %s) AS ended"
-        " FROM {schema}.executions JOIN {schema}.jobs ON jobs.id = executions.job_id",
+        " FROM {schema}.executions JOIN {schema}.all_jobs AS jobs ON jobs.id = executions.job_id",
         [killed_at],
     )
     intervals: dict[tuple[str, str], list[tuple[datetime, datetime]]] = {}
@@ -135,7 +135,7 @@ def test_concurrency_limits_hold_across_ten_workers_with_three_killed(env: Env) 
             intervals.setdefault(group, []).append(span)
     for group, limit in limits.items():
         assert max_overlap(intervals[group]) <= limit, group
-    rescued = probe.rows("SELECT count(*) AS n FROM {schema}.jobs WHERE attempts > 1")[0]["n"]
+    rescued = probe.rows("SELECT count(*) AS n FROM {schema}.all_jobs WHERE attempts > 1")[0]["n"]
     print(f"[limits] {rescued} job(s) ran again after the kills")
     assert rescued > 0
     assert_invariants(probe, [job.id for job in jobs])
@@ -150,7 +150,7 @@ def test_a_rate_limit_holds_across_ten_workers(env: Env) -> None:
     wait_all_finished(probe, count, timeout=60)
     claims = [
         row["locked_at"]
-        for row in probe.rows("SELECT locked_at FROM {schema}.jobs ORDER BY locked_at")
+        for row in probe.rows("SELECT locked_at FROM {schema}.all_jobs ORDER BY locked_at")
     ]
     window = timedelta(seconds=5)
     # The rate, plus the burst the bucket holds (documented: 2 tokens at 240/m).
@@ -183,7 +183,7 @@ def test_a_rate_limit_runs_at_its_declared_rate_on_a_default_worker(env: Env) ->
     wait_all_finished(probe, count, timeout=60)
     claims = [
         row["locked_at"]
-        for row in probe.rows("SELECT locked_at FROM {schema}.jobs ORDER BY locked_at")
+        for row in probe.rows("SELECT locked_at FROM {schema}.all_jobs ORDER BY locked_at")
     ]
     rate = parse_rate_limit("rate", FAST_RATE)
     burst = math.floor(rate.burst)
@@ -216,7 +216,7 @@ def handoff_gaps(rows: list[dict[str, Any]], concurrency: int) -> list[float]:
 
 def limited_jobs(probe: Probe, task_name: str, key: str | None = None) -> list[dict[str, Any]]:
     return probe.rows(
-        "SELECT locked_at, finished_at, locked_by FROM {schema}.jobs"
+        "SELECT locked_at, finished_at, locked_by FROM {schema}.all_jobs"
         " WHERE task_name = %s AND limit_key IS NOT DISTINCT FROM %s",
         [task_name, key],
     )
@@ -261,7 +261,7 @@ def test_a_freed_slot_is_taken_at_once_on_default_workers(env: Env) -> None:
     assert_taken_at_once(key_gaps, "key", median=0.1, most=0.5)
     span = probe.rows(
         "SELECT extract(epoch FROM max(finished_at) - min(locked_at)) AS s"
-        " FROM {schema}.jobs WHERE task_name = %s",
+        " FROM {schema}.all_jobs WHERE task_name = %s",
         [tasks.per_key.name],
     )[0]["s"]
     print(f"[handoff] keys 1,1,1,2,2,3 of {seconds} s jobs took {span:.2f} s")
@@ -331,7 +331,7 @@ def test_no_limits_row_or_error_halts_the_claim_of_any_worker(env: Env) -> None:
         wait_status(probe, job.id, "done", timeout=30)
     assert {probe.job(job.id)["status"] for job in limited} == {"pending"}
     ran_on = probe.rows(
-        "SELECT DISTINCT pid FROM {schema}.executions JOIN {schema}.jobs"
+        "SELECT DISTINCT pid FROM {schema}.executions JOIN {schema}.all_jobs AS jobs"
         " ON jobs.id = executions.job_id WHERE jobs.task_name = %s",
         [tasks.plain.name],
     )

@@ -23,7 +23,7 @@ def heartbeat_of(env: FaultEnv, worker_id: int) -> Any:
 
 def tick_jobs(env: FaultEnv) -> int:
     rows = env.probe.rows(
-        "SELECT count(*) AS n FROM {schema}.jobs WHERE task_name = 'fault_app.tick'"
+        "SELECT count(*) AS n FROM {schema}.all_jobs WHERE task_name = 'fault_app.tick'"
     )
     return int(rows[0]["n"])
 

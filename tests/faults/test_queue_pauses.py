@@ -29,7 +29,7 @@ def test_a_queue_paused_under_load_is_claimed_by_no_worker_after_one_poll_interv
     def hot_started() -> int:
         rows = probe.rows(
             "SELECT count(*) AS n FROM {schema}.executions"
-            " JOIN {schema}.jobs ON jobs.id = executions.job_id WHERE jobs.queue = %s",
+            " JOIN {schema}.all_jobs AS jobs ON jobs.id = executions.job_id WHERE jobs.queue = %s",
             [HOT],
         )
         return int(rows[0]["n"])
@@ -48,7 +48,7 @@ def test_a_queue_paused_under_load_is_claimed_by_no_worker_after_one_poll_interv
     wait_until(
         lambda: (
             not probe.rows(
-                "SELECT id FROM {schema}.jobs WHERE queue = %s AND status = 'running'", [HOT]
+                "SELECT id FROM {schema}.all_jobs WHERE queue = %s AND status = 'running'", [HOT]
             )
         ),
         timeout=10,
@@ -56,7 +56,7 @@ def test_a_queue_paused_under_load_is_claimed_by_no_worker_after_one_poll_interv
     )
     claimed = probe.rows(
         "SELECT max(locked_at) AS last, count(*) FILTER (WHERE status = 'pending') AS pending"
-        " FROM {schema}.jobs WHERE queue = %s",
+        " FROM {schema}.all_jobs WHERE queue = %s",
         [HOT],
     )[0]
     lag = (claimed["last"] - paused_at).total_seconds()
@@ -65,7 +65,7 @@ def test_a_queue_paused_under_load_is_claimed_by_no_worker_after_one_poll_interv
     assert claimed["pending"] > 0
     started_late = probe.rows(
         "SELECT executions.job_id FROM {schema}.executions"
-        " JOIN {schema}.jobs ON jobs.id = executions.job_id"
+        " JOIN {schema}.all_jobs AS jobs ON jobs.id = executions.job_id"
         " WHERE jobs.queue = %s AND executions.started > %s",
         [HOT, paused_at + timedelta(seconds=POLL_INTERVAL) + SLACK],
     )

@@ -30,7 +30,7 @@ def test_every_loop_resumes_within_10_s_of_a_server_restart_under_load(
     wait_until(
         lambda: (
             env.probe.rows(
-                "SELECT count(*) AS n FROM {schema}.jobs WHERE task_name = 'fault_app.tick'"
+                "SELECT count(*) AS n FROM {schema}.all_jobs WHERE task_name = 'fault_app.tick'"
             )[0]["n"]
             >= 1
         ),
@@ -48,7 +48,7 @@ def test_every_loop_resumes_within_10_s_of_a_server_restart_under_load(
                 "   AND created_at > pg_postmaster_start_time()) AS ticks,"
                 " count(*) FILTER (WHERE task_name = 'worker_app.sleep' AND status = 'done'"
                 "   AND finished_at > pg_postmaster_start_time()) AS done"
-                " FROM {schema}.jobs"
+                " FROM {schema}.all_jobs"
             )
             beating = env.probe.rows(
                 "SELECT count(*) AS n FROM {schema}.workers"
@@ -84,7 +84,7 @@ def test_every_loop_resumes_within_10_s_of_a_server_restart_under_load(
     wait_until(
         lambda: (
             env.probe.rows(
-                "SELECT count(*) AS n FROM {schema}.jobs"
+                "SELECT count(*) AS n FROM {schema}.all_jobs"
                 " WHERE task_name = 'worker_app.sleep' AND status = 'done'"
             )[0]["n"]
             == 400
@@ -99,7 +99,7 @@ def test_every_loop_resumes_within_10_s_of_a_server_restart_under_load(
         worker.send(signal.SIGTERM)
     for worker in workers:
         assert worker.wait_exit(15) == 0
-    ids = [row["id"] for row in env.probe.rows("SELECT id FROM {schema}.jobs")]
+    ids = [row["id"] for row in env.probe.rows("SELECT id FROM {schema}.all_jobs")]
     assert set(sleeps) <= set(ids)
     assert_invariants(env.probe, ids)
 

@@ -29,7 +29,7 @@ def workflow_job_ids(env: FaultEnv, workflow_id: int) -> list[int]:
 
 def statuses(env: FaultEnv, job_ids: list[int]) -> list[str]:
     rows = env.probe.rows(
-        "SELECT status FROM {schema}.jobs WHERE id = ANY(%s) ORDER BY id", (job_ids,)
+        "SELECT status FROM {schema}.all_jobs WHERE id = ANY(%s) ORDER BY id", (job_ids,)
     )
     return [row["status"] for row in rows]
 
@@ -81,7 +81,7 @@ def test_a_callback_locked_past_lock_timeout_starts_once_when_the_finish_is_retr
         holder.rollback()
     assert workflow.get(timeout=30) == [0.01, 0.02, 0.03, 0.04]
     rows = env.probe.rows(
-        "SELECT id, status, attempts FROM {schema}.jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
+        "SELECT id, status, attempts FROM {schema}.all_jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
     )
     assert [(row["status"], row["attempts"]) for row in rows] == [("done", 1)] * len(ids)
     assert len(env.probe.executions(callback)) == 1

@@ -81,7 +81,7 @@ def test_the_service_enqueues_in_its_transaction_and_its_worker_runs_the_jobs(
             assert refused.json() == {"job_id": None}
 
     asyncio.run(program())
-    jobs = select(admin, app, "SELECT args, status FROM {schema}.jobs ORDER BY id")
+    jobs = select(admin, app, "SELECT args, status FROM {schema}.all_jobs ORDER BY id")
     assert [tuple(row) for row in jobs] == [([21], "done")]
     # Shutdown: the worker deregistered and the pools are closed.
     assert select(admin, app, "SELECT id FROM {schema}.workers") == []
@@ -168,7 +168,7 @@ def test_shutdown_stops_the_worker_gracefully_and_releases_what_outlives_it(
         # The shutdown returned: the job outlived shutdown_timeout and went back to pending
         # without using up its attempt; the worker deregistered.
         row = select(
-            admin, app, "SELECT status, attempts FROM {schema}.jobs WHERE id = %s", (job_id,)
+            admin, app, "SELECT status, attempts FROM {schema}.all_jobs WHERE id = %s", (job_id,)
         )
         assert [tuple(r) for r in row] == [("pending", 0)]
         assert select(admin, app, "SELECT id FROM {schema}.workers") == []

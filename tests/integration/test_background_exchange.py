@@ -118,7 +118,7 @@ def test_a_busy_worker_claims_in_shares_that_run_while_the_other_round_trip_is_o
     sizes = [
         int(row[0])
         for row in admin.execute(
-            f'SELECT count(*) FROM "{app.schema}".jobs GROUP BY locked_at ORDER BY 1 DESC'
+            f'SELECT count(*) FROM "{app.schema}".all_jobs GROUP BY locked_at ORDER BY 1 DESC'
         ).fetchall()
     ]
     # More than the slots alone (25 a share): the prefetch was on; never the whole 150.
@@ -174,7 +174,7 @@ def test_every_job_runs_once_while_the_workers_connections_are_killed(
     assert len(runs) == jobs, (len(runs), len(set(runs)))
     assert len(set(runs)) == jobs
     row = admin.execute(
-        f"SELECT count(*) FROM \"{app.schema}\".jobs WHERE status <> 'done' OR attempts <> 1"
+        f"SELECT count(*) FROM \"{app.schema}\".all_jobs WHERE status <> 'done' OR attempts <> 1"
     ).fetchone()
     assert row is not None and row[0] == 0
 
@@ -197,7 +197,7 @@ def recording_task(app: App, *, pause: float = 0.0) -> tuple[Any, list[int]]:
 
 def done_count(admin: psycopg.Connection[Any], app: App) -> int:
     row = admin.execute(
-        f"SELECT count(*) FROM \"{app.schema}\".jobs WHERE status = 'done'"
+        f"SELECT count(*) FROM \"{app.schema}\".all_jobs WHERE status = 'done'"
     ).fetchone()
     assert row is not None
     return int(row[0])

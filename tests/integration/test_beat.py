@@ -38,7 +38,7 @@ def periodic_jobs(admin: psycopg.Connection[Any], app: App, name: str) -> list[d
     """The jobs of one schedule (by key prefix), oldest tick first."""
     query = sql.SQL(
         "SELECT id, idempotency_key, run_at, created_at, args, kwargs, queue, priority"
-        " FROM {}.jobs WHERE starts_with(idempotency_key, %s) ORDER BY run_at, id"
+        " FROM {}.all_jobs WHERE starts_with(idempotency_key, %s) ORDER BY run_at, id"
     ).format(sql.Identifier(app.schema))
     with admin.cursor(row_factory=dict_row) as cursor:
         return cursor.execute(query, [f"pgtasks.periodic:{name}@"]).fetchall()

@@ -71,7 +71,7 @@ def test_a_claim_from_the_position_does_not_read_the_entries_of_claimed_jobs(
     noop.delay_many([{}] * 6000)
     with psycopg.connect(dsn) as pin:
         pin.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        pin.execute(f'SELECT count(*) FROM "{app.schema}".jobs').fetchone()
+        pin.execute(f'SELECT count(*) FROM "{app.schema}".all_jobs').fetchone()
         with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
             last: ClaimedJob | None = None
             for _ in range(100):
@@ -189,7 +189,7 @@ def test_a_worker_busy_with_a_backlog_claims_a_job_that_sorts_behind_it_within_a
 def worker_done(app: App) -> int:
     with app.connection() as conn:
         row = conn.execute(
-            f"SELECT count(*) FROM \"{app.schema}\".jobs WHERE status = 'done'"
+            f"SELECT count(*) FROM \"{app.schema}\".all_jobs WHERE status = 'done'"
         ).fetchone()
     assert row is not None
     return int(row[0])

@@ -68,6 +68,8 @@ def test_a_pooled_dsn_gets_no_startup_options_and_prepares_no_statement(
     with connector(direct.database, owner="t")() as conn:
         assert conn.prepare_threshold is not None
         assert conn.execute(setting).fetchone() == ("off",)
+        # No JIT: a disabled scan's cost would make the server compile every such plan.
+        assert conn.execute("SELECT current_setting('jit')").fetchone() == ("off",)
     assert "enable_seqscan=off" in WORKER_CONNECTION_OPTIONS
     with pooled.connection() as conn:
         assert conn.prepare_threshold is None

@@ -230,7 +230,7 @@ def test_a_lost_lease_is_counted_once_per_attempt_and_each_refused_write_once(
     assert scraped["pgtasks_leases_lost_total"] == 1
     assert scraped["pgtasks_fenced_writes_refused_total"] == 2
     with psycopg.connect(app.dsn) as conn:
-        rows = select(conn, app, "SELECT result FROM {schema}.jobs WHERE id = %s", [handle.id])
+        rows = select(conn, app, "SELECT result FROM {schema}.all_jobs WHERE id = %s", [handle.id])
     assert rows == [(None,)]
 
 

@@ -95,7 +95,8 @@ def test_a_waiting_backlog_and_dead_rows_are_reported(
 
     waiting.delay_many([{}] * 50)
     admin.execute(
-        f'DELETE FROM "{app.schema}".jobs WHERE id IN (SELECT id FROM "{app.schema}".jobs LIMIT 40)'
+        f'DELETE FROM "{app.schema}".jobs'
+        f' WHERE id IN (SELECT id FROM "{app.schema}".all_jobs LIMIT 40)'
     )
     admin.execute(f'ANALYZE "{app.schema}".jobs')
 

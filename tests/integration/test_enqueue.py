@@ -52,7 +52,7 @@ def run(app: App, make_coroutine: Callable[[], Awaitable[T]]) -> T:
 
 
 def count_jobs(admin: Connection, app: App) -> int:
-    query = sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(app.schema))
+    query = sql.SQL("SELECT count(*) FROM {}.all_jobs").format(sql.Identifier(app.schema))
     row = admin.execute(query).fetchone()
     assert row is not None
     return int(row[0])
@@ -644,7 +644,7 @@ def test_twenty_threads_enqueuing_one_key_at_once_get_one_row(
         jobs = [future.result(timeout=10) for future in futures]
 
     assert len({job.id for job in jobs}) == 1
-    query = sql.SQL("SELECT count(*) FROM {}.jobs WHERE idempotency_key = %s")
+    query = sql.SQL("SELECT count(*) FROM {}.all_jobs WHERE idempotency_key = %s")
     row = admin.execute(query.format(sql.Identifier(app.schema)), (key,)).fetchone()
     assert row == (1,)
     if blocker_outcome == "commit":

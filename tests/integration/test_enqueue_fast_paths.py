@@ -25,7 +25,7 @@ Connection = psycopg.Connection[Any]
 
 def count_jobs(admin: Connection, app: App) -> int:
     row = admin.execute(
-        sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(app.schema))
+        sql.SQL("SELECT count(*) FROM {}.all_jobs").format(sql.Identifier(app.schema))
     ).fetchone()
     assert row is not None
     return int(row[0])

@@ -202,7 +202,7 @@ def test_migrate_then_enqueue_on_a_schema_ahead_of_the_code_raises_schema_too_ne
 
 
 def count_rows(admin: Connection, schema: str) -> int:
-    query = sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(schema))
+    query = sql.SQL("SELECT count(*) FROM {}.all_jobs").format(sql.Identifier(schema))
     row = admin.execute(query).fetchone()
     assert row is not None
     return int(row[0])

@@ -51,7 +51,7 @@ def test_outcomes_with_awkward_texts_are_stored_exactly(
         row[0]: row[1:]
         for row in admin.execute(
             f"SELECT id, status, result, last_error, run_at - now() FROM"
-            f' "{app.schema}".jobs WHERE id = ANY(%s)',
+            f' "{app.schema}".all_jobs WHERE id = ANY(%s)',
             (ids,),
         ).fetchall()
     }
@@ -87,7 +87,7 @@ def test_the_round_trip_is_one_transaction(
             )
         assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
     statuses = dict(
-        admin.execute(f'SELECT status, count(*) FROM "{app.schema}".jobs GROUP BY 1').fetchall()
+        admin.execute(f'SELECT status, count(*) FROM "{app.schema}".all_jobs GROUP BY 1').fetchall()
     )
     assert statuses == {"running": 2, "pending": 1}
 

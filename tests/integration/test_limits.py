@@ -57,7 +57,7 @@ def test_enqueue_writes_the_limit_names_and_the_key(
     other = plain.delay()
     handles = report.delay_many([{"user_id": 7}, {"user_id": "u8"}])
     rows = admin.execute(
-        f"SELECT id, limit_groups, limit_key FROM {app.schema}.jobs ORDER BY id"
+        f"SELECT id, limit_groups, limit_key FROM {app.schema}.all_jobs ORDER BY id"
     ).fetchall()
     key = f"key:{report.name}\x1f"
     assert rows == [
@@ -188,7 +188,7 @@ def test_a_failing_concurrency_key_writes_nothing(app: App, admin: psycopg.Conne
         work.delay("ann")
     with pytest.raises(LimitKeyError):
         work.delay_many([{"user": "ann"}, {"user": "bob"}])
-    assert admin.execute(f"SELECT count(*) FROM {app.schema}.jobs").fetchone() == (0,)
+    assert admin.execute(f"SELECT count(*) FROM {app.schema}.all_jobs").fetchone() == (0,)
 
 
 def test_a_worker_runs_limited_jobs_and_hostile_limit_rows_alike(

@@ -63,7 +63,7 @@ def meta_worker(app: App, **options: Any) -> contextlib.AbstractContextManager[W
 
 
 def job_count(admin: psycopg.Connection[Any], app: App) -> int:
-    return int(select(admin, app, "SELECT count(*) FROM {schema}.jobs")[0][0])
+    return int(select(admin, app, "SELECT count(*) FROM {schema}.all_jobs")[0][0])
 
 
 # -- enqueue ------------------------------------------------------------------------------------

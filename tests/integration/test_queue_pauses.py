@@ -123,7 +123,9 @@ def test_a_worker_whose_every_queue_is_paused_claims_nothing_until_resumed(
         assert finished(other.delay()).status == JobStatus.DONE
         assert held.status() == JobStatus.PENDING
         assert other_worker.counts.get("claimed", 0) == 1
-        rows = select(admin, app, "SELECT locked_by FROM {schema}.jobs WHERE id = %s", [held.id])
+        rows = select(
+            admin, app, "SELECT locked_by FROM {schema}.all_jobs WHERE id = %s", [held.id]
+        )
         assert rows == [(None,)]
 
         app.resume_queue("emails")

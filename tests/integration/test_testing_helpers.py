@@ -167,7 +167,7 @@ def test_isolate_points_the_users_app_at_the_tests_schema_and_puts_it_back_after
 
     assert user_app.app.schema == original_schema
     assert user_app.app.store is original_store
-    query = sql.SQL("SELECT task_name FROM {}.jobs WHERE id = %s")
+    query = sql.SQL("SELECT task_name FROM {}.all_jobs WHERE id = %s")
     rows = admin.execute(query.format(sql.Identifier(pgtasks_schema)), [handle.id]).fetchall()
     assert rows == [(send_receipt.name,)]
 

@@ -26,7 +26,7 @@ MINUTE = timedelta(minutes=1)
 def rows(admin: Connection, app: App) -> list[dict[str, Any]]:
     query = sql.SQL(
         "SELECT id, status, idempotency_key, unique_key, unique_window, kwargs"
-        " FROM {}.jobs ORDER BY id"
+        " FROM {}.all_jobs ORDER BY id"
     ).format(sql.Identifier(app.schema))
     with admin.cursor(row_factory=dict_row) as cursor:
         return cursor.execute(query).fetchall()
@@ -374,9 +374,9 @@ def test_a_scoped_job_keeps_its_limits_through_every_path(
         await limited.adelay(4)
 
     asyncio.run(enqueue_async())
-    query = sql.SQL("SELECT unique_key, limit_groups, limit_key FROM {}.jobs ORDER BY id").format(
-        sql.Identifier(app.schema)
-    )
+    query = sql.SQL(
+        "SELECT unique_key, limit_groups, limit_key FROM {}.all_jobs ORDER BY id"
+    ).format(sql.Identifier(app.schema))
     found = [tuple(row) for row in admin.execute(query).fetchall()]
     assert [row[0] for row in found] == ["user:1", "user:2", "user:3", "user:4"]
     assert [row[2] for row in found] == ["1", "2", "3", "4"]

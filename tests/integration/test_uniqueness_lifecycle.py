@@ -34,7 +34,7 @@ def connections(dsn: str) -> Iterator[list[Connection]]:
 
 
 def count(admin: Connection, app: App) -> int:
-    return int(select(admin, app, "SELECT count(*) FROM {schema}.jobs")[0][0])
+    return int(select(admin, app, "SELECT count(*) FROM {schema}.all_jobs")[0][0])
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def test_the_period_rolls_over_at_the_window_boundary_of_the_database_clock(
     )
     first = heartbeat.delay()
     (window_end,) = select(
-        admin, app, "SELECT upper(unique_window) FROM {schema}.jobs WHERE id = %s", [first.id]
+        admin, app, "SELECT upper(unique_window) FROM {schema}.all_jobs WHERE id = %s", [first.id]
     )[0]
     same = heartbeat.delay()
     wait_until(
@@ -146,7 +146,7 @@ def test_the_period_rolls_over_at_the_window_boundary_of_the_database_clock(
     windows: list[tuple[datetime, datetime]] = select(
         admin,
         app,
-        "SELECT lower(unique_window), upper(unique_window) FROM {schema}.jobs ORDER BY id",
+        "SELECT lower(unique_window), upper(unique_window) FROM {schema}.all_jobs ORDER BY id",
     )
     assert windows[1][0] >= windows[0][1] and windows[1][1] - windows[1][0] == timedelta(seconds=2)
 
@@ -244,7 +244,7 @@ def test_beat_skips_ticks_while_a_scoped_periodic_job_is_active(
     assert {item.job_id for item in ticks} == {ticks[0].job_id}
     assert [item.existed for item in ticks] == [False] + [True] * (len(ticks) - 1)
     assert all(item.existed and item.job_id == ticks[0].job_id for item in repeated)
-    rows = select(admin, app, "SELECT idempotency_key, unique_key, status FROM {schema}.jobs")
+    rows = select(admin, app, "SELECT idempotency_key, unique_key, status FROM {schema}.all_jobs")
     assert len(rows) == 1 and rows[0][1] == "rollup" and rows[0][0].startswith("pgtasks.periodic")
 
     app.cancel(ticks[0].job_id)

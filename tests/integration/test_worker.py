@@ -36,7 +36,7 @@ from tests.support.waiting import wait_until
 
 def database_clock(app: App, job_id: int) -> tuple[datetime, datetime]:
     """(the job's run_at, the server's clock_timestamp()) read now, from inside a task."""
-    query = sql.SQL("SELECT run_at, clock_timestamp() FROM {}.jobs WHERE id = %s").format(
+    query = sql.SQL("SELECT run_at, clock_timestamp() FROM {}.all_jobs WHERE id = %s").format(
         sql.Identifier(app.schema)
     )
     with app.connection() as conn:
@@ -71,7 +71,7 @@ def test_stores_the_return_value_of_a_sync_task_as_json(
     assert row.last_error is None
     assert row.finished_at is not None
     assert select(
-        admin, app, "SELECT jsonb_typeof(result) FROM {schema}.jobs WHERE id = %s", [handle.id]
+        admin, app, "SELECT jsonb_typeof(result) FROM {schema}.all_jobs WHERE id = %s", [handle.id]
     ) == [("object",)]
 
 
@@ -387,9 +387,9 @@ def test_two_workers_run_each_of_500_jobs_exactly_once(
         handles = first.tasks["tests.count"].delay_many([{"number": n} for n in range(500)])
         wait_until(
             lambda: (
-                select(admin, first, "SELECT count(*) FROM {schema}.jobs WHERE status = 'done'")[0][
-                    0
-                ]
+                select(
+                    admin, first, "SELECT count(*) FROM {schema}.all_jobs WHERE status = 'done'"
+                )[0][0]
                 == 500
             ),
             timeout=30,

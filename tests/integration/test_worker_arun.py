@@ -92,7 +92,7 @@ def test_a_second_cancellation_releases_the_running_jobs_at_once(
         with pytest.raises(asyncio.CancelledError):
             await running
         rows = select(
-            admin, app, "SELECT status, attempts FROM {schema}.jobs WHERE id = %s", [job.id]
+            admin, app, "SELECT status, attempts FROM {schema}.all_jobs WHERE id = %s", [job.id]
         )
         assert rows == [("pending", 0)], "the running job was not released"
 

@@ -59,7 +59,7 @@ def tasks(app: App) -> dict[str, Any]:
 
 
 def count_jobs(admin_conn: psycopg.Connection[Any], app: App) -> int:
-    return int(select(admin_conn, app, "SELECT count(*) FROM {schema}.jobs")[0][0])
+    return int(select(admin_conn, app, "SELECT count(*) FROM {schema}.all_jobs")[0][0])
 
 
 # -- delete --------------------------------------------------------------------------------------
@@ -80,7 +80,7 @@ def test_delete_of_a_job_an_unfinished_workflow_needs_is_refused(
     # The callback still gets the member's result.
     settle(app, {jobs["0.1"]["id"]: 4})
     assert select(
-        admin, app, "SELECT args FROM {schema}.jobs WHERE id = %s", [jobs["1"]["id"]]
+        admin, app, "SELECT args FROM {schema}.all_jobs WHERE id = %s", [jobs["1"]["id"]]
     ) == [([[2, 4]],)]
     # Once the workflow has finished (here: cancelled), its jobs may be deleted.
     workflow.cancel()
@@ -328,7 +328,10 @@ def test_healing_moves_stuck_steps_on_once_and_records_it(
     assert (first.started, first.cancelled) == ([lost_jobs["1"]["id"]], [blocked_jobs["1"]["id"]])
     assert again.healed == 0 and not again.unhealable
     callback = select(
-        admin, app, "SELECT status, args FROM {schema}.jobs WHERE id = %s", [lost_jobs["1"]["id"]]
+        admin,
+        app,
+        "SELECT status, args FROM {schema}.all_jobs WHERE id = %s",
+        [lost_jobs["1"]["id"]],
     )
     assert callback == [("pending", [[lost_jobs["0.0"]["id"], lost_jobs["0.1"]["id"]]])]
     # The cancelled step's own successor was cancelled by the trigger, naming it.

@@ -50,7 +50,7 @@ def callbacks(admin: psycopg.Connection[Any], app: App) -> list[tuple[Any, ...]]
     return select(
         admin,
         app,
-        "SELECT status, args, waiting_for FROM {schema}.jobs"
+        "SELECT status, args, waiting_for FROM {schema}.all_jobs"
         " WHERE task_name = 'callback' ORDER BY id",
     )
 
@@ -235,7 +235,7 @@ def callback_rows(admin: psycopg.Connection[Any], app: App) -> dict[int, tuple[A
     rows = select(
         admin,
         app,
-        "SELECT id, status, args, waiting_for FROM {schema}.jobs WHERE task_name = 'callback'",
+        "SELECT id, status, args, waiting_for FROM {schema}.all_jobs WHERE task_name = 'callback'",
     )
     return {row[0]: tuple(row[1:]) for row in rows}
 

@@ -69,7 +69,7 @@ def statuses(admin: psycopg.Connection[Any], app: App, workflow_id: int) -> list
     rows = select(
         admin,
         app,
-        "SELECT status FROM {schema}.jobs WHERE workflow_id = %s ORDER BY id",
+        "SELECT status FROM {schema}.all_jobs WHERE workflow_id = %s ORDER BY id",
         [workflow_id],
     )
     return [row[0] for row in rows]
@@ -221,7 +221,7 @@ def test_transactional_creation_rolled_back_leaves_no_rows(
         workflow = chord([add.s(1, 1), add.s(2, 2)], total.s()).apply_async(connection=conn)
         assert workflow.id > 0
         conn.rollback()
-    assert select(admin, app, "SELECT count(*) FROM {schema}.jobs")[0][0] == 0
+    assert select(admin, app, "SELECT count(*) FROM {schema}.all_jobs")[0][0] == 0
     assert select(admin, app, "SELECT count(*) FROM {schema}.workflows")[0][0] == 0
     with psycopg.connect(dsn) as conn:
         committed = chain(add.s(1, 1), add.s(1)).apply_async(connection=conn)
@@ -250,7 +250,7 @@ def test_bad_input_gets_clear_errors_and_writes_nothing(
         chain(add.s(1, 2), chord([add.s(1)], total.s(), on_error=add.si(1, 1))).delay()
     with app.eager(), pytest.raises(WorkflowError, match="eager mode"):
         chain(add.s(1, 2), add.s(1)).delay()
-    assert select(admin, app, "SELECT count(*) FROM {schema}.jobs")[0][0] == 0
+    assert select(admin, app, "SELECT count(*) FROM {schema}.all_jobs")[0][0] == 0
     assert app.signature("add", (1, 2)).delay().id > 0
 
 
@@ -312,6 +312,12 @@ def test_pruning_keeps_a_workflow_until_all_its_jobs_finished(
             "UPDATE {schema}.jobs SET finished_at = now() - interval '2 hours'"
             " WHERE finished_at IS NOT NULL",
         )
+        # Finished jobs are in jobs_history (migration jobs_history).
+        execute(
+            admin,
+            app,
+            "UPDATE {schema}.jobs_history SET finished_at = finished_at - interval '2 hours'",
+        )
         execute(admin, app, "UPDATE {schema}.workflows SET created_at = now() - interval '2 hours'")
 
     def prune_now() -> None:
@@ -324,6 +330,7 @@ def test_pruning_keeps_a_workflow_until_all_its_jobs_finished(
         assert app.get_job(jobs[1]["id"]).get(timeout=20) == 4
         assert workflow.get(timeout=20) == 6
     # The callback's row still waits: members done, but the workflow is not finished.
+    execute(admin, app, "SELECT {schema}.jobs_restore(ARRAY[%s]::bigint[])", [jobs[2]["id"]])
     execute(
         admin,
         app,
@@ -335,7 +342,7 @@ def test_pruning_keeps_a_workflow_until_all_its_jobs_finished(
     prune_now()
     assert statuses(admin, app, workflow.id) == ["done", "done", "waiting"]
     assert (
-        select(admin, app, "SELECT count(*) FROM {schema}.jobs WHERE workflow_id IS NULL")[0][0]
+        select(admin, app, "SELECT count(*) FROM {schema}.all_jobs WHERE workflow_id IS NULL")[0][0]
         == 0
     )
     execute(
@@ -346,7 +353,7 @@ def test_pruning_keeps_a_workflow_until_all_its_jobs_finished(
     )
     age_everything()
     prune_now()
-    assert select(admin, app, "SELECT count(*) FROM {schema}.jobs")[0][0] == 0
+    assert select(admin, app, "SELECT count(*) FROM {schema}.all_jobs")[0][0] == 0
     assert select(admin, app, "SELECT count(*) FROM {schema}.workflows")[0][0] == 0
     with pytest.raises(WorkflowNotFoundError):
         app.get_workflow(workflow.id)
@@ -412,7 +419,7 @@ def test_workflow_steps_count_in_their_concurrency_limits(
     rows = select(
         admin,
         app,
-        "SELECT limit_groups, limit_key FROM {schema}.jobs WHERE workflow_id = %s ORDER BY id",
+        "SELECT limit_groups, limit_key FROM {schema}.all_jobs WHERE workflow_id = %s ORDER BY id",
         (workflow.id,),
     )
     assert [tuple(row) for row in rows] == [

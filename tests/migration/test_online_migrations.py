@@ -433,3 +433,48 @@ def test_the_plan_of_a_current_schema_says_so(schema_at: SchemaAt, dsn: str) -> 
 
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"schema {schema!r} is up to date (version {LATEST})\n"
+
+
+def test_finished_jobs_of_an_existing_install_stay_readable_and_move_in_batches(
+    schema_at: SchemaAt, dsn: str, admin: Connection
+) -> None:
+    """Migration jobs_history on a populated schema: nothing is rewritten; keys of the
+    jobs already there (finished ones too) are kept; the pruner moves the finished jobs
+    into jobs_history in batches, and reads see them before and after."""
+    from pgtasks import App
+    from pgtasks._worker.pruner import prune
+
+    history = next(m.version for m in load_migrations() if m.name == "jobs_history")
+    schema = schema_at(history - 1, rows=1000)
+    jobs = sql.Identifier(schema, "jobs")
+    admin.execute(
+        sql.SQL(
+            "INSERT INTO {} (task_name, queue, args, kwargs, max_attempts, status, attempts,"
+            " finished_at, idempotency_key, result) VALUES ('t', 'q', '[]', '{{}}', 1, 'done',"
+            " 1, now(), 'kept-key', '42')"
+        ).format(jobs)
+    )
+    admin.commit()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        Migrator(Store(schema)).migrate(conn)
+    with App(dsn=dsn, schema=schema) as app:
+
+        @app.task(name="t")
+        def t() -> None: ...
+
+        keyed = t.apply_async(idempotency_key="kept-key")
+        assert keyed.existed and keyed.get(timeout=1) == 42
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            result = prune(app.store, conn, done_after=None, failed_after=None, batch_size=200)
+            assert result.batches == 3  # 501 finished jobs, 200 a batch
+            counts = conn.execute(
+                sql.SQL(
+                    "SELECT (SELECT count(*) FROM {}), (SELECT count(*) FROM {}),"
+                    " (SELECT count(*) FROM {})"
+                ).format(
+                    jobs, sql.Identifier(schema, "jobs_history"), sql.Identifier(schema, "all_jobs")
+                )
+            ).fetchone()
+        assert counts == (500, 501, 1001)
+        assert t.apply_async(idempotency_key="kept-key").id == keyed.id
+        assert app.get_job(keyed.id).get(timeout=1) == 42

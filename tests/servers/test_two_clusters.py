@@ -83,6 +83,13 @@ def test_two_stores_on_two_clusters(dsn: str, second_dsn: str) -> None:
         with running_worker(app, store="bulk"), running_worker(app, store="default"):
             assert app.get_job(there.id).get(timeout=15) == 4
             assert here.get(timeout=15) == 4
+        # Each finished job is in its own store's history, on its own cluster.
+        with psycopg.connect(second_dsn) as conn:
+            query = sql.SQL("SELECT id FROM {}.jobs_history").format(
+                sql.Identifier(schemas["bulk"])
+            )
+            assert [row[0] for row in conn.execute(query)] == [there.id]
+        assert app.get_job(there.id).status() == "done"
     finally:
         app.close()
         drop(server, schemas["default"])
@@ -134,7 +141,7 @@ def done_between(dsn: str, schema: str, start: float, end: float) -> int:
     """Jobs of ``schema`` finished done between two Unix times (database clock)."""
     with psycopg.connect(dsn, connect_timeout=5) as conn:
         query = sql.SQL(
-            "SELECT count(*) FROM {}.jobs WHERE status = 'done'"
+            "SELECT count(*) FROM {}.all_jobs WHERE status = 'done'"
             " AND finished_at >= to_timestamp(%s) AND finished_at < to_timestamp(%s)"
         ).format(sql.Identifier(schema))
         return int(conn.execute(query, (start, end)).fetchone()[0])  # type: ignore[index]

@@ -121,7 +121,7 @@ def registered_workers(conn: psycopg.Connection[Any], app: App) -> list[int]:
 
 
 def running_job_count(conn: psycopg.Connection[Any], app: App) -> int:
-    rows = select(conn, app, "SELECT count(*) FROM {schema}.jobs WHERE status = 'running'")
+    rows = select(conn, app, "SELECT count(*) FROM {schema}.all_jobs WHERE status = 'running'")
     return int(rows[0][0])
 
 

@@ -63,7 +63,7 @@ def insert_job(
 
 
 def job_ids(conn: Connection, app: App) -> set[int]:
-    return {row[0] for row in select(conn, app, "SELECT id FROM {schema}.jobs")}
+    return {row[0] for row in select(conn, app, "SELECT id FROM {schema}.all_jobs")}
 
 
 def register(conn: Connection, app: App, *, pid: int = 1, heartbeat_ago: float = 0.0) -> int:

@@ -45,13 +45,13 @@ class Probe:
             raise
 
     def status_counts(self) -> dict[str, int]:
-        rows = self.rows("SELECT status, count(*) AS n FROM {schema}.jobs GROUP BY status")
+        rows = self.rows("SELECT status, count(*) AS n FROM {schema}.all_jobs GROUP BY status")
         return {row["status"]: row["n"] for row in rows}
 
     def job(self, job_id: int) -> dict[str, Any]:
         rows = self.rows(
             "SELECT id, status, attempts, locked_by, result, last_error, finished_at"
-            " FROM {schema}.jobs WHERE id = %s",
+            " FROM {schema}.all_jobs WHERE id = %s",
             (job_id,),
         )
         assert rows, f"job {job_id} is missing"
@@ -143,9 +143,9 @@ def assert_invariants(
         "            executions.id DESC))[1] AS last_worker,"
         " (array_agg(executions.finished IS NOT NULL ORDER BY executions.attempt DESC,"
         "            executions.id DESC))[1] AS last_finished"
-        " FROM {schema}.jobs AS jobs"
+        " FROM {schema}.all_jobs AS jobs"
         " LEFT JOIN {schema}.executions AS executions ON executions.job_id = jobs.id"
-        " GROUP BY jobs.id"
+        " GROUP BY jobs.id, jobs.status, jobs.attempts, jobs.max_attempts, jobs.locked_by"
     )
     by_id = {row["id"]: row for row in rows}
     running = [row["id"] for row in rows if row["status"] == "running"]

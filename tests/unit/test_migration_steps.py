@@ -183,6 +183,39 @@ def test_a_scan_after_a_write_blocking_lock_in_the_same_transaction_blocks_for_t
     assert "while this transaction holds ACCESS EXCLUSIVE" in planned[1].locks[0].note
 
 
+def test_a_copy_from_a_table_after_a_trigger_on_it_in_the_same_transaction_blocks() -> None:
+    """INSERT … SELECT reads its source (ACCESS SHARE): after CREATE TRIGGER on that table
+    in the same transaction, writes and claims wait for the whole read."""
+    (step,) = parse_steps(
+        "CREATE TRIGGER t AFTER INSERT ON {schema}.jobs FOR EACH ROW EXECUTE FUNCTION f();\n"
+        "INSERT INTO {schema}.keys (id) SELECT id FROM {schema}.jobs WHERE key IS NOT NULL;"
+    )
+
+    planned = step_locks(step, set())
+
+    copy = planned[1].locks
+    assert [(lock.relation, lock.effect) for lock in copy] == [
+        ("keys", "online"),
+        ("jobs", "blocking"),
+    ]
+    assert "while this transaction holds SHARE ROW EXCLUSIVE" in copy[1].note
+
+
+def test_a_batched_copy_reads_one_batch_of_its_table_at_a_time() -> None:
+    (step,) = parse_steps(
+        "-- pgtasks:step batched table=jobs size=100\n"
+        "INSERT INTO {schema}.keys (id) SELECT id FROM {schema}.jobs"
+        " WHERE id >= %(start)s AND id < %(stop)s;"
+    )
+
+    (statement,) = step_locks(step, {"keys"})
+
+    assert [(lock.relation, lock.mode, lock.effect) for lock in statement.locks] == [
+        ("keys", "ROW EXCLUSIVE", "none"),
+        ("jobs", "ACCESS SHARE", "online"),
+    ]
+
+
 def test_a_batched_update_locks_one_batch_at_a_time() -> None:
     (step,) = parse_steps(
         "-- pgtasks:step batched table=jobs size=100\n"

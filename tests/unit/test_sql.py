@@ -186,4 +186,92 @@ def test_a_schema_name_with_a_quote_cannot_break_out_of_the_identifier() -> None
 
     rendered = store._statements["get_job_status"].decode()
 
-    assert '"evil""; DROP TABLE users; --".jobs' in rendered
+    assert '"evil""; DROP TABLE users; --".all_jobs' in rendered
+
+
+#: What jobs' rows look like wherever they are (migration jobs_history): jobs_history
+#: and each of its class and default partitions (day partitions are made LIKE
+#: jobs_history), and the all_jobs view over both.
+JOB_RELATIONS = (
+    "jobs_history",
+    "jobs_history_done",
+    "jobs_history_failed",
+    "jobs_history_done_default",
+    "jobs_history_failed_default",
+    "all_jobs",
+)
+#: The columns finish_jobs writes anew as it moves a job into jobs_history; it copies
+#: every other column of jobs as it is.
+FINISH_REWRITES = frozenset(
+    {"status", "last_error", "result", "updated_at", "finished_at", "attempt_errors"}
+)
+
+
+def snapshot_columns(relation: str) -> list[tuple[str, str]]:
+    """(name, type) of each column of ``relation`` in tests/schema.sql, in order (the
+    snapshot lists a relation's columns by position and matches the migrations: see
+    tests/migration/test_schema_snapshot.py)."""
+    snapshot = (Path(__file__).parent.parent / "schema.sql").read_text()
+    pattern = rf"^column {relation}\.(\w+) (.+?)(?: NOT NULL| DEFAULT .*| GENERATED .*)*$"
+    return [(name, kind) for name, kind in re.findall(pattern, snapshot, re.MULTILINE)]
+
+
+def split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside parentheses and string literals, each part
+    stripped of its SQL comments."""
+    text = re.sub(r"--[^\n]*", "", text)
+    parts, depth, quoted, current = [], 0, False, []
+    for char in text:
+        if char == "'":
+            quoted = not quoted
+        elif not quoted and char == "(":
+            depth += 1
+        elif not quoted and char == ")":
+            depth -= 1
+        elif not quoted and depth == 0 and char == ",":
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return [" ".join(part.split()) for part in parts]
+
+
+def test_jobs_history_its_partitions_and_all_jobs_have_the_columns_of_jobs_in_order() -> None:
+    """Statements move rows between jobs and jobs_history by position (INSERT … SELECT *,
+    NEW.*, RETURNING *): a migration that adds a column to jobs adds it to jobs_history
+    (ALTER TABLE: its partitions follow) and to all_jobs (CREATE OR REPLACE VIEW, the
+    column last), in jobs' order and type."""
+    jobs = snapshot_columns("jobs")
+
+    assert len(jobs) >= 30
+    for relation in JOB_RELATIONS:
+        assert snapshot_columns(relation) == jobs, (
+            f"{relation} does not have jobs' columns in jobs' order: migration jobs_history"
+            " keeps them equal (see docs/reference/schema.md)"
+        )
+
+
+def test_the_finish_moves_every_column_of_jobs_into_jobs_history_by_name() -> None:
+    """finish_jobs lists jobs' columns for its INSERT INTO jobs_history and selects each
+    one from the deleted row by its own name, but for those it writes anew: a column
+    added to jobs and not to this statement would reach the history empty."""
+    jobs = [name for name, _ in snapshot_columns("jobs")]
+    finish = load_queries()["finish_jobs"].text
+    moved = re.search(
+        r"INSERT INTO \{schema\}\.jobs_history\s*\((?P<columns>[^)]*)\)\s*SELECT(?P<values>.*?)"
+        r"\s+FROM ended\b",
+        finish,
+        re.DOTALL,
+    )
+    assert moved is not None, "finish_jobs no longer moves the rows of ended"
+    inserted = split_top_level(moved["columns"])
+    values = split_top_level(moved["values"])
+
+    assert inserted == jobs, "finish_jobs' column list is not jobs' (in jobs' order)"
+    assert len(values) == len(inserted), (len(values), len(inserted))
+    rewritten = {column for column, value in zip(inserted, values, strict=True) if value != column}
+    assert rewritten == FINISH_REWRITES, (
+        "finish_jobs copies each column of jobs by its name but for "
+        f"{sorted(FINISH_REWRITES)}; these differ: {sorted(rewritten ^ FINISH_REWRITES)}"
+    )

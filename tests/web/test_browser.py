@@ -137,7 +137,7 @@ def test_bulk_retry_and_delete_ask_before_acting(
     expect(page.locator(".message")).to_have_text("Retried 3 job(s).")
     assert questions[1] == "Retry every failed or cancelled job this filter selects (3 jobs)?"
     rows = admin.execute(
-        f'SELECT DISTINCT status FROM "{app.schema}".jobs WHERE id = ANY(%s)', [failed]
+        f'SELECT DISTINCT status FROM "{app.schema}".all_jobs WHERE id = ANY(%s)', [failed]
     ).fetchall()
     assert rows == [("pending",)]
 
@@ -359,7 +359,7 @@ def test_cancel_workflow_asks_first_then_cancels_its_steps_and_the_graph_shows_i
         )
     expect(button).to_have_count(0)  # nothing left to cancel
     statuses = admin.execute(
-        f'SELECT DISTINCT status FROM "{app.schema}".jobs WHERE workflow_id = %s', [workflow.id]
+        f'SELECT DISTINCT status FROM "{app.schema}".all_jobs WHERE workflow_id = %s', [workflow.id]
     ).fetchall()
     assert statuses == [("cancelled",)]
 
@@ -397,7 +397,7 @@ def test_ticked_jobs_survive_live_updates_and_the_buttons_count_them(
         "Retried 2 selected job(s); 0 could not be retried."
     )
     statuses = admin.execute(
-        f'SELECT id, status FROM "{app.schema}".jobs WHERE id = ANY(%s) ORDER BY id', [failed]
+        f'SELECT id, status FROM "{app.schema}".all_jobs WHERE id = ANY(%s) ORDER BY id', [failed]
     ).fetchall()
     assert statuses == [(failed[0], "pending"), (failed[1], "pending"), (failed[2], "failed")]
 

@@ -35,7 +35,7 @@ def cells(row: str) -> list[str]:
 
 
 def status_of(admin: Connection, app: App, job_id: int) -> str | None:
-    rows = select(admin, app, "SELECT status FROM {schema}.jobs WHERE id = %s", [job_id])
+    rows = select(admin, app, "SELECT status FROM {schema}.all_jobs WHERE id = %s", [job_id])
     return rows[0][0] if rows else None
 
 

@@ -26,7 +26,7 @@ Connection = psycopg.Connection[Any]
 
 
 def status_of(admin: Connection, app: App, job_id: int) -> str | None:
-    rows = select(admin, app, "SELECT status FROM {schema}.jobs WHERE id = %s", [job_id])
+    rows = select(admin, app, "SELECT status FROM {schema}.all_jobs WHERE id = %s", [job_id])
     return rows[0][0] if rows else None
 
 
@@ -130,6 +130,28 @@ def test_overview_estimates_finished_jobs_of_a_large_table_from_statistics(
     assert (bulk.done, bulk.failed, bulk.pending) == (30, 10, 1)
     assert queue_row(html, "bulk")["done"] == "≈30"
     assert "estimates" in html
+
+
+def test_overview_estimates_finished_jobs_in_history_from_its_statistics(
+    web: Client, app: App, admin: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(30):
+        insert_job(admin, app, status="done", queue="bulk", finished_ago=7200)
+    for _ in range(10):
+        insert_job(admin, app, status="failed", queue="bulk", finished_ago=7200)
+    insert_job(admin, app, queue="bulk")
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        # As the pruner moves finished jobs an older version left in jobs.
+        assert app.store.archive_finished_jobs(conn, limit=1000) == 40
+    admin.execute(f'ANALYZE "{app.schema}".jobs')
+    admin.execute(f'ANALYZE "{app.schema}".jobs_history')
+    monkeypatch.setattr(reads, "EXACT_COUNT_LIMIT", 10)
+
+    overview = reads.overview(app, web.state.db)
+
+    assert overview.counts.estimated
+    (bulk,) = overview.queues
+    assert (bulk.done, bulk.failed, bulk.pending) == (30, 10, 1)
 
 
 def test_finished_counts_of_a_large_table_not_yet_analyzed_are_unknown_not_counted(
@@ -275,7 +297,7 @@ def test_retry_a_failed_job(
     assert response.status_code == 303
     assert response.headers["location"] == f"/jobs/{failed}?done=retried"
     assert status_of(admin, app, failed) == "pending"
-    rows = select(admin, app, "SELECT max_attempts FROM {schema}.jobs WHERE id = %s", [failed])
+    rows = select(admin, app, "SELECT max_attempts FROM {schema}.all_jobs WHERE id = %s", [failed])
     assert rows == [(4,)]  # one more attempt allowed (the CLI's rule)
     assert "Retried" in web.get(f"/jobs/{failed}?done=retried").text
 
@@ -295,7 +317,7 @@ def test_cancel_pending_and_running_jobs(
     flagged = select(
         admin,
         app,
-        "SELECT cancel_requested FROM {schema}.jobs WHERE id = %s",
+        "SELECT cancel_requested FROM {schema}.all_jobs WHERE id = %s",
         [population["running"]],
     )
     assert flagged == [(True,)]

@@ -15,7 +15,7 @@ from tests.support.workflows import settle
 
 
 def status_of(admin: psycopg.Connection[Any], app: App, job_id: int) -> str | None:
-    rows = select(admin, app, "SELECT status FROM {schema}.jobs WHERE id = %s", [job_id])
+    rows = select(admin, app, "SELECT status FROM {schema}.all_jobs WHERE id = %s", [job_id])
     return rows[0][0] if rows else None
 
 
@@ -48,9 +48,9 @@ def test_delete_and_retry_answer_409_naming_the_workflow(
     assert "count=2" in response.headers["location"]
     assert (status_of(admin, app, second), status_of(admin, app, third)) == ("pending", "waiting")
     settle(app, {second: 6})
-    assert select(admin, app, "SELECT status, args FROM {schema}.jobs WHERE id = %s", [third]) == [
-        ("pending", [6, 4])
-    ]
+    assert select(
+        admin, app, "SELECT status, args FROM {schema}.all_jobs WHERE id = %s", [third]
+    ) == [("pending", [6, 4])]
 
     workflow.cancel()
     assert web.post(f"/jobs/{first}/delete").status_code == 303

@@ -8,8 +8,9 @@ from .config import pgtasks_settings
 
 
 def jobs_table() -> str:
-    """``schema"."jobs``: Django quotes it as ``"schema"."jobs"``."""
-    return f'{pgtasks_settings()["SCHEMA"]}"."jobs'
+    """``schema"."all_jobs``: Django quotes it as ``"schema"."all_jobs"`` (the view of
+    jobs and jobs_history together, migration jobs_history: finished jobs too)."""
+    return f'{pgtasks_settings()["SCHEMA"]}"."all_jobs'
 
 
 class JobStatus(models.TextChoices):  # type: ignore[misc]

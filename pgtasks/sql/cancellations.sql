@@ -1,0 +1,41 @@
+-- Cancelling a job (app.cancel(), which `pgtasks jobs cancel` and the dashboard use too)
+-- and the requests a worker reads for the jobs it runs. Headers, placeholders and
+-- parameters as in queries.sql.
+
+-- name: cancel_job :one
+-- Cancel a job: pending becomes cancelled; running is flagged and its worker notified;
+-- a finished job (in jobs_history) is left as it is. Returns the status before and after;
+-- no row when the job does not exist, or when it finished while this statement waited
+-- for its row lock (the caller reads it again: the next statement sees it finished).
+WITH target AS (
+    SELECT id, status FROM {schema}.jobs WHERE id = %(id)s FOR UPDATE
+),
+known AS (
+    SELECT id, status FROM target
+    UNION ALL
+    SELECT id, status FROM {schema}.jobs_history WHERE id = %(id)s
+),
+cancelled AS (
+    -- A waiting workflow step (migration 0011) is cancelled like a pending job.
+    UPDATE {schema}.jobs AS jobs
+    SET status = CASE WHEN target.status IN ('pending', 'waiting') THEN 'cancelled'
+                      ELSE jobs.status END,
+        cancel_requested = true,
+        finished_at = CASE WHEN target.status IN ('pending', 'waiting') THEN now()
+                           ELSE jobs.finished_at END,
+        updated_at = now()
+    FROM target
+    WHERE jobs.id = target.id AND target.status IN ('pending', 'waiting', 'running')
+    RETURNING jobs.id, jobs.status
+)
+SELECT known.status AS previous_status,
+       coalesce(cancelled.status, known.status) AS status,
+       CASE WHEN cancelled.status = 'running' THEN pg_notify({cancel_channel}, known.id::text)
+            WHEN cancelled.status = 'cancelled' THEN pg_notify({done_channel}, known.id::text)
+       END IS NULL AS notified
+FROM known LEFT JOIN cancelled ON cancelled.id = known.id;
+
+-- name: get_cancel_requests :many
+-- Jobs running under a worker whose cancellation was requested.
+SELECT id FROM {schema}.jobs
+WHERE status = 'running' AND locked_by = %(worker_id)s AND cancel_requested;
