@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pgtasks._store.base import PARSE_CACHED_LENGTH, without_inner_comments
 from pgtasks._store.store import Store, notification_channel
 from pgtasks.sql import load_migrations, load_queries, parse_queries
 
@@ -187,3 +188,60 @@ def test_a_schema_name_with_a_quote_cannot_break_out_of_the_identifier() -> None
     rendered = store._statements["get_job_status"].decode()
 
     assert '"evil""; DROP TABLE users; --".jobs' in rendered
+
+
+def test_every_statement_is_short_enough_for_psycopg_to_keep_its_parse() -> None:
+    # psycopg splits a longer statement into its parts anew on every execution: the
+    # finish statement of every round trip did so while its comments made it longer.
+    from psycopg import _queries
+
+    assert PARSE_CACHED_LENGTH == _queries.MAX_CACHED_STATEMENT_LENGTH
+    store = Store("pgtasks")
+    for statements in (store._statements, store._binary_statements):
+        for name, statement in statements.items():
+            assert len(statement) <= PARSE_CACHED_LENGTH, f"{name}: {len(statement)} bytes"
+
+
+def test_statements_keep_their_header_comment_and_drop_the_comment_lines_inside() -> None:
+    store = Store("pgtasks")
+    query = load_queries()["finish_jobs"]
+
+    rendered = store._statements["finish_jobs"].decode()
+
+    header = [line for line in query.text.splitlines() if line.startswith("--")][:2]
+    assert rendered.splitlines()[:2] == header
+    assert not [line for line in rendered.splitlines()[2:] if line.lstrip().startswith("--")]
+    assert "RETURNING jobs.id, jobs.status, jobs.limit_groups" in rendered
+
+
+def test_comment_lines_inside_strings_quoted_names_and_dollar_quotes_are_kept() -> None:
+    statement = "\n".join(
+        [
+            "-- The header.",
+            "-- Its second line.",
+            "SELECT 'a multi-line",
+            "-- string', E'it''s \\' still",
+            "-- one', \"a",
+            '-- name", $tag$ dollar',
+            "-- text $tag$, /* a block",
+            "-- comment */ 1 -- a comment after code stays",
+            "  -- a comment line goes",
+            "FROM t",
+            "--another goes too",
+            "WHERE x = '--' -- '",
+            "-- and this one",
+        ]
+    )
+
+    assert without_inner_comments(statement).splitlines() == [
+        "-- The header.",
+        "-- Its second line.",
+        "SELECT 'a multi-line",
+        "-- string', E'it''s \\' still",
+        "-- one', \"a",
+        '-- name", $tag$ dollar',
+        "-- text $tag$, /* a block",
+        "-- comment */ 1 -- a comment after code stays",
+        "FROM t",
+        "WHERE x = '--' -- '",
+    ]
