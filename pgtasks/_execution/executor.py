@@ -452,7 +452,10 @@ class Executor:
             runner.cancel()
 
     def _run_sync(self, running: Running, task: Task[Any, Any]) -> Outcome:
-        trace = running.trace = start_attempt_trace(task.app.instrumentation, running.job)
+        instrumentation = task.app.instrumentation
+        if instrumentation is None:  # the common case: no call to start a trace per job
+            return self._run_sync_untraced(running, task)
+        trace = running.trace = start_attempt_trace(instrumentation, running.job)
         if trace is None:
             return self._run_sync_untraced(running, task)
         with trace.activate():

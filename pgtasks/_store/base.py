@@ -44,6 +44,83 @@ INFINITY = datetime.max.replace(tzinfo=timezone.utc)
 MINUS_INFINITY = datetime.min.replace(tzinfo=timezone.utc)
 
 
+#: The longest statement psycopg keeps its parse of (longer ones are split into parts by
+#: a regular expression each time they run).
+PARSE_CACHED_LENGTH = 4096
+
+
+#: Lines of a statement's header comment sent with it: what pg_stat_activity shows of it.
+HEADER_LINES = 1
+
+
+def without_inner_comments(statement: str) -> str:
+    """``statement`` without its comment lines after the first HEADER_LINES of its header
+    comment (the leading ``--`` lines, which pg_stat_activity shows) and without the
+    indentation of lines that start outside a string: the text sent and parsed is shorter.
+
+    psycopg keeps the parse of a statement up to PARSE_CACHED_LENGTH bytes long and
+    splits a longer one anew on every execution; the finish statement, with its
+    comments, was longer. Only whole lines of comment outside any string, quoted name or
+    dollar-quoted text are dropped; a comment after code on a line stays.
+    """
+    lines = statement.splitlines()
+    header = 0
+    while header < len(lines) and lines[header].lstrip().startswith("--"):
+        header += 1
+    kept = lines[: min(header, HEADER_LINES)]
+    quote: str | None = None  # the closing delimiter of the string the line starts in
+    for line in lines[header:]:
+        if quote is None:
+            if line.lstrip().startswith("--"):
+                continue
+            # Outside any string, a line's indentation is only whitespace between tokens.
+            kept.append(line.strip())
+        else:
+            kept.append(line)
+        quote = _open_quote_after(line, quote)
+    return "\n".join(kept)
+
+
+#: What opens a string, a quoted name, a dollar-quoted text or a comment in SQL.
+_SQL_OPENING = re.compile(r"""(?i)(?<![\w$])E'|'|"|\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$|--|/\*""")
+#: The rest of a string up to its closing quote: standard (``''`` escapes a quote), and
+#: with backslash escapes (``E'…'``).
+_STRING_REST = {
+    "'": re.compile(r"(?:[^']|'')*'(?!')"),
+    "E'": re.compile(r"(?:[^'\\]|\\.|'')*'(?!')"),
+}
+
+
+#: The closing delimiter of an opening that is not its own (a dollar quote's is its tag).
+_CLOSING = {"E'": "E'", "/*": "*/"}
+
+
+def _open_quote_after(line: str, quote: str | None) -> str | None:
+    """The closing delimiter still awaited at the end of ``line`` when it starts inside
+    the text that ``quote`` closes (None: outside any), for without_inner_comments."""
+    position = 0
+    while True:
+        if quote is not None:
+            rest = _STRING_REST.get(quote)
+            if rest is not None:
+                match = rest.match(line, position)
+                if match is None:
+                    return quote
+                position = match.end()
+            else:  # a quoted name, a dollar-quoted text, a block comment
+                end = line.find(quote, position)
+                if end < 0:
+                    return quote
+                position = end + len(quote)
+            quote = None
+        opening = _SQL_OPENING.search(line, position)
+        if opening is None or opening.group() == "--":
+            return None
+        position = opening.end()
+        opened = opening.group()
+        quote = _CLOSING.get(opened.upper(), opened)
+
+
 class InfinityTimestamptzLoader(TimestamptzLoader):
     """timestamptz with 'infinity' and '-infinity' (a row written by hand) readable."""
 
@@ -168,8 +245,10 @@ class StoreBase:
         self._identifier = sql.Identifier(schema)
         #: The jobs table's qualified name, as text (for pg_get_serial_sequence).
         self.jobs_table = self._identifier.as_string(None) + ".jobs"
+        #: The named queries (comment lines past their header left out: without_inner_comments).
         self._statements: dict[str, bytes] = {
-            name: self._render(query.text) for name, query in load_queries().items()
+            name: self._render(without_inner_comments(query.text))
+            for name, query in load_queries().items()
         }
         for name in ANNOUNCED_CLAIMS:
             self._statements[f"{name}_announced"] = self._announced(self._statements[name])

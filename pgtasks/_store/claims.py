@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,14 +39,17 @@ def claimed_jobs(worker_id: int) -> RowFactory[ClaimedJob]:
     dataclass's ``__init__``, which sets each field through ``object.__setattr__``)."""
 
     def factory(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
-        names = [_CLAIM_FIELDS.get(column.name, column.name) for column in cursor.description or ()]
-        missing = CLAIMED_JOB_FIELDS.difference(names, ("worker_id", "limited"))
-        if missing:
-            raise RuntimeError(f"the claim returned no {', '.join(sorted(missing))} column")
+        result = cursor.pgresult
+        columns = (
+            tuple(result.fname(index) for index in range(result.nfields))
+            if result is not None
+            else ()
+        )
+        names, has_limited = _claim_names(columns)
         # The plain claims return no ``limited`` column: their jobs are not limited.
         constant = (
             {"worker_id": worker_id}
-            if "limited" in names
+            if has_limited
             else {
                 "worker_id": worker_id,
                 "limited": False,
@@ -63,6 +67,21 @@ def claimed_jobs(worker_id: int) -> RowFactory[ClaimedJob]:
         return make
 
     return factory
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_names(columns: tuple[bytes | None, ...]) -> tuple[tuple[str, ...], bool]:
+    """ClaimedJob's field of each column a claim returned (checked once per shape of
+    result, not per round trip: reading ``cursor.description`` makes a Column per
+    column), and whether a ``limited`` column is among them."""
+    names = tuple(
+        _CLAIM_FIELDS.get(name, name)
+        for name in (column.decode() if column is not None else "" for column in columns)
+    )
+    missing = CLAIMED_JOB_FIELDS.difference(names, ("worker_id", "limited"))
+    if missing:
+        raise RuntimeError(f"the claim returned no {', '.join(sorted(missing))} column")
+    return names, "limited" in names
 
 
 def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pgtasks._store.base import HEADER_LINES, PARSE_CACHED_LENGTH, without_inner_comments
 from pgtasks._store.store import Store, notification_channel
 from pgtasks.sql import load_migrations, load_queries, parse_queries
 
@@ -275,3 +276,63 @@ def test_the_finish_moves_every_column_of_jobs_into_jobs_history_by_name() -> No
         "finish_jobs copies each column of jobs by its name but for "
         f"{sorted(FINISH_REWRITES)}; these differ: {sorted(rewritten ^ FINISH_REWRITES)}"
     )
+
+
+def test_every_statement_is_short_enough_for_psycopg_to_keep_its_parse() -> None:
+    # psycopg splits a longer statement into its parts anew on every execution: the
+    # finish statement of every round trip did so while its comments made it longer.
+    from psycopg import _queries
+
+    assert PARSE_CACHED_LENGTH == _queries.MAX_CACHED_STATEMENT_LENGTH
+    store = Store("pgtasks")
+    for statements in (store._statements, store._binary_statements):
+        for name, statement in statements.items():
+            assert len(statement) <= PARSE_CACHED_LENGTH, f"{name}: {len(statement)} bytes"
+
+
+def test_statements_keep_their_header_comment_and_drop_the_comment_lines_inside() -> None:
+    store = Store("pgtasks")
+    query = load_queries()["finish_jobs"]
+
+    rendered = store._statements["finish_jobs"].decode()
+
+    header = [line for line in query.text.splitlines() if line.startswith("--")][:HEADER_LINES]
+    assert rendered.splitlines()[:HEADER_LINES] == header
+    body = rendered.splitlines()[HEADER_LINES:]
+    assert not [line for line in body if line.lstrip().startswith("--")]
+    assert not [line for line in body if line != line.strip()]
+    assert "RETURNING jobs.id, jobs.status, jobs.limit_groups" in rendered
+
+
+def test_comment_lines_inside_strings_quoted_names_and_dollar_quotes_are_kept() -> None:
+    statement = "\n".join(
+        [
+            "-- The header.",
+            "-- Its second line.",
+            "SELECT 'a multi-line",
+            "-- string', E'it''s \\' still",
+            "-- one', \"a",
+            '-- name", $tag$ dollar',
+            "-- text $tag$, /* a block",
+            "-- comment */ 1 -- a comment after code stays",
+            "  -- a comment line goes",
+            "    FROM t, $f$",
+            "    indented inside dollar quotes $f$  ",
+            "--another goes too",
+            "WHERE x = '--' -- '",
+            "-- and this one",
+        ]
+    )
+
+    assert without_inner_comments(statement).splitlines() == [
+        "-- The header.",
+        "SELECT 'a multi-line",
+        "-- string', E'it''s \\' still",
+        "-- one', \"a",
+        '-- name", $tag$ dollar',
+        "-- text $tag$, /* a block",
+        "-- comment */ 1 -- a comment after code stays",
+        "FROM t, $f$",
+        "    indented inside dollar quotes $f$  ",
+        "WHERE x = '--' -- '",
+    ]
