@@ -92,8 +92,15 @@ as_user() {
 }
 
 # Something accepts TCP connections on $HOST:$1 (the address cmd_start listens on).
+# A port is in use when something answers on it, or when it cannot be bound: a port in
+# the kernel's ephemeral range can be the local end of a client's connection (or of one
+# in TIME_WAIT) that answers nothing, and a server then fails with "Address already in
+# use".
 port_in_use() {
-    (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null
+    (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null && return 0
+    ! python3 -c 'import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], int(sys.argv[2])))' "$HOST" "$1" 2>/dev/null
 }
 
 # Stop the PgBouncer whose temp dir is $1 and remove that dir.
