@@ -5,7 +5,6 @@ spanning stores refused), beat runs one loop per store."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,12 +13,11 @@ import pytest
 from psycopg import sql
 
 from pgtasks import App, Store, chain
-from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
+from tests.support.environment import pgtasks_command, pgtasks_env
 from tests.support.processes import Processes
 from tests.support.schemas import SchemaAdmin, new_schema_name
+from tests.support.stores_cli import APP, run, stores_env
 from tests.support.waiting import wait_until
-
-APP = "tests.apps.stores_app:app"
 
 
 @pytest.fixture
@@ -34,29 +32,7 @@ def schemas(dsn: str, schema_admin: SchemaAdmin) -> Iterator[dict[str, str]]:
 @pytest.fixture
 def env(dsn: str, schemas: dict[str, str], tmp_path: Path) -> dict[str, str]:
     """PGTASKS_STORES as a TOML file, PGTASKS_ROUTES as JSON; no PGTASKS_DSN."""
-    stores = tmp_path / "stores.toml"
-    stores.write_text(
-        "".join(
-            f'[stores.{name}]\ndsn = "{dsn}"\nschema = "{schema}"\n'
-            for name, schema in schemas.items()
-        )
-    )
-    base = pgtasks_env(dsn, schemas["default"])
-    base.pop("PGTASKS_DSN")
-    base.update(PGTASKS_STORES=str(stores), PGTASKS_ROUTES=json.dumps({"emails": "bulk"}))
-    return base
-
-
-def run(env: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        pgtasks_command(*arguments, "-A", APP),
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return stores_env(dsn, schemas, tmp_path)
 
 
 def jobs_in(dsn: str, schema: str) -> list[tuple[int, str, str]]:
