@@ -18,6 +18,13 @@ from ._app.workflows import (
     group,
 )
 from ._cron import PeriodicOptions, Schedule
+from ._durable import (
+    EventTimeout,
+    Snooze,
+    StepError,
+    StepFailed,
+    StepMismatchError,
+)
 from ._errors import (
     ConfigurationError,
     CrossStoreError,
@@ -74,6 +81,7 @@ __all__ = [
     "DatabaseUnavailableError",
     "Discard",
     "EmbeddedUnavailableError",
+    "EventTimeout",
     "Group",
     "GroupResult",
     "JobCancelled",
@@ -102,7 +110,11 @@ __all__ = [
     "SchemaNotMigratedError",
     "SchemaTooNewError",
     "Signature",
+    "Snooze",
     "SoftTimeLimitExceeded",
+    "StepError",
+    "StepFailed",
+    "StepMismatchError",
     "Store",
     "Task",
     "TaskFailed",

@@ -31,6 +31,12 @@ RELEASED_AT_SHUTDOWN = "released_at_shutdown"
 #: Jobs that no live worker knows wait unclaimed: ``stats`` and ``doctor`` name them.
 UNKNOWN_TASK_JOBS = "unknown_task_jobs"
 
+#: Durable steps' checkpoints written (a step's result or final error, a sleep, a wait's
+#: event or timeout, a version marker), and checkpoints replayed instead of running their
+#: step again (docs/howto/durable.md). Counted by the worker for its thread and async jobs.
+STEPS_CHECKPOINTED = "steps_checkpointed"
+STEPS_REPLAYED = "steps_replayed"
+
 COUNTER_NAMES = (
     LEASE_LOST,
     RESCUED,
@@ -38,6 +44,8 @@ COUNTER_NAMES = (
     ENQUEUES_DEDUPLICATED,
     RELEASED_AT_SHUTDOWN,
     UNKNOWN_TASK_JOBS,
+    STEPS_CHECKPOINTED,
+    STEPS_REPLAYED,
 )
 
 

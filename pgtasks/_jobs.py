@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, NamedTuple, Protocol, overload
 
+from ._durable import DurableContext, DurableEngine
 from ._errors import PayloadNotSerializableError, ReservedMetaKeyError
 from ._payload import RESERVED_META_PREFIX
 
@@ -415,7 +416,7 @@ class Attempt(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
-class JobContext:
+class JobContext(DurableContext):
     """What a ``bind=True`` task receives as its first argument.
 
     When a bound task is called directly (``task(...)``, not through a worker) the
@@ -437,6 +438,8 @@ class JobContext:
     _write_meta: Callable[[dict[str, Any]], None] | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
+    #: Durable steps, sleeps and waits of this attempt (pgtasks._durable; None: in place).
+    _durable: DurableEngine | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
     def direct(
@@ -460,6 +463,7 @@ class JobContext:
         *,
         cancelled: Callable[[], bool],
         write_meta: Callable[[dict[str, Any]], None] | None,
+        durable: DurableEngine | None = None,
     ) -> JobContext:
         """The context of a running attempt: ``cancelled`` tells whether its cancellation
         was requested, ``write_meta`` writes a meta patch fenced by its lease."""
@@ -473,6 +477,7 @@ class JobContext:
             _cancelled=cancelled,
             meta=attempt.meta,
             _write_meta=write_meta,
+            _durable=durable,
         )
 
     def cancelled(self) -> bool:

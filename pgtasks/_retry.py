@@ -72,7 +72,7 @@ def backoff(attempt: int, policy: RetryPolicy, rng: random.Random | None = None)
     return nominal * (rng or random).uniform(0.5, 1.0)
 
 
-OutcomeKind = Literal["done", "retry", "failed", "discarded", "timeout", "cancelled"]
+OutcomeKind = Literal["done", "retry", "failed", "discarded", "timeout", "cancelled", "parked"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +125,17 @@ class Outcome:
         """The job was cancelled (before it started, or while it ran)."""
         return cls("cancelled", "failed", error=reason)
 
+    @classmethod
+    def parked(cls, delay: float, reason: str) -> Outcome:
+        """The attempt parked its job itself (a durable sleep, a wait, a snooze: written
+        already, fenced): pending again in ``delay`` s, its attempt given back. The worker
+        writes nothing more for it."""
+        return cls("parked", "pending", delay=delay, error=None, exception_type=reason)
+
     @property
     def summary(self) -> str:
+        if self.kind == "parked":
+            return f"parked ({self.exception_type}) for {self.delay:.3g} s"
         if self.kind == "retry":
             return f"retry in {self.delay:.3g} s"
         return self.kind

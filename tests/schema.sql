@@ -38,10 +38,30 @@ column instance.singleton boolean NOT NULL DEFAULT true
 column instance.store_no integer NOT NULL DEFAULT 0
 column instance.uid uuid NOT NULL DEFAULT gen_random_uuid()
 column instance.created_at timestamp with time zone NOT NULL DEFAULT now()
+column job_events.id bigint NOT NULL DEFAULT nextval('{schema}.job_events_id_seq'::regclass)
+column job_events.key text NOT NULL
+column job_events.payload jsonb
+column job_events.created_at timestamp with time zone NOT NULL DEFAULT now()
 column job_keys.job_id bigint NOT NULL
 column job_keys.idempotency_key text
 column job_keys.unique_key text
 column job_keys.unique_window tstzrange
+column job_steps.job_id bigint NOT NULL
+column job_steps.name text NOT NULL
+column job_steps.occurrence integer NOT NULL
+column job_steps.position integer NOT NULL
+column job_steps.status text NOT NULL
+column job_steps.result jsonb
+column job_steps.error text
+column job_steps.attempt integer NOT NULL
+column job_steps.worker_id bigint
+column job_steps.started_at timestamp with time zone
+column job_steps.finished_at timestamp with time zone NOT NULL DEFAULT now()
+column job_waits.job_id bigint NOT NULL
+column job_waits.key text NOT NULL
+column job_waits.after_id bigint NOT NULL DEFAULT 0
+column job_waits.deadline timestamp with time zone
+column job_waits.since timestamp with time zone NOT NULL DEFAULT now()
 column jobs.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
 column jobs.task_name text NOT NULL
 column jobs.queue text NOT NULL
@@ -291,7 +311,10 @@ column workflows.shape text
 constraint instance.instance_pkey PRIMARY KEY (singleton)
 constraint instance.instance_singleton_check CHECK (singleton)
 constraint instance.instance_store_no_check CHECK (((store_no >= 0) AND (store_no <= 32766)))
+constraint job_events.job_events_pkey PRIMARY KEY (id)
 constraint job_keys.job_keys_pkey PRIMARY KEY (job_id)
+constraint job_steps.job_steps_pkey PRIMARY KEY (job_id, name, occurrence)
+constraint job_waits.job_waits_pkey PRIMARY KEY (job_id)
 constraint jobs.jobs_attempts_check CHECK (((attempts >= 0) AND (attempts <= max_attempts)))
 constraint jobs.jobs_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint jobs.jobs_limit_groups_check CHECK (((limit_groups IS NULL) OR (cardinality(limit_groups) <= 8))) NOT VALID
@@ -327,9 +350,15 @@ constraint workflow_incidents.workflow_incidents_pkey PRIMARY KEY (id)
 constraint workflows.workflows_kind_check CHECK ((kind = ANY (ARRAY['chain'::text, 'group'::text, 'chord'::text])))
 constraint workflows.workflows_pkey PRIMARY KEY (id)
 index CREATE UNIQUE INDEX instance_pkey ON {schema}.instance USING btree (singleton)
+index CREATE INDEX job_events_created_idx ON {schema}.job_events USING btree (created_at)
+index CREATE INDEX job_events_key_idx ON {schema}.job_events USING btree (key, id)
+index CREATE UNIQUE INDEX job_events_pkey ON {schema}.job_events USING btree (id)
 index CREATE UNIQUE INDEX job_keys_idempotency_key ON {schema}.job_keys USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)
 index CREATE UNIQUE INDEX job_keys_pkey ON {schema}.job_keys USING btree (job_id)
 index CREATE UNIQUE INDEX job_keys_unique_window ON {schema}.job_keys USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)
+index CREATE UNIQUE INDEX job_steps_pkey ON {schema}.job_steps USING btree (job_id, name, occurrence)
+index CREATE INDEX job_waits_key_idx ON {schema}.job_waits USING btree (key)
+index CREATE UNIQUE INDEX job_waits_pkey ON {schema}.job_waits USING btree (job_id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
 index CREATE INDEX jobs_history_done_default_finished_at_idx ON {schema}.jobs_history_done_default USING btree (finished_at)
@@ -383,15 +412,20 @@ trigger CREATE TRIGGER jobs_move_finished AFTER UPDATE OF status ON {schema}.job
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_register_key AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.idempotency_key IS NOT NULL) OR (new.unique_window IS NOT NULL))) EXECUTE FUNCTION {schema}.register_job_key()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_take_steps BEFORE INSERT ON {schema}.jobs_history FOR EACH ROW WHEN ((new.meta ? 'pgtasks.durable'::text)) EXECUTE FUNCTION {schema}.jobs_history_take_steps()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_take_steps BEFORE INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN ((new.meta ? 'pgtasks.durable'::text)) EXECUTE FUNCTION {schema}.jobs_history_take_steps()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_take_steps BEFORE INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN ((new.meta ? 'pgtasks.durable'::text)) EXECUTE FUNCTION {schema}.jobs_history_take_steps()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_take_steps BEFORE INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN ((new.meta ? 'pgtasks.durable'::text)) EXECUTE FUNCTION {schema}.jobs_history_take_steps()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_take_steps BEFORE INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN ((new.meta ? 'pgtasks.durable'::text)) EXECUTE FUNCTION {schema}.jobs_history_take_steps()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
@@ -405,6 +439,7 @@ function jobs_history_create_days() dedd22508bc53bb4644570e7ec532f5c
 function jobs_history_drop_day() 21bb88b14310d010219f0bafb630c1d0
 function jobs_history_expired_days() 45249fefc222df9532d287e1d09c14de
 function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
+function jobs_history_take_steps() 0353f611f0116bd2a5f234737ab10b9c
 function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
 function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
 function jobs_retry() aa4515305d5545e72b9e62bcf19489af

@@ -33,6 +33,7 @@ from .._store.store import Store as Statements
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from ..sql import Migration
 from . import enqueue, routing
+from .durable import DurableApp
 from .handle import JobHandle
 from .layout import DEFAULT_STORE, Store
 from .limits import QueueLimits, app_definitions
@@ -71,7 +72,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_listeners)
 
 
-class App:
+class App(DurableApp):
     """A pgtasks application: tasks, configuration and the database connection.
 
     ``dsn`` resolution: ``App(dsn=...)`` > ``PGTASKS_DSN`` > ``DATABASE_URL`` > the

@@ -37,10 +37,9 @@ from .._app.loading import load_app
 from .._app.tasks import Task
 from .._errors import ConfigurationError, SoftTimeLimitExceeded
 from .._instrumentation import AttemptTrace, outcome_name, start_attempt_trace
-from .._jobs import JobContext
 from .._retry import Outcome
-from .meta import meta_writer
-from .outcomes import outcome_of_error, outcome_of_return, unknown_task_outcome
+from .outcomes import outcome_of_return, unknown_task_outcome
+from .steps import attempt_context, ending_of_error
 
 #: Seconds between checks that the parent is still alive.
 PARENT_CHECK_INTERVAL = 1.0
@@ -260,13 +259,9 @@ def run_job(
     task = app.tasks.get(message.task_name)
     if task is None:
         return unknown_task_outcome(message.task_name, app)
-    context = JobContext.of_attempt(
-        message,
-        cancelled=cancel_event.is_set,
-        # The child writes meta itself, on a connection of its own (opened on first use),
-        # fenced by the lease like the worker's writes: the parent is not involved.
-        write_meta=meta_writer(app, message.job_id, message.worker_id, message.attempt),
-    )
+    # The child writes meta and checkpoints itself, on a connection of its own (opened on
+    # first use), fenced by the lease like the worker's writes: the parent is not involved.
+    context = attempt_context(task, message, cancel_event.is_set)
     arguments = [context, *message.args] if task.bind else list(message.args)
     trace = start_attempt_trace(app.instrumentation, message)
     if trace is None:
@@ -314,7 +309,7 @@ def _call(
     except BaseException as error:  # SystemExit in a task must not end the child
         if trace is not None:
             trace.record_exception(error)
-        return outcome_of_error(task, message.attempt, message.max_attempts, error)
+        return ending_of_error(task, message, error)
     return outcome_of_return(task, value)
 
 

@@ -31,13 +31,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import _retry
+from .._durable import Snooze
 from .._instrumentation import start_attempt_trace
-from .._jobs import ExecutorName, JobContext
+from .._jobs import ExecutorName
 from .._leases import ClaimedJob
 from .._retry import Outcome
 from .child import JobMessage
 from .loop_thread import LoopThread
-from .meta import meta_writer
 from .outcomes import (
     CANCELLED_BEFORE_START,
     failed_to_start_outcome,
@@ -51,6 +51,7 @@ from .outcomes import (
 from .process_pool import Ending, PoolJob, ProcessPool, start_pool
 from .running import Running
 from .settings import ExecutorSettings
+from .steps import attempt_context, ending_of_error
 from .threads import JobThreads
 from .watchdogs import SoftLimit, ThreadSoftLimits
 
@@ -71,12 +72,14 @@ class Executor:
         *,
         on_finished: Callable[[Running, Outcome], None],
         on_refused: Callable[[Running], None] | None = None,
+        on_counted: Callable[[str, int], None] | None = None,
     ) -> None:
         self.app = app
         self.settings = settings or ExecutorSettings()
         #: Called when the lease fence refuses a meta update of a running attempt (on the
         #: job's thread or the event loop).
         self.on_refused = on_refused
+        self.on_counted = on_counted  # counts durable steps' checkpoints written, replayed
         self.concurrency = self.settings.concurrency
         self.on_finished = on_finished
         self._threads = JobThreads(self.concurrency, name="pgtasks-job")
@@ -415,24 +418,17 @@ class Executor:
         )
 
     # -- running --
-    def _context(self, running: Running) -> JobContext:
-        job = running.job
+    def _refusals(self, running: Running) -> Callable[[], None] | None:
         on_refused = self.on_refused
-        return JobContext.of_attempt(
-            job,
-            cancelled=running.is_cancel_requested,
-            write_meta=meta_writer(
-                running.task.app if running.task else None,
-                job.id,
-                job.worker_id,
-                job.attempt,
-                None if on_refused is None else lambda: on_refused(running),
-            ),
-        )
+        return None if on_refused is None else lambda: on_refused(running)
 
     def _call_arguments(self, running: Running, task: Task[Any, Any]) -> list[Any]:
         job = running.job
-        return [self._context(running), *job.args] if task.bind else list(job.args)
+        if not task.bind:
+            return list(job.args)
+        cancelled, refused = running.is_cancel_requested, self._refusals(running)
+        context = attempt_context(task, job, cancelled, job.claimed_at, refused, self.on_counted)
+        return [context, *job.args]
 
     def cancel(self, running: Running) -> None:
         """Ask a running attempt to stop: the flag for sync tasks, cancel() for coroutines."""
@@ -475,7 +471,7 @@ class Executor:
         except BaseException as error:  # SystemExit in a task must not end the worker thread
             if running.trace is not None:
                 running.trace.record_exception(error)
-            return outcome_of_error(task, job.attempt, job.max_attempts, error)
+            return ending_of_error(task, job, error, self._refusals(running))
         return outcome_of_return(task, value)
 
     async def _run_async(self, running: Running, task: Task[Any, Any]) -> None:
@@ -546,7 +542,10 @@ class Executor:
         except BaseException as error:
             if running.trace is not None:
                 running.trace.record_exception(error)
-            return outcome_of_error(task, job.attempt, job.max_attempts, error)
+            refused = self._refusals(running)
+            if isinstance(error, Snooze):  # parks the job: a round trip, off the loop
+                return await asyncio.to_thread(ending_of_error, task, job, error, refused)
+            return ending_of_error(task, job, error, refused)
         return outcome_of_return(task, value)
 
     def _on_loop(self, current: asyncio.Task[object] | None) -> str:

@@ -158,6 +158,9 @@ _INFINITE_TIMESTAMPS = frozenset(
     {
         "get_job",
         "get_jobs",
+        "park_job",
+        "start_wait",
+        "get_job_steps",
         "list_jobs",
         "list_jobs_page",
         "list_finished_jobs_page",

@@ -28,6 +28,7 @@ from .base import Row, StoreBase
 from .base import notification_channel as notification_channel
 from .claims import ClaimQueries
 from .doctor import DoctorQueries
+from .durable import DurableQueries
 from .history import HistoryQueries
 from .inserts import InsertQueries
 from .metrics import MetricsQueries
@@ -43,6 +44,7 @@ class Store(
     InsertQueries,
     ClaimQueries,
     DoctorQueries,
+    DurableQueries,
     HistoryQueries,
     MetricsQueries,
     MigrationQueries,

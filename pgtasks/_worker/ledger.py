@@ -11,6 +11,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,11 +27,18 @@ Finished = tuple["Running", "Outcome"]
 class JobLedger:
     """Attempts running here (``in_flight``) and outcomes not yet written (``unwritten``)."""
 
-    def __init__(self, wake_event: threading.Event) -> None:
+    def __init__(
+        self,
+        wake_event: threading.Event,
+        on_parked: Callable[[Running, Outcome], None] | None = None,
+    ) -> None:
         self.in_flight: dict[int, Running] = {}
         self.unwritten: list[Finished] = []
         self._finished: queue.SimpleQueue[Finished] = queue.SimpleQueue()
         self._wake_event = wake_event
+        #: Told of attempts that parked their job (a durable sleep, a wait, a snooze):
+        #: written already, by the attempt itself.
+        self._on_parked = on_parked
         #: Set by the loop while nothing a job's end brings can be acted on (every lane
         #: has a round trip in flight): endings then do not wake it; the first round
         #: trip back does, and the loop collects them all at once.
@@ -63,6 +71,10 @@ class JobLedger:
                 logger.debug(
                     "job %d: abandoned attempt %d returned", running.job.id, running.job.attempt
                 )
+                continue
+            if outcome.kind == "parked":
+                if self._on_parked is not None:
+                    self._on_parked(running, outcome)
                 continue
             self.unwritten.append((running, outcome))
 

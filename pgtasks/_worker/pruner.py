@@ -84,6 +84,8 @@ def prune(
         # workflow machinery kept as long as failed jobs (migration workflow_progress).
         store.prune_workflows(conn, older_than=min(retentions))
         store.prune_workflow_incidents(conn, older_than=max(retentions))
+        # Events (migration durable) are kept as long as the jobs that may wait for them.
+        store.prune_job_events(conn, older_than=max(retentions), limit=batch_size)
     if history_after is not None and not stopping():
         result.worker_history = store.prune_worker_history(conn, older_than=history_after)
     return result

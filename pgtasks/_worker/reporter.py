@@ -86,6 +86,24 @@ class Reporter:
     def summary(self) -> str:
         return ", ".join(f"{name}={count}" for name, count in sorted(self.counts.items())) or "idle"
 
+    def parked(self, running: Running, outcome: Outcome) -> None:
+        """An attempt parked its job (written by the attempt, fenced): counted, logged,
+        its wake-up claimed on time."""
+        self.count("parked")
+        job = running.job
+        logger.info(
+            "job %d %s attempt %d %s",
+            job.id,
+            job.task_name,
+            job.attempt,
+            outcome.summary,
+            extra={"job_id": job.id, "task": job.task_name, "outcome": "parked"},
+        )
+        if running.trace is not None:
+            self._end_trace(running, outcome, True)
+        self.notify("job_finished", job, outcome.kind, time.monotonic() - running.started)
+        self.next_due = min(self.next_due, time.monotonic() + outcome.delay)
+
     def written(self, batch: list[tuple[Running, Outcome]], accepted: Mapping[int, str]) -> None:
         """Outcomes a round trip wrote (``accepted``: id → status stored) or fenced out."""
         if not self.observers and not logger.isEnabledFor(logging.INFO):

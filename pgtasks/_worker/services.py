@@ -204,7 +204,11 @@ class Rescuer(Service):
                 row["hostname"],
                 row["pid"],
             )
-        for queue_name in {row["queue"] for row in rescued if row["status"] == "pending"}:
+        queues = {row["queue"] for row in rescued if row["status"] == "pending"}
+        # The poll fallback of events' wake-ups: jobs waiting for a key with an event
+        # they have not seen (an emit's notification missed) are made due.
+        queues.update(row["queue"] for row in store.wake_event_waiters(conn))
+        for queue_name in queues:
             store.notify_queue(conn, queue_name)
         store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])
         self.on_rescued(len(rescued))

@@ -156,7 +156,7 @@ class Worker(SettingsAttributes):
         self._connection = OwnConnection(self._connect)
         self._wake_event = threading.Event()
         self._notified = True  # claim at once on start
-        self._ledger = JobLedger(self._wake_event)
+        self._ledger = JobLedger(self._wake_event, on_parked=self._reporter.parked)
         # Shared with the registration: a stopping worker keeps its heartbeat but never
         # registers again; a stopped one beats no more.
         self._stop_requested = self.registration.stopping
@@ -284,6 +284,7 @@ class Worker(SettingsAttributes):
             self.settings.executor,
             on_finished=self._on_finished,
             on_refused=self._reporter.refused,
+            on_counted=self._reporter.exercised,
         )
 
     def _parts(self) -> LoopParts:

@@ -1,0 +1,139 @@
+"""The App's side of durable execution: events, the steps of a job, forks and the count
+of parked jobs (docs/howto/durable.md). The steps themselves run in the worker
+(``pgtasks._execution.steps``)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .._errors import PayloadNotSerializableError, PayloadTooLargeError
+from .._jobs import JobSpec
+from . import routing
+
+if TYPE_CHECKING:
+    from .app import App
+    from .handle import JobHandle
+
+#: The longest event key (characters).
+MAX_EVENT_KEY = 1000
+
+
+def check_event_key(key: object) -> str:
+    if not isinstance(key, str) or not key or "\x00" in key or len(key) > MAX_EVENT_KEY:
+        raise ValueError(
+            f"an event key must be a non-empty string of at most {MAX_EVENT_KEY} characters"
+            f" without NUL, got {key!r:.80}"
+        )
+    return key
+
+
+def encode_event_payload(app: App, key: str, payload: Any) -> str:
+    try:
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise PayloadNotSerializableError(
+            f"the payload of event {key!r} cannot be stored as JSON: {error}"
+        ) from error
+    size = len(text.encode())
+    if size > app.max_payload_bytes:
+        raise PayloadTooLargeError(
+            f"the payload of event {key!r} encodes to {size} bytes of JSON, over the limit of"
+            f" {app.max_payload_bytes} bytes (App(max_payload_bytes=...))"
+        )
+    return text
+
+
+class DurableApp:
+    """App methods of durable execution (mixed into App)."""
+
+    def emit_event(
+        self: Any,
+        key: str,
+        payload: Any = None,
+        *,
+        connection: psycopg.Connection[Any] | None = None,
+    ) -> int:
+        """Record an event of ``key`` with a JSON ``payload`` and wake the jobs waiting for
+        it (``ctx.wait_for_event``); its id. With ``connection`` it is written in that
+        connection's transaction: visible, and waking anyone, only if it commits. A wait
+        that starts later finds it (events are kept as long as finished jobs)."""
+        app: App = self
+        key = check_event_key(key)
+        payload_json = encode_event_payload(app, key, payload)
+
+        def emit(conn: psycopg.Connection[Any]) -> int:
+            return int(app.store.emit_event(conn, key=key, payload_json=payload_json)["id"])
+
+        def emit_in_transaction(conn: psycopg.Connection[Any]) -> int:
+            # The key's lock lasts to the end of the transaction: an autocommit connection
+            # gets one of its own.
+            with conn.transaction():
+                return emit(conn)
+
+        if connection is not None and not connection.autocommit:
+            return emit(connection)  # in the caller's transaction, which it commits or not
+        if connection is not None:
+            return emit_in_transaction(connection)
+        return app.database.run(emit_in_transaction)
+
+    def get_job_steps(self: Any, job_id: int) -> list[dict[str, Any]]:
+        """A job's durable steps in the order its code reached them (position, name,
+        occurrence, status, result, error, attempt, worker_id, started_at, finished_at);
+        kept in its history row once it ended."""
+        owner = routing.for_id(self, job_id)
+        rows: list[dict[str, Any]] = owner.database.run(
+            lambda conn: owner.store.get_job_steps(conn, job_id)
+        )
+        return rows
+
+    def fork_job(self: Any, job_id: int, *, from_step: str | None = None) -> JobHandle[Any]:
+        """A new job of the same task and arguments that reuses ``job_id``'s checkpoints
+        before the first occurrence of step ``from_step`` (None: all of them): it runs
+        from that step on (after fixing a bug in it, say). ValueError when the job never
+        reached that step."""
+        app: App = self
+        source = app.get_job(job_id).fetch()
+        before: int | None = None
+        if from_step is not None:
+            positions = [
+                row["position"]
+                for row in app.get_job_steps(job_id)
+                if row["name"] == from_step and row["occurrence"] == 1
+            ]
+            if not positions:
+                raise ValueError(f"job {job_id} has no step {from_step!r} to fork from")
+            before = positions[0]
+        spec = JobSpec(
+            task_name=source.task_name,
+            queue=source.queue,
+            priority=source.priority,
+            args_json=json.dumps(source.args),
+            kwargs_json=json.dumps(source.kwargs),
+            max_attempts=source.max_attempts,
+            meta_json=json.dumps({"pgtasks.forked_from": job_id}),
+        )
+        owner = routing.for_id(app, job_id)
+
+        def fork(conn: psycopg.Connection[Any]) -> JobHandle[Any]:
+            with conn.transaction():
+                handle = owner.enqueue(spec, connection=conn)
+                owner.store.copy_job_steps(conn, source_id=job_id, job_id=handle.id, before=before)
+            return handle
+
+        handle: JobHandle[Any] = owner.database.run(fork)
+        return handle
+
+    def count_parked_jobs(self: Any) -> dict[str, dict[str, int]]:
+        """Pending jobs parked by a durable call, by queue: ``{queue: {"sleeping": n,
+        "waiting": n, "snoozed": n}}``."""
+        app: App = self
+        names = {"sleep": "sleeping", "event": "waiting", "snooze": "snoozed"}
+        counts: dict[str, dict[str, int]] = {}
+        for row in app.database.run(app.store.count_parked_jobs):
+            name = names.get(row["kind"] or "", "parked")
+            queue = counts.setdefault(row["queue"], {})
+            queue[name] = queue.get(name, 0) + int(row["jobs"])
+        return counts
