@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
     from .._jobs import Attempt
+
+logger = logging.getLogger("pgtasks.worker")
 
 SLEEP_STEP = "pgtasks.sleep"
 EVENT_STEP = "pgtasks.event"
@@ -110,11 +113,13 @@ class DurableRun:
         if self._on_refused is not None:
             self._on_refused()
         attempt = self._attempt
-        return LeaseLostError(
+        message = (
             f"job {attempt.job_id}: attempt {attempt.attempt} on worker {attempt.worker_id} no"
             f" longer holds the job (rescued, cancelled or finished meanwhile): {what} was not"
             " recorded; this attempt stops"
         )
+        logger.warning("%s", message, extra={"job_id": attempt.job_id})
+        return LeaseLostError(message)
 
     def _load(self) -> list[Checkpoint]:
         if self._loaded is not None:

@@ -45,6 +45,18 @@ def record(app: App, context: JobContext, step: str, conn: Any = None) -> None:
         own.execute(statement, values)
 
 
+def effects(dsn: str, schema: str, job_id: int) -> list[tuple[str, int]]:
+    """(step, attempt) of each side effect of the job, in order."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT step, attempt FROM {}.effects WHERE job_id = %s ORDER BY at").format(
+                sql.Identifier(schema)
+            ),
+            (job_id,),
+        ).fetchall()
+    return [(row[0], row[1]) for row in rows]
+
+
 def wait_for(path: str, limit: float = 60.0) -> None:
     deadline = time.monotonic() + limit
     while not Path(path).exists() and time.monotonic() < deadline:
@@ -65,6 +77,7 @@ class Tasks:
     async_steps: Any
     failing_step: Any
     two_waits: Any
+    held_step: Any
 
 
 def register_tasks(app: App) -> Tasks:
@@ -178,7 +191,18 @@ def _transaction_tasks(app: App) -> dict[str, Any]:
 
         ctx.step("boom", boom)
 
-    return {"db_step": db_step, "failing_step": failing_step}
+    @app.task(bind=True, name="durable.held_step", max_attempts=3)
+    def held_step(ctx: JobContext, path: str) -> Any:
+        def hold() -> str:
+            record(app, ctx, "held")
+            Path(f"{path}.{ctx.attempt}.reached").touch()
+            wait_for(path)
+            return f"attempt {ctx.attempt} in {os.getpid()}"
+
+        first = ctx.step("held", hold)
+        return [first, ctx.step("after", lambda: record(app, ctx, "after"))]
+
+    return {"db_step": db_step, "failing_step": failing_step, "held_step": held_step}
 
 
 def _other_tasks(app: App) -> dict[str, Any]:

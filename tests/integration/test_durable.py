@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from pgtasks import App, JobStatus, PayloadNotSerializableError, TaskFailed
-from tests.apps.durable_app import Tasks, create_effects_table, register_tasks
+from tests.apps.durable_app import Tasks, create_effects_table, effects, register_tasks
 from tests.support.processes import ChildProcess, Processes
 from tests.support.waiting import wait_until
 
@@ -40,18 +40,6 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
 @pytest.fixture
 def worker(app: App, dsn: str, tasks: Tasks, processes: Processes) -> ChildProcess:
     return processes.worker(dsn, app.schema, "--concurrency=4")
-
-
-def effects(dsn: str, schema: str, job_id: int) -> list[tuple[str, int]]:
-    """(step, attempt) of each side effect of the job, in order."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute(
-            sql.SQL("SELECT step, attempt FROM {}.effects WHERE job_id = %s ORDER BY at").format(
-                sql.Identifier(schema)
-            ),
-            (job_id,),
-        ).fetchall()
-    return [(row[0], row[1]) for row in rows]
 
 
 def test_steps_replay_on_retry_and_run_once(
