@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from ._counters import every_counter
+from ._durable_text import parked_detail, parked_state
 from ._jobs import JobRow, JobStatus
 from ._text import printable
 from ._validation import seconds_at_least_zero
@@ -200,6 +201,8 @@ class Stats:
     #: How often the guarantees were exercised since the schema was created, every
     #: process (pgtasks._counters; migration 0014): name -> total, every name present.
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Pending jobs parked by a durable call, by queue: {"sleeping": n, "waiting": n, …}.
+    parked: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def total(self) -> QueueStats:
@@ -220,6 +223,7 @@ class Stats:
                 for row in self.unknown_tasks
             ],
             "counters": every_counter(self.counters),
+            "parked": self.parked,
         }
 
 
@@ -277,7 +281,17 @@ def format_stats(stats: Stats) -> str:
     counters = "guarantees exercised (since the schema was created): " + ", ".join(
         f"{name.replace('_', ' ')} {value}" for name, value in every_counter(stats.counters).items()
     )
-    return "\n".join([f"at {_timestamp(stats.now)}", table, workers, counters, legend])
+    parked = _parked_text(stats.parked)
+    return "\n".join([f"at {_timestamp(stats.now)}", table, workers, parked, counters, legend])
+
+
+def _parked_text(parked: dict[str, dict[str, int]]) -> str:
+    totals: dict[str, int] = {}
+    for states in parked.values():
+        for state, count in states.items():
+            totals[state] = totals.get(state, 0) + count
+    listed = ", ".join(f"{count} {state}" for state, count in sorted(totals.items()))
+    return "parked (pending, no slot or attempt held): " + (listed or "none")
 
 
 # -- jobs -----------------------------------------------------------------------------------------
@@ -295,7 +309,7 @@ def format_jobs(now: datetime | None, jobs: Sequence[JobRow]) -> str:
             job.id,
             job.task_name,
             job.queue,
-            job.status.value,
+            _status(job),
             f"{job.attempts}/{job.max_attempts}",
             _ago(now, job.created_at),
             _when(now, job),
@@ -304,6 +318,12 @@ def format_jobs(now: datetime | None, jobs: Sequence[JobRow]) -> str:
         for job in jobs
     ]
     return format_table(headers, rows)
+
+
+def _status(job: JobRow) -> str:
+    """The status, and a pending job's parked state (sleeping, waiting for an event)."""
+    parked = parked_state(job.status.value, job.meta)
+    return job.status.value if parked is None else f"{job.status.value} ({parked})"
 
 
 def _progress_text(job: JobRow) -> str:
@@ -359,7 +379,12 @@ def format_job(
     fields = [
         ("task", job.task_name),
         ("queue", job.queue),
-        ("status", job.status.value),
+        ("status", _status(job)),
+        *(
+            [("parked", parked_detail(job.meta))]
+            if parked_state(job.status.value, job.meta)
+            else []
+        ),
         ("priority", str(job.priority)),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
         ("args", encoded(job.args)),

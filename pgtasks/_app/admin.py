@@ -37,6 +37,7 @@ from .._limits import LimitState, describe_limit, limit_states
 from .._operations import RETRYABLE, QueueStats, Stats, WorkerInfo
 from .._payload import check_name
 from .._queues import QueueState, queue_states
+from .durable import parked_by_queue
 from .routing import for_id
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         lease_timeout=app.lease_timeout,
         unknown_tasks=app.store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
         counters=every_counter(app.store.get_counters(conn)),
+        parked=parked_by_queue(app.store.count_parked_jobs(conn)),
     )
 
 

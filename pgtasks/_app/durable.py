@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._durable_text import PARKED_STATES
 from .._errors import PayloadNotSerializableError, PayloadTooLargeError
 from .._jobs import JobSpec
 from . import routing
@@ -44,6 +45,16 @@ def encode_event_payload(app: App, key: str, payload: Any) -> str:
             f" {app.max_payload_bytes} bytes (App(max_payload_bytes=...))"
         )
     return text
+
+
+def parked_by_queue(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """count_parked_jobs' rows as ``{queue: {"sleeping": n, "waiting": n, …}}``."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        name = PARKED_STATES.get(row["kind"] or "", "parked")
+        queue = counts.setdefault(row["queue"], {})
+        queue[name] = queue.get(name, 0) + int(row["jobs"])
+    return counts
 
 
 class DurableApp:
@@ -130,10 +141,4 @@ class DurableApp:
         """Pending jobs parked by a durable call, by queue: ``{queue: {"sleeping": n,
         "waiting": n, "snoozed": n}}``."""
         app: App = self
-        names = {"sleep": "sleeping", "event": "waiting", "snooze": "snoozed"}
-        counts: dict[str, dict[str, int]] = {}
-        for row in app.database.run(app.store.count_parked_jobs):
-            name = names.get(row["kind"] or "", "parked")
-            queue = counts.setdefault(row["queue"], {})
-            queue[name] = queue.get(name, 0) + int(row["jobs"])
-        return counts
+        return parked_by_queue(app.database.run(app.store.count_parked_jobs))

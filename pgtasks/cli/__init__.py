@@ -11,6 +11,7 @@ import click
 from ._common import install_global_options, root_options
 from .beat import beat, schedules
 from .doctor import doctor
+from .durable import events, fork_command
 from .embedded import embedded
 from .limits import limits
 from .operations import jobs, prune_command, stats, workers
@@ -52,7 +53,9 @@ for command in (
     doctor,
     web,
     workflows,
+    events,
 ):
     main.add_command(command)
+jobs.add_command(fork_command)
 
 install_global_options(main)

@@ -18,6 +18,7 @@ import psycopg
 from .._app import admin
 from .._app.app import App
 from .._app.routing import for_id, serving
+from .._durable_text import format_steps, step_as_json
 from .._errors import JobNotFoundError
 from .._operations import (
     DURATION_FORMS,
@@ -197,9 +198,10 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
                 app.store.get_job(conn, job_id),
                 app.store.get_database_time(conn),
                 app.store.get_job_workflow(conn, job_id),
+                app.store.get_job_steps(conn, job_id),
             )
 
-        job, now, workflow = _run(app, read, "show job")
+        job, now, workflow, steps = _run(app, read, "show job")
     if job is None:
         _missing(job_id)
     if as_json:
@@ -209,6 +211,7 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
                 "id": workflow["workflow_id"],
                 "step": workflow["workflow_step"],
             }
+        document["steps"] = [step_as_json(step) for step in steps]
         click.echo(to_json(document))
         return
     extra = []
@@ -221,7 +224,7 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
             )
         )
     text = format_job(job, now, extra_fields=extra)
-    click.echo(text)
+    click.echo(text if not steps else f"{text}\n{format_steps(steps)}")
 
 
 @jobs.command(

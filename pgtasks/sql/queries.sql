@@ -453,7 +453,11 @@ moved AS (
            attempts, max_attempts, run_at, locked_at, locked_by,
            coalesce(outcome_error, last_error),
            CASE WHEN cancel_requested THEN NULL ELSE outcome_result END,
-           idempotency_key, created_at, now(), now(), cancel_requested, meta, started_at,
+           idempotency_key, created_at, now(), now(), cancel_requested,
+           -- A durable job's steps go with it (migration durable).
+           CASE WHEN meta ? 'pgtasks.durable' THEN {schema}.job_steps_taken(id, meta)
+                ELSE meta END,
+           started_at,
            -- The attempt history (migration 0008): an entry per attempt ended by an error
            -- only, so a job that succeeds at once never writes one.
            CASE WHEN outcome_error IS NULL OR outcome_status = 'done'

@@ -202,9 +202,9 @@ JOB_RELATIONS = (
     "all_jobs",
 )
 #: The columns finish_jobs writes anew as it moves a job into jobs_history; it copies
-#: every other column of jobs as it is.
+#: every other column of jobs as it is (meta: a durable job's steps go into it).
 FINISH_REWRITES = frozenset(
-    {"status", "last_error", "result", "updated_at", "finished_at", "attempt_errors"}
+    {"status", "last_error", "result", "updated_at", "finished_at", "attempt_errors", "meta"}
 )
 
 
