@@ -27,7 +27,11 @@ ORDER BY queue;
 -- The newest jobs matching optional status, queue, task and workflow filters (NULL: any).
 SELECT id, task_name, queue, priority, args, kwargs, status, attempts, max_attempts,
        run_at, locked_at, locked_by, last_error, result, idempotency_key,
-       created_at, updated_at, finished_at, now() AS now
+       created_at, updated_at, finished_at, now() AS now,
+       -- A parked job's mark (migration durable): jobs list shows it sleeping or waiting.
+       CASE WHEN meta ? 'pgtasks.parked'
+            THEN jsonb_build_object('pgtasks.parked', meta -> 'pgtasks.parked')
+            ELSE jsonb_build_object() END AS meta
 FROM {schema}.all_jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from .._durable_text import parked_detail, parked_state, step_rows
 from .._errors import JobNotFoundError
 from .._jobs import JobRow, Progress
 from .._limits import SEPARATOR
@@ -64,6 +65,8 @@ NEIGHBOURS = 20
 #: Limit instances a job page reads at most (pgtasks writes at most 3; a claim takes a
 #: job under at most 8; a row written by hand may hold any number).
 LIMIT_INSTANCES = 20
+#: The durable steps a job page lists at most.
+STEPS_SHOWN = 200
 #: The most limit instances a claim takes a job under (migration flow_control).
 CLAIMED_INSTANCES = 8
 
@@ -90,6 +93,18 @@ class JobPage:
     #: How many limit instances the job carries (``limit_groups`` holds the first
     #: LIMIT_INSTANCES of them).
     limit_groups_count: int = 0
+    #: A durable job's steps (the first STEPS_SHOWN), every value escaped and capped.
+    steps: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    steps_count: int = 0
+
+    @property
+    def parked(self) -> str | None:
+        """ "sleeping", "waiting" or "snoozed": a pending job parked by a durable call."""
+        return parked_state(self.job.status.value, self.job.meta)
+
+    @property
+    def parked_detail(self) -> str:
+        return parked_detail(self.job.meta)
 
     @property
     def progress(self) -> Progress | None:
@@ -124,8 +139,11 @@ class JobPage:
 def job_page(database: DashboardDatabase, job_id: int) -> JobPage:
     """One job's page; JobNotFoundError when it does not exist."""
 
+    steps: list[dict[str, Any]] = []
+
     def read(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         store = database.store
+        steps[:] = store.get_job_steps(conn, job_id)
         row = store.get_job_page(
             conn,
             job_id,
@@ -172,6 +190,8 @@ def job_page(database: DashboardDatabase, job_id: int) -> JobPage:
         previous_count=int(row["prev_count"] or 0),
         following_count=int(row["next_count"] or 0),
         limit_groups_count=int(row["limit_groups_count"] or 0),
+        steps=step_rows(steps[:STEPS_SHOWN]),
+        steps_count=len(steps),
     )
 
 
