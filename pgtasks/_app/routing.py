@@ -123,7 +123,9 @@ def held(app: App) -> tuple[list[Task[..., Any]], list[QueueLimits]]:
     """The tasks and queue limits of ``app`` whose limits its store holds: a limit lives
     in the store of its queue (a task's: the task's queue), where its jobs are counted;
     every one for an App of one store or of several (the root)."""
-    tasks, queues = list(app.tasks.values()), list(app.queue_limits.values())
+    # Each task once (a renamed task is registered under its aliases too).
+    tasks = [task for name, task in app.tasks.items() if name == task.name]
+    queues = list(app.queue_limits.values())
     if app.stores.single or app.settings.store is None:
         return tasks, queues
     here = app.store_name

@@ -86,6 +86,8 @@ class TaskSettings(TypedDict, total=False):
     unique_while: UniqueWhile | None
     #: One job per key in each fixed window of this length (aligned to the epoch).
     unique_for: timedelta | None
+    #: Former names: jobs enqueued under them (before a rename) run this task.
+    aliases: Sequence[str]
 
 
 class TaskOptions(TaskSettings, total=False):
@@ -189,6 +191,13 @@ class Task(Generic[P, R]):
         except (TypeError, ValueError) as error:
             raise TaskRegistrationError(f"task {self.name!r}: {error}") from error
         self.bind: bool = bool(options.get("bind", False))
+        aliases = options.get("aliases", ())
+        if isinstance(aliases, str):
+            raise TaskRegistrationError(f"task {self.name!r}: aliases= must be a list of names")
+        try:
+            self.aliases = tuple(check_name("task alias", alias) for alias in aliases)
+        except ValueError as error:
+            raise TaskRegistrationError(f"task {self.name!r}: {error}") from None
         self.retry_backoff: float = options.get("retry_backoff", 1.0)
         self.retry_backoff_max: float = options.get("retry_backoff_max", 600.0)
         self.retry_jitter: bool = bool(options.get("retry_jitter", True))
@@ -545,10 +554,13 @@ def register_task(
         raise TaskRegistrationError(f"{function!r} is already a task")
     task: Task[Any, Any] = Task(app, function, bind=bind, **options)
     with app._lock:
-        if task.name in app.tasks:
-            raise TaskRegistrationError(
-                f"a task named {task.name!r} is already registered; pass name= to"
-                " register another function under a different name"
-            )
+        for name in (task.name, *task.aliases):
+            if name in app.tasks:
+                raise TaskRegistrationError(
+                    f"a task named {name!r} is already registered; pass name= to"
+                    " register another function under a different name"
+                )
         app.tasks[task.name] = task
+        for alias in task.aliases:  # a worker claims and runs the jobs of its old names
+            app.tasks[alias] = task
     return task

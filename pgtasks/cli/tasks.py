@@ -274,7 +274,9 @@ def list_tasks(app_path: str, as_json: bool) -> None:
     """Registered tasks with their options: queue, priority, attempts and backoff, time
     limits, executor, limits, uniqueness and schedules (no database needed)."""
     app = load_app(app_path)
-    described = [describe_task(app, task) for _, task in sorted(app.tasks.items())]
+    described = [
+        describe_task(app, task) for name, task in sorted(app.tasks.items()) if name == task.name
+    ]
     if as_json:
         click.echo(to_json({"tasks": described}))
     elif not described:

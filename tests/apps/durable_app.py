@@ -215,6 +215,10 @@ def _other_tasks(app: App) -> dict[str, Any]:
             return str(ctx.step("new-price", lambda: "new"))
         return str(ctx.step("old-price", lambda: "old"))
 
+    @app.task(name="durable.renamed", aliases=["durable.old_name"])
+    def renamed(value: int) -> int:
+        return value + 1
+
     @app.task(bind=True, name="durable.hostile", max_attempts=2)
     def hostile(ctx: JobContext, kind: str) -> Any:
         if kind == "object":

@@ -13,7 +13,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgtasks import App, JobStatus, PayloadNotSerializableError, TaskFailed
+from pgtasks import (
+    App,
+    JobSpec,
+    JobStatus,
+    PayloadNotSerializableError,
+    TaskFailed,
+    TaskRegistrationError,
+)
 from tests.apps.durable_app import Tasks, create_effects_table, effects, register_tasks
 from tests.support.processes import ChildProcess, Processes
 from tests.support.waiting import wait_until
@@ -232,3 +239,17 @@ def test_direct_calls_run_steps_in_place(app: App, tasks: Tasks) -> None:
         app.emit_event("")
     with pytest.raises(PayloadNotSerializableError, match="cannot be stored as JSON"):
         app.emit_event("key", object())
+
+
+def test_aliases_run_jobs_enqueued_under_an_old_name(
+    app: App, tasks: Tasks, worker: ChildProcess
+) -> None:
+    # Enqueued by the code before the rename (a job row of the old name).
+    old = JobSpec("durable.old_name", "default", 0, "[41]", "{}", 3)
+    handle = app.enqueue(old)
+    assert handle.get(timeout=30) == 42
+    assert app.tasks["durable.old_name"] is app.tasks["durable.renamed"]
+    with pytest.raises(TaskRegistrationError, match="already registered"):
+        app.task(name="other", aliases=["durable.renamed"])(lambda: None)
+    with pytest.raises(TaskRegistrationError, match="aliases= must be a list"):
+        app.task(name="other2", aliases="durable.x")(lambda: None)
