@@ -83,6 +83,17 @@ def test_metadata_example_reports_progress_and_the_failed_attempt(
     assert "builtins.ConnectionError" in out
 
 
+def test_durable_example_charges_once_and_waits_for_its_event(
+    example_env: dict[str, str],
+) -> None:
+    out = run_example("examples.durable", example_env)
+    assert "is pending, waiting: event" in out
+    assert "task: reminder for order 42 sent" in out
+    assert "result: ch_42 shipped by DHL" in out
+    assert "card charged 1 time(s), attempts used: 2" in out
+    assert "step 1: charge done" in out and "step 5: remind done" in out
+
+
 def test_limits_example_keeps_each_limit(example_env: dict[str, str]) -> None:
     out = run_example("examples.limits", example_env)
     assert "most jobs of one user at once: 1" in out
