@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from pgtasks import App
+from pgtasks import App, JobContext
 
 app = App(pool_max_size=4)
 
@@ -28,3 +28,15 @@ def pickup(sent: float) -> float:
 @app.task
 def record(user: str, n: int) -> None:
     """Takes two keyword arguments (the enqueue benchmark's rows with arguments)."""
+
+
+def _nothing() -> None:
+    """A durable step's no-op function."""
+
+
+@app.task(bind=True)
+def durable(ctx: JobContext, steps: int) -> int:
+    """``steps`` no-op durable steps (benchmarks/durable.py)."""
+    for _ in range(steps):
+        ctx.step("noop", _nothing)
+    return steps

@@ -24,6 +24,7 @@ from ._durable import (
     StepError,
     StepFailed,
     StepMismatchError,
+    StepNameError,
 )
 from ._errors import (
     ConfigurationError,
@@ -115,6 +116,7 @@ __all__ = [
     "StepError",
     "StepFailed",
     "StepMismatchError",
+    "StepNameError",
     "Store",
     "Task",
     "TaskFailed",

@@ -468,3 +468,24 @@ def test_scaleout_benchmark_runs_end_to_end(tmp_path: Path) -> None:
         assert all(min(row["throughput"]) > 0 for row in rows)
     producer = report["producer_us_per_delay"]
     assert min(producer["one_store"]) > 0 and min(producer["three_stores"]) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_durable_benchmark_runs_end_to_end(own_database: str) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.durable", "--no-dbos"),
+            *("--jobs", "40", "--runs", "1", "--concurrency", "10", "--dsn", own_database),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for shape in ("c10 0 steps (plain)", "c10 1 steps", "c10 10 steps"):
+        assert any(line.startswith(shape) for line in result.stdout.splitlines()), result.stdout
+    assert "WAL bytes per step" in result.stdout
