@@ -236,6 +236,7 @@ def _other_tasks(app: App) -> dict[str, Any]:
             return value
 
         first = await ctx.astep("one", part, 1)
+        await ctx.asleep(0.1)  # parks the job: the next run replays "one"
         second = await ctx.astep("two", part, 2)
         if ctx.attempt == 1:
             raise RuntimeError("retry once")
