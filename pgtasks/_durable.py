@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Protocol
@@ -196,10 +195,10 @@ class DurableContext:
     def sleep(self, duration: float | timedelta) -> None:
         """Sleep durably: the job is parked until the wake time (no slot, no lease, no
         attempt used) and runs again from the top, its steps replayed; this call then
-        returns at once. Outside a worker it sleeps in place."""
+        returns at once. Outside a worker (a direct call, eager mode in tests) it returns
+        at once: there is no job to park."""
         seconds = check_delay("sleep", duration)
         if self._durable is None:
-            time.sleep(seconds)
             return
         self._durable.sleep(seconds)
 
@@ -207,7 +206,6 @@ class DurableContext:
         """:meth:`sleep` for ``async def`` tasks."""
         seconds = check_delay("sleep", duration)
         if self._durable is None:
-            await asyncio.sleep(seconds)
             return
         await asyncio.to_thread(self._durable.sleep, seconds)
 
