@@ -233,6 +233,7 @@ def test_hostile_steps_fail_their_job_only(
 
 def test_direct_calls_run_steps_in_place(app: App, tasks: Tasks) -> None:
     assert tasks.flaky_step(0) == "ok after 1"
+    assert tasks.sleeper(86400.0) == "woke"  # no job to park: returns at once
     with pytest.raises(RuntimeError, match="needs a job run by a worker"):
         tasks.waiter("key")
     with pytest.raises(ValueError, match="event key"):
