@@ -88,7 +88,7 @@ def checkpoint_cost(dsn: str) -> tuple[float, float]:
     from pgtasks._leases import ClaimRequest
 
     durable.delay(steps=0)
-    store = app.store
+    store = app.queries
     with psycopg.connect(dsn, autocommit=True) as conn:
         worker_id = store.register_worker(conn, hostname="bench", pid=0, queues=None, concurrency=1)
         [job] = store.claim_jobs(conn, ClaimRequest(worker_id=worker_id, limit=1))

@@ -76,7 +76,7 @@ class DurableApp:
         payload_json = encode_event_payload(app, key, payload)
 
         def emit(conn: psycopg.Connection[Any]) -> int:
-            return int(app.store.emit_event(conn, key=key, payload_json=payload_json)["id"])
+            return int(app.queries.emit_event(conn, key=key, payload_json=payload_json)["id"])
 
         def emit_in_transaction(conn: psycopg.Connection[Any]) -> int:
             # The key's lock lasts to the end of the transaction: an autocommit connection
@@ -96,7 +96,7 @@ class DurableApp:
         kept in its history row once it ended."""
         owner = routing.for_id(self, job_id)
         rows: list[dict[str, Any]] = owner.database.run(
-            lambda conn: owner.store.get_job_steps(conn, job_id)
+            lambda conn: owner.queries.get_job_steps(conn, job_id)
         )
         return rows
 
@@ -131,7 +131,9 @@ class DurableApp:
         def fork(conn: psycopg.Connection[Any]) -> JobHandle[Any]:
             with conn.transaction():
                 handle = owner.enqueue(spec, connection=conn)
-                owner.store.copy_job_steps(conn, source_id=job_id, job_id=handle.id, before=before)
+                owner.queries.copy_job_steps(
+                    conn, source_id=job_id, job_id=handle.id, before=before
+                )
             return handle
 
         handle: JobHandle[Any] = owner.database.run(fork)
@@ -141,4 +143,4 @@ class DurableApp:
         """Pending jobs parked by a durable call, by queue: ``{queue: {"sleeping": n,
         "waiting": n, "snoozed": n}}``."""
         app: App = self
-        return parked_by_queue(app.database.run(app.store.count_parked_jobs))
+        return parked_by_queue(app.database.run(app.queries.count_parked_jobs))

@@ -130,8 +130,8 @@ class DurableRun:
 
         def load(conn: Any) -> list[dict[str, Any]]:
             if parked:  # running again: no longer parked
-                owner.store.unpark_job(conn, **self._lease())
-            return owner.store.load_job_steps(conn, job_id)
+                owner.queries.unpark_job(conn, **self._lease())
+            return owner.queries.load_job_steps(conn, job_id)
 
         rows = owner.database.run(load)
         self._loaded = [
@@ -191,7 +191,7 @@ class DurableRun:
         owner = self._owner()
 
         def write(connection: Any) -> dict[str, Any]:
-            return owner.store.record_job_step(
+            return owner.queries.record_job_step(
                 connection,
                 **self._lease(),
                 name=name,
@@ -317,7 +317,7 @@ class DurableRun:
 
         def run(conn: Any) -> Any:
             with conn.transaction():
-                if owner.store.hold_job(conn, **self._lease()) is None:
+                if owner.queries.hold_job(conn, **self._lease()) is None:
                     raise self._refused(f"step {name!r}")
                 value = function(conn, *args, **kwargs)
                 result_json = self._encode(name, value)
@@ -401,7 +401,7 @@ class DurableRun:
         marker = json.dumps({"kind": kind, **(extra or {})})
 
         def write(connection: Any) -> dict[str, Any]:
-            return owner.store.park_job(
+            return owner.queries.park_job(
                 connection,
                 **self._lease(),
                 marker_json=marker,
@@ -444,7 +444,7 @@ class DurableRun:
             if checkpoint.status == "timeout":
                 raise EventTimeout(f"no event {key!r} came before the wait's timeout")
             return result.get("payload")
-        owner, store = self._owner(), self._owner().store
+        owner, store = self._owner(), self._owner().queries
         after_id = self._consumed.get(key, 0)
 
         def wait(conn: Any) -> tuple[str, Any]:

@@ -1,5 +1,5 @@
 """DurableQueries: the Store's statements of durable steps, sleeps and waits for events
-(``sql/durable.sql``, migration durable). Every write of a running attempt is fenced by
+(``sql/durable.sql``). Every write of a running attempt is fenced by
 its lease: the job's row is locked under the finish's condition."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from .base import Row, StoreBase
+from .base import QueriesBase, Row
 
 #: First key of the advisory locks of event keys ("pgte"); the second is the key's hash.
 ADVISORY_LOCK_CLASS_EVENTS = 0x70677465
@@ -19,7 +19,7 @@ def _lease(job_id: int, worker_id: int, attempt: int) -> dict[str, Any]:
     return {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
 
 
-class DurableQueries(StoreBase):
+class DurableQueries(QueriesBase):
     """Checkpoints, parking, events and the reads of steps."""
 
     def load_job_steps(self, conn: psycopg.Connection[Any], job_id: int) -> list[Row]:

@@ -67,7 +67,7 @@ NEIGHBOURS = 20
 LIMIT_INSTANCES = 20
 #: The durable steps a job page lists at most.
 STEPS_SHOWN = 200
-#: The most limit instances a claim takes a job under (migration flow_control).
+#: The most limit instances a claim takes a job under.
 CLAIMED_INSTANCES = 8
 
 
@@ -142,7 +142,7 @@ def job_page(database: DashboardDatabase, job_id: int) -> JobPage:
     steps: list[dict[str, Any]] = []
 
     def read(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        store = database.store
+        store = database.queries
         steps[:] = store.get_job_steps(conn, job_id)
         row = store.get_job_page(
             conn,
