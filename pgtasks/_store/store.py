@@ -189,6 +189,11 @@ class Store(
             rows = await self._arows(conn, "cancel_job", {"id": job_id})
         return rows[0] if rows else None
 
+    def expire_jobs(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[int]:
+        """End up to ``limit`` pending jobs past their start deadline (expires=) cancelled;
+        their ids."""
+        return [row["id"] for row in self._rows(conn, "expire_jobs", {"limit": limit})]
+
     def get_cancel_requests(self, conn: psycopg.Connection[Any], worker_id: int) -> set[int]:
         return {
             row["id"] for row in self._rows(conn, "get_cancel_requests", {"worker_id": worker_id})

@@ -208,6 +208,11 @@ class Rescuer(Service):
             store.notify_queue(conn, queue_name)
         store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])
         self.on_rescued(len(rescued))
+        # Pending jobs past their start deadline (expires=) end cancelled, never run.
+        for job_id in store.expire_jobs(conn):
+            logger.info(
+                "job %d expired before it started: cancelled", job_id, extra={"job_id": job_id}
+            )
         self.maintain(conn)
 
 

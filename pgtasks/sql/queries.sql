@@ -292,6 +292,10 @@ WITH picked AS (
       -- A row whose next attempt number would not fit (written by hand) is left pending
       -- rather than fail every claim.
       AND attempts < 2147483647
+      -- Past its start deadline (expires=, meta "pgtasks.expires"): never started; the
+      -- rescuer ends it cancelled. A hand-written non-number sorts below any number.
+      AND (NOT meta ? 'pgtasks.expires'
+           OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -340,6 +344,8 @@ WITH picked AS (
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
           AND attempts < 2147483647
+          AND (NOT meta ? 'pgtasks.expires'
+               OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS higher_priority
@@ -357,6 +363,8 @@ WITH picked AS (
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
           AND attempts < 2147483647
+          AND (NOT meta ? 'pgtasks.expires'
+               OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS same_priority
@@ -373,6 +381,8 @@ WITH picked AS (
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
           AND attempts < 2147483647
+          AND (NOT meta ? 'pgtasks.expires'
+               OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS lower_priority
