@@ -400,10 +400,17 @@ def run_canvas(canvas: Signature, options: Mapping[str, Any]) -> Any:
     if isinstance(canvas, chunks):
         return GroupResult(str(handle.id), ends, app=app)
     result = ends[-1]
-    previous = [AsyncResult(str(job_id), app=app) for job_id in handle.job_ids[:-1]]
-    if previous:
-        result.parent = previous[-1]
+    if isinstance(canvas, _chain) and all(_plain_step(step) for step in canvas.tasks):
+        # A chain of tasks: each result's parent is the step before (res.parent.get()).
+        results = [AsyncResult(str(job_id), app=app) for job_id in handle.job_ids]
+        for parent, child in itertools.pairwise(results):
+            child.parent = parent
+        return results[-1]
     return result
+
+
+def _plain_step(step: Any) -> bool:
+    return isinstance(step, Signature) and not isinstance(step, (_chain, group, chord, chunks))
 
 
 def eager(canvas: Any, args: Sequence[Any] = ()) -> Any:

@@ -11,7 +11,7 @@ def partials():
 
 
 def a_signature_by_name():
-    return signature("proj.tasks.add", args=(2, 2), countdown=10).delay().get()  # 4
+    return signature("proj.tasks.add", args=(2, 2), countdown=1).delay().get()  # 4
 
 
 def simple_chain():
@@ -50,12 +50,12 @@ def group_piped_to_task():
 
 
 def chain_of_chords():
-    c1 = chord([add.s(1, 1), add.s(2, 2)], xsum.s())
+    c1 = chord([add.si(1, 1), add.si(2, 2)], xsum.s())
     return (add.si(0, 0) | c1 | mul.s(10))().get()  # 60
 
 
 def a_map():
-    return ~xsum.map([range(10), range(100)])  # [45, 4950]
+    return ~xsum.map([list(range(10)), list(range(100))])  # [45, 4950]
 
 
 def a_starmap():
