@@ -132,8 +132,9 @@ def celery_project(
         _forget_modules(copy)
 
 
-def eager_celery(app: Any) -> None:
-    """Make a real Celery app run everything here (task_always_eager), exceptions raised."""
+def eager_celery(app: Any, *, propagates: bool = True) -> None:
+    """Make a real Celery app run everything here (task_always_eager); ``propagates``:
+    exceptions raised by the call (False: by ``get()``, and retries re-run the task)."""
     app.conf.task_always_eager = True
-    app.conf.task_eager_propagates = True
+    app.conf.task_eager_propagates = propagates
     app.conf.broker_url = "memory://"
