@@ -289,9 +289,7 @@ class Celery:
         while self._autodiscover:
             packages, related_name = self._autodiscover.pop(0)
             if packages is None:
-                from django.apps import apps as django_apps
-
-                names = [config.name for config in django_apps.get_app_configs()]
+                names = _django_apps()
             else:
                 names = list(packages() if callable(packages) else packages)
             for package in names:
@@ -316,8 +314,10 @@ class Celery:
         name: str | None = None,
         **options: Any,
     ) -> str:
-        """A periodic task (``on_after_configure`` receivers call this); beat runs it."""
-        key = name or f"{sig.name}:{schedule!r}"
+        """A periodic task (``on_after_configure`` receivers call this); beat runs it.
+        Its name: ``name``, else the signature's repr (as Celery keys it)."""
+        sig = sig.clone(args, kwargs or {})
+        key = name or repr(sig)
         self._periodic.append((schedule, sig, {"name": key, **options}))
         if self._native is not None and not self._finalizing:
             self._add_schedule(key, schedule, sig.name, sig.args, sig.kwargs, sig.options)
@@ -467,6 +467,21 @@ class Celery:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+def _django_apps() -> list[str]:
+    """The installed Django apps' packages (Django set up first, as Celery's fixup does)."""
+    try:
+        import django
+        from django.apps import apps as django_apps
+    except ImportError as error:
+        raise ImproperlyConfigured(
+            "autodiscover_tasks() without packages reads Django's installed apps, but Django"
+            " is not installed: name the packages, autodiscover_tasks(['proj.app'])"
+        ) from error
+    if not django_apps.ready:
+        django.setup()
+    return [config.name for config in django_apps.get_app_configs()]
 
 
 def _is_dsn(value: Any) -> bool:

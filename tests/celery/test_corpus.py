@@ -48,7 +48,9 @@ def test_first_steps_runs_on_a_worker_started_the_celery_way(
     worker.stop()
 
 
-def _celery_results(celery_project: Callable[[str], Path], module: str, names: Any) -> dict[str, Any]:
+def _celery_results(
+    celery_project: Callable[[str], Path], module: str, names: Any
+) -> dict[str, Any]:
     celery_project("next_steps")
     import importlib
 
@@ -142,7 +144,7 @@ def test_max_retries_exceeded_is_the_front_s_class(project: Callable[[str], Proj
     guide = project("tasks_guide")
     retrying = guide.module("retrying")
     worker = guide.worker("retrying")
-    with pytest.raises(MaxRetriesExceededError, match="Can't retry retrying.without_exc"):
+    with pytest.raises(MaxRetriesExceededError, match=r"Can't retry retrying\.without_exc"):
         retrying.without_exc.delay().get(timeout=30)
     result = retrying.without_exc.delay()
     assert result.get(timeout=30, propagate=False).__class__ is MaxRetriesExceededError
