@@ -48,13 +48,25 @@ def exception_of(row: JobRow) -> BaseException:
         for part in qualname.split("."):
             kind = getattr(kind, part, None)
         if isinstance(kind, type) and issubclass(kind, Exception):
+            message = _message(row.last_error or "", qualname.rsplit(".", 1)[-1], path)
             try:
-                error = kind(failure.message) if failure.message else kind()
+                error = kind(message) if message else kind()
             except Exception:  # a constructor of other arguments: the generic form
                 return failure
             error.__cause__ = failure
             return error
     return failure
+
+
+def _message(text: str, short: str, path: str) -> str:
+    """The exception's message in a stored error (the lines from ``Type: `` to the end:
+    a message may span lines)."""
+    lines = text.splitlines()
+    for index in range(len(lines) - 1, -1, -1):
+        head, separator, rest = lines[index].partition(": ")
+        if separator and head in (short, path):
+            return "\n".join([rest, *lines[index + 1 :]])
+    return ""
 
 
 class AsyncResult:
