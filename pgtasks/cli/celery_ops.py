@@ -17,7 +17,7 @@ from click.core import ParameterSource
 
 from .._app import loading
 from .._errors import ConfigurationError, PgTasksError
-from ._common import app_option, exit_now
+from ._common import app_option
 
 
 def _front(app_path: str) -> Any:
@@ -63,7 +63,7 @@ def inspect(app_path: str, view: str, as_json: bool) -> None:
         document = getattr(Inspect(front), view)()
     except PgTasksError as error:
         click.echo(f"error: {error}", err=True)
-        exit_now(1)
+        raise SystemExit(1) from None
     _print(document, as_json)
 
 
@@ -111,7 +111,7 @@ def rate_limit(app_path: str, task_name: str, rate: str) -> None:
         click.echo(Control(_front(app_path)).rate_limit(task_name, rate))
     except (ImproperlyConfigured, PgTasksError) as error:
         click.echo(f"error: {error}", err=True)
-        exit_now(1)
+        raise SystemExit(1) from None
 
 
 @control.command("cancel_consumer")
