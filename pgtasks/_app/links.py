@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._errors import WorkflowError
+from .._errors import NaiveDatetimeError, WorkflowError
 from .._payload import encode_meta
 from .handle import JobHandle
 
@@ -42,9 +42,11 @@ def expires_at(expires: Expires | None, what: str = "expires") -> float | None:
         return None
     if isinstance(expires, datetime):
         if expires.tzinfo is None or expires.tzinfo.utcoffset(expires) is None:
-            from .tasks import aware  # the NaiveDatetimeError with its advice
-
-            aware(expires, what)
+            raise NaiveDatetimeError(
+                f"{what} is a naive datetime ({expires.isoformat()}): pgtasks cannot tell"
+                " which time zone it is in; pass an aware datetime, e.g."
+                " datetime.now(timezone.utc) + timedelta(minutes=5), or seconds"
+            )
         return expires.timestamp()
     if isinstance(expires, timedelta):
         seconds = expires.total_seconds()

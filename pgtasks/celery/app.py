@@ -9,31 +9,43 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from .._app.app import App
+from ._state import apps as _apps
+from ._state import current as _current
+from ._state import current_app
+from ._state import default_factory as _default_factory
+from ._state import lock as _lock
+from ._state import shared as _shared
+from .builtins import errback, starmap
+from .builtins import map as map_items
+from .calling import apply_async as _apply_async
+from .calling import apply_eagerly as _apply_eagerly
+from .calling import send_task as _send_task
+from .canvas import Signature as _Signature
+from .canvas import chunks as _chunks
+from .canvas import to_native as _to_native
+from .canvas import xmap as _xmap
+from .canvas import xstarmap as _xstarmap
 from .config import CeleryCompatibilityWarning, Settings, settings_of
+from .control import Control
 from .exceptions import ImproperlyConfigured, NotRegistered
+from .result import AsyncResult as _AsyncResult
+from .result import EagerResult as _EagerResult
+from .result import GroupResult as _GroupResult
 from .schedules import periodic_options
 from .task import TASK_OPTIONS, Task, register_native
 
-_lock = threading.RLock()
-_apps: list[Celery] = []
-_current: list[Celery] = []
-#: ``@shared_task`` tasks: registered with every app (present and future).
-_shared: list[tuple[Callable[..., Any], dict[str, Any]]] = []
-
-
-def current_app() -> Celery:
-    """The app last created (Celery's current app); a default one when none was."""
-    with _lock:
-        if not _current:
-            Celery("default")
-        return _current[-1]
+#: The built-in tasks every app has (``celery.map`` ...), by short name.
+BUILTINS: dict[str, Callable[..., Any]] = {
+    "map": map_items,
+    "starmap": starmap,
+    "errback": errback,
+}
 
 
 class Signal:
@@ -271,9 +283,7 @@ class Celery:
         return self._tasks[name]
 
     def _builtin(self, short: str) -> None:
-        from . import builtins
-
-        function = getattr(builtins, short)
+        function = BUILTINS[short]
         self._task_from_fun(function, name=f"celery.{short}", bind=True, max_retries=3)
 
     def autodiscover_tasks(
@@ -415,6 +425,29 @@ class Celery:
             task_name, name=name, args=tuple(args), kwargs=dict(kwargs), **trigger, **extra
         )
 
+    # -- what Task and Signature call (this module imports the others; they import none) --
+    def apply_task_async(
+        self, task: Task, *args: Any, **kwargs: Any
+    ) -> _AsyncResult | _EagerResult:
+        return _apply_async(task, *args, **kwargs)
+
+    def apply_task_eagerly(self, task: Task, *args: Any, **kwargs: Any) -> _EagerResult:
+        return _apply_eagerly(task, *args, **kwargs)
+
+    def signature_of(self, task: Task, *args: Any, **kwargs: Any) -> _Signature:
+        return _Signature(task, *args, **kwargs)
+
+    def canvas_of(self, kind: str, task: Task, *args: Any) -> _Signature:
+        makers: dict[str, Callable[..., _Signature]] = {
+            "map": _xmap,
+            "starmap": _xstarmap,
+            "chunks": _chunks,
+        }
+        return makers[kind](task, *args)
+
+    def to_native(self, sig: Any) -> Any:
+        return _to_native(self, sig)
+
     # -- calling and results --
     def send_task(
         self,
@@ -423,9 +456,7 @@ class Celery:
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Any:
-        from .calling import send_task
-
-        return send_task(self, name, args, kwargs, **options)
+        return _send_task(self, name, args, kwargs, **options)
 
     def signature(
         self,
@@ -434,24 +465,16 @@ class Celery:
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Any:
-        from .canvas import Signature
-
-        return Signature(name, args, kwargs, options=options, app=self)
+        return _Signature(name, args, kwargs, options=options, app=self)
 
     def AsyncResult(self, task_id: str | int, **kwargs: Any) -> Any:
-        from .result import AsyncResult
-
-        return AsyncResult(task_id, app=self, **kwargs)
+        return _AsyncResult(task_id, app=self, **kwargs)
 
     def GroupResult(self, group_id: str | None = None, results: Any = None, **kwargs: Any) -> Any:
-        from .result import GroupResult
-
-        return GroupResult(group_id, results, app=self)
+        return _GroupResult(group_id, results, app=self)
 
     @property
     def control(self) -> Any:
-        from .control import Control
-
         return Control(self)
 
     @property
@@ -534,7 +557,8 @@ class _SharedTask:
         self.__doc__ = function.__doc__
 
     def _task(self) -> Task:
-        return current_app()._task_from_fun(self._function, **self._options)
+        app: Celery = current_app()
+        return app._task_from_fun(self._function, **self._options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._task(), name)
@@ -547,3 +571,6 @@ class _SharedTask:
 
 
 __all__ = ["Celery", "current_app", "shared_task"]
+
+
+_default_factory.append(lambda: Celery("default"))

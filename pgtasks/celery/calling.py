@@ -13,11 +13,11 @@ from .._payload import encode_arguments, encode_meta
 from .._retry import Retry as NativeRetry
 from .config import CeleryCompatibilityWarning
 from .exceptions import ImproperlyConfigured
+from .result import AsyncResult, EagerResult
 from .task import Request, current_request, new_task_id, register_native, run_body
 
 if TYPE_CHECKING:
     from .app import Celery
-    from .result import AsyncResult, EagerResult
     from .task import Task
 
 #: apply_async options that mean nothing here (a broker's): warned about by name.
@@ -113,9 +113,6 @@ def apply_async(
     shadow: str | None,
     **options: Any,
 ) -> AsyncResult | EagerResult:
-    from .canvas import to_native
-    from .result import AsyncResult
-
     app = task.app
     args, kwargs = tuple(args or ()), dict(kwargs or {})
     if app.conf.task_always_eager:
@@ -124,7 +121,7 @@ def apply_async(
     call = native_call_options(app, options, task_id, shadow)
     if link is not None:
         links = link if isinstance(link, (list, tuple)) else [link]
-        call["link"] = [to_native(app, item) for item in links]
+        call["link"] = [app.to_native(item) for item in links]
     if link_error is not None:
         call["link_error"] = error_callback(app, link_error)
     handle = native_task.apply_async(args, kwargs, **call)
@@ -134,12 +131,10 @@ def apply_async(
 def error_callback(app: Celery, link_error: Any) -> Any:
     """The native on_error signature of a Celery ``link_error``: the built-in
     ``celery.errback`` task, which calls it with Celery's (request, exc, traceback)."""
-    from .canvas import Signature
-
     items = link_error if isinstance(link_error, (list, tuple)) else [link_error]
-    if len(items) != 1 or not isinstance(items[0], Signature):
+    if len(items) != 1 or not isinstance(items[0], dict) or "subtask_type" not in items[0]:
         raise TypeError(f"link_error= must be one signature, got {link_error!r}")
-    errback = items[0]
+    errback: Any = items[0]
     builtin = app.native.get_task("celery.errback")
     return builtin.s(errback.name, list(errback.args), dict(errback.kwargs), errback.immutable)
 
@@ -156,8 +151,6 @@ def send_task(
 ) -> AsyncResult:
     """Enqueue a job of task ``name``, registered here or not (a task of another code
     base): its arguments are checked only to be JSON."""
-    from .result import AsyncResult
-
     if name in app.tasks:
         return app.tasks[name].apply_async(args, kwargs, task_id=task_id, shadow=shadow, **options)
     native = app.native
@@ -202,8 +195,6 @@ def apply_eagerly(
 ) -> EagerResult:
     """Run the task here, retries included at once (as Celery's eager mode does); the
     exception propagates with task_eager_propagates, else it is the result's."""
-    from .result import EagerResult
-
     task_id = task_id or new_task_id()
     parent = current_request()
     request = Request(

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._app import workflows as native_workflows
+from ._state import current_app
+from .calling import error_callback
 from .config import CeleryCompatibilityWarning
 from .result import AsyncResult, EagerResult, GroupResult
 from .task import register_native
@@ -71,8 +73,6 @@ class Signature(dict[str, Any]):
     @property
     def app(self) -> Celery:
         if self._app is None:
-            from .app import current_app
-
             self._app = current_app()
         return self._app
 
@@ -385,8 +385,6 @@ def run_canvas(canvas: Signature, options: Mapping[str, Any]) -> Any:
             CeleryCompatibilityWarning,
             stacklevel=3,
         )
-    from .calling import error_callback
-
     native = to_native(app, canvas)
     on_error = error_callback(app, errback) if errback is not None else None
     if isinstance(native, native_workflows.Signature):

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import JobCancelled, JobNotFoundError, TaskFailed
 from .._jobs import JobRow
-from . import states
+from ._state import current_app
 from .exceptions import TaskRevokedError, TimeoutError
+from .states import FAILURE, PENDING, READY_STATES, REVOKED, SUCCESS, from_status
 from .task import current_request
 
 if TYPE_CHECKING:
@@ -80,8 +81,6 @@ class AsyncResult:
         app: Celery | None = None,
         parent: AsyncResult | None = None,
     ) -> None:
-        from .app import current_app
-
         self.app = app if app is not None else current_app()
         self.id = str(id)
         self.task_id = self.id
@@ -123,22 +122,20 @@ class AsyncResult:
     def state(self) -> str:
         row = self._row()
         if row is None:
-            return states.PENDING
+            return PENDING
         custom = row.meta.get("celery.state") if row.status == "running" else None
-        return states.from_status(
-            row.status, row.attempts, custom if isinstance(custom, str) else None
-        )
+        return from_status(row.status, row.attempts, custom if isinstance(custom, str) else None)
 
     status = state
 
     def ready(self) -> bool:
-        return self.state in states.READY_STATES
+        return self.state in READY_STATES
 
     def successful(self) -> bool:
-        return self.state == states.SUCCESS
+        return self.state == SUCCESS
 
     def failed(self) -> bool:
-        return self.state == states.FAILURE
+        return self.state == FAILURE
 
     @property
     def result(self) -> Any:
@@ -342,8 +339,6 @@ class GroupResult(ResultSet):
 
     @classmethod
     def restore(cls, id: str, backend: Any = None, app: Celery | None = None) -> GroupResult:
-        from .app import current_app
-
         app = app or current_app()
         rows = app.native.database.run(
             lambda conn: app.native.store.get_workflow_jobs(conn, int(id))
@@ -392,11 +387,11 @@ class EagerResult(AsyncResult):
     def get(  # type: ignore[override]
         self, timeout: float | None = None, propagate: bool = True, **kwargs: Any
     ) -> Any:
-        if self._state == states.FAILURE and propagate:
+        if self._state == FAILURE and propagate:
             raise self._value
         return self._value
 
     wait = get  # type: ignore[assignment]
 
     def revoke(self, *args: Any, **kwargs: Any) -> None:
-        self._state = states.REVOKED
+        self._state = REVOKED

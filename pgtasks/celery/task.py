@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._jobs import JobContext
 from .._retry import Retry as NativeRetry
-from . import states
 from .exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
+from .states import FAILURE, RETRY, STARTED, SUCCESS
 
 if TYPE_CHECKING:
     from .._app.tasks import Task as NativeTask
@@ -240,7 +240,7 @@ class Task:
         return retry
 
     # -- calling --
-    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult | EagerResult:
         return self.apply_async(args, kwargs)
 
     def apply_async(
@@ -252,11 +252,9 @@ class Task:
         link_error: Any = None,
         shadow: str | None = None,
         **options: Any,
-    ) -> AsyncResult:
+    ) -> AsyncResult | EagerResult:
         """Enqueue a job (or, with task_always_eager, run it here); see calling.py."""
-        from .calling import apply_async
-
-        return apply_async(
+        return self.app.apply_task_async(
             self,
             args,
             kwargs,
@@ -275,14 +273,10 @@ class Task:
         **options: Any,
     ) -> EagerResult:
         """Run the task here and now, retries included (Celery's eager execution)."""
-        from .calling import apply_eagerly
-
-        return apply_eagerly(self, args or (), kwargs or {}, task_id=task_id)
+        return self.app.apply_task_eagerly(self, args or (), kwargs or {}, task_id=task_id)
 
     def AsyncResult(self, task_id: str | int) -> AsyncResult:
-        from .result import AsyncResult
-
-        return AsyncResult(task_id, app=self.app)
+        return self.app.AsyncResult(task_id)  # type: ignore[no-any-return]
 
     def update_state(
         self, task_id: str | None = None, state: str | None = None, meta: Any = None
@@ -296,7 +290,7 @@ class Task:
                 "update_state() records the running task's own state: call it inside the"
                 " task, without task_id= or with self.request.id"
             )
-        patch: dict[str, Any] = {"celery.state": state or states.STARTED, "celery.info": meta}
+        patch: dict[str, Any] = {"celery.state": state or STARTED, "celery.info": meta}
         context.update_meta(patch)
         if isinstance(meta, Mapping) and "current" in meta and "total" in meta:
             current, total = meta["current"], meta["total"]
@@ -305,14 +299,10 @@ class Task:
 
     # -- canvas --
     def s(self, *args: Any, **kwargs: Any) -> Signature:
-        from .canvas import Signature
-
-        return Signature(self, args, kwargs)
+        return self.app.signature_of(self, args, kwargs)
 
     def si(self, *args: Any, **kwargs: Any) -> Signature:
-        from .canvas import Signature
-
-        return Signature(self, args, kwargs, immutable=True)
+        return self.app.signature_of(self, args, kwargs, immutable=True)
 
     def signature(
         self,
@@ -321,27 +311,21 @@ class Task:
         *starargs: Any,
         **options: Any,
     ) -> Signature:
-        from .canvas import Signature
-
         immutable = bool(options.pop("immutable", False))
-        return Signature(self, args or (), kwargs or {}, options=options, immutable=immutable)
+        return self.app.signature_of(
+            self, args or (), kwargs or {}, options=options, immutable=immutable
+        )
 
     subtask = signature
 
     def map(self, it: Iterable[Any]) -> Signature:
-        from .canvas import xmap
-
-        return xmap(self, it)
+        return self.app.canvas_of("map", self, it)
 
     def starmap(self, it: Iterable[Any]) -> Signature:
-        from .canvas import xstarmap
-
-        return xstarmap(self, it)
+        return self.app.canvas_of("starmap", self, it)
 
     def chunks(self, it: Iterable[Any], n: int) -> Any:
-        from .canvas import chunks
-
-        return chunks(self, it, n)
+        return self.app.canvas_of("chunks", self, it, n)
 
     # -- the pgtasks side --
     def native_options(self) -> dict[str, Any]:
@@ -397,7 +381,7 @@ def run_body(task: Task, request: Request, args: Sequence[Any], kwargs: Mapping[
         except Retry as retry:
             cause = retry.exc or retry
             task.on_retry(cause, task_id, args, kwargs, _einfo(cause))
-            task.after_return(states.RETRY, retry, task_id, args, kwargs, _einfo(cause))
+            task.after_return(RETRY, retry, task_id, args, kwargs, _einfo(cause))
             raise
         except Ignore:
             return None
@@ -417,7 +401,7 @@ def run_body(task: Task, request: Request, args: Sequence[Any], kwargs: Mapping[
             _failed(task, error, task_id, args, kwargs)
             raise
         task.on_success(retval, task_id, args, kwargs)
-        task.after_return(states.SUCCESS, retval, task_id, args, kwargs, None)
+        task.after_return(SUCCESS, retval, task_id, args, kwargs, None)
         return retval
     finally:
         _current.reset(token)
@@ -427,7 +411,7 @@ def _failed(
     task: Task, error: BaseException, task_id: str, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> None:
     task.on_failure(error, task_id, args, kwargs, _einfo(error))
-    task.after_return(states.FAILURE, error, task_id, args, kwargs, _einfo(error))
+    task.after_return(FAILURE, error, task_id, args, kwargs, _einfo(error))
 
 
 def _autoretry(task: Task, error: BaseException) -> Retry | None:

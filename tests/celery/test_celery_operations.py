@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from pgtasks.celery import states
 from pgtasks.cli import main
-from tests.celery.conftest import Project
+from tests.support.celery_projects import Project
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance

@@ -11,7 +11,7 @@ import pytest
 
 from pgtasks.celery import states
 from pgtasks.celery.exceptions import MaxRetriesExceededError
-from tests.celery.conftest import Project, eager_celery
+from tests.support.celery_projects import Project, eager_celery
 
 pytestmark = pytest.mark.acceptance
 

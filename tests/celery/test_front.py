@@ -15,7 +15,7 @@ import pytest
 
 from pgtasks import App
 from pgtasks.celery import Celery, CeleryCompatibilityWarning, Task, chain, group, states
-from pgtasks.celery import app as celery_app_module
+from pgtasks.celery import _state as celery_state
 from pgtasks.celery.exceptions import (
     ImproperlyConfigured,
     SoftTimeLimitExceeded,
@@ -35,11 +35,8 @@ def capp(make_app: Callable[..., App]) -> Iterator[Celery]:
     app = Celery("front", broker=native.dsn)
     app.conf.update(pgtasks_schema=native.schema, pgtasks_connect_timeout=3.0)
     yield app
-    app.close()
-    with celery_app_module._lock:
-        celery_app_module._apps.clear()
-        celery_app_module._current.clear()
-        celery_app_module._shared.clear()
+    for made in celery_state.reset():
+        made.close()
 
 
 def test_states_results_and_progress_of_a_job(capp: Celery) -> None:

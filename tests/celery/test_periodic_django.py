@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pgtasks.celery import CeleryCompatibilityWarning
-from tests.celery.conftest import Project
+from tests.support.celery_projects import Project
 from tests.support.inprocess import select
 from tests.support.waiting import wait_until
 
@@ -92,6 +92,7 @@ def test_periodic_tasks_are_configured_as_celery_configures_them_and_beat_runs_t
     assert ours["add-every-30-seconds"] == theirs["add-every-30-seconds"]
 
 
+@pytest.mark.timeout(180)  # four Python processes that import Django
 def test_the_django_layout_works_unchanged_but_for_imports(
     project: Callable[[str], Project], admin: Any
 ) -> None:
