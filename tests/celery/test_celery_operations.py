@@ -54,19 +54,23 @@ def test_the_celery_command_lines_on_the_next_steps_project(
         next(iter(registered.values()))
     )
 
-    # Pausing the queue (cancel_consumer) keeps its jobs pending; add_consumer resumes.
+    # cancel_consumer pauses the queue for every worker; add_consumer resumes it.
     paused = run("-A", "proj", "control", "cancel_consumer", "celery")
     assert "paused" in paused.stdout, paused.output
-    held = tasks.mul.delay(3, 3)
+    assert steps.app.paused_queues() == ["celery"]
+    resumed = run("-A", "proj", "control", "add_consumer", "celery")
+    assert "resumed" in resumed.stdout, resumed.output
+    assert steps.app.paused_queues() == []
+    assert tasks.mul.delay(3, 3).get(timeout=20) == 9
+
+    # A queue no worker serves keeps its jobs pending: reserved; a countdown: scheduled.
+    held = tasks.mul.apply_async((3, 3), queue="parked")
     scheduled = tasks.xsum.apply_async(([1, 2],), countdown=3600)
     reserved = json.loads(run("-A", "proj", "inspect", "reserved", "--json").stdout)
     assert [item["id"] for item in reserved["pgtasks"]] == [held.id]
     listed = json.loads(run("-A", "proj", "inspect", "scheduled", "--json").stdout)
     assert [item["request"]["id"] for item in listed["pgtasks"]] == [scheduled.id]
     assert held.state == states.PENDING
-    resumed = run("-A", "proj", "control", "add_consumer", "celery")
-    assert "resumed" in resumed.stdout, resumed.output
-    assert held.get(timeout=20) == 9
 
     revoked = run("-A", "proj", "control", "revoke", scheduled.id)
     assert f"{scheduled.id}: cancelled" in revoked.stdout, revoked.output

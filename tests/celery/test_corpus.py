@@ -3,6 +3,8 @@ processes; and the same sources under real Celery in eager mode giving the same 
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,13 +49,18 @@ def test_first_steps_runs_on_a_worker_started_the_celery_way(
     assert (row.task_name, row.queue, row.args) == ("tasks.add", "celery", [4, 4])
     worker.stop()
 
+    sys.modules.pop("tasks", None)
+    celery_project("first_steps")
+    theirs = importlib.import_module("tasks")
+    eager_celery(theirs.app)
+    assert theirs.add.delay(4, 4).get() == result.get() == 8
+    assert type(theirs.app).__module__.startswith("celery.")
+
 
 def _celery_results(
     celery_project: Callable[[str], Path], module: str, names: Any
 ) -> dict[str, Any]:
     celery_project("next_steps")
-    import importlib
-
     proj_celery = importlib.import_module("proj.celery")
     eager_celery(proj_celery.app)
     examples = importlib.import_module(module)
@@ -82,9 +89,9 @@ def test_the_canvas_guide_gives_celerys_results_on_durable_workflows(
     assert ours["a_map"] == [45, 4950]
     assert ours["a_chunks"] == [[2 * n for n in range(k, k + 5)] for k in range(0, 20, 5)]
 
-    steps_modules = [name for name in list(__import__("sys").modules) if name.startswith("proj")]
+    steps_modules = [name for name in list(sys.modules) if name.startswith("proj")]
     for name in [*steps_modules, "canvas_examples"]:
-        __import__("sys").modules.pop(name, None)
+        sys.modules.pop(name, None)
     theirs = _celery_results(celery_project, "canvas_examples", CANVAS_EXAMPLES)
     assert ours == theirs
 
@@ -105,10 +112,8 @@ def test_the_tasks_guide_retries_behave_as_in_celery(
     assert ours["forever"] == 3
     assert "after_return SUCCESS" in worker.log()
 
-    __import__("sys").modules.pop("retrying", None)
+    sys.modules.pop("retrying", None)
     celery_project("tasks_guide")
-    import importlib
-
     theirs_module = importlib.import_module("retrying")
     eager_celery(theirs_module.app, propagates=False)
     theirs = _retry_outcomes(theirs_module)
