@@ -2,7 +2,7 @@
 
 A deadline is kept in the job's meta under the reserved key ``pgtasks.expires`` (seconds
 since the epoch): the claims leave the job out once it has passed, and the worker's
-rescuer ends it cancelled with the reason (migration 0020).
+rescuer ends it cancelled with the reason.
 
 A job with callbacks is a small workflow, so that they run exactly once, as jobs, in the
 transaction that ends the job (the workflow triggers): ``link`` signatures follow the job

@@ -62,7 +62,7 @@ class Control:
             raise ImproperlyConfigured(str(error)) from None
         limits: TaskLimits = dataclasses.replace(task.limits, rate=rate)
         definitions = [item for item in limits.definitions() if item.rate is not None]
-        native.database.run(lambda conn: native.store.upsert_limits(conn, definitions))
+        native.database.run(lambda conn: native.queries.upsert_limits(conn, definitions))
         return f"new rate limit set successfully: {task_name} {text}"
 
     def cancel_consumer(self, queue: str, destination: Any = None, **kwargs: Any) -> bool:
@@ -132,7 +132,7 @@ class Inspect:
     def _jobs(self, status: str) -> list[JobRow]:
         native = self.app.native
         _, rows = native.database.run(
-            lambda conn: native.store.list_jobs(conn, status=status, limit=1000)
+            lambda conn: native.queries.list_jobs(conn, status=status, limit=1000)
         )
         return rows
 

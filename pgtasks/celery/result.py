@@ -341,7 +341,7 @@ class GroupResult(ResultSet):
     def restore(cls, id: str, backend: Any = None, app: Celery | None = None) -> GroupResult:
         app = app or current_app()
         rows = app.native.database.run(
-            lambda conn: app.native.store.get_workflow_jobs(conn, int(id))
+            lambda conn: app.native.queries.get_workflow_jobs(conn, int(id))
         )
         ends = [row for row in rows if not row.get("next_ids")]
         return cls(id, [AsyncResult(str(row["id"]), app=app) for row in ends], app=app)

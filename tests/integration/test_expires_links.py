@@ -89,7 +89,7 @@ def test_the_claim_never_picks_an_expired_row(app: App, dsn: str, tasks: dict[st
     expired = tasks["record"].apply_async(("late",), expires=-1)
     fresh = tasks["record"].apply_async(("fresh",))
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
-        claimed = app.store.claim_jobs(conn, ClaimRequest(10**9, 10))
+        claimed = app.queries.claim_jobs(conn, ClaimRequest(10**9, 10))
     assert [job.id for job in claimed] == [fresh.id]
     assert _status(app, expired.id) == "pending"
 
