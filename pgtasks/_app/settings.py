@@ -15,7 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 from .._errors import ConfigurationError
 from .._operations import retention_seconds
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES
-from .._store.db import DatabaseSettings, PoolSettings
+from .._store.connecting import DatabaseSettings, PoolSettings
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from .._validation import positive_seconds, whole_number
 from .layout import DEFAULT_STORE, Store, StoreLayout

@@ -7,10 +7,10 @@ from typing import Any
 
 import psycopg
 
-from .base import Row, StoreBase
+from .base import QueriesBase, Row
 
 
-class QueueQueries(StoreBase):
+class QueueQueries(QueriesBase):
     """Pause, resume and read the paused queues."""
 
     def pause_queue(self, conn: psycopg.Connection[Any], queue: str) -> bool:

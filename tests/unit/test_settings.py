@@ -11,7 +11,7 @@ import pytest
 from pgtasks import App, ConfigurationError, Worker
 from pgtasks._app.settings import AppSettings
 from pgtasks._execution.settings import ExecutorSettings
-from pgtasks._store.db import DatabaseSettings, PoolSettings
+from pgtasks._store.connecting import DatabaseSettings, PoolSettings
 from pgtasks._worker.settings import WorkerSettings
 
 DSN = "postgresql://u:S3cr3t!@127.0.0.1:1/db"
