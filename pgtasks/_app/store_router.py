@@ -1,4 +1,5 @@
-"""StoreRouter: the Database of each store of an App, their identities and the routes.
+"""StoreRouter: routes to the stores of an App: the Database of each, their identities
+and the routes of queues and ids.
 
 Each store owns one Database (its pools and its schema's statements). ``pgtasks migrate``
 gives each store a number and a uid; a job or workflow id

@@ -1,6 +1,6 @@
 """QueriesBase: statement rendering and the two thin executors (sync and async).
 
-The Store (``_store.py``) and its per-area query mixins (``_store_*.py``) build on it;
+Queries (``queries.py``) and its per-area query mixins (``<area>.py``) build on it;
 no other module runs SQL.
 """
 

@@ -1,4 +1,4 @@
-"""HistoryQueries: the Store's statements for jobs_history:
+"""HistoryQueries: statements for jobs_history:
 its day partitions created ahead and dropped once expired, rows past retention deleted
 where no whole day can be dropped, and finished jobs left in jobs by older versions moved
 over in batches (``sql/operations.sql``)."""

@@ -176,7 +176,7 @@ class Queries(
         """``previous_status`` and ``status`` of the job, or None when it does not exist.
 
         A job that finished while the cancel waited for its row lock left jobs meanwhile
-        (migration jobs_history): the statement then finds no row, and a second one
+        (for jobs_history): the statement then finds no row, and a second one
         (a new snapshot) finds it finished."""
         rows = self._rows(conn, "cancel_job", {"id": job_id})
         if not rows:
