@@ -17,7 +17,7 @@ from click.core import ParameterSource
 
 from .._app import loading
 from .._errors import ConfigurationError, PgTasksError
-from ._common import app_option
+from ._common import app_option, json_option
 
 
 def _front(app_path: str) -> Any:
@@ -53,7 +53,7 @@ VIEWS = ("active", "scheduled", "reserved", "registered", "stats", "ping")
 @click.command()
 @app_option
 @click.argument("view", type=click.Choice(VIEWS))
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 def inspect(app_path: str, view: str, as_json: bool) -> None:
     """Celery's inspect views, read from the database (every live worker answers)."""
     from ..celery.control import Inspect
