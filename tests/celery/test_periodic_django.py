@@ -1,5 +1,6 @@
 """The Periodic Tasks guide's and the Django guide's projects under pgtasks: schedules as
-Celery configures them (compared with real Celery's), beat enqueueing them, the Django
+Celery configures them (compared with real Celery's), run by `worker -B` and listed by
+`pgtasks schedules`, the Django
 layout (config_from_object("django.conf:settings", namespace="CELERY"),
 autodiscover_tasks(), @shared_task) run by `pgtasks -A mysite worker`."""
 
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from pgtasks.celery import CeleryCompatibilityWarning
+from pgtasks.cli import main
 from tests.support.celery_projects import Project
 from tests.support.inprocess import select
 from tests.support.waiting import wait_until
@@ -59,8 +62,8 @@ def test_periodic_tasks_are_configured_as_celery_configures_them_and_beat_runs_t
         "cron '30 7 * * 1' Europe/London",
     ]
 
-    beat = periodic.spawn("beat", "-A", "beat_app", "beat", "-l", "info")
-    worker = periodic.worker("beat_app")
+    # The Celery way: a worker with its embedded beat (-B).
+    worker = periodic.worker("beat_app", "-B")
     app = periodic.app
     wait_until(
         lambda: (
@@ -75,9 +78,13 @@ def test_periodic_tasks_are_configured_as_celery_configures_them_and_beat_runs_t
         timeout=20,
         message="a job of the every-second schedule, run",
     )
-    beat.stop()
     worker.stop()
     assert "hello" in worker.log()
+    listed = CliRunner().invoke(main, ["-A", "beat_app", "schedules", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert {"add every 1", "add-every-30-seconds"} <= {
+        entry["name"] for entry in json.loads(listed.output)["schedules"]
+    }
 
     importlib.invalidate_caches()
     __import__("sys").modules.pop("beat_app", None)
