@@ -233,13 +233,17 @@ class Celery:
             "shared",
             "lazy",
             "trail",
-            "pydantic",
             "track_started",
             "store_errors_even_if_ignored",
             "reject_on_worker_lost",
             "acks_late",
         ):
             options.pop(accepted, None)
+        if options.pop("pydantic", False):
+            raise ImproperlyConfigured(
+                f"task {function.__qualname__!r}: pydantic=True is not supported: pgtasks"
+                " passes JSON values as they are (validate them in the task)"
+            )
         task_name = name or _task_name(function, self.main)
         existing = self._tasks.get(task_name)
         if existing is not None:

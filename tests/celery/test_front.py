@@ -250,6 +250,16 @@ def test_options_pgtasks_cannot_honour_are_refused_or_warned_by_name(capp: Celer
         @capp.task(bogus=1)
         def bad() -> None: ...
 
+    with pytest.raises(ImproperlyConfigured, match="pydantic=True is not supported"):
+
+        @capp.task(pydantic=True)
+        def validated() -> None: ...
+
+    with pytest.warns(CeleryCompatibilityWarning, match="typing=False"):
+
+        @capp.task(typing=False)
+        def untyped() -> None: ...
+
     with pytest.raises(ImproperlyConfigured, match="solar"):
         solar("sunset", -37.81, 144.96)
 
