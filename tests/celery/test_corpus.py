@@ -40,7 +40,8 @@ def test_first_steps_runs_on_a_worker_started_the_celery_way(
 ) -> None:
     first = project("first_steps")
     tasks = first.module("tasks")
-    worker = first.worker("tasks", "-Q", "celery", "-c", "2")
+    # Celery's default pool runs tasks in child processes: so does this worker.
+    worker = first.worker("tasks", "-Q", "celery", "-c", "2", "--pool", "process")
     result = tasks.add.delay(4, 4)
     assert result.get(timeout=20) == 8
     assert result.state == states.SUCCESS and result.successful() and result.ready()
