@@ -103,11 +103,20 @@ class AsyncResult:
         return hash(self.id)
 
     # -- the row --
+    def _job_id(self) -> int | None:
+        """The job's id: the id itself, or the job a ``task_id=`` of the caller's names
+        (its idempotency key)."""
+        if self.id.isdigit():
+            return int(self.id)
+        native = self.app.native
+        return native.database.run(lambda conn: native.queries.get_job_id_by_key(conn, self.id))
+
     def _row(self) -> JobRow | None:
-        if not self.id.isdigit():
-            return None  # a task_id= of the caller's (an idempotency key): not a job id
+        job_id = self._job_id()
+        if job_id is None:
+            return None
         try:
-            return self.app.native.get_job(int(self.id)).fetch()
+            return self.app.native.get_job(job_id).fetch()
         except JobNotFoundError:
             return None
 
@@ -197,19 +206,19 @@ class AsyncResult:
         TaskFailed) unless ``propagate=False``; TimeoutError after ``timeout`` seconds."""
         _check_not_in_task(disable_sync_subtasks)
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.id.isdigit() or self._row() is None:
+        while self._row() is None:
             # Celery waits for an unknown id (PENDING): so does this, until the timeout.
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"the operation timed out waiting for {self.id}")
             time.sleep(max(0.05, min(interval, 1.0)))
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            value = self.app.native.get_job(int(self.id)).get(timeout=remaining)
+            value = self.app.native.get_job(self._job_id() or 0).get(timeout=remaining)
         except builtins.TimeoutError as waited:
             raise TimeoutError(str(waited)) from None
         except TaskFailed:
             row = self._row()
-            failure = exception_of(row) if row is not None else TaskFailed(int(self.id))
+            failure = exception_of(row) if row is not None else TaskFailed(self._job_id())
             if propagate:
                 raise failure from None
             return failure
@@ -247,16 +256,16 @@ class AsyncResult:
 def revoke(app: Celery, task_id: str, *, terminate: bool) -> str | None:
     """Cancel a job by id (``terminate``: a running one too); its status after, or None
     when no such job exists."""
-    if not str(task_id).isdigit():
-        return None
     native = app.native
+    job_id = AsyncResult(task_id, app=app)._job_id()
+    if job_id is None:
+        return None
     try:
-        handle = native.get_job(int(task_id))
-        status = handle.status()
+        status = native.get_job(job_id).status()
     except JobNotFoundError:
         return None
     if status in ("pending", "waiting") or (terminate and status == "running"):
-        return str(native.cancel(int(task_id)).status)
+        return str(native.cancel(job_id).status)
     return str(status)
 
 

@@ -253,6 +253,13 @@ RETURNING jobs.id
 )
 SELECT id, pg_notify({activity_channel}, id::text) IS NULL AS notified FROM updated;
 
+-- name: get_job_id_by_key :one
+-- The job an idempotency key names: unfinished in jobs, finished in job_keys.
+SELECT id FROM {schema}.jobs WHERE idempotency_key = %(key)s
+UNION ALL
+SELECT job_id AS id FROM {schema}.job_keys WHERE idempotency_key = %(key)s
+LIMIT 1;
+
 -- name: get_job_status :one
 -- The status of one job by id.
 SELECT status FROM {schema}.all_jobs WHERE id = %(id)s;
