@@ -477,6 +477,18 @@ class Celery:
     def GroupResult(self, group_id: str | None = None, results: Any = None, **kwargs: Any) -> Any:
         return _GroupResult(group_id, results, app=self)
 
+    def start(self, argv: Sequence[str] | None = None) -> None:
+        """``app.start()`` (``python -m proj.celery worker ...``): the ``pgtasks`` command
+        line with ``-A`` naming this app's main module."""
+        import sys
+
+        from ..cli import main as command_line
+
+        arguments = list(sys.argv[1:] if argv is None else argv)
+        command_line.main(["-A", str(self.main), *arguments], prog_name="pgtasks")
+
+    worker_main = start
+
     @property
     def control(self) -> Any:
         return Control(self)

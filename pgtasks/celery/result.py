@@ -106,8 +106,9 @@ class AsyncResult:
     def _job_id(self) -> int | None:
         """The job's id: the id itself, or the job a ``task_id=`` of the caller's names
         (its idempotency key)."""
-        if self.id.isdigit():
-            return int(self.id)
+        if self.id.isascii() and self.id.isdigit():
+            number = int(self.id)
+            return number if number < 2**63 else None  # past bigint: no such job
         native = self.app.native
         return native.database.run(lambda conn: native.queries.get_job_id_by_key(conn, self.id))
 

@@ -98,3 +98,21 @@ def test_a_celery_apps_worker_settings_fill_the_options_not_given(
     assert defaults() == {"concurrency": 6, "prefetch": 0, "max_memory_per_child": 200.0}
     assert defaults("-c", "2", "--prefetch", "4") == {"max_memory_per_child": 200.0}
     assert isinstance(worker, click.Command)
+
+
+def test_app_start_runs_the_command_line_on_its_main_module(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = Celery("celery_start_app")
+
+    @app.task
+    def ping() -> str:
+        return "pong"
+
+    module = types.ModuleType("celery_start_app")
+    module.app = app  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    with pytest.raises(SystemExit) as exited:
+        app.start(["tasks", "list", "--json"])
+    assert exited.value.code == 0
+    assert f'"{ping.name}"' in capsys.readouterr().out

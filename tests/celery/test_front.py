@@ -64,6 +64,7 @@ def test_states_results_and_progress_of_a_job(capp: Celery) -> None:
     assert seen == [(result.id, 0, [3]), "celery"]
     assert capp.AsyncResult(result.id).get(timeout=1) == 3
     assert AsyncResult("no-such-id", app=capp).state == states.PENDING
+    assert AsyncResult("9" * 40, app=capp).state == states.PENDING
     # A task_id= of the caller's names the job (its idempotency key), as in Celery.
     chosen = report.apply_async((1,), task_id="report-2026-12-06")
     assert AsyncResult("report-2026-12-06", app=capp).state == states.PENDING
