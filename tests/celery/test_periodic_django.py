@@ -2,13 +2,15 @@
 Celery configures them (compared with real Celery's), run by `worker -B` and listed by
 `pgtasks schedules`, the Django
 layout (config_from_object("django.conf:settings", namespace="CELERY"),
-autodiscover_tasks(), @shared_task) run by `pgtasks -A mysite worker`."""
+autodiscover_tasks(), @shared_task) run by `pgtasks -A mysite worker`, its canvas results equal
+to real Celery's (eager)."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -99,9 +101,9 @@ def test_periodic_tasks_are_configured_as_celery_configures_them_and_beat_runs_t
     assert ours["add-every-30-seconds"] == theirs["add-every-30-seconds"]
 
 
-@pytest.mark.timeout(180)  # four Python processes that import Django
+@pytest.mark.timeout(240)  # six Python processes that import Django
 def test_the_django_layout_works_unchanged_but_for_imports(
-    project: Callable[[str], Project], admin: Any
+    project: Callable[[str], Project], celery_project: Callable[[str], Path], admin: Any
 ) -> None:
     django = project("django_guide")
     worker = django.worker("mysite", "-Q", "demo,celery")
@@ -145,8 +147,49 @@ def test_the_django_layout_works_unchanged_but_for_imports(
         (int(job_id),),
     )
     assert rows == [("demo",)]
+    ours = json.loads(_python(DJANGO_CANVAS.format(package="pgtasks.celery", eager=False), env))
     worker.stop()
     assert "CELERY_TASK_TRACK_STARTED" not in worker.log()
+
+    # The same calls under real Celery (eager), from the sources with Celery's imports.
+    copy = celery_project("django_guide")
+    theirs_env = {**env, "PYTHONPATH": f"{copy}:{env['PYTHONPATH']}", "PGTASKS_DSN": "memory://"}
+    theirs_env["PYTHONPATH"] = theirs_env["PYTHONPATH"].replace(f"{django.path}:", "")
+    theirs = json.loads(_python(DJANGO_CANVAS.format(package="celery", eager=True), theirs_env))
+    assert ours == theirs == [5, 6, [0, 1, 4, 9]]
+
+
+#: Calls made from a Django process (the Django guide's way), printed as JSON.
+DJANGO_CANVAS = """
+import json, os, warnings
+warnings.simplefilter("ignore")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+import django
+django.setup()
+from mysite import celery_app
+from {package} import chord, group
+from demoapp.tasks import add, mul, xsum
+if {eager}:
+    celery_app.conf.task_always_eager = True
+print(json.dumps([
+    add.delay(2, 3).get(timeout=30),
+    chord([add.s(1, 1), mul.s(2, 2)], xsum.s())().get(timeout=30),
+    group(mul.s(n, n) for n in range(4))().get(timeout=30),
+]))
+"""
+
+
+def _python(script: str, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
 
 
 def test_a_setting_with_no_meaning_here_is_warned_about_by_name(
