@@ -1,9 +1,8 @@
 """The Periodic Tasks guide's and the Django guide's projects under pgtasks: schedules as
 Celery configures them (compared with real Celery's), run by `worker -B` and listed by
-`pgtasks schedules`, the Django
-layout (config_from_object("django.conf:settings", namespace="CELERY"),
-autodiscover_tasks(), @shared_task) run by `pgtasks -A mysite worker`, its canvas results equal
-to real Celery's (eager)."""
+`pgtasks schedules`; the Django layout (config_from_object("django.conf:settings",
+namespace="CELERY"), autodiscover_tasks(), @shared_task) run by `pgtasks -A mysite
+worker`, its results equal to real Celery's (eager)."""
 
 from __future__ import annotations
 
