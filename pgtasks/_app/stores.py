@@ -40,6 +40,9 @@ def store_number_of(object_id: int) -> int:
 #: A store whose identity could not be read is not read again for this long (seconds),
 #: then twice as long after each failure in a row, up to the second figure.
 RETRY_IDENTITY_AFTER = (1.0, 30.0)
+#: How long a lookup whose store answered waits for the other stores being read (one
+#: with the same number is a ConfigurationError), before it answers without them.
+OTHERS_GRACE = 1.0
 
 
 @dataclass
@@ -83,6 +86,8 @@ class Stores:
         self._reading: dict[str, Future[StoreIdentity | BaseException]] = {}
         self._reading_pid = os.getpid()
         self.retry_identity_after = RETRY_IDENTITY_AFTER
+        #: Two stores found with one number or uid (raised by every lookup after).
+        self._conflict: ConfigurationError | None = None
         #: Caller connections checked to belong to a store (by store name).
         self._checked: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
@@ -181,6 +186,10 @@ class Stores:
             if isinstance(outcome, StoreIdentity):
                 self._identities[name] = outcome
                 self._failures.pop(name, None)
+                try:
+                    self._check_distinct(dict(self._identities))
+                except ConfigurationError as error:
+                    self._conflict = error
             else:
                 self._failures[name] = Backoff.after(
                     outcome, self._failures.get(name), time.monotonic(), self.retry_identity_after
@@ -225,10 +234,14 @@ class Stores:
 
         Known identities are matched first: a store that is down costs nothing to the
         ids of the others. Unknown ones are read concurrently and the first that matches
-        answers (a store slow to connect is not waited for); a store whose read failed is
-        not read again before its back-off ends (its remembered error stands for it)."""
+        answers (the others waited for OTHERS_GRACE at most: a store slow to connect is not
+        waited for; two stores of one number are refused once both are known); a store
+        whose read failed is not read again before its back-off ends (its remembered
+        error stands for it)."""
         if self.single:
             return DEFAULT_STORE
+        if self._conflict is not None:
+            raise self._conflict
         number = store_number_of(object_id)
         found = self._cached_name(number)
         if found is not None:
@@ -240,6 +253,7 @@ class Stores:
                 _, pending = wait(pending, return_when=FIRST_COMPLETED)
                 found = self._cached_name(number)
                 if found is not None:
+                    wait(pending, timeout=OTHERS_GRACE)
                     self._known()  # two stores of one number or uid: refused
                     return found
             for future in futures.values():
@@ -334,6 +348,7 @@ class Stores:
         with self._lock:
             self._identities.clear()
             self._failures.clear()
+            self._conflict = None
         return {name: number for number, name in used.items()}
 
     def _renumber(self, name: str, number: int) -> bool:
