@@ -485,12 +485,19 @@ class Database:
     ) -> list[Migration]:
         """Create or upgrade the schema online; safe to run concurrently and repeatedly."""
         migrator = Migrator(self.store, lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
-        with self._migration_connection() as conn:
-            applied = migrator.migrate(conn)
+
+        def at_head(conn: psycopg.Connection[Any]) -> None:
             check_version(self.store.schema, self.store.get_schema_version(conn))
+            # Today's partitions of jobs_history (the pruner keeps them coming), created
+            # under the migration lock: two migrators never create one day at once.
+            self.store.prepare_history_days(conn)
+
+        with self._migration_connection() as conn:
             if conn.autocommit:
-                # Today's partitions of jobs_history (the pruner keeps them coming).
-                self.store.prepare_history_days(conn)
+                applied = migrator.migrate(conn, while_locked=at_head)
+            else:
+                applied = migrator.migrate(conn)
+                check_version(self.store.schema, self.store.get_schema_version(conn))
         self.schema_checked = True
         return applied
 
