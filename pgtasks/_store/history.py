@@ -1,4 +1,4 @@
-"""HistoryQueries: the Store's statements for jobs_history (migration jobs_history):
+"""HistoryQueries: statements for jobs_history:
 its day partitions created ahead and dropped once expired, rows past retention deleted
 where no whole day can be dropped, and finished jobs left in jobs by older versions moved
 over in batches (``sql/operations.sql``)."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from .base import StoreBase
+from .base import QueriesBase
 
 logger = logging.getLogger("pgtasks.pruner")
 
@@ -21,7 +21,7 @@ DAYS_AHEAD = 2
 PARTITION_LOCK_TIMEOUT = "1s"
 
 
-class HistoryQueries(StoreBase):
+class HistoryQueries(QueriesBase):
     """jobs_history's partitions and the batched deletes and moves of the pruner."""
 
     def prepare_history_days(self, conn: psycopg.Connection[Any]) -> list[str]:

@@ -53,7 +53,7 @@ def test_a_down_store_is_not_read_again_for_ids_of_the_others_nor_within_its_bac
         dsns={"bulk": through(dropping)}, migrate=False, connect_timeout=LONG_TIMEOUT
     )
     schema_admin.create_migrated(app.schemas["default"])  # type: ignore[attr-defined]
-    app.stores.retry_identity_after = (LONG_TIMEOUT * 20, LONG_TIMEOUT * 20)
+    app.store_router.retry_identity_after = (LONG_TIMEOUT * 20, LONG_TIMEOUT * 20)
 
     @app.task(name="down.plain")
     def plain() -> None:
@@ -61,7 +61,7 @@ def test_a_down_store_is_not_read_again_for_ids_of_the_others_nor_within_its_bac
 
     job = plain.delay()
     assert app.get_job(job.id).id == job.id
-    down = app.stores.identities()["bulk"]  # its read (under way, or done) joined
+    down = app.store_router.identities()["bulk"]  # its read (under way, or done) joined
     assert isinstance(down, DatabaseUnavailableError), down
     assert dropping.accepted, "the down store was never tried"
     tried = len(dropping.accepted)
@@ -74,10 +74,10 @@ def test_a_down_store_is_not_read_again_for_ids_of_the_others_nor_within_its_bac
             app.get_job(DOWN_STORE_ID)
     assert len(dropping.accepted) == tried, "the down store was read within its back-off"
     # Asked to refresh, every store is read; once the back-off ends, a lookup reads again.
-    assert isinstance(app.stores.identities(refresh=True)["bulk"], DatabaseUnavailableError)
+    assert isinstance(app.store_router.identities(refresh=True)["bulk"], DatabaseUnavailableError)
     assert len(dropping.accepted) > tried
-    app.stores.retry_identity_after = (0.05, 0.1)
-    assert isinstance(app.stores.identities(refresh=True)["bulk"], DatabaseUnavailableError)
+    app.store_router.retry_identity_after = (0.05, 0.1)
+    assert isinstance(app.store_router.identities(refresh=True)["bulk"], DatabaseUnavailableError)
     tried = len(dropping.accepted)
 
     def read_again() -> bool:

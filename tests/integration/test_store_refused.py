@@ -42,7 +42,7 @@ def test_a_refused_store_is_down_at_once_and_the_other_answers(
     schema_admin.create_migrated(app.schemas["default"])  # type: ignore[attr-defined]
     caplog.set_level(logging.DEBUG)
     started = time.monotonic()
-    answers = app.stores.each(
+    answers = app.store_router.each(
         lambda name: app.for_store(name).database.run(lambda conn: conn.execute("SELECT 1"))
     )
     elapsed = time.monotonic() - started
@@ -88,7 +88,7 @@ def test_a_slow_store_is_waited_for_not_called_down(
     app = make_stores_app(dsns={"bulk": slow}, migrate=False, connect_timeout=5.0)
     for schema in app.schemas.values():  # type: ignore[attr-defined]
         schema_admin.create_migrated(schema)
-    answers = app.stores.each(
+    answers = app.store_router.each(
         lambda name: app.for_store(name).database.run(
             lambda conn: conn.execute("SELECT 1").fetchone()
         )
@@ -138,7 +138,7 @@ def test_a_store_that_goes_down_after_its_pool_opened_is_down_at_once(
         schema_admin.create_migrated(schema)
 
     def ask() -> dict[str, Any]:
-        return app.stores.each(
+        return app.store_router.each(
             lambda name: app.for_store(name).database.run(
                 lambda conn: conn.execute("SELECT 1").fetchone()
             )

@@ -17,8 +17,8 @@ import pytest
 from psycopg import sql
 
 from pgtasks import App, SchemaNotMigratedError
-from pgtasks._store.migrate import head_version
-from pgtasks._store.store import Store
+from pgtasks._store.migrator import head_version
+from pgtasks._store.queries import Queries
 from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
 from tests.support.schemas import drop_schema
 
@@ -54,7 +54,7 @@ class Pruner(threading.Thread):
 
     def __init__(self, dsn: str, schema: str) -> None:
         super().__init__(daemon=True)
-        self.dsn, self.store = dsn, Store(schema)
+        self.dsn, self.store = dsn, Queries(schema)
         self.stop = threading.Event()
         self.errors: Counter[str] = Counter()
         self.created: list[str] = []
@@ -123,13 +123,13 @@ def test_no_partition_is_created_or_dropped_while_a_migrator_holds_the_lock(
     for name in ahead:
         admin.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(schema, name)))
     with psycopg.connect(dsn) as migrator, psycopg.connect(dsn, autocommit=True) as conn:
-        app.store.lock_migrations(migrator)  # a migrator mid-migration of this schema
-        assert app.store.prepare_history_days(conn) == []
+        app.queries.lock_migrations(migrator)  # a migrator mid-migration of this schema
+        assert app.queries.prepare_history_days(conn) == []
         assert day_partitions(admin, schema) == days - set(ahead)
         with pytest.raises(psycopg.errors.LockNotAvailable):
-            app.store.drop_history_day(
+            app.queries.drop_history_day(
                 conn, history_class="done", partition=f"jobs_history_done_p{today}"
             )
         migrator.rollback()  # the migration is over
-        assert sorted(app.store.prepare_history_days(conn)) == ahead
+        assert sorted(app.queries.prepare_history_days(conn)) == ahead
     assert day_partitions(admin, schema) == days

@@ -3,7 +3,7 @@ each failure in a row up to a ceiling."""
 
 from __future__ import annotations
 
-from pgtasks._app.stores import Backoff
+from pgtasks._app.store_router import Backoff
 
 
 def test_the_interval_doubles_up_to_its_ceiling_and_ends_in_time() -> None:

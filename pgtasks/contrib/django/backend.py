@@ -27,7 +27,7 @@ from typing_extensions import ParamSpec
 from ..._errors import PayloadError
 from ..._jobs import JobSpec
 from ..._payload import check_name, encode_arguments
-from ..._store.store import Store
+from ..._store.queries import Queries
 from ..._validation import whole_number
 from ._compat import (
     BaseTaskBackend,
@@ -150,8 +150,8 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
         return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
 
     # -- results --
-    def _store(self) -> Store:
-        return get_app().store
+    def _store(self) -> Queries:
+        return get_app().queries
 
     def _get_result(self, job_id: int) -> TaskResult[Any]:
         conn = raw_connection(pgtasks_settings()["DATABASE"])

@@ -1,7 +1,8 @@
-"""Stores: the Database of each store of an App, their identities and the routes.
+"""StoreRouter: routes to the stores of an App: the Database of each, their identities
+and the routes of queues and ids.
 
 Each store owns one Database (its pools and its schema's statements). ``pgtasks migrate``
-gives each store a number and a uid (migration store_identity); a job or workflow id
+gives each store a number and a uid; a job or workflow id
 names its store (``id >> 48``), so an App routes ``get_job(id)`` and ``cancel(id)`` by the
 id alone. Two stores of one App with the same number or uid are refused, naming both.
 """
@@ -21,9 +22,9 @@ from typing import Any, TypeVar
 import psycopg
 
 from .._errors import ConfigurationError, CrossStoreError, DatabaseError, JobNotFoundError
+from .._store.connecting import PoolSettings
 from .._store.database import Database
-from .._store.db import PoolSettings
-from .._store.stores import ID_BITS, StoreIdentity
+from .._store.identity import ID_BITS, StoreIdentity
 from ..sql import Migration
 from .layout import DEFAULT_STORE, MAX_STORE_NUMBER, StoreLayout
 
@@ -66,7 +67,7 @@ class Backoff:
         return now < self.until
 
 
-class Stores:
+class StoreRouter:
     """The stores of an App: a Database each (``databases``, by name, ``"default"``
     first), the ``layout`` (routes), and their identities read once."""
 
@@ -200,7 +201,7 @@ class Stores:
 
     def _read_identity(self, name: str) -> StoreIdentity:
         database = self.databases[name]
-        return database.run(database.store.get_store_identity)
+        return database.run(database.queries.get_store_identity)
 
     def check(self) -> dict[str, StoreIdentity | BaseException]:
         """Refuse to start on duplicate stores (see :meth:`identities`); nothing to read for
@@ -311,7 +312,7 @@ class Stores:
         free one. Two stores that issued ids under one number: ConfigurationError."""
         identities: dict[str, StoreIdentity] = {}
         for name, database in self.databases.items():
-            identities[name] = database.run(database.store.get_store_identity)
+            identities[name] = database.run(database.queries.get_store_identity)
         explicit = dict(self.layout.numbers)
         used: dict[int, str] = {}
         for name, identity in identities.items():
@@ -353,7 +354,7 @@ class Stores:
 
     def _renumber(self, name: str, number: int) -> bool:
         database = self.databases[name]
-        return database.run(lambda conn: database.store.renumber_store(conn, number))
+        return database.run(lambda conn: database.queries.renumber_store(conn, number))
 
     # -- a caller's connection --
     def check_connection(self, conn: psycopg.Connection[Any], name: str, queue: str) -> None:
@@ -362,7 +363,7 @@ class Stores:
         if name in self._checked.get(conn, ()):
             return
         database = self.databases[name]
-        seen = database.store.get_connection_store_uid(conn)
+        seen = database.queries.get_connection_store_uid(conn)
         self._accept(conn, name, queue, seen)
 
     async def acheck_connection(
@@ -371,7 +372,7 @@ class Stores:
         if name in self._checked.get(conn, ()):
             return
         database = self.databases[name]
-        seen = await database.store.aget_connection_store_uid(conn)
+        seen = await database.queries.aget_connection_store_uid(conn)
         self._accept(conn, name, queue, seen)
 
     def _accept(self, conn: Any, name: str, queue: str, seen: str | None) -> None:
@@ -381,7 +382,7 @@ class Stores:
         if seen != identity.uid:
             where = self.databases[name]
             found = (
-                f"has no schema {where.store.schema!r}"
+                f"has no schema {where.queries.schema!r}"
                 if seen is None
                 else f"holds another store (uid {seen}, not {identity.uid})"
             )
