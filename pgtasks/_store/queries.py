@@ -59,9 +59,6 @@ class Queries(
     def create_migrations_table(self, conn: psycopg.Connection[Any]) -> None:
         self._rows(conn, "create_migrations_table", None)
 
-    def lock_migrations(self, conn: psycopg.Connection[Any]) -> None:
-        self._rows(conn, "lock_migrations", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE))
-
     def get_applied_migrations(self, conn: psycopg.Connection[Any]) -> set[int]:
         return {row["version"] for row in self._rows(conn, "get_applied_migrations", None)}
 
