@@ -1,5 +1,5 @@
 """Paused queues as operators see them (``pgtasks queues list``, the dashboard): pure,
-from rows the Store read."""
+from rows the store layer read."""
 
 from __future__ import annotations
 

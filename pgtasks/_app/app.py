@@ -39,7 +39,7 @@ from .layout import DEFAULT_STORE, Store
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .schedules import add_schedule, build_schedule
-from .settings import AppSettings, FromSettings
+from .settings import AppSettings, DeprecatedAlias, FromSettings
 from .store_router import StoreRouter
 from .tasks import Task, TaskSettings, register_task
 from .workflow_admin import describe_workflow
@@ -181,8 +181,8 @@ class App(DurableApp):
         #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
-        #: Connections: the DSN, pools, schema check and retried operations; its Store
-        #: holds every statement, rendered for the schema.
+        #: Connections: the DSN, pools, schema check and retried operations; its
+        #: queries hold every statement, rendered for the schema.
         self.database = Database(self.settings.database, self.settings.pools)
         #: Its stores (one Database each, this one's "default") and the routes of queues.
         self.store_router = StoreRouter(
@@ -376,6 +376,8 @@ class App(DurableApp):
     def queries(self) -> Queries:
         """Every statement pgtasks runs, rendered for this App's schema."""
         return self.database.queries
+
+    store = DeprecatedAlias("queries")  # the former name of queries
 
     def use_database(
         self,

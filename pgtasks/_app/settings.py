@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar, overload
 
@@ -165,3 +166,23 @@ class FromSettings(Generic[T]):
         settings = instance.settings
         value: T = getattr(settings.pools if self.pools else settings, self.field)
         return value
+
+
+class DeprecatedAlias:
+    """An attribute's former name: reading it warns (DeprecationWarning) and gives the
+    attribute ``name`` of the same object."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.alias = ""
+
+    def __set_name__(self, owner: type, alias: str) -> None:
+        self.alias = alias
+
+    def __get__(self, instance: object, owner: type) -> Any:
+        if instance is None:
+            return self
+        where = owner.__name__
+        message = f"{where}.{self.alias} is deprecated: use {where}.{self.name}"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(instance, self.name)

@@ -1,4 +1,4 @@
-"""ClaimQueries: the Store's claims and finishes (``sql/queries.sql``, ``sql/limits.sql``,
+"""ClaimQueries: claims and finishes (``sql/queries.sql``, ``sql/limits.sql``,
 ``sql/rescues.sql``), and the round trip that runs both at once.
 
 The worker hands over records (``pgtasks._leases``): a ClaimRequest becomes the claim

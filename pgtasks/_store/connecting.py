@@ -1,5 +1,6 @@
-"""Connections: DSN resolution, the connection settings and the errors of a server that
-cannot be reached (the DSN text itself: pgtasks._dsn)."""
+"""Connecting: where connections go (DatabaseSettings), the pools' sizes
+(PoolSettings), DSN resolution, pool options, the READ COMMITTED pin and the errors of a
+server that cannot be reached (the DSN text itself: pgtasks._dsn)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CounterQueries: the Store's queries of the counters of exercised guarantees
+"""CounterQueries: queries of the counters of exercised guarantees
 (``sql/counters.sql``), one method per named query."""
 
 from __future__ import annotations

@@ -492,12 +492,14 @@ class Database:
     ) -> list[Migration]:
         """Create or upgrade the schema online; safe to run concurrently and repeatedly."""
         migrator = Migrator(self.queries, lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
-        with self._migration_connection() as conn:
-            applied = migrator.migrate(conn)
+
+        def at_head(conn: psycopg.Connection[Any]) -> None:  # online, the migration lock held
             check_version(self.queries.schema, self.queries.get_schema_version(conn))
-            if conn.autocommit:
-                # Today's partitions of jobs_history (the pruner keeps them coming).
-                self.queries.prepare_history_days(conn)
+            self.queries.prepare_history_days(conn)  # jobs_history's first days (and the pruner)
+
+        with self._migration_connection() as conn:
+            applied = migrator.migrate(conn, while_locked=at_head)
+            check_version(self.queries.schema, self.queries.get_schema_version(conn))
         self.schema_checked = True
         return applied
 

@@ -1,4 +1,4 @@
-"""DoctorQueries: the Store's read-only queries for ``pgtasks doctor`` (``sql/doctor.sql``)."""
+"""DoctorQueries: read-only queries for ``pgtasks doctor`` (``sql/doctor.sql``)."""
 
 from __future__ import annotations
 

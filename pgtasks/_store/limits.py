@@ -1,6 +1,6 @@
-"""LimitQueries: the Store's queries for concurrency and rate limits (``sql/limits.sql``,
-migration 0009), one method per named query; the limited claim is a claim like the others
-(claims.py). Jobs no limit applies to never use them."""
+"""LimitQueries: queries for concurrency and rate limits (``sql/limits.sql``), one
+method per named query; the limited claim is a claim like the others (claims.py). Jobs no
+limit applies to never use them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Store queries of metrics and of ``pgtasks.testing`` (``sql/metrics.sql``)."""
+"""MetricsQueries: the queries of metrics and of ``pgtasks.testing`` (``sql/metrics.sql``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OperationsQueries: the Store's queries for ``pgtasks stats|jobs|workers|prune`` and the
+"""OperationsQueries: queries for ``pgtasks stats|jobs|workers|prune`` and the
 Pruner (``sql/operations.sql``), one method per named query.
 """
 

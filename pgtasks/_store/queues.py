@@ -1,5 +1,5 @@
-"""QueueQueries: the Store's queries for paused queues (``sql/queues.sql``, migration
-0007), one method per named query."""
+"""QueueQueries: queries for paused queues (``sql/queues.sql``), one method per named
+query."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""UniqueQueries: the Store's enqueues of jobs with a uniqueness scope (``sql/unique.sql``,
-migration 0010), one statement per scope.
+"""UniqueQueries: enqueues of jobs with a uniqueness scope (``sql/unique.sql``),
+one statement per scope.
 
 A batch may mix scopes; each scope's jobs go in one statement (one ON CONFLICT target
 each), all in one transaction. A key repeated within a batch is sent once and answers

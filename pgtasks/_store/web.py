@@ -1,4 +1,4 @@
-"""WebQueries: the Store's queries for the dashboard (``sql/web.sql``), one method per
+"""WebQueries: queries for the dashboard (``sql/web.sql``), one method per
 named query. Reads never use SKIP LOCKED; the filtered writes run in batches.
 """
 

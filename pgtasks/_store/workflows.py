@@ -1,5 +1,5 @@
-"""WorkflowQueries: the Store's queries for workflows (``sql/workflows.sql``, migration
-0011), one method per named query."""
+"""WorkflowQueries: queries for workflows (``sql/workflows.sql``), one method per named
+query."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class WorkflowQueries(QueriesBase):
         specs = [step.spec for step in steps]
         # Concurrency and rate limits: NULL when no step has any.
         limited = any(spec.limit_groups is not None for spec in specs)
-        # Meta (trace context) of the steps, migration 0008: NULL when no step has any.
+        # Meta (trace context) of the steps: NULL when no step has any.
         traced = any(spec.meta_json is not None for spec in specs)
         return {
             "workflow_id": workflow_id,

@@ -1,8 +1,8 @@
 """Healing stuck workflow steps: the pass (``heal``) and the worker's Healer, which the
 rescuer runs on its connection every ``heal_interval`` seconds.
 
-A workflow moves on in the transaction that ends each of its jobs (the triggers of
-migration workflow_progress). A step can still be left waiting: a hand-edited row made
+A workflow moves on in the transaction that ends each of its jobs (the workflow
+triggers). A step can still be left waiting: a hand-edited row made
 that work fail (the error was tolerated and recorded), or a row was changed by hand. The
 pass finds waiting steps none of whose predecessors is unfinished and moves each on in a
 transaction of its own, under its row lock (``workflow_heal_step``): it starts it with

@@ -6,7 +6,7 @@ Worker composes the parts that hold the state: the Registration (its row and lea
 owner id), the JobLedger (jobs from claim to written outcome), the Exchanges (the round
 trips that write outcomes and claim jobs, and the claim position), the Reporter (logs,
 counters, observers), Cancellations (cancellations.py), LoopFailures (how a failed step
-is met, failures.py) and, when stopping, GracefulStop and StopSignals (shutdown.py).
+is met, loop_failures.py) and, when stopping, GracefulStop and StopSignals (shutdown.py).
 Each gets the WorkerSettings (settings.py) or the part of them it uses.
 
     loop:  write finished outcomes (one fenced statement per batch)

@@ -10,6 +10,7 @@ import click
 
 from ._common import install_global_options, root_options
 from .beat import beat, schedules
+from .celery_ops import control, inspect, result
 from .doctor import doctor
 from .durable import events, fork_command
 from .embedded import embedded
@@ -53,6 +54,9 @@ for command in (
     doctor,
     web,
     workflows,
+    inspect,
+    control,
+    result,
     events,
 ):
     main.add_command(command)
