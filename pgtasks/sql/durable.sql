@@ -154,8 +154,8 @@ WITH event AS (
 woken AS (
     UPDATE {schema}.jobs AS jobs
     SET run_at = now(), updated_at = now()
-    FROM {schema}.job_waits AS waits
-    WHERE waits.key = %(key)s AND jobs.id = waits.job_id
+    WHERE jobs.id = ANY(ARRAY(SELECT waits.job_id FROM {schema}.job_waits AS waits
+                              WHERE waits.key = %(key)s))
       AND jobs.status = 'pending' AND jobs.run_at > now()
     RETURNING jobs.queue
 ),
@@ -168,12 +168,15 @@ SELECT (SELECT id FROM event) AS id, (SELECT count(*) FROM woken) AS woken,
 -- name: wake_event_waiters :many
 -- The poll fallback of emit_event's wake-up: jobs parked for a key that has an event
 -- they have not seen are made due (their queues returned, to notify).
+-- Driven by job_waits (the jobs reached by their primary key): with no job waiting, the
+-- pass reads nothing of jobs (the rescuer runs it every rescue interval).
 UPDATE {schema}.jobs AS jobs
 SET run_at = now(), updated_at = now()
-FROM {schema}.job_waits AS waits
-WHERE jobs.id = waits.job_id AND jobs.status = 'pending' AND jobs.run_at > now()
-  AND EXISTS (SELECT 1 FROM {schema}.job_events AS events
-              WHERE events.key = waits.key AND events.id > waits.after_id)
+WHERE jobs.id = ANY(ARRAY(
+        SELECT waits.job_id FROM {schema}.job_waits AS waits
+        WHERE EXISTS (SELECT 1 FROM {schema}.job_events AS events
+                      WHERE events.key = waits.key AND events.id > waits.after_id)))
+  AND jobs.status = 'pending' AND jobs.run_at > now()
 RETURNING jobs.id, jobs.queue;
 
 -- name: prune_job_events :one
