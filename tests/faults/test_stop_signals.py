@@ -39,7 +39,6 @@ import psycopg
 import pytest
 
 from pgtasks import App
-from pgtasks._worker.signals import STOP_MARGIN, STUCK_EXIT_STATUS
 from tests.apps.startup_app import POINTS
 from tests.apps.worker_app import create_executions_table
 from tests.support.probe import Probe, wait_started
@@ -368,6 +367,8 @@ def _first_done(pending: set[Any]) -> set[Any]:
 def test_a_stuck_stop_is_reported_its_jobs_released_and_the_process_ends_with_status_1(
     lab: Lab,
 ) -> None:
+    from pgtasks._worker.signals import STOP_MARGIN, STUCK_EXIT_STATUS
+
     grace = 1.0
     job = lab.app.task(name="startup_app.stall_logging")(_stall_stub).apply_async(queue="stall")
     worker = lab.processes.worker(
