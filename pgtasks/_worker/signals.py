@@ -96,6 +96,7 @@ class StopSignals:
         self._deadline: float | None = None
         self._previous: dict[int, Any] = {}
         self._read_fd = self._write_fd = -1
+        self._pid = 0
         self._thread: threading.Thread | None = None
 
     @property
@@ -106,14 +107,18 @@ class StopSignals:
     # -- the main thread --
     def install(self) -> None:
         """Handle SIGTERM and SIGINT from now on (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            raise ValueError("stop signals can only be handled in the main thread")
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)
+        self._pid = os.getpid()
+        # Signals before the thread runs wait in the pipe.
+        for signum in SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
         self._thread = threading.Thread(
             target=self._serve, name="pgtasks-stop-signals", daemon=True
         )
         self._thread.start()
-        for signum in SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
 
     def restore(self) -> None:
         """Put the previous handlers back (main thread); end the thread."""
@@ -133,9 +138,11 @@ class StopSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # Nothing but a write: see the module's docstring. A full pipe (thousands of
-        # signals unread) loses only repeats of a stop already requested.
-        with contextlib.suppress(OSError):
-            os.write(self._write_fd, bytes((signum,)))
+        # signals unread) loses only repeats of a stop already requested. A child forked
+        # before it set its own handlers must not stop its parent through the pipe.
+        if os.getpid() == self._pid:
+            with contextlib.suppress(OSError):
+                os.write(self._write_fd, bytes((signum,)))
 
     # -- any thread --
     def attach(self, target: Stoppable) -> None:
