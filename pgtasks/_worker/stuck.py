@@ -17,7 +17,7 @@ import psycopg
 
 if TYPE_CHECKING:
     from .._leases import ClaimedJob
-    from .._store.store import Store
+    from .._store.queries import Queries
     from .ledger import JobLedger
     from .registration import Registration
     from .services import Service
@@ -83,7 +83,7 @@ def stop_status(
 
 def release_held(
     connect: Callable[[], psycopg.Connection[Any]],
-    store: Store,
+    queries: Queries,
     registration: Registration,
     ledger: JobLedger,
     seconds: float,
@@ -96,10 +96,10 @@ def release_held(
     def release() -> None:
         conn = connect()
         try:
-            done["released"] = sorted(store.release_jobs(conn, jobs)) if jobs else []
+            done["released"] = sorted(queries.release_jobs(conn, jobs)) if jobs else []
             worker_id = registration.worker_id
             if worker_id is not None:
-                store.deregister_worker(conn, worker_id)
+                queries.deregister_worker(conn, worker_id)
             done["deregistered"] = True
         except psycopg.Error as error:
             done["error"] = f"{type(error).__name__}: {str(error).strip()[:200]}"

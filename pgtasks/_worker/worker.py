@@ -6,7 +6,7 @@ Worker composes the parts that hold the state: the Registration (its row and lea
 owner id), the JobLedger (jobs from claim to written outcome), the Exchanges (the round
 trips that write outcomes and claim jobs, and the claim position), the Reporter (logs,
 counters, observers), Cancellations (cancellations.py), LoopFailures (how a failed step
-is met, failures.py) and, when stopping, GracefulStop (shutdown.py); a process's
+is met, loop_failures.py) and, when stopping, GracefulStop (shutdown.py); a process's
 SIGTERM/SIGINT go through StopSignals (signals.py), whose watchdog reads stop_status()
 and calls release_held() (stuck.py) when the stop is stuck.
 Each gets the WorkerSettings (settings.py) or the part of them it uses.
@@ -43,9 +43,9 @@ from .claims import Prefetch
 from .connection import OwnConnection, connector
 from .events import WorkerEvents
 from .exchange import Exchanges
-from .failures import LoopFailures
 from .healer import Healer
 from .ledger import JobLedger
+from .loop_failures import LoopFailures
 from .parts import LoopParts
 from .pruner import Pruner
 from .registration import Registration
@@ -141,7 +141,7 @@ class Worker(SettingsAttributes):
         self.name = f"{self.hostname}:{self.pid}"
         #: The worker's row in <schema>.workers; its id is the lease owner of new claims.
         self.registration = Registration(
-            app.store,
+            app.queries,
             name=self.name,
             hostname=self.hostname,
             pid=self.pid,
@@ -278,7 +278,7 @@ class Worker(SettingsAttributes):
     def store_counters(self, conn: psycopg.Connection[Any]) -> None:
         """Add what this worker counted since the last call to the database's counters
         (the heartbeat calls it; what fails to be stored is kept for the next call)."""
-        self._reporter.store_counters(self.app.store, conn)
+        self._reporter.store_counters(self.app.queries, conn)
 
     def _rescued(self, count: int) -> None:
         """The rescuer returned ``count`` jobs of dead workers (the rescue statement
@@ -309,7 +309,7 @@ class Worker(SettingsAttributes):
         return Exchanges(
             self.settings,
             self._parts(),
-            store=self.app.store,
+            store=self.app.queries,
             prefetch=self._prefetch,
             tasks=self.app.tasks,
         )
@@ -317,7 +317,7 @@ class Worker(SettingsAttributes):
     def _new_cancellations(self) -> Cancellations:
         return Cancellations(
             self._connect,
-            store=self.app.store,
+            store=self.app.queries,
             registration=self.registration,
             ledger=self._ledger,
             executor=self._executor,
@@ -333,7 +333,7 @@ class Worker(SettingsAttributes):
         connection: through a pooler, without its session lock.
         """
         app, settings, owner, connect = self.app, self.settings, self.name, self._connect
-        store, registration = app.store, self.registration
+        store, registration = app.queries, self.registration
         sessions = app.database.has_session
         session = connector(app.database, owner=owner, session=True) if sessions else connect
         # A healing pass stops between steps when the worker does.
@@ -411,10 +411,10 @@ class Worker(SettingsAttributes):
                 # The paused queues before the first claim (the listener reads them after),
                 # and before worker_id says the worker is registered.
                 self._phase = "start: registration"
-                paused = self.app.store.get_paused_queues(self._connection.get())
-                # Store this app's limits (migration 0009); with any limit stored, claims
+                paused = self.app.queries.get_paused_queues(self._connection.get())
+                # Store this app's limits; with any limit stored, claims
                 # take the jobs limits apply to first.
-                stored = self.app.store.upsert_limits(
+                stored = self.app.queries.upsert_limits(
                     self._connection.get(), self.app.limit_definitions()
                 )
                 self._exchanges.start(
@@ -455,7 +455,9 @@ class Worker(SettingsAttributes):
     def release_held(self, seconds: float) -> str:
         """Release the jobs held (fenced) and deregister, on a connection of its own,
         within ``seconds`` (a stuck stop's last resort); what was done, in words."""
-        return release_held(self._connect, self.app.store, self.registration, self._ledger, seconds)
+        return release_held(
+            self._connect, self.app.queries, self.registration, self._ledger, seconds
+        )
 
     async def arun(self) -> None:
         """Run the worker from an asyncio program: ``run()`` on a thread of its own while the
@@ -586,7 +588,7 @@ class Worker(SettingsAttributes):
         self._ledger.set_quiet(False)  # the stop waits on each job's end
         GracefulStop(
             self._parts(),
-            store=self.app.store,
+            store=self.app.queries,
             exchanges=self._exchanges,
             services=self._services,
             wake_event=self._wake_event,
