@@ -440,7 +440,8 @@ def cmd_test_servers(args: Sequence[str]) -> int:
             os.environ.update(env, PGTASKS_TEST_MIGRATION_ROWS=STALL_ROWS)
             codes.append(run([python, "-m", "pytest", STALL_TEST, "-q", "-s"]))
         env.update(servers_start(("pgbouncer", "replica", "second")))
-        os.environ.update(env, PGTASKS_TEST_VIA_PGBOUNCER="1")
+        # tests/servers/test_failover.py starts a primary and replica pair of its own.
+        os.environ.update(env, PGTASKS_TEST_VIA_PGBOUNCER="1", PGTASKS_TEST_FAILOVER="1")
         for variable, value in env.items():
             say(f"{variable}={value}")
         pytest_args = list(args) or [
