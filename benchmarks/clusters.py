@@ -1,6 +1,7 @@
 """PostgreSQL 15 clusters of a benchmark or a test (scripts/ci-postgres15.sh): started on a
 loopback address and port of their own, crashed (``pg_ctl stop -m immediate``), restarted,
-stopped; a streaming replica of one, promoted (a failover by hand). Skipped (tests) when Debian's PostgreSQL 15 is not installed."""
+stopped; a streaming replica of one, promoted (a failover by hand). Skipped (tests) when
+Debian's PostgreSQL 15 is not installed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A primary failover under load (``--failover``), and what it costs.
 
-    python -m benchmarks --failover [--rounds R] [--quick]
+    python -m benchmarks --failover [--rounds R] [--promote-after SECONDS] [--quick]
 
 A PostgreSQL 15 primary and its streaming replica (scripts/ci-postgres15.sh: their own
 data directories, 127.0.0.1 from port 54480), ``pgtasks worker`` and ``pgtasks beat``
@@ -25,6 +25,7 @@ import itertools
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -80,10 +81,10 @@ class Pair:
                     conn.execute("ALTER SYSTEM SET synchronous_commit = on")
                     conn.execute("SELECT pg_reload_conf()")
                     wait_for(
-                        lambda: conn.execute(
-                            "SELECT sync_state FROM pg_stat_replication"
-                        ).fetchall()
-                        == [("sync",)],
+                        lambda: (
+                            conn.execute("SELECT sync_state FROM pg_stat_replication").fetchall()
+                            == [("sync",)]
+                        ),
                         "the replica to be synchronous",
                     )
         except BaseException:
@@ -110,15 +111,43 @@ class Pair:
         assert self.replica is not None
         return self.replica.dsn
 
-    def fail_over(self, promote_after: float = 0.0) -> tuple[float, float]:
+    def fail_over(
+        self, promote_after: float = 0.0, replica_lag: float = 0.0
+    ) -> tuple[float, float]:
         """Crash the primary, promote the replica ``promote_after`` seconds later (an HA
-        manager's detection time): (crash, promoted) epoch seconds."""
+        manager's detection time): (crash, promoted) epoch seconds. ``replica_lag``: the
+        replica's WAL receiver is stopped (SIGSTOP) that many seconds before the crash and
+        killed after it (the WAL it had not written is lost, as over a link that died
+        with the primary); the replica restarts its recovery before it is promoted."""
         assert self.replica is not None
+        receiver = self.wal_receiver_pid() if replica_lag else None
+        if receiver is not None:
+            os.kill(receiver, signal.SIGSTOP)
+            time.sleep(replica_lag)
         self.primary.crash()
+        if receiver is not None:
+            os.kill(receiver, signal.SIGKILL)
+            wait_for(self.replica_answers, "the replica's recovery restarted", 60)
         crashed = time.time()
         time.sleep(promote_after)
         self.replica.promote()
         return crashed, time.time()
+
+    def replica_answers(self) -> bool:
+        assert self.replica is not None
+        try:
+            with psycopg.connect(self.replica.dsn, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    def wal_receiver_pid(self) -> int:
+        assert self.replica is not None
+        with psycopg.connect(self.replica.dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
+        assert row is not None, "the replica does not stream"
+        return int(row[0])
 
     def stop(self) -> None:
         for cluster in (self.replica, self.primary):
@@ -201,9 +230,12 @@ class Producer(threading.Thread):
     ids (and when) of the acknowledged ones. A failed enqueue is counted and not retried
     (its job may or may not exist: it was never acknowledged)."""
 
-    def __init__(self, dsn: str, schema: str, seed: int, pause: float) -> None:
+    def __init__(
+        self, dsn: str, schema: str, seed: int, pause: float, durations: Sequence[float]
+    ) -> None:
         super().__init__(daemon=True, name=f"producer-{seed}")
         self.pause = pause
+        self.durations = list(durations)
         self.app = App(dsn, schema=schema, connect_timeout=2.0)
         self.work, _ = register(self.app)
         self.random = random.Random(seed)
@@ -214,7 +246,7 @@ class Producer(threading.Thread):
     def run(self) -> None:
         while not self.stopping.is_set():
             try:
-                handle = self.work.delay(seconds=self.random.choice((0.0, 0.0, 0.05, 1.0)))
+                handle = self.work.delay(seconds=self.random.choice(self.durations))
             except Exception:
                 self.failures += 1
                 self.stopping.wait(0.05)
@@ -272,7 +304,9 @@ class Outcome:
 
 
 def tick_gaps(ticks: Sequence[datetime]) -> int:
-    return sum(1 for a, b in itertools.pairwise(sorted(set(ticks))) if b - a != timedelta(seconds=1))
+    return sum(
+        1 for a, b in itertools.pairwise(sorted(set(ticks))) if b - a != timedelta(seconds=1)
+    )
 
 
 def prepare_schema(dsn: str, schema: str) -> None:
@@ -292,13 +326,17 @@ def run_failover(
     before: int = 60,
     after: int = 30,
     pause: float = 0.1,
+    durations: Sequence[float] = (0.0, 0.0, 0.05, 1.0),
     promote_after: float = 0.0,
+    replica_lag: float = 0.0,
     timeout: float = 60.0,
 ) -> Outcome:
     """Workers, beat and producers on ``pair.dsn`` (each producer waits ``pause`` seconds
-    between enqueues, so that the workers keep up); the failover once ``before`` enqueues
-    were acknowledged; producers run until each acknowledged ``after`` more past the
-    promotion; then every acknowledged job must end done on the new primary."""
+    between enqueues, so that the workers keep up; its jobs sleep one of ``durations``);
+    the failover once ``before`` enqueues were acknowledged (``promote_after``,
+    ``replica_lag``: see Pair.fail_over); producers run until each acknowledged ``after``
+    more past the promotion; then every acknowledged job that survived must end done on
+    the new primary."""
     dsn = pair.dsn
     prepare_schema(dsn, schema)
     processes = Processes(dsn, schema, log_dir)
@@ -307,18 +345,20 @@ def run_failover(
         children = [processes.spawn("worker", *WORKER_FLAGS) for _ in range(workers)]
         worker_ids = [child.worker_id() for child in children]
         beat = processes.spawn("beat")
-        started = [Producer(dsn, schema, seed, pause) for seed in range(producers)]
+        started = [Producer(dsn, schema, seed, pause, durations) for seed in range(producers)]
         for producer in started:
             producer.start()
         with psycopg.connect(pair.primary.dsn, autocommit=True) as conn:
             wait_for(
-                lambda: sum(len(p.acknowledged) for p in started) >= before
-                and count(conn, schema, "runs") >= before // 3
-                and tick_count(conn, schema) >= 3,
+                lambda: (
+                    sum(len(p.acknowledged) for p in started) >= before
+                    and count(conn, schema, "runs") >= before // 3
+                    and tick_count(conn, schema) >= 3
+                ),
                 "load on the primary",
                 timeout,
             )
-        crashed, promoted = pair.fail_over(promote_after)
+        crashed, promoted = pair.fail_over(promote_after, replica_lag)
         wait_for(
             lambda: all(p.acknowledged_since(promoted) >= after for p in started),
             "enqueues acknowledged by the new primary",
@@ -354,7 +394,9 @@ def run_failover(
             per_job[job_id] = per_job.get(job_id, 0) + 1
             per_attempt[(job_id, attempt)] = per_attempt.get((job_id, attempt), 0) + 1
             if at.timestamp() > promoted:
-                resumed_at[worker_id] = min(resumed_at.get(worker_id, at.timestamp()), at.timestamp())
+                resumed_at[worker_id] = min(
+                    resumed_at.get(worker_id, at.timestamp()), at.timestamp()
+                )
         before_crash = [at for _, at in acknowledged if at <= crashed]
         after_promotion = [at for _, at in acknowledged if at > promoted]
         for child in [*children, beat]:
@@ -458,14 +500,12 @@ def wake_probe(dsn: str, check_dsn: str, schema: str) -> list[float]:
     with App(dsn, schema=schema, connect_timeout=2.0) as app:
         work, _ = register(app)
         with psycopg.connect(check_dsn, autocommit=True) as conn:
-            wait_for(
-                lambda: count_pending_or_running(conn, schema) == 0, "the workers idle"
-            )
+            wait_for(lambda: count_pending_or_running(conn, schema) == 0, "the workers idle")
             for _ in range(WAKE_PROBES):
                 started = time.monotonic()
                 job_id = work.delay(seconds=0.0).id
                 wait_for(
-                    lambda: done_count(conn, schema, [job_id]) == 1,
+                    lambda job_id=job_id: done_count(conn, schema, [job_id]) == 1,
                     f"job {job_id} to run without a poll (LISTEN after the failover)",
                     WAKE_TIMEOUT,
                 )
@@ -494,7 +534,10 @@ def pair_of(synchronous: bool, directory: Path | None = None) -> Iterator[Pair]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks --failover", description=__doc__)
-    parser.add_argument("--rounds", type=int, default=3, help="failovers per mode")
+    parser.add_argument("--rounds", type=int, default=3, help="failovers per mode and load")
+    parser.add_argument(
+        "--promote-after", type=float, default=0.0, help="seconds from the crash to promote"
+    )
     parser.add_argument("--quick", action="store_true", help="one round per mode")
     args = parser.parse_args(argv)
     if args.quick:
@@ -502,26 +545,52 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+#: The loads: the test's (two producers, 10 enqueues a second each, jobs of 0 to 1 s), a
+#: flood (four producers enqueuing as fast as they can, no-op jobs), and the flood with a
+#: replica one second behind: the loss window of asynchronous replication.
+LOADS: dict[str, dict[str, Any]] = {
+    "paced": {"producers": 2, "pause": 0.1, "durations": (0.0, 0.0, 0.05, 1.0)},
+    "flood": {"producers": 4, "pause": 0.0, "durations": (0.0,), "before": 2000, "after": 300},
+    # The flood with the replica 1 s behind at the crash (its WAL receiver stopped).
+    "lagging": {
+        "producers": 4,
+        "pause": 0.0,
+        "durations": (0.0,),
+        "before": 2000,
+        "after": 300,
+        "replica_lag": 1.0,
+    },
+}
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if not pg15_available():
         print("failover: Debian's PostgreSQL 15 is not installed; skipped")
         return 0
-    outcomes: list[Outcome] = []
+    outcomes: dict[tuple[str, bool], list[Outcome]] = {}
     for _ in range(args.rounds):
-        for synchronous in (False, True):  # alternating
-            with pair_of(synchronous) as pair, tempfile.TemporaryDirectory() as logs:
-                outcome = run_failover(pair, Path(logs))
-            print(outcome.describe(), flush=True)
-            outcomes.append(outcome)
-    for synchronous in (False, True):
-        chosen = [o for o in outcomes if o.synchronous == synchronous]
+        for load, options in LOADS.items():
+            for synchronous in (False, True):  # alternating
+                with pair_of(synchronous) as pair, tempfile.TemporaryDirectory() as logs:
+                    outcome = run_failover(
+                        pair, Path(logs), promote_after=args.promote_after, **options
+                    )
+                print(f"{load}, {outcome.describe()}", flush=True)
+                outcomes.setdefault((load, synchronous), []).append(outcome)
+    print(
+        f"\nsummary ({args.rounds} rounds each; promoted {args.promote_after:g} s after the crash)"
+    )
+    for (load, synchronous), chosen in outcomes.items():
         mode = "synchronous" if synchronous else "asynchronous"
         print(
-            f"{mode}, {len(chosen)} rounds: lost {[o.lost for o in chosen]} acknowledged"
-            f" enqueues; outage median {statistics.median(o.outage for o in chosen):.2f} s;"
-            f" workers resumed median"
+            f"{load:5} {mode:12}: acknowledged enqueues lost {[o.lost for o in chosen]}"
+            f" of {[o.acknowledged_before_crash for o in chosen]} acknowledged before the"
+            f" crash; outage median {statistics.median(o.outage for o in chosen):.2f} s;"
+            f" workers running jobs again median"
             f" {statistics.median(o.resumed_after_promotion for o in chosen):.2f} s after the"
-            f" promotion; jobs run twice {[o.duplicate_runs for o in chosen]}"
+            f" promotion; jobs run twice {[o.duplicate_runs for o in chosen]}; beat ticks"
+            f" skipped {[tick_gaps(o.ticks) for o in chosen]}, doubled"
+            f" {[len(o.ticks) - len(set(o.ticks)) for o in chosen]}"
         )
     return 0

@@ -395,6 +395,24 @@ class Database:
                 raise self.unavailable(error) from None
             raise
 
+    async def _agetconn(self) -> tuple[AsyncConnectionPool[Any], psycopg.AsyncConnection[Any]]:
+        """:meth:`_getconn` of the async pool of the running loop."""
+        apool = self._apool
+        if apool is None or self._apool_loop is not asyncio.get_running_loop():
+            apool = await self.get_apool()
+        timeout = self.pools.connect_timeout
+        try:
+            try:
+                return apool, await opening.agetconn(apool, timeout, self._probe)
+            except opening.Behind:  # its attempts back off: a new pool (opening.take)
+                if self._apool is apool:
+                    self._apool = None
+                    await apool.close(timeout=0)
+                apool = await self.get_apool()
+                return apool, await opening.agetconn(apool, timeout, self._probe)
+        except PoolTimeout as error:
+            raise self.unavailable(error) from None
+
     async def arun(self, operation: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         """The async twin of :meth:`run`."""
 
@@ -402,20 +420,7 @@ class Database:
             # What ``async with self.aconnection()`` does, without its two async generator
             # context managers (as in run()): an asyncio program's one-job enqueue pays
             # for every microsecond spent here.
-            apool = self._apool
-            if apool is None or self._apool_loop is not asyncio.get_running_loop():
-                apool = await self.get_apool()
-            try:
-                try:
-                    conn = await opening.agetconn(apool, self.pools.connect_timeout, self._probe)
-                except opening.Behind:  # its attempts back off: a new pool (opening.take)
-                    if self._apool is apool:
-                        self._apool = None
-                        await apool.close(timeout=0)
-                    apool = await self.get_apool()
-                    conn = await opening.agetconn(apool, self.pools.connect_timeout, self._probe)
-            except PoolTimeout as error:
-                raise self.unavailable(error) from None
+            apool, conn = await self._agetconn()
             try:
                 try:
                     if not self.schema_checked:

@@ -20,7 +20,6 @@ from tests.support.schemas import new_schema_name
 from tests.support.servers import PrivateServer
 from tests.support.waiting import wait_until
 
-
 #: Seconds the server is down: the pool's attempts then are 4 s and more apart.
 OUTAGE = 8.0
 

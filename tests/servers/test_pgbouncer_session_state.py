@@ -164,9 +164,7 @@ def exercise(app: App, admin: Connection) -> None:
                 lambda: jobs_of(admin, app, "state.tick") >= 2, timeout=20, message="beat ticks"
             )
             # The pruner deletes the done jobs (kept for five seconds).
-            wait_until(
-                lambda: jobs_of(admin, app, "state.add") < 50, timeout=30, message="a prune"
-            )
+            wait_until(lambda: jobs_of(admin, app, "state.add") < 50, timeout=30, message="a prune")
     finally:
         beat.stop(10)
         beat_thread.join(10)
