@@ -244,6 +244,9 @@ class Producer(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
+        # One result read first: the App's result listener (LISTEN) runs from then on,
+        # across the failover (wake_probe reads results through it afterwards).
+        self.work.delay().get(timeout=30)
         while not self.stopping.is_set():
             try:
                 handle = self.work.delay(seconds=self.random.choice(self.durations))
@@ -257,10 +260,12 @@ class Producer(threading.Thread):
     def acknowledged_since(self, moment: float) -> int:
         return sum(1 for _, at in self.acknowledged if at > moment)
 
-    def stop(self) -> None:
+    def stop(self, *, close: bool = True) -> None:
         self.stopping.set()
-        self.join(30)
-        self.app.close()
+        if self.ident is not None:  # started
+            self.join(30)
+        if close:
+            self.app.close()
 
 
 @dataclasses.dataclass
@@ -282,6 +287,8 @@ class Outcome:
     promoted: float
     #: Enqueue to done of jobs enqueued one by one to idle workers after the failover.
     wake_ms: list[float]
+    #: The producer's result listener (job.get()) LISTENs again after the failover.
+    result_listener_healthy: bool
     #: Jobs enqueued before the crash whose run ended after it.
     in_flight: int
     #: Each worker's output.
@@ -299,7 +306,8 @@ class Outcome:
             f" by two owners; beat: {len(self.ticks)} ticks, {tick_gaps(self.ticks)} gaps,"
             f" {len(self.ticks) - len(set(self.ticks))} doubled; {self.in_flight} jobs in"
             f" flight at the crash; enqueue to done on idle workers after the failover"
-            f" {statistics.median(self.wake_ms):.0f} ms (median of {len(self.wake_ms)})"
+            f" {statistics.median(self.wake_ms):.0f} ms (median of {len(self.wake_ms)}); result"
+            f" listener {'healthy' if self.result_listener_healthy else 'NOT healthy'}"
         )
 
 
@@ -365,7 +373,7 @@ def run_failover(
             timeout,
         )
         for producer in started:
-            producer.stop()
+            producer.stop(close=False)  # the first one's App serves wake_probe
         acknowledged = sorted(
             (job_id, at) for producer in started for job_id, at in producer.acknowledged
         )
@@ -386,7 +394,8 @@ def run_failover(
             ).fetchall()
             ticks = tick_times(conn, schema)
             in_flight = in_flight_at(conn, schema, crashed)
-        latencies = wake_probe(dsn, pair.new_primary_dsn, schema)
+        latencies = wake_probe(started[0].app, pair.new_primary_dsn)
+        listener_healthy = started[0].app.result_listener().healthy
         per_job: dict[int, int] = {}
         per_attempt: dict[tuple[int, int], int] = {}
         resumed_at: dict[int, float] = {}
@@ -417,13 +426,13 @@ def run_failover(
             crashed=crashed,
             promoted=promoted,
             wake_ms=latencies,
+            result_listener_healthy=listener_healthy,
             in_flight=in_flight,
             worker_logs=[child.log() for child in children],
         )
     finally:
         for producer in started:
-            if producer.is_alive():
-                producer.stop()
+            producer.stop()
         processes.close()
         for child in processes.children:
             if os.environ.get("PGTASKS_FAILOVER_LOGS"):
@@ -493,23 +502,25 @@ WAKE_PROBES = 5
 WAKE_TIMEOUT = 8.0
 
 
-def wake_probe(dsn: str, check_dsn: str, schema: str) -> list[float]:
-    """Milliseconds from enqueue to done of WAKE_PROBES jobs enqueued one at a time on
-    idle workers (TimeoutError: one was not run within WAKE_TIMEOUT)."""
+def wake_probe(app: App, check_dsn: str) -> list[float]:
+    """Milliseconds from enqueue to result (``job.get()``) of WAKE_PROBES jobs enqueued one
+    at a time on idle workers, by a producer's App that was running before the failover
+    (TimeoutError: one was not run within WAKE_TIMEOUT)."""
     latencies: list[float] = []
-    with App(dsn, schema=schema, connect_timeout=2.0) as app:
-        work, _ = register(app)
-        with psycopg.connect(check_dsn, autocommit=True) as conn:
-            wait_for(lambda: count_pending_or_running(conn, schema) == 0, "the workers idle")
-            for _ in range(WAKE_PROBES):
-                started = time.monotonic()
-                job_id = work.delay(seconds=0.0).id
-                wait_for(
-                    lambda job_id=job_id: done_count(conn, schema, [job_id]) == 1,
-                    f"job {job_id} to run without a poll (LISTEN after the failover)",
-                    WAKE_TIMEOUT,
-                )
-                latencies.append((time.monotonic() - started) * 1000)
+    work = app.tasks["failover.work"]
+    with psycopg.connect(check_dsn, autocommit=True) as conn:
+        wait_for(lambda: count_pending_or_running(conn, app.schema) == 0, "the workers idle")
+        for _ in range(WAKE_PROBES):
+            started = time.monotonic()
+            handle = work.delay(seconds=0.0)
+            try:
+                handle.get(timeout=WAKE_TIMEOUT)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"job {handle.id} did not run within {WAKE_TIMEOUT:g} s: did the workers"
+                    " LISTEN again after the failover?"
+                ) from None
+            latencies.append((time.monotonic() - started) * 1000)
     return latencies
 
 
@@ -523,9 +534,12 @@ def count_pending_or_running(conn: psycopg.Connection[Any], schema: str) -> int:
 
 
 @contextlib.contextmanager
-def pair_of(synchronous: bool, directory: Path | None = None) -> Iterator[Pair]:
+def pair_of(
+    synchronous: bool, directory: Path | None = None, first_port: int = FIRST_PORT
+) -> Iterator[Pair]:
     with tempfile.TemporaryDirectory(prefix="pgtasks-failover-") as scratch:
-        pair = Pair(directory or Path(scratch), synchronous=synchronous).start()
+        where = directory or Path(scratch)
+        pair = Pair(where, synchronous=synchronous, first_port=first_port).start()
         try:
             yield pair
         finally:

@@ -7,7 +7,8 @@ on the multi-host DSN ``host=127.0.0.1,127.0.0.1 port=P1,P2
 target_session_attrs=read-write``. Under load the primary is stopped with ``pg_ctl stop -m
 immediate`` and the replica promoted with ``pg_ctl promote`` (by hand, as an HA manager
 would). Then: every worker runs jobs again without a restart and LISTENs again (jobs
-enqueued one at a time to idle workers run well within their 20 s poll interval), no
+enqueued one at a time to idle workers run well within their 20 s poll interval, and the
+producer's ``job.get()`` is answered through its result listener), no
 acknowledged enqueue is lost, no job runs twice and no attempt has two owners, and beat's
 every-second schedule has one job per tick across the failover. `dev.py test-servers`
 (and so .ci/run) runs it (PGTASKS_TEST_FAILOVER=1); the figures are printed (``-s``).
@@ -43,7 +44,8 @@ def enabled() -> None:
 def test_a_promoted_synchronous_replica_loses_no_job_and_runs_none_twice(
     enabled: None, tmp_path: Path
 ) -> None:
-    with pair_of(synchronous=True, directory=tmp_path / "servers") as pair:
+    # Ports of its own (the benchmark's pair starts at 54480).
+    with pair_of(synchronous=True, directory=tmp_path / "servers", first_port=54490) as pair:
         outcome = run_failover(pair, tmp_path)
     print(outcome.describe())
 
@@ -54,6 +56,8 @@ def test_a_promoted_synchronous_replica_loses_no_job_and_runs_none_twice(
     assert outcome.workers_resumed == outcome.workers == 2, outcome.describe()
     for log in outcome.worker_logs:
         assert re.search(r"listener of worker \S+: database reachable again", log), log
+    # The producer's result listener (job.get()) came back too.
+    assert outcome.result_listener_healthy, outcome.describe()
     # Fencing: one run per job, and never two owners of one attempt.
     assert outcome.duplicate_runs == 0 and outcome.same_attempt_twice == 0, outcome.describe()
     # Beat: a job per second across the failover, none skipped, none doubled.
