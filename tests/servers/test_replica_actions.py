@@ -16,8 +16,8 @@ import pytest
 
 from pgtasks import App, JobStatus
 from pgtasks.web import asgi
-from tests.servers.test_replica import caught_up, replay_paused
 from tests.support.inprocess import running_worker
+from tests.support.replicas import caught_up, replay_paused
 from tests.support.servers import replica_dsn
 from tests.support.waiting import wait_until
 from tests.support.web import Client
