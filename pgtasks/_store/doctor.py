@@ -1,4 +1,4 @@
-"""DoctorQueries: the Store's read-only queries for ``pgtasks doctor`` (``sql/doctor.sql``)."""
+"""DoctorQueries: read-only queries for ``pgtasks doctor`` (``sql/doctor.sql``)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from typing import Any
 
 import psycopg
 
-from .base import Row, StoreBase
+from .base import QueriesBase, Row
 
 
-class DoctorQueries(StoreBase):
+class DoctorQueries(QueriesBase):
     """Facts about the server and the schema's tables; nothing here writes."""
 
     def get_oldest_snapshot(self, conn: psycopg.Connection[Any]) -> Row | None:

@@ -64,7 +64,7 @@ def test_retries_racing_the_drop_of_their_history_partition(
         raise RuntimeError(f"failure {n}")
 
     with app.database.connect() as conn:
-        app.store.prepare_history_days(conn)  # today's partitions, as migrate or the pruner
+        app.queries.prepare_history_days(conn)  # today's partitions, as migrate or the pruner
     ids = [handle.id for handle in fails.delay_many([{"n": n} for n in range(300)])]
     with running_worker(app, concurrency=8):
         wait_until(
@@ -98,7 +98,7 @@ def test_retries_racing_the_drop_of_their_history_partition(
         # As the pruner: a lock not granted within 1 s is tried again on its next pass.
         while True:
             try:
-                app.store.drop_history_day(conn, history_class="failed", partition=partition)
+                app.queries.drop_history_day(conn, history_class="failed", partition=partition)
                 break
             except errors.LockNotAvailable:
                 continue
