@@ -14,8 +14,9 @@ changes at other than its default.
 
 from __future__ import annotations
 
+import secrets
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -77,18 +78,21 @@ def console(bouncer: str) -> Iterator[Connection]:
         yield conn
 
 
-def server_pids(console: Connection) -> set[int]:
+def server_pids(console: Connection, database: str) -> set[int]:
     cursor = console.execute("SHOW SERVERS")
     names = [column.name for column in cursor.description or ()]
-    return {int(dict(zip(names, row, strict=True))["remote_pid"]) for row in cursor.fetchall()}
+    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    return {int(row["remote_pid"]) for row in rows if row["database"] == database}
 
 
 def sample_every_server_connection(bouncer: str, console: Connection) -> dict[int, dict[str, Any]]:
     """One transaction per server connection, all open at once (so the pooler lends each
-    a different one), until every server connection PgBouncer holds was sampled."""
+    a different one), until every server connection PgBouncer holds for the database of
+    ``bouncer`` was sampled."""
+    database = str(conninfo.conninfo_to_dict(bouncer)["dbname"])
     seen: dict[int, dict[str, Any]] = {}
     for _ in range(5):
-        wanted = server_pids(console)
+        wanted = server_pids(console, database)
         if wanted and wanted <= set(seen):
             break
         clients = [psycopg.connect(bouncer, prepare_threshold=None) for _ in range(len(wanted) + 2)]
@@ -170,25 +174,44 @@ def exercise(app: App, admin: Connection) -> None:
         beat_thread.join(10)
 
 
+@pytest.fixture
+def database(bouncer: str, dsn: str) -> Iterator[tuple[str, str]]:
+    """A database of this test, so that PgBouncer's pool for it holds only this test's
+    server connections (other tests share the pooler, some leave state on purpose): its
+    DSN through PgBouncer and directly; dropped afterwards."""
+    name = f"pgtasks_state_{secrets.token_hex(3)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield conninfo.make_conninfo(bouncer, dbname=name), conninfo.make_conninfo(dsn, dbname=name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 @pytest.mark.parametrize("session", [True, False], ids=["session-dsn", "pooled-only"])
 def test_no_session_state_is_left_on_the_poolers_server_connections(
-    make_app: Callable[..., App],
-    bouncer: str,
-    dsn: str,
-    admin: Connection,
-    console: Connection,
-    session: bool,
+    database: tuple[str, str], console: Connection, session: bool
 ) -> None:
-    app = make_app(
-        dsn=bouncer,
-        session_dsn=dsn if session else None,
+    pooled, direct = database
+    with App(direct, schema="pgtasks_state") as migrating:
+        migrating.migrate()
+    app = App(
+        pooled,
+        schema="pgtasks_state",
+        session_dsn=direct if session else None,
         pooled=True,
         prune_done_after=5.0,
         prune_interval=0.5,
+        connect_timeout=3.0,
     )
-    exercise(app, admin)
-    expected = defaults(dsn)
-    sampled = sample_every_server_connection(bouncer, console)
+    try:
+        with psycopg.connect(direct, autocommit=True) as admin:
+            exercise(app, admin)
+    finally:
+        app.close()
+    expected = defaults(direct)
+    sampled = sample_every_server_connection(pooled, console)
 
     assert sampled, "no server connection sampled"
     for pid, row in sampled.items():
