@@ -27,9 +27,10 @@
                                     on 127.0.0.2 (the multi-store tests' other store)
     python3 dev.py test-servers [ARGS...]
                                     start those servers, run the migration-stall test on a
-                                    2,000,000-row table, then the pooler and replica tests and
-                                    the worker, beat, workflow, limits and results tests
-                                    through PgBouncer; stop the servers (ARGS: pytest
+                                    2,000,000-row table, then the pooler and replica tests,
+                                    the failover test (a primary and replica pair of its
+                                    own) and the worker, beat, workflow, limits and results
+                                    tests through PgBouncer; stop the servers (ARGS: pytest
                                     arguments to run instead, with the servers)
 
 .venv holds what each command asked for, added as needed: the demo installs the package
