@@ -27,9 +27,10 @@
                                     on 127.0.0.2 (the multi-store tests' other store)
     python3 dev.py test-servers [ARGS...]
                                     start those servers, run the migration-stall test on a
-                                    2,000,000-row table, then the pooler and replica tests and
-                                    the worker, beat, workflow, limits and results tests
-                                    through PgBouncer; stop the servers (ARGS: pytest
+                                    2,000,000-row table, then the pooler and replica tests,
+                                    the failover test (a primary and replica pair of its
+                                    own) and the worker, beat, workflow, limits and results
+                                    tests through PgBouncer; stop the servers (ARGS: pytest
                                     arguments to run instead, with the servers)
 
 .venv holds what each command asked for, added as needed: the demo installs the package
@@ -505,7 +506,8 @@ def cmd_test_servers(args: Sequence[str]) -> int:
             os.environ.update(env, PGTASKS_TEST_MIGRATION_ROWS=STALL_ROWS)
             codes.append(run([python, "-m", "pytest", STALL_TEST, "-q", "-s"]))
         env.update(servers_start(("pgbouncer", "replica", "second")))
-        os.environ.update(env, PGTASKS_TEST_VIA_PGBOUNCER="1")
+        # tests/servers/test_failover.py starts a primary and replica pair of its own.
+        os.environ.update(env, PGTASKS_TEST_VIA_PGBOUNCER="1", PGTASKS_TEST_FAILOVER="1")
         for variable, value in env.items():
             say(f"{variable}={value}")
         pytest_args = list(args) or [
