@@ -297,6 +297,13 @@ class QueriesBase:
         (migrations, beat, pruner, healer)."""
         return {"lock_class": lock_class, "schema": self.schema}
 
+    def lock_migrations(self, conn: psycopg.Connection[Any]) -> None:
+        """Take the schema's migration lock until the end of the caller's transaction: a
+        migrator's, and every other change of the schema's tables (jobs_history's day
+        partitions, a store's numbering), so that none overlaps a migration (granted at
+        once to a migrator's own session; waited for under the lock_timeout in force)."""
+        self._rows(conn, "lock_migrations", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE))
+
     # -- executors --
     @overload
     def _rows(

@@ -26,19 +26,22 @@ class HistoryQueries(QueriesBase):
 
     def prepare_history_days(self, conn: psycopg.Connection[Any]) -> list[str]:
         """Create the coming days' partitions on ``conn`` (autocommit), each in a
-        transaction of its own under ``PARTITION_LOCK_TIMEOUT``; their names. A busy
-        table, or another session creating the same day at once, leaves it to the next
-        call."""
+        transaction of its own under ``PARTITION_LOCK_TIMEOUT`` that holds the schema's
+        migration lock (a migrator's schema changes and partition changes never overlap);
+        their names. A busy table, a migration under way, or another session creating the
+        same day at once, leaves it to the next call."""
         created: list[str] = []
         for _ in range(2 * (DAYS_AHEAD + 1)):
             try:
                 with conn.transaction():
                     self.set_lock_timeout(conn)
+                    self.lock_migrations(conn)
                     names = self.create_history_days(conn)
             except (
                 psycopg.errors.LockNotAvailable,
                 psycopg.errors.DeadlockDetected,
                 psycopg.errors.DuplicateTable,
+                psycopg.errors.DuplicateObject,
                 psycopg.errors.UniqueViolation,
             ) as error:
                 logger.info("jobs_history's next days are created later (%s)", type(error).__name__)
@@ -89,6 +92,7 @@ class HistoryQueries(QueriesBase):
             counted = self.forget_history_day_keys(conn, partition=partition)
         with conn.transaction():
             self.set_lock_timeout(conn)
+            self.lock_migrations(conn)
             row = self._rows(
                 conn, "drop_history_day", {"class": history_class, "partition": partition}
             )[0]

@@ -61,6 +61,7 @@ class IdentityQueries(QueriesBase):
         """Give the store ``number`` in one transaction; False, changing nothing, when it
         issued an id meanwhile."""
         with conn.transaction():
+            self.lock_migrations(conn)  # never while a migrator changes the schema
             if self.lock_store_identity(conn):
                 return False
             self.set_store_number(conn, number)

@@ -238,11 +238,19 @@ class Migrator:
         )
 
     # -- applying --
-    def migrate(self, conn: psycopg.Connection[Any]) -> list[Migration]:
+    def migrate(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        while_locked: Callable[[psycopg.Connection[Any]], object] | None = None,
+    ) -> list[Migration]:
         """Apply every pending migration; returns those this call applied.
 
         ``conn`` is a direct connection (never through a transaction pooler): autocommit
         for online steps, or inside a transaction (each migration then runs whole in it).
+        ``while_locked(conn)`` runs after the migrations of an autocommit ``conn``, still
+        under the migration lock (jobs_history's first days, created by no other session
+        at once).
         """
         if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
             return self._migrate_in_transaction(conn)
@@ -250,7 +258,10 @@ class Migrator:
         try:
             self._take_session_lock(conn)
             try:
-                return self._migrate_online(conn)
+                applied = self._migrate_online(conn)
+                if while_locked is not None:
+                    while_locked(conn)
+                return applied
             finally:
                 if not conn.closed and not conn.broken:
                     self.queries.unlock_migrations_session(conn)

@@ -35,6 +35,7 @@ from ._compat import (
     Task,
     TaskResult,
     TaskResultDoesNotExist,
+    normalize_json,
     task_enqueued,
 )
 from .config import DjangoConfigurationError, get_app, pgtasks_settings, raw_connection
@@ -44,6 +45,11 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 OPTION_KEYS = ("MAX_ATTEMPTS",)
+
+
+class InvalidTaskArguments(InvalidTask, TypeError):  # type: ignore[misc]
+    """A task's arguments cannot be stored as JSON: an ``InvalidTask`` and, as Django's
+    own backends raise for them, a ``TypeError``."""
 
 
 def loads_jsonb_as_text(conn: psycopg.Connection[Any]) -> bool:
@@ -93,9 +99,11 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
         except ValueError as error:
             raise InvalidTask(str(error)) from None
         try:
-            payload = json.loads(json.dumps([list(args), dict(kwargs)]))
+            # What Django's own backends accept (its TaskResult normalises them so), then
+            # JSON text: anything else is a TypeError, as there.
+            payload = json.loads(json.dumps(normalize_json([list(args), dict(kwargs)])))
         except (TypeError, ValueError) as error:
-            raise InvalidTask(
+            raise InvalidTaskArguments(
                 f"the arguments of task {task.module_path!r} are not JSON-serialisable: {error}"
             ) from None
         app = get_app()
@@ -140,6 +148,11 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
 
     async def aenqueue(self, task: Task[P, T], args: Any, kwargs: Any) -> TaskResult[T]:
         return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
+
+    @property
+    def max_result_bytes(self) -> int:
+        """The size limit of a stored return value (the App's ``max_result_bytes``)."""
+        return get_app().max_result_bytes
 
     # -- results --
     def _store(self) -> Queries:
