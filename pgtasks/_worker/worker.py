@@ -288,12 +288,11 @@ class Worker(SettingsAttributes):
 
     # -- parts --
     def _new_executor(self) -> Executor:
+        counted, refused = self._reporter.exercised, self._reporter.refused
+        finished = self._on_finished
+        executor = self.settings.executor
         return Executor(
-            self.app,
-            self.settings.executor,
-            on_finished=self._on_finished,
-            on_refused=self._reporter.refused,
-            on_counted=self._reporter.exercised,
+            self.app, executor, on_finished=finished, on_refused=refused, on_counted=counted
         )
 
     def _parts(self) -> LoopParts:
