@@ -4,6 +4,7 @@ of parked jobs (docs/howto/durable.md). The steps themselves run in the worker
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +90,11 @@ class DurableApp:
         if connection is not None:
             return emit_in_transaction(connection)
         return app.database.run(emit_in_transaction)
+
+    async def aemit_event(self: Any, key: str, payload: Any = None) -> int:
+        """:meth:`emit_event` from an asyncio program (in a transaction of its own, on a
+        thread; an ``AsyncConnection``'s transaction is not supported)."""
+        return int(await asyncio.to_thread(self.emit_event, key, payload))
 
     def get_job_steps(self: Any, job_id: int) -> list[dict[str, Any]]:
         """A job's durable steps in the order its code reached them (position, name,

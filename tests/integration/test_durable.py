@@ -6,6 +6,7 @@ exactly-once step in the checkpoint's transaction, the parked states, events emi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -162,7 +163,7 @@ def test_events_wake_waiters_in_the_emitters_transaction(
     assert timing_out.get(timeout=30) == "timed out"
     twice = tasks.two_waits.delay("k")
     app.emit_event("k", 1)
-    app.emit_event("k", 2)
+    asyncio.run(app.aemit_event("k", 2))
     assert twice.get(timeout=30) == [1, 2]  # each wait takes the next event
 
 
