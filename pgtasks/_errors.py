@@ -123,6 +123,11 @@ class PayloadTooLargeError(PayloadError, ValueError):
     """The encoded job payload is larger than the configured limit."""
 
 
+class PayloadTooDeepError(PayloadNotSerializableError, ValueError):
+    """A task argument, result or meta value nests lists and dicts deeper than pgtasks
+    stores (``MAX_JSON_DEPTH``, 100 levels per stored JSON document)."""
+
+
 class NaiveDatetimeError(PgTasksError, ValueError):
     """A naive datetime (without tzinfo) was given where an aware one is required."""
 

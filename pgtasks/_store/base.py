@@ -152,6 +152,16 @@ class JsonbTextLoader(JsonbLoader):
 
 _json_loads = json.JSONDecoder().decode
 
+
+class JsonbUndecodedLoader(JsonbLoader):
+    """jsonb as its text, not decoded: the claim's payloads (args, kwargs, meta) are
+    decoded per job afterwards (``claims.claimed_jobs``), each guarded, so a payload
+    nobody can decode (nested thousands deep, written by SQL) fails only its own job and
+    never the reply that carries the others."""
+
+    def load(self, data: Buffer) -> Any:
+        return str(data, "utf-8", "surrogatepass")
+
 #: Queries whose rows an operator reads (jobs list/show, get_jobs): any timestamp loads.
 #: (The claim clamps run_at in SQL instead: this loader is slower than psycopg's C one.)
 _INFINITE_TIMESTAMPS = frozenset(

@@ -75,8 +75,26 @@ def register_hostile_tasks(app: App) -> dict[str, Any]:
     def show_args(*args: Any, **kwargs: Any) -> list[Any]:
         return [list(args), kwargs]
 
+    @app.task(name="hostile.deep_result", max_attempts=3)
+    def deep_result(depth: int) -> list[Any]:
+        """A list nested ``depth`` levels deep (results are bounded: MAX_JSON_DEPTH)."""
+        value: list[Any] = []
+        for _ in range(depth - 1):
+            value = [value]
+        return value
+
+    @app.task(name="hostile.depth_of", max_attempts=1)
+    def depth_of(value: Any) -> int:
+        """How deep ``value`` nests lists (first items only), counted without recursion."""
+        depth = 0
+        while isinstance(value, list):
+            depth, value = depth + 1, value[0] if value else None
+        return depth
+
     return {
         "raise_name": raise_name,
+        "depth_of": depth_of,
+        "deep_result": deep_result,
         "raise_name_process": raise_name_process,
         "raise_name_async": raise_name_async,
         "raise_dsn": raise_dsn,
