@@ -318,6 +318,19 @@ def encode_result(task_name: str, value: Any, *, max_bytes: int | None = None) -
 _decode = json.JSONDecoder().decode
 
 
+class Unreadable:
+    """A stored JSON value that cannot be decoded (nested past MAX_DECODE_DEPTH, written
+    by SQL or another tool), as operator reads return it: ``reason`` says why."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<unreadable: {self.reason}>"
+
+
 def decode_stored(text: str, *, bound: int = MAX_DECODE_DEPTH) -> Any:
     """A stored JSON text (jsonb as text) decoded, or a ValueError that says why not: it
     nests arrays and objects past ``bound`` levels (measured without recursion, before

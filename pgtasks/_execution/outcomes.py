@@ -55,9 +55,7 @@ def malformed_arguments_outcome(
     or its payloads could not be decoded (``undecodable``: why; a row written by hand or by
     another tool): the task never runs with wrong inputs."""
     if undecodable is not None:
-        return Outcome.failed(
-            f"UndecodableJobError: this job {undecodable} (the task was not run)"
-        )
+        return Outcome.failed(f"UndecodableJobError: this job {undecodable} (the task was not run)")
     problems = []
     if not isinstance(args, list):
         problems.append(f"args must be a JSON array, got {_json_kind(args)}")

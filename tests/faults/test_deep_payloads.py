@@ -91,9 +91,7 @@ def test_an_argument_nested_past_the_bound_is_refused_at_enqueue_on_a_shallow_st
     keyword = in_a_fresh_thread(lambda: show_args.delay(value=nested(MAX_JSON_DEPTH)))
     assert isinstance(keyword, PayloadTooDeepError), keyword
     assert "argument 'value'" in str(keyword)
-    meta = in_a_fresh_thread(
-        lambda: show_args.apply_async(meta={"tree": nested(MAX_JSON_DEPTH)})
-    )
+    meta = in_a_fresh_thread(lambda: show_args.apply_async(meta={"tree": nested(MAX_JSON_DEPTH)}))
     assert isinstance(meta, PayloadTooDeepError), meta
     assert "meta['tree']" in str(meta)
     # Up to the bound is stored (the args list is a level of its own).
@@ -172,6 +170,7 @@ def test_a_members_deep_result_fails_only_the_chord_callback(env: FaultEnv) -> N
         )
     noops = [handle.id for handle in env.tasks.noop.delay_many([{}] * 10)]
     worker = env.worker("--concurrency=4", app_path=APP_PATH)
+
     def shown(*args: Any) -> list[Any]:
         return [list(args), {}]
 
@@ -181,7 +180,7 @@ def test_a_members_deep_result_fails_only_the_chord_callback(env: FaultEnv) -> N
         timeout=30,
         message="the poisoned callback failed",
     )
-    status, attempts, error = failures(env, [callback.id])[callback.id]
+    _, attempts, error = failures(env, [callback.id])[callback.id]
     assert attempts == 1 and "cannot decode its arguments" in error, error
     wait_until(
         lambda: {status for status, _, _ in failures(env, noops).values()} == {"done"},
