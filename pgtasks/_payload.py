@@ -51,13 +51,26 @@ _ENCODER = json.JSONEncoder(
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+#: What ``check_name`` calls the names that refuse control characters (keys may hold any).
+CONTROLLED_NAMES = frozenset({"queue", "task name", "schedule name"})
+#: C0 control characters (tab and newline included), DEL and C1.
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def check_name(what: str, value: object, max_bytes: int = MAX_NAME_BYTES) -> str:
     """``value`` if it can be a name (or key) PostgreSQL stores and indexes, else a
-    ValueError that says why: not a non-empty str, NUL, a lone surrogate, too long."""
+    ValueError that says why: not a non-empty str, NUL, a lone surrogate, too long; a
+    queue, task or schedule name (CONTROLLED_NAMES) with a C0 or C1 control character
+    (names are shown in terminals, logs and NOTIFY payloads)."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{what} must be a non-empty string, got {value!r}")
     if "\x00" in value:
         raise ValueError(f"{what} must not contain NUL characters, got {value[:100]!r}")
+    if what in CONTROLLED_NAMES and _CONTROL_CHARACTER.search(value):
+        raise ValueError(
+            f"{what} must not contain control characters (C0, DEL or C1: escape sequences,"
+            f" tabs, newlines), got {value[:100]!r}"
+        )
     size = len(value)
     if not value.isascii():
         try:

@@ -37,7 +37,7 @@ from .._limits import LimitState, describe_limit, limit_states
 from .._operations import RETRYABLE, QueueStats, Stats, WorkerInfo
 from .._payload import check_name
 from .._queues import QueueState, queue_states
-from .routing import for_id
+from .routing import for_id, for_queue
 
 if TYPE_CHECKING:
     from .app import App
@@ -90,6 +90,28 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         unknown_tasks=app.store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
         counters=every_counter(app.store.get_counters(conn)),
     )
+
+
+def queue_in_use(app: App, queue: str) -> bool:
+    """Whether anything uses ``queue``: a task or schedule of the app declares it, a job
+    of its store is unfinished in it, or a live worker names it in its queues. (Pausing
+    a queue nothing uses is allowed; ``pgtasks queues pause`` says so, a typo perhaps.)"""
+    if queue == app.default_queue or any(task.queue == queue for task in app.tasks.values()):
+        return True
+    if any(schedule.queue == queue for schedule in app.schedules.values()):
+        return True
+    owner = for_queue(app, queue)
+
+    def read(conn: psycopg.Connection[Any]) -> bool:
+        if any(row["queue"] == queue for row in owner.store.get_unfinished_stats(conn)):
+            return True
+        _, workers = read_workers(owner, conn, since=0.0)
+        return any(
+            worker.state == "live" and worker.queues is not None and queue in worker.queues
+            for worker in workers
+        )
+
+    return owner.database.run(read)
 
 
 def counters(app: App) -> dict[str, int]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
@@ -86,6 +88,32 @@ class TaskSettings(TypedDict, total=False):
     unique_while: UniqueWhile | None
     #: One job per key in each fixed window of this length (aligned to the epoch).
     unique_for: timedelta | None
+
+
+class MainModuleTaskWarning(UserWarning):
+    """A task is named ``__main__.…``: no worker that imports the app's module knows it."""
+
+
+def default_task_name(function: Callable[..., Any]) -> str:
+    """``module.qualname``. A module run with ``python -m package.module`` is ``__main__``
+    in its own process but ``package.module`` in a worker's, which imports it: its
+    tasks take that name, so the jobs it enqueues are the worker's tasks."""
+    module = function.__module__
+    if module == "__main__":
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        if spec is not None and spec.name and spec.name != "__main__":
+            module = spec.name
+    return f"{module}.{function.__qualname__}"
+
+
+def main_module_warning(name: str) -> str:
+    return (
+        f"task {name!r} is defined in a script run as __main__: its jobs name a task no"
+        " worker knows (a worker imports the app's module under its own name), so they"
+        " would wait for ever. Define the task in an importable module (run the script as"
+        " `python -m package.module`, or import the tasks from a module), or give it"
+        " @app.task(name=...)"
+    )
 
 
 class TaskOptions(TaskSettings, total=False):
@@ -175,11 +203,13 @@ class Task(Generic[P, R]):
         name = options.get("name")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise TaskRegistrationError(f"task name= must be a non-empty string, got {name!r}")
-        self.name: str = name or f"{function.__module__}.{function.__qualname__}"
+        self.name: str = name or default_task_name(function)
         try:
             check_name("task name", self.name)
         except ValueError as error:
             raise TaskRegistrationError(str(error)) from None
+        if self.name.startswith("__main__."):
+            warnings.warn(main_module_warning(self.name), MainModuleTaskWarning, stacklevel=4)
         try:
             self.queue: str = validate_queue(options.get("queue", app.default_queue))
             self.priority: int = validate_priority(options.get("priority", 0))

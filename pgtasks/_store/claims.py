@@ -60,11 +60,8 @@ def claimed_jobs(worker_id: int) -> RowFactory[ClaimedJob]:
             fields = job.__dict__
             fields.update(zip(names, values, strict=True))
             fields.update(constant)
-            # The payloads came as text: decoded here, one job at a time.
-            args, kwargs, meta = fields["args"], fields["kwargs"], fields["meta"]
-            if args == "[]" and kwargs == "{}" and meta == "{}":
-                fields["args"], fields["kwargs"], fields["meta"] = [], {}, {}
-            else:
+            # Payloads other than [] and {} came as text: decoded here, one job at a time.
+            if str in (type(fields["args"]), type(fields["kwargs"]), type(fields["meta"])):
                 _decode_payloads(fields)
             return job
 
@@ -85,10 +82,7 @@ def _decode_payloads(fields: dict[str, Any]) -> None:
     it. (A limited claim's report row has NULL args and kwargs.)"""
     for name, kind, what in _PAYLOADS:
         text = fields[name]
-        if text is None:
-            continue
-        if text == "[]" or text == "{}":
-            fields[name] = kind()
+        if type(text) is not str:  # decoded already ([] or {}), or NULL
             continue
         try:
             fields[name] = decode_stored(text)

@@ -121,8 +121,10 @@ def test_claimed_rows_become_claimed_jobs_in_claim_order(app: App, dsn: str) -> 
 )
 def test_the_claims_payloads_decode_as_json_loads_reads_them(text: bytes) -> None:
     loader = JsonbUndecodedLoader(0)
-    assert decode_stored(loader.load(text)) == json.loads(text)
-    assert decode_stored(loader.load(memoryview(text))) == json.loads(text)
+    for data in (text, memoryview(text)):
+        loaded = loader.load(data)
+        # [] and {} come decoded, any other text as it is, to be decoded per job.
+        assert (decode_stored(loaded) if isinstance(loaded, str) else loaded) == json.loads(text)
 
 
 def test_finishes_are_written_in_job_id_order_one_statement_per_lease_owner() -> None:
