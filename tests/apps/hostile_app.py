@@ -75,6 +75,22 @@ def register_hostile_tasks(app: App) -> dict[str, Any]:
     def show_args(*args: Any, **kwargs: Any) -> list[Any]:
         return [list(args), kwargs]
 
+    return {
+        "raise_name": raise_name,
+        "raise_name_process": raise_name_process,
+        "raise_name_async": raise_name_async,
+        "raise_dsn": raise_dsn,
+        "return_bytes": return_bytes,
+        "raise_long": raise_long,
+        "show_args": show_args,
+        "wait_async": wait_async,
+        **register_deep_tasks(app),
+    }
+
+
+def register_deep_tasks(app: App) -> dict[str, Any]:
+    """Tasks of the deep-payload tests (tests/faults/test_deep_payloads.py)."""
+
     @app.task(name="hostile.deep_result", max_attempts=3)
     def deep_result(depth: int) -> list[Any]:
         """A list nested ``depth`` levels deep (results are bounded: MAX_JSON_DEPTH)."""
@@ -91,18 +107,7 @@ def register_hostile_tasks(app: App) -> dict[str, Any]:
             depth, value = depth + 1, value[0] if value else None
         return depth
 
-    return {
-        "raise_name": raise_name,
-        "depth_of": depth_of,
-        "deep_result": deep_result,
-        "raise_name_process": raise_name_process,
-        "raise_name_async": raise_name_async,
-        "raise_dsn": raise_dsn,
-        "return_bytes": return_bytes,
-        "raise_long": raise_long,
-        "show_args": show_args,
-        "wait_async": wait_async,
-    }
+    return {"deep_result": deep_result, "depth_of": depth_of}
 
 
 def build_app() -> App:

@@ -13,8 +13,8 @@ import pytest
 
 from pgtasks import App
 from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
-from pgtasks._retry import Outcome
 from pgtasks._payload import decode_stored
+from pgtasks._retry import Outcome
 from pgtasks._store.base import JsonbUndecodedLoader
 from pgtasks._store.claims import finish_params
 from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
