@@ -22,6 +22,7 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     ├── UnknownTaskError (+ KeyError) no task registered under a name
     ├── PayloadError
     │   ├── PayloadNotSerializableError (+ TypeError)  an argument is not JSON
+    │   │   └── PayloadTooDeepError (+ ValueError)     nested past MAX_JSON_DEPTH (100)
     │   ├── PayloadTooLargeError (+ ValueError)        encoded payload over the limit
     │   └── ReservedMetaKeyError (+ ValueError)        a meta key starting with "pgtasks."
     ├── NaiveDatetimeError (+ ValueError)              a datetime without tzinfo

@@ -64,7 +64,6 @@ class DoctorQueries(StoreBase):
         ``decode_depth`` first), each with the total count of such jobs."""
         params = {
             "depth": depth,
-            "decode_depth": decode_depth,
             "past": _deeper_than(depth),
             "undecodable": _deeper_than(decode_depth),
         }

@@ -163,8 +163,8 @@ LIMIT 50;
 -- name: get_deep_payloads :many
 -- Jobs whose args, kwargs, meta or result nest arrays and objects more than %(depth)s
 -- levels deep (written by SQL or another tool: enqueues, results and meta writes refuse
--- them), and whether one nests past %(decode_depth)s (a worker fails such a job without
--- running it). Each level takes 8 bytes of jsonb at least: a smaller value that is not
+-- them), and whether one nests as deep as the %(undecodable)s jsonpath finds (past what a
+-- worker decodes: it fails such a job without running it). Each level takes 8 bytes of jsonb at least: a smaller value that is not
 -- compressed cannot nest that deep and is not walked; the jsonpath walks a candidate down
 -- to the level asked for only (a value thousands deep costs no more).
 WITH candidates AS (
