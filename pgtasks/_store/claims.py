@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +28,7 @@ from .._leases import (
     RoundTrip,
     claim_order,
 )
-from .._payload import decode_stored
+from .._payload import MAX_DECODE_DEPTH, decode_stored
 from .base import JsonbUndecodedLoader, StoreBase, own_transaction, translate_errors
 
 #: ClaimedJob's fields by the claim's column names (``attempts`` is the attempt).
@@ -85,11 +86,27 @@ def _decode_payloads(fields: dict[str, Any]) -> None:
         if type(text) is not str:  # decoded already ([] or {}), or NULL
             continue
         try:
-            fields[name] = decode_stored(text)
-        except Exception as error:  # any error: this job's, never the reply's
+            # Fewer brackets than the bound: it cannot nest deeper (most payloads).
+            if text.count("[") + text.count("{") <= MAX_DECODE_DEPTH:
+                fields[name] = _decode(text)
+            else:
+                fields[name] = decode_stored(text)
+        except Exception:  # any error: this job's, never the reply's
             fields[name] = kind()
             if fields["undecodable"] is None:
-                fields["undecodable"] = f"cannot decode its {what}: {name} is {error}"
+                fields["undecodable"] = f"cannot decode its {what}: {name} is {_why(text)}"
+
+
+def _why(text: str) -> str:
+    """Why ``text`` cannot be decoded, in decode_stored's words."""
+    try:
+        decode_stored(text)
+    except Exception as error:
+        return str(error)
+    return "not decodable here"
+
+
+_decode = json.JSONDecoder().decode
 
 
 @functools.lru_cache(maxsize=64)
