@@ -94,6 +94,11 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
             raise InvalidTask(str(error)) from None
         try:
             payload = json.loads(json.dumps([list(args), dict(kwargs)]))
+        except RecursionError:
+            raise InvalidTask(
+                f"the arguments of task {task.module_path!r} are nested too deeply to store"
+                " (pgtasks stores JSON nested at most 100 levels deep)"
+            ) from None
         except (TypeError, ValueError) as error:
             raise InvalidTask(
                 f"the arguments of task {task.module_path!r} are not JSON-serialisable: {error}"
