@@ -15,6 +15,10 @@
                                     the Django tests on Django 6.0's own django.tasks, in
                                     .venv-django6 (cached); ARGS default to tests/django
                                     tests/examples/test_django_example.py
+    python3 dev.py test-django-conformance
+                                    Django's own tests of django.tasks (tests/tasks of the
+                                    sdist of the Django in .venv-django6, downloaded once
+                                    into .django-conformance/) against pgtasks' backend
     python3 dev.py servers start|stop|env
                                     Debian's PostgreSQL 15, PgBouncer (transaction mode) in
                                     front of it and a streaming replica of it, for the tests
@@ -51,6 +55,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -303,6 +308,66 @@ def cmd_test_django6(args: Sequence[str]) -> int:
     return run([python, "-m", "pytest", *pytest_args], VENV_DJANGO6)
 
 
+#: Where test-django-conformance keeps the Django sdist it runs the tests of.
+CONFORMANCE_CACHE = ROOT / ".django-conformance"
+
+
+def django_conformance_tests() -> Path:
+    """The tests/ directory of the source distribution of the Django installed in
+    .venv-django6 (its tests/tasks only), downloaded with pip and unpacked once."""
+    python = str(venv_python(VENV_DJANGO6))
+    version = subprocess.run(
+        [python, "-c", "import django; print(django.__version__)"],
+        cwd=ROOT,
+        env=venv_env(VENV_DJANGO6),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    CONFORMANCE_CACHE.mkdir(exist_ok=True)
+    top = f"django-{version}"
+    tests = CONFORMANCE_CACHE / top / "tests"
+    if (tests / "tasks" / "tasks.py").exists():
+        return tests
+    archive = CONFORMANCE_CACHE / f"{top}.tar.gz"
+    if not archive.exists():
+        say(f"downloading the source distribution of Django {version} (pip download)")
+        pip(
+            VENV_DJANGO6,
+            "download",
+            "--no-binary",
+            ":all:",
+            "--no-deps",
+            "--ignore-requires-python",
+            "--dest",
+            str(CONFORMANCE_CACHE),
+            f"django=={version}",
+        )
+    with tarfile.open(archive) as sdist:
+        members = [m for m in sdist.getmembers() if m.name.startswith(f"{top}/tests/tasks/")]
+        if not members:
+            raise SetupError(f"{archive.name} has no tests/tasks")
+        if hasattr(tarfile, "data_filter"):
+            sdist.extractall(CONFORMANCE_CACHE, members=members, filter="data")
+        else:  # Python < 3.10.12 / 3.11.4: the archive comes from the package index
+            sdist.extractall(CONFORMANCE_CACHE, members=members)  # noqa: S202
+    return tests
+
+
+def cmd_test_django_conformance(args: Sequence[str]) -> int:
+    if args:
+        say(f"test-django-conformance takes no arguments, got: {' '.join(args)}")
+        return 2
+    setup_django6()
+    python = str(venv_python(VENV_DJANGO6))
+    if run([python, "-c", DJANGO6_PROBE], VENV_DJANGO6) != 0:
+        say(f"{VENV_DJANGO6.relative_to(ROOT)} is broken; delete it and run again")
+        return 1
+    tests = django_conformance_tests()
+    say(f"running Django's {tests.relative_to(ROOT)}/tasks against pgtasks' backend")
+    return run([python, "-m", "tests.django_conformance.run", str(tests)], VENV_DJANGO6)
+
+
 SERVERS_DIR = ROOT / ".pgtasks-servers"
 SERVERS_SCRIPT = ROOT / "scripts" / "ci-postgres15.sh"
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -525,6 +590,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "docs": cmd_docs,
     "package": cmd_package,
     "test-django6": cmd_test_django6,
+    "test-django-conformance": cmd_test_django_conformance,
     "servers": cmd_servers,
     "test-servers": cmd_test_servers,
 }

@@ -235,7 +235,7 @@ def raw_sql_ceiling(dsn: str, jobs: int, batch: int) -> float:
 
     for start in range(0, jobs, 5000):
         noop.delay_many([{}] * min(5000, jobs - start))
-    store = app.store
+    store = app.queries
     with psycopg.connect(
         dsn,
         autocommit=True,

@@ -34,7 +34,7 @@ from pgtasks import App
 from pgtasks._leases import ClaimPosition, ClaimRequest, Finish
 from pgtasks._retry import Outcome
 from pgtasks._store.base import _TEXT_PLACEHOLDER
-from pgtasks._store.store import Store
+from pgtasks._store.queries import Queries
 from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 from pgtasks.sql import parse_queries
 
@@ -42,10 +42,10 @@ SCHEMA = "pgtasks_bench_claim_sql_ab"
 STATEMENTS = ("claim_jobs", "claim_jobs_after", "finish_jobs")
 
 
-def baseline_store(checkout: Path) -> Store:
-    """A Store whose claim and finish statements are the baseline checkout's."""
+def baseline_store(checkout: Path) -> Queries:
+    """A Queries whose claim and finish statements are the baseline checkout's."""
     queries = parse_queries((checkout / "pgtasks" / "sql" / "queries.sql").read_text("utf-8"))
-    store = Store(SCHEMA)
+    store = Queries(SCHEMA)
     for name in STATEMENTS:
         text = store._render(queries[name].text)
         store._statements[name] = text
@@ -59,7 +59,7 @@ def baseline_store(checkout: Path) -> Store:
 def drain(
     dsn: str,
     enqueue: Callable[[int], None],
-    stores: dict[str, Store],
+    stores: dict[str, Queries],
     jobs: int,
     batch: int,
     shape: str,
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     def enqueue(count: int) -> None:
         noop.delay_many([{}] * count)
 
-    stores = {"this": app.store, "baseline": baseline_store(args.baseline.resolve())}
+    stores = {"this": app.queries, "baseline": baseline_store(args.baseline.resolve())}
     print(f"this: {Path(__file__).resolve().parent.parent}\nbaseline: {args.baseline.resolve()}")
     print(f"{args.jobs:,} jobs per run, {args.batch} a claim; round trip times in ms")
     for shape in ("pipeline", "claim only"):

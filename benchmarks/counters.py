@@ -98,7 +98,7 @@ def keyed_enqueues(dsn: str, calls: int) -> dict[str, float]:
             new = time.perf_counter() - started
             for label, seconds in ((f"key taken, {name}", taken), (f"new key, {name}", new)):
                 spent[label] = spent.get(label, 0.0) + seconds
-    counted = apps["with"].database.run(apps["with"].store.get_counters)
+    counted = apps["with"].database.run(apps["with"].queries.get_counters)
     assert counted.get("enqueues_deduplicated") == max(1, calls // BLOCK) * BLOCK, counted
     for app in apps.values():
         app.close()
@@ -175,7 +175,7 @@ def drain_unknown(dsn: str, jobs: int, *, enabled: bool) -> float:
                 ).format(jobs_table)
             ).fetchone()
     assert row is not None
-    stored = app.database.run(app.store.get_counters).get("unknown_task_jobs", 0)
+    stored = app.database.run(app.queries.get_counters).get("unknown_task_jobs", 0)
     expected = jobs if enabled else 0
     assert stored == expected, f"{stored} unknown-task jobs stored, {expected} expected"
     app.close()

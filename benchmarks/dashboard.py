@@ -327,7 +327,7 @@ def workflow_reads(dsn: str, rounds: int = 7, reads: int = 5) -> None:
 
         def scan(status: str = status) -> int:
             with app.connection() as conn:
-                rows, _, _ = app.store.list_workflows_scan(
+                rows, _, _ = app.queries.list_workflows_scan(
                     conn, status=status, limit=51, scan=WORKFLOW_SCAN_JOBS
                 )
             return len(rows)

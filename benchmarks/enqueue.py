@@ -43,7 +43,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgtasks._store.db import pool_kwargs
+from pgtasks._store.connecting import pool_kwargs
 from pgtasks._store.params import job_params
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +111,7 @@ def bare_bodies(conn: psycopg.Connection[Any]) -> dict[str, Callable[[], None]]:
     """The bare psycopg loops of the one-by-one group, on ``conn``: one turn each."""
     from benchmarks.app import app, noop, record
 
-    statement = app.store._statements["insert_and_notify_job"]
+    statement = app.queries._statements["insert_and_notify_job"]
     same = dict(job_params(noop.build_spec()))
     with_arguments = dict(job_params(record.build_spec((), arguments_of(0))))
     columns = sql.SQL(", ").join(map(sql.Identifier, COPY_COLUMNS))
@@ -185,7 +185,7 @@ def one_by_one_async(dsn: str, calls: int) -> dict[str, float]:
     """``adelay()`` and the bare async loop in one asyncio program."""
     from benchmarks.app import app, noop
 
-    statement = app.store._statements["insert_and_notify_job"]
+    statement = app.queries._statements["insert_and_notify_job"]
     params = dict(job_params(noop.build_spec()))
 
     async def run() -> dict[str, float]:

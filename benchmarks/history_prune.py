@@ -73,7 +73,7 @@ with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs_history").format(ident))
     before = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
     started = time.perf_counter()
-    result = prune(app.store, conn, done_after=86400.0, failed_after=None)
+    result = prune(app.queries, conn, done_after=86400.0, failed_after=None)
     elapsed = time.perf_counter() - started
     wal = conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", [before]).fetchone()[0]
     conn.execute("SELECT pg_stat_force_next_flush()")

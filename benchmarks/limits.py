@@ -3,7 +3,7 @@
     python -m benchmarks --limits [--dsn DSN] [--jobs N] [--runs R] [--claimers C] [--quick]
 
 C claimer threads (one connection each, as C workers) drain N pre-enqueued jobs with the
-worker's own round trip, ``Store.finish_and_claim_jobs``: each round trip writes the
+worker's own round trip, ``Queries.finish_and_claim_jobs``: each round trip writes the
 outcomes of the jobs its previous one claimed (done) and claims up to BATCH more. No task
 code runs: the figure is the claim and finish path alone, jobs/s from first claim to last
 finish. Modes, in alternating rounds (median of R):
@@ -50,7 +50,7 @@ from psycopg import sql
 from pgtasks import App
 from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
 from pgtasks._retry import Outcome
-from pgtasks._store.store import Store
+from pgtasks._store.queries import Queries
 
 from .limits_promises import jobs_relation
 
@@ -82,8 +82,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def main_claim_store(store: Store) -> Store:
-    """A Store whose plain claims are the statements before limits (no limit filter)."""
+def main_claim_store(store: Queries) -> Queries:
+    """A Queries whose plain claims are the statements before limits (no limit filter)."""
     main = copy.copy(store)
     main._statements = dict(store._statements)
     for name in ("claim_jobs", "claim_jobs_after"):
@@ -119,7 +119,7 @@ def reset(app: App, tasks: dict[str, Any], kind: str, jobs: int, store_limits: b
         conn.execute(sql.SQL("DELETE FROM {}.limits").format(sql.Identifier(SCHEMA)))
         conn.execute(sql.SQL("DELETE FROM {}.workers").format(sql.Identifier(SCHEMA)))
         if store_limits:
-            app.store.upsert_limits(conn, app.limit_definitions())
+            app.queries.upsert_limits(conn, app.limit_definitions())
     if kind == "key":
         tasks["key"].delay_many([{"key": n % 1000, "n": n} for n in range(jobs)])
     else:
@@ -128,7 +128,7 @@ def reset(app: App, tasks: dict[str, Any], kind: str, jobs: int, store_limits: b
         conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(SCHEMA)))
 
 
-def drain(dsn: str, store: Store, jobs: int, claimers: int, limited: bool) -> float:
+def drain(dsn: str, store: Queries, jobs: int, claimers: int, limited: bool) -> float:
     """Jobs/s of ``claimers`` threads draining the jobs (claim and finish round trips)."""
     done = [0] * claimers
     errors: list[BaseException] = []
@@ -379,13 +379,13 @@ def throughput(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
     app, tasks = build_app(dsn)
     app.migrate()
-    main_store = main_claim_store(app.store)
-    modes: list[tuple[str, str, Store, bool, bool]] = [
+    main_store = main_claim_store(app.queries)
+    modes: list[tuple[str, str, Queries, bool, bool]] = [
         ("main's claim", "plain", main_store, False, False),
-        ("plain", "plain", app.store, False, False),
-        ("plain, limits stored", "plain", app.store, True, True),
-        ("task concurrency=50", "task", app.store, True, True),
-        ("key concurrency=1, 1000 keys", "key", app.store, True, True),
+        ("plain", "plain", app.queries, False, False),
+        ("plain, limits stored", "plain", app.queries, True, True),
+        ("task concurrency=50", "task", app.queries, True, True),
+        ("key concurrency=1, 1000 keys", "key", app.queries, True, True),
     ]
     print(
         f"claim throughput: {args.claimers} claimers, {BATCH} jobs per claim,"

@@ -39,8 +39,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgtasks._store.migrate import Migrator
-from pgtasks._store.store import Store
+from pgtasks._store.migrator import Migrator
+from pgtasks._store.queries import Queries
 from pgtasks.sql import Migration, load_migrations
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def create_schema_at_first_version(dsn: str, schema: str) -> None:
     """``schema`` at migration 0001 (the jobs table as it was first shipped)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        Migrator(Store(schema), migrations=load_migrations()[:1]).migrate(conn)
+        Migrator(Queries(schema), migrations=load_migrations()[:1]).migrate(conn)
 
 
 def fill_jobs(dsn: str, schema: str, rows: int) -> None:
@@ -233,7 +233,7 @@ class StallReport:
         }
 
 
-def migrate_blocking(conn: psycopg.Connection[Any], store: Store) -> None:
+def migrate_blocking(conn: psycopg.Connection[Any], store: Queries) -> None:
     """Every pending migration as one transaction, steps in their in-transaction form (how
     migrations ran before online steps)."""
     applied = store.get_applied_migrations(conn)
@@ -257,7 +257,7 @@ def migrate_under_load(
 ) -> StallReport:
     """Run the load on ``schema`` (at any version), measure ``baseline_seconds`` of it,
     migrate to the head (``mode`` online or blocking, or ``migrate`` given), and report."""
-    store = Store(schema)
+    store = Queries(schema)
     with Load(dsn, schema) as load:
         time.sleep(baseline_seconds)
         began = time.monotonic()

@@ -67,7 +67,7 @@ def one_round(dsn: str, app: App, jobs: int) -> dict[str, float]:
     for _ in range(batches):
         noop.delay_many([{}] * 1000)
     figures["insert bulk (x1000)"] = batches * 1000 / (time.perf_counter() - started)
-    store = app.store
+    store = app.queries
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
         worker_id = store.register_worker(conn, hostname="b", pid=0, queues=None, concurrency=50)
         finished: list[Finish] = []

@@ -107,7 +107,7 @@ def install_0011_trigger(app: App, conn: psycopg.Connection[Any]) -> None:
             "CREATE TRIGGER jobs_workflow_job_ended"
         )
     ].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
-    conn.execute(app.store._render(function))
+    conn.execute(app.queries._render(function))
     conn.execute(
         sql.SQL("DROP TRIGGER jobs_workflow_jobs_ended ON {}.jobs").format(
             sql.Identifier(app.schema)

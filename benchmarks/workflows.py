@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def drain(app: App, conn: psycopg.Connection[Any]) -> tuple[int, float]:
     """Claim and finish every due job, BATCH at a time: (jobs, seconds)."""
-    store, count = app.store, 0
+    store, count = app.queries, 0
     started = time.perf_counter()
     while True:
         jobs = store.claim_jobs(conn, ClaimRequest(1, BATCH))

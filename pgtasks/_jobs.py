@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, NamedTuple, Protocol, overload
 
 from ._errors import PayloadNotSerializableError, ReservedMetaKeyError
-from ._payload import RESERVED_META_PREFIX, Unreadable
+from ._payload import RESERVED_META_PREFIX, replace_unreadable
 
 #: Where a task runs in the worker (see docs/howto/executors.md).
 ExecutorName = Literal["thread", "process", "async"]
@@ -252,9 +252,7 @@ class JobRow:
     unique_key: str | None = None
     unique_window_start: datetime | None = None
     unique_window_end: datetime | None = None
-    #: Why some of its JSON values (args, kwargs, result, meta) cannot be decoded (a row
-    #: written by SQL, nested past what pgtasks decodes); those read as empty. None: all
-    #: were.
+    #: Why some of its JSON values cannot be decoded (they read as empty); None: all were.
     unreadable: str | None = None
 
     @classmethod
@@ -264,16 +262,7 @@ class JobRow:
         for name in OPTIONAL_JOB_COLUMNS:
             if name in row:
                 values[name] = row[name]
-        unreadable = [
-            f"{name} is {values[name].reason}"
-            for name in _JSON_COLUMNS
-            if isinstance(values.get(name), Unreadable)
-        ]
-        if unreadable:
-            for name, empty in _JSON_COLUMNS.items():
-                if isinstance(values.get(name), Unreadable):
-                    values[name] = empty()
-            values["unreadable"] = "; ".join(unreadable)
+        values["unreadable"] = replace_unreadable(values)
         if not isinstance(values.get("meta", {}), dict):
             values["meta"] = {}  # a row written by hand; the CHECK constraint forbids it
         return cls(**values)
@@ -288,15 +277,6 @@ class JobRow:
         """Every attempt that ended with an error, oldest first."""
         return [AttemptError.from_json(entry) for entry in self.attempt_errors or ()]
 
-
-#: A job's JSON columns, and what each reads as when it cannot be decoded.
-_JSON_COLUMNS: dict[str, Callable[[], Any]] = {
-    "args": list,
-    "kwargs": dict,
-    "result": lambda: None,
-    "meta": dict,
-    "attempt_errors": lambda: None,
-}
 
 #: Columns read when the query has them (get_job, get_jobs); other listings omit them.
 OPTIONAL_JOB_COLUMNS = (

@@ -157,7 +157,7 @@ class Finish:
 
 @dataclasses.dataclass(frozen=True)
 class LimitedClaimReport:
-    """What a limited claim (claim_limited, migration flow_control) says besides its jobs.
+    """What a limited claim (claim_limited) says besides its jobs.
 
     ``wait``: seconds until the next rate token that held a job back is due (None when
     no rate did); ``blocked``: the names of the limits that held jobs back for want of

@@ -198,7 +198,7 @@ class Stats:
     #: worker of its queue): rows of get_unknown_task_jobs (task_name, queue, jobs).
     unknown_tasks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: How often the guarantees were exercised since the schema was created, every
-    #: process (pgtasks._counters; migration 0014): name -> total, every name present.
+    #: process (pgtasks._counters): name -> total, every name present.
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._errors import (
@@ -342,6 +342,29 @@ class Unreadable:
 
     def __repr__(self) -> str:
         return f"<unreadable: {self.reason}>"
+
+
+#: A job row's JSON columns, and what each reads as when it cannot be decoded.
+_EMPTY_JSON: dict[str, Callable[[], Any]] = {
+    "args": list,
+    "kwargs": dict,
+    "result": lambda: None,
+    "meta": dict,
+    "attempt_errors": lambda: None,
+}
+
+
+def replace_unreadable(values: dict[str, Any]) -> str | None:
+    """Replace the :class:`Unreadable` values of a job row's JSON columns in ``values``
+    with empty ones (a row written by SQL, nested past what pgtasks decodes): why they
+    could not be decoded, or None when every one was."""
+    reasons = []
+    for name, empty in _EMPTY_JSON.items():
+        value = values.get(name)
+        if isinstance(value, Unreadable):
+            reasons.append(f"{name} is {value.reason}")
+            values[name] = empty()
+    return "; ".join(reasons) or None
 
 
 def decode_stored(text: str, *, bound: int = MAX_DECODE_DEPTH) -> Any:

@@ -1,5 +1,5 @@
 """Paused queues as operators see them (``pgtasks queues list``, the dashboard): pure,
-from rows the Store read."""
+from rows the store layer read."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ._operations import format_table
 @dataclasses.dataclass(frozen=True)
 class QueueState:
     """One queue as ``pgtasks queues list`` shows it: unfinished counts and whether it is
-    paused (migration 0007). ``paused_at``: when it was paused (None: not paused)."""
+    paused. ``paused_at``: when it was paused (None: not paused)."""
 
     queue: str
     pending: int = 0

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 #: A workflow's states: running while any job is unfinished, then failed (a job failed),
 #: cancelled (a job was cancelled) or done.
 WORKFLOW_STATES = ("running", "done", "failed", "cancelled")
-#: Kinds of workflow incidents (migration workflow_progress): an error the triggers
+#: Kinds of workflow incidents: an error the triggers
 #: tolerated (a hand-edited row), a stuck step the healing pass moved on, one it could not.
 INCIDENT_KINDS = ("tolerated", "healed", "unhealable")
 

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from ._app.app import App
-from ._store.db import PINNED
-from ._store.migrate import Migrator
-from ._store.store import Store
+from ._store.connecting import PINNED
+from ._store.migrator import Migrator
+from ._store.queries import Queries
 from ._validation import positive_seconds, schema_name
 from ._worker.events import WorkerEvents
 from ._worker.metrics import outcome_series
@@ -117,13 +117,13 @@ class _Tally(WorkerEvents):
 def _outstanding(app: App, queues: Sequence[str] | None) -> tuple[int, int]:
     """(pending due, running) jobs of ``queues`` as the database sees them now."""
     with app.connection() as conn:
-        depths = app.store.get_queue_depths(conn, queues)
+        depths = app.queries.get_queue_depths(conn, queues)
     return sum(depth.pending for depth in depths), sum(depth.running for depth in depths)
 
 
 def _count_scheduled(app: App, queues: Sequence[str] | None) -> int:
     with app.connection() as conn:
-        return app.store.count_scheduled_jobs(conn, queues)
+        return app.queries.count_scheduled_jobs(conn, queues)
 
 
 def run_until_empty(
@@ -199,7 +199,7 @@ def run_until_empty(
 def isolated_schema(dsn: str, *, prefix: str = "pgtasks_test_") -> Iterator[str]:
     """A freshly migrated schema named ``<prefix><random hex>``, dropped on exit."""
     schema = schema_name(f"{prefix}{secrets.token_hex(4)}")
-    store = Store(schema)
+    store = Queries(schema)
     # READ COMMITTED whatever the server's default, as every pgtasks connection.
     with psycopg.connect(dsn, autocommit=True, options=PINNED) as conn:
         Migrator(store).migrate(conn)

@@ -1,4 +1,6 @@
-"""Test modules import test helpers from tests.support (and task apps from tests.apps) only.
+"""The layout of the tree: no file of the package over 600 lines, a line for every
+module in docs/explanation/architecture.md, and test modules that import test helpers from
+tests.support (and task apps from tests.apps) only.
 
 Helpers shared by several test files live in tests/support; a test module importing
 another test module (or a conftest, or a harness next to it) would hide a helper where
@@ -8,6 +10,8 @@ the next test cannot find it. Fixtures come from conftest.py files, which pytest
 from __future__ import annotations
 
 import ast
+import re
+from pathlib import Path
 
 from tests.support.environment import ROOT
 
@@ -80,3 +84,42 @@ def test_the_check_sees_every_form_of_import() -> None:
         "tests.integration.test_worker",
     ]
     assert [name for name in found if not allowed(name)] == found[:5] + found[-1:]
+
+
+#: The most lines a module (or SQL file) of the package may have: past it, split the file
+#: by responsibility.
+MAX_LINES = 600
+ARCHITECTURE = ROOT / "docs" / "explanation" / "architecture.md"
+
+
+def package_files(suffixes: tuple[str, ...]) -> list[Path]:
+    return sorted(path for path in (ROOT / "pgtasks").rglob("*") if path.suffix in suffixes)
+
+
+def test_no_module_or_sql_file_of_the_package_is_over_600_lines() -> None:
+    files = package_files((".py", ".sql"))
+    assert len(files) > 100, "the package's files were not found"
+
+    over = {
+        str(path.relative_to(ROOT)): count
+        for path in files
+        if (count := len(path.read_text("utf-8").splitlines())) > MAX_LINES
+    }
+
+    assert not over, f"split these by responsibility (at most {MAX_LINES} lines each): {over}"
+
+
+def test_the_architecture_page_has_one_line_for_every_module() -> None:
+    modules = {
+        str(path.relative_to(ROOT / "pgtasks"))
+        for path in package_files((".py",))
+        if path.name != "__init__.py"
+    }
+    rows = re.findall(r"^\| `([\w/]+\.py)` \|", ARCHITECTURE.read_text("utf-8"), re.M)
+
+    assert len(rows) == len(set(rows)), "a module has two lines"
+    assert not modules - set(rows), (
+        f"add a line for each of these to 'One line per module' in {ARCHITECTURE.name}:"
+        f" {sorted(modules - set(rows))}"
+    )
+    assert not set(rows) - modules, f"these modules are gone: {sorted(set(rows) - modules)}"

@@ -3,7 +3,7 @@ stats, workers, queues and limits, retry (one job, every failed job, or what a f
 selects), cancellation of what a filter selects, and deletion of a finished job. (The
 dashboard's own reads are in ``pgtasks.web.reads``.)
 
-Neither a retry nor a deletion may break a workflow (migration workflow_progress): a job
+Neither a retry nor a deletion may break a workflow: a job
 an unfinished workflow still needs is not deleted, and a step cancelled before it
 received its input is retried with that input (or waits for it again), or refused.
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: The unique index of keys unique while active (migration 0010).
+#: The unique index of keys unique while active.
 ACTIVE_KEY_INDEX = "jobs_unique_active_idx"
 #: Rows per UPDATE of a bulk retry or cancel (each batch commits on its own).
 BATCH_SIZE = 1000
@@ -72,14 +72,14 @@ def read_workers(
     app: App, conn: psycopg.Connection[Any], *, since: float
 ) -> tuple[datetime, list[WorkerInfo]]:
     """The database's now and the workers ``pgtasks workers --since`` lists."""
-    rows = app.store.list_workers(conn, since=since)
-    now = rows[0]["now"] if rows else app.store.get_database_time(conn)
+    rows = app.queries.list_workers(conn, since=since)
+    now = rows[0]["now"] if rows else app.queries.get_database_time(conn)
     return now, [WorkerInfo.from_row(row, lease_timeout=app.lease_timeout) for row in rows]
 
 
 def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
     """What ``pgtasks stats`` shows (exact counts: it reads every row)."""
-    queues = [QueueStats.from_row(row) for row in app.store.get_queue_stats(conn)]
+    queues = [QueueStats.from_row(row) for row in app.queries.get_queue_stats(conn)]
     now, workers = read_workers(app, conn, since=0.0)
     return Stats(
         now=now,
@@ -87,8 +87,8 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         live_workers=sum(worker.state == "live" for worker in workers),
         silent_workers=sum(worker.state == "silent" for worker in workers),
         lease_timeout=app.lease_timeout,
-        unknown_tasks=app.store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
-        counters=every_counter(app.store.get_counters(conn)),
+        unknown_tasks=app.queries.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
+        counters=every_counter(app.queries.get_counters(conn)),
     )
 
 
@@ -103,7 +103,7 @@ def queue_in_use(app: App, queue: str) -> bool:
     owner = for_queue(app, queue)
 
     def read(conn: psycopg.Connection[Any]) -> bool:
-        if any(row["queue"] == queue for row in owner.store.get_unfinished_stats(conn)):
+        if any(row["queue"] == queue for row in owner.queries.get_unfinished_stats(conn)):
             return True
         _, workers = read_workers(owner, conn, since=0.0)
         return any(
@@ -117,7 +117,7 @@ def queue_in_use(app: App, queue: str) -> bool:
 def counters(app: App) -> dict[str, int]:
     """How often the guarantees were exercised since the schema was created, every
     process (pgtasks._counters): every counter's total, by name (0 when never counted)."""
-    return every_counter(app.database.run(app.store.get_counters))
+    return every_counter(app.database.run(app.queries.get_counters))
 
 
 def queues(app: App) -> list[QueueState]:
@@ -127,7 +127,7 @@ def queues(app: App) -> list[QueueState]:
     declared = {task.queue for task in app.tasks.values()}
 
     def read(conn: psycopg.Connection[Any]) -> list[QueueState]:
-        store = app.store
+        store = app.queries
         limits = {
             row["name"].removeprefix("queue:"): describe_limit(row)
             for row in store.get_limits(conn)
@@ -149,7 +149,7 @@ def read_limits(app: App, conn: psycopg.Connection[Any], *, top_keys: int = 10) 
     ``top_keys`` busiest (running, pending, due and held per key); then the limits jobs
     name that are not stored (``stored`` False). Counts are read without SKIP LOCKED.
     Raises the driver's error (see :func:`limits` for the one a CLI shows)."""
-    store = app.store
+    store = app.queries
     return limit_states(
         store.get_limits(conn),
         store.get_limit_usage(conn),
@@ -206,9 +206,9 @@ def retry_job(app: App, job_id: int) -> RetryResult:
     app = for_id(app, job_id)  # the store that issued the id
 
     def retry(conn: psycopg.Connection[Any]) -> Any:
-        row = app.store.retry_job(conn, job_id)
+        row = app.queries.retry_job(conn, job_id)
         if row is not None and row["retried"]:
-            app.store.notify_queue(conn, row["queue"])
+            app.queries.notify_queue(conn, row["queue"])
         return row
 
     try:
@@ -232,9 +232,9 @@ def _retry_step(app: App, job_id: int, previous_status: str) -> RetryResult:
     """Retry a workflow step cancelled before it received its input (RETRY_RULE)."""
 
     def retry(conn: psycopg.Connection[Any]) -> Any:
-        row = app.store.retry_workflow_step(conn, job_id)
+        row = app.queries.retry_workflow_step(conn, job_id)
         if row["outcome"] == "pending":
-            app.store.notify_queue(conn, row["queue"])
+            app.queries.notify_queue(conn, row["queue"])
         return row
 
     row = app.database.run(retry)
@@ -258,7 +258,7 @@ def _key_taken(app: App, job_id: int, error: UniqueViolation) -> UniqueKeyTakenE
     """Why a retry of job ``job_id`` was refused: the job it would duplicate."""
     if error.diag.constraint_name != ACTIVE_KEY_INDEX:
         raise error
-    holder = app.database.run(lambda conn: app.store.get_active_key_holder(conn, job_id))
+    holder = app.database.run(lambda conn: app.queries.get_active_key_holder(conn, job_id))
     if holder is None:  # the holder finished meanwhile: the retry may be tried again
         return UniqueKeyTakenError(
             f"job {job_id} was not retried: another job held its unique key (unique while"
@@ -286,7 +286,7 @@ def _in_batches(
             if len(done) < BATCH_SIZE:
                 break
         for queue in sorted({row["queue"] for row in rows if "queue" in row}):
-            app.store.notify_queue(conn, queue)
+            app.queries.notify_queue(conn, queue)
         return rows
 
     return app.database.run(run)
@@ -310,7 +310,7 @@ def retry_failed_jobs(app: App, task_name: str | None = None) -> list[int]:
     try:
         rows = _in_batches(
             app,
-            lambda conn: app.store.retry_failed_jobs(conn, task_name=task_name, limit=BATCH_SIZE),
+            lambda conn: app.queries.retry_failed_jobs(conn, task_name=task_name, limit=BATCH_SIZE),
         )
     except UniqueViolation as error:
         raise _batch_key_taken(error) from None
@@ -338,7 +338,7 @@ def retry_matching_steps(app: App, job_filter: JobFilter) -> BulkRetry:
     try:
         rows = _in_batches(
             app,
-            lambda conn: app.store.retry_filtered_jobs(conn, job_filter, limit=BATCH_SIZE),
+            lambda conn: app.queries.retry_filtered_jobs(conn, job_filter, limit=BATCH_SIZE),
         )
     except UniqueViolation as error:
         raise _batch_key_taken(error) from None
@@ -348,14 +348,16 @@ def retry_matching_steps(app: App, job_filter: JobFilter) -> BulkRetry:
     def steps(conn: psycopg.Connection[Any]) -> None:
         after = 0
         while True:
-            batch = app.store.retry_filtered_steps(conn, job_filter, after=after, limit=BATCH_SIZE)
+            batch = app.queries.retry_filtered_steps(
+                conn, job_filter, after=after, limit=BATCH_SIZE
+            )
             for row in batch:
                 if row["outcome"] == "refused":
                     refused[row["id"]] = row["detail"]
                 elif row["outcome"] in ("pending", "waiting"):
                     retried.append(row["id"])
                     if row["outcome"] == "pending":
-                        app.store.notify_queue(conn, row["queue"])
+                        app.queries.notify_queue(conn, row["queue"])
             if len(batch) < BATCH_SIZE:
                 return
             after = batch[-1]["id"]
@@ -370,7 +372,7 @@ def cancel_matching(app: App, job_filter: JobFilter) -> dict[str, list[int]]:
     """
     rows = _in_batches(
         app,
-        lambda conn: app.store.cancel_filtered_jobs(conn, job_filter, limit=BATCH_SIZE),
+        lambda conn: app.queries.cancel_filtered_jobs(conn, job_filter, limit=BATCH_SIZE),
     )
     return {
         "cancelled": sorted(row["id"] for row in rows if row["status"] == "cancelled"),
@@ -385,7 +387,7 @@ def delete_finished_job(app: App, job_id: int) -> tuple[bool, str]:
     read this job's result, its handle returns it).
     """
     app = for_id(app, job_id)  # the store that issued the id
-    row = app.database.run(lambda conn: app.store.delete_finished_job(conn, job_id))
+    row = app.database.run(lambda conn: app.queries.delete_finished_job(conn, job_id))
     if row is None:
         raise _missing(job_id)
     if row["workflow_unfinished"] and row["status"] in ("done", "failed", "cancelled"):
@@ -411,7 +413,7 @@ class PurgeCount:
 
 def count_purgeable(app: App, queue: str | None, task_name: str | None) -> PurgeCount:
     row = app.database.run(
-        lambda conn: app.store.count_purgeable_jobs(conn, queue=queue, task_name=task_name)
+        lambda conn: app.queries.count_purgeable_jobs(conn, queue=queue, task_name=task_name)
     )
     return PurgeCount(int(row["jobs"]), int(row["max_id"] or 0), int(row["workflow_jobs"]))
 
@@ -422,7 +424,7 @@ def purge_jobs(app: App, queue: str | None, task_name: str | None, max_id: int) 
     deleted."""
     rows = _in_batches(
         app,
-        lambda conn: app.store.purge_jobs(
+        lambda conn: app.queries.purge_jobs(
             conn, queue=queue, task_name=task_name, max_id=max_id, limit=BATCH_SIZE
         ),
     )
@@ -446,7 +448,7 @@ class QueueMove:
 
 def unfinished_in(app: App, queue: str) -> int:
     """Waiting, pending and running jobs of ``queue`` in ``app``'s store."""
-    rows = app.database.run(app.store.count_stranded_jobs)
+    rows = app.database.run(app.queries.count_stranded_jobs)
     return sum(int(row["jobs"]) for row in rows if row["queue"] == queue)
 
 
@@ -467,9 +469,9 @@ def move_queue(
     ``waiting(left)`` is told the count while it waits. After ``timeout`` seconds: the
     count left, the queue still paused in ``target`` (run it again to keep waiting)."""
     check_name("queue", queue)
-    app.stores.layout.check_store(target)
+    app.store_router.layout.check_store(target)
     source = source if source is not None else app.store_of_queue(queue)
-    app.stores.layout.check_store(source)
+    app.store_router.layout.check_store(source)
     if source == target:
         raise ConfigurationError(
             f"queue {queue!r} routes to store {target!r} already: name the store it"

@@ -28,8 +28,8 @@ from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._limits import LimitDefinition
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
 from .._store.database import Database
-from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
-from .._store.store import Store as Statements
+from .._store.migrator import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
+from .._store.queries import Queries
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from ..sql import Migration
 from . import enqueue, routing
@@ -38,8 +38,8 @@ from .layout import DEFAULT_STORE, Store
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .schedules import add_schedule, build_schedule
-from .settings import AppSettings, FromSettings
-from .stores import Stores
+from .settings import AppSettings, DeprecatedAlias, FromSettings
+from .store_router import StoreRouter
 from .tasks import Task, TaskSettings, register_task
 from .workflow_admin import describe_workflow
 from .workflows import Signature
@@ -180,11 +180,13 @@ class App:
         #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
-        #: Connections: the DSN, pools, schema check and retried operations; its Store
-        #: holds every statement, rendered for the schema.
+        #: Connections: the DSN, pools, schema check and retried operations; its
+        #: queries hold every statement, rendered for the schema.
         self.database = Database(self.settings.database, self.settings.pools)
         #: Its stores (one Database each, this one's "default") and the routes of queues.
-        self.stores = Stores(self.settings.store_layout, self.settings.pools, self.database)
+        self.store_router = StoreRouter(
+            self.settings.store_layout, self.settings.pools, self.database
+        )
         #: The store this App serves (an App of one store of several: app.for_store()).
         self.store_name = DEFAULT_STORE
         #: The App of each store (``for_store``) of an App of several.
@@ -201,7 +203,7 @@ class App:
         _apps.add(self)
 
     def __repr__(self) -> str:
-        where = "" if self.stores.single else f" store={self.store_name}"
+        where = "" if self.store_router.single else f" store={self.store_name}"
         return f"<App schema={self.schema}{where} tasks={len(self.tasks)}>"
 
     def for_store(self, name: str) -> App:
@@ -211,7 +213,7 @@ class App:
 
     def store_of_queue(self, queue: str) -> str:
         """The name of the store ``queue`` routes to."""
-        return self.stores.store_of_queue(queue)
+        return self.store_router.store_of_queue(queue)
 
     # -- configuration --
     @property
@@ -341,7 +343,7 @@ class App:
         """
         options = {"lock_timeout": lock_timeout, "lock_retry_for": lock_retry_for}
         if self is self.root:  # every store, then each numbered (a store's App: its own)
-            return self.stores.migrate(**options)
+            return self.store_router.migrate(**options)
         return self.database.migrate(**options)
 
     def migration_plan(
@@ -362,17 +364,19 @@ class App:
         self.database.schema_checked = False
         with self.database.connection():
             pass
-        self.stores.check()  # of several stores: none with another's number or uid
+        self.store_router.check()  # of several stores: none with another's number or uid
 
     @property
     def schema(self) -> str:
         """The PostgreSQL schema of this App's tables."""
-        return self.database.store.schema
+        return self.database.queries.schema
 
     @property
-    def store(self) -> Statements:
+    def queries(self) -> Queries:
         """Every statement pgtasks runs, rendered for this App's schema."""
-        return self.database.store
+        return self.database.queries
+
+    store = DeprecatedAlias("queries")  # the former name of queries
 
     def use_database(
         self,
@@ -411,7 +415,7 @@ class App:
     ) -> list[InsertedJob]:
         """Insert specs on ``conn``: the one insert path every enqueue and beat share (the
         instrumentation, when set, wraps it)."""
-        insert = self.store.insert_jobs_in_chunks
+        insert = self.queries.insert_jobs_in_chunks
         if self.instrumentation is None:
             return insert(conn, specs)
         return self.instrumentation.insert(specs, lambda traced: insert(conn, traced))
@@ -419,7 +423,7 @@ class App:
     async def ainsert_specs(
         self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
-        insert = self.store.ainsert_jobs_in_chunks
+        insert = self.queries.ainsert_jobs_in_chunks
         if self.instrumentation is None:
             return await insert(conn, specs)
         return await self.instrumentation.ainsert(specs, lambda traced: insert(conn, traced))
@@ -486,7 +490,7 @@ class App:
         number of jobs cancelled or asked to stop."""
         self.get_workflow(workflow_id)  # WorkflowNotFoundError
         owner = routing.for_id(self, workflow_id)
-        rows = owner.database.run(lambda conn: owner.store.cancel_workflow(conn, workflow_id))
+        rows = owner.database.run(lambda conn: owner.queries.cancel_workflow(conn, workflow_id))
         return len(rows)
 
     def signature(
@@ -542,13 +546,13 @@ class App:
         :meth:`resume_queue`. Returns False when the queue was paused already.
         """
         name, owner = check_name("queue", queue), routing.for_queue(self, queue)
-        return owner.database.run(lambda conn: owner.store.pause_queue(conn, name))
+        return owner.database.run(lambda conn: owner.queries.pause_queue(conn, name))
 
     def resume_queue(self, queue: str) -> bool:
         """Resume a paused queue (its workers are woken and claim at once). Returns False
         when the queue was not paused."""
         name, owner = check_name("queue", queue), routing.for_queue(self, queue)
-        return owner.database.run(lambda conn: owner.store.resume_queue(conn, name))
+        return owner.database.run(lambda conn: owner.queries.resume_queue(conn, name))
 
     def paused_queues(self) -> list[str]:
         """The paused queues, by name."""
@@ -566,10 +570,10 @@ class App:
             return
         for view in list(self.views.values()):
             view.close()
-        self.stores.close()
+        self.store_router.close()
 
     async def aclose(self) -> None:
-        await (self.stores.aclose() if self is self.root else self.database.aclose())
+        await (self.store_router.aclose() if self is self.root else self.database.aclose())
         self.close()
 
     def __enter__(self) -> Self:

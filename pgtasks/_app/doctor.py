@@ -286,7 +286,7 @@ def default_isolation(app: App) -> str | None:
             connect_timeout=max(1, round(database.pools.connect_timeout)),
             application_name="pgtasks doctor",
         ) as conn:
-            return str(app.store.get_session_defaults(conn)["isolation"])
+            return str(app.queries.get_session_defaults(conn)["isolation"])
     except psycopg.Error:
         return None
 
@@ -360,7 +360,7 @@ WORKFLOW_INCIDENT_WINDOW = 86400.0
 
 def check_workflows(health: Row, latest: Sequence[Row], heal_interval: float) -> Finding:
     """Stuck workflow steps now, steps the healing pass healed and trigger errors tolerated
-    in the last day, and steps it could not heal (migration workflow_progress)."""
+    in the last day, and steps it could not heal."""
     stuck, healed = int(health["stuck"] or 0), int(health["healed"] or 0)
     tolerated, unhealable = int(health["tolerated"] or 0), int(health["unhealable"] or 0)
     last = f" (latest: job {latest[0]['job_id']}: {latest[0]['detail']})" if latest else ""
@@ -451,7 +451,7 @@ def check_replica(app: App, primary_lsn: str | None, limits: Thresholds) -> Find
     where = describe_dsn(database.replica_dsn)
     try:
         with database.connect(replica=True, application_name="pgtasks doctor") as conn:
-            row = app.store.get_replica_state(conn, primary_lsn)
+            row = app.queries.get_replica_state(conn, primary_lsn)
     except psycopg.Error as error:
         return Finding(
             "replica",
@@ -503,7 +503,7 @@ def diagnose(
     app: App, conn: psycopg.Connection[Any], limits: Thresholds | None = None
 ) -> list[Finding]:
     limits = limits or Thresholds()
-    store = app.store
+    store = app.queries
     replica = check_replica(app, store.get_wal_position(conn), limits)
     findings = [
         check_snapshot(store.get_oldest_snapshot(conn), limits),
@@ -528,7 +528,11 @@ def diagnose(
         ),
         check_pooler(app, store.get_session_defaults(conn)),
         *([replica] if replica is not None else []),
-        *([] if app.stores.single else [check_stranded(app, store.count_stranded_jobs(conn))]),
+        *(
+            []
+            if app.store_router.single
+            else [check_stranded(app, store.count_stranded_jobs(conn))]
+        ),
     ]
     try:
         problems = store.get_limit_problems(conn)

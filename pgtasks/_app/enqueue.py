@@ -34,7 +34,7 @@ def enqueue_many(
         return []
     if app.is_eager:
         return run_eagerly(app, specs)
-    if not app.stores.single:  # the store of the jobs' queues (one, or an error)
+    if not app.store_router.single:  # the store of the jobs' queues (one, or an error)
         app = routing.for_specs(app, specs, connection)
     if connection is not None:
         app.database.check_schema(connection)
@@ -47,13 +47,13 @@ def enqueue(app: App, spec: JobSpec, connection: psycopg.Connection[Any] | None)
         return run_eagerly(app, [spec])[0]
     if app.instrumentation is not None:
         return enqueue_many(app, [spec], connection)[0]
-    if not app.stores.single:
+    if not app.store_router.single:
         app = routing.for_specs(app, [spec], connection)
     if connection is not None:
         app.database.check_schema(connection)
-        job = app.store.insert_job(connection, spec)
+        job = app.queries.insert_job(connection, spec)
     else:
-        job = app.database.run(lambda conn: app.store.insert_job(conn, spec))
+        job = app.database.run(lambda conn: app.queries.insert_job(conn, spec))
     return handles(app, [job])[0]
 
 
@@ -64,7 +64,7 @@ async def aenqueue_many(
         return []
     if app.is_eager:
         return await arun_eagerly(app, specs)
-    if not app.stores.single:
+    if not app.store_router.single:
         app = await routing.afor_specs(app, specs, connection)
     if connection is not None:
         await app.database.acheck_schema(connection)
@@ -79,11 +79,11 @@ async def aenqueue(
         return (await arun_eagerly(app, [spec]))[0]
     if app.instrumentation is not None:
         return (await aenqueue_many(app, [spec], connection))[0]
-    if not app.stores.single:
+    if not app.store_router.single:
         app = await routing.afor_specs(app, [spec], connection)
     if connection is not None:
         await app.database.acheck_schema(connection)
-        job = await app.store.ainsert_job(connection, spec)
+        job = await app.queries.ainsert_job(connection, spec)
     else:
-        job = await app.database.arun(lambda conn: app.store.ainsert_job(conn, spec))
+        job = await app.database.arun(lambda conn: app.queries.ainsert_job(conn, spec))
     return handles(app, [job])[0]

@@ -41,14 +41,14 @@ class JobHandle(Generic[R]):
 
     def status(self) -> JobStatus:
         """The job's current status, read from the database now."""
-        status = self.app.database.run(lambda conn: self.app.store.get_job_status(conn, self.id))
+        status = self.app.database.run(lambda conn: self.app.queries.get_job_status(conn, self.id))
         if status is None:
             raise self._missing()
         return status
 
     async def astatus(self) -> JobStatus:
         status = await self.app.database.arun(
-            lambda conn: self.app.store.aget_job_status(conn, self.id)
+            lambda conn: self.app.queries.aget_job_status(conn, self.id)
         )
         if status is None:
             raise self._missing()
@@ -56,13 +56,13 @@ class JobHandle(Generic[R]):
 
     def fetch(self) -> JobRow:
         """A snapshot of the whole job row."""
-        row = self.app.database.run(lambda conn: self.app.store.get_job(conn, self.id))
+        row = self.app.database.run(lambda conn: self.app.queries.get_job(conn, self.id))
         if row is None:
             raise self._missing()
         return row
 
     async def afetch(self) -> JobRow:
-        row = await self.app.database.arun(lambda conn: self.app.store.aget_job(conn, self.id))
+        row = await self.app.database.arun(lambda conn: self.app.queries.aget_job(conn, self.id))
         if row is None:
             raise self._missing()
         return row

@@ -19,7 +19,7 @@ from typing import Any
 
 from .._errors import ConfigurationError
 from .._payload import check_name
-from .._store.db import DatabaseSettings
+from .._store.connecting import DatabaseSettings
 
 #: The store unrouted queues go to (and the only store of ``App(dsn)``).
 DEFAULT_STORE = "default"

@@ -98,7 +98,7 @@ class ResultListener:
                 with self.app.database.connect(
                     session=True, application_name="pgtasks results"
                 ) as conn:
-                    self.app.store.listen(conn, self.app.store.done_channel)
+                    self.app.queries.listen(conn, self.app.queries.done_channel)
                     self._ready.set()
                     failures = 0
                     while not self._closing.is_set():
@@ -183,7 +183,7 @@ def wait_for_result(app: App, job_id: int, timeout: float | None) -> Any:
     try:
         listener.wait_ready(polling.first_wait)
         while True:
-            row = app.database.run(lambda conn: app.store.get_job_outcome(conn, job_id))
+            row = app.database.run(lambda conn: app.queries.get_job_outcome(conn, job_id))
             finished, result = outcome_of(job_id, row)
             if finished:
                 return result
@@ -207,7 +207,7 @@ async def await_result(app: App, job_id: int, timeout: float | None) -> Any:
     try:
         await loop.run_in_executor(None, listener.wait_ready, polling.first_wait)
         while True:
-            row = await app.database.arun(lambda conn: app.store.aget_job_outcome(conn, job_id))
+            row = await app.database.arun(lambda conn: app.queries.aget_job_outcome(conn, job_id))
             finished, result = outcome_of(job_id, row)
             if finished:
                 return result

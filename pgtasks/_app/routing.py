@@ -32,12 +32,12 @@ if TYPE_CHECKING:
 
 def for_store(app: App, name: str) -> App:
     """The App of store ``name`` (made once per store, shared)."""
-    if app.store_name == name and (app.stores.single or app is not app.root):
+    if app.store_name == name and (app.store_router.single or app is not app.root):
         return app  # (an App of several stores has an App of its default store too)
     root = app.root
     view = root.views.get(name)
     if view is None:
-        root.stores.layout.check_store(name)
+        root.store_router.layout.check_store(name)
         with root._lock:
             view = root.views.get(name)
             if view is None:
@@ -49,7 +49,7 @@ def for_store(app: App, name: str) -> App:
 
 def _view(root: App, name: str) -> App:
     view = copy.copy(root)
-    database = root.stores.databases[name]
+    database = root.store_router.databases[name]
     view.database = database
     view.settings = dataclasses.replace(root.settings, database=database.settings, store=name)
     view.store_name = name
@@ -65,7 +65,7 @@ def for_specs(
     when they span stores, or a limited task goes to another store than its queue's."""
     name = store_of_specs(app, specs)
     if connection is not None:
-        app.stores.check_connection(connection, name, specs[0].queue)
+        app.store_router.check_connection(connection, name, specs[0].queue)
     return for_store(app, name)
 
 
@@ -74,12 +74,12 @@ async def afor_specs(
 ) -> App:
     name = store_of_specs(app, specs)
     if connection is not None:
-        await app.stores.acheck_connection(connection, name, specs[0].queue)
+        await app.store_router.acheck_connection(connection, name, specs[0].queue)
     return for_store(app, name)
 
 
 def store_of_specs(app: App, specs: Sequence[JobSpec]) -> str:
-    stores = app.stores
+    stores = app.store_router
     if len(specs) == 1:  # delay(): one route to read
         spec = specs[0]
         name = stores.store_of_queue(spec.queue)
@@ -102,7 +102,7 @@ def _check_limited(app: App, spec: JobSpec, name: str) -> None:
     """A job of a task with limits goes to its task's queue's store (CrossStoreError)."""
     task = app.tasks.get(spec.task_name)
     if task is not None and task.limits is not None:
-        home = app.stores.store_of_queue(task.queue)
+        home = app.store_router.store_of_queue(task.queue)
         if home != name:
             raise CrossStoreError(
                 f"task {task.name!r} has limits, held in store {home!r} (its queue"
@@ -114,7 +114,7 @@ def _check_limited(app: App, spec: JobSpec, name: str) -> None:
 
 def for_queue(app: App, queue: str) -> App:
     """The App of the store ``queue`` routes to (the App of one store: itself)."""
-    if app.stores.single or app.settings.store is not None:
+    if app.store_router.single or app.settings.store is not None:
         return app
     return for_store(app, app.store_of_queue(queue))
 
@@ -124,7 +124,7 @@ def held(app: App) -> tuple[list[Task[..., Any]], list[QueueLimits]]:
     in the store of its queue (a task's: the task's queue), where its jobs are counted;
     every one for an App of one store or of several (the root)."""
     tasks, queues = list(app.tasks.values()), list(app.queue_limits.values())
-    if app.stores.single or app.settings.store is None:
+    if app.store_router.single or app.settings.store is None:
         return tasks, queues
     here = app.store_name
     return (
@@ -136,23 +136,23 @@ def held(app: App) -> tuple[list[Task[..., Any]], list[QueueLimits]]:
 def serving(app: App) -> list[App]:
     """The Apps of the stores ``app`` serves: every store for an App of several, else
     its one."""
-    if app.stores.single or app.settings.store is not None:
+    if app.store_router.single or app.settings.store is not None:
         return [app]
-    return [for_store(app, name) for name in app.stores.names]
+    return [for_store(app, name) for name in app.store_router.names]
 
 
 def paused_queues(app: App) -> list[str]:
     names: list[str] = []
     for owner in serving(app):
-        names.extend(row["queue"] for row in owner.database.run(owner.store.get_paused_queues))
+        names.extend(row["queue"] for row in owner.database.run(owner.queries.get_paused_queues))
     return sorted(names)
 
 
 def for_id(app: App, object_id: int) -> App:
     """The App of the store that issued this job or workflow id."""
-    if app.stores.single:
+    if app.store_router.single:
         return app
-    return for_store(app, app.stores.name_for_id(object_id))
+    return for_store(app, app.store_router.name_for_id(object_id))
 
 
 def _missing(job_id: int) -> JobNotFoundError:
@@ -161,14 +161,14 @@ def _missing(job_id: int) -> JobNotFoundError:
 
 def get_job(app: App, job_id: int) -> JobHandle[Any]:
     owner = for_id(app, job_id)
-    if owner.database.run(lambda conn: owner.store.get_job_status(conn, job_id)) is None:
+    if owner.database.run(lambda conn: owner.queries.get_job_status(conn, job_id)) is None:
         raise _missing(job_id)
     return JobHandle(owner, job_id)
 
 
 async def aget_job(app: App, job_id: int) -> JobHandle[Any]:
     owner = for_id(app, job_id)
-    status = await owner.database.arun(lambda conn: owner.store.aget_job_status(conn, job_id))
+    status = await owner.database.arun(lambda conn: owner.queries.aget_job_status(conn, job_id))
     if status is None:
         raise _missing(job_id)
     return JobHandle(owner, job_id)
@@ -176,7 +176,7 @@ async def aget_job(app: App, job_id: int) -> JobHandle[Any]:
 
 def cancel(app: App, job_id: int) -> CancelResult:
     owner = for_id(app, job_id)
-    row = owner.database.run(lambda conn: owner.store.cancel_job(conn, job_id))
+    row = owner.database.run(lambda conn: owner.queries.cancel_job(conn, job_id))
     if row is None:
         raise _missing(job_id)
     return CancelResult.from_row(job_id, row)
@@ -184,7 +184,7 @@ def cancel(app: App, job_id: int) -> CancelResult:
 
 async def acancel(app: App, job_id: int) -> CancelResult:
     owner = for_id(app, job_id)
-    row = await owner.database.arun(lambda conn: owner.store.acancel_job(conn, job_id))
+    row = await owner.database.arun(lambda conn: owner.queries.acancel_job(conn, job_id))
     if row is None:
         raise _missing(job_id)
     return CancelResult.from_row(job_id, row)
@@ -198,7 +198,7 @@ def update_job_meta(
         return True
     owner = for_id(app, job_id)
     return owner.database.run(
-        lambda conn: owner.store.update_job_meta(
+        lambda conn: owner.queries.update_job_meta(
             conn, job_id=job_id, worker_id=worker_id, attempt=attempt, patch_json=patch_json
         )
     )
@@ -206,11 +206,11 @@ def update_job_meta(
 
 def get_jobs(app: App, job_ids: Sequence[int]) -> list[JobRow]:
     rows: list[JobRow] = []
-    for name, ids in app.stores.group_ids(list(job_ids)).items():
+    for name, ids in app.store_router.group_ids(list(job_ids)).items():
         owner = for_store(app, name)
 
         def read(conn: psycopg.Connection[Any], owner: App = owner, ids: list[int] = ids) -> Any:
-            return owner.store.get_jobs(conn, ids)
+            return owner.queries.get_jobs(conn, ids)
 
         rows.extend(owner.database.run(read))
     return sorted(rows, key=lambda row: row.id) if len(rows) > 1 else rows
@@ -218,7 +218,7 @@ def get_jobs(app: App, job_ids: Sequence[int]) -> list[JobRow]:
 
 async def aget_jobs(app: App, job_ids: Sequence[int]) -> list[JobRow]:
     rows: list[JobRow] = []
-    for name, ids in app.stores.group_ids(list(job_ids)).items():
+    for name, ids in app.store_router.group_ids(list(job_ids)).items():
         owner = for_store(app, name)
         rows.extend(await owner.database.arun(_reader(owner, ids)))
     return sorted(rows, key=lambda row: row.id) if len(rows) > 1 else rows
@@ -228,13 +228,13 @@ def restore_database(app: App, database: Database) -> None:
     """Make ``database`` the App's (for an App of several stores: its store's)."""
     app.close()
     app.database = database
-    app.stores.databases[app.store_name] = database
-    layout = app.stores.layout
+    app.store_router.databases[app.store_name] = database
+    layout = app.store_router.layout
     stores = dict(layout.stores)
     stores[app.store_name] = database.settings
-    app.stores.layout = dataclasses.replace(layout, stores=stores)
+    app.store_router.layout = dataclasses.replace(layout, stores=stores)
     app.settings = dataclasses.replace(
-        app.settings, database=database.settings, layout=app.stores.layout
+        app.settings, database=database.settings, layout=app.store_router.layout
     )
 
 
@@ -242,6 +242,6 @@ def _reader(
     owner: App, ids: list[int]
 ) -> Callable[[psycopg.AsyncConnection[Any]], Awaitable[list[JobRow]]]:
     def read(conn: psycopg.AsyncConnection[Any]) -> Awaitable[list[JobRow]]:
-        return owner.store.aget_jobs(conn, ids)
+        return owner.queries.aget_jobs(conn, ids)
 
     return read

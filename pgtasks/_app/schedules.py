@@ -124,7 +124,7 @@ def schedule_statuses(
     """
 
     def read(conn: psycopg.Connection[Any]) -> tuple[datetime, list[dict[str, Any]]]:
-        return app.store.get_database_time(conn), app.store.list_periodic(conn)
+        return app.queries.get_database_time(conn), app.queries.list_periodic(conn)
 
     now, rows = (run or app.database.run)(read)
     stored = {row["name"]: row for row in rows}

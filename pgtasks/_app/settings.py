@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 from .._errors import ConfigurationError
 from .._operations import retention_seconds
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES
-from .._store.db import DatabaseSettings, PoolSettings
+from .._store.connecting import DatabaseSettings, PoolSettings
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from .._validation import positive_seconds, whole_number
 from .layout import DEFAULT_STORE, Store, StoreLayout
@@ -165,3 +166,23 @@ class FromSettings(Generic[T]):
         settings = instance.settings
         value: T = getattr(settings.pools if self.pools else settings, self.field)
         return value
+
+
+class DeprecatedAlias:
+    """An attribute's former name: reading it warns (DeprecationWarning) and gives the
+    attribute ``name`` of the same object."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.alias = ""
+
+    def __set_name__(self, owner: type, alias: str) -> None:
+        self.alias = alias
+
+    def __get__(self, instance: object, owner: type) -> Any:
+        if instance is None:
+            return self
+        where = owner.__name__
+        message = f"{where}.{self.alias} is deprecated: use {where}.{self.name}"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(instance, self.name)

@@ -1,7 +1,7 @@
 """Operator reads of workflows, shared by ``pgtasks workflows``, ``doctor`` and the
 dashboard: a workflow and its jobs, the list of workflows (by state, by id), one
 workflow's page (steps, edges, states, results, timings, incidents) and the incidents of
-the workflow machinery (migration workflow_progress).
+the workflow machinery.
 
 Each function runs its statements through ``app.database.run`` (or the ``run`` it is
 given: the dashboard's own connections) and returns values of ``pgtasks._workflows_text``.
@@ -49,10 +49,10 @@ def describe_workflow(app: App, workflow_id: int) -> dict[str, Any]:
     app = for_id(app, workflow_id)  # the store that issued the id
 
     def read(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
-        row = app.store.get_workflow(conn, workflow_id)
+        row = app.queries.get_workflow(conn, workflow_id)
         if row is None:
             return None
-        return {**row, "jobs": app.store.get_workflow_jobs(conn, workflow_id)}
+        return {**row, "jobs": app.queries.get_workflow_jobs(conn, workflow_id)}
 
     described = app.database.run(read)
     if described is None:
@@ -79,7 +79,7 @@ def list_workflows(
     if workflow_id is not None and run is None:
         app = for_id(app, workflow_id)
     rows: list[dict[str, Any]] = (run or app.database.run)(
-        lambda conn: app.store.list_workflows(
+        lambda conn: app.queries.list_workflows(
             conn, status=status, workflow_id=workflow_id, before=before, limit=limit
         )
     )
@@ -104,7 +104,7 @@ def workflow_detail(
         app = for_id(app, workflow_id)  # the store that issued the id
 
     def read(conn: psycopg.Connection[Any]) -> WorkflowDetail | None:
-        store = app.store
+        store = app.queries
         rows = store.list_workflows(conn, workflow_id=workflow_id, limit=1)
         if not rows:
             return None
@@ -141,7 +141,7 @@ def workflow_incidents(
     if workflow_id is not None:
         app = for_id(app, workflow_id)
     rows = app.database.run(
-        lambda conn: app.store.list_workflow_incidents(
+        lambda conn: app.queries.list_workflow_incidents(
             conn, workflow_id=workflow_id, kind=kind, limit=limit
         )
     )

@@ -52,11 +52,11 @@ class WorkflowResult:
         return JobCancelled(job_id, row["last_error"] if row is not None else None)
 
     def _jobs(self) -> list[Row]:
-        store = self.app.store
+        store = self.app.queries
         return self.app.database.run(lambda conn: store.get_workflow_jobs(conn, self.id))
 
     async def _ajobs(self) -> list[Row]:
-        store = self.app.store
+        store = self.app.queries
         return await self.app.database.arun(lambda conn: store.aget_workflow_jobs(conn, self.id))
 
     def _wait(self, timeout: float | None) -> list[Any]:

@@ -445,7 +445,7 @@ def _prepare(root: Canvas, on_error: Signature | None) -> _Prepared:
         )
     steps = plan.steps(app)
     on_error_job = _on_error_job(app, on_error)
-    if not app.stores.single:  # every step in one store: the triggers stay transactional
+    if not app.store_router.single:  # every step in one store: the triggers stay transactional
         queues = [(f"step {step.step}", step.spec.queue) for step in steps]
         if on_error_job is not None:
             queues.append(("on_error", on_error_job.spec.queue))
@@ -484,7 +484,7 @@ def enqueue_workflow(
 ) -> WorkflowResult:
     """Plan, validate and insert ``root``; see :meth:`_Workflow.apply_async`."""
     prepared = _prepare(root, on_error)
-    app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, prepared.app.store
+    app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, prepared.app.queries
 
     def write(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
         workflow_id = store.insert_workflow(
@@ -512,8 +512,8 @@ def enqueue_workflow(
             return write(conn)
 
     if connection is not None:
-        if not app.stores.single:
-            app.stores.check_connection(connection, app.store_name, _first_queue(plan))
+        if not app.store_router.single:
+            app.store_router.check_connection(connection, app.store_name, _first_queue(plan))
         app.database.check_schema(connection)
         workflow_id, ids = insert(connection)
     else:
@@ -529,7 +529,7 @@ async def aenqueue_workflow(
 ) -> WorkflowResult:
     """The async twin of :func:`enqueue_workflow`."""
     prepared = _prepare(root, on_error)
-    app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, prepared.app.store
+    app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, prepared.app.queries
 
     async def write(conn: psycopg.AsyncConnection[Any]) -> tuple[int, list[int]]:
         workflow_id = await store.ainsert_workflow(
@@ -555,8 +555,8 @@ async def aenqueue_workflow(
             return await write(conn)
 
     if connection is not None:
-        if not app.stores.single:
-            await app.stores.acheck_connection(connection, app.store_name, _first_queue(plan))
+        if not app.store_router.single:
+            await app.store_router.acheck_connection(connection, app.store_name, _first_queue(plan))
         await app.database.acheck_schema(connection)
         workflow_id, ids = await insert(connection)
     else:

@@ -1,1 +1,1 @@
-"""Store: the only place that runs SQL (queries in pgtasks/sql/), connections and migrations."""
+"""The store layer: the only place that runs SQL (pgtasks/sql/), connections and migrations."""

@@ -1,6 +1,6 @@
-"""StoreBase: statement rendering and the two thin executors (sync and async).
+"""QueriesBase: statement rendering and the two thin executors (sync and async).
 
-The Store (``_store.py``) and its per-area query mixins (``_store_*.py``) build on it;
+Queries (``queries.py``) and its per-area query mixins (``<area>.py``) build on it;
 no other module runs SQL.
 """
 
@@ -240,11 +240,11 @@ def own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
 
 
 #: Claims that, run in a round trip that writes no outcome, announce themselves (see
-#: StoreBase._announced): ``<name>_announced`` is the same claim plus one notification.
+#: QueriesBase._announced): ``<name>_announced`` is the same claim plus one notification.
 ANNOUNCED_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_limited_jobs", "claim_limited")
 
 
-class StoreBase:
+class QueriesBase:
     """Rendered statements of one schema, and how to run them."""
 
     def __init__(self, schema: str) -> None:
@@ -314,6 +314,13 @@ class StoreBase:
         """The parameters of a statement on this schema's advisory lock of ``lock_class``
         (migrations, beat, pruner, healer)."""
         return {"lock_class": lock_class, "schema": self.schema}
+
+    def lock_migrations(self, conn: psycopg.Connection[Any]) -> None:
+        """Take the schema's migration lock until the end of the caller's transaction: a
+        migrator's, and every other change of the schema's tables (jobs_history's day
+        partitions, a store's numbering), so that none overlaps a migration (granted at
+        once to a migrator's own session; waited for under the lock_timeout in force)."""
+        self._rows(conn, "lock_migrations", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE))
 
     # -- executors --
     @overload

@@ -1,4 +1,4 @@
-"""ClaimQueries: the Store's claims and finishes (``sql/queries.sql``, ``sql/limits.sql``,
+"""ClaimQueries: claims and finishes (``sql/queries.sql``, ``sql/limits.sql``,
 ``sql/rescues.sql``), and the round trip that runs both at once.
 
 The worker hands over records (``pgtasks._leases``): a ClaimRequest becomes the claim
@@ -29,7 +29,7 @@ from .._leases import (
     claim_order,
 )
 from .._payload import MAX_DECODE_DEPTH, decode_stored
-from .base import JsonbUndecodedLoader, StoreBase, own_transaction, translate_errors
+from .base import JsonbUndecodedLoader, QueriesBase, own_transaction, translate_errors
 
 #: ClaimedJob's fields by the claim's column names (``attempts`` is the attempt).
 _CLAIM_FIELDS = {"attempts": "attempt"}
@@ -199,7 +199,7 @@ def finish_params(finishes: Sequence[Finish]) -> list[dict[str, Any]]:
 
     Each owner's finishes go in job id order, so the rows are locked in that order. The
     workflow steps a finish moves on are locked by the workflow triggers, in job id order
-    too, whatever the order of the finishes (migration workflow_progress).
+    too, whatever the order of the finishes.
     """
     by_owner: dict[int, list[Finish]] = {}
     for finish in finishes:
@@ -230,7 +230,7 @@ def _one_owner(finishes: Sequence[Finish]) -> bool:
     return all(finish.worker_id == owner for finish in finishes)
 
 
-class ClaimQueries(StoreBase):
+class ClaimQueries(QueriesBase):
     """Claim jobs, write their attempts' ends (fenced), give leases back."""
 
     def claim_jobs(
@@ -250,7 +250,7 @@ class ClaimQueries(StoreBase):
     def claim_limited_jobs(
         self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
     ) -> list[ClaimedJob]:
-        """The limited claim of the previous release (migration 0009), kept for its
+        """The limited claim of the previous release, kept for its
         workers during a rolling upgrade; this release claims with :meth:`claim_limited`."""
         return self._claimed(conn, "claim_limited_jobs", claim, announced=announced)
 
@@ -306,8 +306,8 @@ class ClaimQueries(StoreBase):
         """``finish_jobs`` then the claim (None, or a limit of 0: none): one transaction,
         one network round trip (pipeline mode).
 
-        A limited claim (some limit is stored, migration 0009) takes the jobs that limits
-        apply to (claim_limited, migration flow_control) in this round trip; when those do
+        A limited claim (some limit is stored) takes the jobs that limits
+        apply to (claim_limited) in this round trip; when those do
         not fill its limit, a second round trip claims plain jobs for the rest. Claimed
         jobs come limited first (in the order the limited claim took them), then plain
         ones in claim order. What held limited jobs back, or the error that ended the

@@ -1,5 +1,5 @@
-"""CounterQueries: the Store's queries of the counters of exercised guarantees
-(``sql/counters.sql``, migration 0014), one method per named query."""
+"""CounterQueries: queries of the counters of exercised guarantees
+(``sql/counters.sql``), one method per named query."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 import psycopg
 
 from .._counters import ENQUEUES_DEDUPLICATED
-from .base import StoreBase
+from .base import QueriesBase
 
 
-class CounterQueries(StoreBase):
+class CounterQueries(QueriesBase):
     """Add to, read and fold the counters."""
 
     def add_counters(self, conn: psycopg.Connection[Any], counts: Mapping[str, int]) -> None:

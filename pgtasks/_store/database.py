@@ -39,22 +39,22 @@ from .._dsn import describe_dsn, redact_for
 from .._embedded import embedded_dsn
 from .._errors import ConfigurationError, PoolExhaustedError
 from ..sql import Migration
-from . import db, opening
-from .failures import (
+from . import connecting, opening
+from .error_kinds import (
     arollback_left_open,
     is_connection_failure,
     is_recovery_conflict,
     left_open,
     rollback_left_open,
 )
-from .migrate import (
+from .migrator import (
     DEFAULT_LOCK_RETRY_FOR,
     DEFAULT_LOCK_TIMEOUT,
     MigrationPlan,
     Migrator,
     check_version,
 )
-from .store import Store
+from .queries import Queries
 
 T = TypeVar("T")
 
@@ -107,16 +107,16 @@ class Database:
 
     def __init__(
         self,
-        settings: db.DatabaseSettings,
-        pools: db.PoolSettings,
+        settings: connecting.DatabaseSettings,
+        pools: connecting.PoolSettings,
         *,
-        store: Store | None = None,
+        queries: Queries | None = None,
         connection_kwargs: Mapping[str, Any] | None = None,
         name: str | None = None,
     ) -> None:
         self.settings = settings
         self.pools = pools
-        self.store = store if store is not None else Store(settings.schema)
+        self.queries = queries if queries is not None else Queries(settings.schema)
         self.extra_kwargs = dict(connection_kwargs or {})
         self.name = name or f"pgtasks-{settings.schema}"
         self.configured_dsn = settings.dsn
@@ -187,13 +187,16 @@ class Database:
         if self.pooled and not session:
             kwargs.pop("options", None)
         else:
-            kwargs["options"] = db.pinned_options(kwargs.get("options"))
+            kwargs["options"] = connecting.pinned_options(kwargs.get("options"))
         if not session and not self.prepared_statements:
             kwargs["prepare_threshold"] = None
         return kwargs
 
-    #: READ COMMITTED on a pooled connection, per transaction (see db.pin_isolation).
-    pin_isolation, apin_isolation = staticmethod(db.pin_isolation), staticmethod(db.apin_isolation)
+    #: READ COMMITTED on a pooled connection, per transaction (see connecting.pin_isolation).
+    pin_isolation, apin_isolation = (
+        staticmethod(connecting.pin_isolation),
+        staticmethod(connecting.apin_isolation),
+    )
 
     def connect(
         self,
@@ -205,7 +208,7 @@ class Database:
     ) -> psycopg.Connection[Any]:
         """A new connection of its own (autocommit unless ``autocommit=False``) to ``dsn``,
         the session DSN (``session``) or the replica (``replica``), READ COMMITTED whatever
-        the server's default (db.pin_isolation).
+        the server's default (connecting.pin_isolation).
 
         ``options`` (libpq startup options, ``-c name=value``) are sent on direct
         connections only: a transaction pooler refuses them (PgBouncer before 1.20) or
@@ -231,7 +234,9 @@ class Database:
         if direct:
             # The caller's options replace the App's; the isolation pin goes with either.
             extra["options"] = (
-                db.pinned_options(options) if options else extra.get("options") or db.PINNED
+                connecting.pinned_options(options)
+                if options
+                else extra.get("options") or connecting.PINNED
             )
         kwargs.setdefault("autocommit", True)
         kwargs.setdefault("connect_timeout", max(1, round(self.pools.connect_timeout)))
@@ -253,7 +258,7 @@ class Database:
                 # READ COMMITTED whatever the database or role default (see pin_isolation).
                 configure=self.pin_isolation if self.pooled else None,
                 name=self.name,
-                **db.pool_options(self.pools, self.connection_kwargs()),
+                **connecting.pool_options(self.pools, self.connection_kwargs()),
             )
             # Wait for the first connection(s): a first request that had to wait would
             # make the pool open one more connection at once, and a one-by-one producer
@@ -274,7 +279,7 @@ class Database:
                 self.dsn,
                 configure=self.apin_isolation if self.pooled else None,
                 name=f"{self.name}-async",
-                **db.pool_options(self.pools, self.connection_kwargs()),
+                **connecting.pool_options(self.pools, self.connection_kwargs()),
             )
             # Waiting for the first connection keeps no connection attempt running in
             # the background when a short-lived loop (asyncio.run) ends.
@@ -299,13 +304,13 @@ class Database:
                     f" long transaction)? The server at {self.describe()} is reachable."
                 )
             cause = probed or cause
-        if cause is not None and db.refuses_startup_options(cause):
-            return db.startup_options_refused(self.dsn, cause)
-        return db.unavailable_error(self.dsn, cause, self.pools.connect_timeout)
+        if cause is not None and connecting.refuses_startup_options(cause):
+            return connecting.startup_options_refused(self.dsn, cause)
+        return connecting.unavailable_error(self.dsn, cause, self.pools.connect_timeout)
 
     def _probe(self) -> BaseException | None:
         """One direct connection, as the pool makes them: its error, None when it worked."""
-        return db.probe_connection_error(
+        return connecting.probe_connection_error(
             self.dsn, self.pools.connect_timeout, self.connection_kwargs()
         )
 
@@ -389,8 +394,8 @@ class Database:
                     conn.commit()
                 return result
             except psycopg.Error as error:
-                if db.lost_prepared_statement(error):
-                    raise db.pooler_error(self.dsn, error, declared=self.pooled) from error
+                if connecting.lost_prepared_statement(error):
+                    raise connecting.pooler_error(self.dsn, error, declared=self.pooled) from error
                 raise
             finally:
                 pool.putconn(conn)  # replaces a broken connection
@@ -434,8 +439,8 @@ class Database:
                     await conn.commit()
                 return result
             except psycopg.Error as error:
-                if db.lost_prepared_statement(error):
-                    raise db.pooler_error(self.dsn, error, declared=self.pooled) from error
+                if connecting.lost_prepared_statement(error):
+                    raise connecting.pooler_error(self.dsn, error, declared=self.pooled) from error
                 raise
             finally:
                 await apool.putconn(conn)
@@ -455,12 +460,12 @@ class Database:
     def check_schema(self, conn: psycopg.Connection[Any]) -> None:
         """SchemaNotMigratedError / SchemaTooNewError unless the schema is current (once)."""
         if not self.schema_checked:
-            check_version(self.store.schema, self.store.get_schema_version(conn))
+            check_version(self.queries.schema, self.queries.get_schema_version(conn))
             self.schema_checked = True
 
     async def acheck_schema(self, conn: psycopg.AsyncConnection[Any]) -> None:
         if not self.schema_checked:
-            check_version(self.store.schema, await self.store.aget_schema_version(conn))
+            check_version(self.queries.schema, await self.queries.aget_schema_version(conn))
             self.schema_checked = True
 
     def _migration_connection(self) -> psycopg.Connection[Any]:
@@ -475,7 +480,9 @@ class Database:
         try:
             return self.connect(session=True, application_name="pgtasks migrate")
         except psycopg.OperationalError as error:
-            raise db.unavailable_error(session_dsn, error, self.pools.connect_timeout) from None
+            raise connecting.unavailable_error(
+                session_dsn, error, self.pools.connect_timeout
+            ) from None
 
     def migrate(
         self,
@@ -484,13 +491,15 @@ class Database:
         lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
     ) -> list[Migration]:
         """Create or upgrade the schema online; safe to run concurrently and repeatedly."""
-        migrator = Migrator(self.store, lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+        migrator = Migrator(self.queries, lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+
+        def at_head(conn: psycopg.Connection[Any]) -> None:  # online, the migration lock held
+            check_version(self.queries.schema, self.queries.get_schema_version(conn))
+            self.queries.prepare_history_days(conn)  # jobs_history's first days (and the pruner)
+
         with self._migration_connection() as conn:
-            applied = migrator.migrate(conn)
-            check_version(self.store.schema, self.store.get_schema_version(conn))
-            if conn.autocommit:
-                # Today's partitions of jobs_history (the pruner keeps them coming).
-                self.store.prepare_history_days(conn)
+            applied = migrator.migrate(conn, while_locked=at_head)
+            check_version(self.queries.schema, self.queries.get_schema_version(conn))
         self.schema_checked = True
         return applied
 
@@ -501,7 +510,7 @@ class Database:
         lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
     ) -> MigrationPlan:
         """What :meth:`migrate` would do now (read only)."""
-        migrator = Migrator(self.store, lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
+        migrator = Migrator(self.queries, lock_timeout=lock_timeout, lock_retry_for=lock_retry_for)
         with self._migration_connection() as conn:
             return migrator.plan(conn)
 
@@ -520,10 +529,10 @@ class Database:
                 min_size=0,
                 max_size=REPLICA_POOL_MAX,
                 kwargs={
-                    **db.pool_kwargs(),
+                    **connecting.pool_kwargs(),
                     "application_name": "pgtasks replica reads",
                     **self.extra_kwargs,
-                    "options": db.pinned_options(self.extra_kwargs.get("options")),
+                    "options": connecting.pinned_options(self.extra_kwargs.get("options")),
                 },
                 timeout=self.pools.connect_timeout,
                 name=f"{self.name}-replica",

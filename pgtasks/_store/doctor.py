@@ -1,4 +1,4 @@
-"""DoctorQueries: the Store's read-only queries for ``pgtasks doctor`` (``sql/doctor.sql``)."""
+"""DoctorQueries: read-only queries for ``pgtasks doctor`` (``sql/doctor.sql``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from .base import Row, StoreBase
+from .base import QueriesBase, Row
 
 
 def _deeper_than(depth: int) -> str:
@@ -15,7 +15,7 @@ def _deeper_than(depth: int) -> str:
     return f'strict $.**{{{int(depth)}}} ? (@.type() == "array" || @.type() == "object")'
 
 
-class DoctorQueries(StoreBase):
+class DoctorQueries(QueriesBase):
     """Facts about the server and the schema's tables; nothing here writes."""
 
     def get_oldest_snapshot(self, conn: psycopg.Connection[Any]) -> Row | None:

@@ -1,4 +1,4 @@
-"""HistoryQueries: the Store's statements for jobs_history (migration jobs_history):
+"""HistoryQueries: statements for jobs_history:
 its day partitions created ahead and dropped once expired, rows past retention deleted
 where no whole day can be dropped, and finished jobs left in jobs by older versions moved
 over in batches (``sql/operations.sql``)."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from .base import StoreBase
+from .base import QueriesBase
 
 logger = logging.getLogger("pgtasks.pruner")
 
@@ -21,24 +21,27 @@ DAYS_AHEAD = 2
 PARTITION_LOCK_TIMEOUT = "1s"
 
 
-class HistoryQueries(StoreBase):
+class HistoryQueries(QueriesBase):
     """jobs_history's partitions and the batched deletes and moves of the pruner."""
 
     def prepare_history_days(self, conn: psycopg.Connection[Any]) -> list[str]:
         """Create the coming days' partitions on ``conn`` (autocommit), each in a
-        transaction of its own under ``PARTITION_LOCK_TIMEOUT``; their names. A busy
-        table, or another session creating the same day at once, leaves it to the next
-        call."""
+        transaction of its own under ``PARTITION_LOCK_TIMEOUT`` that holds the schema's
+        migration lock (a migrator's schema changes and partition changes never overlap);
+        their names. A busy table, a migration under way, or another session creating the
+        same day at once, leaves it to the next call."""
         created: list[str] = []
         for _ in range(2 * (DAYS_AHEAD + 1)):
             try:
                 with conn.transaction():
                     self.set_lock_timeout(conn)
+                    self.lock_migrations(conn)
                     names = self.create_history_days(conn)
             except (
                 psycopg.errors.LockNotAvailable,
                 psycopg.errors.DeadlockDetected,
                 psycopg.errors.DuplicateTable,
+                psycopg.errors.DuplicateObject,
                 psycopg.errors.UniqueViolation,
             ) as error:
                 logger.info("jobs_history's next days are created later (%s)", type(error).__name__)
@@ -89,6 +92,7 @@ class HistoryQueries(StoreBase):
             counted = self.forget_history_day_keys(conn, partition=partition)
         with conn.transaction():
             self.set_lock_timeout(conn)
+            self.lock_migrations(conn)
             row = self._rows(
                 conn, "drop_history_day", {"class": history_class, "partition": partition}
             )[0]

@@ -1,4 +1,4 @@
-"""InsertQueries: the Store's enqueue paths (``sql/queries.sql``): one job, a batch by
+"""InsertQueries: enqueue paths (``sql/queries.sql``): one job, a batch by
 arrays, delay_many's batch, a large batch by COPY; limited and scoped jobs go to their own
 queries (limits.py, unique.py)."""
 
@@ -18,7 +18,7 @@ from .limits import LimitQueries
 from .params import batch_params, copy_chunks, job_params, jobs_columns
 from .unique import UniqueQueries, aatomic, atomic, is_life_key_conflict
 
-#: Batches of at least this many plain jobs go by COPY (Store.copy_new_jobs): two round
+#: Batches of at least this many plain jobs go by COPY (Queries.copy_new_jobs): two round
 #: trips instead of one, but for many jobs far less work for both ends than the arrays of
 #: insert_new_jobs (measured by benchmarks/enqueue.py).
 COPY_MIN_JOBS = 64
@@ -63,7 +63,7 @@ class InsertQueries(LimitQueries, UniqueQueries):
             row = self._rows(conn, "insert_job", params, tuples=True)[0]
         except UniqueViolation as error:
             # The key's job was enqueued, ran and finished while this statement waited
-            # (its key left jobs for job_keys, migration jobs_history): once more, it is
+            # (its key left jobs for job_keys): once more, it is
             # answered from job_keys. Inside the caller's transaction the error stands.
             if not (is_life_key_conflict(error) and own_transaction(conn)):
                 raise

@@ -1,6 +1,6 @@
-"""LimitQueries: the Store's queries for concurrency and rate limits (``sql/limits.sql``,
-migration 0009), one method per named query; the limited claim is a claim like the others
-(claims.py). Jobs no limit applies to never use them."""
+"""LimitQueries: queries for concurrency and rate limits (``sql/limits.sql``), one
+method per named query; the limited claim is a claim like the others (claims.py). Jobs no
+limit applies to never use them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import psycopg
 
 from .._jobs import InsertedJob, JobSpec
 from .._limits import LimitDefinition
-from .base import Params, Row, StoreBase
+from .base import Params, QueriesBase, Row
 from .params import job_params, jobs_columns, limit_columns, limit_params
 
 
@@ -24,7 +24,7 @@ def limited_jobs_params(specs: Sequence[JobSpec]) -> Params:
     return {**jobs_columns(specs, keys=True), **limit_columns(specs)}
 
 
-class LimitQueries(StoreBase):
+class LimitQueries(QueriesBase):
     """Insert limited jobs, claim them within their limits, store and read the limits."""
 
     # -- enqueue --

@@ -1,4 +1,4 @@
-"""Store queries of metrics and of ``pgtasks.testing`` (``sql/metrics.sql``)."""
+"""MetricsQueries: the queries of metrics and of ``pgtasks.testing`` (``sql/metrics.sql``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from .base import StoreBase
+from .base import QueriesBase
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +28,7 @@ def _queues_param(queues: Sequence[str] | None) -> dict[str, Any]:
     return {"queues": list(queues) if queues is not None else None}
 
 
-class MetricsQueries(StoreBase):
+class MetricsQueries(QueriesBase):
     """Counts for metrics and ``pgtasks.testing`` (never SKIP LOCKED), and test schemas."""
 
     def limit_statement_time(self, conn: psycopg.Connection[Any], seconds: float) -> None:

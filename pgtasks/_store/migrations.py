@@ -1,4 +1,4 @@
-"""MigrationQueries: what the migrator runs besides the version table (sql/migrate.sql)."""
+"""MigrationQueries: what the migrator runs besides the version table (sql/migrations.sql)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from .base import ADVISORY_LOCK_CLASS_MIGRATE, Params, Row, StoreBase, translate_errors
+from .base import ADVISORY_LOCK_CLASS_MIGRATE, Params, QueriesBase, Row, translate_errors
 
 
-class MigrationQueries(StoreBase):
+class MigrationQueries(QueriesBase):
     def lock_migrations_session(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's migration lock for ``conn``'s session."""
         rows = self._rows(

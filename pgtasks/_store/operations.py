@@ -1,4 +1,4 @@
-"""OperationsQueries: the Store's queries for ``pgtasks stats|jobs|workers|prune`` and the
+"""OperationsQueries: queries for ``pgtasks stats|jobs|workers|prune`` and the
 Pruner (``sql/operations.sql``), one method per named query.
 """
 
@@ -11,14 +11,14 @@ from typing import Any
 import psycopg
 
 from .._jobs import JobRow
-from .base import Row, StoreBase
+from .base import QueriesBase, Row
 
 #: First key of the pruner lock (a session lock on the pruning worker's connection); the
 #: other classes are in ``_store_base`` ("pgtk" migrate, "pgtb" beat). This one is "pgtp".
 ADVISORY_LOCK_CLASS_PRUNE = 0x70677470
 
 
-class OperationsQueries(StoreBase):
+class OperationsQueries(QueriesBase):
     """Reads for operators (never SKIP LOCKED) and the batched writes of retry and prune."""
 
     def get_queue_stats(self, conn: psycopg.Connection[Any]) -> list[Row]:

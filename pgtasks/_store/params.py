@@ -49,7 +49,7 @@ def batch_params(batch: JobBatch) -> Params:
 
 
 def limit_params(spec: JobSpec) -> Params:
-    """One job's concurrency and rate limits (migration 0009)."""
+    """One job's concurrency and rate limits."""
     return {
         "limit_groups": list(spec.limit_groups) if spec.limit_groups is not None else None,
         "limit_key": spec.limit_key,
@@ -76,7 +76,7 @@ def jobs_columns(specs: Sequence[JobSpec], *, keys: bool) -> Params:
 
 
 def limit_columns(specs: Sequence[JobSpec]) -> Params:
-    """A batch's limits (migration 0009): a JSON array with an array of names or null per
+    """A batch's limits: a JSON array with an array of names or null per
     job (NULL when no job has any), and their concurrency keys."""
     limited = any(spec.limit_groups is not None for spec in specs)
     return {

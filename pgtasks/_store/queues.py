@@ -1,5 +1,5 @@
-"""QueueQueries: the Store's queries for paused queues (``sql/queues.sql``, migration
-0007), one method per named query."""
+"""QueueQueries: queries for paused queues (``sql/queues.sql``), one method per named
+query."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import psycopg
 
-from .base import Row, StoreBase
+from .base import QueriesBase, Row
 
 
-class QueueQueries(StoreBase):
+class QueueQueries(QueriesBase):
     """Pause, resume and read the paused queues."""
 
     def pause_queue(self, conn: psycopg.Connection[Any], queue: str) -> bool:

@@ -1,5 +1,5 @@
-"""UniqueQueries: the Store's enqueues of jobs with a uniqueness scope (``sql/unique.sql``,
-migration 0010), one statement per scope.
+"""UniqueQueries: enqueues of jobs with a uniqueness scope (``sql/unique.sql``),
+one statement per scope.
 
 A batch may mix scopes; each scope's jobs go in one statement (one ON CONFLICT target
 each), all in one transaction. A key repeated within a batch is sent once and answers
@@ -26,9 +26,9 @@ from .base import Params, Row
 from .counters import CounterQueries
 from .params import jobs_columns, limit_columns
 
-#: The constraint of keys for life (migration 0001).
+#: The constraint of keys for life.
 LIFE_KEY_CONSTRAINT = "jobs_idempotency_key_key"
-#: The index of keys unique while active (migration 0010).
+#: The index of keys unique while active.
 ACTIVE_KEY_INDEX = "jobs_unique_active_idx"
 
 _JOB_FIELDS = tuple(field.name for field in dataclasses.fields(JobSpec))

@@ -1,4 +1,4 @@
-"""WebQueries: the Store's queries for the dashboard (``sql/web.sql``), one method per
+"""WebQueries: queries for the dashboard (``sql/web.sql``), one method per
 named query. Reads never use SKIP LOCKED; the filtered writes run in batches.
 """
 
@@ -10,9 +10,9 @@ from typing import Any
 import psycopg
 
 from .._job_filter import JobFilter
-from .base import Params, Row, StoreBase
+from .base import Params, QueriesBase, Row
 
-#: Statuses of jobs that ended: in jobs_history (migration jobs_history).
+#: Statuses of jobs that ended: in jobs_history.
 FINISHED_STATUSES = frozenset({"done", "failed", "cancelled"})
 
 
@@ -29,7 +29,7 @@ def _filter_params(job_filter: JobFilter) -> dict[str, Any]:
     }
 
 
-class WebQueries(StoreBase):
+class WebQueries(QueriesBase):
     """What ``pgtasks web`` reads and writes beyond the operations queries."""
 
     def begin_read_committed(self, conn: psycopg.Connection[Any]) -> None:
@@ -85,7 +85,7 @@ class WebQueries(StoreBase):
         }
         if job_filter.workflow_id is not None:  # through the workflow indexes, in any plan
             return self.list_workflow_jobs_page(conn, params)
-        # A status filter reads the one place such jobs are (migration jobs_history).
+        # A status filter reads the one place such jobs are.
         if job_filter.status in FINISHED_STATUSES:
             return self.list_finished_jobs_page(conn, params)
         if job_filter.status is not None:

@@ -1,5 +1,5 @@
-"""WorkflowQueries: the Store's queries for workflows (``sql/workflows.sql``, migration
-0011), one method per named query."""
+"""WorkflowQueries: queries for workflows (``sql/workflows.sql``), one method per named
+query."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import psycopg
 from psycopg import sql
 
 from .._jobs import StepJob
-from .base import Row, StoreBase, T
+from .base import QueriesBase, Row, T
 
 #: First key of the healer lock (a session lock on the healing worker's connection): "pgth".
 ADVISORY_LOCK_CLASS_HEAL = 0x70677468
 
 
-class WorkflowQueries(StoreBase):
+class WorkflowQueries(QueriesBase):
     """Create, read, cancel, retry and heal workflows (their progress is the triggers')."""
 
     def insert_workflow(
@@ -63,9 +63,9 @@ class WorkflowQueries(StoreBase):
         if len(ids) != len(steps):
             raise ValueError(f"{len(steps)} workflow steps need as many ids, got {len(ids)}")
         specs = [step.spec for step in steps]
-        # Concurrency and rate limits (migration 0009): NULL when no step has any.
+        # Concurrency and rate limits: NULL when no step has any.
         limited = any(spec.limit_groups is not None for spec in specs)
-        # Meta (trace context) of the steps, migration 0008: NULL when no step has any.
+        # Meta (trace context) of the steps: NULL when no step has any.
         traced = any(spec.meta_json is not None for spec in specs)
         return {
             "workflow_id": workflow_id,

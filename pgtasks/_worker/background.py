@@ -1,7 +1,7 @@
 """A second finish-and-claim round trip in flight, on its own connection and thread.
 
 The worker's loop writes outcomes and claims jobs in one round trip (see
-``Store.finish_and_claim_jobs``). While one round trip is on the server, the loop can
+``Queries.finish_and_claim_jobs``). While one round trip is on the server, the loop can
 only wait; with a second connection it can start the next one meanwhile, so the server
 works on two exchanges at once (one backend each) and the loop's own work overlaps
 them. The loop thread keeps every piece of worker state: it prepares an
@@ -11,56 +11,17 @@ result when it is done. Nothing here touches the worker's jobs.
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._leases import ClaimRequest, Finish, RoundTrip
 from .connection import OwnConnection
 
 if TYPE_CHECKING:
-    from .._execution.running import Running
-    from .._retry import Outcome
-
-#: The result of a round trip that has not run.
-NOTHING = RoundTrip({}, ())
-
-
-@dataclasses.dataclass
-class Exchange:
-    """One round trip: the attempts whose ends it writes (``batch``, as ``finishes``) and
-    the claim it makes (None: none), then what it did (``trip``) or the error it met."""
-
-    batch: list[tuple[Running, Outcome]]
-    finishes: Sequence[Finish]
-    claim: ClaimRequest | None
-    trip: RoundTrip = NOTHING
-    error: psycopg.Error | None = None
-    #: Whether the error broke the connection (vs. the server refusing the statement).
-    broken: bool = False
-    #: How long the round trip took.
-    seconds: float = 0.0
-    #: time.monotonic() when the round trip was prepared.
-    started: float = 0.0
-
-    @property
-    def limit(self) -> int:
-        """How many jobs it claims at most."""
-        return self.claim.limit if self.claim is not None else 0
-
-    def answered(self, trip: RoundTrip, seconds: float) -> None:
-        """The round trip went through in ``seconds``: what it did."""
-        self.trip = trip
-        self.seconds = seconds
-
-    def failed(self, error: psycopg.Error, *, broken: bool) -> None:
-        """The round trip failed (``broken``: the error broke its connection)."""
-        self.error = error
-        self.broken = broken
+    from .exchange import Exchange
 
 
 class BackgroundExchanger:

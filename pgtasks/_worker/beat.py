@@ -42,7 +42,7 @@ from .._dsn import dsn_secrets, redact
 from .._errors import ConfigurationError, SchemaError
 from .._jobs import JobSpec
 from .._retry import reconnect_delay
-from .._store.migrate import check_version
+from .._store.migrator import check_version
 from .._validation import positive_seconds
 
 if TYPE_CHECKING:
@@ -113,9 +113,9 @@ class Beat:
         grace: float | timedelta = DEFAULT_GRACE,
         reconnect_max: float = 5.0,
     ) -> None:
-        if not app.stores.single and app.settings.store is None:
+        if not app.store_router.single and app.settings.store is None:
             raise ConfigurationError(
-                f"this app has stores {', '.join(app.stores.names)}: a Beat serves one"
+                f"this app has stores {', '.join(app.store_router.names)}: a Beat serves one"
                 " (Beat(app.for_store(name)) for each; pgtasks beat runs them all)"
             )
         self.app = app
@@ -237,7 +237,7 @@ class Beat:
         """One iteration: connect, try to lead, run a pass; returns seconds to wait."""
         conn = self._connect()
         if not self._is_leader:
-            if self.elects_leader and not self.app.store.lock_beat(conn):
+            if self.elects_leader and not self.app.queries.lock_beat(conn):
                 if not self._announced_standby:
                     logger.info(
                         "another beat is active for schema %s; standing by (retrying every %g s)",
@@ -285,7 +285,7 @@ class Beat:
         )
         try:
             if session:
-                self.app.store.configure_beat_session(
+                self.app.queries.configure_beat_session(
                     conn,
                     statement_timeout=STATEMENT_TIMEOUT,
                     lock_timeout=LOCK_TIMEOUT,
@@ -293,7 +293,7 @@ class Beat:
                     keepalives_interval=KEEPALIVE_INTERVAL,
                     keepalives_count=KEEPALIVE_COUNT,
                 )
-            check_version(self.app.schema, self.app.store.get_schema_version(conn))
+            check_version(self.app.schema, self.app.queries.get_schema_version(conn))
         except BaseException:
             conn.close()
             raise
@@ -307,7 +307,7 @@ class Beat:
             return
         try:
             if release and was_leader and self.elects_leader and not conn.closed:
-                self.app.store.unlock_beat(conn)
+                self.app.queries.unlock_beat(conn)
         except psycopg.Error:
             pass  # closing the session releases the lock anyway
         finally:
@@ -327,11 +327,11 @@ class Beat:
             == app.store_name
         ]
         if not schedules:
-            return PassResult((), self.app.store.get_database_time(conn), self.max_wait)
-        rows = self.app.store.load_periodic(conn, [schedule.name for schedule in schedules])
+            return PassResult((), self.app.queries.get_database_time(conn), self.max_wait)
+        rows = self.app.queries.load_periodic(conn, [schedule.name for schedule in schedules])
         measured = time.monotonic()
         if not rows:  # another beat is creating the rows right now
-            return PassResult((), self.app.store.get_database_time(conn), _MIN_WAIT * 100)
+            return PassResult((), self.app.queries.get_database_time(conn), _MIN_WAIT * 100)
         now: datetime = rows[0]["now"]
         states = {row["name"]: row for row in rows}
         planned_jobs: list[tuple[JobSpec, Schedule, datetime]] = []
@@ -400,7 +400,7 @@ class Beat:
                 (schedule.name, now, *last.get(schedule.name, (None, None))) for schedule in handled
             ]
             if advances:
-                self.app.store.advance_periodic(conn, advances)
+                self.app.queries.advance_periodic(conn, advances)
         for item in enqueued:
             if item.existed:
                 logger.debug(

@@ -18,7 +18,7 @@ from .connection import Connect, OwnConnection
 
 if TYPE_CHECKING:
     from .._execution.executor import Executor
-    from .._store.store import Store
+    from .._store.queries import Queries
     from .ledger import JobLedger
     from .registration import Registration
 
@@ -32,12 +32,12 @@ class Cancellations:
         self,
         connect: Connect,
         *,
-        store: Store,
+        store: Queries,
         registration: Registration,
         ledger: JobLedger,
         executor: Executor,
     ) -> None:
-        self.store = store
+        self.queries = store
         self.registration = registration
         self.ledger = ledger
         self.executor = executor
@@ -53,7 +53,7 @@ class Cancellations:
         if worker_id is None:
             return
         try:
-            requested = self.store.get_cancel_requests(self.confirmations.get(), worker_id)
+            requested = self.queries.get_cancel_requests(self.confirmations.get(), worker_id)
         except psycopg.Error as error:
             self.confirmations.drop()
             logger.warning(
@@ -69,7 +69,7 @@ class Cancellations:
         worker_id = self.registration.worker_id
         if worker_id is None or not self.ledger.in_flight:
             return
-        requested = self.store.get_cancel_requests(conn, worker_id)
+        requested = self.queries.get_cancel_requests(conn, worker_id)
         if requested:
             self._confirmed(requested)
 

@@ -1,7 +1,7 @@
 """A worker's round trips: write finished outcomes and claim jobs (Exchanges).
 
 Each round trip writes the finished outcomes (fenced by their leases) and claims up to
-the free slots, in one transaction (Store.finish_and_claim_jobs). While jobs keep the
+the free slots, in one transaction (Queries.finish_and_claim_jobs). While jobs keep the
 worker busy, round trips run off the loop thread, on LANES background lanes of their own
 connection each (background.py), and each claims at most its share of the worker's slots
 and prefetch: while one lane's round trip is on the server, the jobs the other one
@@ -15,23 +15,24 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._leases import ClaimRequest, Finish, LimitedClaimReport
+from .._leases import ClaimRequest, Finish, LimitedClaimReport, RoundTrip
 from .._retry import Outcome
-from .._store.failures import is_connection_failure, is_transient
+from .._store.error_kinds import is_connection_failure, is_transient
 from .._text import storable
-from .background import BackgroundExchanger, Exchange
+from .background import BackgroundExchanger
 from .claims import ClaimCursor, Prefetch, round_trip_share
 from .connection import Connect
 from .limited import LimitedClaims
 from .services import ErrorLog
 
 if TYPE_CHECKING:
-    from .._store.store import Store
+    from .._execution.running import Running
+    from .._store.queries import Queries
     from .parts import LoopParts
     from .settings import WorkerSettings
 
@@ -47,6 +48,43 @@ LANES = 2
 TRANSIENT_REST = 0.5
 
 
+#: The result of a round trip that has not run.
+NOTHING = RoundTrip({}, ())
+
+
+@dataclasses.dataclass
+class Exchange:
+    """One round trip: the attempts whose ends it writes (``batch``, as ``finishes``) and
+    the claim it makes (None: none), then what it did (``trip``) or the error it met."""
+
+    batch: list[tuple[Running, Outcome]]
+    finishes: Sequence[Finish]
+    claim: ClaimRequest | None
+    trip: RoundTrip = NOTHING
+    error: psycopg.Error | None = None
+    #: Whether the error broke the connection (vs. the server refusing the statement).
+    broken: bool = False
+    #: How long the round trip took.
+    seconds: float = 0.0
+    #: time.monotonic() when the round trip was prepared.
+    started: float = 0.0
+
+    @property
+    def limit(self) -> int:
+        """How many jobs it claims at most."""
+        return self.claim.limit if self.claim is not None else 0
+
+    def answered(self, trip: RoundTrip, seconds: float) -> None:
+        """The round trip went through in ``seconds``: what it did."""
+        self.trip = trip
+        self.seconds = seconds
+
+    def failed(self, error: psycopg.Error, *, broken: bool) -> None:
+        """The round trip failed (``broken``: the error broke its connection)."""
+        self.error = error
+        self.broken = broken
+
+
 class Exchanges:
     """The round trips of one worker's claim loop, and the state they keep between them."""
 
@@ -55,12 +93,12 @@ class Exchanges:
         settings: WorkerSettings,
         parts: LoopParts,
         *,
-        store: Store,
+        store: Queries,
         prefetch: Prefetch,
         tasks: Mapping[str, object],
     ) -> None:
         self.name = parts.name
-        self.store = store
+        self.queries = store
         self.registration = parts.registration
         self.ledger = parts.ledger
         self.executor = parts.executor
@@ -81,11 +119,11 @@ class Exchanges:
         self._background_rest_until = 0.0
         #: The last claim took all it asked for: claim again without waiting.
         self._maybe_more = True
-        #: The paused queues (migration 0007) as the listener last read them: left out
+        #: The paused queues as the listener last read them: left out
         #: of every claim. Replaced whole by the listener thread, read by the loop.
         self._paused: frozenset[str] = frozenset()
         self._task_names: tuple[str, ...] | None = None
-        #: When claims ask for jobs under limits (migration 0009) first, and what they
+        #: When claims ask for jobs under limits first, and what they
         #: wait for in between (limited.py). Whether some limit is stored is set at start.
         self._limits = LimitedClaims(self.name, poll_interval)
         #: Failures of a plain claim that followed a limited one in a round trip of its own.
@@ -283,7 +321,7 @@ class Exchanges:
         # The lease owner is the registration the claim runs under.
         claim = exchange.claim.for_worker(worker_id) if exchange.claim is not None else None
         started = time.monotonic()
-        store = self.store
+        store = self.queries
         try:
             trip = store.finish_and_claim_jobs(conn, exchange.finishes, claim)
         except psycopg.Error as error:
@@ -465,7 +503,7 @@ class Exchanges:
         if worker_id is None:
             return
         self.ledger.collect()
-        released = self.store.release_orphaned_jobs(
+        released = self.queries.release_orphaned_jobs(
             self.connection.get(), worker_id=worker_id, known_ids=self.ledger.known_ids()
         )
         if released:

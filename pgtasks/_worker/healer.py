@@ -1,8 +1,8 @@
 """Healing stuck workflow steps: the pass (``heal``) and the worker's Healer, which the
 rescuer runs on its connection every ``heal_interval`` seconds.
 
-A workflow moves on in the transaction that ends each of its jobs (the triggers of
-migration workflow_progress). A step can still be left waiting: a hand-edited row made
+A workflow moves on in the transaction that ends each of its jobs (the workflow
+triggers). A step can still be left waiting: a hand-edited row made
 that work fail (the error was tolerated and recorded), or a row was changed by hand. The
 pass finds waiting steps none of whose predecessors is unfinished and moves each on in a
 transaction of its own, under its row lock (``workflow_heal_step``): it starts it with
@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._store.failures import is_transient
+from .._store.error_kinds import is_transient
 from .._workflows_text import HealResult
 
 if TYPE_CHECKING:
-    from .._store.store import Store
+    from .._store.queries import Queries
 
 logger = logging.getLogger("pgtasks.healer")
 
@@ -35,7 +35,7 @@ HEAL_BATCH = 500
 
 
 def heal(
-    store: Store,
+    store: Queries,
     conn: psycopg.Connection[Any],
     *,
     batch_size: int = HEAL_BATCH,
@@ -109,14 +109,14 @@ class Healer:
         owner: str,
         interval: float,
         *,
-        store: Store,
+        store: Queries,
         use_lock: bool = True,
         stopping: threading.Event | None = None,
     ) -> None:
         self.owner = owner
         self.use_lock = use_lock
         self.interval = interval
-        self.store = store
+        self.queries = store
         #: A pass stops between steps once set (the rescuer's, which runs the passes).
         self.stopping = stopping if stopping is not None else threading.Event()
         self._next = time.monotonic() + self._wait()
@@ -135,7 +135,7 @@ class Healer:
 
     def heal(self, conn: psycopg.Connection[Any]) -> HealResult | None:
         """One pass; None when another worker holds the lock."""
-        store = self.store
+        store = self.queries
         if not self.use_lock:
             result = heal(store, conn, stopping=self.stopping.is_set)
             self.last_result = result

@@ -45,7 +45,7 @@ class LimitedClaims:
     def __init__(self, name: str, poll_interval: float) -> None:
         self.name = name
         self.poll_interval = poll_interval
-        #: Some limit is stored (migration 0009): claims ask for limited jobs. Set at start.
+        #: Some limit is stored: claims ask for limited jobs. Set at start.
         self.stored = False
         #: time.monotonic() before which claims leave limited jobs out.
         self.retry_at = 0.0

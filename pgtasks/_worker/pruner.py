@@ -20,7 +20,7 @@ from .connection import Connect
 from .services import Service
 
 if TYPE_CHECKING:
-    from .._store.store import Store
+    from .._store.queries import Queries
     from .settings import WorkerSettings
 
 logger = logging.getLogger("pgtasks.pruner")
@@ -34,7 +34,7 @@ WORKER_HISTORY_RETENTION = 86400.0
 
 
 def prune(
-    store: Store,
+    store: Queries,
     conn: psycopg.Connection[Any],
     *,
     done_after: float | None,
@@ -46,7 +46,7 @@ def prune(
     """Prune done jobs finished over ``done_after`` seconds ago, and failed and cancelled
     ones over ``failed_after`` seconds ago (None: keep them).
 
-    Finished jobs live in jobs_history (migration jobs_history), by class and day: a day
+    Finished jobs live in jobs_history, by class and day: a day
     whose whole day is past its class's retention is dropped (one catalog change, no
     dead tuple anywhere); the rows of its unfinished workflows are kept. Rows past
     retention in a day not dropped yet are deleted ``batch_size`` at a time when the
@@ -80,8 +80,8 @@ def prune(
         store.analyze_history(conn)
     retentions = [seconds for seconds in (done_after, failed_after) if seconds is not None]
     if retentions and not stopping():
-        # Workflows whose jobs are all pruned (migration 0011), and the incidents of the
-        # workflow machinery kept as long as failed jobs (migration workflow_progress).
+        # Workflows whose jobs are all pruned, and the incidents of the
+        # workflow machinery kept as long as failed jobs.
         store.prune_workflows(conn, older_than=min(retentions))
         store.prune_workflow_incidents(conn, older_than=max(retentions))
     if history_after is not None and not stopping():
@@ -90,7 +90,7 @@ def prune(
 
 
 def _archive(
-    store: Store,
+    store: Queries,
     conn: psycopg.Connection[Any],
     result: PruneResult,
     batch_size: int,
@@ -109,7 +109,7 @@ def _archive(
 
 
 def _drop_days(
-    store: Store,
+    store: Queries,
     conn: psycopg.Connection[Any],
     result: PruneResult,
     history_class: str,
@@ -160,13 +160,13 @@ class Pruner(Service):
         connect: Connect,
         settings: WorkerSettings,
         *,
-        store: Store,
+        store: Queries,
         batch_size: int = DEFAULT_BATCH_SIZE,
         use_lock: bool = True,
     ) -> None:
         super().__init__(owner, connect, settings.prune_interval)
         self.use_lock = use_lock
-        self.store = store
+        self.queries = store
         #: Retention in seconds of done, and of failed and cancelled jobs (None: kept).
         self.done_after = settings.prune_done_after
         self.failed_after = settings.prune_failed_after
@@ -177,14 +177,14 @@ class Pruner(Service):
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         # The counters' rows (one per count added) folded into one per name, whatever
         # the retention: two workers folding at once lose or double nothing.
-        self.store.fold_counters(conn)
+        self.queries.fold_counters(conn)
         self.prune(conn)
 
     def prune(self, conn: psycopg.Connection[Any]) -> PruneResult | None:
         """One pass; None when retention is off or another worker holds the lock."""
         if self.done_after is None and self.failed_after is None:
             return None
-        store = self.store
+        store = self.queries
         if not self.use_lock:
             return self._finish(self._pass(conn))
         if not store.lock_pruner(conn):
@@ -199,7 +199,7 @@ class Pruner(Service):
 
     def _pass(self, conn: psycopg.Connection[Any]) -> PruneResult:
         return prune(
-            self.store,
+            self.queries,
             conn,
             done_after=self.done_after,
             failed_after=self.failed_after,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 if TYPE_CHECKING:
-    from .._store.store import Store
+    from .._store.queries import Queries
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -26,7 +26,7 @@ class Registration:
 
     def __init__(
         self,
-        store: Store,
+        store: Queries,
         *,
         name: str,
         hostname: str,
@@ -36,7 +36,7 @@ class Registration:
         lease_timeout: float,
         task_names: Callable[[], Sequence[str]] = list,
     ) -> None:
-        self.store = store
+        self.queries = store
         #: The tasks the worker knows when it registers (its row shows them).
         self.task_names = task_names
         self.name = name
@@ -55,7 +55,7 @@ class Registration:
         self._reregister_lock = threading.Lock()
 
     def register(self, conn: psycopg.Connection[Any]) -> int:
-        worker_id = self.store.register_worker(
+        worker_id = self.queries.register_worker(
             conn,
             hostname=self.hostname,
             pid=self.pid,
@@ -72,7 +72,7 @@ class Registration:
         worker_id = self.worker_id
         if worker_id is None or self.ended.is_set():
             return
-        if self.store.heartbeat_worker(conn, worker_id):
+        if self.queries.heartbeat_worker(conn, worker_id):
             return
         with self._reregister_lock:
             # The heartbeat and the rescuer both get here: only the first re-registers.

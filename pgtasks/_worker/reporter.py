@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from .._execution.running import Running
-    from .._store.store import Store
+    from .._store.queries import Queries
     from .events import WorkerEvents
 
 logger = logging.getLogger("pgtasks.worker")
@@ -45,7 +45,7 @@ class Reporter:
         """A claim ran at or after ``next_due``: the jobs due then are claimed."""
         self.next_due = float("inf")
 
-    def store_counters(self, store: Store, conn: psycopg.Connection[Any]) -> None:
+    def store_counters(self, store: Queries, conn: psycopg.Connection[Any]) -> None:
         """Add what the tally counted since the last call to the database's counters
         (what fails to be stored is kept for the next call)."""
         counts = self.tally.unstored()

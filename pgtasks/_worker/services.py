@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from .._retry import reconnect_delay
-from .._store.store import Store
+from .._store.queries import Queries
 from .connection import Connect, OwnConnection
 from .registration import Registration
 from .settings import WorkerSettings
@@ -168,7 +168,7 @@ class Rescuer(Service):
         connect: Connect,
         settings: WorkerSettings,
         registration: Registration,
-        store: Store,
+        store: Queries,
         *,
         on_rescued: Callable[[int], None] = lambda count: None,
         maintain: Callable[[psycopg.Connection[Any]], object] = lambda conn: None,
@@ -176,7 +176,7 @@ class Rescuer(Service):
     ) -> None:
         super().__init__(registration.name, connect, settings.rescue_interval, stopping=stopping)
         self.registration = registration
-        self.store = store
+        self.queries = store
         self.lease_timeout = settings.lease_timeout
         self.on_rescued = on_rescued
         self.maintain = maintain
@@ -185,7 +185,7 @@ class Rescuer(Service):
         # Beat our own heart first: after an outage longer than the lease we would
         # otherwise rescue the jobs we are still running.
         self.registration.heartbeat(conn)
-        store = self.store
+        store = self.queries
         lease_timeout = self.lease_timeout
         rescued = store.rescue_jobs(conn, lease_timeout=lease_timeout)
         for row in rescued:
@@ -228,8 +228,8 @@ class ListenerCalls:
 
 class Listener(Service):
     """LISTENs for enqueue notifications and wakes the claim loop for its queues; passes
-    cancellation requests and freed slots of limits (migration flow_control) on; reads the paused
-    queues (migration 0007) every ``paused_refresh`` seconds and passes them on.
+    cancellation requests and freed slots of limits on; reads the paused
+    queues every ``paused_refresh`` seconds and passes them on.
 
     After (re)connecting it wakes the loop once, so jobs enqueued while it was away are
     claimed at once rather than at the next poll.
@@ -253,14 +253,14 @@ class Listener(Service):
         owner: str,
         connect: Connect,
         settings: WorkerSettings,
-        store: Store,
+        store: Queries,
         calls: ListenerCalls,
         *,
         listen: bool = True,
     ) -> None:
         super().__init__(owner, connect, interval=0.0)
         self.listen = listen
-        self.store = store
+        self.queries = store
         self.calls = calls
         self.queues = set(settings.queues) if settings.queues is not None else None
         self.paused_refresh = settings.paused_refresh
@@ -268,7 +268,7 @@ class Listener(Service):
 
     def read_paused(self, conn: psycopg.Connection[Any]) -> float:
         """Read the paused queues and pass them on; returns when to read them next."""
-        rows = self.store.get_paused_queues(conn)
+        rows = self.queries.get_paused_queues(conn)
         self.paused = frozenset(row["queue"] for row in rows)
         self.calls.paused(self.paused)
         return time.monotonic() + self.paused_refresh
@@ -280,7 +280,7 @@ class Listener(Service):
         if not self.listen:
             self._poll(conn)
             return
-        store = self.store
+        store = self.queries
         channels = [store.channel, store.cancel_channel]
         if self.calls.limits_freed is not None:
             channels.append(store.limits_channel)

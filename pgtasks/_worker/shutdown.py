@@ -26,7 +26,7 @@ from .._retry import reconnect_delay
 
 if TYPE_CHECKING:
     from .._execution.running import Running
-    from .._store.store import Store
+    from .._store.queries import Queries
     from .exchange import Exchanges
     from .parts import LoopParts
     from .services import Service
@@ -52,7 +52,7 @@ class GracefulStop:
         self,
         parts: LoopParts,
         *,
-        store: Store,
+        store: Queries,
         exchanges: Exchanges,
         services: Sequence[Service],
         wake_event: threading.Event,
@@ -60,7 +60,7 @@ class GracefulStop:
         store_counters: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
         self.name = parts.name
-        self.store = store
+        self.queries = store
         self.registration = parts.registration
         self.ledger = parts.ledger
         self.executor = parts.executor
@@ -183,7 +183,7 @@ class GracefulStop:
 
         def release() -> None:
             conn = self.connection.get()
-            released.update(self.store.release_jobs(conn, [running.job for running in leftovers]))
+            released.update(self.queries.release_jobs(conn, [running.job for running in leftovers]))
 
         answered = self._tried(release)
         for running in leftovers:
@@ -217,7 +217,7 @@ class GracefulStop:
             logger.warning("worker %s: could not store its counters: %s", self.name, error)
             self.connection.drop()
         try:
-            self.store.deregister_worker(self.connection.get(), worker_id)
+            self.queries.deregister_worker(self.connection.get(), worker_id)
         except psycopg.Error as error:
             logger.warning("worker %s: could not deregister: %s", self.name, error)
 

@@ -243,7 +243,7 @@ class QueueDepthSampler:
 
     def sample_once(self) -> None:
         conn = self._connection.get()
-        store = self.app.store
+        store = self.app.queries
         with conn.transaction():
             store.limit_statement_time(conn, QUEUE_DEPTH_STATEMENT_TIMEOUT_MS / 1000)
             depths = store.get_queue_depths(conn, self.queues)
@@ -289,7 +289,9 @@ def samplers_of(
     """A sampler of each store of ``app``'s root App: ``queues`` (None: every queue) are
     sampled in the store each routes to; every store's health and counters are sampled."""
     root = app.root
-    views = [app] if root.stores.single else [root.for_store(n) for n in root.stores.names]
+    views = (
+        [app] if root.store_router.single else [root.for_store(n) for n in root.store_router.names]
+    )
     return [
         QueueDepthSampler(
             view,

@@ -6,7 +6,7 @@ Worker composes the parts that hold the state: the Registration (its row and lea
 owner id), the JobLedger (jobs from claim to written outcome), the Exchanges (the round
 trips that write outcomes and claim jobs, and the claim position), the Reporter (logs,
 counters, observers), Cancellations (cancellations.py), LoopFailures (how a failed step
-is met, failures.py) and, when stopping, GracefulStop and StopSignals (shutdown.py).
+is met, loop_failures.py) and, when stopping, GracefulStop and StopSignals (shutdown.py).
 Each gets the WorkerSettings (settings.py) or the part of them it uses.
 
     loop:  write finished outcomes (one fenced statement per batch)
@@ -42,9 +42,9 @@ from .claims import Prefetch
 from .connection import OwnConnection, connector
 from .events import WorkerEvents
 from .exchange import Exchanges
-from .failures import LoopFailures
 from .healer import Healer
 from .ledger import JobLedger
+from .loop_failures import LoopFailures
 from .parts import LoopParts
 from .pruner import Pruner
 from .registration import Registration
@@ -139,7 +139,7 @@ class Worker(SettingsAttributes):
         self.name = f"{self.hostname}:{self.pid}"
         #: The worker's row in <schema>.workers; its id is the lease owner of new claims.
         self.registration = Registration(
-            app.store,
+            app.queries,
             name=self.name,
             hostname=self.hostname,
             pid=self.pid,
@@ -269,7 +269,7 @@ class Worker(SettingsAttributes):
     def store_counters(self, conn: psycopg.Connection[Any]) -> None:
         """Add what this worker counted since the last call to the database's counters
         (the heartbeat calls it; what fails to be stored is kept for the next call)."""
-        self._reporter.store_counters(self.app.store, conn)
+        self._reporter.store_counters(self.app.queries, conn)
 
     def _rescued(self, count: int) -> None:
         """The rescuer returned ``count`` jobs of dead workers (the rescue statement
@@ -300,7 +300,7 @@ class Worker(SettingsAttributes):
         return Exchanges(
             self.settings,
             self._parts(),
-            store=self.app.store,
+            store=self.app.queries,
             prefetch=self._prefetch,
             tasks=self.app.tasks,
         )
@@ -308,7 +308,7 @@ class Worker(SettingsAttributes):
     def _new_cancellations(self) -> Cancellations:
         return Cancellations(
             self._connect,
-            store=self.app.store,
+            store=self.app.queries,
             registration=self.registration,
             ledger=self._ledger,
             executor=self._executor,
@@ -324,7 +324,7 @@ class Worker(SettingsAttributes):
         connection: through a pooler, without its session lock.
         """
         app, settings, owner, connect = self.app, self.settings, self.name, self._connect
-        store, registration = app.store, self.registration
+        store, registration = app.queries, self.registration
         sessions = app.database.has_session
         session = connector(app.database, owner=owner, session=True) if sessions else connect
         # A healing pass stops between steps when the worker does.
@@ -380,10 +380,10 @@ class Worker(SettingsAttributes):
                 self._executor.start()
                 # The paused queues before the first claim (the listener reads them after),
                 # and before worker_id says the worker is registered.
-                paused = self.app.store.get_paused_queues(self._connection.get())
-                # Store this app's limits (migration 0009); with any limit stored, claims
+                paused = self.app.queries.get_paused_queues(self._connection.get())
+                # Store this app's limits; with any limit stored, claims
                 # take the jobs limits apply to first.
-                stored = self.app.store.upsert_limits(
+                stored = self.app.queries.upsert_limits(
                     self._connection.get(), self.app.limit_definitions()
                 )
                 self._exchanges.start(
@@ -576,7 +576,7 @@ class Worker(SettingsAttributes):
         self._ledger.set_quiet(False)  # the stop waits on each job's end
         GracefulStop(
             self._parts(),
-            store=self.app.store,
+            store=self.app.queries,
             exchanges=self._exchanges,
             services=self._services,
             wake_event=self._wake_event,

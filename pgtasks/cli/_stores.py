@@ -36,11 +36,11 @@ def each_store(
     ``store`` only (a name the app does not have: one line and exit 1); an app of one
     store runs it as before (an error is one line and exit 1)."""
     if store is not None:
-        guard(lambda: app.stores.layout.check_store(store))
-    if app.stores.single:
+        guard(lambda: app.store_router.layout.check_store(store))
+    if app.store_router.single:
         return {app.store_name: guard(lambda: operation(app))}
     names = None if store is None else [store]
-    return app.stores.each(lambda name: operation(app.for_store(name)), names)
+    return app.store_router.each(lambda name: operation(app.for_store(name)), names)
 
 
 def echo_each(
@@ -53,7 +53,7 @@ def echo_each(
 ) -> None:
     """Print each store's answer (``document`` for --json, else ``text``); exit 1 after
     printing them all when a store failed."""
-    if app.stores.single:
+    if app.store_router.single:
         (value,) = results.values()
         if isinstance(value, BaseException):  # (guard exits on a pgtasks error instead)
             raise value
@@ -86,8 +86,8 @@ def echo_each(
 
 
 def store_label(app: App, name: str) -> str:
-    database = app.stores.databases[name]
-    return f"schema {database.store.schema!r} on {database.describe()}"
+    database = app.store_router.databases[name]
+    return f"schema {database.queries.schema!r} on {database.describe()}"
 
 
 def describe_error(error: BaseException) -> str:

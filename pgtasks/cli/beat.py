@@ -48,13 +48,13 @@ def beat(
     app = load_app(app_path)
     if not app.schedules:
         logging.getLogger("pgtasks.beat").warning("app %s declares no schedules", app_path)
-    names = stores or app.stores.names
+    names = stores or app.store_router.names
     with app:
-        if not app.stores.single:
-            guard(app.stores.check)
+        if not app.store_router.single:
+            guard(app.store_router.check)
         beats = guard(
             lambda: [
-                Beat(app if app.stores.single else app.for_store(name), grace=grace)
+                Beat(app if app.store_router.single else app.for_store(name), grace=grace)
                 for name in names
             ]
         )

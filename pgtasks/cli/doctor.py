@@ -42,7 +42,7 @@ def doctor(app_path: str, store: str | None, as_json: bool) -> None:
         else:
             code = max([code, *(levels.index(f["level"]) for f in value)])
     if as_json:
-        if app.stores.single:
+        if app.store_router.single:
             (findings,) = results.values()
             click.echo(json.dumps({"status": levels[code], "findings": findings}))
         else:
@@ -56,7 +56,7 @@ def doctor(app_path: str, store: str | None, as_json: bool) -> None:
     else:
         for name, value in results.items():
             owner = app.for_store(name)
-            store = "" if app.stores.single else f"store {name}: "
+            store = "" if app.store_router.single else f"store {name}: "
             click.echo(
                 f"pgtasks doctor: {store}schema {owner.schema!r} on {owner.describe_database()}"
             )

@@ -35,7 +35,7 @@ def embedded() -> None:
 
 
 def _data_dir(app_path: str | None, data_dir: Path | None) -> Path:
-    from .._store.db import embedded_data_dir
+    from .._store.connecting import embedded_data_dir
 
     if data_dir is not None:
         return data_dir.resolve()

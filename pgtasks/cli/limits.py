@@ -1,4 +1,4 @@
-"""``pgtasks limits``: the stored concurrency and rate limits (migration 0009) and the jobs
+"""``pgtasks limits``: the stored concurrency and rate limits and the jobs
 running under each (per key for per-key limits); of every store of an app of several
 (each store keeps the limits of the tasks and queues it serves), or of ``--store``."""
 

@@ -159,7 +159,7 @@ def list_command(
             app,
             lambda owner: (
                 owner.database.read(
-                    lambda conn: owner.store.list_jobs(
+                    lambda conn: owner.queries.list_jobs(
                         conn,
                         status=status,
                         queue=queue,
@@ -194,9 +194,9 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
 
         def read(conn: psycopg.Connection[Any]) -> Any:
             return (
-                app.store.get_job(conn, job_id),
-                app.store.get_database_time(conn),
-                app.store.get_job_workflow(conn, job_id),
+                app.queries.get_job(conn, job_id),
+                app.queries.get_database_time(conn),
+                app.queries.get_job_workflow(conn, job_id),
             )
 
         job, now, workflow = _run(app, read, "show job")
@@ -446,7 +446,7 @@ def prune_command(
             app,
             lambda owner: owner.database.run(
                 lambda conn: prune(
-                    owner.store,
+                    owner.queries,
                     conn,
                     done_after=done_after,
                     failed_after=failed_after,

@@ -1,4 +1,4 @@
-"""``pgtasks queues list|pause|resume``: paused queues (migration 0007).
+"""``pgtasks queues list|pause|resume``: paused queues.
 
 A paused queue is not claimed by any worker from at most one poll interval on; jobs
 already running finish, enqueuing goes on. ``list`` shows every known queue (declared by

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .._store.migrate import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT
+from .._store.migrator import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -81,16 +81,16 @@ def migrate(
     else:
         click.echo(f"schema {app.schema!r} is up to date")
     for name, number in numbers.get("stores", {}).items():
-        schema = app.stores.databases[name].store.schema
+        schema = app.store_router.databases[name].queries.schema
         click.echo(f"store {name} (schema {schema!r}): number {number}")
 
 
 def _store_numbers(app: App) -> dict[str, dict[str, int]]:
     """The stores' numbers after migrate, of an app of several (nothing otherwise)."""
-    if app.stores.single:
+    if app.store_router.single:
         return {}
     numbers = {}
-    for name, identity in guard(app.stores.identities).items():
+    for name, identity in guard(app.store_router.identities).items():
         if isinstance(identity, BaseException):
             raise click.ClickException(f"store {name}: {identity}")
         numbers[name] = identity.number

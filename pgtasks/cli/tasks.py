@@ -218,9 +218,9 @@ def purge(
     loaded = load_app(app_path)
     scope = _scope(queue, task_name)
     with loaded:
-        if not loaded.stores.single and queue is None:
+        if not loaded.store_router.single and queue is None:
             raise click.UsageError(
-                f"this app has stores {', '.join(loaded.stores.names)}: name the queue"
+                f"this app has stores {', '.join(loaded.store_router.names)}: name the queue"
                 " (--queue) whose store to purge"
             )
         app = loaded if queue is None else for_queue(loaded, queue)

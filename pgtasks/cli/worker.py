@@ -161,7 +161,7 @@ def worker(
             store=store,
             **worker_executor_options(app_path, app, executor_flags),
         )
-        app.stores.check()  # two stores of one number or uid: refused, naming both
+        app.store_router.check()  # two stores of one number or uid: refused, naming both
         if metrics_port is not None:
             metrics = _worker_metrics(metrics_port, metrics_host, metrics_interval)
         job_worker = Worker.from_settings(

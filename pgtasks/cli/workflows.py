@@ -77,7 +77,7 @@ def list_command(
     """Workflows, newest first: id, shape, steps done of all, state, started, finished."""
     app = load_app(app_path)
     with app:
-        if before is not None and store is None and not app.stores.single:
+        if before is not None and store is None and not app.store_router.single:
             store = guard(lambda: for_id(app, before)).store_name  # that store's next page
 
         def read(owner: App) -> list[WorkflowSummary]:
@@ -141,7 +141,7 @@ def heal_command(app_path: str, store: str | None, as_json: bool) -> None:
 
         def run(owner: App) -> Any:
             def on(conn: psycopg.Connection[Any]) -> Any:
-                return heal(owner.store, conn)
+                return heal(owner.queries, conn)
 
             return owner.database.run(on)
 

@@ -79,7 +79,7 @@ class Actions:
                 return self.back(request, "/jobs", done="deleted")
         except JobNotFoundError as error:
             raise HTTPException(404, str(error)) from None
-        except UniqueKeyTakenError as error:  # another job holds its key (migration 0010)
+        except UniqueKeyTakenError as error:  # another job holds its key
             raise HTTPException(409, str(error)) from None
         except WorkflowProtectedError as error:  # it would break an unfinished workflow
             raise HTTPException(409, str(error)) from None
@@ -125,7 +125,7 @@ class Actions:
         return {"count": done, "requested": requested, "refused": refused}
 
     async def queue(self, request: Request) -> Response:
-        """Pause or resume the queue the form names (migration 0007)."""
+        """Pause or resume the queue the form names."""
         form = dict(await self.form(request))
         try:
             queue = check_name("queue", form.get("queue"))

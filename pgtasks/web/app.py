@@ -437,7 +437,7 @@ def asgi(
         "stream_max_age": stream_max_age,
         "login_attempts": login_attempts,
     }
-    root = app if not app.stores.single and app.settings.store is None else None
+    root = app if not app.store_router.single and app.settings.store is None else None
     if root is not None:
         app = app.for_store(DEFAULT_STORE)  # at the root: the default store's dashboard
     dashboard = Dashboard(

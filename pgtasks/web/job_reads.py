@@ -65,7 +65,7 @@ NEIGHBOURS = 20
 #: Limit instances a job page reads at most (pgtasks writes at most 3; a claim takes a
 #: job under at most 8; a row written by hand may hold any number).
 LIMIT_INSTANCES = 20
-#: The most limit instances a claim takes a job under (migration flow_control).
+#: The most limit instances a claim takes a job under.
 CLAIMED_INSTANCES = 8
 
 
@@ -126,7 +126,7 @@ def job_page(database: DashboardDatabase, job_id: int) -> JobPage:
     """One job's page; JobNotFoundError when it does not exist."""
 
     def read(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        store = database.store
+        store = database.queries
         row = store.get_job_page(
             conn,
             job_id,

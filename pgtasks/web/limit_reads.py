@@ -287,7 +287,7 @@ def limits_page(
     ``top_keys`` busiest keys of each per-key limit."""
 
     def read(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
-        store = database.store
+        store = database.queries
         definitions = store.get_limits(conn)
         instances = store.get_limit_instances(conn, cap=LIMITED_SCAN)
         bad_values = store.get_limit_bad_values(conn)

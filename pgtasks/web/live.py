@@ -233,7 +233,7 @@ class LiveHub:
 
     # -- the listener thread --
     def _listen(self, stop: threading.Event) -> None:
-        store = self.app.store
+        store = self.app.queries
         failures = 0
         while not stop.is_set():
             try:

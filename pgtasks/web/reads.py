@@ -30,7 +30,7 @@ from .._operations import (
     total_stats,
 )
 from .._store.database import Database
-from .._store.store import Store
+from .._store.queries import Queries
 from .._workflows_text import WorkflowSummary
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: Below this many rows (pg_class.reltuples) finished jobs are counted exactly; above,
-#: estimated from ANALYZE's statistics (see migration 0006).
+#: estimated from ANALYZE's statistics.
 EXACT_COUNT_LIMIT = 50_000
 #: Finished jobs the overview's charts read at most (a heap fetch each): past it, only the
 #: newest minutes of the hour are drawn, and the charts say so.
@@ -117,20 +117,20 @@ class DashboardDatabase:
             shared.database = Database(
                 source.settings,
                 dataclasses.replace(source.pools, min_size=1, max_size=self.pool_size),
-                store=source.store,
+                queries=source.queries,
                 connection_kwargs={
                     "application_name": "pgtasks web",
                     "options": f"-c statement_timeout={timeout_ms}"
                     r" -c default_transaction_isolation=read\ committed",
                 },
-                name=f"pgtasks-web-{source.store.schema}",
+                name=f"pgtasks-web-{source.queries.schema}",
             )
             shared.source = source
         return shared.database
 
     @property
-    def store(self) -> Store:
-        return self.database.store
+    def queries(self) -> Queries:
+        return self.database.queries
 
     def run(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
         database = self.database
@@ -143,7 +143,7 @@ class DashboardDatabase:
     ) -> Callable[[psycopg.Connection[Any]], T]:
         """``operation`` in a transaction of its own that sets what the startup options
         would have (a pooled connection gets none)."""
-        store, timeout = self.store, self.statement_timeout
+        store, timeout = self.queries, self.statement_timeout
 
         def limited(conn: psycopg.Connection[Any]) -> T:
             with conn.transaction():
@@ -268,7 +268,7 @@ class Overview:
 
 
 def read_status_counts(
-    store: Store, conn: psycopg.Connection[Any], *, paused: bool = True
+    store: Queries, conn: psycopg.Connection[Any], *, paused: bool = True
 ) -> StatusCounts:
     """Per queue counts without reading finished rows one by one: waiting, pending and
     running through their partial indexes, finished jobs exactly on small tables and
@@ -292,7 +292,7 @@ def read_status_counts(
     return StatusCounts(queues, estimated, unanalyzed, paused_queues)
 
 
-def read_finished_minutes(store: Store, conn: psycopg.Connection[Any]) -> FinishedMinutes:
+def read_finished_minutes(store: Queries, conn: psycopg.Connection[Any]) -> FinishedMinutes:
     rows = store.get_finished_minutes(conn, cap=CHART_ROW_CAP)
     return FinishedMinutes.from_rows(store.get_database_time(conn), rows, CHART_ROW_CAP)
 
@@ -304,7 +304,7 @@ def overview(
     the last hour's finished jobs per minute and queue."""
 
     def read(conn: psycopg.Connection[Any]) -> Overview:
-        store = database.store
+        store = database.queries
         counts = read_status_counts(store, conn)
         chart = finished if finished is not None else read_finished_minutes(store, conn)
         now, workers = admin.read_workers(app, conn, since=admin.WORKER_HISTORY)
@@ -424,7 +424,7 @@ def jobs_page(
     whether more follow, and (``counts``) the jobs per queue and status for the tabs."""
 
     def read(conn: psycopg.Connection[Any]) -> JobsPage:
-        store = database.store
+        store = database.queries
         cuts = {
             "args_bytes": LIST_ARGS_BYTES,
             "args_chars": LIST_ARGS_CHARS,
@@ -484,7 +484,7 @@ def bulk_counts(database: DashboardDatabase, job_filter: JobFilter) -> BulkCount
     under the statement timeout)."""
 
     def read(conn: psycopg.Connection[Any]) -> BulkCounts:
-        store = database.store
+        store = database.queries
         if job_filter.counted_by_status:
             counts = read_status_counts(store, conn, paused=False)
             if not counts.unanalyzed:

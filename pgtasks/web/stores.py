@@ -41,12 +41,12 @@ def store_links(app: App, base: str, mount: str, linked: bool) -> dict[str, Any]
     """The store a page shows and a link to each store's dashboard (an app of one store:
     none; ``linked`` False: a dashboard of one store of several, whose neighbours are not
     served beside it, names its store only)."""
-    if app.stores.single:
+    if app.store_router.single:
         return {"store": None, "stores": []}
     if not linked:
         return {"store": app.store_name, "stores": []}
     home = base[: len(base) - len(mount)] if mount and base.endswith(mount) else base
-    links = [(name, f"{home}{store_path(name)}/") for name in app.stores.names]
+    links = [(name, f"{home}{store_path(name)}/") for name in app.store_router.names]
     return {"store": app.store_name, "stores": links, "all_stores": f"{home}/stores"}
 
 
@@ -55,7 +55,7 @@ def home_of(app: App, object_id: int, base: str, mount: str, linked: bool) -> st
     ``object_id``, when that is not this one (None: this one, no store of the app issued
     it, or the other stores' dashboards are not served beside this one: ``linked``
     False)."""
-    if app.stores.single or not linked:
+    if app.store_router.single or not linked:
         return None
     try:
         owner = for_id(app, object_id)
@@ -69,7 +69,7 @@ def home_of(app: App, object_id: int, base: str, mount: str, linked: bool) -> st
 
 def store_names(app: App) -> list[str]:
     """The stores of ``app`` other than the default one (each mounted at its path)."""
-    return [name for name in app.stores.names if name != DEFAULT_STORE]
+    return [name for name in app.store_router.names if name != DEFAULT_STORE]
 
 
 def mount_stores(starlette: Starlette, mounted: dict[str, Any]) -> None:
@@ -101,7 +101,7 @@ def read_summary(app: App, database: DashboardDatabase) -> tuple[datetime, Statu
     """A store's counts (as its overview reads them) and live workers, in one read."""
 
     def read(conn: psycopg.Connection[Any]) -> tuple[datetime, StatusCounts, int]:
-        counts = read_status_counts(database.store, conn)
+        counts = read_status_counts(database.queries, conn)
         now, workers = admin.read_workers(app, conn, since=0.0)
         return now, counts, sum(worker.state == "live" for worker in workers)
 

@@ -80,7 +80,7 @@ class _Timed:
     def __call__(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
         def timed(conn: psycopg.Connection[Any]) -> T:
             result = operation(conn)
-            self.now = self.database.store.get_database_time(conn)
+            self.now = self.database.queries.get_database_time(conn)
             return result
 
         return self.database.run(timed)
@@ -112,7 +112,7 @@ def workflows_page(
 
         def scan(conn: psycopg.Connection[Any]) -> list[WorkflowSummary]:
             nonlocal searched_to
-            rows, floor, scanned = database.store.list_workflows_scan(
+            rows, floor, scanned = database.queries.list_workflows_scan(
                 conn, status=status, before=before, limit=limit + 1, scan=WORKFLOW_SCAN_JOBS
             )
             if len(rows) <= limit and scanned >= WORKFLOW_SCAN_JOBS and floor is not None:
@@ -124,7 +124,7 @@ def workflows_page(
         found = list_workflows(
             app, status=status, workflow_id=workflow_id, before=before, limit=limit + 1, run=run
         )
-    counts = run(lambda conn: database.store.count_workflows(conn, cap=WORKFLOW_COUNT_CAP))
+    counts = run(lambda conn: database.queries.count_workflows(conn, cap=WORKFLOW_COUNT_CAP))
     return WorkflowsPage(
         now=run.time,
         workflows=found[:limit],

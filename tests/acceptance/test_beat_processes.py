@@ -27,7 +27,7 @@ from psycopg import sql
 
 from pgtasks import App, Beat
 from pgtasks._cron import format_tick
-from pgtasks._store.store import ADVISORY_LOCK_CLASS_BEAT
+from pgtasks._store.queries import ADVISORY_LOCK_CLASS_BEAT
 from tests.apps.beat_app import BERLIN_NIGHTLY, EVERY_SECOND, EVERY_SECOND_CRON, declare_schedules
 from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
 from tests.support.processes import ChildProcess, Processes

@@ -139,7 +139,7 @@ def test_a_non_integer_done_notification_does_not_kill_the_result_listener(
     waiter.start()
     wait_until(lambda: listener.healthy, message="the result listener")
     for payload in ("\u00b2", "1,\u0663,x", "", "-5"):
-        conn.execute("SELECT pg_notify(%s, %s)", (ops_app.store.done_channel, payload))
+        conn.execute("SELECT pg_notify(%s, %s)", (ops_app.queries.done_channel, payload))
     # The thread is alive and still wakes waiters: finish the job by hand and notify.
     execute(
         conn,
@@ -148,7 +148,7 @@ def test_a_non_integer_done_notification_does_not_kill_the_result_listener(
         " WHERE id = %(id)s",
         {"id": job.id},
     )
-    conn.execute("SELECT pg_notify(%s, %s)", (ops_app.store.done_channel, str(job.id)))
+    conn.execute("SELECT pg_notify(%s, %s)", (ops_app.queries.done_channel, str(job.id)))
     waiter.join(10)
     assert got == ["ok"]
     assert listener.healthy

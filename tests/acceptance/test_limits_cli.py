@@ -27,12 +27,12 @@ def test_limits_and_queues_list_show_the_stored_limits_and_running_jobs(
     assert "no limits are stored" in empty.stdout
 
     with app.connection() as conn:
-        assert app.store.upsert_limits(conn, app.limit_definitions()) == 6
-        worker = app.store.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
+        assert app.queries.upsert_limits(conn, app.limit_definitions()) == 6
+        worker = app.queries.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
     tasks.per_key.delay_many([{"user": user, "seconds": 0} for user in ("ann", "ann", "bob")])
     tasks.per_task.delay(0)
     with app.connection() as conn:
-        trip = app.store.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 10, limited=True))
+        trip = app.queries.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 10, limited=True))
     assert len(trip.claimed) == 3  # one per key, and the per-task job
 
     listed = cli("limits")

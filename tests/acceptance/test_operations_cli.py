@@ -34,7 +34,7 @@ def populate(conn: Connection, app: App) -> dict[str, int]:
     """The demo population: two queues, every status, one live and one stopped worker."""
     live = register(conn, app, pid=101)
     stopped = register(conn, app, pid=102)
-    app.store.deregister_worker(conn, stopped)
+    app.queries.deregister_worker(conn, stopped)
     add: dict[str, Any] = {"task": "ops_app.add", "args": "[1, 2]"}
     email: dict[str, Any] = {
         "task": "ops_app.send_email",

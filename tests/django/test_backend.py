@@ -3,7 +3,7 @@ django-tasks-db's backend tests state it), on the real test database."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -166,8 +166,11 @@ def test_arguments_that_are_not_json_are_refused_and_write_nothing() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pgtasks.all_jobs")
         before = cursor.fetchone()
-    with pytest.raises((InvalidTask, TypeError)):
-        tasks.add.enqueue(object(), 1)
+    for value in (object(), datetime.now(), {1, 2}):
+        # A TypeError, as Django's own backends raise, and an InvalidTask too.
+        with pytest.raises(TypeError, match="Unsupported type") as raised:
+            tasks.add.enqueue(value, 1)
+        assert isinstance(raised.value, InvalidTask)
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pgtasks.all_jobs")
         assert cursor.fetchone() == before

@@ -79,7 +79,7 @@ def test_the_migration_created_pgtasks_schema() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT max(version) FROM pgtasks.migrations")
         (version,) = cursor.fetchone()
-    from pgtasks._store.migrate import head_version
+    from pgtasks._store.migrator import head_version
 
     assert version == head_version()
 

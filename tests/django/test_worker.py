@@ -59,7 +59,9 @@ def test_a_failing_task_is_failed_with_its_error(start_worker: Callable[..., Any
     error = result.errors[0]
     assert error.exception_class is ValueError
     assert "card declined" in error.traceback
-    assert "Traceback" in error.traceback
+    assert error.traceback.startswith("Traceback")
+    # Ends as the traceback Django's backends format: with its newline.
+    assert error.traceback.endswith("ValueError: card declined\n"), error.traceback
     with pytest.raises(ValueError, match="failed"):
         _ = result.return_value
 
@@ -137,6 +139,20 @@ def test_signals_are_sent_in_the_worker(
     assert seen == [
         f"signal:finished:{first.id}:SUCCESSFUL",
         f"signal:started:{first.id}:RUNNING",
+    ]
+    # A return value that cannot be stored fails the task: task_finished says FAILED.
+    unstorable = finished(tasks.unstorable.enqueue())
+    assert unstorable.status == TaskResultStatus.FAILED
+    assert unstorable.errors[0].exception_class is TypeError
+    assert "Unsupported type" in unstorable.errors[0].traceback
+    signalled = sorted(
+        Orders.objects.filter(reference__contains=f":{unstorable.id}:").values_list(
+            "reference", flat=True
+        )
+    )
+    assert signalled == [
+        f"signal:finished:{unstorable.id}:FAILED",
+        f"signal:started:{unstorable.id}:RUNNING",
     ]
 
 

@@ -56,7 +56,7 @@ def together(first: Callable[[], T], second: Callable[[], T]) -> tuple[T, T]:
 def test_two_claimers_released_together_get_disjoint_jobs_covering_all(
     env: FaultEnv, sessions: Callable[..., psycopg.Connection[Any]]
 ) -> None:
-    store = env.app.store
+    store = env.app.queries
     one, two = sessions(), sessions()
     ids = [
         store.register_worker(one, hostname="race", pid=n, queues=None, concurrency=8)
@@ -97,7 +97,7 @@ def test_claim_among_200000_finished_jobs_touches_only_what_it_returns(
     )
     pending = [handle.id for handle in env.tasks.noop.delay_many([{}] * 1000)]
     admin.execute(sql.SQL("ANALYZE {}.jobs").format(schema))
-    store = env.app.store
+    store = env.app.queries
     worker_id = store.register_worker(admin, hostname="plan", pid=1, queues=None, concurrency=50)
 
     conn = sessions(autocommit=False)
@@ -135,10 +135,10 @@ class RescueRace:
 
     def __init__(self, env: FaultEnv, conn: psycopg.Connection[Any]) -> None:
         self.env = env
-        self.store = env.app.store
+        self.queries = env.app.queries
         self.conn = conn
         self.rounds = 0
-        self.worker_id = self.store.register_worker(
+        self.worker_id = self.queries.register_worker(
             conn, hostname="stale", pid=1, queues=None, concurrency=1
         )
 
@@ -146,7 +146,9 @@ class RescueRace:
         self.rounds += 1
         queue = f"rescue{self.rounds}"  # a job released by an earlier round is not claimed
         job_id: int = self.env.tasks.noop.apply_async(queue=queue).id
-        claimed = self.store.claim_jobs(self.conn, ClaimRequest(self.worker_id, 1, queues=(queue,)))
+        claimed = self.queries.claim_jobs(
+            self.conn, ClaimRequest(self.worker_id, 1, queues=(queue,))
+        )
         assert [job.id for job in claimed] == [job_id]
         self.conn.execute(
             sql.SQL(
@@ -158,10 +160,10 @@ class RescueRace:
 
     def finish(self, conn: psycopg.Connection[Any], job_id: int) -> dict[int, str]:
         finish = Finish(job_id, self.worker_id, 1, "done", result_json='"ok"')
-        return self.store.finish_jobs(conn, [finish])
+        return self.queries.finish_jobs(conn, [finish])
 
     def rescue(self, conn: psycopg.Connection[Any]) -> list[int]:
-        return [row["id"] for row in self.store.rescue_jobs(conn, lease_timeout=2.0)]
+        return [row["id"] for row in self.queries.rescue_jobs(conn, lease_timeout=2.0)]
 
     def status(self, job_id: int) -> str:
         status: str = self.env.probe.job(job_id)["status"]

@@ -134,8 +134,8 @@ def test_a_cancel_notification_from_anyone_cancels_nothing_without_the_row_flag(
     with psycopg.connect(env.dsn) as conn:
         # One transaction: the forged notifications arrive before the real cancel's.
         for payload in (str(target.id), "\u00b2", "-1", "9" * 40):
-            conn.execute("SELECT pg_notify(%s, %s)", (env.app.store.cancel_channel, payload))
-        row = env.app.store.cancel_job(conn, really.id)
+            conn.execute("SELECT pg_notify(%s, %s)", (env.app.queries.cancel_channel, payload))
+        row = env.app.queries.cancel_job(conn, really.id)
         assert row is not None and row["status"] == "running"
         conn.commit()
     wait_until(lambda: env.probe.job(really.id)["status"] == "cancelled", timeout=10)

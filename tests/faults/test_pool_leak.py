@@ -51,7 +51,7 @@ def test_a_leaked_pool_does_not_stop_heartbeats_rescue_or_beat(env: FaultEnv) ->
     with psycopg.connect(env.dsn) as admin, admin.transaction():
         orphan = env.tasks.noop.apply_async(queue="orphans", connection=admin)
         claim = ClaimRequest(10**9, limit=1, queues=("orphans",))
-        claimed = env.app.store.claim_jobs(admin, claim)
+        claimed = env.app.queries.claim_jobs(admin, claim)
     assert [job.id for job in claimed] == [orphan.id]
     rescued = wait_status(env.probe, orphan.id, "done", timeout=10)
     assert rescued["attempts"] == 2  # the dead worker's attempt, then the rescued run

@@ -15,12 +15,12 @@ from pgtasks import App
 @pytest.fixture
 def notifications(admin: psycopg.Connection[Any], app: App) -> Iterator[Callable[[str], list[str]]]:
     """LISTEN on the app's channel; the callable collects payloads up to a marker payload."""
-    admin.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.store.channel)))
+    admin.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.queries.channel)))
 
     def collect_until(marker: str) -> list[str]:
         payloads = []
         for notify in admin.notifies(timeout=10):
-            assert notify.channel == app.store.channel
+            assert notify.channel == app.queries.channel
             payloads.append(notify.payload)
             if notify.payload == marker:
                 return payloads

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from pgtasks import App
-from pgtasks._worker.background import BackgroundExchanger, Exchange
+from pgtasks._worker.background import BackgroundExchanger
+from pgtasks._worker.exchange import Exchange
 from tests.support.inprocess import running_worker
 from tests.support.waiting import wait_until
 

@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 from pgtasks import App, Beat, SchemaNotMigratedError, Task, TaskRegistrationError
 from pgtasks._app.schedules import format_schedules, schedule_statuses
 from pgtasks._cron import format_tick
-from pgtasks._store.store import ADVISORY_LOCK_CLASS_BEAT
+from pgtasks._store.queries import ADVISORY_LOCK_CLASS_BEAT
 from tests.support.waiting import wait_until
 
 SECOND = timedelta(seconds=1)
@@ -553,23 +553,23 @@ def test_beat_lock_is_exclusive_per_schema(
     first, second = make_app(migrate=False), make_app(migrate=False)
     one, two, three = connect(), connect(), connect()
 
-    assert first.store.lock_beat(one)
-    assert not first.store.lock_beat(two)
-    assert second.store.lock_beat(three)
-    assert first.store.unlock_beat(one)
-    assert first.store.lock_beat(two)
+    assert first.queries.lock_beat(one)
+    assert not first.queries.lock_beat(two)
+    assert second.queries.lock_beat(three)
+    assert first.queries.unlock_beat(one)
+    assert first.queries.lock_beat(two)
 
 
 def test_advancing_a_schedule_never_moves_it_backwards(
     app: App, admin: psycopg.Connection[Any], connect: Callable[[], psycopg.Connection[Any]]
 ) -> None:
     conn = connect()
-    [row] = app.store.load_periodic(conn, ["s"])
+    [row] = app.queries.load_periodic(conn, ["s"])
     now = row["now"]
-    app.store.advance_periodic(conn, [("s", now + 10 * SECOND, now + 5 * SECOND, 9)])
+    app.queries.advance_periodic(conn, [("s", now + 10 * SECOND, now + 5 * SECOND, 9)])
 
-    app.store.advance_periodic(conn, [("s", now + 2 * SECOND, now + SECOND, 3)])
-    app.store.advance_periodic(conn, [("s", now + 20 * SECOND, None, None)])
+    app.queries.advance_periodic(conn, [("s", now + 2 * SECOND, now + SECOND, 3)])
+    app.queries.advance_periodic(conn, [("s", now + 20 * SECOND, None, None)])
 
     stored = state(admin, app, "s")
     assert stored is not None

@@ -75,7 +75,7 @@ def test_a_claim_from_the_position_does_not_read_the_entries_of_claimed_jobs(
         with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
             last: ClaimedJob | None = None
             for _ in range(100):
-                last = app.store.claim_jobs(conn, ClaimRequest(WORKER, 50))[-1]
+                last = app.queries.claim_jobs(conn, ClaimRequest(WORKER, 50))[-1]
             assert last is not None
 
             from_start = index_buffers(explain_claim(app, dsn, None))
@@ -115,7 +115,7 @@ def explain(app: App, conn: psycopg.Connection[Any], name: str, params: dict[str
     """EXPLAIN ANALYZE a named statement inside a transaction that is rolled back."""
     with conn.transaction(force_rollback=True):
         rows = conn.execute(
-            b"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + app.store._statements[name], params
+            b"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + app.queries._statements[name], params
         ).fetchall()
     return "\n".join(row[0] for row in rows)
 
@@ -144,7 +144,7 @@ def test_a_claim_from_the_position_takes_higher_priorities_then_the_rest_of_its_
         return None
 
     first = [noop.apply_async(priority=0) for _ in range(3)]
-    position = app.store.claim_jobs(admin, ClaimRequest(WORKER, 2))[-1].position
+    position = app.queries.claim_jobs(admin, ClaimRequest(WORKER, 2))[-1].position
     assert position.id == first[1].id
     past = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
     behind = noop.apply_at(past)  # priority 0, sorts before the position
@@ -152,11 +152,11 @@ def test_a_claim_from_the_position_takes_higher_priorities_then_the_rest_of_its_
     later = noop.apply_async(priority=0)
     low = noop.apply_async(priority=-5)
 
-    jobs = app.store.claim_jobs_after(admin, ClaimRequest(WORKER, 10, after=position))
+    jobs = app.queries.claim_jobs_after(admin, ClaimRequest(WORKER, 10, after=position))
 
     assert [job.id for job in jobs] == [urgent.id, first[2].id, later.id, low.id]
     # Read from the start, the job behind the position is claimed.
-    jobs = app.store.claim_jobs(admin, ClaimRequest(WORKER, 10))
+    jobs = app.queries.claim_jobs(admin, ClaimRequest(WORKER, 10))
     assert [job.id for job in jobs] == [behind.id]
 
 
@@ -231,7 +231,7 @@ def test_worker_connections_plan_the_claims_and_the_finish_once_with_the_same_sh
 def generic_plan(app: App, dsn: str, name: str, params: dict[str, Any]) -> str:
     """The plan a worker connection runs ``name`` with: prepared by psycopg as the worker's
     statements are, then EXPLAIN EXECUTE of that prepared statement (values inlined)."""
-    statement = app.store._statements[name]
+    statement = app.queries._statements[name]
     order = list(dict.fromkeys(re.findall(rb"%\((\w+)\)s", statement)))
     with psycopg.connect(dsn, options=WORKER_CONNECTION_OPTIONS) as conn:
         conn.execute(statement, params, prepare=True)

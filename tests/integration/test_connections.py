@@ -101,8 +101,8 @@ def test_replica_reads_fall_back_to_the_primary_when_the_replica_is_down(
 
     send.delay()
     with caplog.at_level(logging.WARNING, logger="pgtasks.db"):
-        first = app.database.read(app.store.get_unfinished_stats)
-        second = app.database.read(app.store.get_unfinished_stats)
+        first = app.database.read(app.queries.get_unfinished_stats)
+        second = app.database.read(app.queries.get_unfinished_stats)
 
     assert [(row["queue"], row["pending"]) for row in first] == [("emails", 1)]
     assert [(row["queue"], row["pending"]) for row in second] == [("emails", 1)]

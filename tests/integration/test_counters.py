@@ -312,11 +312,11 @@ def schema_total(metrics: WorkerMetrics, event: str) -> float | None:
 def test_the_pruner_folds_the_counters_without_changing_their_totals(app: App) -> None:
     with app.connection() as conn:
         for _ in range(5):
-            app.store.add_counters(conn, {"lease_lost": 1, "rescued": 2})
-        app.store.add_counters(conn, {"unknown_task_jobs": 0})
-        before = app.store.get_counters(conn)
-        app.store.fold_counters(conn)
-        after = app.store.get_counters(conn)
+            app.queries.add_counters(conn, {"lease_lost": 1, "rescued": 2})
+        app.queries.add_counters(conn, {"unknown_task_jobs": 0})
+        before = app.queries.get_counters(conn)
+        app.queries.fold_counters(conn)
+        after = app.queries.get_counters(conn)
         rows = select(conn, app, "SELECT name, value FROM {schema}.counters ORDER BY name")
 
     assert before == after == {"lease_lost": 5, "rescued": 10}

@@ -78,7 +78,7 @@ def test_a_job_running_under_a_dead_worker_is_reported_stuck(
         return None
 
     orphan.delay()
-    app.store.claim_jobs(admin, ClaimRequest(10**9, limit=1))
+    app.queries.claim_jobs(admin, ClaimRequest(10**9, limit=1))
 
     result = finding(app, "stuck jobs")
 
@@ -127,7 +127,7 @@ def test_doctor_cli_prints_json_and_exits_1_on_warnings(
         return None
 
     noop.delay()
-    app.store.claim_jobs(admin, ClaimRequest(10**9, limit=1))
+    app.queries.claim_jobs(admin, ClaimRequest(10**9, limit=1))
     env = pgtasks_env(dsn, app.schema)
     completed = subprocess.run(
         [sys.executable, "-m", "pgtasks", "doctor", "-A", "tests.apps.basic:app", "--json"],
@@ -173,7 +173,7 @@ def test_limits_rows_the_claim_cannot_take_and_jobs_it_leaves_out_are_reported(
     def plain() -> None: ...
 
     with app.connection() as conn:
-        app.store.upsert_limits(conn, app.limit_definitions())
+        app.queries.upsert_limits(conn, app.limit_definitions())
     healthy = finding(app, "limits")
     assert (healthy.level, healthy.summary) == (
         "ok",
@@ -234,7 +234,7 @@ def test_pending_jobs_no_live_worker_knows_are_reported_by_task(
     # No live worker: nothing to say about tasks (the backlog check covers it).
     assert finding(app, "unknown tasks").level == "ok"
     with app.connection() as conn:
-        app.store.register_worker(
+        app.queries.register_worker(
             conn, hostname="h", pid=1, queues=None, concurrency=1, task_names=["known.task"]
         )
     result = finding(app, "unknown tasks")
@@ -250,5 +250,5 @@ def test_pending_jobs_no_live_worker_knows_are_reported_by_task(
     ]
     # A worker of an earlier release (no task list) knows every task.
     with app.connection() as conn:
-        app.store.register_worker(conn, hostname="h", pid=2, queues=None, concurrency=1)
+        app.queries.register_worker(conn, hostname="h", pid=2, queues=None, concurrency=1)
     assert finding(app, "unknown tasks").level == "ok"

@@ -748,7 +748,7 @@ def test_enqueue_with_an_async_connection_follows_its_transaction(
 def test_enqueue_notifies_the_schema_channel_with_the_queue_name(
     app: App, send_email: SendEmail, notifications: Callable[[str], list[str]]
 ) -> None:
-    assert app.store.channel == f"pgtasks.{app.schema}"
+    assert app.queries.channel == f"pgtasks.{app.schema}"
 
     send_email.delay("a@example.com")
 
@@ -792,7 +792,7 @@ def test_notification_channel_of_a_mixed_case_schema_is_quoted_correctly(
     @app.task(queue="Q")
     def work() -> None: ...
 
-    admin.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.store.channel)))
+    admin.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.queries.channel)))
     try:
         work.delay()
         notify = next(admin.notifies(timeout=10, stop_after=1))

@@ -71,7 +71,7 @@ def test_a_raw_insert_on_the_enqueuing_session_still_notifies(
     @app.task(name="ping", queue="first")
     def ping() -> None: ...
 
-    admin.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.store.channel)))
+    admin.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.queries.channel)))
     ping.delay()
     with app.connection() as conn:  # the very session ping.delay() used (pool of one)
         flag = conn.execute("SELECT current_setting('pgtasks.self_notified', true)").fetchone()

@@ -19,7 +19,7 @@ from pgtasks import (
     SchemaTooNewError,
     Task,
 )
-from pgtasks._store.migrate import head_version
+from pgtasks._store.migrator import head_version
 
 PASSWORD = "S3cr3t!"
 DOWN_URL = f"postgresql://u:{PASSWORD}@127.0.0.1:1/db"

@@ -35,7 +35,7 @@ def test_outcomes_with_awkward_texts_are_stored_exactly(
 
     noop.delay_many([{}] * 4)
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
-        claimed = app.store.claim_jobs(conn, ClaimRequest(WORKER, 4))
+        claimed = app.queries.claim_jobs(conn, ClaimRequest(WORKER, 4))
         ids = [job.id for job in claimed]
         finishes = [
             Finish(ids[0], WORKER, 1, "done", json.dumps({"text": AWKWARD, "list": [1, 2]})),
@@ -44,9 +44,9 @@ def test_outcomes_with_awkward_texts_are_stored_exactly(
             Finish(ids[3], WORKER, 1, "done", "null", delay=1e-9),
         ]
         # Through the pipeline (finishes and a claim), then the single-statement path.
-        trip = app.store.finish_and_claim_jobs(conn, finishes[:3], ClaimRequest(WORKER, 1))
+        trip = app.queries.finish_and_claim_jobs(conn, finishes[:3], ClaimRequest(WORKER, 1))
         assert trip.claimed == []
-        accepted = {**trip.written, **app.store.finish_jobs(conn, finishes[3:])}
+        accepted = {**trip.written, **app.queries.finish_jobs(conn, finishes[3:])}
     assert accepted == {ids[0]: "done", ids[1]: "failed", ids[2]: "pending", ids[3]: "done"}
     rows = {
         row[0]: row[1:]
@@ -75,10 +75,10 @@ def test_the_round_trip_is_one_transaction(
 
     noop.delay_many([{}] * 3)
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
-        (first,) = app.store.claim_jobs(conn, ClaimRequest(WORKER, 1))
-        (second,) = app.store.claim_jobs(conn, ClaimRequest(OTHER_WORKER, 1))
+        (first,) = app.queries.claim_jobs(conn, ClaimRequest(WORKER, 1))
+        (second,) = app.queries.claim_jobs(conn, ClaimRequest(OTHER_WORKER, 1))
         with pytest.raises(psycopg.errors.InvalidTextRepresentation):
-            app.store.finish_and_claim_jobs(
+            app.queries.finish_and_claim_jobs(
                 conn,
                 [
                     Finish(first.id, WORKER, 1, "done", "null"),
@@ -101,7 +101,7 @@ def test_claimed_rows_become_claimed_jobs_in_claim_order(app: App, dsn: str) -> 
     low = echo.apply_async((1, "é"), {"key": {"nested": [None]}}, priority=0)
     high = echo.apply_async(priority=5)
     with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
-        jobs = app.store.finish_and_claim_jobs(conn, (), ClaimRequest(WORKER, 5)).claimed
+        jobs = app.queries.finish_and_claim_jobs(conn, (), ClaimRequest(WORKER, 5)).claimed
     assert [job.id for job in jobs] == [high.id, low.id]
     job = jobs[1]
     assert isinstance(job, ClaimedJob)

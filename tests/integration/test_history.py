@@ -30,8 +30,10 @@ def hot_and_history(conn: psycopg.Connection[Any], app: App, job_id: int) -> tup
 
 def claim_one(app: App, conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
     """Register a worker and claim one job for it: (worker id, job id, attempt)."""
-    worker_id = app.store.register_worker(conn, hostname="test", pid=1, queues=None, concurrency=1)
-    claimed = app.store.claim_jobs(conn, ClaimRequest(worker_id=worker_id, limit=1))
+    worker_id = app.queries.register_worker(
+        conn, hostname="test", pid=1, queues=None, concurrency=1
+    )
+    claimed = app.queries.claim_jobs(conn, ClaimRequest(worker_id=worker_id, limit=1))
     conn.commit()
     assert len(claimed) == 1
     return worker_id, claimed[0].id, claimed[0].attempt
@@ -50,7 +52,7 @@ def test_a_finish_moves_the_row_into_history_and_get_reads_it_there(app: App) ->
 
     handle = add.delay(2, 3)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        app.store.prepare_history_days(conn)  # as migrate and the pruner do
+        app.queries.prepare_history_days(conn)  # as migrate and the pruner do
     with running_worker(app):
         assert handle.get(timeout=20) == 5
     with psycopg.connect(app.dsn) as conn:
@@ -66,7 +68,7 @@ def test_a_finish_moves_the_row_into_history_and_get_reads_it_there(app: App) ->
     assert handle.status() == "done"
     assert handle.refresh().row.result == 5
     assert app.get_job(handle.id).get(timeout=1) == 5
-    _, listed = app.store.list_jobs(conn := psycopg.connect(app.dsn))
+    _, listed = app.queries.list_jobs(conn := psycopg.connect(app.dsn))
     conn.close()
     assert handle.id in {job.id for job in listed}
 
@@ -80,7 +82,7 @@ def test_a_lost_lease_matches_nothing_and_moves_nothing(app: App, conn: Any) -> 
     # The lease moves on (a rescue and a new claim): the old owner's finish is refused.
     execute(conn, app, "UPDATE {schema}.jobs SET attempts = attempts + 1 WHERE id = %s", [job_id])
     conn.commit()
-    written = app.store.finish_jobs(conn, [Finish(job_id, worker_id, attempt, "done", "1")])
+    written = app.queries.finish_jobs(conn, [Finish(job_id, worker_id, attempt, "done", "1")])
     conn.commit()
     assert written == {}
     assert hot_and_history(conn, app, handle.id) == (1, 0)
@@ -94,18 +96,20 @@ def test_a_retry_outcome_stays_in_jobs_and_a_failure_moves(app: App, conn: Any) 
     handle = flaky.delay()
     worker_id, job_id, attempt = claim_one(app, conn)
     retry = Finish(job_id, worker_id, attempt, "pending", error="E: once", delay=0.0)
-    assert app.store.finish_jobs(conn, [retry]) == {job_id: "pending"}
+    assert app.queries.finish_jobs(conn, [retry]) == {job_id: "pending"}
     conn.commit()
     assert hot_and_history(conn, app, job_id) == (1, 0)
     _, job_id, attempt = claim_one(app, conn)
     failed = Finish(job_id, worker_id, attempt, "failed", error="E: twice", exception_type="E")
-    written = app.store.finish_jobs(conn, [failed])
+    written = app.queries.finish_jobs(conn, [failed])
     conn.commit()
     # The claim registered another worker: the first one's lease no longer matches.
     assert written == {}
     row = select(conn, app, "SELECT locked_by FROM {schema}.jobs WHERE id = %s", [job_id])
     owner = row[0][0]
-    written = app.store.finish_jobs(conn, [Finish(job_id, owner, attempt, "failed", error="E: 2")])
+    written = app.queries.finish_jobs(
+        conn, [Finish(job_id, owner, attempt, "failed", error="E: 2")]
+    )
     conn.commit()
     assert written == {job_id: "failed"}
     assert hot_and_history(conn, app, job_id) == (0, 1)
@@ -122,7 +126,7 @@ def test_a_cancel_racing_the_finish_waits_then_finds_the_job_finished(app: App, 
     handle = work.delay()
     worker_id, job_id, attempt = claim_one(app, conn)
     # The finish holds the row (uncommitted) while the cancel waits for it.
-    app.store.finish_jobs(conn, [Finish(job_id, worker_id, attempt, "done", "7")])
+    app.queries.finish_jobs(conn, [Finish(job_id, worker_id, attempt, "done", "7")])
     outcome: list[str] = []
     cancelling = threading.Thread(target=lambda: outcome.append(handle.cancel().outcome))
     cancelling.start()
@@ -152,7 +156,7 @@ def test_a_cancel_before_the_finish_ends_the_job_cancelled_in_history(app: App, 
     handle = work.delay()
     worker_id, job_id, attempt = claim_one(app, conn)
     assert handle.cancel().outcome == "requested"
-    written = app.store.finish_jobs(conn, [Finish(job_id, worker_id, attempt, "done", "1")])
+    written = app.queries.finish_jobs(conn, [Finish(job_id, worker_id, attempt, "done", "1")])
     conn.commit()
     assert written == {job_id: "cancelled"}
     assert hot_and_history(conn, app, job_id) == (0, 1)
@@ -173,11 +177,11 @@ def test_a_rescue_moves_a_job_out_of_attempts_and_a_late_finish_matches_nothing(
     worker_id, job_id, attempt = claim_one(app, conn)
     execute(conn, app, "DELETE FROM {schema}.workers WHERE id = %s", [worker_id])
     conn.commit()
-    rescued = app.store.rescue_jobs(conn, lease_timeout=30.0)
+    rescued = app.queries.rescue_jobs(conn, lease_timeout=30.0)
     conn.commit()
     assert [(row["id"], row["status"]) for row in rescued] == [(job_id, "failed")]
     assert hot_and_history(conn, app, job_id) == (0, 1)
-    late = app.store.finish_jobs(conn, [Finish(job_id, worker_id, attempt, "done", "1")])
+    late = app.queries.finish_jobs(conn, [Finish(job_id, worker_id, attempt, "done", "1")])
     conn.commit()
     assert late == {}
     assert handle.status() == "failed"
@@ -276,12 +280,12 @@ def test_prune_drops_expired_days_and_leaves_no_dead_tuple_in_jobs(app: App, con
         app,
         "INSERT INTO {schema}.job_keys (job_id, idempotency_key) VALUES (-1, 'old-key')",
     )
-    result = prune(app.store, conn, done_after=86400.0, failed_after=7 * 86400.0)
+    result = prune(app.queries, conn, done_after=86400.0, failed_after=7 * 86400.0)
     assert result.days_dropped == 1
     assert result.deleted["done"] == 300
     assert select(conn, app, "SELECT count(*) FROM {schema}.jobs_history")[0][0] == 100
     assert select(conn, app, "SELECT count(*) FROM {schema}.job_keys")[0][0] == 0
-    result = prune(app.store, conn, done_after=86400.0, failed_after=86400.0)
+    result = prune(app.queries, conn, done_after=86400.0, failed_after=86400.0)
     assert (result.days_dropped, result.deleted["failed"]) == (1, 100)
     stats = select(
         conn,
@@ -317,7 +321,7 @@ def test_a_day_holding_an_unfinished_workflow_keeps_its_rows(app: App, conn: Any
         " CASE WHEN i = 1 THEN %s END, to_jsonb(i) FROM generate_series(1, 10) AS i",
         [workflow_id],
     )
-    result = prune(app.store, conn, done_after=86400.0, failed_after=None)
+    result = prune(app.queries, conn, done_after=86400.0, failed_after=None)
     assert (result.days_dropped, result.deleted["done"]) == (1, 9)
     kept = select(conn, app, "SELECT id, result FROM {schema}.all_jobs WHERE id < 0")
     assert kept == [(-1, 1)]
@@ -328,8 +332,8 @@ def test_a_purged_job_frees_its_key(app: App, conn: Any) -> None:
     def once() -> None: ...
 
     first = once.apply_async(idempotency_key="purged")
-    count = app.store.count_purgeable_jobs(conn, queue=None, task_name=None)
-    purged = app.store.purge_jobs(
+    count = app.queries.count_purgeable_jobs(conn, queue=None, task_name=None)
+    purged = app.queries.purge_jobs(
         conn, queue=None, task_name=None, max_id=count["max_id"], limit=100
     )
     conn.commit()

@@ -112,7 +112,7 @@ def test_each_store_prunes_its_own_days(make_stores_app: Callable[..., App], dsn
         assert (old_days(conn, schemas["default"]), old_days(conn, schemas["bulk"])) == (1, 1)
         bulk = app.for_store("bulk")
         result = bulk.database.run(
-            lambda owned: prune(bulk.store, owned, done_after=86400.0, failed_after=None)
+            lambda owned: prune(bulk.queries, owned, done_after=86400.0, failed_after=None)
         )
         assert (result.days_dropped, result.deleted["done"]) == (1, 70)
         assert (old_days(conn, schemas["default"]), old_days(conn, schemas["bulk"])) == (1, 0)
@@ -120,7 +120,7 @@ def test_each_store_prunes_its_own_days(make_stores_app: Callable[..., App], dsn
         assert count(conn, schemas["bulk"], "jobs_history") == 0
         default = app.for_store("default")
         result = default.database.run(
-            lambda owned: prune(default.store, owned, done_after=86400.0, failed_after=None)
+            lambda owned: prune(default.queries, owned, done_after=86400.0, failed_after=None)
         )
         assert (result.days_dropped, result.deleted["done"]) == (1, 50)
         assert count(conn, schemas["default"], "jobs_history") == 0

@@ -20,7 +20,7 @@ from tests.support.inprocess import finished, running_worker
 def _register(app: App, count: int) -> list[int]:
     with app.connection() as conn:
         return [
-            app.store.register_worker(conn, hostname="h", pid=index, queues=None, concurrency=8)
+            app.queries.register_worker(conn, hostname="h", pid=index, queues=None, concurrency=8)
             for index in range(count)
         ]
 
@@ -29,17 +29,17 @@ def _claim(app: App, worker_id: int, limit: int) -> list[ClaimedJob]:
     """A worker's claim when some limit is stored: limited jobs first, then plain ones."""
     with app.connection() as conn:
         claim = ClaimRequest(worker_id, limit, limited=True)
-        return list(app.store.finish_and_claim_jobs(conn, (), claim).claimed)
+        return list(app.queries.finish_and_claim_jobs(conn, (), claim).claimed)
 
 
 def _finish(app: App, jobs: list[ClaimedJob]) -> None:
     with app.connection() as conn:
-        app.store.finish_jobs(conn, [Finish.of(job, Outcome.done("null")) for job in jobs])
+        app.queries.finish_jobs(conn, [Finish.of(job, Outcome.done("null")) for job in jobs])
 
 
 def _store_limits(app: App) -> int:
     with app.connection() as conn:
-        return app.store.upsert_limits(conn, app.limit_definitions())
+        return app.queries.upsert_limits(conn, app.limit_definitions())
 
 
 def test_enqueue_writes_the_limit_names_and_the_key(
@@ -147,7 +147,7 @@ def test_a_rescued_job_frees_its_slot(app: App, admin: psycopg.Connection[Any]) 
     assert _claim(app, second, 5) == []
     admin.execute(f"DELETE FROM {app.schema}.workers WHERE id = %s", [first])
     with app.connection() as conn:
-        rescued = app.store.rescue_jobs(conn, lease_timeout=30)
+        rescued = app.queries.rescue_jobs(conn, lease_timeout=30)
     assert len(rescued) == 1
     assert len(_claim(app, second, 5)) == 1
     assert _claim(app, second, 5) == []
@@ -276,7 +276,7 @@ def _claim_with_report(
     app: App, worker_id: int, limit: int
 ) -> tuple[list[ClaimedJob], LimitedClaimReport]:
     with app.connection() as conn:
-        return app.store.claim_limited(conn, ClaimRequest(worker_id, limit, limited=True))
+        return app.queries.claim_limited(conn, ClaimRequest(worker_id, limit, limited=True))
 
 
 def test_a_short_limited_claim_says_which_limits_held_jobs_back_and_when_a_token_is_due(
@@ -391,7 +391,7 @@ def test_a_limited_claim_that_fails_reports_its_error_and_the_plain_claim_goes_o
     assert rows == []
     assert report.error is not None and "tokens" in report.error
     with app.connection() as conn:
-        trip = app.store.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 5, limited=True))
+        trip = app.queries.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 5, limited=True))
     # The claim_limited statement reports its own error: the plain claim goes on.
     assert sorted(job.task_name for job in trip.claimed) == [plain.name] * 3
     assert trip.report.error is not None
@@ -410,7 +410,7 @@ def test_the_limited_claim_refuses_to_count_outside_read_committed(app: App) -> 
     (worker,) = _register(app, 1)
     with app.connection() as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        rows, report = app.store.claim_limited(conn, ClaimRequest(worker, 5, limited=True))
+        rows, report = app.queries.claim_limited(conn, ClaimRequest(worker, 5, limited=True))
     assert rows == []
     assert report.error is not None
     assert "needs READ COMMITTED" in report.error and "REPEATABLE READ" in report.error
@@ -429,10 +429,10 @@ def test_a_plain_claim_that_fails_after_a_limited_one_keeps_what_the_limited_one
     limited.delay_many([{"n": n} for n in range(3)])
     plain.delay_many([{"n": n} for n in range(3)])
     (worker,) = _register(app, 1)
-    store = copy.copy(app.store)
+    store = copy.copy(app.queries)
     # The plain claim fails (alone on the connection, it runs announced).
     failing = {name: b"SELECT 1 / 0" for name in ("claim_jobs", "claim_jobs_announced")}
-    store._statements = {**app.store._statements, **failing}
+    store._statements = {**app.queries._statements, **failing}
     with app.connection() as conn:
         trip = store.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 5, limited=True))
     # The limited claim's jobs stand (committed in its own round trip) and are returned.
@@ -537,7 +537,7 @@ def test_read_limits_holds_back_only_what_a_limit_holds_and_skips_overloaded_row
     )
     with app.connection() as conn:
         states = {state.name: state for state in read_limits(app, conn)}
-        bad_values = app.store.get_limit_bad_values(conn)
+        bad_values = app.queries.get_limit_bad_values(conn)
     rated = states[f"task:{hourly.name}"]
     # Burst 1.0003 ("1/h"): tokens clamped to it, one whole token: 1 of the 3 may start.
     assert (rated.pending, rated.due, rated.held) == (3, 3, 2)

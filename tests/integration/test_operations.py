@@ -37,7 +37,7 @@ def conn(app: App) -> Iterator[Connection]:
 
 # -- stats ----------------------------------------------------------------------------------------
 def queue_stats(app: App, conn: Connection) -> dict[str | None, QueueStats]:
-    return {row["queue"]: QueueStats.from_row(row) for row in app.store.get_queue_stats(conn)}
+    return {row["queue"]: QueueStats.from_row(row) for row in app.queries.get_queue_stats(conn)}
 
 
 def test_queue_stats_count_each_status_per_queue_and_the_oldest_due_wait(
@@ -77,7 +77,7 @@ def test_stats_count_a_row_locked_for_update_by_another_open_transaction(
         assert held not in {row[0] for row in skip_locked}
 
         stats = queue_stats(app, conn)["default"]
-        _, listed = app.store.list_jobs(conn)
+        _, listed = app.queries.list_jobs(conn)
 
         assert stats.pending == stats.due == 2
         assert held in {job.id for job in listed}
@@ -110,7 +110,7 @@ def test_list_jobs_filters_by_status_queue_and_task_newest_first_up_to_the_limit
     fourth = insert_job(conn, app, task="a", status="failed", finished_ago=1, attempts=3)
 
     def ids(**filters: Any) -> list[int]:
-        return [job.id for job in app.store.list_jobs(conn, **filters)[1]]
+        return [job.id for job in app.queries.list_jobs(conn, **filters)[1]]
 
     assert ids() == [fourth, third, second, first]
     assert ids(limit=2) == [fourth, third]
@@ -119,7 +119,7 @@ def test_list_jobs_filters_by_status_queue_and_task_newest_first_up_to_the_limit
     assert ids(task_name="a", status="pending") == [third, first]
     assert ids(task_name="a", status="pending", queue="default") == [first]
     assert ids(task_name="missing") == []
-    assert app.store.list_jobs(conn, task_name="missing")[0] is None
+    assert app.queries.list_jobs(conn, task_name="missing")[0] is None
 
 
 # -- retry ----------------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ def test_retry_puts_a_failed_job_back_to_pending_due_now_with_one_more_attempt(
         last_error="Traceback …\nValueError: boom",
     )
 
-    row = app.store.retry_job(conn, job_id)
+    row = app.queries.retry_job(conn, job_id)
 
     assert row is not None
     assert (row["retried"], row["previous_status"]) == (True, "failed")
@@ -158,7 +158,7 @@ def test_retry_of_a_cancelled_job_that_never_ran_keeps_its_attempt_limit_and_cle
     job_id = insert_job(conn, app, status="cancelled", finished_ago=1, max_attempts=5)
     execute(conn, app, "UPDATE {schema}.jobs SET cancel_requested = true WHERE id = %s", [job_id])
 
-    row = app.store.retry_job(conn, job_id)
+    row = app.queries.retry_job(conn, job_id)
 
     assert row is not None and row["retried"]
     assert (row["attempts"], row["max_attempts"]) == (0, 5)
@@ -176,7 +176,7 @@ def test_retry_leaves_a_job_that_is_not_failed_or_cancelled_unchanged(
     job_id = insert_job(conn, app, status=status, finished_ago=finished_ago, attempts=1)
     before = app.get_job(job_id).fetch()
 
-    row = app.store.retry_job(conn, job_id)
+    row = app.queries.retry_job(conn, job_id)
 
     assert row is not None
     assert (row["retried"], row["previous_status"]) == (False, status)
@@ -184,7 +184,7 @@ def test_retry_leaves_a_job_that_is_not_failed_or_cancelled_unchanged(
 
 
 def test_retry_of_a_missing_job_returns_nothing(app: App, conn: Connection) -> None:
-    assert app.store.retry_job(conn, 424242) is None
+    assert app.queries.retry_job(conn, 424242) is None
 
 
 def test_retry_failed_jobs_takes_only_failed_jobs_of_the_task_batch_by_batch(
@@ -198,9 +198,9 @@ def test_retry_failed_jobs_takes_only_failed_jobs_of_the_task_batch_by_batch(
     cancelled_a = insert_job(conn, app, task="a", status="cancelled", finished_ago=1)
     done_a = insert_job(conn, app, task="a", status="done", finished_ago=1, attempts=1)
 
-    first = app.store.retry_failed_jobs(conn, task_name="a", limit=2)
-    second = app.store.retry_failed_jobs(conn, task_name="a", limit=2)
-    third = app.store.retry_failed_jobs(conn, task_name="a", limit=2)
+    first = app.queries.retry_failed_jobs(conn, task_name="a", limit=2)
+    second = app.queries.retry_failed_jobs(conn, task_name="a", limit=2)
+    third = app.queries.retry_failed_jobs(conn, task_name="a", limit=2)
 
     assert [len(first), len(second), len(third)] == [2, 1, 0]
     assert sorted(row["id"] for row in first + second) == failed_a
@@ -211,7 +211,7 @@ def test_retry_failed_jobs_takes_only_failed_jobs_of_the_task_batch_by_batch(
         "cancelled",
         "done",
     )
-    assert [row["id"] for row in app.store.retry_failed_jobs(conn, task_name=None, limit=10)] == [
+    assert [row["id"] for row in app.queries.retry_failed_jobs(conn, task_name=None, limit=10)] == [
         failed_b
     ]
 
@@ -223,7 +223,7 @@ def test_a_retried_job_runs_again_on_a_worker(app: App, conn: Connection) -> Non
 
     job_id = insert_job(conn, app, task="ops.add", status="failed", finished_ago=1, attempts=3)
     execute(conn, app, "UPDATE {schema}.jobs SET args = '[2, 3]' WHERE id = %s", [job_id])
-    app.store.retry_job(conn, job_id)
+    app.queries.retry_job(conn, job_id)
 
     with running_worker(app):
         wait_until(lambda: app.get_job(job_id).status() is JobStatus.DONE)
@@ -236,7 +236,7 @@ def test_a_retried_job_runs_again_on_a_worker(app: App, conn: Connection) -> Non
 def workers_by_id(app: App, conn: Connection, since: float = 3600.0) -> dict[int, WorkerInfo]:
     infos = [
         WorkerInfo.from_row(row, lease_timeout=app.lease_timeout)
-        for row in app.store.list_workers(conn, since=since)
+        for row in app.queries.list_workers(conn, since=since)
     ]
     return {info.id: info for info in infos}
 
@@ -254,12 +254,12 @@ def test_list_workers_shows_live_silent_stopped_and_lost_workers_with_running_jo
             insert_job(conn, app, status="running", locked_by=live, attempts=1) for _ in range(2)
         ]
         orphan = insert_job(conn, app, status="running", locked_by=999_999, attempts=1)
-        app.store.deregister_worker(conn, stopped)
+        app.queries.deregister_worker(conn, stopped)
         # A rescuer removes silent registrations; spare `silent` to show it before that.
         execute(
             conn, app, "UPDATE {schema}.workers SET heartbeat_at = now() WHERE id = %s", [silent]
         )
-        app.store.delete_dead_workers(conn, lease_timeout=30.0)
+        app.queries.delete_dead_workers(conn, lease_timeout=30.0)
         execute(
             conn,
             app,
@@ -327,7 +327,7 @@ def test_prune_deletes_exactly_the_finished_jobs_past_retention_and_nothing_pend
 ) -> None:
     rows = population(conn, app)
 
-    result = prune(app.store, conn, done_after=DAY, failed_after=7 * DAY, batch_size=1)
+    result = prune(app.queries, conn, done_after=DAY, failed_after=7 * DAY, batch_size=1)
 
     assert result.deleted == {"done": 2, "failed": 1, "cancelled": 1}
     # One batch per row moved from jobs (rows finished before migration jobs_history) and
@@ -351,7 +351,7 @@ def test_prune_with_zero_retention_deletes_every_finished_job_and_none_keeps_the
 ) -> None:
     rows = population(conn, app)
 
-    result = prune(app.store, conn, done_after=0.0, failed_after=None)
+    result = prune(app.queries, conn, done_after=0.0, failed_after=None)
 
     assert result.deleted == {"done": 3, "failed": 0, "cancelled": 0}
     remaining = job_ids(conn, app)
@@ -368,13 +368,13 @@ def test_prune_skips_a_row_another_transaction_holds_instead_of_waiting(
     with psycopg.connect(app.dsn) as holder:
         execute(holder, app, "SELECT id FROM {schema}.jobs WHERE id = %s FOR UPDATE", [held])
 
-        result = prune(app.store, conn, done_after=DAY, failed_after=None, batch_size=10)
+        result = prune(app.queries, conn, done_after=DAY, failed_after=None, batch_size=10)
 
         assert result.deleted["done"] == 1
         assert job_ids(conn, app) == {held}
         holder.rollback()
 
-    assert prune(app.store, conn, done_after=DAY, failed_after=None).deleted["done"] == 1
+    assert prune(app.queries, conn, done_after=DAY, failed_after=None).deleted["done"] == 1
     assert free not in job_ids(conn, app)
     assert job_ids(conn, app) == set()
 
@@ -382,7 +382,7 @@ def test_prune_skips_a_row_another_transaction_holds_instead_of_waiting(
 def test_prune_batches_are_read_through_the_finished_jobs_index(app: App) -> None:
     # Rows are deleted one by one from the default partitions of jobs_history only (days
     # past retention are dropped whole), read by their finished_at index.
-    statement = app.store._statements["prune_history_defaults"]
+    statement = app.queries._statements["prune_history_defaults"]
     params = {"statuses": ["done"], "older_than": DAY, "limit": 100}
     with psycopg.connect(app.dsn, cursor_factory=psycopg.ClientCursor) as conn:
         conn.execute("SET enable_seqscan = off")
@@ -398,8 +398,8 @@ def test_prune_forgets_removed_workers_older_than_the_history_retention(
 ) -> None:
     old = register(conn, app, pid=1)
     recent = register(conn, app, pid=2)
-    app.store.deregister_worker(conn, old)
-    app.store.deregister_worker(conn, recent)
+    app.queries.deregister_worker(conn, old)
+    app.queries.deregister_worker(conn, recent)
     execute(
         conn,
         app,
@@ -408,7 +408,7 @@ def test_prune_forgets_removed_workers_older_than_the_history_retention(
         [old],
     )
 
-    result = prune(app.store, conn, done_after=None, failed_after=None, history_after=DAY)
+    result = prune(app.queries, conn, done_after=None, failed_after=None, history_after=DAY)
 
     assert result.worker_history == 1
     history = select(conn, app, "SELECT worker_id FROM {schema}.worker_history")
@@ -417,7 +417,7 @@ def test_prune_forgets_removed_workers_older_than_the_history_retention(
 
 def test_prune_refuses_a_connection_inside_a_transaction(app: App) -> None:
     with psycopg.connect(app.dsn) as conn, pytest.raises(ValueError, match="autocommit"):
-        prune(app.store, conn, done_after=DAY, failed_after=None)
+        prune(app.queries, conn, done_after=DAY, failed_after=None)
 
 
 # -- the Pruner service ---------------------------------------------------------------------------
@@ -427,7 +427,7 @@ def app_pruner(app: App, batch_size: int = 1000) -> Pruner:
         "test",
         connector(app.database, owner="test"),
         WorkerSettings.derive(app.settings),
-        store=app.store,
+        store=app.queries,
         batch_size=batch_size,
     )
 
@@ -447,7 +447,7 @@ def test_pruner_prunes_with_the_app_retention_options(
         assert rows["pending old"] in job_ids(conn, app)
         # The lock was released after the pass: another session can take it.
         with psycopg.connect(app.dsn, autocommit=True) as other:
-            assert app.store.lock_pruner(other)
+            assert app.queries.lock_pruner(other)
 
 
 def test_pruner_does_nothing_while_another_session_holds_the_prune_lock(
@@ -456,7 +456,7 @@ def test_pruner_does_nothing_while_another_session_holds_the_prune_lock(
     rows = population(conn, app)
     pruner = app_pruner(app)
     with psycopg.connect(app.dsn, autocommit=True) as other:
-        assert app.store.lock_pruner(other)
+        assert app.queries.lock_pruner(other)
         locks = select(
             conn,
             app,
@@ -469,7 +469,7 @@ def test_pruner_does_nothing_while_another_session_holds_the_prune_lock(
         assert pruner.prune(conn) is None
         assert job_ids(conn, app) == set(rows.values())
 
-        assert app.store.unlock_pruner(other)
+        assert app.queries.unlock_pruner(other)
 
     result = pruner.prune(conn)
     assert result is not None and result.total == 4

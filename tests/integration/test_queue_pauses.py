@@ -35,7 +35,7 @@ def test_a_bad_queue_name_is_refused_with_a_clear_error(app: App, name: Any) -> 
 
 
 def test_resume_wakes_the_workers_of_the_queue(app: App, admin: psycopg.Connection[Any]) -> None:
-    admin.execute(f'LISTEN "{app.store.channel}"')
+    admin.execute(f'LISTEN "{app.queries.channel}"')
     app.pause_queue("emails")
     app.resume_queue("emails")
     payloads = [notify.payload for notify in admin.notifies(timeout=5, stop_after=1)]

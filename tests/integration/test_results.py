@@ -254,7 +254,7 @@ def test_a_cancel_requested_job_of_a_dead_worker_is_rescued_as_cancelled(
 
     job = orphan.delay()
     ghost = 10**9
-    app.store.claim_jobs(admin, ClaimRequest(ghost, limit=1))
+    app.queries.claim_jobs(admin, ClaimRequest(ghost, limit=1))
     assert app.cancel(job.id).outcome == "requested"
     with running_worker(app, rescue_interval=0.2), pytest.raises(JobCancelled):
         job.get(timeout=10)

@@ -5,7 +5,6 @@ for less than a second (a restart) is waited out."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 from pgtasks import App, DatabaseUnavailableError
 from pgtasks.web import asgi
 from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
+from tests.support.proxy import SlowProxy
 from tests.support.schemas import SchemaAdmin
 from tests.support.web import Client
 
@@ -42,7 +42,7 @@ def test_a_refused_store_is_down_at_once_and_the_other_answers(
     schema_admin.create_migrated(app.schemas["default"])  # type: ignore[attr-defined]
     caplog.set_level(logging.DEBUG)
     started = time.monotonic()
-    answers = app.stores.each(
+    answers = app.store_router.each(
         lambda name: app.for_store(name).database.run(lambda conn: conn.execute("SELECT 1"))
     )
     elapsed = time.monotonic() - started
@@ -67,62 +67,6 @@ def test_a_refused_store_is_down_at_once_and_the_other_answers(
         dashboard.close()
 
 
-class SlowProxy(threading.Thread):
-    """A TCP port in front of the test server's Unix socket that holds each new
-    connection ``delay`` seconds before passing its bytes on: a server slow to answer."""
-
-    def __init__(self, socket_path: str, delay: float, port: int = 0) -> None:
-        super().__init__(daemon=True)
-        self.socket_path, self.delay = socket_path, delay
-        self.listener = socket.create_server(("127.0.0.1", port))
-        self.port = self.listener.getsockname()[1]
-        self.closing = False
-        self.accepted: list[socket.socket] = []
-
-    def run(self) -> None:
-        while not self.closing:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            self.accepted.append(client)
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
-        time.sleep(self.delay)
-        server = socket.socket(socket.AF_UNIX)
-        try:
-            server.connect(self.socket_path)
-        except OSError:
-            client.close()
-            return
-        for source, target in ((client, server), (server, client)):
-            threading.Thread(target=_pipe, args=(source, target), daemon=True).start()
-
-    def close(self) -> None:
-        """Stop listening (new connections are refused) and cut the open ones."""
-        self.closing = True
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)
-        self.listener.close()
-        for client in self.accepted:
-            with contextlib.suppress(OSError):
-                client.shutdown(socket.SHUT_RDWR)
-
-
-def _pipe(source: socket.socket, target: socket.socket) -> None:
-    try:
-        while chunk := source.recv(65536):
-            target.sendall(chunk)
-    except OSError:
-        pass
-    finally:
-        for end in (source, target):
-            with contextlib.suppress(OSError):
-                end.shutdown(socket.SHUT_RDWR)
-            end.close()
-
-
 @pytest.fixture
 def slow_server(dsn: str) -> Iterator[SlowProxy]:
     from psycopg.conninfo import conninfo_to_dict
@@ -144,7 +88,7 @@ def test_a_slow_store_is_waited_for_not_called_down(
     app = make_stores_app(dsns={"bulk": slow}, migrate=False, connect_timeout=5.0)
     for schema in app.schemas.values():  # type: ignore[attr-defined]
         schema_admin.create_migrated(schema)
-    answers = app.stores.each(
+    answers = app.store_router.each(
         lambda name: app.for_store(name).database.run(
             lambda conn: conn.execute("SELECT 1").fetchone()
         )
@@ -194,7 +138,7 @@ def test_a_store_that_goes_down_after_its_pool_opened_is_down_at_once(
         schema_admin.create_migrated(schema)
 
     def ask() -> dict[str, Any]:
-        return app.stores.each(
+        return app.store_router.each(
             lambda name: app.for_store(name).database.run(
                 lambda conn: conn.execute("SELECT 1").fetchone()
             )

@@ -52,9 +52,9 @@ def test_single_store_app_is_store_zero_with_unchanged_ids(app: App, admin: Any)
     add_tasks(app)
     handle = app.tasks["work"].delay(1)
     assert 0 < handle.id < ONE_STORE
-    identity = app.database.run(app.store.get_store_identity)
+    identity = app.database.run(app.queries.get_store_identity)
     assert identity.number == 0 and len(identity.uid) == 36
-    assert app.stores.single and app.for_store("default") is app
+    assert app.store_router.single and app.for_store("default") is app
 
 
 def test_queues_route_to_their_store_and_ids_name_it(stores_app: App, admin: Any) -> None:
@@ -97,10 +97,10 @@ def test_migrate_numbers_new_stores_and_keeps_numbered_ones(
     make_stores_app: Callable[..., App],
 ) -> None:
     app = make_stores_app(("default", "bulk", "more"), numbers={"more": 5})
-    numbers = {name: identity.number for name, identity in app.stores.identities().items()}  # type: ignore[union-attr]
+    numbers = {name: identity.number for name, identity in app.store_router.identities().items()}  # type: ignore[union-attr]
     assert numbers == {"default": 0, "bulk": 1, "more": 5}
     app.migrate()  # again: nothing changes
-    again = {name: identity.number for name, identity in app.stores.identities().items()}  # type: ignore[union-attr]
+    again = {name: identity.number for name, identity in app.store_router.identities().items()}  # type: ignore[union-attr]
     assert again == numbers
 
 
@@ -123,7 +123,7 @@ def test_two_stores_with_one_number_are_refused_naming_both(
         with pytest.raises(ConfigurationError, match="stores 'default' and 'bulk' both have"):
             app.get_job(1)
         with pytest.raises(ConfigurationError, match="'default' and 'bulk'"):
-            app.stores.check()
+            app.store_router.check()
     finally:
         app.close()
 
@@ -248,7 +248,7 @@ def test_move_a_queue_and_the_stranded_jobs_doctor_sees(
     new_tasks = add_tasks(after)
     try:
         stranded = after.for_store("default")
-        rows = stranded.database.run(stranded.store.count_stranded_jobs)
+        rows = stranded.database.run(stranded.queries.count_stranded_jobs)
         finding = check_stranded(stranded, rows)
         assert finding.level == "warning"
         assert "3 unfinished job(s) in store 'default'" in finding.summary
@@ -268,7 +268,7 @@ def test_move_a_queue_and_the_stranded_jobs_doctor_sees(
             assert newer.get(timeout=10) == 11
         assert (
             check_stranded(
-                stranded, stranded.database.run(stranded.store.count_stranded_jobs)
+                stranded, stranded.database.run(stranded.queries.count_stranded_jobs)
             ).level
             == "ok"
         )

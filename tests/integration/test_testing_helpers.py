@@ -156,7 +156,7 @@ def test_isolate_points_the_users_app_at_the_tests_schema_and_puts_it_back_after
     pgtasks_dsn: str, pgtasks_schema: str, admin: psycopg.Connection[Any]
 ) -> None:
     original_schema = user_app.app.schema
-    original_store = user_app.app.store
+    original_store = user_app.app.queries
 
     with use_test_database(user_app.app, pgtasks_dsn, pgtasks_schema) as app:
         handle = send_receipt.delay(9)
@@ -166,7 +166,7 @@ def test_isolate_points_the_users_app_at_the_tests_schema_and_puts_it_back_after
         assert not app.uses_embedded
 
     assert user_app.app.schema == original_schema
-    assert user_app.app.store is original_store
+    assert user_app.app.queries is original_store
     query = sql.SQL("SELECT task_name FROM {}.all_jobs WHERE id = %s")
     rows = admin.execute(query.format(sql.Identifier(pgtasks_schema)), [handle.id]).fetchall()
     assert rows == [(send_receipt.name,)]

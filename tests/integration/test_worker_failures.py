@@ -267,7 +267,7 @@ def test_rescues_a_running_job_whose_worker_is_not_registered(
         return "imported"
 
     handle = import_file.delay()
-    claimed = app.store.claim_jobs(admin, ClaimRequest(LOST_WORKER_ID, limit=10))
+    claimed = app.queries.claim_jobs(admin, ClaimRequest(LOST_WORKER_ID, limit=10))
     assert [job.id for job in claimed] == [handle.id]
 
     with running_worker(app, **QUICK_RESCUE):
@@ -294,11 +294,11 @@ def test_rescues_a_running_job_of_a_worker_whose_heartbeat_is_older_than_the_lea
         attempts.append(context.attempt)
         return "imported"
 
-    silent = app.store.register_worker(
+    silent = app.queries.register_worker(
         admin, hostname="silent-host", pid=4242, queues=None, concurrency=1
     )
     handle = import_file.delay()
-    app.store.claim_jobs(admin, ClaimRequest(silent, limit=10))
+    app.queries.claim_jobs(admin, ClaimRequest(silent, limit=10))
     execute(
         admin,
         app,
@@ -328,7 +328,7 @@ def test_fails_a_rescued_job_that_has_no_attempts_left(
         attempts.append(context.attempt)
 
     handle = charge_card.delay()
-    app.store.claim_jobs(admin, ClaimRequest(LOST_WORKER_ID, limit=10))
+    app.queries.claim_jobs(admin, ClaimRequest(LOST_WORKER_ID, limit=10))
 
     with running_worker(app, **QUICK_RESCUE):
         row = finished(handle, timeout=5)

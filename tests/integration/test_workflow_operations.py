@@ -323,8 +323,8 @@ def test_healing_moves_stuck_steps_on_once_and_records_it(
     )
     execute(admin, app, "ALTER TABLE {schema}.jobs ENABLE TRIGGER USER")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        first = heal(app.store, conn)
-        again = heal(app.store, conn)
+        first = heal(app.queries, conn)
+        again = heal(app.queries, conn)
     assert (first.started, first.cancelled) == ([lost_jobs["1"]["id"]], [blocked_jobs["1"]["id"]])
     assert again.healed == 0 and not again.unhealable
     callback = select(

@@ -32,7 +32,7 @@ def pair(app: App) -> Any:
 def claim_all(app: App, dsn: str, worker_id: int) -> dict[int, int]:
     """Claim every due job as ``worker_id``: their attempt numbers by id."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        jobs = app.store.claim_jobs(conn, ClaimRequest(worker_id, limit=10_000))
+        jobs = app.queries.claim_jobs(conn, ClaimRequest(worker_id, limit=10_000))
     return {job.id: job.attempt for job in jobs}
 
 
@@ -42,7 +42,7 @@ def returned(job_id: int, worker_id: int, attempt: int, value: int) -> Finish:
 
 
 def finish(app: App, conn: psycopg.Connection[Any], job_id: int, attempt: int, value: int) -> None:
-    written = app.store.finish_jobs(conn, [returned(job_id, 1, attempt, value)])
+    written = app.queries.finish_jobs(conn, [returned(job_id, 1, attempt, value)])
     assert written == {job_id: "done"}
 
 
@@ -157,7 +157,7 @@ def finish_many(
     finishes = [returned(job_id, 1, attempt, value) for job_id, attempt, value in outcomes]
     for _ in range(100):
         try:
-            written = app.store.finish_jobs(conn, finishes)
+            written = app.queries.finish_jobs(conn, finishes)
         except psycopg.errors.SerializationFailure:
             continue
         assert written == {job_id: "done" for job_id, _, _ in outcomes}
@@ -210,7 +210,7 @@ def run_races(app: App, dsn: str, pair: Any, isolation: str | None) -> list[dict
                     barrier.wait(timeout=30)
                     if side == 0:  # cy is pending now: claim it
                         claim = ClaimRequest(1, limit=9, queues=("inner",))
-                        jobs = app.store.claim_jobs(conn, claim)
+                        jobs = app.queries.claim_jobs(conn, claim)
                         assert [job.id for job in jobs] == [ids["cy"]], jobs
                         leases[ids["cy"]] = jobs[0].attempt
                     barrier.wait(timeout=30)
@@ -265,7 +265,7 @@ def test_nested_chords_finishing_in_opposite_orders_start_each_callback_once(
     # Finishing the even races' cy starts their cx, with every result in order.
     with psycopg.connect(dsn, autocommit=True) as conn:
         for ids in even:
-            written = app.store.finish_jobs(conn, [returned(ids["cy"], 2, claimed[ids["cy"]], 7)])
+            written = app.queries.finish_jobs(conn, [returned(ids["cy"], 2, claimed[ids["cy"]], 7)])
             assert written == {ids["cy"]: "done"}
     assert sorted(claim_all(app, dsn, worker_id=3)) == sorted(ids["cx"] for ids in even)
     assert not claim_all(app, dsn, worker_id=4)

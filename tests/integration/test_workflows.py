@@ -322,7 +322,7 @@ def test_pruning_keeps_a_workflow_until_all_its_jobs_finished(
 
     def prune_now() -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            prune(app.store, conn, done_after=3600.0, failed_after=3600.0)
+            prune(app.queries, conn, done_after=3600.0, failed_after=3600.0)
 
     with running_worker(app):
         assert plain.get(timeout=20) == 2

@@ -15,7 +15,7 @@ import pytest
 from psycopg import sql
 
 from pgtasks import App, JobStatus
-from pgtasks._store.migrate import head_version
+from pgtasks._store.migrator import head_version
 from pgtasks.sql import load_migrations, load_queries
 from tests.support.environment import ROOT, pgtasks_env
 from tests.support.schemas import drop_schema
@@ -231,7 +231,7 @@ def test_a_reserved_word_or_mixed_case_schema_migrates_and_every_query_is_valid(
     # Every runtime statement parses and plans against the schema (EXPLAIN runs nothing).
     with psycopg.connect(dsn, cursor_factory=psycopg.ClientCursor) as conn:
         for query_name, query in load_queries().items():
-            statement = app.store._statements[query_name]
+            statement = app.queries._statements[query_name]
             params = {param: None for param in re.findall(r"%\((\w+)\)s", query.text)}
             code = "\n".join(
                 line for line in statement.decode().splitlines() if not line.startswith("--")
@@ -269,7 +269,7 @@ def test_two_processes_migrating_one_schema_at_once_both_succeed(
 
     # Hold the migration lock so that both processes are inside migrate() at once.
     with psycopg.connect(dsn) as holder:
-        app.store.lock_migrations(holder)
+        app.queries.lock_migrations(holder)
         processes = [spawn_migrate(dsn, schema), spawn_migrate(dsn, schema)]
         try:
             wait_until(

@@ -18,8 +18,8 @@ import pytest
 from psycopg import sql
 
 from pgtasks import MigrationLockError
-from pgtasks._store.migrate import Migrator, plan_migrations
-from pgtasks._store.store import Store
+from pgtasks._store.migrator import Migrator, plan_migrations
+from pgtasks._store.queries import Queries
 from pgtasks.sql import Migration, load_migrations
 from pgtasks.sql.steps import LOCK_MODES
 from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
@@ -44,7 +44,7 @@ def schema_at(dsn: str) -> Iterator[SchemaAt]:
         schema = f"test_{secrets.token_hex(4)}"
         made.append(schema)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            Migrator(Store(schema), migrations=load_migrations()[:version]).migrate(conn)
+            Migrator(Queries(schema), migrations=load_migrations()[:version]).migrate(conn)
             if rows:
                 fill(conn, schema, rows)
         return schema
@@ -100,7 +100,7 @@ def test_upgrading_a_populated_schema_online_ends_at_the_committed_snapshot(
     schema = schema_at(start, rows=3000)
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        applied = Migrator(Store(schema)).migrate(conn)
+        applied = Migrator(Queries(schema)).migrate(conn)
 
     assert [m.version for m in applied] == list(range(start + 1, len(load_migrations()) + 1))
     assert describe_schema(admin, schema) == (ROOT / "tests" / "schema.sql").read_text()
@@ -143,7 +143,7 @@ def test_each_transactional_step_takes_the_locks_the_plan_names(
     schema = schema_at(version - 1, rows=50)
     migration = load_migrations()[version - 1]
     plan = plan_migrations([migration])
-    store = Store(schema)
+    store = Queries(schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         existing = set(held_locks_names(conn, schema))
         for step in migration.steps:
@@ -217,7 +217,7 @@ def test_a_catalog_change_behind_a_long_query_is_retried_and_never_queues_enqueu
 
     def migrate() -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            Migrator(Store(schema), migrations=migrations, lock_timeout=0.1).migrate(conn)
+            Migrator(Queries(schema), migrations=migrations, lock_timeout=0.1).migrate(conn)
 
     producer = threading.Thread(target=enqueue)
     migrator = threading.Thread(target=migrate)
@@ -261,7 +261,7 @@ def test_a_step_that_never_gets_its_lock_names_the_holder_and_keeps_the_steps_do
             pytest.raises(MigrationLockError) as failure,
         ):
             Migrator(
-                Store(schema), migrations=migrations, lock_timeout=0.05, lock_retry_for=0.5
+                Queries(schema), migrations=migrations, lock_timeout=0.05, lock_retry_for=0.5
             ).migrate(conn)
     finally:
         blocker.release()
@@ -277,7 +277,7 @@ def test_a_step_that_never_gets_its_lock_names_the_holder_and_keeps_the_steps_do
         caplog.at_level(logging.INFO, logger="pgtasks.migrate"),
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
-        applied = Migrator(Store(schema), migrations=migrations).migrate(conn)
+        applied = Migrator(Queries(schema), migrations=migrations).migrate(conn)
 
     assert [m.version for m in applied] == [13]
     assert any("resumes at step 2 of 2" in r.getMessage() for r in caplog.records)
@@ -301,7 +301,7 @@ def test_an_index_a_failed_concurrent_build_left_invalid_is_built_again(
         psycopg.connect(dsn, autocommit=True) as conn,
         pytest.raises(psycopg.errors.UniqueViolation),
     ):
-        Migrator(Store(schema), migrations=migrations).migrate(conn)
+        Migrator(Queries(schema), migrations=migrations).migrate(conn)
     assert admin.execute(state, (schema,)).fetchone() == (False,)
     assert version_of(admin, schema) == 12
 
@@ -314,7 +314,7 @@ def test_an_index_a_failed_concurrent_build_left_invalid_is_built_again(
         caplog.at_level(logging.INFO, logger="pgtasks.migrate"),
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
-        Migrator(Store(schema), migrations=migrations).migrate(conn)
+        Migrator(Queries(schema), migrations=migrations).migrate(conn)
 
     assert admin.execute(state, (schema,)).fetchone() == (True,)
     assert version_of(admin, schema) == 13
@@ -336,7 +336,7 @@ def test_a_batched_backfill_walks_the_ids_one_batch_per_transaction(
         caplog.at_level(logging.INFO, logger="pgtasks.migrate"),
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
-        Migrator(Store(schema), migrations=migrations).migrate(conn)
+        Migrator(Queries(schema), migrations=migrations).migrate(conn)
 
     counts = admin.execute(
         sql.SQL("SELECT was_tried, count(*) FROM {} GROUP BY 1 ORDER BY 1").format(
@@ -357,7 +357,7 @@ def test_inside_a_transaction_each_migration_is_applied_whole_with_a_warning_whe
     schema = schema_at(11, rows=10)
 
     with caplog.at_level(logging.WARNING, logger="pgtasks.migrate"), psycopg.connect(dsn) as conn:
-        applied = Migrator(Store(schema)).migrate(conn)
+        applied = Migrator(Queries(schema)).migrate(conn)
         conn.commit()
 
     assert [m.version for m in applied] == list(range(12, LATEST + 1))
@@ -456,7 +456,7 @@ def test_finished_jobs_of_an_existing_install_stay_readable_and_move_in_batches(
     )
     admin.commit()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        Migrator(Store(schema)).migrate(conn)
+        Migrator(Queries(schema)).migrate(conn)
     with App(dsn=dsn, schema=schema) as app:
 
         @app.task(name="t")
@@ -465,7 +465,7 @@ def test_finished_jobs_of_an_existing_install_stay_readable_and_move_in_batches(
         keyed = t.apply_async(idempotency_key="kept-key")
         assert keyed.existed and keyed.get(timeout=1) == 42
         with psycopg.connect(dsn, autocommit=True) as conn:
-            result = prune(app.store, conn, done_after=None, failed_after=None, batch_size=200)
+            result = prune(app.queries, conn, done_after=None, failed_after=None, batch_size=200)
             assert result.batches == 3  # 501 finished jobs, 200 a batch
             counts = conn.execute(
                 sql.SQL(

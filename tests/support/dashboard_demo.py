@@ -165,7 +165,7 @@ def demo_limits(admin: Connection, app: App, worker: int) -> int:
     def export_orders(month: int) -> None: ...
 
     with app.connection() as conn:
-        app.store.upsert_limits(conn, app.limit_definitions())
+        app.queries.upsert_limits(conn, app.limit_definitions())
     stock = {
         warehouse: [sync_stock.delay(warehouse, sku).id for sku in range(count)]
         for warehouse, count in (("berlin", 6), ("lisbon", 3), ("osaka", 2), ("austin", 1))

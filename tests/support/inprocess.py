@@ -130,9 +130,9 @@ def is_listening(conn: psycopg.Connection[Any], app: App) -> bool:
     a LISTEN, or the read of the paused queues a worker's listener runs after it."""
     statements = [
         sql.SQL("LISTEN {}").format(sql.Identifier(channel)).as_string(conn)
-        for channel in (app.store.channel, app.store.cancel_channel)
+        for channel in (app.queries.channel, app.queries.cancel_channel)
     ]
-    statements.append(app.store._statements["get_paused_queues"].decode())
+    statements.append(app.queries._statements["get_paused_queues"].decode())
     rows = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE query = ANY(%s)", [statements]
     ).fetchall()

@@ -67,7 +67,7 @@ def job_ids(conn: Connection, app: App) -> set[int]:
 
 
 def register(conn: Connection, app: App, *, pid: int = 1, heartbeat_ago: float = 0.0) -> int:
-    worker_id = app.store.register_worker(
+    worker_id = app.queries.register_worker(
         conn, hostname="host", pid=pid, queues=None, concurrency=4
     )
     execute(

@@ -1,6 +1,8 @@
 """A small threaded TCP proxy for fault tests: pass, blackhole or reset the traffic.
 
 Workers connect to the proxy's port on 127.0.0.1; the proxy forwards to PostgreSQL.
+``SlowProxy``: a TCP port in front of a Unix socket that holds each new connection a
+while (a server slow to answer, or one that accepts and never answers) and counts them.
 
 - ``pass``: bytes flow both ways.
 - ``blackhole``: connections stay open but nothing is forwarded (a partition: reads
@@ -15,6 +17,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from typing import Literal
 
 Mode = Literal["pass", "blackhole", "reset"]
@@ -103,3 +106,60 @@ class Proxy:
                     self._pairs.remove((client, server))
             _reset(client)
             _reset(server)
+
+
+class SlowProxy(threading.Thread):
+    """A TCP port in front of the test server's Unix socket that holds each new
+    connection ``delay`` seconds before passing its bytes on: a server slow to answer."""
+
+    def __init__(self, socket_path: str, delay: float, port: int = 0) -> None:
+        super().__init__(daemon=True)
+        self.socket_path, self.delay = socket_path, delay
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.port = self.listener.getsockname()[1]
+        self.closing = False
+        self.accepted: list[socket.socket] = []
+
+    def run(self) -> None:
+        while not self.closing:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted.append(client)
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        time.sleep(self.delay)
+        server = socket.socket(socket.AF_UNIX)
+        try:
+            server.connect(self.socket_path)
+        except OSError:
+            server.close()
+            client.close()
+            return
+        for source, target in ((client, server), (server, client)):
+            threading.Thread(target=_pipe, args=(source, target), daemon=True).start()
+
+    def close(self) -> None:
+        """Stop listening (new connections are refused) and cut the open ones."""
+        self.closing = True
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        for client in self.accepted:
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)
+
+
+def _pipe(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while chunk := source.recv(65536):
+            target.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        for end in (source, target):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()

@@ -4,7 +4,7 @@
 after an advisory lock, a CREATE TABLE IF NOT EXISTS and a read of the applied versions:
 seven round trips per migration (35 for five) and a commit each. Tests that only need a
 migrated schema get one from :func:`create_migrated_schema` instead: the same migration
-files, rendered for the schema by the Store as the Migrator renders them, with the
+files, rendered for the schema by the Queries as the Migrator renders them, with the
 version rows the Migrator would record, sent as one script (one implicit transaction,
 one commit). The result is the same schema: tests/migration/test_schema_snapshot.py
 compares the two, and tests in tests/migration keep using the real Migrator.
@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgtasks._store.store import Store
+from pgtasks._store.queries import Queries
 from pgtasks.sql import load_migrations, load_queries
 
 
@@ -38,9 +38,9 @@ def migrated_schema_script(schema: str) -> bytes:
 
     The migrations table as ``create_migrations_table`` makes it, then for each migration
     its version row (``record_migration``) and its steps as a new schema gets them (one
-    transaction: CONCURRENTLY dropped), rendered by the Store.
+    transaction: CONCURRENTLY dropped), rendered by the Queries.
     """
-    store = Store(schema)
+    store = Queries(schema)
     parts = [store._render(load_queries()["create_migrations_table"].text)]
     for migration in load_migrations():
         record = sql.SQL("INSERT INTO {}.migrations (version, name) VALUES ({}, {});").format(

@@ -21,7 +21,7 @@ def settle(app: App, outcomes: Mapping[int, Any]) -> dict[int, str]:
     """Claim every due job, write ``outcomes`` (job id -> result, or an exception: the job
     fails for good) for those claimed, and release the others; the statuses written."""
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        store = app.store
+        store = app.queries
         claimed = {job.id: job for job in store.claim_jobs(conn, ClaimRequest(HAND, limit=10_000))}
         finishes = []
         for job_id, value in outcomes.items():

@@ -18,7 +18,7 @@ from pgtasks import (
     _embedded,
 )
 from pgtasks._dsn import describe_dsn, redact
-from pgtasks._store.db import resolve_dsn
+from pgtasks._store.connecting import resolve_dsn
 
 UNREACHABLE = "postgresql://u:S3cr3t!@127.0.0.1:1/db"
 PASSWORD = "S3cr3t!"
@@ -67,7 +67,7 @@ def test_accepts_mixed_case_reserved_word_and_long_schema_names(schema: str) -> 
     app = make(schema=schema)
 
     assert app.schema == schema
-    assert app.store.schema == schema
+    assert app.queries.schema == schema
 
 
 def test_default_schema_is_pgtasks(monkeypatch: pytest.MonkeyPatch) -> None:

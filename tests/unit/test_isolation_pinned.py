@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 import pgtasks
+from pgtasks._store.connecting import PINNED, DatabaseSettings, PoolSettings, pinned_options
 from pgtasks._store.database import Database
-from pgtasks._store.db import PINNED, DatabaseSettings, PoolSettings, pinned_options
-from pgtasks._store.store import Store
+from pgtasks._store.queries import Queries
 
 PACKAGE = Path(pgtasks.__file__).resolve().parent
 #: Connections that run no statement that relies on the isolation: the probe that learns
 #: why connecting fails, and doctor's read of the default a session starts with.
-NOT_PINNED = {"_store/db.py", "_app/doctor.py"}
+NOT_PINNED = {"_store/connecting.py", "_app/doctor.py"}
 CONNECT = re.compile(r"psycopg\.connect\(|(?:Async)?ConnectionPool\(")
 PIN = re.compile(r"\bPINNED\b|pinned_options\(|pin_isolation")
 
@@ -46,7 +46,9 @@ def database(
         "postgresql://127.0.0.1:1/x", "pgtasks", Path("."), session_dsn=session_dsn
     )
     pools = PoolSettings(min_size=0, max_size=1, connect_timeout=1.0, connect_attempts=1)
-    return Database(settings, pools, store=Store("pgtasks"), connection_kwargs=connection_kwargs)
+    return Database(
+        settings, pools, queries=Queries("pgtasks"), connection_kwargs=connection_kwargs
+    )
 
 
 def test_direct_connections_carry_the_pin_after_the_options_given() -> None:

@@ -4,6 +4,7 @@ database is contacted)."""
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from pgtasks import App, ConfigurationError, Worker
 from pgtasks._app.settings import AppSettings
 from pgtasks._execution.settings import ExecutorSettings
-from pgtasks._store.db import DatabaseSettings, PoolSettings
+from pgtasks._store.connecting import DatabaseSettings, PoolSettings
 from pgtasks._worker.settings import WorkerSettings
 
 DSN = "postgresql://u:S3cr3t!@127.0.0.1:1/db"
@@ -31,6 +32,14 @@ def test_app_keywords_make_one_frozen_settings_value_its_attributes_read() -> No
     assert app.is_eager
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.lease_timeout = 1.0  # type: ignore[misc]
+
+
+def test_the_former_name_of_app_queries_warns_and_reads_the_same_statements() -> None:
+    app = App(DSN, schema="unit_tests")
+    former = operator.attrgetter("store")  # the name before app.queries
+    with pytest.warns(DeprecationWarning, match=r"App\.store is deprecated: use App\.queries"):
+        statements = former(app)
+    assert statements is app.queries and statements.schema == "unit_tests"
 
 
 def test_the_environment_fills_in_only_what_is_not_given() -> None:

@@ -1,4 +1,4 @@
-"""The SQL files and the Store that runs them (no database: parsing and rendering only)."""
+"""The SQL files and the Queries that runs them (no database: parsing and rendering only)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 
 from pgtasks._store.base import HEADER_LINES, PARSE_CACHED_LENGTH, without_inner_comments
-from pgtasks._store.store import Store, notification_channel
+from pgtasks._store.queries import Queries, notification_channel
 from pgtasks.sql import load_migrations, load_queries, parse_queries
 
-STORE_SOURCE = Path(inspect.getfile(Store))
+STORE_SOURCE = Path(inspect.getfile(Queries))
 PRODUCER_METHODS = ("insert_jobs", "get_job", "get_job_status", "get_schema_version")
 UNUSUAL_SCHEMAS = ("MySchema", "select", "order_2", "Order", "_x1")
 
 
 def store_query_usages() -> list[tuple[str, str]]:
     """(method name, query name) for every ``self._rows(conn, "<name>", …)`` (or ``_made``,
-    …) in Store.
+    …) in Queries.
 
-    Store's methods live in ``pgtasks/_store/``: ``store.py`` and its per-area mixins.
+    Queries's methods live in ``pgtasks/_store/``: ``store.py`` and its per-area mixins.
     """
     methods = []
     for source in sorted(STORE_SOURCE.parent.glob("*.py")):
@@ -86,9 +86,9 @@ def test_query_parser_keeps_text_between_headers_only() -> None:
 def test_every_store_usage_of_a_query_is_in_a_method_of_the_same_name() -> None:
     usages = store_query_usages()
 
-    assert usages, "found no self._rows(...) calls in Store"
+    assert usages, "found no self._rows(...) calls in Queries"
     for method, query in usages:
-        assert method in (query, f"a{query}"), f"Store.{method} runs query {query!r}"
+        assert method in (query, f"a{query}"), f"Queries.{method} runs query {query!r}"
 
 
 def test_every_query_in_the_file_is_used_by_store_and_store_uses_no_other() -> None:
@@ -99,13 +99,13 @@ def test_every_query_in_the_file_is_used_by_store_and_store_uses_no_other() -> N
 
 def test_every_query_has_a_store_method_of_its_name() -> None:
     for name in load_queries():
-        assert callable(getattr(Store, name, None)), f"Store has no method {name}"
+        assert callable(getattr(Queries, name, None)), f"Queries has no method {name}"
 
 
 @pytest.mark.parametrize("name", PRODUCER_METHODS)
 def test_producer_store_methods_have_async_twins_with_the_same_parameters(name: str) -> None:
-    sync_method = getattr(Store, name)
-    async_method = getattr(Store, f"a{name}")
+    sync_method = getattr(Queries, name)
+    async_method = getattr(Queries, f"a{name}")
     sync_signature = inspect.signature(sync_method)
     async_signature = inspect.signature(async_method)
 
@@ -145,7 +145,7 @@ def placeholder_count(text: str) -> int:
 
 @pytest.mark.parametrize("schema", UNUSUAL_SCHEMAS)
 def test_every_statement_quotes_an_unusual_schema_name(schema: str) -> None:
-    store = Store(schema)
+    store = Queries(schema)
 
     for name, query in load_queries().items():
         rendered = store._statements[name].decode()
@@ -162,7 +162,7 @@ def test_every_statement_quotes_an_unusual_schema_name(schema: str) -> None:
 
 @pytest.mark.parametrize("schema", UNUSUAL_SCHEMAS)
 def test_every_migration_quotes_an_unusual_schema_name(schema: str) -> None:
-    store = Store(schema)
+    store = Queries(schema)
 
     for migration in load_migrations():
         rendered = store._render(migration.text).decode()
@@ -174,7 +174,7 @@ def test_every_migration_quotes_an_unusual_schema_name(schema: str) -> None:
 
 
 def test_notification_channel_is_rendered_as_a_string_literal() -> None:
-    store = Store("MySchema")
+    store = Queries("MySchema")
 
     assert store.channel == notification_channel("MySchema") == "pgtasks.MySchema"
     assert "pg_notify('pgtasks.MySchema', %(queue)s)" in store._statements["notify_queue"].decode()
@@ -183,7 +183,7 @@ def test_notification_channel_is_rendered_as_a_string_literal() -> None:
 
 
 def test_a_schema_name_with_a_quote_cannot_break_out_of_the_identifier() -> None:
-    store = Store('evil"; DROP TABLE users; --')
+    store = Queries('evil"; DROP TABLE users; --')
 
     rendered = store._statements["get_job_status"].decode()
 
@@ -284,14 +284,14 @@ def test_every_statement_is_short_enough_for_psycopg_to_keep_its_parse() -> None
     from psycopg import _queries
 
     assert PARSE_CACHED_LENGTH == _queries.MAX_CACHED_STATEMENT_LENGTH
-    store = Store("pgtasks")
+    store = Queries("pgtasks")
     for statements in (store._statements, store._binary_statements):
         for name, statement in statements.items():
             assert len(statement) <= PARSE_CACHED_LENGTH, f"{name}: {len(statement)} bytes"
 
 
 def test_statements_keep_their_header_comment_and_drop_the_comment_lines_inside() -> None:
-    store = Store("pgtasks")
+    store = Queries("pgtasks")
     query = load_queries()["finish_jobs"]
 
     rendered = store._statements["finish_jobs"].decode()

@@ -149,7 +149,7 @@ def dashboard_listens(app: App) -> bool:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE application_name = 'pgtasks web' AND query = %s",
-            [f'LISTEN "{app.store.activity_channel}"'],
+            [f'LISTEN "{app.queries.activity_channel}"'],
         ).fetchone()
     return bool(row and row[0])
 
@@ -291,7 +291,7 @@ def test_the_limits_page_follows_running_jobs_live(
         held[n].wait(30)
 
     with app.connection() as conn:  # as the worker of an earlier deploy stored them
-        app.store.upsert_limits(conn, app.limit_definitions())
+        app.queries.upsert_limits(conn, app.limit_definitions())
     refund.delay_many([{"n": n} for n in range(3)])
     served = serve(asgi(app))
     row = page.locator('tr[data-limit="task:shop.refund"]')

@@ -113,7 +113,7 @@ def test_a_list_of_size_capped_rows_reads_none_of_the_large_values(
         [job],
     )
     rows = web.state.db.run(
-        lambda conn: web.state.db.store.list_jobs_page(
+        lambda conn: web.state.db.queries.list_jobs_page(
             conn,
             JobFilter(),
             before=None,

@@ -24,15 +24,15 @@ Connection = psycopg.Connection[Any]
 def store_limits(app: App) -> None:
     """What a worker does when it starts: store its app's limit definitions."""
     with app.connection() as conn:
-        app.store.upsert_limits(conn, app.limit_definitions())
+        app.queries.upsert_limits(conn, app.limit_definitions())
 
 
 def claim(app: App, count: int) -> list[ClaimedJob]:
     """A worker's limited claim (a registered worker id, as a worker's claim would run)."""
     with app.connection() as conn:
-        worker = app.store.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
+        worker = app.queries.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
         request = ClaimRequest(worker, count, limited=True)
-        return list(app.store.finish_and_claim_jobs(conn, (), request).claimed)
+        return list(app.queries.finish_and_claim_jobs(conn, (), request).claimed)
 
 
 def text(fragment: str) -> str:

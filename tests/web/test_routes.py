@@ -142,7 +142,7 @@ def test_overview_estimates_finished_jobs_in_history_from_its_statistics(
     insert_job(admin, app, queue="bulk")
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         # As the pruner moves finished jobs an older version left in jobs.
-        assert app.store.archive_finished_jobs(conn, limit=1000) == 40
+        assert app.queries.archive_finished_jobs(conn, limit=1000) == 40
     admin.execute(f'ANALYZE "{app.schema}".jobs')
     admin.execute(f'ANALYZE "{app.schema}".jobs_history')
     monkeypatch.setattr(reads, "EXACT_COUNT_LIMIT", 10)
@@ -531,7 +531,7 @@ def test_an_unmigrated_schema_is_a_503_page_that_says_what_to_run(
 
 def test_overview_shows_how_often_the_guarantees_were_exercised(web: Client, app: App) -> None:
     with app.connection() as conn:
-        app.store.add_counters(conn, {"rescued": 3, "lease_lost": 1})
+        app.queries.add_counters(conn, {"rescued": 3, "lease_lost": 1})
 
     html = web.get("/").text
 

@@ -133,7 +133,7 @@ def test_limits_pages_of_each_store_show_that_stores_limits(
     for name in ("default", "bulk"):  # what each store's worker does when it starts
         store = app.for_store(name)
         with store.connection() as conn:
-            store.store.upsert_limits(conn, store.limit_definitions())
+            store.queries.upsert_limits(conn, store.limit_definitions())
     plain.delay()
     for _ in range(3):
         mail.delay()

@@ -49,6 +49,7 @@ if _has_django_tasks():  # Django >= 6.0
         TaskResultMismatch,
     )
     from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
 
     TASKS_MODULE = "django.tasks"
 else:  # the backport (pip install django-tasks)
@@ -77,6 +78,7 @@ else:  # the backport (pip install django-tasks)
         task_finished,
         task_started,
     )
+    from django_tasks.utils import normalize_json
 
     TASKS_MODULE = "django_tasks"
 
@@ -93,6 +95,7 @@ __all__ = [
     "TaskResultDoesNotExist",
     "TaskResultMismatch",
     "TaskResultStatus",
+    "normalize_json",
     "task_backends",
     "task_enqueued",
     "task_finished",

@@ -27,7 +27,7 @@ from typing_extensions import ParamSpec
 from ..._errors import PayloadError
 from ..._jobs import JobSpec
 from ..._payload import check_name, encode_arguments
-from ..._store.store import Store
+from ..._store.queries import Queries
 from ..._validation import whole_number
 from ._compat import (
     BaseTaskBackend,
@@ -35,6 +35,7 @@ from ._compat import (
     Task,
     TaskResult,
     TaskResultDoesNotExist,
+    normalize_json,
     task_enqueued,
 )
 from .config import DjangoConfigurationError, get_app, pgtasks_settings, raw_connection
@@ -44,6 +45,11 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 OPTION_KEYS = ("MAX_ATTEMPTS",)
+
+
+class InvalidTaskArguments(InvalidTask, TypeError):  # type: ignore[misc]
+    """A task's arguments cannot be stored as JSON: an ``InvalidTask`` and, as Django's
+    own backends raise for them, a ``TypeError``."""
 
 
 def loads_jsonb_as_text(conn: psycopg.Connection[Any]) -> bool:
@@ -93,14 +99,16 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
         except ValueError as error:
             raise InvalidTask(str(error)) from None
         try:
-            payload = json.loads(json.dumps([list(args), dict(kwargs)]))
+            # What Django's own backends accept (its TaskResult normalises them so), then
+            # JSON text: anything else is a TypeError, as there.
+            payload = json.loads(json.dumps(normalize_json([list(args), dict(kwargs)])))
         except RecursionError:
             raise InvalidTask(
                 f"the arguments of task {task.module_path!r} are nested too deeply to store"
                 " (pgtasks stores JSON nested at most 100 levels deep)"
             ) from None
         except (TypeError, ValueError) as error:
-            raise InvalidTask(
+            raise InvalidTaskArguments(
                 f"the arguments of task {task.module_path!r} are not JSON-serialisable: {error}"
             ) from None
         app = get_app()
@@ -147,8 +155,8 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
         return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
 
     # -- results --
-    def _store(self) -> Store:
-        return get_app().store
+    def _store(self) -> Queries:
+        return get_app().queries
 
     def _get_result(self, job_id: int) -> TaskResult[Any]:
         conn = raw_connection(pgtasks_settings()["DATABASE"])

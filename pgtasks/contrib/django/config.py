@@ -133,7 +133,7 @@ def database_settings(dsn: str | None = None, **extra: Any) -> dict[str, Any]:
     development only). ``extra`` keys (``CONN_MAX_AGE``, ``TEST``, …) are added as given.
     """
     from ..._embedded import embedded_dsn
-    from ..._store.db import embedded_data_dir, resolve_dsn
+    from ..._store.connecting import embedded_data_dir, resolve_dsn
 
     chosen = resolve_dsn(dsn) or embedded_dsn(embedded_data_dir(None))
     try:

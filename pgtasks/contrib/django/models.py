@@ -9,7 +9,7 @@ from .config import pgtasks_settings
 
 def jobs_table() -> str:
     """``schema"."all_jobs``: Django quotes it as ``"schema"."all_jobs"`` (the view of
-    jobs and jobs_history together, migration jobs_history: finished jobs too)."""
+    jobs and jobs_history together: finished jobs too)."""
     return f'{pgtasks_settings()["SCHEMA"]}"."all_jobs'
 
 

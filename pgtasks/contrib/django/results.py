@@ -120,9 +120,13 @@ def exception_class_path(error_text: str) -> str:
 
 
 def task_error(error_text: str, exception_type: str | None = None) -> TaskError:
+    """The TaskError of a stored error: its traceback ends with a newline, as one that
+    Django's backends format does (pgtasks stores the text without it)."""
     path = exception_type or exception_class_path(error_text)
     if "." not in path:
         path = f"builtins.{path}"
+    if error_text and not error_text.endswith("\n"):
+        error_text += "\n"
     return TaskError(exception_class_path=path, traceback=error_text)
 
 

@@ -20,14 +20,17 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from ..._jobs import JobContext
+from ..._payload import encode_result
 from ._compat import (
     TaskContext,
     TaskError,
     TaskResultStatus,
+    normalize_json,
     task_backends,
     task_finished,
     task_started,
 )
+from .config import get_app
 from .results import RUN_TASK_NAME
 
 if TYPE_CHECKING:
@@ -63,6 +66,10 @@ def run_django_task(
             value = django_task.call(TaskContext(task_result=result), *args, **kwargs)
         else:
             value = django_task.call(*args, **kwargs)
+        # Encoded before task_finished says SUCCESSFUL: a value Django's backends refuse
+        # (TypeError, as theirs), or one pgtasks cannot store, fails the task instead.
+        value = normalize_json(value)
+        encode_result(task, value, max_bytes=get_app().max_result_bytes)
     except BaseException as error:
         failed = dataclasses.replace(
             result,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..._store.migrate import Migrator
+from ..._store.migrator import Migrator
 from ...sql import Migration
 from .config import get_app, raw_connection
 
@@ -10,6 +10,6 @@ from .config import get_app, raw_connection
 def migrate_schema(alias: str) -> list[Migration]:
     """Apply pending pgtasks migrations to the schema of ``settings.PGTASKS`` (idempotent)."""
     app = get_app()
-    applied = Migrator(app.store).migrate(raw_connection(alias))
+    applied = Migrator(app.queries).migrate(raw_connection(alias))
     app.database.schema_checked = False
     return applied

@@ -11,7 +11,7 @@ from .models import Order
 
 def record(kind: str) -> Any:
     def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        if task_result.task.name == "add":
+        if task_result.task.name in ("add", "unstorable"):
             Order.objects.create(reference=f"signal:{kind}:{task_result.id}:{task_result.status}")
 
     return receiver

@@ -59,3 +59,9 @@ def sleep_for(seconds: float) -> None:
     import time
 
     time.sleep(seconds)
+
+
+@task
+def unstorable() -> Any:
+    """Returns what no JSON can hold: the task fails (TypeError, as Django's backends)."""
+    return {"when": object()}

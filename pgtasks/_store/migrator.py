@@ -41,7 +41,7 @@ from .._errors import MigrationLockError, SchemaNotMigratedError, SchemaTooNewEr
 from .._validation import positive_seconds
 from ..sql import Migration, load_migrations
 from ..sql.steps import EFFECTS, StatementLocks, Step, step_locks
-from .store import Store
+from .queries import Queries
 
 logger = logging.getLogger("pgtasks.migrate")
 
@@ -190,18 +190,18 @@ def plan_migrations(
 
 
 class Migrator:
-    """Applies migrations (all shipped ones by default) to one Store's schema."""
+    """Applies migrations (all shipped ones by default) to one Queries's schema."""
 
     def __init__(
         self,
-        store: Store,
+        store: Queries,
         *,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
         lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
         migrations: Sequence[Migration] | None = None,
         sleep: Callable[[float], object] = time.sleep,
     ) -> None:
-        self.store = store
+        self.queries = store
         self.lock_timeout = positive_seconds("lock_timeout=", lock_timeout)
         if lock_retry_for < 0:
             raise ValueError(f"lock_retry_for= must be >= 0, got {lock_retry_for!r}")
@@ -212,9 +212,9 @@ class Migrator:
     # -- the plan --
     def plan(self, conn: psycopg.Connection[Any]) -> MigrationPlan:
         """What :meth:`migrate` would do now, read without writing anything."""
-        tables = self.store.get_migration_tables(conn)
-        applied = self.store.get_applied_migrations(conn) if tables["migrations"] else set()
-        steps_done = self.store.get_applied_steps(conn) if tables["steps"] else set()
+        tables = self.queries.get_migration_tables(conn)
+        applied = self.queries.get_applied_migrations(conn) if tables["migrations"] else set()
+        steps_done = self.queries.get_applied_steps(conn) if tables["steps"] else set()
         locks = plan_migrations(self.migrations)
         planned = tuple(
             PlannedStep(
@@ -228,7 +228,7 @@ class Migrator:
             for step in migration.steps
         )
         return MigrationPlan(
-            schema=self.store.schema,
+            schema=self.queries.schema,
             version=max(applied, default=0),
             head=max((migration.version for migration in self.migrations), default=0),
             fresh=not applied and not steps_done,
@@ -238,39 +238,50 @@ class Migrator:
         )
 
     # -- applying --
-    def migrate(self, conn: psycopg.Connection[Any]) -> list[Migration]:
+    def migrate(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        while_locked: Callable[[psycopg.Connection[Any]], object] | None = None,
+    ) -> list[Migration]:
         """Apply every pending migration; returns those this call applied.
 
         ``conn`` is a direct connection (never through a transaction pooler): autocommit
         for online steps, or inside a transaction (each migration then runs whole in it).
+        ``while_locked(conn)`` runs after the migrations of an autocommit ``conn``, still
+        under the migration lock (jobs_history's first days, created by no other session
+        at once).
         """
         if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
             return self._migrate_in_transaction(conn)
-        previous = self.store.configure_migration_session(conn, local=False)
+        previous = self.queries.configure_migration_session(conn, local=False)
         try:
             self._take_session_lock(conn)
             try:
-                return self._migrate_online(conn)
+                applied = self._migrate_online(conn)
+                if while_locked is not None:
+                    while_locked(conn)
+                return applied
             finally:
                 if not conn.closed and not conn.broken:
-                    self.store.unlock_migrations_session(conn)
+                    self.queries.unlock_migrations_session(conn)
         finally:
             if not conn.closed and not conn.broken:
-                self.store.restore_migration_session(
+                self.queries.restore_migration_session(
                     conn,
                     statement_timeout=previous["statement_timeout"],
                     lock_timeout=previous["lock_timeout"],
                 )
 
     def _take_session_lock(self, conn: psycopg.Connection[Any]) -> None:
-        if not self.store.lock_migrations_session(conn):
+        if not self.queries.lock_migrations_session(conn):
             logger.info(
-                "another migrator is migrating schema %s; waiting for it", self.store.schema
+                "another migrator is migrating schema %s; waiting for it", self.queries.schema
             )
-            self.store.wait_migrations_session(conn)
+            self.queries.wait_migrations_session(conn)
 
     def _migrate_online(self, conn: psycopg.Connection[Any]) -> list[Migration]:
-        store = self.store
+        store = self.queries
         with conn.transaction():
             store.create_migrations_table(conn)
         applied = store.get_applied_migrations(conn)
@@ -289,7 +300,7 @@ class Migrator:
         return applied_now
 
     def _migrate_in_transaction(self, conn: psycopg.Connection[Any]) -> list[Migration]:
-        store = self.store
+        store = self.queries
         applied_now: list[Migration] = []
         with conn.transaction():
             store.configure_migration_session(conn, local=True)
@@ -318,13 +329,13 @@ class Migrator:
 
     def _run_whole(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
         for step in migration.steps:
-            self.store.run_migration_sql(conn, step.in_transaction_text())
-        self.store.record_migration(conn, migration)
+            self.queries.run_migration_sql(conn, step.in_transaction_text())
+        self.queries.record_migration(conn, migration)
 
     def _apply_whole(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
         """A migration of a new schema: its steps in one transaction (the tables are empty)."""
         with conn.transaction():
-            self.store.lock_migrations(conn)
+            self.queries.lock_migrations(conn)
             self._run_whole(conn, migration)
 
     def _apply_steps(
@@ -351,7 +362,7 @@ class Migrator:
                     conn,
                     migration,
                     step if not last else None,
-                    functools.partial(self.store.run_migration_sql, conn, step.text),
+                    functools.partial(self.queries.run_migration_sql, conn, step.text),
                     step=step,
                 )
             elif step.kind == "concurrently":
@@ -389,14 +400,14 @@ class Migrator:
 
         def attempt() -> None:
             with conn.transaction():
-                self.store.set_step_lock_timeout(conn, self.lock_timeout)
-                self.store.lock_migrations(conn)
+                self.queries.set_step_lock_timeout(conn, self.lock_timeout)
+                self.queries.lock_migrations(conn)
                 body()
                 if record_step is not None:
-                    self.store.record_migration_step(conn, migration.version, record_step.number)
+                    self.queries.record_migration_step(conn, migration.version, record_step.number)
                 else:
-                    self.store.record_migration(conn, migration)
-                    self.store.clear_migration_steps(conn, migration.version)
+                    self.queries.record_migration(conn, migration)
+                    self.queries.clear_migration_steps(conn, migration.version)
 
         self._retrying(conn, migration, step, attempt)
 
@@ -454,7 +465,7 @@ class Migrator:
             | {"jobs"}
         )
         try:
-            holders = self.store.get_lock_holders(conn, relations)
+            holders = self.queries.get_lock_holders(conn, relations)
         except psycopg.Error:
             holders = []
         who = "; ".join(
@@ -479,7 +490,7 @@ class Migrator:
     def _run_concurrently(
         self, conn: psycopg.Connection[Any], migration: Migration, step: Step
     ) -> None:
-        store = self.store
+        store = self.queries
         name = step.index_name()
         state = store.get_index_state(conn, name)
         if step.builds_index:
@@ -508,7 +519,7 @@ class Migrator:
         store.run_migration_sql(conn, step.text)
 
     def _run_batched(self, conn: psycopg.Connection[Any], migration: Migration, step: Step) -> None:
-        store = self.store
+        store = self.queries
         bounds = store.get_id_range(conn, step.table_name())
         if bounds is None:
             return
@@ -543,13 +554,13 @@ class Migrator:
     ) -> None:
         """One batch of a batched step in its transaction; appends the rows it changed."""
         with conn.transaction():
-            self.store.set_step_lock_timeout(conn, self.lock_timeout)
-            count = self.store.run_migration_sql(conn, step.text, params)
+            self.queries.set_step_lock_timeout(conn, self.lock_timeout)
+            count = self.queries.run_migration_sql(conn, step.text, params)
         changed.append(count)
 
     def check(self, version: int) -> None:
         """Raise unless ``version`` (read from the database) is this code's head."""
-        check_version(self.store.schema, version)
+        check_version(self.queries.schema, version)
 
 
 def check_version(schema: str, version: int) -> None:

@@ -1,4 +1,4 @@
--- The migrator's statements besides those in queries.sql (pgtasks/_store/migrate.py).
+-- The migrator's statements besides those in queries.sql (pgtasks/_store/migrator.py).
 -- Placeholders: {schema} (identifier). Parameters are named (%(name)s).
 
 -- name: lock_migrations_session :one

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from .._retry import reconnect_delay
-from .._store.failures import is_transient
+from .._store.error_kinds import is_transient
 
 if TYPE_CHECKING:
     from .exchange import Exchanges

@@ -1,7 +1,8 @@
-"""Stores: the Database of each store of an App, their identities and the routes.
+"""StoreRouter: routes to the stores of an App: the Database of each, their identities
+and the routes of queues and ids.
 
 Each store owns one Database (its pools and its schema's statements). ``pgtasks migrate``
-gives each store a number and a uid (migration store_identity); a job or workflow id
+gives each store a number and a uid; a job or workflow id
 names its store (``id >> 48``), so an App routes ``get_job(id)`` and ``cancel(id)`` by the
 id alone. Two stores of one App with the same number or uid are refused, naming both.
 """
@@ -9,18 +10,21 @@ id alone. Two stores of one App with the same number or uid are refused, naming 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
 
 from .._errors import ConfigurationError, CrossStoreError, DatabaseError, JobNotFoundError
+from .._store.connecting import PoolSettings
 from .._store.database import Database
-from .._store.db import PoolSettings
-from .._store.stores import ID_BITS, StoreIdentity
+from .._store.identity import ID_BITS, StoreIdentity
 from ..sql import Migration
 from .layout import DEFAULT_STORE, MAX_STORE_NUMBER, StoreLayout
 
@@ -34,7 +38,36 @@ def store_number_of(object_id: int) -> int:
     return object_id >> ID_BITS
 
 
-class Stores:
+#: A store whose identity could not be read is not read again for this long (seconds),
+#: then twice as long after each failure in a row, up to the second figure.
+RETRY_IDENTITY_AFTER = (1.0, 30.0)
+#: How long a lookup whose store answered waits for the other stores being read (one
+#: with the same number is a ConfigurationError), before it answers without them.
+OTHERS_GRACE = 1.0
+
+
+@dataclass
+class Backoff:
+    """The failures in a row of one store's identity read: its last error, remembered
+    until ``until`` (a monotonic time), and the interval the next failure doubles."""
+
+    error: BaseException
+    until: float
+    interval: float
+
+    @classmethod
+    def after(
+        cls, error: BaseException, previous: Backoff | None, now: float, limits: tuple[float, float]
+    ) -> Backoff:
+        first, longest = limits
+        interval = first if previous is None else min(previous.interval * 2, longest)
+        return cls(error, now + interval, interval)
+
+    def active(self, now: float) -> bool:
+        return now < self.until
+
+
+class StoreRouter:
     """The stores of an App: a Database each (``databases``, by name, ``"default"``
     first), the ``layout`` (routes), and their identities read once."""
 
@@ -48,6 +81,14 @@ class Stores:
                 )
         self._lock = threading.Lock()
         self._identities: dict[str, StoreIdentity] = {}
+        #: Stores whose last identity read failed: not read again before its ``until``.
+        self._failures: dict[str, Backoff] = {}
+        #: Identity reads under way (each in a thread of its own), and their process.
+        self._reading: dict[str, Future[StoreIdentity | BaseException]] = {}
+        self._reading_pid = os.getpid()
+        self.retry_identity_after = RETRY_IDENTITY_AFTER
+        #: Two stores found with one number or uid (raised by every lookup after).
+        self._conflict: ConfigurationError | None = None
         #: Caller connections checked to belong to a store (by store name).
         self._checked: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
@@ -77,23 +118,90 @@ class Stores:
 
     # -- identities --
     def identities(self, *, refresh: bool = False) -> dict[str, StoreIdentity | BaseException]:
-        """Each store's identity (read once; a store that cannot be read: its error),
-        checked: two stores with one number or one uid are a ConfigurationError."""
+        """Each store's identity (read once; a store that cannot be read: its error, which
+        is remembered for a short, growing interval before the store is read again;
+        ``refresh``: read every store now), checked: two stores with one number or one
+        uid are a ConfigurationError."""
+        futures = self._start_reads(None if refresh else self._wanted())
+        for future in futures.values():
+            future.result()
+        return self._known()
+
+    def _wanted(self) -> list[str]:
+        """The stores whose identity is neither known nor remembered as unreadable."""
+        now = time.monotonic()
         with self._lock:
-            missing = [n for n in self.names if refresh or n not in self._identities]
-        read = self.each(self._read_identity, missing) if missing else {}
+            return [
+                name
+                for name in self.names
+                if name not in self._identities
+                and not (name in self._failures and self._failures[name].active(now))
+            ]
+
+    def _known(self) -> dict[str, StoreIdentity | BaseException]:
+        """Each store's identity, else its remembered error, in the stores' order."""
+        missing = DatabaseError("the store's identity was not read yet")
         with self._lock:
-            for name, identity in read.items():
-                if isinstance(identity, StoreIdentity):
-                    self._identities[name] = identity
-            known: dict[str, StoreIdentity | BaseException] = dict(read)
-            known.update(self._identities)
+            known: dict[str, StoreIdentity | BaseException] = {
+                name: self._identities.get(name)
+                or (self._failures[name].error if name in self._failures else missing)
+                for name in self.names
+            }
         self._check_distinct({n: i for n, i in known.items() if isinstance(i, StoreIdentity)})
-        return {name: known[name] for name in self.names}
+        return known
+
+    def _start_reads(
+        self, names: Iterable[str] | None
+    ) -> dict[str, Future[StoreIdentity | BaseException]]:
+        """A read of each store's identity (``names``, else all), each in a thread of its
+        own (a read under way is joined, not doubled)."""
+        chosen = list(self.names if names is None else names)
+        futures: dict[str, Future[StoreIdentity | BaseException]] = {}
+        with self._lock:
+            if self._reading_pid != os.getpid():  # forked: the reading threads stayed behind
+                self._reading, self._reading_pid = {}, os.getpid()
+            for name in chosen:
+                future = self._reading.get(name)
+                if future is None:
+                    future = Future()
+                    self._reading[name] = future
+                    threading.Thread(
+                        target=self._read_into,
+                        args=(name, future),
+                        name=f"pgtasks-identity-{name}",
+                        daemon=True,
+                    ).start()
+                futures[name] = future
+        return futures
+
+    def _read_into(self, name: str, future: Future[StoreIdentity | BaseException]) -> None:
+        try:
+            outcome = _attempt(self._read_identity, name)
+        except BaseException as error:  # not a store's failure: raised to the callers
+            with self._lock:
+                if self._reading.get(name) is future:
+                    del self._reading[name]
+            future.set_exception(error)
+            return
+        with self._lock:
+            if isinstance(outcome, StoreIdentity):
+                self._identities[name] = outcome
+                self._failures.pop(name, None)
+                try:
+                    self._check_distinct(dict(self._identities))
+                except ConfigurationError as error:
+                    self._conflict = error
+            else:
+                self._failures[name] = Backoff.after(
+                    outcome, self._failures.get(name), time.monotonic(), self.retry_identity_after
+                )
+            if self._reading.get(name) is future:
+                del self._reading[name]
+        future.set_result(outcome)
 
     def _read_identity(self, name: str) -> StoreIdentity:
         database = self.databases[name]
-        return database.run(database.store.get_store_identity)
+        return database.run(database.queries.get_store_identity)
 
     def check(self) -> dict[str, StoreIdentity | BaseException]:
         """Refuse to start on duplicate stores (see :meth:`identities`); nothing to read for
@@ -123,17 +231,37 @@ class Stores:
 
     def name_for_id(self, object_id: int) -> str:
         """The store that issued ``object_id`` (JobNotFoundError when none of this App's
-        did; the error of a store that cannot be read when it may be that one)."""
+        did; the error of a store that cannot be read when it may be that one).
+
+        Known identities are matched first: a store that is down costs nothing to the
+        ids of the others. Unknown ones are read concurrently and the first that matches
+        answers (the others waited for OTHERS_GRACE at most: a store slow to connect is not
+        waited for; two stores of one number are refused once both are known); a store
+        whose read failed is not read again before its back-off ends (its remembered
+        error stands for it)."""
         if self.single:
             return DEFAULT_STORE
+        if self._conflict is not None:
+            raise self._conflict
         number = store_number_of(object_id)
-        for attempt in (False, True):
-            identities = self.identities(refresh=attempt)
-            for name, identity in identities.items():
-                if isinstance(identity, StoreIdentity) and identity.number == number:
-                    return name
+        found = self._cached_name(number)
+        if found is not None:
+            return found
+        for refresh in (False, True):
+            futures = self._start_reads(self._readable() if refresh else self._wanted())
+            pending = set(futures.values())
+            while pending:
+                _, pending = wait(pending, return_when=FIRST_COMPLETED)
+                found = self._cached_name(number)
+                if found is not None:
+                    wait(pending, timeout=OTHERS_GRACE)
+                    self._known()  # two stores of one number or uid: refused
+                    return found
+            for future in futures.values():
+                future.result()  # an error that is not the store's: raised
+            identities = self._known()
             errors = [error for error in identities.values() if isinstance(error, BaseException)]
-            if errors and attempt:
+            if errors and refresh:
                 raise errors[0]
         known = ", ".join(
             f"{name}={identity.number}" for name, identity in self._identities.items()
@@ -142,6 +270,24 @@ class Stores:
             f"id {object_id} was issued by store number {number}, which is not a store of"
             f" this app (stores: {known})"
         )
+
+    def _cached_name(self, number: int) -> str | None:
+        with self._lock:
+            for name, identity in self._identities.items():
+                if identity.number == number:
+                    return name
+        return None
+
+    def _readable(self) -> list[str]:
+        """Every store but those whose read failed lately (known ones are read again:
+        a store renumbered by ``pgtasks migrate`` since)."""
+        now = time.monotonic()
+        with self._lock:
+            return [
+                name
+                for name in self.names
+                if not (name in self._failures and self._failures[name].active(now))
+            ]
 
     def group_ids(self, ids: Sequence[int]) -> dict[str, list[int]]:
         """``ids`` by the store that issued them."""
@@ -166,7 +312,7 @@ class Stores:
         free one. Two stores that issued ids under one number: ConfigurationError."""
         identities: dict[str, StoreIdentity] = {}
         for name, database in self.databases.items():
-            identities[name] = database.run(database.store.get_store_identity)
+            identities[name] = database.run(database.queries.get_store_identity)
         explicit = dict(self.layout.numbers)
         used: dict[int, str] = {}
         for name, identity in identities.items():
@@ -202,11 +348,13 @@ class Stores:
             used[wanted] = name
         with self._lock:
             self._identities.clear()
+            self._failures.clear()
+            self._conflict = None
         return {name: number for number, name in used.items()}
 
     def _renumber(self, name: str, number: int) -> bool:
         database = self.databases[name]
-        return database.run(lambda conn: database.store.renumber_store(conn, number))
+        return database.run(lambda conn: database.queries.renumber_store(conn, number))
 
     # -- a caller's connection --
     def check_connection(self, conn: psycopg.Connection[Any], name: str, queue: str) -> None:
@@ -215,7 +363,7 @@ class Stores:
         if name in self._checked.get(conn, ()):
             return
         database = self.databases[name]
-        seen = database.store.get_connection_store_uid(conn)
+        seen = database.queries.get_connection_store_uid(conn)
         self._accept(conn, name, queue, seen)
 
     async def acheck_connection(
@@ -224,7 +372,7 @@ class Stores:
         if name in self._checked.get(conn, ()):
             return
         database = self.databases[name]
-        seen = await database.store.aget_connection_store_uid(conn)
+        seen = await database.queries.aget_connection_store_uid(conn)
         self._accept(conn, name, queue, seen)
 
     def _accept(self, conn: Any, name: str, queue: str, seen: str | None) -> None:
@@ -234,7 +382,7 @@ class Stores:
         if seen != identity.uid:
             where = self.databases[name]
             found = (
-                f"has no schema {where.store.schema!r}"
+                f"has no schema {where.queries.schema!r}"
                 if seen is None
                 else f"holds another store (uid {seen}, not {identity.uid})"
             )

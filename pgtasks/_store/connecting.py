@@ -1,5 +1,6 @@
-"""Connections: DSN resolution, the connection settings and the errors of a server that
-cannot be reached (the DSN text itself: pgtasks._dsn)."""
+"""Connecting: where connections go (DatabaseSettings), the pools' sizes
+(PoolSettings), DSN resolution, pool options, the READ COMMITTED pin and the errors of a
+server that cannot be reached (the DSN text itself: pgtasks._dsn)."""
 
 from __future__ import annotations
 
@@ -210,7 +211,7 @@ def pin_isolation(conn: psycopg.Connection[Any]) -> None:
     instead: this sets psycopg's ``isolation_level``, so every explicit transaction begins
     ``BEGIN ISOLATION LEVEL READ COMMITTED`` (no round trip of its own), and the worker's
     round trips of claims and finishes, which run as implicit transactions, begin and end
-    their own in the same round trip (Store.finish_and_claim_jobs). A lone autocommit
+    their own in the same round trip (Queries.finish_and_claim_jobs). A lone autocommit
     statement (an enqueue, a heartbeat) runs at the server connection's default:
     ``pgtasks doctor``'s pooler check says when that is not READ COMMITTED."""
     conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED

@@ -1,8 +1,8 @@
-"""Store: the only module that runs SQL.
+"""Queries: the only module that runs SQL.
 
 Each public method runs one named query from ``sql/*.sql`` (the method's name is
 the query's name). Areas with many queries keep them in a mixin of their own
-(``_store/<area>.py`` + ``sql/<area>.sql``) that Store inherits: enqueue (inserts.py),
+(``_store/<area>.py`` + ``sql/<area>.sql``) that Queries inherits: enqueue (inserts.py),
 claims and finishes (claims.py), limits, uniqueness, workflows, operations, the
 dashboard's reads, metrics, doctor, counters, paused queues, the migrator's. Statements are
 composed once per App with the schema as a ``psycopg.sql.Identifier``.
@@ -24,22 +24,22 @@ from .._jobs import JobRow, JobStatus
 from ..sql import Migration
 from .base import ADVISORY_LOCK_CLASS_BEAT as ADVISORY_LOCK_CLASS_BEAT
 from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
-from .base import Row, StoreBase
+from .base import QueriesBase, Row
 from .base import notification_channel as notification_channel
 from .claims import ClaimQueries
 from .doctor import DoctorQueries
 from .history import HistoryQueries
+from .identity import IdentityQueries
 from .inserts import InsertQueries
 from .metrics import MetricsQueries
 from .migrations import MigrationQueries
 from .operations import OperationsQueries
 from .queues import QueueQueries
-from .stores import StoreQueries
 from .web import WebQueries
 from .workflows import WorkflowQueries
 
 
-class Store(
+class Queries(
     InsertQueries,
     ClaimQueries,
     DoctorQueries,
@@ -48,19 +48,16 @@ class Store(
     MigrationQueries,
     OperationsQueries,
     QueueQueries,
-    StoreQueries,
+    IdentityQueries,
     WebQueries,
     WorkflowQueries,
-    StoreBase,
+    QueriesBase,
 ):
     """Every named query pgtasks runs, one method each."""
 
     # -- migrations --
     def create_migrations_table(self, conn: psycopg.Connection[Any]) -> None:
         self._rows(conn, "create_migrations_table", None)
-
-    def lock_migrations(self, conn: psycopg.Connection[Any]) -> None:
-        self._rows(conn, "lock_migrations", self._lock_params(ADVISORY_LOCK_CLASS_MIGRATE))
 
     def get_applied_migrations(self, conn: psycopg.Connection[Any]) -> set[int]:
         return {row["version"] for row in self._rows(conn, "get_applied_migrations", None)}
@@ -176,7 +173,7 @@ class Store(
         """``previous_status`` and ``status`` of the job, or None when it does not exist.
 
         A job that finished while the cancel waited for its row lock left jobs meanwhile
-        (migration jobs_history): the statement then finds no row, and a second one
+        (for jobs_history): the statement then finds no row, and a second one
         (a new snapshot) finds it finished."""
         rows = self._rows(conn, "cancel_job", {"id": job_id})
         if not rows:

@@ -1,4 +1,4 @@
-"""StoreQueries: a store's identity (``sql/stores.sql``, migration store_identity): its
+"""IdentityQueries: a store's identity (``sql/identity.sql``): its
 number and uid, the renumbering of a store that issued no id yet, the check that a
 caller's connection belongs to the store, and the unfinished jobs by queue."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from .base import Row, StoreBase
+from .base import QueriesBase, Row
 
 #: Ids of store N lie in [N << ID_BITS, (N + 1) << ID_BITS).
 ID_BITS = 48
@@ -27,7 +27,7 @@ class StoreIdentity:
     issued_ids: bool
 
 
-class StoreQueries(StoreBase):
+class IdentityQueries(QueriesBase):
     """Read and set the store's identity."""
 
     def get_store_identity(self, conn: psycopg.Connection[Any]) -> StoreIdentity:
@@ -61,6 +61,7 @@ class StoreQueries(StoreBase):
         """Give the store ``number`` in one transaction; False, changing nothing, when it
         issued an id meanwhile."""
         with conn.transaction():
+            self.lock_migrations(conn)  # never while a migrator changes the schema
             if self.lock_store_identity(conn):
                 return False
             self.set_store_number(conn, number)
