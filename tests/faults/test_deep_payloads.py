@@ -114,7 +114,7 @@ def test_rows_nested_past_the_bound_fail_only_their_own_job_and_the_queue_runs_o
     ]
     good = [handle.id for handle in env.tasks.noop.delay_many([{}] * 20)]
     worker = env.worker("--concurrency=4", app_path=APP_PATH)
-    wait_all_finished(env.probe, len(deep) + len(good), timeout=30)
+    wait_all_finished(env.probe, len(deep) + len(good), timeout=60)
     assert worker.alive(), worker.log()
     ended = failures(env, deep)
     for job_id in deep[:3]:
@@ -126,10 +126,10 @@ def test_rows_nested_past_the_bound_fail_only_their_own_job_and_the_queue_runs_o
     assert "cannot decode its meta" in ended[deep[3]][2]
     # Within what a worker decodes: it ran.
     assert ended[deep[4]][:2] == ("done", 1), ended[deep[4]]
-    assert env.app.get_job(deep[4]).get(timeout=5) == MAX_DECODE_DEPTH - 1
+    assert env.app.get_job(deep[4]).get(timeout=30) == MAX_DECODE_DEPTH - 1
     # The queue runs on: more jobs of it, on the same worker.
     more = [handle.id for handle in env.tasks.noop.delay_many([{}] * 5)]
-    wait_all_finished(env.probe, len(deep) + len(good) + len(more), timeout=30)
+    wait_all_finished(env.probe, len(deep) + len(good) + len(more), timeout=60)
     assert "Traceback" not in worker.log(), worker.log()
 
 
@@ -138,12 +138,12 @@ def test_a_result_nested_past_the_bound_fails_its_job_with_the_reason(env: Fault
     job = deep_result.delay(MAX_JSON_DEPTH + 1)
     fine = deep_result.delay(MAX_JSON_DEPTH)
     worker = env.worker("--concurrency=2", app_path=APP_PATH)
-    wait_all_finished(env.probe, 2, timeout=30)
+    wait_all_finished(env.probe, 2, timeout=60)
     assert worker.alive(), worker.log()
     status, attempts, error = failures(env, [job.id])[job.id]
     assert (status, attempts) == ("failed", 1), error
     assert f"is nested {MAX_JSON_DEPTH + 1} levels deep" in error, error
-    assert fine.get(timeout=5) == nested(MAX_JSON_DEPTH)
+    assert fine.get(timeout=30) == nested(MAX_JSON_DEPTH)
 
 
 def test_a_members_deep_result_fails_only_the_chord_callback(env: FaultEnv) -> None:
@@ -174,17 +174,17 @@ def test_a_members_deep_result_fails_only_the_chord_callback(env: FaultEnv) -> N
     def shown(*args: Any) -> list[Any]:
         return [list(args), {}]
 
-    assert healthy_callback.get(timeout=30) == shown([shown(3), shown(4)])
+    assert healthy_callback.get(timeout=60) == shown([shown(3), shown(4)])
     wait_until(
         lambda: failures(env, [callback.id])[callback.id][0] == "failed",
-        timeout=30,
+        timeout=60,
         message="the poisoned callback failed",
     )
     _, attempts, error = failures(env, [callback.id])[callback.id]
     assert attempts == 1 and "cannot decode its arguments" in error, error
     wait_until(
         lambda: {status for status, _, _ in failures(env, noops).values()} == {"done"},
-        timeout=30,
+        timeout=60,
         message="the other jobs ran",
     )
     assert worker.alive(), worker.log()
