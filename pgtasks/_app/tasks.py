@@ -33,6 +33,7 @@ from .._validation import (
 )
 from .handle import JobHandle
 from .limits import TaskLimits, job_limits
+from .links import Expires, enqueue_linked, expires_at, meta_with_expiry
 from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
 from .workflows import Signature
 
@@ -88,6 +89,9 @@ class TaskSettings(TypedDict, total=False):
     unique_while: UniqueWhile | None
     #: One job per key in each fixed window of this length (aligned to the epoch).
     unique_for: timedelta | None
+    #: Start deadline of each job, in seconds (or a timedelta) after its enqueue: a job
+    #: not started by then never runs and ends cancelled ("expired").
+    expires: float | timedelta | None
 
 
 class MainModuleTaskWarning(UserWarning):
@@ -224,6 +228,12 @@ class Task(Generic[P, R]):
         self.retry_jitter: bool = bool(options.get("retry_jitter", True))
         self.dont_retry: tuple[type[BaseException], ...] = tuple(options.get("dont_retry", ()))
         self.timeout: float | None = options.get("timeout")
+        self.expires: float | timedelta | None = options.get("expires")
+        if self.expires is not None:
+            try:
+                expires_at(self.expires, "task option expires=")
+            except (TypeError, ValueError) as error:
+                raise TaskRegistrationError(f"task {self.name!r}: {error}") from None
         _positive("retry_backoff", self.retry_backoff)
         _positive("retry_backoff_max", self.retry_backoff_max)
         _positive("timeout", self.timeout, allow_none=True)
@@ -342,8 +352,12 @@ class Task(Generic[P, R]):
         unique_while: UniqueWhile | None = None,
         unique_for: timedelta | None = None,
         tick_key: str | None = None,
+        expires: Expires | None = None,
     ) -> JobSpec:
-        """Validate and encode one job; raises before anything is written."""
+        """Validate and encode one job; raises before anything is written.
+
+        ``expires``: the start deadline (an aware datetime, or seconds or a timedelta from
+        now; default the task's ``expires=``)."""
         kwargs = {} if kwargs is None else kwargs
         args_json, kwargs_json = self._arguments(args, kwargs)
         if countdown is None and eta is None:
@@ -372,11 +386,7 @@ class Task(Generic[P, R]):
             delay_seconds=delay,
             idempotency_key=idempotency_key,
             # None (nothing sent) for no meta or an empty one.
-            meta_json=(
-                None
-                if meta is None
-                else encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
-            ),
+            meta_json=self._meta_json(meta, expires),
             limit_groups=None if limit_groups is None else tuple(limit_groups),
             limit_key=limit_key,
         )
@@ -396,6 +406,15 @@ class Task(Generic[P, R]):
             unique_for=unique_for,
             tick_key=tick_key,
         )
+
+    def _meta_json(self, meta: Mapping[str, Any] | None, expires: Expires | None) -> str | None:
+        """The job's meta as JSON text, with its start deadline when it has one."""
+        deadline = expires_at(expires if expires is not None else self.expires)
+        if deadline is None:
+            if meta is None:
+                return None
+            return encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
+        return meta_with_expiry(meta, deadline, max_bytes=self.app.max_payload_bytes)
 
     @staticmethod
     def _when(when: datetime | timedelta) -> dict[str, Any]:
@@ -481,12 +500,21 @@ class Task(Generic[P, R]):
         unique_for: timedelta | None = None,
         connection: psycopg.Connection[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
+        expires: Expires | None = None,
+        link: Signature | Sequence[Signature] | None = None,
+        link_error: Signature | None = None,
     ) -> JobHandle[R]:
         """Enqueue with every option; with ``connection=`` the row joins its transaction.
 
         ``meta``: a JSON object stored with the job (``job.meta``, ``ctx.meta``); keys
-        starting with ``pgtasks.`` are reserved.
+        starting with ``pgtasks.`` are reserved. ``expires``: a start deadline (aware
+        datetime, or seconds/timedelta from now): not started by then, the job ends
+        cancelled and never runs. ``link``: signatures enqueued when the job succeeds (a
+        mutable one receives its result first); ``link_error``: a signature enqueued when
+        it fails for good (a mutable one receives a dict describing the failure first).
         """
+        if link is not None or link_error is not None:
+            return enqueue_linked(self, args, kwargs, locals())
         spec = self.build_spec(
             args,
             kwargs,
@@ -499,6 +527,7 @@ class Task(Generic[P, R]):
             meta=meta,
             unique_while=unique_while,
             unique_for=unique_for,
+            expires=expires,
         )
         return self.app.enqueue(spec, connection=connection)
 
@@ -540,6 +569,7 @@ class Task(Generic[P, R]):
         unique_for: timedelta | None = None,
         connection: psycopg.AsyncConnection[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
+        expires: Expires | None = None,
     ) -> JobHandle[R]:
         spec = self.build_spec(
             args,
@@ -553,6 +583,7 @@ class Task(Generic[P, R]):
             meta=meta,
             unique_while=unique_while,
             unique_for=unique_for,
+            expires=expires,
         )
         return await self.app.aenqueue(spec, connection=connection)
 

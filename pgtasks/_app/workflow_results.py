@@ -33,6 +33,8 @@ class WorkflowResult:
         self.kind = kind
         #: The jobs whose results make the workflow's result.
         self.results = list(terminals)
+        #: Every job of the workflow, in plan order (the first step's first).
+        self.job_ids: list[int] = [handle.id for handle in self.results]
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} id={self.id} kind={self.kind}>"

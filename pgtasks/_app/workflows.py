@@ -426,11 +426,18 @@ class _Prepared:
     def handle(self, workflow_id: int, ids: Sequence[int]) -> WorkflowResult:
         terminals = [JobHandle[Any](self.app, ids[index]) for index in self.plan.terminals]
         handle_type = GroupResult if self.plan.terminal_kind == "list" else WorkflowResult
-        return handle_type(self.app, workflow_id, terminals, kind=self.kind)
+        result = handle_type(self.app, workflow_id, terminals, kind=self.kind)
+        result.job_ids = list(ids)
+        return result
 
 
-def _prepare(root: Canvas, on_error: Signature | None) -> _Prepared:
-    """Plan, validate and encode ``root`` (raises before anything is written)."""
+def _prepare(
+    root: Canvas,
+    on_error: Signature | None,
+    first_meta: str | None = None,
+) -> _Prepared:
+    """Plan, validate and encode ``root`` (raises before anything is written);
+    ``first_meta``: the meta (JSON text) of the first step's job."""
     if isinstance(root, Signature):
         root = Chain(root)
     plan = _Plan(root)
@@ -444,6 +451,12 @@ def _prepare(root: Canvas, on_error: Signature | None) -> _Prepared:
             " can use a worker, see docs/howto/testing.md)"
         )
     steps = plan.steps(app)
+    if first_meta is not None:
+        first = steps[0]
+        steps = (
+            dataclasses.replace(first, spec=dataclasses.replace(first.spec, meta_json=first_meta)),
+            *steps[1:],
+        )
     on_error_job = _on_error_job(app, on_error)
     if not app.store_router.single:  # every step in one store: the triggers stay transactional
         queues = [(f"step {step.step}", step.spec.queue) for step in steps]
@@ -481,9 +494,11 @@ def enqueue_workflow(
     *,
     connection: psycopg.Connection[Any] | None = None,
     on_error: Signature | None = None,
+    first_meta: str | None = None,
 ) -> WorkflowResult:
-    """Plan, validate and insert ``root``; see :meth:`_Workflow.apply_async`."""
-    prepared = _prepare(root, on_error)
+    """Plan, validate and insert ``root``; see :meth:`_Workflow.apply_async`
+    (``first_meta``: the meta, JSON text, of the first step's job)."""
+    prepared = _prepare(root, on_error, first_meta)
     app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, prepared.app.queries
 
     def write(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:

@@ -95,6 +95,11 @@ class Queries(
         return bool(self._rows(conn, "update_job_meta", params))
 
     # -- reading jobs --
+    def get_job_id_by_key(self, conn: psycopg.Connection[Any], key: str) -> int | None:
+        """The id of the job whose idempotency key is ``key`` (None: no such job)."""
+        rows = self._rows(conn, "get_job_id_by_key", {"key": key})
+        return int(rows[0]["id"]) if rows else None
+
     def get_job(self, conn: psycopg.Connection[Any], job_id: int) -> JobRow | None:
         rows = self._rows(conn, "get_job", {"id": job_id})
         return JobRow.from_row(rows[0]) if rows else None
@@ -185,6 +190,11 @@ class Queries(
         if not rows:
             rows = await self._arows(conn, "cancel_job", {"id": job_id})
         return rows[0] if rows else None
+
+    def expire_jobs(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[int]:
+        """End up to ``limit`` pending jobs past their start deadline (expires=) cancelled;
+        their ids."""
+        return [row["id"] for row in self._rows(conn, "expire_jobs", {"limit": limit})]
 
     def get_cancel_requests(self, conn: psycopg.Connection[Any], worker_id: int) -> set[int]:
         return {

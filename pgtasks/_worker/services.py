@@ -180,6 +180,8 @@ class Rescuer(Service):
         self.lease_timeout = settings.lease_timeout
         self.on_rescued = on_rescued
         self.maintain = maintain
+        self.expiry_backoff_cap = settings.heal_interval
+        self._next_expiry = 0.0
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         # Beat our own heart first: after an outage longer than the lease we would
@@ -208,7 +210,23 @@ class Rescuer(Service):
             store.notify_queue(conn, queue_name)
         store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])
         self.on_rescued(len(rescued))
+        self._expire(conn)
         self.maintain(conn)
+
+    def _expire(self, conn: psycopg.Connection[Any]) -> None:
+        """End pending jobs past their start deadline (expires=) cancelled. The pass reads
+        the due pending jobs: after a pass that found none, the next waits 100 times its
+        duration (at most heal_interval), so a large backlog costs about 1 % of a pass."""
+        now = time.monotonic()
+        if now < self._next_expiry:
+            return
+        expired = self.queries.expire_jobs(conn)
+        for job_id in expired:
+            logger.info(
+                "job %d expired before it started: cancelled", job_id, extra={"job_id": job_id}
+            )
+        elapsed = time.monotonic() - now
+        self._next_expiry = now if expired else now + min(self.expiry_backoff_cap, 100 * elapsed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ import click
 
 from ._common import install_global_options, root_options
 from .beat import beat, schedules
+from .celery_ops import control, inspect, result
 from .doctor import doctor
 from .embedded import embedded
 from .limits import limits
@@ -52,6 +53,9 @@ for command in (
     doctor,
     web,
     workflows,
+    inspect,
+    control,
+    result,
 ):
     main.add_command(command)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+from .._app import loading
+from .._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -88,15 +90,14 @@ def parse_queue_executors(values: tuple[str, ...]) -> dict[str, str]:
 
 
 def child_app_path(app_path: str, app: App) -> str:
-    """``-A`` as ``module:attribute`` (``-A module`` found ``app`` or ``application``)."""
-    module_name, _, attribute = app_path.partition(":")
-    if attribute:
+    """``-A`` as ``module:attribute`` (``-A module`` found ``app``, ``application``, a
+    Celery-shaped app, …): what spawned children import."""
+    if ":" in app_path:
         return app_path
-    module = sys.modules.get(module_name)
-    for name in ("app", "application"):
-        if module is not None and getattr(module, name, None) is app:
-            return f"{module_name}:{name}"
-    return f"{module_name}:app"
+    try:
+        return loading.find_app(app_path)[1]
+    except ConfigurationError:
+        return f"{app_path}:app"
 
 
 def worker_executor_options(app_path: str, app: App, flags: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from ._common import (
     log_level_option,
     seconds_option,
 )
+from .celery_ops import worker_defaults
 from .executors import executor_options, worker_executor_options
 
 if TYPE_CHECKING:
@@ -143,6 +144,11 @@ def worker(
 
     configure_logging(log_level, log_format)
     app = load_app(app_path)
+    # A Celery app's worker_* settings, for the options not given here.
+    defaults = worker_defaults(click.get_current_context(), app_path)
+    concurrency = defaults.pop("concurrency", concurrency)
+    prefetch = defaults.pop("prefetch", prefetch)
+    executor_flags.update(defaults)
     metrics = None
     try:
         # The options as one checked value (an inconsistent pair fails here, before

@@ -39,3 +39,29 @@ FROM known LEFT JOIN cancelled ON cancelled.id = known.id;
 -- Jobs running under a worker whose cancellation was requested.
 SELECT id FROM {schema}.jobs
 WHERE status = 'running' AND locked_by = %(worker_id)s AND cancel_requested;
+
+-- name: expire_jobs :many
+-- End pending jobs past their start deadline (expires=: the reserved meta key
+-- "pgtasks.expires", seconds since the epoch) cancelled, with the reason; the claims
+-- never start them. A deadline that is not a number (written by hand) compares below any
+-- number: expired too. Waiters hear of them; the workflow triggers treat them as
+-- cancelled steps. Reads the due pending jobs through jobs_claim_idx.
+WITH due AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'pending' AND run_at <= now() AND meta ? 'pgtasks.expires'
+      AND meta -> 'pgtasks.expires' <= to_jsonb(extract(epoch FROM now()))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+expired AS (
+    UPDATE {schema}.jobs AS jobs
+    SET status = 'cancelled',
+        cancel_requested = true,
+        last_error = 'JobExpired: expired: not started before its deadline (expires=)',
+        finished_at = now(),
+        updated_at = now()
+    FROM due
+    WHERE jobs.id = due.id
+    RETURNING jobs.id
+)
+SELECT id, pg_notify({done_channel}, id::text) IS NULL AS notified FROM expired;

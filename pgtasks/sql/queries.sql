@@ -253,6 +253,13 @@ RETURNING jobs.id
 )
 SELECT id, pg_notify({activity_channel}, id::text) IS NULL AS notified FROM updated;
 
+-- name: get_job_id_by_key :one
+-- The job an idempotency key names: unfinished in jobs, finished in job_keys.
+SELECT id FROM {schema}.jobs WHERE idempotency_key = %(key)s
+UNION ALL
+SELECT job_id AS id FROM {schema}.job_keys WHERE idempotency_key = %(key)s
+LIMIT 1;
+
 -- name: get_job_status :one
 -- The status of one job by id.
 SELECT status FROM {schema}.all_jobs WHERE id = %(id)s;
@@ -292,6 +299,10 @@ WITH picked AS (
       -- A row whose next attempt number would not fit (written by hand) is left pending
       -- rather than fail every claim.
       AND attempts < 2147483647
+      -- Past its start deadline (expires=, meta "pgtasks.expires"): never started; the
+      -- rescuer ends it cancelled. A hand-written non-number sorts below any number.
+      AND (NOT meta ? 'pgtasks.expires'
+           OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -340,6 +351,8 @@ WITH picked AS (
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
           AND attempts < 2147483647
+          AND (NOT meta ? 'pgtasks.expires'
+               OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS higher_priority
@@ -357,6 +370,8 @@ WITH picked AS (
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
           AND attempts < 2147483647
+          AND (NOT meta ? 'pgtasks.expires'
+               OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS same_priority
@@ -373,6 +388,8 @@ WITH picked AS (
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           AND limit_groups IS NULL
           AND attempts < 2147483647
+          AND (NOT meta ? 'pgtasks.expires'
+               OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
         ORDER BY priority DESC, run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS lower_priority

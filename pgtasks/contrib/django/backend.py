@@ -154,6 +154,11 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
     async def aenqueue(self, task: Task[P, T], args: Any, kwargs: Any) -> TaskResult[T]:
         return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
 
+    @property
+    def max_result_bytes(self) -> int:
+        """The size limit of a stored return value (the App's ``max_result_bytes``)."""
+        return get_app().max_result_bytes
+
     # -- results --
     def _store(self) -> Queries:
         return get_app().queries

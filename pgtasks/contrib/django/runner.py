@@ -30,7 +30,6 @@ from ._compat import (
     task_finished,
     task_started,
 )
-from .config import get_app
 from .results import RUN_TASK_NAME
 
 if TYPE_CHECKING:
@@ -69,7 +68,7 @@ def run_django_task(
         # Encoded before task_finished says SUCCESSFUL: a value Django's backends refuse
         # (TypeError, as theirs), or one pgtasks cannot store, fails the task instead.
         value = normalize_json(value)
-        encode_result(task, value, max_bytes=get_app().max_result_bytes)
+        encode_result(task, value, max_bytes=task_backend.max_result_bytes)
     except BaseException as error:
         failed = dataclasses.replace(
             result,
