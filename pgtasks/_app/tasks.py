@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -34,6 +33,7 @@ from .._validation import (
 from .handle import JobHandle
 from .limits import TaskLimits, job_limits
 from .links import Expires, enqueue_linked, expires_at, meta_with_expiry
+from .task_names import MainModuleTaskWarning, default_task_name, main_module_warning
 from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
 from .workflows import Signature
 
@@ -92,32 +92,6 @@ class TaskSettings(TypedDict, total=False):
     #: Start deadline of each job, in seconds (or a timedelta) after its enqueue: a job
     #: not started by then never runs and ends cancelled ("expired").
     expires: float | timedelta | None
-
-
-class MainModuleTaskWarning(UserWarning):
-    """A task is named ``__main__.…``: no worker that imports the app's module knows it."""
-
-
-def default_task_name(function: Callable[..., Any]) -> str:
-    """``module.qualname``. A module run with ``python -m package.module`` is ``__main__``
-    in its own process but ``package.module`` in a worker's, which imports it: its
-    tasks take that name, so the jobs it enqueues are the worker's tasks."""
-    module = function.__module__
-    if module == "__main__":
-        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-        if spec is not None and spec.name and spec.name != "__main__":
-            module = spec.name
-    return f"{module}.{function.__qualname__}"
-
-
-def main_module_warning(name: str) -> str:
-    return (
-        f"task {name!r} is defined in a script run as __main__: its jobs name a task no"
-        " worker knows (a worker imports the app's module under its own name), so they"
-        " would wait for ever. Define the task in an importable module (run the script as"
-        " `python -m package.module`, or import the tasks from a module), or give it"
-        " @app.task(name=...)"
-    )
 
 
 class TaskOptions(TaskSettings, total=False):
