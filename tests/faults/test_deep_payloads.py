@@ -111,6 +111,8 @@ def test_rows_nested_past_the_bound_fail_only_their_own_job_and_the_queue_runs_o
         write_row(env, "hostile.show_args", kwargs='{"v": ' + nested_text(3000) + "}"),
         write_row(env, "hostile.show_args", meta='{"m": ' + nested_text(3000) + "}"),
         write_row(env, "hostile.depth_of", args="[" + nested_text(MAX_DECODE_DEPTH - 1) + "]"),
+        # jsonb takes an integer of 5,000 digits; Python's int() refuses past 4,300.
+        write_row(env, "hostile.show_args", args="[" + "9" * 5000 + "]"),
     ]
     good = [handle.id for handle in env.tasks.noop.delay_many([{}] * 20)]
     worker = env.worker("--concurrency=4", app_path=APP_PATH)
@@ -127,6 +129,8 @@ def test_rows_nested_past_the_bound_fail_only_their_own_job_and_the_queue_runs_o
     # Within what a worker decodes: it ran.
     assert ended[deep[4]][:2] == ("done", 1), ended[deep[4]]
     assert env.app.get_job(deep[4]).get(timeout=30) == MAX_DECODE_DEPTH - 1
+    assert ended[deep[5]][:2] == ("failed", 1), ended[deep[5]]
+    assert "cannot decode its arguments: args is not valid JSON" in ended[deep[5]][2]
     # The queue runs on: more jobs of it, on the same worker.
     more = [handle.id for handle in env.tasks.noop.delay_many([{}] * 5)]
     wait_all_finished(env.probe, len(deep) + len(good) + len(more), timeout=60)
