@@ -27,9 +27,10 @@
                                     on 127.0.0.2 (the multi-store tests' other store)
     python3 dev.py test-servers [ARGS...]
                                     start those servers, run the migration-stall test on a
-                                    2,000,000-row table, then the pooler and replica tests and
-                                    the worker, beat, workflow, limits and results tests
-                                    through PgBouncer; stop the servers (ARGS: pytest
+                                    2,000,000-row table, then the pooler and replica tests,
+                                    the failover test (a primary and replica pair of its
+                                    own) and the worker, beat, workflow, limits and results
+                                    tests through PgBouncer; stop the servers (ARGS: pytest
                                     arguments to run instead, with the servers)
 
 .venv holds what each command asked for, added as needed: the demo installs the package
@@ -285,8 +286,23 @@ def cmd_setup(args: Sequence[str]) -> int:
     return 0
 
 
+def cache_bytecode(venv: Path = VENV) -> None:
+    """Let the test run's Python processes cache their bytecode, in ``venv``/pycache.
+
+    The suite starts hundreds of Python processes (workers, beats, CLI commands, the
+    examples, executor children); with PYTHONDONTWRITEBYTECODE set, each compiled every
+    module of pgtasks and the tests it imports from source again (about 0.4 s of CPU per
+    process). Nothing is written beside the sources: the cache lives in ``venv``
+    (PYTHONPYCACHEPREFIX). A PYTHONPYCACHEPREFIX set by the caller is kept.
+    """
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        os.environ["PYTHONPYCACHEPREFIX"] = str(venv / "pycache")
+
+
 def cmd_test(args: Sequence[str]) -> int:
     setup()
+    cache_bytecode()
     if not args:
         # The whole suite: on PGTASKS_TEST_WORKERS processes (pytest-xdist, default 2),
         # each test in schemas of its own on the one test server. With arguments, pytest
@@ -299,6 +315,7 @@ def cmd_test(args: Sequence[str]) -> int:
 
 def cmd_test_django6(args: Sequence[str]) -> int:
     setup_django6()
+    cache_bytecode(VENV_DJANGO6)
     python = str(venv_python(VENV_DJANGO6))
     if run([python, "-c", DJANGO6_PROBE], VENV_DJANGO6) != 0:  # every run: no backport
         say(f"{VENV_DJANGO6.relative_to(ROOT)} is broken; delete it and run again")
@@ -495,6 +512,7 @@ def cmd_servers(args: Sequence[str]) -> int:
 def cmd_test_servers(args: Sequence[str]) -> int:
     """The server tests (see SERVER_TESTS), on servers started for the run."""
     setup()
+    cache_bytecode()
     python = str(venv_python())
     servers_stop()
     try:
@@ -505,7 +523,8 @@ def cmd_test_servers(args: Sequence[str]) -> int:
             os.environ.update(env, PGTASKS_TEST_MIGRATION_ROWS=STALL_ROWS)
             codes.append(run([python, "-m", "pytest", STALL_TEST, "-q", "-s"]))
         env.update(servers_start(("pgbouncer", "replica", "second")))
-        os.environ.update(env, PGTASKS_TEST_VIA_PGBOUNCER="1")
+        # tests/servers/test_failover.py starts a primary and replica pair of its own.
+        os.environ.update(env, PGTASKS_TEST_VIA_PGBOUNCER="1", PGTASKS_TEST_FAILOVER="1")
         for variable, value in env.items():
             say(f"{variable}={value}")
         pytest_args = list(args) or [

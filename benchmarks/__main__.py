@@ -10,6 +10,8 @@
     python -m benchmarks --counters [...]   (the counters' cost, with and without: counters.py)
     python -m benchmarks --migrations [...]   (stalls while migrating a live table: migrations.py)
     python -m benchmarks --scaleout [...]   (1, 2, 3 stores on CPU-capped servers: scaleout.py)
+    python -m benchmarks --failover [...]   (a replica promoted under load: failover.py)
+    python -m benchmarks --big-group [...]   (a group of 1,000,000 members: big_group.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -333,6 +335,8 @@ SUBCOMMANDS = {
     "--enqueue": "enqueue",  # enqueue paths beside bare psycopg loops
     "--in-process": "inprocess",  # the worker inside an asyncio program
     "--scaleout": "scaleout",  # 1, 2, 3 stores on as many CPU-capped PostgreSQL servers
+    "--failover": "failover",  # a replica promoted under load: lost and doubled jobs
+    "--big-group": "big_group",  # a group of up to 1,000,000 members: enqueue, page, CLI
 }
 
 

@@ -1,6 +1,7 @@
 """PostgreSQL 15 clusters of a benchmark or a test (scripts/ci-postgres15.sh): started on a
 loopback address and port of their own, crashed (``pg_ctl stop -m immediate``), restarted,
-stopped. Skipped (tests) when Debian's PostgreSQL 15 is not installed."""
+stopped; a streaming replica of one, promoted (a failover by hand). Skipped (tests) when
+Debian's PostgreSQL 15 is not installed."""
 
 from __future__ import annotations
 
@@ -50,6 +51,18 @@ class Cluster:
         lines = self._script("start", str(self.state)).strip().splitlines()
         self.dsn = lines[-1].removeprefix("DSN=")
         return self
+
+    def start_replica(self, state: Path) -> Cluster:
+        """A streaming replica of this cluster (pg_basebackup -R, hot standby) on the next
+        free port, once it streams."""
+        replica = Cluster(state, "127.0.0.1", self.first_port + 1)
+        lines = self._script("start-replica", str(self.state), str(state)).strip().splitlines()
+        replica.dsn = lines[-1].removeprefix("DSN=")
+        return replica
+
+    def promote(self) -> None:
+        """``pg_ctl promote -w`` (a replica): it leaves recovery and accepts writes."""
+        self._script("promote", str(self.state))
 
     def crash(self) -> None:
         """``pg_ctl stop -m immediate``: sessions cut, no shutdown checkpoint."""

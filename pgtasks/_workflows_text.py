@@ -64,6 +64,11 @@ def format_workflow(workflow: Mapping[str, Any]) -> str:
         if job["status"] in ("failed", "cancelled") and job.get("last_error"):
             line += f"  {_last_line(job['last_error'])}"
         lines.append(printable(line))
+    counts: Mapping[str, int] | None = workflow.get("jobs_by_status")
+    if counts:
+        left = sum(counts.values()) - len(jobs)
+        by_status = ", ".join(f"{status} {count:,}" for status, count in counts.items())
+        lines.append(f"  … and {left:,} more jobs not shown (all jobs: {by_status})")
     return "\n".join(lines)
 
 

@@ -18,6 +18,9 @@
 #   scripts/ci-postgres15.sh crash STATE_FILE | restart STATE_FILE | pid STATE_FILE
 #       stop that cluster with pg_ctl stop -m immediate keeping its data directory; start
 #       it again (crash recovery first); print its postmaster's pid.
+#   scripts/ci-postgres15.sh promote STATE_FILE
+#       promote the replica a state file names (pg_ctl promote -w): it leaves recovery
+#       and accepts writes (a failover done by hand, as an HA manager would do it).
 #   scripts/ci-postgres15.sh stop [STATE_FILE | DATA_DIR]
 #       stop what a state file names (a cluster, a replica or a PgBouncer) and delete its
 #       temp dir (a no-op when it is already gone).
@@ -455,6 +458,17 @@ cmd_restart() {
     log "restarted $datadir"
 }
 
+# A failover by hand: the replica a state file names leaves recovery (pg_ctl promote
+# waits until it accepts writes).
+cmd_promote() {
+    local datadir owner
+    datadir="$(read_state "${1:-$DEFAULT_STATE}")"
+    owner="$(stat -c %U "$datadir")"
+    cd /
+    as_user "$owner" "$PG_BIN/pg_ctl" promote -D "$datadir" -w -t 60 >/dev/null
+    log "promoted $datadir"
+}
+
 # The postmaster's pid of the cluster a state file names (first line of postmaster.pid).
 cmd_pid() {
     head -n 1 "$(read_state "${1:-$DEFAULT_STATE}")/postmaster.pid"
@@ -472,6 +486,10 @@ restart)
 pid)
     shift
     cmd_pid "$@"
+    ;;
+promote)
+    shift
+    cmd_promote "$@"
     ;;
 start)
     shift
@@ -492,7 +510,7 @@ stop)
 *)
     echo "usage: $0 start [STATE_FILE] | start-replica PRIMARY_STATE [STATE_FILE]" \
         "| start-pgbouncer PRIMARY_STATE [STATE_FILE] | stop [STATE_FILE|DATA_DIR]" \
-        "| crash STATE_FILE | restart STATE_FILE | pid STATE_FILE" >&2
+        "| crash STATE_FILE | restart STATE_FILE | pid STATE_FILE | promote STATE_FILE" >&2
     exit 2
     ;;
 esac

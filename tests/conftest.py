@@ -27,6 +27,34 @@ def pytest_configure(config: pytest.Config) -> None:
     forget_connection_environment()
 
 
+def distribution_rank(item: pytest.Item) -> int:
+    """Where a test goes in a run on several processes: the longest first (``slow``: the
+    benchmarks), then those that start processes (``acceptance``), then the rest."""
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    if item.get_closest_marker("acceptance") is not None:
+        return 1
+    return 2
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
+    """On pytest-xdist's processes (``-n``), hand out the longest tests first.
+
+    xdist hands out tests in collection order; with the benchmarks and the process tests
+    last (tests/test_benchmarks.py is collected last), one process ran them alone while
+    the other had finished. Longest first, the short tests fill both processes at the end.
+    Outermost (a wrapper, tryfirst): after every other hook has ordered the items (pytest-
+    django's order is undone by tests/django/conftest.py). Each xdist process collects and
+    sorts alike (a stable sort), as xdist requires.
+    """
+    yield
+    if hasattr(config, "workerinput"):
+        items.sort(key=distribution_rank)
+
+
 @pytest.fixture(scope="session")
 def dsn() -> str:
     """The test server: PGTASKS_TEST_DSN, or the embedded server in .pgtasks-test/."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,7 +83,6 @@ def test_benchmark_runs_end_to_end_with_the_installed_peers(
     own_database: str, tmp_path: Path
 ) -> None:
     output = tmp_path / "bench.json"
-    started = time.monotonic()
     result = subprocess.run(
         [
             sys.executable,
@@ -102,9 +100,7 @@ def test_benchmark_runs_end_to_end_with_the_installed_peers(
         timeout=200,
         check=False,
     )
-    elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stdout + result.stderr
-    assert elapsed < 120, f"the quick benchmark took {elapsed:.0f} s"
 
     report: dict[str, Any] = json.loads(output.read_text())
     figures = {figure["name"]: figure for figure in report["figures"]}

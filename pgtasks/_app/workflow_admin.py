@@ -44,15 +44,23 @@ def _missing(workflow_id: int) -> WorkflowNotFoundError:
     )
 
 
-def describe_workflow(app: App, workflow_id: int) -> dict[str, Any]:
-    """The workflow's row and its jobs (``app.get_workflow``)."""
+def describe_workflow(app: App, workflow_id: int, *, limit: int | None = None) -> dict[str, Any]:
+    """The workflow's row and its jobs (``app.get_workflow``); with ``limit``, its first
+    ``limit`` jobs by id, and when it has more, ``jobs_by_status`` (every job counted by
+    status: a group of a million members is not read whole)."""
     app = for_id(app, workflow_id)  # the store that issued the id
+    queries = app.queries
 
     def read(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
-        row = app.queries.get_workflow(conn, workflow_id)
+        row = queries.get_workflow(conn, workflow_id)
         if row is None:
             return None
-        return {**row, "jobs": app.queries.get_workflow_jobs(conn, workflow_id)}
+        wanted = None if limit is None else limit + 1
+        jobs = queries.get_workflow_jobs(conn, workflow_id, limit=wanted)
+        if limit is None or len(jobs) <= limit:
+            return {**row, "jobs": jobs}
+        counts = queries.count_workflow_jobs(conn, workflow_id)
+        return {**row, "jobs": jobs[:limit], "jobs_by_status": counts}
 
     described = app.database.run(read)
     if described is None:

@@ -26,7 +26,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
@@ -39,7 +38,7 @@ from .._dsn import describe_dsn, redact_for
 from .._embedded import embedded_dsn
 from .._errors import ConfigurationError, PoolExhaustedError
 from ..sql import Migration
-from . import connecting, opening
+from . import connecting, forks, opening
 from .error_kinds import (
     arollback_left_open,
     is_connection_failure,
@@ -59,32 +58,6 @@ from .queries import Queries
 T = TypeVar("T")
 
 logger = logging.getLogger("pgtasks")
-
-#: Every Database of this process, so that a forked child can let go of what it inherited.
-_databases: weakref.WeakSet[Database] = weakref.WeakSet()
-#: In a forked child: the parent's pools, kept (never used, closed or garbage-collected,
-#: whose finalizers would act on the parent's connections).
-_inherited: list[object] = []
-
-
-def _forget_inherited_pools() -> None:
-    """``os.fork()`` hook (child side): drop the parent's pools without closing them.
-
-    Their sockets are the parent's sessions: closing or using them from the child would
-    break the parent. The child's first query opens pools of its own.
-    """
-    for database in list(_databases):
-        pools = (database._pool, database._apool, database._replica_pool)
-        _inherited.extend(pool for pool in pools if pool is not None)
-        database._lock = threading.Lock()  # another thread may have held it during the fork
-        database._pool, database._pool_pid = None, 0
-        database._apool, database._apool_loop = None, None
-        database._replica_pool, database._replica_pid = None, 0
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_inherited_pools)
-
 
 #: Connections of the replica pool, per process (dashboard pages, stats, metrics).
 REPLICA_POOL_MAX = 4
@@ -145,7 +118,7 @@ class Database:
         self._replica_down_until = 0.0
         #: The schema's version was found current (checked once, on first use).
         self.schema_checked = False
-        _databases.add(self)
+        forks.track(self)
 
     @property
     def dsn(self) -> str:
@@ -317,20 +290,40 @@ class Database:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection (autocommit) with the schema checked."""
-        pool = self.get_pool()
-        try:
-            connection_context = pool.connection(timeout=self.pools.connect_timeout)
-            conn = connection_context.__enter__()
-        except PoolTimeout as error:
-            raise self.unavailable(error) from None
+        pool, conn = self._getconn()
         try:
             self.check_schema(conn)
             yield conn
-        except BaseException as error:
-            if not connection_context.__exit__(type(error), error, error.__traceback__):
-                raise
+        except BaseException:
+            rollback_left_open(conn)
+            raise
         else:
-            connection_context.__exit__(None, None, None)
+            if left_open(conn):  # as pool.connection() does
+                conn.commit()
+        finally:
+            pool.putconn(conn)
+
+    def _getconn(self) -> tuple[ConnectionPool[Any], psycopg.Connection[Any]]:
+        """A connection of this process's pool, and that pool (opening.take: a pool that
+        lags a server that is back is replaced)."""
+        try:
+            timeout = self.pools.connect_timeout
+            return opening.take(self._current_pool, self._renew_pool, timeout, self._probe)
+        except PoolTimeout as error:
+            raise self.unavailable(error) from None
+
+    def _current_pool(self) -> ConnectionPool[Any]:
+        pool = self._pool
+        return pool if pool is not None and self._pool_pid == os.getpid() else self.get_pool()
+
+    def _renew_pool(self, stale: ConnectionPool[Any]) -> ConnectionPool[Any]:
+        with self._lock:
+            retired = self._pool is stale and self._pool_pid == os.getpid()
+            if retired:
+                self._pool = None
+        if retired:
+            opening.retire(stale)
+        return self.get_pool()
 
     @asynccontextmanager
     async def aconnection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -370,15 +363,9 @@ class Database:
         """Run ``operation`` on a pooled connection, retrying broken connections."""
 
         def attempt() -> T:
-            # What ``with self.connection()`` does, without its two generator context
-            # managers: a one-job enqueue pays for every microsecond spent here.
-            pool = self._pool
-            if pool is None or self._pool_pid != os.getpid():
-                pool = self.get_pool()
-            try:
-                conn = opening.getconn(pool, self.pools.connect_timeout, self._probe)
-            except PoolTimeout as error:
-                raise self.unavailable(error) from None
+            # What ``with self.connection()`` does, without its generator context
+            # manager: a one-job enqueue pays for every microsecond spent here.
+            pool, conn = self._getconn()
             try:
                 try:
                     if not self.schema_checked:
@@ -413,6 +400,24 @@ class Database:
                 raise self.unavailable(error) from None
             raise
 
+    async def _agetconn(self) -> tuple[AsyncConnectionPool[Any], psycopg.AsyncConnection[Any]]:
+        """:meth:`_getconn` of the async pool of the running loop."""
+        apool = self._apool
+        if apool is None or self._apool_loop is not asyncio.get_running_loop():
+            apool = await self.get_apool()
+        timeout = self.pools.connect_timeout
+        try:
+            try:
+                return apool, await opening.agetconn(apool, timeout, self._probe)
+            except opening.Behind:  # its attempts back off: a new pool (opening.take)
+                if self._apool is apool:
+                    self._apool = None
+                    await apool.close(timeout=0)
+                apool = await self.get_apool()
+                return apool, await opening.agetconn(apool, timeout, self._probe)
+        except PoolTimeout as error:
+            raise self.unavailable(error) from None
+
     async def arun(self, operation: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         """The async twin of :meth:`run`."""
 
@@ -420,13 +425,7 @@ class Database:
             # What ``async with self.aconnection()`` does, without its two async generator
             # context managers (as in run()): an asyncio program's one-job enqueue pays
             # for every microsecond spent here.
-            apool = self._apool
-            if apool is None or self._apool_loop is not asyncio.get_running_loop():
-                apool = await self.get_apool()
-            try:
-                conn = await opening.agetconn(apool, self.pools.connect_timeout, self._probe)
-            except PoolTimeout as error:
-                raise self.unavailable(error) from None
+            apool, conn = await self._agetconn()
             try:
                 try:
                     if not self.schema_checked:

@@ -13,17 +13,24 @@ DOWN_AFTER seconds is down: the wait ends with the probe's error (the caller rai
 DatabaseUnavailableError). A restart shorter than that is waited out, and a server that is
 slow to answer, or a pool that is merely busy, is never called down: without a failed
 attempt of the pool nothing is probed and the whole ``connect_timeout`` is waited.
+
+A server that accepts the probe while the pool, which failed, still gives no connection
+BEHIND_AFTER seconds later (psycopg_pool's reconnection backs off: 1 s, 2 s, 4 s …) is
+served by a new pool (:func:`take`; the old one is closed with :func:`retire`): after a
+failover or a long restart, callers connect again as soon as the server accepts, not
+when the backoff ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 logger = logging.getLogger("pgtasks.db")
 
@@ -37,6 +44,11 @@ DOWN_AFTER = 1.0
 PROBE_EVERY = 0.2
 #: How long a caller waits for a pooled connection between looks at the pool.
 FIRST_WAIT = 0.25
+#: A pool that gave no connection this long after the server accepted a direct one is
+#: behind: its reconnection attempts wait out psycopg_pool's backoff (1 s, 2 s, 4 s … after
+#: each failure), so after an outage of a minute the pool would connect again up to a
+#: minute after the server is back (a failover: the new primary accepts at once).
+BEHIND_AFTER = 0.5
 
 Probe = Callable[[], "BaseException | None"]
 AnyPool = ConnectionPool[Any] | AsyncConnectionPool[Any]
@@ -51,6 +63,12 @@ class Refused(PoolTimeout):
         self.cause = cause
 
 
+class Behind(PoolTimeout):
+    """The server accepts connections, but the pool has given none BEHIND_AFTER seconds
+    later (its reconnection attempts back off), or it was closed meanwhile (renewed by
+    another thread): the caller takes a connection from a new pool."""
+
+
 class RefusalWatch:
     """Whether a pool's server refuses connections, and since when."""
 
@@ -63,6 +81,8 @@ class RefusalWatch:
         self.seen = 0 if reconnecting else stats.get("connections_errors", 0)
         self.since: float | None = None
         self.probed_at = 0.0
+        #: When a probe last found the server accepting connections.
+        self.accepted_at: float | None = None
 
     def needs_probe(self) -> bool:
         """The pool failed to connect since the last look, or the server was refusing."""
@@ -78,10 +98,17 @@ class RefusalWatch:
         refusal = self.probe()
         if refusal is None:
             self.since = None
+            self.accepted_at = self.accepted_at or now
             return None
         if self.since is None:
             self.since = now
         return refusal if time.monotonic() - self.since >= DOWN_AFTER else None
+
+    def behind(self) -> bool:
+        """The server accepted a direct connection BEHIND_AFTER seconds ago or more."""
+        return self.accepted_at is not None and (
+            time.monotonic() - self.accepted_at >= BEHIND_AFTER
+        )
 
 
 def _ready(pool: AnyPool) -> bool:
@@ -128,19 +155,24 @@ async def aopen_pool(
 
 def getconn(pool: ConnectionPool[Any], timeout: float, probe: Probe) -> Any:
     """``pool.getconn(timeout)``, except that a server which went down after the pool
-    opened is :class:`Refused` within about DOWN_AFTER seconds (a free connection is
-    taken at once: one call, as before)."""
+    opened is :class:`Refused` within about DOWN_AFTER seconds, and a pool that lags a
+    server that is back is :class:`Behind` (a free connection is taken at once: one call,
+    as before)."""
     started = time.monotonic()
     try:
         return pool.getconn(timeout=min(timeout, FIRST_WAIT))
     except PoolTimeout:
         pass
+    except PoolClosed as error:
+        raise Behind(str(error)) from None
     watch = RefusalWatch(pool, probe, short=True)
     while True:
         if watch.needs_probe():
             refusal = watch.refused()
             if refusal is not None:
                 raise Refused(refusal)
+        if watch.behind():
+            raise Behind("the server accepts connections; the pool's attempts back off")
         left = started + timeout - time.monotonic()
         if left <= 0:
             raise PoolTimeout(f"couldn't get a connection after {timeout:g} sec")
@@ -148,6 +180,33 @@ def getconn(pool: ConnectionPool[Any], timeout: float, probe: Probe) -> Any:
             return pool.getconn(timeout=min(left, FIRST_WAIT))
         except PoolTimeout:
             pass
+        except PoolClosed as error:
+            raise Behind(str(error)) from None
+
+
+def take(
+    current: Callable[[], ConnectionPool[Any]],
+    renew: Callable[[ConnectionPool[Any]], ConnectionPool[Any]],
+    timeout: float,
+    probe: Probe,
+) -> tuple[ConnectionPool[Any], Any]:
+    """A connection of the ``current()`` pool and that pool; a pool :class:`Behind` is
+    replaced by ``renew(pool)`` (once) and the connection taken from the new one."""
+    pool = current()
+    try:
+        return pool, getconn(pool, timeout, probe)
+    except Behind:
+        pool = renew(pool)
+        return pool, getconn(pool, timeout, probe)
+
+
+def retire(pool: AnyPool) -> None:
+    """Close a replaced sync pool in the background: connections still out are closed when
+    they come back, and its waiting clients get PoolClosed (so :class:`Behind`)."""
+    if isinstance(pool, ConnectionPool):
+        threading.Thread(
+            target=pool.close, kwargs={"timeout": 1.0}, name="pgtasks-pool-retire", daemon=True
+        ).start()
 
 
 async def agetconn(pool: AsyncConnectionPool[Any], timeout: float, probe: Probe) -> Any:
@@ -157,12 +216,16 @@ async def agetconn(pool: AsyncConnectionPool[Any], timeout: float, probe: Probe)
         return await pool.getconn(timeout=min(timeout, FIRST_WAIT))
     except PoolTimeout:
         pass
+    except PoolClosed as error:
+        raise Behind(str(error)) from None
     watch = RefusalWatch(pool, probe, short=True)
     while True:
         if watch.needs_probe():
             refusal = await asyncio.to_thread(watch.refused)
             if refusal is not None:
                 raise Refused(refusal)
+        if watch.behind():
+            raise Behind("the server accepts connections; the pool's attempts back off")
         left = started + timeout - time.monotonic()
         if left <= 0:
             raise PoolTimeout(f"couldn't get a connection after {timeout:g} sec")
@@ -170,6 +233,8 @@ async def agetconn(pool: AsyncConnectionPool[Any], timeout: float, probe: Probe)
             return await pool.getconn(timeout=min(left, FIRST_WAIT))
         except PoolTimeout:
             pass
+        except PoolClosed as error:
+            raise Behind(str(error)) from None
 
 
 class PoolWarningsToDebug(logging.Filter):

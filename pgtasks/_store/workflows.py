@@ -117,13 +117,23 @@ class WorkflowQueries(QueriesBase):
         rows = self._rows(conn, "get_workflow", {"id": workflow_id})
         return rows[0] if rows else None
 
-    def get_workflow_jobs(self, conn: psycopg.Connection[Any], workflow_id: int) -> list[Row]:
-        return self._rows(conn, "get_workflow_jobs", {"id": workflow_id})
+    def get_workflow_jobs(
+        self, conn: psycopg.Connection[Any], workflow_id: int, *, limit: int | None = None
+    ) -> list[Row]:
+        """A workflow's jobs by id: the first ``limit`` (None: all)."""
+        return self._rows(conn, "get_workflow_jobs", {"id": workflow_id, "limit": limit})
 
     async def aget_workflow_jobs(
         self, conn: psycopg.AsyncConnection[Any], workflow_id: int
     ) -> list[Row]:
-        return await self._arows(conn, "get_workflow_jobs", {"id": workflow_id})
+        return await self._arows(conn, "get_workflow_jobs", {"id": workflow_id, "limit": None})
+
+    def count_workflow_jobs(
+        self, conn: psycopg.Connection[Any], workflow_id: int
+    ) -> dict[str, int]:
+        """How many jobs the workflow has in each status."""
+        rows = self._rows(conn, "count_workflow_jobs", {"id": workflow_id})
+        return {str(row["status"]): int(row["jobs"]) for row in rows}
 
     def get_job_workflow(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
         rows = self._rows(conn, "get_job_workflow", {"id": job_id})

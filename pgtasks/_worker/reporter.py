@@ -24,12 +24,43 @@ if TYPE_CHECKING:
     from .._execution.running import Running
     from .._store.queries import Queries
     from .events import WorkerEvents
+    from .worker import Worker
 
 logger = logging.getLogger("pgtasks.worker")
 
 
 class Reporter:
     """Logs, counts and notifies observers for one worker."""
+
+    @staticmethod
+    def banner(worker: Worker, worker_id: int) -> None:
+        """The line a worker logs once registered (and a warning without LISTEN)."""
+        logger.info(
+            "worker %d (%s) started: queues=%s concurrency=%d executors=%s database=%s"
+            " lease=%gs heartbeat=%gs rescue=%gs poll=%gs",
+            worker_id,
+            worker.name,
+            ",".join(worker.queues) if worker.queues else "*",
+            worker.concurrency,
+            worker.executor_description,
+            worker.app.describe_database(),
+            worker.lease_timeout,
+            worker.heartbeat_interval,
+            worker.rescue_interval,
+            worker.poll_interval,
+            extra={"worker_id": worker_id},
+        )
+        if not worker.app.database.has_session:
+            logger.warning(
+                "worker %s: the database goes through a transaction pooler and no session_dsn"
+                " is set: no LISTEN, so new jobs are found by polling every %g s and"
+                " cancellations every %g s; pruning runs without its lock. Set"
+                " App(session_dsn=...) to a direct connection for instant wake-ups",
+                worker.name,
+                worker.poll_interval,
+                worker.settings.paused_refresh,
+                extra={"worker_id": worker_id},
+            )
 
     def __init__(self, observers: Sequence[WorkerEvents]) -> None:
         self.observers: list[WorkerEvents] = list(observers)

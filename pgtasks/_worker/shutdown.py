@@ -1,22 +1,19 @@
-"""A worker's graceful stop (GracefulStop) and its signal handling (StopSignals).
+"""A worker's graceful stop (GracefulStop).
 
 On stop: jobs claimed but not started are released at once; running ones get the
 shutdown timeout; then children still busy are terminated, what is left is released
 without using up its attempt, the last outcomes are written and the registration is
 removed. Every database step is bounded (SHUTDOWN_WRITE_BOUND), so an unresponsive
-database cannot keep the process from exiting; a signalled worker still stuck past the
-timeout + HARD_EXIT_MARGIN ends its process (its jobs are rescued after the lease).
+database cannot keep the process from exiting. Its ``step`` says what it is doing (the
+watchdog of a signalled worker names it when the stop is stuck: signals.py).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -38,9 +35,6 @@ logger = logging.getLogger("pgtasks.worker")
 #: unresponsive database cannot keep it from exiting.
 SHUTDOWN_WRITE_BOUND = 3.0
 SHUTDOWN_SERVICES_BOUND = 2.0
-#: Seconds past the shutdown timeout after which a signalled worker that is still stuck
-#: (in a database call that never returns) ends its process anyway.
-HARD_EXIT_MARGIN = 8.0
 #: Tries of each final database step.
 _WRITE_TRIES = 3
 
@@ -58,6 +52,7 @@ class GracefulStop:
         wake_event: threading.Event,
         deadline: Callable[[], float | None],
         store_counters: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
+        note: Callable[[str], None] = lambda step: None,
     ) -> None:
         self.name = parts.name
         self.queries = store
@@ -74,16 +69,21 @@ class GracefulStop:
         self.deadline = deadline
         #: Stores what the worker counted since its last heartbeat (before deregistering).
         self.store_counters = store_counters
+        #: Told each step as it begins (what a stuck stop waits for).
+        self.note = note
 
     def run(self) -> None:
         ledger = self.ledger
         deadline = self.deadline() or time.monotonic()
+        note = self.note
         # Jobs the background round trip claimed are started (or released below).
+        note("stop step: the round trips in flight")
         self._bounded_settle()
         unstarted = self.executor.take_unstarted()
         if unstarted:
             # Claimed, waiting for a slot of their executor: they never ran, so release now.
             self._release(unstarted, why="stopping before they started")
+        note("stop step: the running jobs to finish")
         if ledger.active():
             logger.info(
                 "worker %s stopping: waiting up to %.1f s for %d running job(s)",
@@ -99,6 +99,7 @@ class GracefulStop:
         ledger.collect()
         if ledger.active():
             # Children running jobs are terminated first: a released job must not still run.
+            note("stop step: the process pool's children to end")
             self.executor.stop_processes()
             ledger.collect()
         leftovers = ledger.active()
@@ -110,15 +111,20 @@ class GracefulStop:
 
         # A database that stopped answering (a partition, a hung server) must not hold the
         # process past its deadline: unfinished writes are left to the rescuer.
+        note("stop step: the release of jobs and the last outcomes")
         self._bounded("release and final writes", release_and_write, SHUTDOWN_WRITE_BOUND)
+        note("stop step: the services to stop")
         self.executor.cancel_async()
         for service in self.services:
             service.stopping.set()
         services_deadline = time.monotonic() + SHUTDOWN_SERVICES_BOUND
         for service in self.services:
             service.stop(timeout=max(0.0, services_deadline - time.monotonic()))
+        note("stop step: the deregistration")
         self._bounded("deregistration", self._deregister, SHUTDOWN_WRITE_BOUND)
+        note("stop step: the executors to stop")
         self.executor.shutdown()
+        note("stop step: the round-trip lanes to close")
         self.exchanges.close()
         self.connection.drop()
 
@@ -220,72 +226,3 @@ class GracefulStop:
             self.queries.deregister_worker(self.connection.get(), worker_id)
         except psycopg.Error as error:
             logger.warning("worker %s: could not deregister: %s", self.name, error)
-
-
-class StopSignals:
-    """SIGTERM/SIGINT handling of a worker run with ``install_signal_handlers=True``.
-
-    The first signal stops the worker gracefully and arms a watchdog that ends the
-    process if the stop is stuck; a second signal releases running jobs at once.
-    """
-
-    def __init__(
-        self,
-        *,
-        name: str,
-        shutdown_timeout: float,
-        stop: Callable[..., None],
-        stopped: threading.Event,
-    ) -> None:
-        self.name = name
-        self.shutdown_timeout = shutdown_timeout
-        self.stop = stop
-        self.stopped = stopped
-        self._signals_seen = 0
-
-    def install(self) -> dict[int, Any]:
-        """Install the handlers; returns the previous ones (to put back)."""
-        previous: dict[int, Any] = {}
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.signal(signum, self._handle)
-        return previous
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self._signals_seen += 1
-        name = signal.Signals(signum).name
-        if self._signals_seen == 1:
-            logger.info(
-                "worker %s: %s received, stopping (running jobs get %g s; send it again to"
-                " release them at once)",
-                self.name,
-                name,
-                self.shutdown_timeout,
-            )
-            self.stop(wait=False)
-            threading.Thread(
-                target=self._exit_if_stuck,
-                args=(self.shutdown_timeout + HARD_EXIT_MARGIN,),
-                name="pgtasks-exit-watchdog",
-                daemon=True,
-            ).start()
-        else:
-            logger.info("worker %s: second %s, releasing running jobs now", self.name, name)
-            self.stop(timeout=0, wait=False)
-
-    def _exit_if_stuck(self, seconds: float) -> None:
-        """After a stop signal: end the process if the loop is stuck in a database call.
-
-        A database that accepts packets but never answers (a hung server, a blackholing
-        proxy) can block a read forever; the jobs this process holds are rescued after
-        the lease like those of a crashed worker.
-        """
-        if self.stopped.wait(seconds):
-            return
-        logger.error(
-            "worker %s did not stop within %g s of the signal (database unresponsive);"
-            " exiting now: the jobs it holds will be rescued after the lease expires",
-            self.name,
-            seconds,
-        )
-        logging.shutdown()
-        os._exit(1)

@@ -6,7 +6,9 @@ Worker composes the parts that hold the state: the Registration (its row and lea
 owner id), the JobLedger (jobs from claim to written outcome), the Exchanges (the round
 trips that write outcomes and claim jobs, and the claim position), the Reporter (logs,
 counters, observers), Cancellations (cancellations.py), LoopFailures (how a failed step
-is met, loop_failures.py) and, when stopping, GracefulStop and StopSignals (shutdown.py).
+is met, loop_failures.py) and, when stopping, GracefulStop (shutdown.py); a process's
+SIGTERM/SIGINT go through StopSignals (signals.py), whose watchdog reads stop_status()
+and calls release_held() (stuck.py) when the stop is stuck.
 Each gets the WorkerSettings (settings.py) or the part of them it uses.
 
     loop:  write finished outcomes (one fenced statement per batch)
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -51,8 +52,9 @@ from .registration import Registration
 from .reporter import Reporter
 from .services import ErrorLog, Heartbeat, Listener, ListenerCalls, Rescuer, Service
 from .settings import SettingsAttributes, WorkerSettings
-from .shutdown import HARD_EXIT_MARGIN as HARD_EXIT_MARGIN
-from .shutdown import SHUTDOWN_WRITE_BOUND, GracefulStop, StopSignals
+from .shutdown import SHUTDOWN_WRITE_BOUND, GracefulStop
+from .signals import StopSignals
+from .stuck import release_held, stop_status
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -171,6 +173,8 @@ class Worker(SettingsAttributes):
         self._exchanges = self._new_exchanges()
         self._cancellations = self._new_cancellations()
         self._services: list[Service] = []
+        #: What run() does now, in words (what a stuck stop waits for).
+        self._phase = "not started"
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} id={self.worker_id} queues={self.queues or 'all'}>"
@@ -212,6 +216,11 @@ class Worker(SettingsAttributes):
     def child_pids(self) -> list[int]:
         """Pids of the process pool's children serving jobs (empty without a pool)."""
         return self._executor.process_pids()
+
+    @property
+    def executor_description(self) -> str:
+        """The executors in one line (``threads+async=1``), as the start banner says."""
+        return self._executor.describe()
 
     def wake(self, *, notified: bool = False) -> None:
         if notified:
@@ -366,9 +375,29 @@ class Worker(SettingsAttributes):
 
     # -- the loop --
     def run(self, *, install_signal_handlers: bool = False) -> None:
-        """Run until stopped. Raises SchemaNotMigratedError before claiming on an old schema."""
+        """Run until stopped. Raises SchemaNotMigratedError before claiming on an old schema.
+
+        ``install_signal_handlers`` (main thread): SIGTERM/SIGINT stop the worker from
+        the first moment of run() until it returns (signals.py). Whenever a stop comes,
+        it is honoured once every part has started; every part stops, started or not.
+        """
         self._run_thread = threading.current_thread()
+        signals = None
+        if install_signal_handlers:
+            signals = StopSignals(self.name, shutdown_timeout=self.shutdown_timeout)
+            signals.install()
+            signals.attach(self)
         try:
+            worker_id = self._start()
+            self._serve(worker_id)
+        finally:
+            if signals is not None:
+                signals.restore()
+
+    def _start(self) -> int:
+        """Check the schema, start the executors, register: the registration id."""
+        try:
+            self._phase = "start: checking the schema"
             self.app.check_schema()
             self._secrets = dsn_secrets(self.app.dsn)
             self._executor = self._new_executor()
@@ -377,9 +406,11 @@ class Worker(SettingsAttributes):
             try:
                 # The job threads, and the process pool (its children import the app) before
                 # any claim; what started is stopped again if anything below fails.
+                self._phase = "start: the executors"
                 self._executor.start()
                 # The paused queues before the first claim (the listener reads them after),
                 # and before worker_id says the worker is registered.
+                self._phase = "start: registration"
                 paused = self.app.queries.get_paused_queues(self._connection.get())
                 # Store this app's limits; with any limit stored, claims
                 # take the jobs limits apply to first.
@@ -389,63 +420,44 @@ class Worker(SettingsAttributes):
                 self._exchanges.start(
                     paused=frozenset(row["queue"] for row in paused), limited=stored > 0
                 )
-                worker_id = self.registration.register(self._connection.get())
+                return self.registration.register(self._connection.get())
             except BaseException:
                 self._executor.shutdown()
                 raise
         except BaseException:
+            self._phase = "stopped"
             self._stopped.set()  # stop() must not wait for a worker that never started
             raise
-        previous_handlers = (
-            StopSignals(
-                name=self.name,
-                shutdown_timeout=self.shutdown_timeout,
-                stop=self.stop,
-                stopped=self._stopped,
-            ).install()
-            if install_signal_handlers
-            else {}
-        )
-        logger.info(
-            "worker %d (%s) started: queues=%s concurrency=%d executors=%s database=%s"
-            " lease=%gs heartbeat=%gs rescue=%gs poll=%gs",
-            worker_id,
-            self.name,
-            ",".join(self.queues) if self.queues else "*",
-            self.concurrency,
-            self._executor.describe(),
-            self.app.describe_database(),
-            self.lease_timeout,
-            self.heartbeat_interval,
-            self.rescue_interval,
-            self.poll_interval,
-            extra={"worker_id": worker_id},
-        )
-        if not self.app.database.has_session:
-            logger.warning(
-                "worker %s: the database goes through a transaction pooler and no session_dsn"
-                " is set: no LISTEN, so new jobs are found by polling every %g s and"
-                " cancellations every %g s; pruning runs without its lock. Set"
-                " App(session_dsn=...) to a direct connection for instant wake-ups",
-                self.name,
-                self.poll_interval,
-                self.settings.paused_refresh,
-                extra={"worker_id": worker_id},
-            )
-        self._services = self._new_services()
-        for service in self._services:
-            service.start()
-        self._reporter.notify("worker_started", self)
+
+    def _serve(self, worker_id: int) -> None:
+        """Start the services, run the loop (skipped when a stop came first), stop."""
         try:
+            self._reporter.banner(self, worker_id)
+            self._phase = "start: the services"
+            self._services = self._new_services()
+            for service in self._services:
+                service.start()
+            self._reporter.notify("worker_started", self)
+            self._phase = "the claim loop"
             self._loop()
         finally:
             try:
                 self._shutdown()
             finally:
                 self._cancellations.close()
-                for signum, handler in previous_handlers.items():
-                    signal.signal(signum, handler)
+                self._phase = "stopped"
                 self._stopped.set()
+
+    def stop_status(self) -> str:
+        """What the worker's stop still waits for, in words (any thread, never blocks)."""
+        return stop_status(self._phase, self._run_thread, self._services, self._ledger)
+
+    def release_held(self, seconds: float) -> str:
+        """Release the jobs held (fenced) and deregister, on a connection of its own,
+        within ``seconds`` (a stuck stop's last resort); what was done, in words."""
+        return release_held(
+            self._connect, self.app.queries, self.registration, self._ledger, seconds
+        )
 
     async def arun(self) -> None:
         """Run the worker from an asyncio program: ``run()`` on a thread of its own while the
@@ -582,6 +594,7 @@ class Worker(SettingsAttributes):
             wake_event=self._wake_event,
             deadline=lambda: self._stop_deadline,
             store_counters=self.store_counters,
+            note=lambda step: setattr(self, "_phase", step),
         ).run()
         self._reporter.notify("worker_stopped", self)
         logger.info("worker %s stopped (%s)", self.name, self._reporter.summary())

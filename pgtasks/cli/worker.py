@@ -140,9 +140,15 @@ def worker(
     """Claim and run jobs until SIGTERM/SIGINT (a second signal releases running jobs now)."""
     from .._worker.beat import Beat
     from .._worker.settings import WorkerSettings
+    from .._worker.signals import StopSignals, worker_name
     from .._worker.worker import Worker
 
     configure_logging(log_level, log_format)
+    # Before the app is imported: a stop signal from now on is remembered and applied to
+    # the worker once it exists, and the handlers stay until the process ends (a second
+    # signal is never met by the default action, however late it comes).
+    signals = StopSignals(worker_name(), shutdown_timeout=shutdown_timeout)
+    signals.install()
     app = load_app(app_path)
     # A Celery app's worker_* settings, for the options not given here.
     defaults = worker_defaults(click.get_current_context(), app_path)
@@ -173,12 +179,13 @@ def worker(
         job_worker = Worker.from_settings(
             app, settings, observers=[metrics] if metrics is not None else ()
         )
+        signals.attach(job_worker)
         scheduler = Beat(job_worker.app) if with_beat else None
         if scheduler is not None:
             # The worker's signal handlers stay in charge; beat stops after the worker.
             threading.Thread(target=scheduler.run, name="pgtasks-beat", daemon=True).start()
         try:
-            job_worker.run(install_signal_handlers=True)
+            job_worker.run()
         finally:
             if scheduler is not None:
                 scheduler.stop(timeout=5)

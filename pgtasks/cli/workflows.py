@@ -18,7 +18,7 @@ import psycopg
 
 from .._app.app import App
 from .._app.routing import for_id
-from .._app.workflow_admin import list_workflows, workflow_incidents
+from .._app.workflow_admin import describe_workflow, list_workflows, workflow_incidents
 from .._operations import to_json
 from .._worker.healer import heal
 from .._workflows_text import (
@@ -93,15 +93,28 @@ def list_command(
     )
 
 
+#: Jobs ``workflows show`` prints by default: a group of a million members is not read
+#: whole (the rest are counted by status).
+SHOW_JOBS = 1000
+
+
 @workflows.command("show")
 @app_option
 @click.argument("workflow_id", type=WORKFLOW_ID)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0, max=10_000_000),
+    default=SHOW_JOBS,
+    show_default=True,
+    metavar="N",
+    help="Jobs shown at most, the first by id (the others counted by status; 0: all).",
+)
 @json_option
-def show(app_path: str, workflow_id: int, as_json: bool) -> None:
+def show(app_path: str, workflow_id: int, limit: int, as_json: bool) -> None:
     """A workflow's status and its jobs, step by step, with their states."""
     app = load_app(app_path)
     with app:
-        workflow = guard(lambda: app.get_workflow(workflow_id))
+        workflow = guard(lambda: describe_workflow(app, workflow_id, limit=limit or None))
         incidents = guard(lambda: workflow_incidents(app, workflow_id=workflow_id))
     if as_json:
         click.echo(to_json({**workflow, "incidents": [item.as_json() for item in incidents]}))

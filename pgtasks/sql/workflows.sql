@@ -62,7 +62,7 @@ WHERE workflows.id = %(id)s
 GROUP BY workflows.id;
 
 -- name: get_workflow_jobs :many
--- A workflow's jobs in insertion order, with their links.
+-- A workflow's jobs in insertion order, with their links (the first %(limit)s; NULL: all).
 SELECT id, task_name, queue, status, attempts, max_attempts, workflow_step, next_ids,
        prev_ids, waiting_for, last_error, finished_at
 FROM (
@@ -72,7 +72,18 @@ FROM (
     CROSS JOIN LATERAL {schema}.workflow_jobs(wanted.id, coalesce(made.created_at, '-infinity'))
         AS steps
 ) AS jobs
-ORDER BY id;
+ORDER BY id
+LIMIT %(limit)s::bigint;
+
+-- name: count_workflow_jobs :many
+-- How many jobs a workflow has in each status.
+SELECT steps.status, count(*)::bigint AS jobs
+FROM (SELECT %(id)s::bigint AS id) AS wanted
+LEFT JOIN {schema}.workflows AS made ON made.id = wanted.id
+CROSS JOIN LATERAL {schema}.workflow_jobs(wanted.id, coalesce(made.created_at, '-infinity'))
+    AS steps
+GROUP BY steps.status
+ORDER BY steps.status;
 
 -- name: get_job_workflow :one
 -- The workflow of one job (no row for a job outside any workflow, or no such job).

@@ -1,5 +1,6 @@
 """The dashboard's Jinja2 environment: its templates (pgtasks/web/templates), escaped
-by default, and the filters and globals they use."""
+by default with control characters shown as escapes, and the filters and globals they
+use."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from .. import _text
 from .._operations import STATUSES, format_duration
 from .._workflows_text import WORKFLOW_STATES
 from .graph import dots_markup, format_took
@@ -22,6 +24,7 @@ def environment() -> Environment:
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_visible,
     )
     env.filters["duration"] = format_duration
     env.filters["took"] = format_took
@@ -37,6 +40,17 @@ def environment() -> Environment:
     env.globals["WORKFLOW_STATES"] = WORKFLOW_STATES
     env.globals["dots_markup"] = dots_markup
     return env
+
+
+def _visible(value: object) -> object:
+    """What every ``{{ … }}`` shows: text with its control characters (ANSI escapes, bells,
+    C1 controls, bidirectional overrides) as escapes (``\\x1b``), tabs and newlines kept
+    (a traceback). Any row may hold them (a task name, a queue, a host name, an error
+    written with SQL): a page copied into a terminal, or fetched with curl, must not act
+    on them. Markup (already escaped HTML) is left as is."""
+    if type(value) is str:
+        return _text.printable(value, multiline=True)
+    return value
 
 
 def _timestamp(value: datetime | None) -> str:

@@ -9,12 +9,35 @@ import json
 import pytest
 from psycopg import sql
 
-from pgtasks import App, chain, chord
+from pgtasks import App, chain, chord, group
 from tests.apps.ops_app import register_tasks
 from tests.support.cli import Cli, Connection
 from tests.support.workflows import settle
 
 pytestmark = pytest.mark.acceptance
+
+
+def test_show_of_a_large_group_prints_its_first_jobs_and_counts_the_rest(
+    cli: Cli, ops_app: App
+) -> None:
+    """A group of a million members is not read whole: ``--limit`` jobs (1,000 by
+    default) are shown, the others counted by status."""
+    register_tasks(ops_app)
+    add = ops_app.get_task("ops_app.add")
+    workflow = group(add.s(n, 0) for n in range(30)).delay()
+
+    shown = cli("workflows", "show", str(workflow.id), "--limit", "10")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert len(lines) == 12, lines  # the head, 10 jobs, the count
+    assert lines[-1] == "  … and 20 more jobs not shown (all jobs: pending 30)"
+    document = json.loads(cli("workflows", "show", str(workflow.id), "--limit=10", "--json").stdout)
+    assert len(document["jobs"]) == 10 and document["jobs_by_status"] == {"pending": 30}
+    everything = json.loads(
+        cli("workflows", "show", str(workflow.id), "--limit=0", "--json").stdout
+    )
+    assert len(everything["jobs"]) == 30 and "jobs_by_status" not in everything
+    assert len(cli("workflows", "show", str(workflow.id)).stdout.splitlines()) == 31
 
 
 def test_show_and_cancel_a_workflow(cli: Cli, ops_app: App) -> None:

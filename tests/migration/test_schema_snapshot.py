@@ -14,7 +14,12 @@ from psycopg import sql
 from pgtasks import App
 from pgtasks.sql import load_migrations
 from tests.support.environment import ROOT
-from tests.support.schemas import SchemaAdmin
+from tests.support.schemas import (
+    SchemaAdmin,
+    migrated_schema_script,
+    new_schema_name,
+    render_migrated_schema_script,
+)
 from tests.support.snapshot import describe_schema
 
 
@@ -59,6 +64,13 @@ def test_a_schema_made_in_one_round_trip_equals_a_migrated_one(
         for app in (made, migrated)
     ] == [[(m.version, m.name) for m in load_migrations()]] * 2
     made.check_schema()  # the App accepts it as current
+
+
+def test_the_script_reused_for_test_schema_names_is_the_one_rendered_for_the_name() -> None:
+    """make_app's names reuse one rendered script with the name written in: the same bytes."""
+    for name in (new_schema_name(), new_schema_name()):
+        assert migrated_schema_script(name) == render_migrated_schema_script(name)
+    assert migrated_schema_script("Round_Trip") == render_migrated_schema_script("Round_Trip")
 
 
 def test_make_app_in_tests_migration_runs_the_migrator(

@@ -8,7 +8,6 @@ read its own writes reads the primary: ``job.get()``, the page an action redirec
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +23,7 @@ from pgtasks._worker.metrics import QueueDepthCollector, QueueDepthSampler
 from pgtasks.web import asgi, reads
 from pgtasks.web.reads import DashboardDatabase
 from tests.support.inprocess import running_worker
+from tests.support.replicas import caught_up, replay_paused
 from tests.support.servers import replica_dsn
 from tests.support.waiting import wait_until
 from tests.support.web import Client
@@ -40,33 +40,6 @@ def replica() -> str:
 def standby(replica: str) -> Iterator[Connection]:
     with psycopg.connect(replica, autocommit=True) as conn:
         yield conn
-
-
-def caught_up(admin: Connection, standby: Connection) -> None:
-    """Wait until the replica has replayed everything the primary wrote until now."""
-    (lsn,) = admin.execute("SELECT pg_current_wal_lsn()::text").fetchone() or ("",)
-    wait_until(
-        lambda: (
-            standby.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()
-            == (True,)
-        ),
-        timeout=20,
-        message="the replica to replay the primary's WAL",
-    )
-
-
-@contextlib.contextmanager
-def replay_paused(standby: Connection) -> Iterator[None]:
-    """The replica applies no more WAL inside the block (it keeps receiving it)."""
-    standby.execute("SELECT pg_wal_replay_pause()")
-    wait_until(
-        lambda: standby.execute("SELECT pg_get_wal_replay_pause_state()").fetchone() == ("paused",),
-        message="replay paused",
-    )
-    try:
-        yield
-    finally:
-        standby.execute("SELECT pg_wal_replay_resume()")
 
 
 def job_ids(html: str) -> set[int]:

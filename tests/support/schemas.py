@@ -12,6 +12,8 @@ compares the two, and tests in tests/migration keep using the real Migrator.
 
 from __future__ import annotations
 
+import functools
+import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -33,13 +35,38 @@ def drop_schema(dsn: str, schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+#: The schema name :func:`migrated_schema_script` renders once per process; a name of the
+#: same plain shape is written in its place (see :func:`plain_name`).
+_TEMPLATE_SCHEMA = "test_00000000"
+#: Names that appear in the script as they are (quoted identifier, channel literal).
+_PLAIN = re.compile(r"test_[0-9a-f]{8}")
+
+
 def migrated_schema_script(schema: str) -> bytes:
     """What ``Migrator.migrate`` does to a missing ``schema``, as one SQL script.
 
     The migrations table as ``create_migrations_table`` makes it, then for each migration
     its version row (``record_migration``) and its steps as a new schema gets them (one
-    transaction: CONCURRENTLY dropped), rendered by the Queries.
+    transaction: CONCURRENTLY dropped), rendered by the Queries. A name of
+    :func:`new_schema_name` reuses the script rendered once for the process: the name
+    stands verbatim wherever it appears (identifiers, channels), so it is written in place
+    of the template's.
     """
+    if _PLAIN.fullmatch(schema):
+        return _template_script().replace(_TEMPLATE_SCHEMA.encode(), schema.encode())
+    return render_migrated_schema_script(schema)
+
+
+@functools.lru_cache(maxsize=1)
+def _template_script() -> bytes:
+    script = render_migrated_schema_script(_TEMPLATE_SCHEMA)
+    # Every occurrence is the name itself: nothing else in the SQL looks like it.
+    assert script.count(_TEMPLATE_SCHEMA.encode()) == script.count(b"test_")
+    return script
+
+
+def render_migrated_schema_script(schema: str) -> bytes:
+    """:func:`migrated_schema_script`, rendered for ``schema`` by the Queries."""
     store = Queries(schema)
     parts = [store._render(load_queries()["create_migrations_table"].text)]
     for migration in load_migrations():

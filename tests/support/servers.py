@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import tempfile
@@ -110,6 +111,7 @@ class PrivateServer:
         self.pgdata = self.data_dir / "pgdata"
         self.dsn = embedded_dsn(self.data_dir)
         self.port: int | None = None
+        self._options: list[str] = []
         if tcp:
             socket_dir = self.dsn.rsplit("host=", 1)[1]
             self.port = free_port()
@@ -131,6 +133,18 @@ class PrivateServer:
 
     def restart(self) -> None:
         self.pg_ctl("-w", "restart", "-m", "fast")
+
+    def crash(self) -> None:
+        """``pg_ctl stop -m immediate``; :meth:`start` starts it again as it ran."""
+        opts = shlex.split((self.pgdata / "postmaster.opts").read_text())[1:]
+        data = opts.index("-D") if "-D" in opts else None
+        self._options = opts if data is None else opts[:data] + opts[data + 2 :]
+        self.pg_ctl("-w", "stop", "-m", "immediate")
+
+    def start(self) -> None:
+        """Start it again after :meth:`crash` (crash recovery first), with its options."""
+        log = str(self.pgdata / "fault-server.log")
+        self.pg_ctl("-w", "-o", shlex.join(self._options), "-l", log, "start")
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
