@@ -22,6 +22,7 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     ├── UnknownTaskError (+ KeyError) no task registered under a name
     ├── PayloadError
     │   ├── PayloadNotSerializableError (+ TypeError)  an argument is not JSON
+    │   │   └── PayloadTooDeepError (+ ValueError)     nested past MAX_JSON_DEPTH (100)
     │   ├── PayloadTooLargeError (+ ValueError)        encoded payload over the limit
     │   └── ReservedMetaKeyError (+ ValueError)        a meta key starting with "pgtasks."
     ├── NaiveDatetimeError (+ ValueError)              a datetime without tzinfo
@@ -121,6 +122,11 @@ class PayloadNotSerializableError(PayloadError, TypeError):
 
 class PayloadTooLargeError(PayloadError, ValueError):
     """The encoded job payload is larger than the configured limit."""
+
+
+class PayloadTooDeepError(PayloadNotSerializableError, ValueError):
+    """A task argument, result or meta value nests lists and dicts deeper than pgtasks
+    stores (``MAX_JSON_DEPTH``, 100 levels per stored JSON document)."""
 
 
 class NaiveDatetimeError(PgTasksError, ValueError):

@@ -15,7 +15,7 @@ from typing import Any, Literal, NamedTuple, Protocol, overload
 
 from ._durable import DurableContext, DurableEngine
 from ._errors import PayloadNotSerializableError, ReservedMetaKeyError
-from ._payload import RESERVED_META_PREFIX
+from ._payload import RESERVED_META_PREFIX, replace_unreadable
 
 #: Where a task runs in the worker (see docs/howto/executors.md).
 ExecutorName = Literal["thread", "process", "async"]
@@ -253,6 +253,8 @@ class JobRow:
     unique_key: str | None = None
     unique_window_start: datetime | None = None
     unique_window_end: datetime | None = None
+    #: Why some of its JSON values cannot be decoded (they read as empty); None: all were.
+    unreadable: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobRow:
@@ -261,6 +263,7 @@ class JobRow:
         for name in OPTIONAL_JOB_COLUMNS:
             if name in row:
                 values[name] = row[name]
+        values["unreadable"] = replace_unreadable(values)
         if not isinstance(values.get("meta", {}), dict):
             values["meta"] = {}  # a row written by hand; the CHECK constraint forbids it
         return cls(**values)

@@ -50,6 +50,9 @@ class ClaimedJob:
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Claimed by the limited claim (a concurrency or rate limit applies to it).
     limited: bool = False
+    #: Why its args, kwargs or meta could not be decoded (None: they were): the job
+    #: fails without running, with this reason (``cannot decode its arguments: …``).
+    undecodable: str | None = None
 
     @property
     def job_id(self) -> int:

@@ -313,7 +313,9 @@ def format_jobs(now: datetime | None, jobs: Sequence[JobRow]) -> str:
             f"{job.attempts}/{job.max_attempts}",
             _ago(now, job.created_at),
             _when(now, job),
-            _one_line(job.last_error),
+            _one_line(job.last_error)
+            if job.unreadable is None
+            else _one_line(f"unreadable: {job.unreadable}", width=80),
         ]
         for job in jobs
     ]
@@ -387,6 +389,7 @@ def format_job(
         ),
         ("priority", str(job.priority)),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        *([("unreadable", job.unreadable)] if job.unreadable is not None else []),
         ("args", encoded(job.args)),
         ("kwargs", encoded(job.kwargs)),
         ("result", encoded(job.result)),

@@ -7,12 +7,18 @@ anything reaches the database, with a message that names the bad argument.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._errors import PayloadNotSerializableError, PayloadTooLargeError, ReservedMetaKeyError
+from ._errors import (
+    PayloadNotSerializableError,
+    PayloadTooDeepError,
+    PayloadTooLargeError,
+    ReservedMetaKeyError,
+)
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
@@ -23,6 +29,19 @@ MAX_NAME_BYTES = 200
 #: cannot pass about 2700 bytes; a schedule's tick key is its name plus the tick.
 MAX_KEY_BYTES = 1000
 
+#: The deepest nesting of lists and dicts (JSON arrays and objects) in each JSON document
+#: pgtasks stores: a job's args array, its kwargs object, its meta object, a result. The
+#: args array and the kwargs object count as a level: an argument nests at most 99 deep.
+#: Deeper values are refused when enqueued (PayloadTooDeepError), returned or written to
+#: meta: decoding one takes a level of the decoding thread's stack per level, and a value
+#: nested some hundreds deep exhausts Python's recursion limit on a worker's deeper stack.
+MAX_JSON_DEPTH = 100
+#: The deepest nesting a worker, the CLI and the dashboard decode from a stored row: a
+#: workflow step's args wrap its predecessors' results two levels deeper than they were
+#: stored. A row nested deeper (written by SQL or another tool) fails its own job
+#: ("cannot decode its arguments"), read without recursion past this bound.
+MAX_DECODE_DEPTH = 2 * MAX_JSON_DEPTH
+
 _ENCODER = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=True
 )
@@ -32,13 +51,26 @@ _ENCODER = json.JSONEncoder(
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+#: What ``check_name`` calls the names that refuse control characters (keys may hold any).
+CONTROLLED_NAMES = frozenset({"queue", "task name", "schedule name"})
+#: C0 control characters (tab and newline included), DEL and C1.
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def check_name(what: str, value: object, max_bytes: int = MAX_NAME_BYTES) -> str:
     """``value`` if it can be a name (or key) PostgreSQL stores and indexes, else a
-    ValueError that says why: not a non-empty str, NUL, a lone surrogate, too long."""
+    ValueError that says why: not a non-empty str, NUL, a lone surrogate, too long; a
+    queue, task or schedule name (CONTROLLED_NAMES) with a C0 or C1 control character
+    (names are shown in terminals, logs and NOTIFY payloads)."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{what} must be a non-empty string, got {value!r}")
     if "\x00" in value:
         raise ValueError(f"{what} must not contain NUL characters, got {value[:100]!r}")
+    if what in CONTROLLED_NAMES and _CONTROL_CHARACTER.search(value):
+        raise ValueError(
+            f"{what} must not contain control characters (C0, DEL or C1: escape sequences,"
+            f" tabs, newlines), got {value[:100]!r}"
+        )
     size = len(value)
     if not value.isascii():
         try:
@@ -73,13 +105,61 @@ def _check_keys(value: Any) -> None:
                 _check_keys(item)
 
 
-def _dumps(value: Any) -> str:
+#: A JSON string (its escapes included), whose brackets are text, not nesting.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+#: Anything but a bracket, once strings are gone.
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """How deep ``text`` (valid JSON) nests arrays and objects: 0 for a scalar, 1 for
+    ``[1, 2]``, 2 for ``[[1]]``. No recursion: a text of any depth is measured."""
+    if '"' in text:
+        text = _JSON_STRING.sub("", text)
+    brackets = _NOT_BRACKET.sub("", text)
+    return max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0)
+
+
+def nested_deeper_than(text: str, bound: int) -> bool:
+    """Whether the JSON ``text`` nests arrays and objects more than ``bound`` levels deep.
+    Most texts hold fewer brackets than ``bound`` and are not measured."""
+    return text.count("[") + text.count("{") > bound and json_depth(text) > bound
+
+
+class _TooDeep(ValueError):
+    """A value nested past the bound (turned into PayloadTooDeepError by the callers)."""
+
+
+def _depth_message(depth: int | None, bound: int) -> str:
+    nested = f"is nested {depth} levels deep" if depth is not None else "is nested too deeply"
+    return (
+        f"{nested} (lists and dicts), past the limit of {bound}: pgtasks stores JSON nested"
+        f" at most {MAX_JSON_DEPTH} levels deep, the args list, the kwargs dict and the meta"
+        " dict counting as one; flatten the value, or store it elsewhere and pass a reference"
+    )
+
+
+def _dumps(value: Any, bound: int = MAX_JSON_DEPTH) -> str:
     try:
-        return _checked_dumps(value)
+        text = _checked_dumps(value)
     except RecursionError:
-        raise ValueError(
-            "is nested too deeply (lists and dicts more than about 900 levels deep)"
-        ) from None
+        raise _TooDeep(_depth_message(None, bound)) from None
+    if nested_deeper_than(text, bound):
+        raise _TooDeep(_depth_message(json_depth(text), bound))
+    return text
+
+
+def _error_class(error: Exception) -> type[PayloadNotSerializableError]:
+    return PayloadTooDeepError if isinstance(error, _TooDeep) else PayloadNotSerializableError
+
+
+#: What an argument that is not JSON should be instead.
+_JSON_TYPES = "; pass JSON types (str, int, float, bool, None, list, dict with str keys)"
+
+
+def _advice(error: Exception) -> str:
+    return "" if isinstance(error, _TooDeep) else _JSON_TYPES
 
 
 def _checked_dumps(value: Any) -> str:
@@ -179,12 +259,12 @@ def encode_meta(
     except (TypeError, ValueError) as error:
         for key, value in meta.items():
             try:
-                _dumps(value)
+                _dumps(value, MAX_JSON_DEPTH - 1)
             except (TypeError, ValueError) as value_error:
-                raise PayloadNotSerializableError(
+                raise _error_class(value_error)(
                     f"{what}[{key!r}] cannot be stored as JSON: {_explain(value, value_error)}"
                 ) from None
-        raise PayloadNotSerializableError(f"{what} cannot be stored as JSON: {error}") from None
+        raise _error_class(error)(f"{what} cannot be stored as JSON: {error}") from None
     if len(text) * 4 > max_bytes and len(text.encode()) > max_bytes:
         raise PayloadTooLargeError(
             f"{what} encodes to {len(text.encode())} bytes of JSON, over the limit of"
@@ -201,17 +281,16 @@ def _raise_for_culprit(
 ) -> None:
     for index, value in enumerate(args):
         try:
-            _dumps(value)
+            _dumps(value, MAX_JSON_DEPTH - 1)
         except (TypeError, ValueError) as error:
             label = (
                 f"argument {parameter_names[index]!r} (position {index})"
                 if index < len(parameter_names)
                 else f"positional argument {index}"
             )
-            raise PayloadNotSerializableError(
+            raise _error_class(error)(
                 f"{label} of task {task_name!r} cannot be stored as JSON: "
-                f"{_explain(value, error)}; pass JSON types (str, int, float, bool, None, "
-                "list, dict with str keys)"
+                f"{_explain(value, error)}{_advice(error)}"
             ) from error
     for key, value in kwargs.items():
         if not isinstance(key, str):
@@ -219,12 +298,11 @@ def _raise_for_culprit(
                 f"keyword argument names of task {task_name!r} must be strings, got {key!r}"
             )
         try:
-            _dumps(value)
+            _dumps(value, MAX_JSON_DEPTH - 1)
         except (TypeError, ValueError) as error:
-            raise PayloadNotSerializableError(
+            raise _error_class(error)(
                 f"argument {key!r} of task {task_name!r} cannot be stored as JSON: "
-                f"{_explain(value, error)}; pass JSON types (str, int, float, bool, None, "
-                "list, dict with str keys)"
+                f"{_explain(value, error)}{_advice(error)}"
             ) from error
     raise PayloadNotSerializableError(f"arguments of task {task_name!r} cannot be stored as JSON")
 
@@ -235,7 +313,7 @@ def encode_result(task_name: str, value: Any, *, max_bytes: int | None = None) -
     try:
         text = _dumps(value)
     except (TypeError, ValueError) as error:
-        raise PayloadNotSerializableError(
+        raise _error_class(error)(
             f"the return value of task {task_name!r} cannot be stored as JSON: "
             f"{_explain(value, error)}"
         ) from error
@@ -248,3 +326,60 @@ def encode_result(task_name: str, value: Any, *, max_bytes: int | None = None) -
                 " large results elsewhere and return a reference"
             )
     return text
+
+
+_decode = json.JSONDecoder().decode
+
+
+class Unreadable:
+    """A stored JSON value that cannot be decoded (nested past MAX_DECODE_DEPTH, written
+    by SQL or another tool), as operator reads return it: ``reason`` says why."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<unreadable: {self.reason}>"
+
+
+#: A job row's JSON columns, and what each reads as when it cannot be decoded.
+_EMPTY_JSON: dict[str, Callable[[], Any]] = {
+    "args": list,
+    "kwargs": dict,
+    "result": lambda: None,
+    "meta": dict,
+    "attempt_errors": lambda: None,
+}
+
+
+def replace_unreadable(values: dict[str, Any]) -> str | None:
+    """Replace the :class:`Unreadable` values of a job row's JSON columns in ``values``
+    with empty ones (a row written by SQL, nested past what pgtasks decodes): why they
+    could not be decoded, or None when every one was."""
+    reasons = []
+    for name, empty in _EMPTY_JSON.items():
+        value = values.get(name)
+        if isinstance(value, Unreadable):
+            reasons.append(f"{name} is {value.reason}")
+            values[name] = empty()
+    return "; ".join(reasons) or None
+
+
+def decode_stored(text: str, *, bound: int = MAX_DECODE_DEPTH) -> Any:
+    """A stored JSON text (jsonb as text) decoded, or a ValueError that says why not: it
+    nests arrays and objects past ``bound`` levels (measured without recursion, before
+    decoding), or decoding it failed (RecursionError included). Never anything else."""
+    if nested_deeper_than(text, bound):
+        raise ValueError(
+            f"nested {json_depth(text)} levels deep (lists and dicts), past the"
+            f" {bound} levels pgtasks decodes (values enqueued by pgtasks nest at most"
+            f" {MAX_JSON_DEPTH}: the row was written by SQL or another tool)"
+        )
+    try:
+        return _decode(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to decode here") from None
+    except ValueError as error:
+        raise ValueError(f"not valid JSON ({error})") from None

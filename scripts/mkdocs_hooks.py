@@ -120,14 +120,17 @@ _ROLE = re.compile(r":(?:py:)?(?:func|class|meth|attr|mod|exc|data|obj|const):`(
 
 
 def sphinx_to_markdown(text: str) -> str:
-    """``:class:`~a.B``` -> ```B```, ``:func:`a.b``` -> ```a.b```, ``x::`` -> ``x:``."""
+    """``:class:`~a.B``` -> ``B`` in code, linked to ``a.B``'s entry of the API reference
+    when it has one (an optional cross-reference: plain code otherwise, no warning);
+    ``:meth:`~App.close``` is looked up as ``pgtasks.App.close``. ``x::`` -> ``x:``."""
 
-    def code(match: re.Match[str]) -> str:
+    def reference(match: re.Match[str]) -> str:
         target = match[2].strip()
         shown = target.rsplit(".", 1)[-1] if match[1] else target
-        return f"`{shown}`"
+        identifier = target if target.split(".", 1)[0] == "pgtasks" else f"pgtasks.{target}"
+        return f'<autoref identifier="{identifier}" optional><code>{shown}</code></autoref>'
 
-    text = _ROLE.sub(code, text)
+    text = _ROLE.sub(reference, text)
     return re.sub(r"(?m)(\S)::$", r"\1:", text)
 
 

@@ -111,14 +111,25 @@ def test_the_cli_reference_page_is_generated_from_every_command() -> None:
     assert "[default: 10" in text
 
 
+def link(identifier: str, shown: str) -> str:
+    """An optional cross-reference of mkdocs-autorefs: a link when the target is documented."""
+    return f'<autoref identifier="{identifier}" optional><code>{shown}</code></autoref>'
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (":class:`~pgtasks.App` runs", "`App` runs"),
-        (":func:`pgtasks.testing.run_until_empty`", "`pgtasks.testing.run_until_empty`"),
-        (":meth:`~App.close` and :exc:`~pgtasks.TaskFailed`", "`close` and `TaskFailed`"),
+        (":class:`~pgtasks.App` runs", f"{link('pgtasks.App', 'App')} runs"),
+        (
+            ":func:`pgtasks.testing.run_until_empty`",
+            link("pgtasks.testing.run_until_empty", "pgtasks.testing.run_until_empty"),
+        ),
+        (
+            ":meth:`~App.close` and :exc:`~pgtasks.TaskFailed`",
+            f"{link('pgtasks.App.close', 'close')} and {link('pgtasks.TaskFailed', 'TaskFailed')}",
+        ),
         ("mounted in your app::\n\n    code", "mounted in your app:\n\n    code"),
     ],
 )
-def test_sphinx_roles_in_docstrings_become_code(text: str, expected: str) -> None:
+def test_sphinx_roles_in_docstrings_become_linked_code(text: str, expected: str) -> None:
     assert hooks().sphinx_to_markdown(text) == expected

@@ -38,7 +38,7 @@ from .._operations import RETRYABLE, QueueStats, Stats, WorkerInfo
 from .._payload import check_name
 from .._queues import QueueState, queue_states
 from .durable import parked_by_queue
-from .routing import for_id
+from .routing import for_id, for_queue
 
 if TYPE_CHECKING:
     from .app import App
@@ -92,6 +92,28 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         counters=every_counter(app.queries.get_counters(conn)),
         parked=parked_by_queue(app.queries.count_parked_jobs(conn)),
     )
+
+
+def queue_in_use(app: App, queue: str) -> bool:
+    """Whether anything uses ``queue``: a task or schedule of the app declares it, a job
+    of its store is unfinished in it, or a live worker names it in its queues. (Pausing
+    a queue nothing uses is allowed; ``pgtasks queues pause`` says so, a typo perhaps.)"""
+    if queue == app.default_queue or any(task.queue == queue for task in app.tasks.values()):
+        return True
+    if any(schedule.queue == queue for schedule in app.schedules.values()):
+        return True
+    owner = for_queue(app, queue)
+
+    def read(conn: psycopg.Connection[Any]) -> bool:
+        if any(row["queue"] == queue for row in owner.queries.get_unfinished_stats(conn)):
+            return True
+        _, workers = read_workers(owner, conn, since=0.0)
+        return any(
+            worker.state == "live" and worker.queues is not None and queue in worker.queues
+            for worker in workers
+        )
+
+    return owner.database.run(read)
 
 
 def counters(app: App) -> dict[str, int]:

@@ -15,25 +15,15 @@ import psycopg
 
 from .._dsn import describe_dsn
 from .._errors import SchemaNotMigratedError
+from .._payload import MAX_DECODE_DEPTH, MAX_JSON_DEPTH
 from .._text import printable
+from .doctor_jobs import check_deep_payloads, check_main_module_tasks, check_unknown_tasks
+from .findings import LEVELS, Finding
 
 if TYPE_CHECKING:
     from .app import App
 
 Row = Mapping[str, Any]
-
-LEVELS = ("ok", "warning", "critical")
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    check: str
-    level: str
-    summary: str
-    remedy: str = ""
-
-    def as_dict(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,26 +354,6 @@ def limits_unreadable(error: Exception) -> Finding:
     )
 
 
-def check_unknown_tasks(rows: Sequence[Row]) -> Finding:
-    if not rows:
-        return Finding(
-            "unknown tasks", "ok", "every pending job's task is known to a live worker of its queue"
-        )
-    total = sum(int(row["jobs"]) for row in rows)
-    shown = "; ".join(
-        f"{row['jobs']} job(s) of task `{printable(row['task_name'])}` in queue"
-        f" {printable(row['queue'])}"
-        for row in rows[:5]
-    )
-    return Finding(
-        "unknown tasks",
-        "warning",
-        f"{total} pending job(s) no live worker knows: {shown}",
-        "deploy workers whose app registers these tasks (for those queues); until then the"
-        " jobs wait, untouched. A typo in send_task's name? Cancel them (pgtasks jobs cancel)",
-    )
-
-
 #: How far back ``doctor`` counts healed steps and tolerated trigger errors.
 WORKFLOW_INCIDENT_WINDOW = 86400.0
 
@@ -547,6 +517,10 @@ def diagnose(
         check_connections(store.get_connection_usage(conn), limits),
         check_isolation(app, store.get_isolation(conn), default_isolation(app)),
         check_unknown_tasks(store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout)),
+        check_main_module_tasks(store.get_main_module_jobs(conn)),
+        check_deep_payloads(
+            store.get_deep_payloads(conn, depth=MAX_JSON_DEPTH, decode_depth=MAX_DECODE_DEPTH)
+        ),
         check_workflows(
             store.get_workflow_health(conn, since=WORKFLOW_INCIDENT_WINDOW),
             store.list_workflow_incidents(conn, limit=1),
@@ -591,6 +565,9 @@ def check_stranded(app: App, rows: Sequence[Row]) -> Finding:
         " store) until they finish, or route the queue back; move queues with"
         " `pgtasks queues move QUEUE --to STORE`",
     )
+
+
+__all__ = ["LEVELS", "Finding", "Thresholds", "check_unknown_tasks", "diagnose", "exit_code"]
 
 
 def exit_code(findings: list[Finding]) -> int:

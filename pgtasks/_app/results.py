@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._errors import JobCancelled, JobNotFoundError, TaskFailed
+from .._errors import JobCancelled, JobNotFoundError, PayloadError, TaskFailed
+from .._payload import Unreadable
 from .._retry import reconnect_delay
 
 if TYPE_CHECKING:
@@ -135,7 +136,10 @@ def outcome_of(job_id: int, row: dict[str, Any] | None) -> tuple[bool, Any]:
         raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
     status = row["status"]
     if status == "done":
-        return True, row["result"]
+        result = row["result"]
+        if isinstance(result, Unreadable):
+            raise PayloadError(f"the result of job {job_id} cannot be decoded: {result.reason}")
+        return True, result
     if status == "failed":
         raise TaskFailed(job_id, row["last_error"])
     if status == "cancelled":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
@@ -32,6 +33,7 @@ from .._validation import (
 from .handle import JobHandle
 from .limits import TaskLimits, job_limits
 from .links import Expires, enqueue_linked, expires_at, meta_with_expiry
+from .task_names import MainModuleTaskWarning, default_task_name, main_module_warning
 from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
 from .workflows import Signature
 
@@ -190,11 +192,13 @@ class Task(Generic[P, R]):
         name = options.get("name")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise TaskRegistrationError(f"task name= must be a non-empty string, got {name!r}")
-        self.name: str = name or f"{function.__module__}.{function.__qualname__}"
+        self.name: str = name or default_task_name(function)
         try:
             check_name("task name", self.name)
         except ValueError as error:
             raise TaskRegistrationError(str(error)) from None
+        if self.name.startswith("__main__."):
+            warnings.warn(main_module_warning(self.name), MainModuleTaskWarning, stacklevel=4)
         try:
             self.queue: str = validate_queue(options.get("queue", app.default_queue))
             self.priority: int = validate_priority(options.get("priority", 0))

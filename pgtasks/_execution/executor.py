@@ -179,7 +179,7 @@ class Executor:
         task = self.app.tasks.get(job.task_name)
         if task is None:
             return self._end_at_once(job, None, unknown_task_outcome(job.task_name, self.app))
-        shape = malformed_arguments_outcome(job.args, job.kwargs)
+        shape = malformed_arguments_outcome(job.args, job.kwargs, job.undecodable)
         if shape is not None:
             return self._end_at_once(job, task, shape)
         try:

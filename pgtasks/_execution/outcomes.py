@@ -48,9 +48,14 @@ def unknown_task_outcome(task_name: str, app: App) -> Outcome:
     )
 
 
-def malformed_arguments_outcome(args: object, kwargs: object) -> Outcome | None:
-    """A failed outcome when a row's args are not a JSON array or its kwargs not an object
-    (a row written by hand or by another tool): the task never runs with wrong inputs."""
+def malformed_arguments_outcome(
+    args: object, kwargs: object, undecodable: str | None = None
+) -> Outcome | None:
+    """A failed outcome when a row's args are not a JSON array or its kwargs not an object,
+    or its payloads could not be decoded (``undecodable``: why; a row written by hand or by
+    another tool): the task never runs with wrong inputs."""
+    if undecodable is not None:
+        return Outcome.failed(f"UndecodableJobError: this job {undecodable} (the task was not run)")
     problems = []
     if not isinstance(args, list):
         problems.append(f"args must be a JSON array, got {_json_kind(args)}")

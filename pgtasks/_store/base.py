@@ -7,7 +7,6 @@ no other module runs SQL.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
@@ -23,6 +22,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import JsonbLoader
 
 from .._errors import SchemaNotMigratedError
+from .._payload import Unreadable, decode_stored
 from ..sql import load_queries
 
 Params = Mapping[str, Any]
@@ -132,25 +132,38 @@ class InfinityTimestamptzLoader(TimestamptzLoader):
         return super().load(data)
 
 
-class JsonbTextLoader(JsonbLoader):
-    """jsonb as psycopg loads it, without its per-value overhead: the text decoded as
-    UTF-8 (as json.loads decodes it) and parsed, rather than the bytes copied and their
-    encoding detected by ``json.loads``. A ``loads`` set with psycopg's
-    ``set_json_loads`` is still used as is. (The claim's rows: three values per job.)"""
+class GuardedJsonbLoader(JsonbLoader):
+    """jsonb decoded for an operator's read (jobs list and show, the dashboard, a result):
+    a value that cannot be decoded (nested past MAX_DECODE_DEPTH) reads as an
+    :class:`~pgtasks._payload.Unreadable` saying why, instead of failing the whole read."""
 
     def load(self, data: Buffer) -> Any:
-        if self.loads is json.loads:
-            # No keyword arguments, no metadata: most jobs' kwargs and meta, not parsed.
-            if len(data) == 2:
-                if data == b"{}":
-                    return {}
-                if data == b"[]":
-                    return []
-            return _json_loads(str(data, "utf-8", "surrogatepass"))
-        return super().load(data)
+        if len(data) == 2:
+            if data == b"{}":
+                return {}
+            if data == b"[]":
+                return []
+        try:
+            return decode_stored(str(data, "utf-8", "surrogatepass"))
+        except ValueError as error:
+            return Unreadable(str(error))
 
 
-_json_loads = json.JSONDecoder().decode
+class JsonbUndecodedLoader(JsonbLoader):
+    """jsonb as its text, not decoded: the claim's payloads (args, kwargs, meta) are
+    decoded per job afterwards (``claims.claimed_jobs``), each guarded, so a payload
+    nobody can decode (nested thousands deep, written by SQL) fails only its own job and
+    never the reply that carries the others. An empty array or object (most jobs' kwargs
+    and meta) comes as one already."""
+
+    def load(self, data: Buffer) -> Any:
+        if len(data) == 2:
+            if data == b"{}":
+                return {}
+            if data == b"[]":
+                return []
+        return str(data, "utf-8", "surrogatepass")
+
 
 #: Queries whose rows an operator reads (jobs list/show, get_jobs): any timestamp loads.
 #: (The claim clamps run_at in SQL instead: this loader is slower than psycopg's C one.)
@@ -174,6 +187,11 @@ _INFINITE_TIMESTAMPS = frozenset(
         "list_workflows_scan",
     }
 )
+
+
+#: Queries whose jsonb values load guarded (GuardedJsonbLoader): a row nested past what
+#: pgtasks decodes is shown as unreadable, the others as they are.
+_GUARDED_JSON = _INFINITE_TIMESTAMPS | {"get_job_outcome", "get_workflow_jobs"}
 
 
 def notification_channel(schema: str) -> str:
@@ -352,6 +370,8 @@ class QueriesBase:
             with conn.cursor(row_factory=dict_row) as dict_cursor:
                 if name in _INFINITE_TIMESTAMPS:
                     dict_cursor.adapters.register_loader("timestamptz", InfinityTimestamptzLoader)
+                if name in _GUARDED_JSON:
+                    dict_cursor.adapters.register_loader("jsonb", GuardedJsonbLoader)
                 dict_cursor.execute(statement, params)
                 return dict_cursor.fetchall() if dict_cursor.description is not None else []
         except _NOT_MIGRATED as error:
@@ -434,6 +454,8 @@ class QueriesBase:
             async with conn.cursor(row_factory=dict_row) as dict_cursor:
                 if name in _INFINITE_TIMESTAMPS:
                     dict_cursor.adapters.register_loader("timestamptz", InfinityTimestamptzLoader)
+                if name in _GUARDED_JSON:
+                    dict_cursor.adapters.register_loader("jsonb", GuardedJsonbLoader)
                 await dict_cursor.execute(statement, params)
                 return await dict_cursor.fetchall() if dict_cursor.description is not None else []
         except _NOT_MIGRATED as error:

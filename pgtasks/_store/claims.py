@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +28,8 @@ from .._leases import (
     RoundTrip,
     claim_order,
 )
-from .base import JsonbTextLoader, QueriesBase, own_transaction, translate_errors
+from .._payload import MAX_DECODE_DEPTH, decode_stored
+from .base import JsonbUndecodedLoader, QueriesBase, own_transaction, translate_errors
 
 #: ClaimedJob's fields by the claim's column names (``attempts`` is the attempt).
 _CLAIM_FIELDS = {"attempts": "attempt"}
@@ -48,12 +50,9 @@ def claimed_jobs(worker_id: int) -> RowFactory[ClaimedJob]:
         names, has_limited = _claim_names(columns)
         # The plain claims return no ``limited`` column: their jobs are not limited.
         constant = (
-            {"worker_id": worker_id}
+            {"worker_id": worker_id, "undecodable": None}
             if has_limited
-            else {
-                "worker_id": worker_id,
-                "limited": False,
-            }
+            else {"worker_id": worker_id, "limited": False, "undecodable": None}
         )
         new = object.__new__
 
@@ -62,11 +61,52 @@ def claimed_jobs(worker_id: int) -> RowFactory[ClaimedJob]:
             fields = job.__dict__
             fields.update(zip(names, values, strict=True))
             fields.update(constant)
+            # Payloads other than [] and {} came as text: decoded here, one job at a time.
+            if str in (type(fields["args"]), type(fields["kwargs"]), type(fields["meta"])):
+                _decode_payloads(fields)
             return job
 
         return make
 
     return factory
+
+
+#: The claim's payload columns, what each must hold, and what a job that cannot
+#: decode one says.
+_PAYLOADS = (("args", list, "arguments"), ("kwargs", dict, "arguments"), ("meta", dict, "meta"))
+
+
+def _decode_payloads(fields: dict[str, Any]) -> None:
+    """Decode a claimed job's args, kwargs and meta (JSON texts) in place. One that cannot
+    be decoded (nested past MAX_DECODE_DEPTH, not JSON) raises nothing: the job gets
+    empty payloads and ``undecodable`` says why, and its worker fails it without running
+    it. (A limited claim's report row has NULL args and kwargs.)"""
+    for name, kind, what in _PAYLOADS:
+        text = fields[name]
+        if type(text) is not str:  # decoded already ([] or {}), or NULL
+            continue
+        try:
+            # Fewer brackets than the bound: it cannot nest deeper (most payloads).
+            if text.count("[") + text.count("{") <= MAX_DECODE_DEPTH:
+                fields[name] = _decode(text)
+            else:
+                fields[name] = decode_stored(text)
+        except Exception:  # any error: this job's, never the reply's
+            fields[name] = kind()
+            if fields["undecodable"] is None:
+                fields["undecodable"] = f"cannot decode its {what}: {name} is {_why(text)}"
+
+
+def _why(text: str) -> str:
+    """Why ``text`` cannot be decoded, in decode_stored's words."""
+    try:
+        decode_stored(text)
+    except Exception as error:
+        return str(error)
+    return "not decodable here"
+
+
+_decode = json.JSONDecoder().decode
 
 
 @functools.lru_cache(maxsize=64)
@@ -78,7 +118,7 @@ def _claim_names(columns: tuple[bytes | None, ...]) -> tuple[tuple[str, ...], bo
         _CLAIM_FIELDS.get(name, name)
         for name in (column.decode() if column is not None else "" for column in columns)
     )
-    missing = CLAIMED_JOB_FIELDS.difference(names, ("worker_id", "limited"))
+    missing = CLAIMED_JOB_FIELDS.difference(names, ("worker_id", "limited", "undecodable"))
     if missing:
         raise RuntimeError(f"the claim returned no {', '.join(sorted(missing))} column")
     return names, "limited" in names
@@ -235,7 +275,7 @@ class ClaimQueries(QueriesBase):
             translate_errors(self.schema),
             conn.cursor(row_factory=claimed_jobs(claim.worker_id)) as cursor,
         ):
-            cursor.adapters.register_loader("jsonb", JsonbTextLoader)
+            cursor.adapters.register_loader("jsonb", JsonbUndecodedLoader)
             cursor.execute(statement, params)
             claimed = cursor.fetchall()
         if not claim.limited:
@@ -351,7 +391,7 @@ class ClaimQueries(QueriesBase):
                     if not owners:  # nothing finished in this transaction: announce it
                         name = f"{name}_announced"
                     claim_cursor = conn.cursor(row_factory=claimed_jobs(claim.worker_id))
-                    claim_cursor.adapters.register_loader("jsonb", JsonbTextLoader)
+                    claim_cursor.adapters.register_loader("jsonb", JsonbUndecodedLoader)
                     claim_cursor.execute(self._statements[name], params)
                 if pinned:
                     conn.cursor().execute(self._statements["commit_block"])

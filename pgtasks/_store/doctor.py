@@ -9,6 +9,12 @@ import psycopg
 from .base import QueriesBase, Row
 
 
+def _deeper_than(depth: int) -> str:
+    """A jsonpath that finds an array or object at level ``depth`` (the root is level 0):
+    the value nests more than ``depth`` levels deep. Strict: arrays are not unwrapped."""
+    return f'strict $.**{{{int(depth)}}} ? (@.type() == "array" || @.type() == "object")'
+
+
 class DoctorQueries(QueriesBase):
     """Facts about the server and the schema's tables; nothing here writes."""
 
@@ -50,6 +56,21 @@ class DoctorQueries(QueriesBase):
         self, conn: psycopg.Connection[Any], *, lease_timeout: float
     ) -> list[Row]:
         return self._rows(conn, "get_unknown_task_jobs", {"lease_timeout": lease_timeout})
+
+    def get_deep_payloads(
+        self, conn: psycopg.Connection[Any], *, depth: int, decode_depth: int
+    ) -> list[Row]:
+        """Up to 20 jobs whose payloads nest past ``depth`` levels (those past
+        ``decode_depth`` first), each with the total count of such jobs."""
+        params = {
+            "depth": depth,
+            "past": _deeper_than(depth),
+            "undecodable": _deeper_than(decode_depth),
+        }
+        return self._rows(conn, "get_deep_payloads", params)
+
+    def get_main_module_jobs(self, conn: psycopg.Connection[Any]) -> list[Row]:
+        return self._rows(conn, "get_main_module_jobs", None)
 
     def get_session_defaults(self, conn: psycopg.Connection[Any]) -> Row:
         return self._rows(conn, "get_session_defaults", None)[0]

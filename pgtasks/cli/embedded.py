@@ -116,8 +116,15 @@ def embedded_dsn_command(app_path: str) -> None:
     is used: that DSN is printed with its password hidden.
     """
     from .._dsn import dsn_secrets, redact
+    from .._embedded import start_embedded
 
     app = load_app(app_path)
+    if app.uses_embedded:
+        # Started here without the "no database configured" warning: printing the
+        # embedded server's DSN is what was asked for.
+        print_dsn: str = guard(lambda: start_embedded(app.database.embedded_dir))
+        click.echo(print_dsn)
+        return
     dsn: str = guard(lambda: app.dsn)
     if not app.uses_embedded:
         dsn = redact(dsn, dsn_secrets(dsn))

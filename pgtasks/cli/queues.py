@@ -57,12 +57,21 @@ def _switch(app_path: str, queue: str, as_json: bool, *, pause: bool) -> None:
     app = load_app(app_path)
     with app:
         changed = guard(lambda: app.pause_queue(queue) if pause else app.resume_queue(queue))
+        used = guard(lambda: admin.queue_in_use(app, queue)) if pause else True
     if as_json:
-        click.echo(to_json({"queue": queue, "changed": changed}))
+        document: dict[str, object] = {"queue": queue, "changed": changed}
+        click.echo(to_json(document if used else {**document, "in_use": False}))
     elif pause:
         click.echo(f"queue {queue}: {'paused' if changed else 'was paused already'}")
     else:
         click.echo(f"queue {queue}: {'resumed' if changed else 'was not paused'}")
+    if not used:
+        click.echo(
+            f"hint: no task or schedule of this app, no unfinished job and no live worker"
+            f" uses queue {queue!r} (a typo?); it is paused all the same: jobs enqueued to it"
+            f" wait until `pgtasks queues resume {queue}`",
+            err=True,
+        )
 
 
 @queues.command()

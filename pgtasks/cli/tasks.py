@@ -17,6 +17,7 @@ from .._app.routing import for_queue
 from .._app.tasks import Task
 from .._errors import PgTasksError
 from .._operations import format_duration, format_table, to_json
+from .._payload import MAX_JSON_DEPTH, json_depth, nested_deeper_than
 from .._text import printable
 from ._common import app_option, checked_name, guard, json_option, load_app
 
@@ -27,8 +28,15 @@ def _json_value(kind: type, example: str) -> Any:
     def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
         if value is None:
             return None
+        if nested_deeper_than(value, MAX_JSON_DEPTH):
+            raise click.BadParameter(
+                f"nested {json_depth(value)} levels deep (arrays and objects), past the"
+                f" {MAX_JSON_DEPTH} levels pgtasks stores"
+            )
         try:
             decoded = json.loads(value)
+        except RecursionError:
+            raise click.BadParameter("nested too deeply to decode") from None
         except ValueError as error:
             raise click.BadParameter(f"not JSON ({error}); e.g. {example}") from None
         if not isinstance(decoded, kind):

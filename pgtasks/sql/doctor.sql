@@ -159,3 +159,52 @@ WHERE EXISTS (SELECT 1 FROM live)
         AND (live.task_names IS NULL OR pending.task_name = ANY(live.task_names)))
 ORDER BY pending.jobs DESC, pending.task_name, pending.queue
 LIMIT 50;
+
+-- name: get_deep_payloads :many
+-- Jobs whose args, kwargs, meta or result nest arrays and objects more than %(depth)s
+-- levels deep (written by SQL or another tool: enqueues, results and meta writes refuse
+-- them), and whether one nests as deep as the %(undecodable)s jsonpath finds (past what a
+-- worker decodes: it fails such a job without running it). Each level takes 8 bytes of jsonb at least: a smaller value that is not
+-- compressed cannot nest that deep and is not walked; the jsonpath walks a candidate down
+-- to the level asked for only (a value thousands deep costs no more).
+WITH candidates AS (
+    SELECT id, task_name, queue, status, args, kwargs, meta, result
+    FROM {schema}.jobs
+    WHERE pg_column_size(args) >= 8 * %(depth)s::int
+       OR pg_column_compression(args) IS NOT NULL
+       OR pg_column_size(kwargs) >= 8 * %(depth)s::int
+       OR pg_column_compression(kwargs) IS NOT NULL
+       OR pg_column_size(meta) >= 8 * %(depth)s::int
+       OR pg_column_compression(meta) IS NOT NULL
+       OR pg_column_size(result) >= 8 * %(depth)s::int
+       OR pg_column_compression(result) IS NOT NULL
+), deep AS (
+    SELECT id, task_name, queue, status,
+           array_remove(ARRAY[
+               CASE WHEN jsonb_path_exists(args, %(past)s::jsonpath) THEN 'args' END,
+               CASE WHEN jsonb_path_exists(kwargs, %(past)s::jsonpath) THEN 'kwargs' END,
+               CASE WHEN jsonb_path_exists(meta, %(past)s::jsonpath) THEN 'meta' END,
+               CASE WHEN jsonb_path_exists(result, %(past)s::jsonpath) THEN 'result' END
+           ], NULL) AS columns,
+           (jsonb_path_exists(args, %(undecodable)s::jsonpath)
+            OR jsonb_path_exists(kwargs, %(undecodable)s::jsonpath)
+            OR jsonb_path_exists(meta, %(undecodable)s::jsonpath)
+            OR coalesce(jsonb_path_exists(result, %(undecodable)s::jsonpath), false))
+               AS undecodable
+    FROM candidates
+)
+SELECT id, task_name, queue, status, columns, undecodable, count(*) OVER () AS total
+FROM deep
+WHERE cardinality(columns) > 0
+ORDER BY undecodable DESC, id
+LIMIT 20;
+
+-- name: get_main_module_jobs :many
+-- Unfinished jobs of tasks registered in a module run as a script (``__main__.name``): a
+-- worker imports the app's module under its real name, so no worker knows these tasks.
+SELECT task_name, queue, count(*) AS jobs, min(id) AS first_id
+FROM {schema}.jobs
+WHERE status IN ('pending', 'waiting') AND task_name LIKE '\_\_main\_\_.%%'
+GROUP BY task_name, queue
+ORDER BY count(*) DESC, task_name, queue
+LIMIT 20;

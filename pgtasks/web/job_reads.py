@@ -16,6 +16,7 @@ from .._durable_text import parked_detail, parked_state, step_rows
 from .._errors import JobNotFoundError
 from .._jobs import JobRow, Progress
 from .._limits import SEPARATOR
+from .._payload import decode_stored
 from .reads import DashboardDatabase
 
 #: A job page shows each JSON document (args, kwargs, result, meta) and the last error up
@@ -42,8 +43,8 @@ class Document:
         if full_length > limit:
             return None, cls(text, full_length, True)
         try:
-            value = json.loads(text)
-        except ValueError:  # e.g. an integer of more digits than Python converts
+            value = decode_stored(text)
+        except ValueError:  # an integer of more digits than Python converts, nested too deep
             return None, cls(text, full_length, False)
         pretty = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
         return value, cls(pretty, full_length, False)

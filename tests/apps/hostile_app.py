@@ -84,7 +84,30 @@ def register_hostile_tasks(app: App) -> dict[str, Any]:
         "raise_long": raise_long,
         "show_args": show_args,
         "wait_async": wait_async,
+        **register_deep_tasks(app),
     }
+
+
+def register_deep_tasks(app: App) -> dict[str, Any]:
+    """Tasks of the deep-payload tests (tests/faults/test_deep_payloads.py)."""
+
+    @app.task(name="hostile.deep_result", max_attempts=3)
+    def deep_result(depth: int) -> list[Any]:
+        """A list nested ``depth`` levels deep (results are bounded: MAX_JSON_DEPTH)."""
+        value: list[Any] = []
+        for _ in range(depth - 1):
+            value = [value]
+        return value
+
+    @app.task(name="hostile.depth_of", max_attempts=1)
+    def depth_of(value: Any) -> int:
+        """How deep ``value`` nests lists (first items only), counted without recursion."""
+        depth = 0
+        while isinstance(value, list):
+            depth, value = depth + 1, value[0] if value else None
+        return depth
+
+    return {"deep_result": deep_result, "depth_of": depth_of}
 
 
 def build_app() -> App:

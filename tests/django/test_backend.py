@@ -176,6 +176,25 @@ def test_arguments_that_are_not_json_are_refused_and_write_nothing() -> None:
         assert cursor.fetchone() == before
 
 
+def test_arguments_nested_past_the_bound_are_refused_from_any_stack() -> None:
+    """Nested 975 deep: past pgtasks' depth limit (a shallow stack encodes it), and past
+    json's recursion limit from a deep one; both are InvalidTask, nothing is written."""
+    nested: list[Any] = []
+    for _ in range(975):
+        nested = [nested]
+
+    def deep_stack(levels: int) -> None:
+        if levels:
+            deep_stack(levels - 1)
+        else:
+            tasks.add.enqueue(nested, 1)
+
+    with pytest.raises(InvalidTask, match="nested"):
+        tasks.add.enqueue(nested, 1)
+    with pytest.raises(InvalidTask, match="nested"):
+        deep_stack(300)
+
+
 def test_task_enqueued_is_sent() -> None:
     seen = []
 

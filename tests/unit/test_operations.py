@@ -274,6 +274,7 @@ def test_job_json_has_every_column() -> None:
         "unique_key",
         "unique_window_start",
         "unique_window_end",
+        "unreadable",
     }
 
 

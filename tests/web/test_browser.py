@@ -412,3 +412,32 @@ def test_screenshots_of_every_page(
     written = take_screenshots(page, served.url, ids, tmp_path)
     assert [path.name for path in written] == [f"dashboard-{name}.png" for _, name, _ in SHOTS]
     assert all(path.stat().st_size > 10_000 for path in written)
+
+
+#: A phone's screen in CSS pixels (an iPhone 12 to 15 held upright).
+PHONE = {"width": 390, "height": 844}
+
+
+def test_every_page_fits_a_phone_screen(
+    app: App, admin: Connection, serve: Callable[..., Served], browser: Any, tmp_path: Path
+) -> None:
+    """At 390 px wide no page scrolls sideways: wide tables and graphs scroll inside their
+    own box, the header and the grids wrap. A screenshot of each is kept for a look."""
+    from playwright.sync_api import expect
+
+    ids = build_scene(admin, app)
+    served = serve(asgi(app))
+    context = browser.new_context(viewport=PHONE, device_scale_factor=1, is_mobile=True)
+    phone = context.new_page()
+    phone.set_default_timeout(15_000)
+    widths = {}
+    try:
+        for where, name, ready in SHOTS:
+            path = where.format(**ids)
+            phone.goto(served.url + path)
+            expect(phone.locator(ready)).to_be_visible(timeout=15_000)
+            phone.screenshot(path=str(tmp_path / f"phone-{name}.png"), full_page=True)
+            widths[path] = phone.evaluate("document.scrollingElement.scrollWidth")
+    finally:
+        context.close()
+    assert all(width <= PHONE["width"] for width in widths.values()), widths

@@ -164,3 +164,23 @@ def test_a_row_written_by_hand_reads_without_error(
     scalar = insert_job(admin, app, status="failed", finished_ago=1)
     execute(admin, app, "UPDATE {schema}.jobs SET attempt_errors = '\"x\"' WHERE id = %s", [scalar])
     assert web.get(f"/jobs/{scalar}").status_code == 200
+
+
+def test_a_row_nested_past_the_bound_renders_on_the_list_and_its_page(
+    web: Client, app: App, admin: Connection
+) -> None:
+    """JSON nested 3,000 deep (written by SQL) in args, result and meta: the list and the
+    job's page answer 200 and show the text as stored, cut, instead of failing."""
+    deep = "[" * 3000 + "]" * 3000
+    job = insert_job(admin, app, task="ops.deep", args=deep)
+    execute(
+        admin,
+        app,
+        "UPDATE {schema}.jobs SET result = %s::jsonb, meta = %s::jsonb WHERE id = %s",
+        [deep, '{"m": ' + deep + "}", job],
+    )
+    listed = web.get("/jobs")
+    assert listed.status_code == 200 and "ops.deep" in listed.text
+    page = web.get(f"/jobs/{job}")
+    assert page.status_code == 200, page.text[:500]
+    assert "ops.deep" in page.text and "[[[[" in page.text

@@ -102,6 +102,11 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
             # What Django's own backends accept (its TaskResult normalises them so), then
             # JSON text: anything else is a TypeError, as there.
             payload = json.loads(json.dumps(normalize_json([list(args), dict(kwargs)])))
+        except RecursionError:
+            raise InvalidTask(
+                f"the arguments of task {task.module_path!r} are nested too deeply to store"
+                " (pgtasks stores JSON nested at most 100 levels deep)"
+            ) from None
         except (TypeError, ValueError) as error:
             raise InvalidTaskArguments(
                 f"the arguments of task {task.module_path!r} are not JSON-serialisable: {error}"
