@@ -60,8 +60,9 @@ from ._errors import (
     WorkflowNotFoundError,
     WorkflowProtectedError,
 )
-from ._jobs import AttemptError, CancelResult, JobContext, JobRow, JobSpec, JobStatus, Progress
+from ._jobs import AttemptError, CancelResult, JobContext, JobRow, JobSpec, JobStatus
 from ._logging import JsonFormatter
+from ._progress import Progress
 from ._retry import Discard, Retry
 from ._worker.beat import Beat
 from ._worker.events import WorkerEvents

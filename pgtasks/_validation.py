@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime, timedelta
 
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, NaiveDatetimeError
 from ._payload import MAX_KEY_BYTES, MAX_NAME_BYTES, check_name
 
 #: Job priorities and max_attempts are PostgreSQL integers.
@@ -105,3 +106,44 @@ def validate_max_attempts(value: object) -> int:
     if value > PRIORITY_RANGE[1]:
         raise ValueError(f"max_attempts must fit in a 32-bit integer, got {value}")
     return value
+
+
+#: Longest accepted countdown: about 31 years.
+MAX_DELAY_SECONDS = 1e9
+
+
+def validate_delay(what: str, seconds: float) -> float:
+    if not math.isfinite(seconds) or abs(seconds) > MAX_DELAY_SECONDS:
+        raise ValueError(f"{what} must be a finite number of seconds within ±1e9, got {seconds!r}")
+    return seconds
+
+
+def aware(moment: datetime, what: str) -> datetime:
+    if moment.tzinfo is None or moment.tzinfo.utcoffset(moment) is None:
+        raise NaiveDatetimeError(
+            f"{what} is a naive datetime ({moment.isoformat()}): pgtasks cannot tell which"
+            " time zone it is in; pass an aware datetime, e.g."
+            " datetime.now(timezone.utc) + timedelta(minutes=5), or a timedelta"
+        )
+    return moment
+
+
+def schedule_of(
+    countdown: float | timedelta | None, eta: datetime | timedelta | None
+) -> tuple[datetime | None, float | None]:
+    """``(run_at, delay)``: an absolute aware time, or seconds after the database's now."""
+    if countdown is not None and eta is not None:
+        raise ValueError("pass countdown= or eta=, not both")
+    if eta is not None:
+        if isinstance(eta, timedelta):
+            return None, validate_delay("eta", eta.total_seconds())
+        if isinstance(eta, datetime):
+            return aware(eta, "eta"), None
+        raise TypeError(f"eta must be an aware datetime or a timedelta, got {eta!r}")
+    if countdown is not None:
+        if isinstance(countdown, timedelta):
+            return None, validate_delay("countdown", countdown.total_seconds())
+        if isinstance(countdown, (int, float)) and not isinstance(countdown, bool):
+            return None, validate_delay("countdown", float(countdown))
+        raise TypeError(f"countdown must be seconds or a timedelta, got {countdown!r}")
+    return None, None

@@ -6,7 +6,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._errors import JobNotFoundError
-from .._jobs import AttemptError, CancelResult, JobRow, JobStatus, Progress
+from .._jobs import AttemptError, CancelResult, JobRow, JobStatus
+from .._progress import Progress
 from .results import await_result, wait_for_result
 
 if TYPE_CHECKING:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 import psycopg
 from typing_extensions import ParamSpec, Unpack
 
-from .._errors import NaiveDatetimeError, TaskRegistrationError
+from .._errors import TaskRegistrationError
 from .._jobs import (
     EXECUTOR_NAMES,
     ExecutorName,
@@ -24,7 +23,9 @@ from .._jobs import (
 )
 from .._payload import check_name, encode_arguments, encode_meta
 from .._validation import (
+    aware,
     positive_number,
+    schedule_of,
     validate_max_attempts,
     validate_priority,
     validate_queue,
@@ -116,47 +117,6 @@ def _positive(name: str, value: float | None, *, allow_none: bool = False) -> No
     if value is None and allow_none:
         return
     positive_number(f"task option {name}=", value, error=TaskRegistrationError)
-
-
-#: Longest accepted countdown: about 31 years.
-MAX_DELAY_SECONDS = 1e9
-
-
-def validate_delay(what: str, seconds: float) -> float:
-    if not math.isfinite(seconds) or abs(seconds) > MAX_DELAY_SECONDS:
-        raise ValueError(f"{what} must be a finite number of seconds within ±1e9, got {seconds!r}")
-    return seconds
-
-
-def aware(moment: datetime, what: str) -> datetime:
-    if moment.tzinfo is None or moment.tzinfo.utcoffset(moment) is None:
-        raise NaiveDatetimeError(
-            f"{what} is a naive datetime ({moment.isoformat()}): pgtasks cannot tell which"
-            " time zone it is in; pass an aware datetime, e.g."
-            " datetime.now(timezone.utc) + timedelta(minutes=5), or a timedelta"
-        )
-    return moment
-
-
-def schedule_of(
-    countdown: float | timedelta | None, eta: datetime | timedelta | None
-) -> tuple[datetime | None, float | None]:
-    """``(run_at, delay)``: an absolute aware time, or seconds after the database's now."""
-    if countdown is not None and eta is not None:
-        raise ValueError("pass countdown= or eta=, not both")
-    if eta is not None:
-        if isinstance(eta, timedelta):
-            return None, validate_delay("eta", eta.total_seconds())
-        if isinstance(eta, datetime):
-            return aware(eta, "eta"), None
-        raise TypeError(f"eta must be an aware datetime or a timedelta, got {eta!r}")
-    if countdown is not None:
-        if isinstance(countdown, timedelta):
-            return None, validate_delay("countdown", countdown.total_seconds())
-        if isinstance(countdown, (int, float)) and not isinstance(countdown, bool):
-            return None, validate_delay("countdown", float(countdown))
-        raise TypeError(f"countdown must be seconds or a timedelta, got {countdown!r}")
-    return None, None
 
 
 def _arguments_of(item: Any) -> tuple[Sequence[Any], Mapping[str, Any]]:

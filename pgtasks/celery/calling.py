@@ -163,7 +163,7 @@ def send_task(
     args_json, kwargs_json = encode_arguments(
         name, tuple(args or ()), dict(kwargs or {}), max_bytes=native.max_payload_bytes
     )
-    from .._app.tasks import schedule_of
+    from .._validation import schedule_of
 
     run_at, delay = schedule_of(call.get("countdown"), call.get("eta"))
     spec = new_job_spec(

@@ -14,9 +14,10 @@ import psycopg
 
 from .._durable_text import parked_detail, parked_state, step_rows
 from .._errors import JobNotFoundError
-from .._jobs import JobRow, Progress
+from .._jobs import JobRow
 from .._limits import SEPARATOR
 from .._payload import decode_stored
+from .._progress import Progress
 from .reads import DashboardDatabase
 
 #: A job page shows each JSON document (args, kwargs, result, meta) and the last error up

@@ -21,7 +21,7 @@ from .._app import admin
 from .._app.schedules import ScheduleStatus, schedule_statuses
 from .._counters import every_counter
 from .._job_filter import JobFilter
-from .._jobs import PROGRESS_KEY, JobStatus, Progress
+from .._jobs import JobStatus
 from .._operations import (
     STATUSES,
     QueueStats,
@@ -29,6 +29,7 @@ from .._operations import (
     overview_queues,
     total_stats,
 )
+from .._progress import PROGRESS_KEY, Progress
 from .._store.database import Database
 from .._store.queries import Queries
 from .._workflows_text import WorkflowSummary

@@ -43,7 +43,7 @@ def test_the_celery_command_lines_on_the_next_steps_project(
     job_id = called.stdout.strip()
     worker = steps.worker("proj.celery", "-Q", "celery,other", "-c", "3")
     assert "concurrency=3" in worker.log() and "queues=celery,other" in worker.log()
-    wait_until(lambda: tasks.add.AsyncResult(job_id).ready(), timeout=20, message="done")
+    wait_until(lambda: tasks.add.AsyncResult(job_id).ready(), timeout=60, message="done")
     shown = run("-A", "proj", "result", job_id)
     assert shown.stdout.strip() == "4", shown.output
 
@@ -61,7 +61,7 @@ def test_the_celery_command_lines_on_the_next_steps_project(
     resumed = run("-A", "proj", "control", "add_consumer", "celery")
     assert "resumed" in resumed.stdout, resumed.output
     assert steps.app.paused_queues() == []
-    assert tasks.mul.delay(3, 3).get(timeout=20) == 9
+    assert tasks.mul.delay(3, 3).get(timeout=60) == 9
 
     # A queue no worker serves keeps its jobs pending: reserved; a countdown: scheduled.
     held = tasks.mul.apply_async((3, 3), queue="parked")

@@ -43,7 +43,7 @@ def test_first_steps_runs_on_a_worker_started_the_celery_way(
     # Celery's default pool runs tasks in child processes: so does this worker.
     worker = first.worker("tasks", "-Q", "celery", "-c", "2", "--pool", "process")
     result = tasks.add.delay(4, 4)
-    assert result.get(timeout=20) == 8
+    assert result.get(timeout=60) == 8
     assert result.state == states.SUCCESS and result.successful() and result.ready()
     # The same job as a pgtasks job: visible to the native API (and CLI, dashboard).
     row = tasks.app.native.get_job(int(result.id)).fetch()
@@ -131,7 +131,7 @@ def _failure(call: Callable[[], Any]) -> tuple[str, str]:
 
 def _retry_outcomes(module: Any) -> dict[str, Any]:
     def get(result: Any) -> Any:
-        return result.get(timeout=30)
+        return result.get(timeout=60)
 
     outcomes: dict[str, Any] = {
         "send_twitter_status": get(module.send_twitter_status.delay(2)),
@@ -151,9 +151,9 @@ def test_max_retries_exceeded_is_the_front_s_class(project: Callable[[str], Proj
     retrying = guide.module("retrying")
     worker = guide.worker("retrying")
     with pytest.raises(MaxRetriesExceededError, match=r"Can't retry retrying\.without_exc"):
-        retrying.without_exc.delay().get(timeout=30)
+        retrying.without_exc.delay().get(timeout=60)
     result = retrying.without_exc.delay()
-    assert result.get(timeout=30, propagate=False).__class__ is MaxRetriesExceededError
+    assert result.get(timeout=60, propagate=False).__class__ is MaxRetriesExceededError
     assert result.state == states.FAILURE and result.failed()
     assert "MaxRetriesExceededError" in (result.traceback or "")
     worker.stop()

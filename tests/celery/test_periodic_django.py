@@ -76,7 +76,7 @@ def test_periodic_tasks_are_configured_as_celery_configures_them_and_beat_runs_t
             )[0][0]
             >= 1
         ),
-        timeout=20,
+        timeout=60,
         message="a job of the every-second schedule, run",
     )
     worker.stop()
@@ -132,7 +132,7 @@ def test_the_django_layout_works_unchanged_but_for_imports(
             )
             == [("done",)]
         ),
-        timeout=20,
+        timeout=60,
         message="the job done",
     )
     assert run("result", job_id).strip() == "5"
@@ -171,9 +171,9 @@ from demoapp.tasks import add, mul, xsum
 if {eager}:
     celery_app.conf.task_always_eager = True
 print(json.dumps([
-    add.delay(2, 3).get(timeout=30),
-    chord([add.s(1, 1), mul.s(2, 2)], xsum.s())().get(timeout=30),
-    group(mul.s(n, n) for n in range(4))().get(timeout=30),
+    add.delay(2, 3).get(timeout=60),
+    chord([add.s(1, 1), mul.s(2, 2)], xsum.s())().get(timeout=60),
+    group(mul.s(n, n) for n in range(4))().get(timeout=60),
 ]))
 """
 

@@ -49,9 +49,11 @@ def test_the_changelist_lists_and_filters_jobs(staff: Client) -> None:
     # Each job under its Django task's own path, in the list and in the task filter.
     assert "tests.apps.django_project.shop.tasks.send_email" in text
     assert "tests.apps.django_project.shop.tasks.add" in text
-    assert "pgtasks.django.run" not in text
-    ids = {job.id for job in page.context["cl"].result_list}
-    assert {int(email.id), int(add.id)} <= ids
+    # (Other tests of this process may have left rows of the old runner task in the
+    # schema: this test's own jobs are the ones that must not show under it.)
+    listed = {job.id: job.task_name for job in page.context["cl"].result_list}
+    assert listed[int(email.id)] == "tests.apps.django_project.shop.tasks.send_email"
+    assert listed[int(add.id)] == "tests.apps.django_project.shop.tasks.add"
 
     by_queue = staff.get(CHANGELIST, {"queue": "emails"})
     assert {job.id for job in by_queue.context["cl"].result_list} >= {int(email.id)}
@@ -60,7 +62,9 @@ def test_the_changelist_lists_and_filters_jobs(staff: Client) -> None:
     assert {int(email.id), int(add.id)} <= {j.id for j in by_status.context["cl"].result_list}
     by_task = staff.get(CHANGELIST, {"task_name": "tests.apps.django_project.shop.tasks.add"})
     assert by_task.status_code == 200
-    assert {job.id for job in by_task.context["cl"].result_list} == {int(add.id)}
+    by_add = {job.id: job.task_name for job in by_task.context["cl"].result_list}
+    assert int(add.id) in by_add and int(email.id) not in by_add
+    assert set(by_add.values()) == {"tests.apps.django_project.shop.tasks.add"}
 
     detail = staff.get(f"{CHANGELIST}{add.id}/change/")
     assert detail.status_code == 200

@@ -166,7 +166,9 @@ class PgTasksBackend(BaseTaskBackend):  # type: ignore[misc]
     def _get_result(self, job_id: int) -> TaskResult[Any]:
         conn = raw_connection(pgtasks_settings()["DATABASE"])
         row = self._store().get_job(conn, job_id)
-        json_text = loads_jsonb_as_text(conn)
+        # get_job's jsonb loads guarded whatever loader Django's connection registered
+        # (a row nested past the bound reads as unreadable): its values come decoded.
+        json_text = False
         if row is None or django_task_path(row, decoded(row.kwargs, json_text)) is None:
             raise TaskResultDoesNotExist(f"no task result with id {job_id!r}")
         return result_from_row(row, self.alias, json_text=json_text)
