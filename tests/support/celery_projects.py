@@ -37,12 +37,17 @@ class Project:
 
     @property
     def env(self) -> dict[str, str]:
-        return pgtasks_env(
+        env = pgtasks_env(
             self.app.dsn,
             self.app.schema,
             schema_variable="PGTASKS_SCHEMA",
             PYTHONPATH=f"{self.path}:{ROOT}",
         )
+        # A project's processes choose their Django settings as a user's shell would: the
+        # project's own ``os.environ.setdefault``, not the settings module that
+        # tests/django's conftest put into this process's environment.
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        return env
 
     def module(self, name: str) -> Any:
         return importlib.import_module(name)
