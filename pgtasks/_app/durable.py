@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._durable import step_function
 from .._durable_text import PARKED_STATES
 from .._errors import PayloadNotSerializableError, PayloadTooLargeError
 from .._jobs import JobSpec
@@ -60,6 +62,23 @@ def parked_by_queue(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 class DurableApp:
     """App methods of durable execution (mixed into App)."""
+
+    def step(
+        self,
+        function: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        retries: int = 0,
+    ) -> Any:
+        """Decorate a function as a durable step: called inside a job run by a worker it
+        is ``ctx.step(name, function, *args, retries=retries, **kwargs)`` of that job
+        (``name``: the function's ``__name__``; occurrences counted), its result
+        checkpointed and replayed; called anywhere else (a script, a direct call of the
+        task, eager mode) it runs plainly. ``async def`` functions become ``astep``."""
+        if function is None:
+            return lambda decorated: step_function(decorated, name=name, retries=retries)
+        return step_function(function, name=name, retries=retries)
 
     def emit_event(
         self: Any,
