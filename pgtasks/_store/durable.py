@@ -135,6 +135,15 @@ class DurableQueries(QueriesBase):
         self.lock_event_key(conn, key)
         return self._rows(conn, "emit_event", {"key": key, "payload": payload_json})[0]
 
+    async def aemit_event(
+        self, conn: psycopg.AsyncConnection[Any], *, key: str, payload_json: str
+    ) -> Row:
+        """:meth:`emit_event` on an async connection."""
+        await self._arows(
+            conn, "lock_event_key", {"lock_class": ADVISORY_LOCK_CLASS_EVENTS, "key": key}
+        )
+        return (await self._arows(conn, "emit_event", {"key": key, "payload": payload_json}))[0]
+
     def wake_event_waiters(self, conn: psycopg.Connection[Any]) -> list[Row]:
         return self._rows(conn, "wake_event_waiters", None)
 
