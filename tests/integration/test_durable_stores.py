@@ -50,9 +50,8 @@ def test_events_reach_the_store_whose_jobs_wait(
         bulk.emit_event("k3", 3)  # a store's App: its store
         assert viewed.get(timeout=20) == 3
 
-        with pytest.raises(ConfigurationError, match="name the queue"):
-            with psycopg.connect(other_database) as conn:
-                app.emit_event("k4", 0, connection=conn)
+        with psycopg.connect(other_database) as conn, pytest.raises(ConfigurationError):
+            app.emit_event("k4", 0, connection=conn)  # which store? name the queue
         with psycopg.connect(dsn) as conn, pytest.raises(CrossStoreError, match="store 'bulk'"):
             app.emit_event("k4", 0, connection=conn, queue="emails")
 
