@@ -384,6 +384,7 @@ index CREATE INDEX jobs_history_workflow_idx ON ONLY {schema}.jobs_history USING
 index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)
 index CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_limited_running_idx ON {schema}.jobs USING btree (id) WHERE ((status = 'running'::text) AND (limit_groups IS NOT NULL))
+index CREATE INDEX jobs_parked_idx ON {schema}.jobs USING btree (queue, (((meta -> 'pgtasks.parked'::text) ->> 'kind'::text))) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.parked'::text))
 index CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND (attempts >= 0))
 index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
