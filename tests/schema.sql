@@ -430,6 +430,7 @@ function claim_limited() cddda0e7b81d4b84b0be35ded98cfc96
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5
+function job_steps_of_meta() 4e0d8e26a67b8d5c2736f35f6f283e8a
 function job_steps_taken() 79190a2dec5df29f562a70324d755cf3
 function jobs_delete_finished() fba10730102f9ad3208aef84ea4ca94a
 function jobs_history_create_days() dedd22508bc53bb4644570e7ec532f5c

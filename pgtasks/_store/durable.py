@@ -162,5 +162,9 @@ class DurableQueries(QueriesBase):
         params = {"source_id": source_id, "job_id": job_id, "before": before}
         return int(self._rows(conn, "copy_job_steps", params)[0]["copied"])
 
+    def restore_job_steps(self, conn: psycopg.Connection[Any], job_id: int) -> int:
+        """A retried job's checkpoints back from its meta, before its first failed step."""
+        return int(self._rows(conn, "restore_job_steps", {"job_id": job_id})[0]["copied"])
+
     def count_parked_jobs(self, conn: psycopg.Connection[Any]) -> list[Row]:
         return self._rows(conn, "count_parked_jobs", None)

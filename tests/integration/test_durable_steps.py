@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobContext, JobStatus, StepError
+from pgtasks._app import admin
 from pgtasks._app.admin import counters
 from pgtasks._durable import Parked
 from tests.apps.durable_app import create_effects_table, effects, record, register_tasks
@@ -203,3 +204,39 @@ def _effect_pids(dsn: str, app: App, job_id: int) -> list[tuple[str, int, int]]:
             (job_id,),
         ).fetchall()
     return [(row[0], row[1], row[2]) for row in rows]
+
+
+def test_retry_keeps_the_checkpoints_before_the_failed_step_on_request(app: App) -> None:
+    runs: list[str] = []
+    broken = [True]
+
+    def run(name: str) -> str:
+        runs.append(name)
+        if name == "two" and broken[0]:
+            raise ValueError("step two is broken")
+        return name
+
+    @app.task(bind=True, max_attempts=1)
+    def three(ctx: JobContext) -> list[str]:
+        return [ctx.step(name, run, name) for name in ("one", "two", "three")]
+
+    with running_worker(app):
+        failed = finished(three.delay())
+        assert failed.status is JobStatus.FAILED and "StepFailed" in (failed.last_error or "")
+        assert runs == ["one", "two"]
+        broken[0] = False  # the bug in step two is fixed
+        runs.clear()
+        kept = admin.retry_job(app, failed.id, keep_steps=True)
+        assert kept.retried and kept.steps_kept == 1  # "one"; the failed "two" runs again
+        assert app.get_job(failed.id).get(timeout=20) == ["one", "two", "three"]
+        assert runs == ["two", "three"]
+        runs.clear()
+        forked = app.fork_job(failed.id)  # every checkpoint (none failed now)
+        assert forked.get(timeout=20) == ["one", "two", "three"] and runs == []
+        broken[0] = True
+        again = finished(three.delay())
+        broken[0] = False
+        runs.clear()
+        assert not admin.retry_job(app, again.id).steps_kept  # default: from the top
+        assert app.get_job(again.id).get(timeout=20) == ["one", "two", "three"]
+        assert runs == ["one", "two", "three"]
