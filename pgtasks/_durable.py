@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import inspect
 import math
@@ -102,31 +103,26 @@ def check_step_name(name: object, *, internal: bool = False) -> str:
     return name
 
 
+@dataclasses.dataclass(frozen=True)
+class StepCall:
+    """One call of a step: ``function(*args, **kwargs)`` as step ``name``."""
+
+    name: str
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    retries: int = 0
+    #: The function takes the step's connection as its first argument.
+    connection: bool = False
+
+
 class DurableEngine(Protocol):
     """What the context delegates to in a worker (one per attempt)."""
 
     @property
     def step_token(self) -> str | None: ...
-    def step(
-        self,
-        name: str,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        retries: int,
-        connection: bool,
-    ) -> Any: ...
-    async def astep(
-        self,
-        name: str,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        retries: int,
-        connection: bool,
-    ) -> Any: ...
+    def step(self, call: StepCall) -> Any: ...
+    async def astep(self, call: StepCall) -> Any: ...
     def transaction(self) -> contextlib.AbstractContextManager[Any]: ...
     def atransaction(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
     def sleep(self, seconds: float) -> None: ...
@@ -179,7 +175,7 @@ class DurableContext:
         engine = self._engine(name, retries, connection)
         if engine is None:
             return function(*args, **kwargs)
-        return engine.step(name, function, args, kwargs, retries=retries, connection=connection)
+        return engine.step(StepCall(name, function, args, kwargs, retries, connection))
 
     async def astep(
         self,
@@ -197,9 +193,7 @@ class DurableContext:
         if engine is None:
             value = function(*args, **kwargs)
             return await value if inspect.isawaitable(value) else value
-        return await engine.astep(
-            name, function, args, kwargs, retries=retries, connection=connection
-        )
+        return await engine.astep(StepCall(name, function, args, kwargs, retries, connection))
 
     def transaction(self) -> contextlib.AbstractContextManager[Any]:
         """Inside a step's function: ``with ctx.transaction() as conn`` gives the step's
@@ -305,9 +299,7 @@ def step_function(
             durable = engine()
             if durable is None:
                 return await function(*args, **kwargs)
-            return await durable.astep(
-                step_name, function, args, kwargs, retries=retries, connection=False
-            )
+            return await durable.astep(StepCall(step_name, function, args, kwargs, retries))
 
         return arun
 
@@ -316,6 +308,6 @@ def step_function(
         durable = engine()
         if durable is None:
             return function(*args, **kwargs)
-        return durable.step(step_name, function, args, kwargs, retries=retries, connection=False)
+        return durable.step(StepCall(step_name, function, args, kwargs, retries))
 
     return run

@@ -29,6 +29,7 @@ from .._durable import (
     EventTimeout,
     Parked,
     Snooze,
+    StepCall,
     StepError,
     StepFailed,
     StepMismatchError,
@@ -303,20 +304,12 @@ class DurableRun(StepTransactions):
             f"step {step.name!r} failed: {type(error).__name__}: {error}", step.name
         ) from error
 
-    def step(
-        self,
-        name: str,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        retries: int,
-        connection: bool,
-    ) -> Any:
+    def step(self, request: StepCall) -> Any:
+        name, function, args, kwargs = request.name, request.function, request.args, request.kwargs
         step = self._begin(name)
         if step.checkpoint is not None:
             return self._replay(step.checkpoint)
-        call = self._with_connection(function) if connection else function
+        call = self._with_connection(function) if request.connection else function
         self._token = step.token(self._attempt.job_id)
         try:
             while True:
@@ -327,30 +320,20 @@ class DurableRun(StepTransactions):
                     return value
                 except Exception as error:
                     self._end_transaction(error)
-                    time.sleep(self._retry_after(step, error, retries))
+                    time.sleep(self._retry_after(step, error, request.retries))
         finally:
             self._token = None
             if self._tx is not None:
                 self._end_transaction(StepError(f"step {name!r} did not end"))
 
-    async def astep(
-        self,
-        name: str,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        retries: int,
-        connection: bool,
-    ) -> Any:
+    async def astep(self, request: StepCall) -> Any:
+        name, function, args, kwargs = request.name, request.function, request.args, request.kwargs
         if not inspect.iscoroutinefunction(function):  # a sync function: on a thread
-            return await asyncio.to_thread(
-                self.step, name, function, args, kwargs, retries=retries, connection=connection
-            )
+            return await asyncio.to_thread(self.step, request)
         step = await asyncio.to_thread(self._begin, name)
         if step.checkpoint is not None:
             return self._replay(step.checkpoint)
-        call = self._with_aconnection(function) if connection else function
+        call = self._with_aconnection(function) if request.connection else function
         self._token = step.token(self._attempt.job_id)
         try:
             while True:
@@ -364,7 +347,7 @@ class DurableRun(StepTransactions):
                     return value
                 except Exception as error:
                     await self._aend_transaction(error)
-                    wait = await asyncio.to_thread(self._retry_after, step, error, retries)
+                    wait = await asyncio.to_thread(self._retry_after, step, error, request.retries)
                     await asyncio.sleep(wait)
         finally:
             self._token = None

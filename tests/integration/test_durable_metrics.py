@@ -4,25 +4,16 @@ parked_jobs_index): the count reads the parked jobs, never every pending row."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-import pytest
 
 from pgtasks import App, JobContext, WorkerMetrics
 from pgtasks.web import asgi
+from tests.integration.test_metrics import metrics as metrics
 from tests.integration.test_metrics import scrape_until
 from tests.support.inprocess import execute, running_worker
 from tests.support.web import LOOPBACK, Client
-
-
-@pytest.fixture
-def metrics() -> Iterator[WorkerMetrics]:
-    worker_metrics = WorkerMetrics(queue_depth_interval=0.05)
-    worker_metrics.serve(0)
-    yield worker_metrics
-    worker_metrics.close()
 
 
 def park_jobs(app: App) -> tuple[Any, Any]:
