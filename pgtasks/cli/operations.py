@@ -284,8 +284,9 @@ def _retry_one(app: App, job_id: int, as_json: bool, keep_steps: bool) -> None:
             "status": result.status,
             "attempts": result.attempts,
             "max_attempts": result.max_attempts,
-            "steps_kept": result.steps_kept,
         }
+        if keep_steps:
+            document["steps_kept"] = result.steps_kept
         click.echo(to_json(document))
     elif result.status == "waiting":
         click.echo(
