@@ -4,16 +4,33 @@ parked_jobs_index): the count reads the parked jobs, never every pending row."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgtasks import App, JobContext, WorkerMetrics
 from pgtasks.web import asgi
-from tests.integration.test_metrics import metrics as metrics
-from tests.integration.test_metrics import scrape_until
 from tests.support.inprocess import execute, running_worker
+from tests.support.scrape import scrape_until, value
 from tests.support.web import LOOPBACK, Client
+
+
+@pytest.fixture
+def metrics() -> Iterator[WorkerMetrics]:
+    served = WorkerMetrics(queue_depth_interval=0.05)
+    served.serve(0)
+    yield served
+    served.close()
+
+
+def parked_is(state: str, jobs: float) -> Callable[[Any], bool]:
+    def check(scraped: Any) -> bool:
+        labels = {"store": "default", "queue": "default", "state": state}
+        return value(scraped, "pgtasks_queue_parked_jobs", **labels) == jobs
+
+    return check
 
 
 def park_jobs(app: App) -> tuple[Any, Any]:
@@ -34,32 +51,11 @@ def test_the_parked_gauge_and_the_overview_count_sleeping_and_waiting_jobs(
     nap, wait = park_jobs(app)
     with running_worker(app, observers=[metrics]):
         nap.delay(), nap.delay(), wait.delay("k")
-        scrape_until(
-            metrics,
-            "pgtasks_queue_parked_jobs",
-            2.0,
-            queue="default",
-            store="default",
-            state="sleeping",
-        )
-        scrape_until(
-            metrics,
-            "pgtasks_queue_parked_jobs",
-            1.0,
-            queue="default",
-            store="default",
-            state="waiting",
-        )
+        scrape_until(metrics, parked_is("sleeping", 2.0), "sleeping == 2.0")
+        scrape_until(metrics, parked_is("waiting", 1.0), "waiting == 1.0")
         app.emit_event("k", 1)
         # A count that drops to none reports 0 (not a stale 1).
-        scrape_until(
-            metrics,
-            "pgtasks_queue_parked_jobs",
-            0.0,
-            queue="default",
-            store="default",
-            state="waiting",
-        )
+        scrape_until(metrics, parked_is("waiting", 0.0), "waiting == 0.0")
     web = Client(asgi(app), LOOPBACK)
     html = web.get("/").text
     assert 'data-parked="default:sleeping">2 sleeping<' in html

@@ -13,7 +13,6 @@ import pytest
 from psycopg import sql
 
 from pgtasks import App, ConfigurationError, CrossStoreError, JobContext
-from tests.integration.test_stores import other_database as other_database
 from tests.support.inprocess import running_worker
 from tests.support.waiting import wait_until
 
