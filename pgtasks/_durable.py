@@ -265,16 +265,25 @@ class CurrentContext:
         self._make = make
         self._context: DurableContext | None = None
 
+    @classmethod
+    def of(cls, context: DurableContext) -> CurrentContext:
+        made = cls(lambda: context)
+        made._context = context
+        return made
+
     def get(self) -> DurableContext:
         if self._context is None:
             self._context = self._make()
         return self._context
 
 
-#: Set by the worker at the start of each attempt, in the thread or task that runs it.
+#: Set by the worker at the start of each attempt, in the thread or task that runs it
+#: (for an unbound task only once a step function exists: nothing else reads it).
 CURRENT: contextvars.ContextVar[CurrentContext | None] = contextvars.ContextVar(
     "pgtasks_current_attempt", default=None
 )
+#: Whether this process made a step function (``@app.step``).
+step_functions = [False]
 
 
 def step_function(
@@ -287,6 +296,7 @@ def step_function(
         raise TypeError(f"@app.step decorates a function, got {function!r:.80}")
     step_name = check_step_name(name if name is not None else function.__name__)
     _check_retries(retries)
+    step_functions[0] = True
 
     def engine() -> DurableEngine | None:
         current = CURRENT.get()

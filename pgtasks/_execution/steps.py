@@ -34,6 +34,7 @@ from .._durable import (
     StepFailed,
     StepMismatchError,
     check_step_name,
+    step_functions,
 )
 from .._errors import LeaseLostError
 from .._jobs import JobContext
@@ -538,10 +539,12 @@ def attempt_arguments(
     task), its context made current (CURRENT, for ``@app.step`` functions; an unbound
     task's is made on its first use). Called in the thread or asyncio task that runs
     the attempt: each attempt sets it there, so it is never another's."""
-    current = CurrentContext(make)
-    CURRENT.set(current)
     if task.bind:
-        return [current.get(), *args]
+        context = make()
+        CURRENT.set(CurrentContext.of(context))
+        return [context, *args]
+    if step_functions[0]:  # no step function: nothing reads it
+        CURRENT.set(CurrentContext(make))
     return list(args)
 
 
