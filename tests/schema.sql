@@ -360,6 +360,7 @@ index CREATE UNIQUE INDEX job_steps_pkey ON {schema}.job_steps USING btree (job_
 index CREATE INDEX job_waits_key_idx ON {schema}.job_waits USING btree (key)
 index CREATE UNIQUE INDEX job_waits_pkey ON {schema}.job_waits USING btree (job_id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
+index CREATE INDEX jobs_expiry_idx ON {schema}.jobs USING btree (run_at) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.expires'::text))
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
 index CREATE INDEX jobs_history_done_default_finished_at_idx ON {schema}.jobs_history_done_default USING btree (finished_at)
 index CREATE INDEX jobs_history_done_default_id_idx ON {schema}.jobs_history_done_default USING btree (id)
@@ -411,6 +412,7 @@ trigger CREATE CONSTRAINT TRIGGER jobs_forget_key AFTER DELETE ON {schema}.jobs 
 trigger CREATE TRIGGER jobs_move_finished AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))) EXECUTE FUNCTION {schema}.move_finished_job()
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_register_key AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.idempotency_key IS NOT NULL) OR (new.unique_window IS NOT NULL))) EXECUTE FUNCTION {schema}.register_job_key()
+trigger CREATE TRIGGER jobs_relative_deadline BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN ((new.meta ? 'pgtasks.expires_in'::text)) EXECUTE FUNCTION {schema}.relative_deadline()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
@@ -425,7 +427,7 @@ trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
-function claim_limited() cddda0e7b81d4b84b0be35ded98cfc96
+function claim_limited() 0a6c36aba2ac38cd57ac6cb2c5541425
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5
@@ -442,6 +444,7 @@ function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
+function relative_deadline() a2b47d73acba0a98cce270a75055775a
 function workflow_abort_reason() 208b90ca51774d27d8b9af0a7740220e
 function workflow_cancel_downstream() b21651f2eda9aac40c1faceaa0347870
 function workflow_heal_step() ddd7208eb042acc4598e899aca93e7f8

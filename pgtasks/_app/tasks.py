@@ -33,7 +33,7 @@ from .._validation import (
 )
 from .handle import JobHandle
 from .limits import TaskLimits, job_limits
-from .links import Expires, enqueue_linked, expires_at, meta_with_expiry
+from .links import Expires, enqueue_linked, expires_at, meta_with_expiry, relative_expiry
 from .task_names import MainModuleTaskWarning, default_task_name, main_module_warning
 from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
 from .workflows import Signature
@@ -355,12 +355,15 @@ class Task(Generic[P, R]):
 
     def _meta_json(self, meta: Mapping[str, Any] | None, expires: Expires | None) -> str | None:
         """The job's meta as JSON text, with its start deadline when it has one."""
-        deadline = expires_at(expires if expires is not None else self.expires)
+        chosen = expires if expires is not None else self.expires
+        deadline = expires_at(chosen)
         if deadline is None:
             if meta is None:
                 return None
             return encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
-        return meta_with_expiry(meta, deadline, max_bytes=self.app.max_payload_bytes)
+        return meta_with_expiry(
+            meta, deadline, max_bytes=self.app.max_payload_bytes, relative=relative_expiry(chosen)
+        )
 
     @staticmethod
     def _when(when: datetime | timedelta) -> dict[str, Any]:

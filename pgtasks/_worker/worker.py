@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._counters import RESCUED
+from .._counters import EXPIRED, RESCUED
 from .._dsn import dsn_secrets
 from .._execution.executor import Executor
 from .._execution.outcomes import storable_outcome
@@ -285,7 +285,6 @@ class Worker(SettingsAttributes):
         counted them in the database)."""
         self._reporter.count("rescued", count)
         self._reporter.exercised(RESCUED, count, store=False)
-
     # -- parts --
     def _new_executor(self) -> Executor:
         counted, refused = self._reporter.exercised, self._reporter.refused
@@ -366,6 +365,7 @@ class Worker(SettingsAttributes):
                 registration,
                 store,
                 on_rescued=self._rescued,
+                on_expired=lambda count: self._reporter.exercised(EXPIRED, count, store=False),
                 maintain=healer.run_if_due,
                 stopping=stopping,
             ),

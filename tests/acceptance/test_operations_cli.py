@@ -130,6 +130,7 @@ def test_stats_json_counts_a_row_another_transaction_holds_locked(
         "enqueues_deduplicated": 0,
         "released_at_shutdown": 0,
         "unknown_task_jobs": 0,
+        "expired": 0,
         "steps_checkpointed": 0,
         "steps_replayed": 0,
     }
