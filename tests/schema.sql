@@ -457,6 +457,6 @@ function workflow_lock_targets() d03c4c9069dc3dcd93d9cab699f9c089
 function workflow_move_on() 036562fa19c5cd29e153eda5a868b79a
 function workflow_retry_step() 52ff4431623a3b1fea8daa7a8ec99584
 function workflow_start() 3e27f6f07bb25d57536f39b3bc2cbee3
-function workflow_start_on_error() 88dd87c61717a5aaabd787f8765e706f
+function workflow_start_on_error() 93aaf893b6c0e109715bfb69039a4af8
 function workflow_start_ready() 78d48431237e8308d8166db45a95d7e4
 function workflow_targets() 6fee836bb47ede87cf30d236ddc4ace6

@@ -52,6 +52,10 @@ class Signature:
 
     #: Nesting depth (see MAX_DEPTH): a signature nests nothing.
     depth = 0
+    #: What a mutable on_error signature receives first: "failure" (the dict describing
+    #: the failure) or "request" (Celery's request, exception and traceback: three
+    #: arguments, for pgtasks.celery's error callbacks).
+    error_input = "failure"
 
     def __init__(
         self,
@@ -394,8 +398,10 @@ def _on_error_job(app: App, on_error: Signature | None) -> StepJob | None:
         raise WorkflowError(
             f"on_error= must be a signature (task.s() or task.si()), got {on_error!r}"
         )
-    spec = encode_step(app, on_error, not on_error.immutable, "on_error")
-    return StepJob(spec, "on_error", None if on_error.immutable else "one", (), ())
+    inputs = 0 if on_error.immutable else 3 if on_error.error_input == "request" else 1
+    spec = encode_step(app, on_error, inputs, "on_error")
+    mode = None if on_error.immutable else "request" if inputs == 3 else "one"
+    return StepJob(spec, "on_error", mode, (), ())
 
 
 def _on_error_json(job: StepJob) -> str:

@@ -285,6 +285,7 @@ class Worker(SettingsAttributes):
         counted them in the database)."""
         self._reporter.count("rescued", count)
         self._reporter.exercised(RESCUED, count, store=False)
+
     # -- parts --
     def _new_executor(self) -> Executor:
         counted, refused = self._reporter.exercised, self._reporter.refused

@@ -73,6 +73,18 @@ TASK_OPTIONS = (
 )
 
 
+class ErrorRequest(dict[str, Any]):
+    """The request an error callback (``link_error``) receives: the failed task's request
+    in JSON form (a dict), whose keys read as attributes too (``request.id``), as Celery's
+    request object's do."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 def current_request() -> Request | None:
     return _current.get()
 
@@ -435,6 +447,10 @@ def native_function(task: Task) -> Callable[..., Any]:
     hostname = socket.gethostname()
 
     def _execute(context: JobContext, *args: Any, **kwargs: Any) -> Any:
+        # An error callback's job: its first argument is the failed task's request.
+        errback = context.meta.get("pgtasks.error_input") == "request"
+        if errback and args and isinstance(args[0], dict):
+            args = (ErrorRequest(args[0]), *args[1:])
         request = Request(
             id=str(context.job_id),
             task=task.name,

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
 import pytest
 
 from pgtasks import App
@@ -24,7 +25,7 @@ from pgtasks.celery.exceptions import (
 )
 from pgtasks.celery.result import AsyncResult
 from pgtasks.celery.schedules import solar
-from tests.support.inprocess import running_worker
+from tests.support.inprocess import running_worker, select
 from tests.support.waiting import wait_until
 
 
@@ -113,7 +114,9 @@ def test_get_inside_a_task_is_refused_as_celery_refuses_it(capp: Celery) -> None
             result.get(timeout=10)
 
 
-def test_expires_link_and_link_error_through_apply_async(capp: Celery) -> None:
+def test_expires_link_and_link_error_through_apply_async(
+    capp: Celery, admin: psycopg.Connection[Any]
+) -> None:
     calls: list[Any] = []
 
     @capp.task
@@ -141,8 +144,16 @@ def test_expires_link_and_link_error_through_apply_async(capp: Celery) -> None:
     assert after == (4, "after")
     request, exc, traceback = errback
     assert request["id"] == failing.id and request["task"] == boom.name
-    assert request["args"] == [] and exc == "KeyError: 'missing'"
-    assert "Traceback" in traceback
+    # Attributes too, as Celery's request object's (the Canvas guide's request.id).
+    assert (request.id, request.args, request.kwargs) == (failing.id, [], {})
+    assert request.retries == 0 and request.delivery_info["queue"] == "celery"
+    assert exc == "KeyError: 'missing'"
+    assert "Traceback" in traceback and traceback.rstrip().endswith("KeyError: 'missing'")
+    # The error callback is the one job the failure started (no relay job between).
+    names = select(admin, capp.native, "SELECT task_name FROM {schema}.all_jobs")
+    assert sorted(name for (name,) in names) == sorted(
+        [add.name, add.name, record.name, boom.name, record.name]
+    )
 
 
 def test_a_soft_time_limit_raises_inside_the_task(capp: Celery) -> None:

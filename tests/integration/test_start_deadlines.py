@@ -67,9 +67,8 @@ def test_a_limited_job_whose_deadline_passes_behind_a_concurrency_cap_never_star
         assert [job.id for job in claimed] == []
     assert ran == ["blocker", "after"]
 
-    with running_worker(app):
-        with pytest.raises(JobCancelled):
-            late.get(timeout=10)
+    with running_worker(app), pytest.raises(JobCancelled):
+        late.get(timeout=10)
     row = late.fetch()
     assert row.status == "cancelled"
     assert row.attempts == 0
@@ -123,7 +122,9 @@ def test_a_hand_written_relative_deadline_that_is_no_number_is_dropped(
             ],
         ),
     )
-    rows = select(admin, app, "SELECT meta FROM {schema}.jobs WHERE task_name = 'nobody' ORDER BY id")
+    rows = select(
+        admin, app, "SELECT meta FROM {schema}.jobs WHERE task_name = 'nobody' ORDER BY id"
+    )
     assert [meta for (meta,) in rows] == [{}, {}, {"pgtasks.expires": 5}]
 
 

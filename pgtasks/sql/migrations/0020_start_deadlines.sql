@@ -15,6 +15,9 @@
 --   estimate, kept for a schema without this trigger); the trigger replaces the
 --   estimate with clock_timestamp() + seconds and drops "pgtasks.expires_in". Rows
 --   without the key cost the trigger's WHEN test only;
+-- * gives a workflow's on_error job the input mode 'request': the failed job's Celery
+--   request, exception and traceback in JSON form as its first three arguments (the
+--   error callbacks of pgtasks.celery: link_error=), instead of the failure dict;
 -- * indexes the pending jobs that have a deadline (jobs_expiry_idx, partial), so the
 --   worker's expiry pass reads those alone rather than every due pending job. Rows
 --   enqueued before the migration carry the same meta key: the index holds them too,
@@ -361,6 +364,84 @@ CREATE TRIGGER jobs_relative_deadline
     FOR EACH ROW
     WHEN (NEW.meta ? 'pgtasks.expires_in')
     EXECUTE FUNCTION {schema}.relative_deadline();
+
+-- The workflow's on_error job, once per workflow, after ``failed_id`` failed for good
+-- (migration jobs_history_moves' function, with the input mode 'request').
+CREATE OR REPLACE FUNCTION {schema}.workflow_start_on_error(failed_id bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    failed record;
+    spec jsonb;
+    error_job bigint;
+BEGIN
+    SELECT jobs.id, jobs.workflow_id, jobs.workflow_step, jobs.task_name, jobs.status,
+           jobs.last_error, jobs.args, jobs.kwargs, jobs.attempts, jobs.queue, jobs.priority,
+           jobs.locked_by
+    INTO failed
+    FROM {schema}.all_jobs AS jobs WHERE jobs.id = failed_id;
+    -- Once per workflow: error_job_id is set (0 while the insert below runs) under the
+    -- row lock taken in workflow_lock_targets.
+    UPDATE {schema}.workflows AS workflows
+    SET error_job_id = 0
+    WHERE workflows.id = failed.workflow_id
+      AND workflows.on_error IS NOT NULL
+      AND workflows.error_job_id IS NULL
+    RETURNING workflows.on_error INTO spec;
+    IF spec IS NULL THEN
+        RETURN;
+    END IF;
+    -- A block of its own: a hand-edited on_error leaves the cancellations in place.
+    BEGIN
+        INSERT INTO {schema}.jobs
+            (task_name, queue, priority, args, kwargs, max_attempts, workflow_id,
+             workflow_step, meta)
+        VALUES (
+            spec->>'task_name', spec->>'queue', (spec->>'priority')::int,
+            CASE WHEN spec->>'input_mode' IS NULL THEN spec->'args'
+                 WHEN spec->>'input_mode' = 'request' THEN
+                     -- Celery's (request, exc, traceback), in JSON form: the failed
+                     -- job's request, "Type: message" (the error's last line) and the
+                     -- error's text.
+                     jsonb_build_array(
+                         jsonb_build_object(
+                             'id', failed.id::text, 'task', failed.task_name,
+                             'args', failed.args, 'kwargs', failed.kwargs,
+                             'retries', greatest(failed.attempts - 1, 0),
+                             'delivery_info', jsonb_build_object(
+                                 'routing_key', failed.queue, 'queue', failed.queue,
+                                 'priority', failed.priority),
+                             'hostname', (SELECT 'pgtasks@' || workers.hostname
+                                          FROM {schema}.workers AS workers
+                                          WHERE workers.id = failed.locked_by),
+                             'is_eager', false,
+                             'workflow_id', failed.workflow_id),
+                         regexp_replace(btrim(coalesce(failed.last_error, ''), E' \n'),
+                                        '^.*\n', ''),
+                         coalesce(failed.last_error, ''))
+                     || (spec->'args')
+                 ELSE jsonb_build_array(jsonb_build_object(
+                          'workflow_id', failed.workflow_id, 'job_id', failed.id,
+                          'task_name', failed.task_name, 'step', failed.workflow_step,
+                          'status', failed.status, 'error', failed.last_error))
+                      || (spec->'args') END,
+            spec->'kwargs', (spec->>'max_attempts')::int, failed.workflow_id, 'on_error',
+            -- The front that runs it knows its first three arguments are those.
+            CASE WHEN spec->>'input_mode' = 'request'
+                 THEN jsonb_build_object('pgtasks.error_input', 'request')
+                 ELSE jsonb_build_object() END)
+        RETURNING id INTO error_job;
+        UPDATE {schema}.workflows SET error_job_id = error_job WHERE id = failed.workflow_id;
+    EXCEPTION
+        WHEN data_exception OR integrity_constraint_violation OR cardinality_violation
+             OR program_limit_exceeded THEN
+            PERFORM {schema}.workflow_incident(
+                'tolerated', failed_id,
+                format('workflow %s could not start its on_error job after job %s failed: %s',
+                       failed.workflow_id, failed_id, SQLERRM),
+                SQLSTATE);
+    END;
+END;
+$$;
 
 -- pgtasks:step concurrently
 -- The pending jobs that have a start deadline, for the expiry pass (expire_jobs).
