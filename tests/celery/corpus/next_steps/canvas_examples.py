@@ -64,3 +64,15 @@ def a_starmap():
 
 def a_chunks():
     return add.chunks(zip(range(20), range(20)), 5)().get()
+
+
+def an_error_callback():
+    # The guide's add.s(2, 2).on_error(log_error.s()), with arguments that fail.
+    from proj.errors import log_error
+
+    result = add.apply_async(("2", 2), link_error=log_error.s())
+    try:
+        result.get()
+    except TypeError:
+        pass
+    return result.id
