@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtasks import App
+from pgtasks import App, JobNotFoundError
 from pgtasks.celery import Celery, CeleryCompatibilityWarning, Task, chain, group, states
 from pgtasks.celery import _state as celery_state
 from pgtasks.celery.exceptions import (
@@ -298,3 +298,41 @@ def test_options_pgtasks_cannot_honour_are_refused_or_warned_by_name(capp: Celer
         result = capp.send_task("elsewhere.task", args=[1], queue="other")
     row = capp.native.get_job(int(result.id)).fetch()
     assert (row.task_name, row.queue, row.args) == ("elsewhere.task", "other", [1])
+
+
+def test_forget_deletes_the_stored_result_and_leaves_unfinished_jobs_to_run(
+    capp: Celery,
+) -> None:
+    @capp.task
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @capp.task
+    def fails() -> None:
+        raise ValueError("no")
+
+    with running_worker(capp.native):
+        done = add.apply_async((1, 2), task_id="sum-1")
+        failed = fails.delay()
+        assert done.get(timeout=10) == 3
+        with pytest.raises(ValueError):
+            failed.get(timeout=10)
+        job_id = int(AsyncResult("sum-1", app=capp)._job_id() or 0)
+
+        done.forget()
+        failed.forget()
+        for forgotten in (done, failed, AsyncResult("sum-1", app=capp)):
+            assert forgotten.state == states.PENDING
+            assert forgotten.result is None and forgotten.traceback is None
+        with pytest.raises(JobNotFoundError):
+            capp.native.get_job(job_id).fetch()
+        # The task_id is free again: a new call with it makes a new job.
+        again = add.apply_async((2, 3), task_id="sum-1")
+        assert again.get(timeout=10) == 5 and again.id != str(job_id)
+        done.forget()  # forgetting what is already forgotten changes nothing
+
+    # A job not finished has no result to forget: it still runs.
+    pending = add.delay(4, 4)
+    pending.forget()
+    with running_worker(capp.native):
+        assert pending.get(timeout=10) == 8
