@@ -1,5 +1,7 @@
 # The Canvas guide's examples ("Canvas: Designing Work-flows"), on the Next Steps tasks.
 # Each function returns what the guide says the example gives.
+import contextlib
+
 from pgtasks.celery import chain, chord, group, signature
 
 from proj.tasks import add, mul, xsum
@@ -71,8 +73,6 @@ def an_error_callback():
     from proj.errors import log_error
 
     result = add.apply_async(("2", 2), link_error=log_error.s())
-    try:
+    with contextlib.suppress(TypeError):
         result.get()
-    except TypeError:
-        pass
     return result.id

@@ -11,5 +11,5 @@ ERRORS = os.path.join(os.path.dirname(__file__), "error_log")
 def log_error(request, exc, traceback):
     os.makedirs(ERRORS, exist_ok=True)
     with open(os.path.join(ERRORS, request.id), "a") as fh:
-        print("--\n\n{0} {1} {2}".format(request.id, exc, traceback), file=fh)
-        print("task={0} args={1!r}".format(request.task, request.args), file=fh)
+        print(f"--\n\n{request.id} {exc} {traceback}", file=fh)
+        print(f"task={request.task} args={request.args!r}", file=fh)
