@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import NaiveDatetimeError, WorkflowError
 from .._payload import encode_meta
+from .._validation import schedule_of
 from .handle import JobHandle
 
 if TYPE_CHECKING:
@@ -121,15 +122,16 @@ def enqueue_linked(
 
     unsupported = [
         name
-        for name in ("countdown", "eta", "idempotency_key", "unique_while", "unique_for")
+        for name in ("idempotency_key", "unique_while", "unique_for")
         if call.get(name) is not None
     ]
     if unsupported:
         raise ValueError(
             f"apply_async: {', '.join(unsupported)} cannot be combined with link= or"
-            " link_error= (a job with callbacks is a workflow, whose first step starts"
-            " at once); enqueue the callbacks from the task instead"
+            " link_error= (a job with callbacks is a workflow, whose steps take no key);"
+            " enqueue the callbacks from the task instead"
         )
+    schedule = schedule_of(call.get("countdown"), call.get("eta"))
     options = {
         name: call[name]
         for name in ("queue", "priority", "max_attempts")
@@ -153,5 +155,6 @@ def enqueue_linked(
         connection=call.get("connection"),
         on_error=errors[0] if errors else None,
         first_meta=task._meta_json(call.get("meta"), call.get("expires")),
+        first_schedule=schedule,
     )
     return JobHandle(result.app, result.job_ids[0])

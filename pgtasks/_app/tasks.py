@@ -71,6 +71,9 @@ class TaskSettings(TypedDict, total=False):
     #: Seconds before a running attempt counts as failed (a process-executor task's child
     #: is killed; a coroutine is cancelled; a thread is abandoned, see docs/howto/executors.md).
     timeout: float | None
+    #: Whether an attempt past ``timeout`` is retried like an error (True, the default)
+    #: or fails the job at once (False: Celery's hard ``time_limit``).
+    retry_timeouts: bool
     #: Seconds after which SoftTimeLimitExceeded is raised inside a sync task.
     soft_timeout: float | None
     #: "thread", "process" or "async" (default: async for ``async def``, else the worker's).
@@ -174,6 +177,7 @@ class Task(Generic[P, R]):
         self.retry_jitter: bool = bool(options.get("retry_jitter", True))
         self.dont_retry: tuple[type[BaseException], ...] = tuple(options.get("dont_retry", ()))
         self.timeout: float | None = options.get("timeout")
+        self.retry_timeouts: bool = bool(options.get("retry_timeouts", True))
         self.expires: float | timedelta | None = options.get("expires")
         if self.expires is not None:
             try:

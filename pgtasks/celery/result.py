@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import JobCancelled, JobNotFoundError, TaskFailed
 from .._jobs import JobRow
+from .._retry import TIMED_OUT
 from ._state import current_app
-from .exceptions import TaskRevokedError, TimeoutError
+from .exceptions import TaskRevokedError, TimeLimitExceeded, TimeoutError
 from .states import FAILURE, PENDING, READY_STATES, REVOKED, SUCCESS, from_status
 from .task import current_request
 
@@ -37,8 +38,13 @@ def _check_not_in_task(disable_sync_subtasks: bool) -> None:
 
 def exception_of(row: JobRow) -> BaseException:
     """The exception a failed job's row describes: its class when that class is already
-    imported in this process (nothing is imported from a row), else TaskFailed."""
+    imported in this process (nothing is imported from a row), else TaskFailed; an
+    attempt past its hard time limit is Celery's TimeLimitExceeded."""
     failure = TaskFailed(row.id, row.last_error)
+    if (row.last_error or "").startswith(TIMED_OUT):
+        limit = TimeLimitExceeded(failure.message)
+        limit.__cause__ = failure
+        return limit
     path = next(
         (entry.exception_type for entry in reversed(row.attempts_history) if entry.exception_type),
         None,

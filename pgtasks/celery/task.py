@@ -246,7 +246,13 @@ class Task:
             )
         if countdown is None and eta is None:
             countdown = self.default_retry_delay
-        retry = Retry(exc=exc, when=eta if eta is not None else countdown)
+        # A per-call max_retries may be above the task's (the job's max_attempts): this
+        # retry carries its own limit. None (forever) leaves the job's, which is forever.
+        retry = Retry(
+            exc=exc,
+            when=eta if eta is not None else countdown,
+            max_attempts=None if limit is None else min(limit + 1, FOREVER),
+        )
         if throw:
             raise retry
         return retry
@@ -356,7 +362,9 @@ class Task:
             self.soft_time_limit if self.soft_time_limit is not None else conf.task_soft_time_limit
         )
         if time_limit is not None:
+            # Celery's hard limit fails the task (TimeLimitExceeded), never retries it.
             options["timeout"] = float(time_limit)
+            options["retry_timeouts"] = False
         if soft is not None:
             options["soft_timeout"] = float(soft)
         rate = self.rate_limit if self.rate_limit is not None else conf.task_default_rate_limit

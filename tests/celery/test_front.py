@@ -14,13 +14,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtasks import App, JobNotFoundError
+from pgtasks import App, JobNotFoundError, TaskFailed
 from pgtasks.celery import Celery, CeleryCompatibilityWarning, Task, chain, group, states
 from pgtasks.celery import _state as celery_state
 from pgtasks.celery.exceptions import (
     ImproperlyConfigured,
+    MaxRetriesExceededError,
     SoftTimeLimitExceeded,
     TaskRevokedError,
+    TimeLimitExceeded,
     TimeoutError,
 )
 from pgtasks.celery.result import AsyncResult
@@ -291,8 +293,11 @@ def test_options_pgtasks_cannot_honour_are_refused_or_warned_by_name(capp: Celer
         fine.apply_async((1,), bogus=True)
     with pytest.raises(TypeError, match="arguments do not match"):
         fine.delay(1, 2)
-    with pytest.raises(ValueError, match="countdown cannot be combined with link="):
-        fine.apply_async((1,), countdown=5, link=fine.s())
+    with pytest.raises(ValueError, match="idempotency_key cannot be combined with link="):
+        fine.apply_async((1,), task_id="mine", link=fine.s())
+    # countdown/eta with link=: the job is due later, its callback follows it.
+    later = fine.apply_async((1,), countdown=3600, link=fine.s())
+    assert later.state == states.PENDING
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         result = capp.send_task("elsewhere.task", args=[1], queue="other")
@@ -336,3 +341,54 @@ def test_forget_deletes_the_stored_result_and_leaves_unfinished_jobs_to_run(
     pending.forget()
     with running_worker(capp.native):
         assert pending.get(timeout=10) == 8
+
+
+def test_a_hard_time_limit_fails_the_task_like_celery_and_native_timeouts_still_retry(
+    capp: Celery,
+) -> None:
+    release = threading.Event()
+
+    @capp.task(time_limit=0.3, max_retries=3)
+    def stuck() -> str:
+        release.wait(30)
+        return "late"
+
+    @capp.native.task(name="native_stuck", timeout=0.3, max_attempts=2, retry_backoff=0.01)
+    def native_stuck() -> str:
+        release.wait(30)
+        return "late"
+
+    try:
+        with running_worker(capp.native, concurrency=4):
+            result = stuck.delay()
+            with pytest.raises(TimeLimitExceeded):
+                result.get(timeout=15)
+            assert result.state == states.FAILURE
+            native = native_stuck.delay()
+            with pytest.raises(TaskFailed):
+                native.get(timeout=15)
+    finally:
+        release.set()
+    row = capp.native.get_job(int(result.id)).fetch()
+    assert (row.status, row.attempts) == ("failed", 1)  # no retry, max_retries=3 or not
+    assert native.fetch().attempts == 2  # the native timeout= retries as documented
+
+
+def test_a_per_call_max_retries_above_the_task_s_limit_is_honoured(capp: Celery) -> None:
+    @capp.task(bind=True, max_retries=1)
+    def flaky(self: Task) -> int:
+        if self.request.retries < 3:
+            raise self.retry(countdown=0, max_retries=3)
+        return int(self.request.retries)
+
+    @capp.task(bind=True, max_retries=1)
+    def bounded(self: Task) -> int:
+        raise self.retry(countdown=0, max_retries=2)
+
+    with running_worker(capp.native):
+        assert flaky.delay().get(timeout=15) == 3
+        result = bounded.delay()
+        with pytest.raises(MaxRetriesExceededError):
+            result.get(timeout=15)
+    # Two retries, as the call said (the task's max_retries=1 would have stopped at one).
+    assert capp.native.get_job(int(result.id)).fetch().attempts == 3
