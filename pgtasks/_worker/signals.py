@@ -211,8 +211,8 @@ class StopSignals:
             message = f"{kind} {self.name}: {signum.name} received, stopping{starting}"
             self._say(logging.INFO, message)
         elif self._received == 2:
-            now = "releasing running jobs now" if kind == "worker" else "stopping now"
-            self._say(logging.INFO, f"{kind} {self.name}: second {signum.name}, {now}{starting}")
+            then = "releasing running jobs now" if kind == "worker" else "stopping now"
+            self._say(logging.INFO, f"{kind} {self.name}: second {signum.name}, {then}{starting}")
 
     def _stuck(self) -> None:
         """The stop did not end by its deadline plus the margin: say what it waits for,

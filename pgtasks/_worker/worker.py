@@ -281,8 +281,7 @@ class Worker(SettingsAttributes):
         self._reporter.store_counters(self.app.queries, conn)
 
     def _rescued(self, count: int) -> None:
-        """The rescuer returned ``count`` jobs of dead workers (the rescue statement
-        counted them in the database)."""
+        """The rescuer returned ``count`` jobs of dead workers (counted in the database)."""
         self._reporter.count("rescued", count)
         self._reporter.exercised(RESCUED, count, store=False)
 

@@ -15,12 +15,13 @@ import psycopg
 import pytest
 
 from pgtasks import App
-from tests.acceptance.test_beat_processes import APP_PATH, lock_holder, pgtasks
-from tests.support.environment import ROOT, pgtasks_env
+from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
 from tests.support.processes import Processes
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
+
+APP_PATH = "tests.apps.beat_app:app"
 
 
 def test_a_barrage_of_stop_signals_stops_beat_with_status_0(
@@ -29,7 +30,7 @@ def test_a_barrage_of_stop_signals_stops_beat_with_status_0(
     processes = Processes(tmp_path, APP_PATH)
     try:
         beat = processes.beat(dsn, app.schema)
-        wait_until(lambda: lock_holder(admin, app.schema) == beat.pid, timeout=30)
+        beat.wait_for_log("beat is active for schema", timeout=30)
         done = threading.Event()
 
         def barrage() -> None:
@@ -53,14 +54,15 @@ def test_a_barrage_of_stop_signals_stops_beat_with_status_0(
         assert code == 0, log
         assert log.count("received, stopping") == 1, log
         assert "beat stopped" in log
-        assert lock_holder(admin, app.schema) is None
+        # Its session (and leader lock) ended with it.
+        wait_until(lambda: not _sessions_of(admin, beat.pid), message="the beat's session")
     finally:
         processes.close()
 
 
 def test_beat_refuses_a_store_the_app_does_not_have(app: App, dsn: str) -> None:
     result = subprocess.run(
-        [*pgtasks("beat"), "--store", "nope"],
+        pgtasks_command("beat", "-A", APP_PATH, "--store", "nope"),
         cwd=ROOT,
         env=pgtasks_env(dsn, app.schema),
         capture_output=True,
@@ -71,3 +73,10 @@ def test_beat_refuses_a_store_the_app_does_not_have(app: App, dsn: str) -> None:
     assert b"no store named 'nope'" in result.stderr
     assert b"stores are default" in result.stderr
     assert b"beat starting" not in result.stderr
+
+
+def _sessions_of(admin: psycopg.Connection[Any], pid: int) -> list[Any]:
+    return admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+        [f"pgtasks-beat:{pid}"],
+    ).fetchall()

@@ -18,9 +18,8 @@ from pgtasks import App, JobCancelled, WorkerMetrics
 from pgtasks._app import links
 from pgtasks._leases import ClaimRequest
 from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
-from tests.integration.test_claim_plan import explain
-from tests.integration.test_counters import families, schema_total
 from tests.support.inprocess import collect_stats, execute, running_worker, select
+from tests.support.scrape import registry_samples, value
 from tests.support.waiting import wait_until
 
 
@@ -139,8 +138,12 @@ def test_the_expiry_pass_reads_the_deadline_index_not_every_due_job(
     expired = [plain.apply_async(expires=-1) for _ in range(3)]
     admin.execute(f'ANALYZE "{app.schema}".jobs')
 
-    with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
-        plan = explain(app, conn, "expire_jobs", {"limit": 1000})
+    with (
+        psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn,
+        conn.transaction(force_rollback=True),
+    ):
+        statement = b"EXPLAIN (COSTS OFF) " + app.queries._statements["expire_jobs"]
+        plan = "\n".join(row[0] for row in conn.execute(statement, {"limit": 1000}))
     assert "jobs_expiry_idx" in plan, plan
     assert "jobs_claim_idx" not in plan, plan
     # Rolled back: the pass itself ends the three.
@@ -159,10 +162,13 @@ def test_expired_jobs_are_counted_in_prometheus(app: App) -> None:
         for handle in late:
             with pytest.raises(JobCancelled):
                 handle.get(timeout=10)
-        wait_until(
-            lambda: (
-                families(metrics).get("pgtasks_jobs_expired_total") == 2
-                and schema_total(metrics, "expired") == 2
-            ),
-            message="the worker's count and the sampled schema total",
-        )
+
+        def counted() -> bool:
+            scraped = registry_samples(metrics)
+            return (
+                value(scraped, "pgtasks_jobs_expired_total") == 2
+                and value(scraped, "pgtasks_schema_events_total", store="default", event="expired")
+                == 2
+            )
+
+        wait_until(counted, message="the worker's count and the sampled schema total")
