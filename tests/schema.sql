@@ -439,7 +439,7 @@ function jobs_history_expired_days() 45249fefc222df9532d287e1d09c14de
 function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
 function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
 function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
-function jobs_retry() aa4515305d5545e72b9e62bcf19489af
+function jobs_retry() da10da6b6a693cc35beca84746db0b03
 function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05

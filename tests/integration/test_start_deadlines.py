@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobCancelled, WorkerMetrics
+from pgtasks._app import admin as operations
 from pgtasks._app import links
 from pgtasks._leases import ClaimRequest
 from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
@@ -172,3 +173,21 @@ def test_expired_jobs_are_counted_in_prometheus(app: App) -> None:
             )
 
         wait_until(counted, message="the worker's count and the sampled schema total")
+
+
+def test_retrying_an_expired_job_runs_it(app: App) -> None:
+    ran: list[str] = []
+
+    @app.task(name="retried")
+    def retried() -> str:
+        ran.append("retried")
+        return "ran"
+
+    late = retried.apply_async(expires=-1)
+    with running_worker(app):
+        with pytest.raises(JobCancelled):
+            late.get(timeout=10)
+        operations.retry_job(app, late.id)
+        assert late.get(timeout=10) == "ran"
+    assert ran == ["retried"]
+    assert "pgtasks.expires" not in late.fetch().meta

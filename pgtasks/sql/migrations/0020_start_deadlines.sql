@@ -18,6 +18,8 @@
 -- * gives a workflow's on_error job the input mode 'request': the failed job's Celery
 --   request, exception and traceback in JSON form as its first three arguments (the
 --   error callbacks of pgtasks.celery: link_error=), instead of the failure dict;
+-- * lets `pgtasks jobs retry` (jobs_retry) run an expired job: the retry drops its
+--   passed deadline;
 -- * indexes the pending jobs that have a deadline (jobs_expiry_idx, partial), so the
 --   worker's expiry pass reads those alone rather than every due pending job. Rows
 --   enqueued before the migration carry the same meta key: the index holds them too,
@@ -440,6 +442,35 @@ BEGIN
                        failed.workflow_id, failed_id, SQLERRM),
                 SQLSTATE);
     END;
+END;
+$$;
+
+-- Put failed or cancelled jobs back to pending (migration jobs_history_moves' function),
+-- without the start deadline an expired job carries.
+CREATE OR REPLACE FUNCTION {schema}.jobs_retry(ids bigint[])
+RETURNS TABLE (id bigint, queue text, attempts integer, max_attempts integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM {schema}.jobs_restore(ids);
+    RETURN QUERY
+    UPDATE {schema}.jobs AS jobs
+    SET status = 'pending',
+        run_at = now(),
+        -- Attempts keep counting; the limit grows when it was used up.
+        max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
+        locked_by = NULL,
+        locked_at = NULL,
+        result = NULL,
+        finished_at = NULL,
+        -- A cancelled job's flag would cancel the new attempt too.
+        cancel_requested = false,
+        -- A retry is an operator's "run it now": a start deadline (expires=) that
+        -- passed would only end the job cancelled again.
+        meta = jobs.meta - 'pgtasks.expires',
+        updated_at = now()
+    WHERE jobs.id = ANY(ids) AND jobs.status IN ('failed', 'cancelled')
+    RETURNING jobs.id, jobs.queue, jobs.attempts, jobs.max_attempts;
 END;
 $$;
 
