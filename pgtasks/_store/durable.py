@@ -110,6 +110,10 @@ class DurableQueries(QueriesBase):
     def lock_event_key(self, conn: psycopg.Connection[Any], key: str) -> None:
         self._rows(conn, "lock_event_key", {"lock_class": ADVISORY_LOCK_CLASS_EVENTS, "key": key})
 
+    async def alock_event_key(self, conn: psycopg.AsyncConnection[Any], key: str) -> None:
+        params = {"lock_class": ADVISORY_LOCK_CLASS_EVENTS, "key": key}
+        await self._arows(conn, "lock_event_key", params)
+
     def find_event(self, conn: psycopg.Connection[Any], *, key: str, after_id: int) -> Row | None:
         rows = self._rows(conn, "find_event", {"key": key, "after_id": after_id})
         return rows[0] if rows else None
@@ -139,9 +143,7 @@ class DurableQueries(QueriesBase):
         self, conn: psycopg.AsyncConnection[Any], *, key: str, payload_json: str
     ) -> Row:
         """:meth:`emit_event` on an async connection."""
-        await self._arows(
-            conn, "lock_event_key", {"lock_class": ADVISORY_LOCK_CLASS_EVENTS, "key": key}
-        )
+        await self.alock_event_key(conn, key)
         return (await self._arows(conn, "emit_event", {"key": key, "payload": payload_json}))[0]
 
     def wake_event_waiters(self, conn: psycopg.Connection[Any]) -> list[Row]:
