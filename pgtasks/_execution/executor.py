@@ -22,7 +22,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import dataclasses
 import itertools
 import logging
 import threading
@@ -42,14 +41,14 @@ from .outcomes import (
     CANCELLED_BEFORE_START,
     failed_to_start_outcome,
     malformed_arguments_outcome,
+    outcome_of_ending,
     outcome_of_error,
-    outcome_of_loss,
     outcome_of_return,
     policy_of,
     unknown_task_outcome,
 )
 from .process_pool import Ending, PoolJob, ProcessPool, start_pool
-from .running import Running
+from .running import Running, describe_async_jobs
 from .settings import ExecutorSettings
 from .steps import attempt_context, ending_of_error
 from .threads import JobThreads
@@ -386,22 +385,7 @@ class Executor:
             running = self._pool_jobs.pop(token, None)
         if running is None or running.task is None or ending.kind == "released":
             return  # released: the worker puts the job back itself
-        task, job = running.task, running.job
-        if ending.kind == "outcome" and ending.outcome is not None:
-            outcome = ending.outcome
-        elif ending.kind == "timeout":
-            outcome = _retry.after_timeout(
-                task.timeout or 0.0,
-                attempt=job.attempt,
-                max_attempts=job.max_attempts,
-                policy=policy_of(task),
-            )
-            detail = f"; its worker child {ending.pid} was stopped (it exited with {ending.detail})"
-            outcome = dataclasses.replace(outcome, error=f"{outcome.error}{detail}")
-        elif ending.kind == "lost":
-            outcome = outcome_of_loss(task, job, ending.detail)
-        else:
-            outcome = CANCELLED_BEFORE_START
+        outcome = outcome_of_ending(running.task, running.job, ending)
         self.on_finished(running, outcome)
 
     def expire(self, running: Running) -> Outcome:
@@ -438,6 +422,16 @@ class Executor:
             loop.call_soon_threadsafe(self._cancel_async_job, running)
         if running.executor == "process" and self._pool is not None:
             self._pool.cancel(running.token)
+
+    def terminate(self, running: Running) -> None:
+        """Stop a running attempt now: its process child is killed (SIGTERM, SIGKILL after
+        the grace; the pool starts another), its coroutine cancelled. A thread cannot be
+        killed: it gets the cancel flag, as cancel() gives it."""
+        running.request_terminate()
+        if running.executor == "process" and self._pool is not None:
+            self._pool.terminate(running.token)
+        else:
+            self.cancel(running)
 
     @staticmethod
     def _cancel_async_job(running: Running) -> None:
@@ -527,6 +521,8 @@ class Executor:
             else:
                 value = await coroutine
         except asyncio.CancelledError as error:
+            if running.terminate_requested:
+                return Outcome.cancelled("Terminated: its task was cancelled on request")
             if running.cancel_requested:
                 return Outcome.cancelled("CancelledError: the job was cancelled")
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
@@ -549,18 +545,7 @@ class Executor:
         return outcome_of_return(task, value)
 
     def _on_loop(self, current: asyncio.Task[object] | None) -> str:
-        """Names the async job(s) on the loop: the current one when it is known."""
-        candidates = list(self._async_jobs)
-        blocking = [running for running in candidates if running.async_task is current]
-
-        def name(running: Running) -> str:
-            return f"async task {running.job.task_name} (job {running.job.id})"
-
-        if blocking:
-            return name(blocking[0])
-        if candidates:
-            return "one of " + ", ".join(name(running) for running in candidates)
-        return "no pgtasks job (a callback or another library's task)"
+        return describe_async_jobs(list(self._async_jobs), current)
 
     # -- stopping --
     def take_unstarted(self) -> list[Running]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
     from .._leases import ClaimedJob
+    from .process_pool import Ending
 
 
 def policy_of(task: Task[Any, Any]) -> RetryPolicy:
@@ -125,3 +126,26 @@ def storable_outcome(outcome: Outcome, *, max_error_bytes: int, secrets: Sequenc
         return outcome
     clean = truncate(storable(redact(error, tuple(secrets))), max_error_bytes)
     return outcome if clean == error else dataclasses.replace(outcome, error=clean)
+
+
+def outcome_of_ending(task: Task[Any, Any], job: ClaimedJob, ending: Ending) -> Outcome:
+    """The outcome of a process-pool job from how the pool says it ended (not released)."""
+    if ending.kind == "outcome" and ending.outcome is not None:
+        return ending.outcome
+    if ending.kind == "timeout":
+        outcome = _retry.after_timeout(
+            task.timeout or 0.0,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            policy=policy_of(task),
+        )
+        detail = f"; its worker child {ending.pid} was stopped (it exited with {ending.detail})"
+        return dataclasses.replace(outcome, error=f"{outcome.error}{detail}")
+    if ending.kind == "terminated":
+        return Outcome.cancelled(
+            f"Terminated: worker child {ending.pid} running this attempt was stopped on"
+            f" request (it exited with {ending.detail})"
+        )
+    if ending.kind == "lost":
+        return outcome_of_loss(task, job, ending.detail)
+    return CANCELLED_BEFORE_START

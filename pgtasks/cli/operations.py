@@ -20,6 +20,7 @@ from .._app.app import App
 from .._app.routing import for_id, serving
 from .._durable_text import format_steps, step_as_json
 from .._errors import JobNotFoundError
+from .._jobs import TERMINATE_NOTE
 from .._operations import (
     DURATION_FORMS,
     NEVER,
@@ -326,21 +327,31 @@ def delete_command(app_path: str, job_id: int, as_json: bool) -> None:
 @jobs.command("cancel")
 @app_option
 @click.argument("job_id", type=JOB_ID)
+@click.option(
+    "--terminate",
+    is_flag=True,
+    help="Kill a running attempt: a process job's child is killed, an async job's task"
+    " cancelled; a thread job cannot be killed (it gets the cancel flag only).",
+)
 @json_option
-def cancel_command(app_path: str, job_id: int, as_json: bool) -> None:
+def cancel_command(app_path: str, job_id: int, terminate: bool, as_json: bool) -> None:
     """Cancel a job: pending jobs never run; running jobs are asked to stop.
 
     Cancelling a finished job changes nothing and says so (exit code 0).
     """
     app = load_app(app_path)
     with app:
-        result = guard(lambda: app.cancel(job_id))
+        result = guard(lambda: app.cancel(job_id, terminate=terminate))
     outcome: str = result.outcome
     status = str(result.status)
     if as_json:
-        click.echo(to_json({"id": job_id, "outcome": outcome, "status": status}))
+        click.echo(
+            to_json({"id": job_id, "outcome": outcome, "status": status, "terminate": terminate})
+        )
     elif outcome == "cancelled":
         click.echo(f"job {job_id} cancelled: it was pending and will not run")
+    elif outcome == "requested" and terminate:
+        click.echo(f"job {job_id} is running: termination requested; {TERMINATE_NOTE}")
     elif outcome == "requested":
         click.echo(
             f"job {job_id} is running: cancellation requested; its worker stops it and"
