@@ -65,9 +65,13 @@ class Actions:
                 if not result.retried:
                     raise HTTPException(409, result.refusal)
                 done = "retried"
-            elif action == "cancel":
-                outcome = (await run_in_threadpool(self.app.cancel, job_id)).outcome
-                done = {"already_finished": "finished"}.get(outcome, outcome)
+            elif action in ("cancel", "terminate"):
+                terminate = action == "terminate"
+                result = await run_in_threadpool(
+                    lambda: self.app.cancel(job_id, terminate=terminate)
+                )
+                outcome = "terminate-requested" if terminate else result.outcome
+                done = {"already_finished": "finished"}.get(result.outcome, outcome)
             else:
                 deleted, status = await run_in_threadpool(
                     admin.delete_finished_job, self.app, job_id

@@ -471,7 +471,7 @@ def asgi(
         Route("/jobs/{job_id:str}", dashboard.job, name="job"),
         Route(
             "/jobs/{job_id:str}/{action:str}",
-            _only(("retry", "cancel", "delete"), actions.job),
+            _only(("retry", "cancel", "delete", "terminate"), actions.job),
             methods=["POST"],
         ),
         Route(

@@ -25,6 +25,11 @@ MESSAGES = {
     "cancelled": "Cancelled: the job will not run.",
     "requested": "Cancellation requested: its worker stops it and records it as cancelled.",
     "finished": "The job had already finished: nothing to cancel.",
+    "terminate-requested": (
+        "Termination requested: a process job's worker child is killed and replaced, an async"
+        " job's task cancelled; a thread cannot be killed: a thread job only gets the cancel"
+        " flag and stops when its code checks it. It ends cancelled."
+    ),
     "deleted": "The job was deleted.",
     "bulk-retried": "Retried {count} job(s).",
     "bulk-cancelled": "Cancelled {count} pending job(s), asked {requested} running job(s) to stop.",

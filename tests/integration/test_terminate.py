@@ -84,10 +84,12 @@ def test_terminate_of_a_thread_job_only_flags_it(
         result = app.cancel(job.id, terminate=True)
         assert "a thread cannot be killed" in str(result)
         wait_until(
-            lambda: select(
-                admin, app, "SELECT cancel_requested FROM {schema}.jobs WHERE id = %s", [job.id]
-            )
-            == [(True,)],
+            lambda: (
+                select(
+                    admin, app, "SELECT cancel_requested FROM {schema}.jobs WHERE id = %s", [job.id]
+                )
+                == [(True,)]
+            ),
             message="the request to be stored",
         )
         assert job.status() is JobStatus.RUNNING
@@ -158,3 +160,24 @@ def test_terminate_requested_for_an_attempt_that_moved_to_another_owner_kills_no
         admin, app, "SELECT status, locked_by FROM {schema}.jobs WHERE id = %s", [moved.id]
     )
     assert (status, owner) == ("running", other)
+
+
+def test_jobs_cancel_terminate_on_the_command_line(
+    app: App, tasks: Tasks, admin: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from pgtasks.cli import main
+
+    with running_worker(app, app_path=APP_PATH, processes=1):
+        job = tasks.hold.delay(str(tmp_path / "never"))
+        _started(admin, app, job.id)
+        result = CliRunner().invoke(
+            main, ["jobs", "cancel", str(job.id), "--terminate", "-A", APP_PATH]
+        )
+        assert result.exit_code == 0, result.output
+        assert f"job {job.id} is running: termination requested;" in result.output
+        assert "a thread cannot be killed" in result.output
+        row = finished(job)
+    assert row.status is JobStatus.CANCELLED
+    assert row.last_error is not None and row.last_error.startswith("Terminated:")
