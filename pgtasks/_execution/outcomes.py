@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .._app.tasks import Task
     from .._leases import ClaimedJob
     from .process_pool import Ending
+    from .running import Running
 
 
 def policy_of(task: Task[Any, Any]) -> RetryPolicy:
@@ -149,3 +150,22 @@ def outcome_of_ending(task: Task[Any, Any], job: ClaimedJob, ending: Ending) -> 
     if ending.kind == "lost":
         return outcome_of_loss(task, job, ending.detail)
     return CANCELLED_BEFORE_START
+
+
+def expire_attempt(running: Running) -> Outcome:
+    """The outcome of a thread attempt past its deadline (its code keeps running: its
+    late end is ignored), with the lines it logged so far."""
+    task = running.task
+    if task is None or task.timeout is None:
+        raise ValueError(f"job {running.job.id} has no timeout to expire")
+    running.abandon()
+    outcome = _retry.after_timeout(
+        task.timeout,
+        attempt=running.job.attempt,
+        max_attempts=running.job.max_attempts,
+        policy=policy_of(task),
+    )
+    log = running.log
+    if log is None or log.empty:
+        return outcome
+    return dataclasses.replace(outcome, logs_json=log.to_json())

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigurationError
 from .._retry import Outcome
+from . import joblogs
 from .child import ChildSettings, JobMessage, child_main
 from .pool_helpers import describe_exit, find_app_path
 from .settings import ExecutorSettings, StartMethod
@@ -472,7 +473,10 @@ class ProcessPool:
         kind = message[0]
         if kind == "log":
             record = logging.makeLogRecord(message[1])
+            record.pgtasks_child = True  # job logs: the attempt it names captures it
             logging.getLogger(record.name).handle(record)
+        elif kind == "output":
+            joblogs.child_output(message[1])
         elif kind == "ready":
             child.ready, child.pid = True, message[1]
             self.child_tasks = frozenset(message[2])

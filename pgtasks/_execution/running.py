@@ -12,6 +12,7 @@ from .._instrumentation import AttemptTrace
 from .._jobs import ExecutorName
 from .._leases import ClaimedJob
 from .._retry import Outcome
+from .joblogs import AttemptLog
 
 
 @dataclasses.dataclass(eq=False)
@@ -36,6 +37,8 @@ class Running:
     #: The attempt's trace (an instrumented App's thread or async job), ended by the
     #: worker once the outcome is written.
     trace: AttemptTrace | None = None
+    #: Its captured log lines (None: job logs are off).
+    log: AttemptLog | None = None
     _abandoned: bool = dataclasses.field(default=False, init=False, repr=False)
     _cancel_requested: bool = dataclasses.field(default=False, init=False, repr=False)
     _lease_lost: bool = dataclasses.field(default=False, init=False, repr=False)

@@ -219,6 +219,7 @@ def _owner_finish_params(owner: int, finishes: list[Finish]) -> dict[str, Any]:
         "delay": ",".join([repr(float(finish.delay)) for finish in finishes]),
         "held": ",".join(["running"] * len(finishes)),
         "exception_type": [finish.exception_type for finish in finishes],
+        "logs": [finish.logs_json for finish in finishes],
     }
 
 

@@ -74,6 +74,19 @@ class Cancellations:
         requested = self.queries.get_cancel_requests(conn, worker_id)
         if requested:
             self._confirmed(requested)
+        self.flush_logs(conn, worker_id)
+
+    def flush_logs(self, conn: psycopg.Connection[Any], worker_id: int) -> None:
+        """Write the log lines of running attempts that logged since the last beat (the
+        job page shows them while the attempt runs; its end writes them all)."""
+        logs = []
+        for running in list(self.ledger.in_flight.values()):
+            log, job = running.log, running.job
+            if log is not None and job.worker_id == worker_id:
+                text = log.unflushed()
+                if text is not None:
+                    logs.append((job.id, job.attempt, text))
+        self.queries.update_job_logs(conn, worker_id, logs)
 
     def _confirmed(self, requests: dict[int, int | None]) -> None:
         """Ask running attempts of these jobs (cancel_requested on their rows) to stop;

@@ -72,7 +72,8 @@ class Worker(SettingsAttributes):
     (thread-safe) stops claiming, lets running jobs finish for up to ``shutdown_timeout``
     seconds, releases the rest to pending without using up their attempt, and
     deregisters. The keywords make a WorkerSettings (pgtasks/_worker/settings.py);
-    :meth:`from_settings` takes one made already (``pgtasks worker`` does)."""
+    :meth:`from_settings` takes one made already (``pgtasks worker`` does).
+    ``job_logs=False``: the attempts' log lines are not captured (docs/howto/operations.md)."""
 
     def __init__(
         self,
@@ -97,6 +98,7 @@ class Worker(SettingsAttributes):
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
         store: str | None = None,
+        job_logs: bool = True,
     ) -> None:
         settings = WorkerSettings.derive(
             app.settings,
@@ -118,6 +120,7 @@ class Worker(SettingsAttributes):
             max_memory_per_child=max_memory_per_child,
             loop_lag_threshold=loop_lag_threshold,
             store=store,
+            job_logs=job_logs,
         )
         self._configure(app, settings, observers)
 
@@ -325,13 +328,10 @@ class Worker(SettingsAttributes):
 
     def _new_services(self) -> list[Service]:
         """Heartbeat, rescuer (which runs the healer), listener and pruner, each given only
-        what it uses.
-
-        The listener and the pruner's session lock need a server session of their own:
-        the session DSN. A pooled dsn without one: the listener polls, the pruner runs
-        without its lock (docs/howto/deployment.md). The healer runs on the rescuer's
-        connection: through a pooler, without its session lock.
-        """
+        what it uses. The listener and the pruner's session lock need a server session of
+        their own: the session DSN. A pooled dsn without one: the listener polls, the
+        pruner runs without its lock (docs/howto/deployment.md). The healer runs on the
+        rescuer's connection: through a pooler, without its session lock."""
         app, settings, owner, connect = self.app, self.settings, self.name, self._connect
         store, registration = app.queries, self.registration
         sessions = app.database.has_session

@@ -67,11 +67,11 @@ class Actions:
                 done = "retried"
             elif action in ("cancel", "terminate"):
                 terminate = action == "terminate"
-                result = await run_in_threadpool(
+                cancelled = await run_in_threadpool(
                     lambda: self.app.cancel(job_id, terminate=terminate)
                 )
-                outcome = "terminate-requested" if terminate else result.outcome
-                done = {"already_finished": "finished"}.get(result.outcome, outcome)
+                outcome = "terminate-requested" if terminate else cancelled.outcome
+                done = {"already_finished": "finished"}.get(cancelled.outcome, outcome)
             else:
                 deleted, status = await run_in_threadpool(
                     admin.delete_finished_job, self.app, job_id
