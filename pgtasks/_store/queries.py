@@ -213,20 +213,6 @@ class Queries(
         rows = self._rows(conn, "get_cancel_requests", {"worker_id": worker_id})
         return {row["id"]: _attempt_number(row["terminate_attempt"]) for row in rows}
 
-    def update_job_logs(
-        self, conn: psycopg.Connection[Any], worker_id: int, logs: Sequence[tuple[int, int, str]]
-    ) -> None:
-        """Write the log lines so far of running attempts (job id, attempt, JSON), each
-        fenced by its lease (a lost one writes nothing)."""
-        if logs:
-            params = {
-                "worker_id": worker_id,
-                "id": [item[0] for item in logs],
-                "attempt": [item[1] for item in logs],
-                "logs": [item[2] for item in logs],
-            }
-            self._rows(conn, "update_job_logs", params)
-
     def get_job_outcome(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
         rows = self._rows(conn, "get_job_outcome", {"id": job_id})
         return rows[0] if rows else None

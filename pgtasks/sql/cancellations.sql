@@ -80,9 +80,11 @@ expired AS (
 SELECT id, pg_notify({done_channel}, id::text) IS NULL AS notified FROM expired;
 
 -- name: update_job_logs :many
--- The log lines of running attempts so far (the heartbeat's live flush; the finish writes
--- the last), each fenced by its lease; meta key "pgtasks.logs" under the attempt number
--- (see pgtasks/_execution/joblogs.py). The dashboard hears of them (payload: job ids).
+-- The log lines of running attempts, each fenced by its lease; meta key "pgtasks.logs"
+-- under the attempt number (see pgtasks/_execution/joblogs.py). The heartbeat writes the
+-- lines so far; the round trip that writes outcomes writes an attempt's lines just before
+-- its finish_jobs, in its transaction (only for attempts that logged: finish_jobs itself
+-- is unchanged). The dashboard hears of them (payload: job ids).
 WITH flushed AS (
     SELECT * FROM unnest(%(id)s::bigint[], %(attempt)s::int[], %(logs)s::jsonb[])
         AS flushed(id, attempt, logs)

@@ -431,8 +431,8 @@ WITH outcome AS MATERIALIZED (
         string_to_array(%(id)s, ',')::bigint[], string_to_array(%(attempt)s, ',')::int[],
         string_to_array(%(status)s, ','), %(result)s::jsonb[], %(error)s::text[],
         string_to_array(%(delay)s, ',')::float8[], string_to_array(%(held)s, ','),
-        %(exception_type)s::text[], %(logs)s::jsonb[]
-    ) AS outcome(id, attempt, status, result, error, delay, held, exception_type, logs)
+        %(exception_type)s::text[]
+    ) AS outcome(id, attempt, status, result, error, delay, held, exception_type)
 ),
 flag AS (
     -- The jobs this statement moves keep their keys (jobs_forget_key leaves their rows
@@ -455,7 +455,7 @@ ended AS (
       AND (outcome.status <> 'pending' OR jobs.cancel_requested)
     RETURNING jobs.*, outcome.status AS outcome_status, outcome.result AS outcome_result,
               outcome.error AS outcome_error, outcome.attempt AS outcome_attempt,
-              outcome.exception_type AS outcome_exception_type, outcome.logs AS outcome_logs
+              outcome.exception_type AS outcome_exception_type
 ),
 moved AS (
     -- Every column of jobs, in its order (tests/unit check the list against the schema).
@@ -473,13 +473,7 @@ moved AS (
            idempotency_key, created_at, now(), now(), cancel_requested,
            -- A durable job's steps go with it (migration durable).
            CASE WHEN meta ? 'pgtasks.durable' THEN {schema}.job_steps_taken(id, meta)
-                ELSE meta END
-           -- The attempt's log lines (pgtasks/_execution/joblogs.py), under its number.
-           || CASE WHEN outcome_logs IS NULL THEN jsonb_build_object()
-                   ELSE jsonb_build_object('pgtasks.logs',
-                       CASE WHEN jsonb_typeof(meta -> 'pgtasks.logs') = 'object'
-                            THEN meta -> 'pgtasks.logs' ELSE jsonb_build_object() END
-                       || jsonb_build_object(outcome_attempt::text, outcome_logs)) END,
+                ELSE meta END,
            started_at,
            -- The attempt history (migration 0008): an entry per attempt ended by an error
            -- only, so a job that succeeds at once never writes one.
@@ -514,11 +508,6 @@ retried AS (
                                           'exception_type', outcome.exception_type,
                                           'finished_at', now()))
                          END,
-        meta = CASE WHEN outcome.logs IS NULL THEN jobs.meta
-                    ELSE jobs.meta || jsonb_build_object('pgtasks.logs',
-                        CASE WHEN jsonb_typeof(jobs.meta -> 'pgtasks.logs') = 'object'
-                             THEN jobs.meta -> 'pgtasks.logs' ELSE jsonb_build_object() END
-                        || jsonb_build_object(outcome.attempt::text, outcome.logs)) END,
         updated_at = now()
     FROM outcome
     WHERE jobs.id = outcome.id

@@ -129,7 +129,7 @@ def test_an_async_task_lines_are_its_own(app: App) -> None:
         handles = [fetch.delay(name) for name in ("a", "b", "c")]
         rows = [finished(handle) for handle in handles]
 
-    for name, row in zip("abc", rows):
+    for name, row in zip("abc", rows, strict=True):
         assert [line[2] for line in lines(row.meta)] == [f"{name} step {n}" for n in range(3)]
 
 
