@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,6 +37,14 @@ from .._limits import LimitState, describe_limit, limit_states
 from .._operations import RETRYABLE, QueueStats, Stats, WorkerInfo
 from .._payload import check_name
 from .._queues import QueueState, queue_states
+from .._running import (
+    ARGUMENT_CHARS,
+    HISTORY_WINDOW,
+    LAST_JOBS,
+    RUNNING_SHOWN,
+    FinishedJob,
+    RunningJob,
+)
 from .durable import parked_by_queue
 from .routing import for_id, for_queue
 
@@ -76,6 +84,23 @@ def read_workers(
     rows = app.queries.list_workers(conn, since=since)
     now = rows[0]["now"] if rows else app.queries.get_database_time(conn)
     return now, [WorkerInfo.from_row(row, lease_timeout=app.lease_timeout) for row in rows]
+
+
+def read_running(app: App, conn: psycopg.Connection[Any]) -> list[RunningJob]:
+    """What runs where: the running jobs with their task, arguments (cut, escaped),
+    attempt, runtime and host."""
+    rows = app.queries.list_running_jobs(conn, limit=RUNNING_SHOWN, chars=ARGUMENT_CHARS)
+    return [RunningJob.from_row(row) for row in rows]
+
+
+def read_last_jobs(
+    app: App, conn: psycopg.Connection[Any], worker_ids: Sequence[int]
+) -> list[FinishedJob]:
+    """The last jobs each of ``worker_ids`` ran (see _running.py: a bounded read)."""
+    rows = app.queries.list_recent_worker_jobs(
+        conn, worker_ids, per_worker=LAST_JOBS, window=HISTORY_WINDOW
+    )
+    return [FinishedJob.from_row(row) for row in rows]
 
 
 def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:

@@ -34,6 +34,7 @@ from .._operations import (
     parse_duration,
     to_json,
 )
+from .._running import format_running
 from .._worker.pruner import DEFAULT_BATCH_SIZE, prune
 from ._common import app_option, checked_name, guard, json_option, load_app
 from ._stores import each_store, echo_each, store_option
@@ -375,20 +376,23 @@ def cancel_command(app_path: str, job_id: int, terminate: bool, as_json: bool) -
 @store_option
 @json_option
 def workers(app_path: str, since: float, store: str | None, as_json: bool) -> None:
-    """Live workers and recently stopped or lost ones, with heartbeat age and running jobs.
+    """Live workers and recently stopped or lost ones, with heartbeat age and running jobs,
+    then what runs where: each running job's worker, host, task, attempt, runtime and
+    arguments (cut at 200 characters, escaped).
 
     States: live (heartbeat within the lease), silent (registered but past the lease, not
     yet removed), stopped (deregistered at shutdown), lost (removed by a rescuer after a
     lease without heartbeat), unknown (holds running jobs but is in neither table).
     """
     app = load_app(app_path)
+
+    def read(owner: App, conn: psycopg.Connection[Any]) -> Any:
+        now, infos = admin.read_workers(owner, conn, since=since)
+        return now, infos, admin.read_running(owner, conn)
+
     with app:
         results = each_store(
-            app,
-            lambda owner: owner.database.run(
-                lambda conn: admin.read_workers(owner, conn, since=since)
-            ),
-            store,
+            app, lambda owner: owner.database.run(lambda conn: read(owner, conn)), store
         )
     echo_each(
         app,
@@ -398,8 +402,9 @@ def workers(app_path: str, since: float, store: str | None, as_json: bool) -> No
             "now": read[0],
             "lease_timeout": app.lease_timeout,
             "workers": [info.as_json() for info in read[1]],
+            "running": [job.as_json() for job in read[2]],
         },
-        text=lambda read: format_workers(*read),
+        text=lambda read: f"{format_workers(read[0], read[1])}\n\n{format_running(read[2])}",
     )
 
 
