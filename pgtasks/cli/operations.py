@@ -346,9 +346,8 @@ def cancel_command(app_path: str, job_id: int, terminate: bool, as_json: bool) -
     outcome: str = result.outcome
     status = str(result.status)
     if as_json:
-        click.echo(
-            to_json({"id": job_id, "outcome": outcome, "status": status, "terminate": terminate})
-        )
+        document: dict[str, Any] = {"id": job_id, "outcome": outcome, "status": status}
+        click.echo(to_json({**document, "terminate": True} if terminate else document))
     elif outcome == "cancelled":
         click.echo(f"job {job_id} cancelled: it was pending and will not run")
     elif outcome == "requested" and terminate:
