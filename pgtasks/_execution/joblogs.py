@@ -10,7 +10,8 @@ does not fit is counted (``dropped``), and a line cut to fit says so. The passwo
 connection string is scrubbed from each line when it is captured, as error texts are.
 
 The lines reach the database with the attempt's outcome, in the statement that writes it
-(meta key ``pgtasks.logs``: ``{"<attempt>": {"lines": [...], "dropped": n}}``; it moves to
+(meta key ``pgtasks.logs``: ``{"<attempt>": {"lines": [[seconds since the epoch, level,
+logger, text], ...], "dropped": n}}``; it moves to
 jobs_history with the job and is pruned with it); while it runs, the heartbeat writes the
 lines of attempts that logged since (the job page shows them live). No I/O here.
 """
@@ -24,7 +25,6 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .._dsn import redact
@@ -69,17 +69,24 @@ class AttemptLog:
         self._lock = threading.Lock()
 
     def add(self, created: float, level: str, name: str, text: str) -> None:
-        text = storable(redact(text, self.secrets))
+        if "postgres" in text or "password" in text:  # what redact's patterns look for
+            text = redact(text, self.secrets)
+        else:
+            for secret in self.secrets:
+                if secret in text:
+                    text = text.replace(secret, "***")
+        text = storable(text)
         if len(text) > MAX_LINE_CHARS:
             text = f"{text[:MAX_LINE_CHARS]} [… {len(text) - MAX_LINE_CHARS} characters cut]"
-        size = len(text.encode("utf-8", "backslashreplace")) + len(name) + 40
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "backslashreplace"))
+        size += len(name) + 40
         with self._lock:
             limits = self.limits
             if len(self.lines) >= limits.max_records or self.bytes + size > limits.max_bytes:
                 self.dropped += 1
                 return
             self.bytes += size
-            self.lines.append([_timestamp(created), level, storable(name), text])
+            self.lines.append([round(created, 3), level, storable(name), text])
 
     @property
     def empty(self) -> bool:
@@ -100,10 +107,6 @@ class AttemptLog:
                 return None
             self.flushed = state
         return self.to_json()
-
-
-def _timestamp(created: float) -> str:
-    return datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds")
 
 
 #: Attempts running in pool children of this process, by (worker id, job id, attempt).

@@ -5,6 +5,7 @@ hold anything there)."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime, timezone
 from typing import Any
 
 from .._text import storable
@@ -38,11 +39,22 @@ def _text(value: Any, limit: int) -> str:
     return storable(text[:limit])
 
 
+def _time(value: Any) -> str:
+    """A line's time (seconds since the epoch) in UTC, to the millisecond."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            moment = datetime.fromtimestamp(value, timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return _text(value, 40)
+        return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+    return _text(value, 40)
+
+
 def _line(item: Any) -> LogLine | None:
     if not isinstance(item, list) or len(item) != 4:
         return None
     at, level, logger, text = item
-    return LogLine(_text(at, 40), _text(level, 20), _text(logger, 200), _text(text, LINE_CHARS))
+    return LogLine(_time(at), _text(level, 20), _text(logger, 200), _text(text, LINE_CHARS))
 
 
 def attempt_lines(value: Any) -> list[AttemptLines]:

@@ -58,7 +58,7 @@ def test_a_thread_task_lines_are_stored_with_the_job_and_moved_to_history(app: A
     assert stored["lines"][0][3] == "charging order 7"
     assert stored["lines"][1][3].startswith("first try failed\nTraceback (most recent call last)")
     assert "ValueError: card declined" in stored["lines"][1][3]
-    assert stored["lines"][0][0].endswith("+00:00")
+    assert isinstance(stored["lines"][0][0], float)  # seconds since the epoch
     assert "pgtasks.logs" not in silent.meta, "a task that logs nothing stores nothing"
     with app.connection() as conn:
         rows = select(
