@@ -46,7 +46,7 @@ from .._running import (
     RunningJob,
 )
 from .durable import parked_by_queue
-from .routing import for_id, for_queue
+from .routing import for_id, for_queue, serving
 
 if TYPE_CHECKING:
     from .app import App
@@ -101,6 +101,32 @@ def read_last_jobs(
         conn, worker_ids, per_worker=LAST_JOBS, window=HISTORY_WINDOW
     )
     return [FinishedJob.from_row(row) for row in rows]
+
+
+def pause_host(app: App, hostname: str, *, pause: bool = True) -> bool:
+    """Pause (or resume) every worker of ``hostname`` in every store the App serves: none
+    claims from its next read of the paused queues on (at most ``paused_refresh``, a
+    second, or at once on a NOTIFY); running jobs finish. Whether that changed any store."""
+    check_name("hostname", hostname)
+    changed = False
+    for owner in serving(app):
+
+        def switch(conn: psycopg.Connection[Any], store: Any = owner.queries) -> bool:
+            return bool(
+                store.pause_host(conn, hostname) if pause else store.resume_host(conn, hostname)
+            )
+
+        changed |= owner.database.run(switch)
+    return changed
+
+
+def paused_hosts(app: App) -> list[str]:
+    """The hosts whose workers are paused (in any store the App serves)."""
+    names: set[str] = set()
+    for owner in serving(app):
+        rows = owner.database.run(owner.queries.get_paused_hosts)
+        names.update(row["hostname"] for row in rows)
+    return sorted(names)
 
 
 def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:

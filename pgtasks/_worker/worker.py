@@ -246,7 +246,7 @@ class Worker(SettingsAttributes):
             logger.info(
                 "worker %s: paused queues now %s",
                 self.name,
-                ", ".join(sorted(paused)) or "none",
+                ", ".join(sorted(name or "(its host is paused)" for name in paused)) or "none",
             )
         if previous - paused:
             self.wake(notified=True)
@@ -408,10 +408,10 @@ class Worker(SettingsAttributes):
                 # any claim; what started is stopped again if anything below fails.
                 self._phase = "start: the executors"
                 self._executor.start()
-                # The paused queues before the first claim (the listener reads them after),
-                # and before worker_id says the worker is registered.
+                # Paused queues (and host) before the first claim and worker_id (registered).
                 self._phase = "start: registration"
-                paused = self.app.queries.get_paused_queues(self._connection.get())
+                connection, host = self._connection.get(), self.hostname
+                paused = self.app.queries.get_paused_queues(connection, host)
                 # Store this app's limits; with any limit stored, claims
                 # take the jobs limits apply to first.
                 stored = self.app.queries.upsert_limits(

@@ -141,6 +141,17 @@ class Actions:
         await run_in_threadpool(self.app.resume_queue, queue)
         return self.back(request, "/", done="resumed")
 
+    async def host(self, request: Request) -> Response:
+        """Pause or resume the workers of the host the form names (the workers page)."""
+        form = dict(await self.form(request))
+        try:
+            hostname = check_name("hostname", form.get("hostname"))
+        except ValueError as error:
+            raise HTTPException(400, str(error)) from None
+        pause = request.path_params["action"] == "pause"
+        await run_in_threadpool(lambda: admin.pause_host(self.app, hostname, pause=pause))
+        return self.back(request, "/workers", done="host-paused" if pause else "host-resumed")
+
     async def bulk(self, request: Request) -> Response:
         """Retry or cancel every job the form's filter matches (never without a filter)."""
         form = dict(await self.form(request))

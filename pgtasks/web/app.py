@@ -485,6 +485,7 @@ def asgi(
         ),
         Route("/limits", dashboard.limit_pages.limits, name="limits"),
         Route("/workers", dashboard.workers, name="workers"),
+        Route("/hosts/{action:str}", _only(("pause", "resume"), actions.host), methods=["POST"]),
         Route("/schedules", dashboard.schedules, name="schedules"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]

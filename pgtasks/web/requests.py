@@ -41,6 +41,9 @@ MESSAGES = {
     "selected-deleted": "Deleted {count} selected job(s); {refused} could not be deleted.",
     "paused": "Paused: workers claim none of its jobs from their next poll on.",
     "resumed": "Resumed: its workers were woken.",
+    "host-paused": "Paused: the host's workers claim no job from their next read on (about a"
+    " second); their running jobs finish.",
+    "host-resumed": "Resumed: the host's workers claim again.",
     "workflow-cancelled": (
         "Cancelled the workflow: {count} job(s) cancelled or asked to stop (running ones end"
         " cancelled when their workers stop them)."

@@ -24,20 +24,23 @@ class HostSummary:
     """The workers of one host: how many are live, their slots and running jobs."""
 
     hostname: str
+    paused: bool
     live: int
     workers: int
     concurrency: int
     running: int
 
 
-def hosts(workers: list[WorkerInfo]) -> list[HostSummary]:
-    grouped: dict[str, list[WorkerInfo]] = {}
+def hosts(workers: list[WorkerInfo], paused: set[str]) -> list[HostSummary]:
+    """Hosts of registered workers, and paused hosts (listed even without workers)."""
+    grouped: dict[str, list[WorkerInfo]] = {name: [] for name in paused}
     for worker in workers:
         if worker.state in ("live", "silent") and worker.hostname is not None:
             grouped.setdefault(worker.hostname, []).append(worker)
     return [
         HostSummary(
             hostname=name,
+            paused=name in paused,
             live=sum(worker.state == "live" for worker in members),
             workers=len(members),
             concurrency=sum(worker.concurrency or 0 for worker in members),
@@ -52,18 +55,19 @@ def workers_page(app: App, database: DashboardDatabase) -> dict[str, Any]:
 
     def read(
         conn: psycopg.Connection[Any],
-    ) -> tuple[datetime, list[WorkerInfo], list[RunningJob], list[FinishedJob]]:
+    ) -> tuple[datetime, list[WorkerInfo], list[RunningJob], list[FinishedJob], set[str]]:
         now, workers = admin.read_workers(app, conn, since=admin.WORKER_HISTORY)
         running = admin.read_running(app, conn)
         live = [worker.id for worker in workers if worker.state == "live"]
-        return now, workers, running, admin.read_last_jobs(app, conn, live)
+        paused = {row["hostname"] for row in app.queries.get_paused_hosts(conn)}
+        return now, workers, running, admin.read_last_jobs(app, conn, live), paused
 
-    now, workers, running, last = database.run(read)
+    now, workers, running, last, paused = database.run(read)
     return {
         "now": now,
         "workers": workers,
         "running": running,
         "running_by_worker": by_worker(running),
         "last_jobs": by_worker(last),
-        "hosts": hosts(workers),
+        "hosts": hosts(workers, paused),
     }
