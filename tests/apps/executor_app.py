@@ -90,6 +90,7 @@ class Tasks:
     cancellable: Any
     printer: Any
     printer_hold: Any
+    stubborn_hold: Any
 
 
 def register_tasks(app: App) -> Tasks:
@@ -223,8 +224,15 @@ def _child_behaviour_tasks(app: App) -> dict[str, Any]:
         record(app, context)
         wait_for(path, 60)
 
+    @app.task(name="executor_app.stubborn_hold", bind=True, executor="process", max_attempts=1)
+    def stubborn_hold(context: JobContext, path: str) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL can stop it now
+        record(app, context)
+        wait_for(path, 60)
+
     return {
         "stubborn": stubborn,
+        "stubborn_hold": stubborn_hold,
         "chatty": chatty,
         "printer": printer,
         "printer_hold": printer_hold,

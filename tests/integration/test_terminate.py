@@ -181,3 +181,20 @@ def test_jobs_cancel_terminate_on_the_command_line(
         row = finished(job)
     assert row.status is JobStatus.CANCELLED
     assert row.last_error is not None and row.last_error.startswith("Terminated:")
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(
+    app: App, tasks: Tasks, admin: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    with running_worker(app, app_path=APP_PATH, processes=1):
+        job = tasks.stubborn_hold.delay(str(tmp_path / "never"))
+        child = _started(admin, app, job.id)
+        app.cancel(job.id, terminate=True)
+        row = finished(job)
+        follower = finished(tasks.pid.delay()).result
+
+    assert row.status is JobStatus.CANCELLED
+    assert row.last_error is not None
+    assert row.last_error.startswith(f"Terminated: worker child {child} ")
+    assert "signal 9 (SIGKILL)" in row.last_error
+    assert follower != child
