@@ -564,6 +564,9 @@ class Executor:
             tokens = set(self._pool.withdraw_pending())
             with self._lock:
                 waiting += [self._pool_jobs.pop(token) for token in tokens & set(self._pool_jobs)]
+        for running in waiting:
+            if running.log is not None and self._logs is not None:
+                self._logs.forget_child(running)
         return waiting
 
     def stop_processes(self) -> None:
