@@ -9,11 +9,12 @@ attempt). An attempt keeps at most ``max_records`` lines and ``max_bytes`` of te
 does not fit is counted (``dropped``), and a line cut to fit says so. The password of the
 connection string is scrubbed from each line when it is captured, as error texts are.
 
-The lines reach the database with the attempt's outcome, in the statement that writes it
-(meta key ``pgtasks.logs``: ``{"<attempt>": {"lines": [[seconds since the epoch, level,
-logger, text], ...], "dropped": n}}``; it moves to
-jobs_history with the job and is pruned with it); while it runs, the heartbeat writes the
-lines of attempts that logged since (the job page shows them live). No I/O here.
+The lines reach the database in the round trip that writes the attempt's outcome, just
+before it in the same transaction (update_job_logs, for the attempts that logged only), in
+meta key ``pgtasks.logs``: ``{"<attempt>": {"lines": [[seconds since the epoch, level,
+logger, text], ...], "dropped": n}}``; they move to jobs_history with the job and are
+pruned with it. While it runs, the heartbeat writes the lines of attempts that logged
+since its last beat (the job page shows them live). No I/O here.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ from .._text import storable
 if TYPE_CHECKING:
     from .running import Running
 
-#: Reserved meta key of the captured lines, per attempt number.
-META_KEY = "pgtasks.logs"
 #: Characters of one line kept at most (a longer one is cut, and says so).
 MAX_LINE_CHARS = 4000
 
