@@ -12,6 +12,7 @@ import pytest
 from benchmarks.peers import PEERS, Peer
 from tests.support.environment import ROOT
 from tests.support.examples import run_python
+from tests.support.servers import database_with
 
 PGTASKS_FIGURES = {
     "enqueue one by one (delay)",
@@ -71,22 +72,8 @@ def run_benchmark(
 def own_database(dsn: str) -> Iterator[str]:
     """A database of its own, dropped after: the runner's schema (pgtasks_bench) is every
     benchmark's, and the suite runs tests in parallel."""
-    import uuid
-
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import make_conninfo
-
-    name = f"pgtasks_bench_test_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(dsn, dbname=name)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with database_with(dsn) as database:
+        yield database
 
 
 @pytest.mark.slow
