@@ -22,7 +22,13 @@ from pgtasks import App, JobStatus
 from tests.apps.executor_app import Tasks, register_tasks
 from tests.apps.worker_app import create_executions_table
 from tests.support.inprocess import finished, recorded_runs, registered_workers
-from tests.support.processes import ChildProcess, Processes, child_pids, is_alive
+from tests.support.processes import (
+    STARTED_BOUND,
+    ChildProcess,
+    Processes,
+    child_pids,
+    is_alive,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
@@ -48,7 +54,7 @@ def spawn_worker(dsn: str, app: App, tmp_path: Path) -> Iterator[SpawnWorker]:
 
     def spawn(*arguments: str, new_session: bool = False) -> ChildProcess:
         return processes.worker(
-            dsn, app.schema, *arguments, started_timeout=20.0, new_session=new_session
+            dsn, app.schema, *arguments, started_timeout=STARTED_BOUND, new_session=new_session
         )
 
     yield spawn
