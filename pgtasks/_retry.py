@@ -109,6 +109,8 @@ class Outcome:
     #: Counters (pgtasks._counters) the attempt counted where the worker could not see
     #: them: a process-pool child's durable steps, as (name, amount) pairs.
     counted: tuple[tuple[str, int], ...] = ()
+    #: The attempt's captured log lines (pgtasks._execution.joblogs), JSON; None: none.
+    logs_json: str | None = None
 
     @classmethod
     def done(cls, result_json: str) -> Outcome:
