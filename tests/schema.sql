@@ -385,6 +385,7 @@ index CREATE INDEX jobs_history_workflow_idx ON ONLY {schema}.jobs_history USING
 index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)
 index CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_limited_running_idx ON {schema}.jobs USING btree (id) WHERE ((status = 'running'::text) AND (limit_groups IS NOT NULL))
+index CREATE INDEX jobs_parked_idx ON {schema}.jobs USING btree (queue, (((meta -> 'pgtasks.parked'::text) ->> 'kind'::text))) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.parked'::text))
 index CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND (attempts >= 0))
 index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
@@ -431,6 +432,7 @@ function claim_limited() 0a6c36aba2ac38cd57ac6cb2c5541425
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5
+function job_steps_of_meta() 4e0d8e26a67b8d5c2736f35f6f283e8a
 function job_steps_taken() 79190a2dec5df29f562a70324d755cf3
 function jobs_delete_finished() fba10730102f9ad3208aef84ea4ca94a
 function jobs_history_create_days() dedd22508bc53bb4644570e7ec532f5c
