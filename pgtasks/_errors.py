@@ -251,3 +251,12 @@ class SoftTimeLimitExceeded(Exception):
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or "the task ran past its soft time limit (soft_timeout=)")
+
+
+class LimitChangeError(PgTasksError, ValueError):
+    """A runtime change of a limit that cannot be made (bad name, bad value, nothing set)."""
+
+
+class JobNotPendingError(PgTasksError):
+    """An action for pending jobs met a job that is not pending (already started, or
+    finished): nothing was changed."""

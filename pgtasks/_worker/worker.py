@@ -250,13 +250,10 @@ class Worker(SettingsAttributes):
 
     def _limits_freed(self, payload: str) -> None:
         """Another worker freed slots of limits (the listener's thread; the payload is
-        "<worker id>:<limit names>", any text a role may send): claim now when this worker
-        waits for one of them. Its own ends are claimed for in the round trip that wrote
-        them."""
-        owner, _, names = payload.partition(":")
-        if owner == str(self.worker_id):
-            return
-        if self._exchanges.limits_freed(names.split(",")):
+        "<worker id>:<limit names>", or "changed:<name>" when an operator changed one; any
+        text a role may send): claim now when this worker waits for one of them. Its own
+        ends are claimed for in the round trip that wrote them."""
+        if self._exchanges.limits_notified(payload, self.worker_id):
             self._wake_event.set()
 
     def cancel_jobs(self, job_ids: set[int]) -> None:
@@ -351,6 +348,7 @@ class Worker(SettingsAttributes):
             paused=self._set_paused,
             poll_cancellations=self.poll_cancel_requests,
             limits_freed=self._limits_freed,
+            limits_stored=lambda: self._exchanges.limits_stored(),
         )
         return [
             Heartbeat(

@@ -103,7 +103,9 @@ def terminate(app_path: str, signal: str | None, task_ids: tuple[str, ...]) -> N
 @click.argument("task_name")
 @click.argument("rate")
 def rate_limit(app_path: str, task_name: str, rate: str) -> None:
-    """Change the stored rate of a task declared with rate_limit= (e.g. 10/s)."""
+    """Change the rate of any task at runtime (10/s, 100/m; 0 removes it): every worker
+    obeys from its next claim; `pgtasks limits reset task:<name>` returns to the declared
+    rate (see `pgtasks limits set`)."""
     from ..celery.control import Control
     from ..celery.exceptions import ImproperlyConfigured
 
