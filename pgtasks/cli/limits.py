@@ -16,23 +16,25 @@ import click
 from .._app import admin, controls
 from .._limits import LimitState, format_limits
 from .._operations import format_table
-from ._common import app_option, guard, json_option, load_app
+from ._common import app_option, guard, json_option, load_app, optional_app_option
 from ._stores import each_store, echo_each, store_option
 
 name_argument = click.argument("name")
 
 
 @click.group(invoke_without_command=True)
-@app_option
+@optional_app_option
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @click.pass_context
-def limits(ctx: click.Context, app_path: str, store: str | None, as_json: bool) -> None:
+def limits(ctx: click.Context, app_path: str | None, store: str | None, as_json: bool) -> None:
     """Every stored limit: concurrency, rate, tokens left, running, pending and held-back
     jobs; then the busiest keys of per-key limits. Its commands change a limit at
     runtime (set, pause, resume, reset) and list the changes (audit)."""
     if ctx.invoked_subcommand is not None:
         return
+    if app_path is None:
+        raise click.UsageError("Missing option '-A' / '--app'.")
     app = load_app(app_path)
     with app:
         results = each_store(app, admin.limits, store)
