@@ -108,7 +108,7 @@ def check_limit_name(name: object, *, existing: bool) -> str:
         check_limit_target("a limit name", text)
     except ValueError as error:
         raise LimitChangeError(str(error)) from None
-    kind, target = limit_kind(text)
+    kind, _ = limit_kind(text)
     if kind == "other":
         raise LimitChangeError(
             f"limit name {text!r} must be queue:<queue>, task:<task> or key:<task>"
@@ -263,7 +263,7 @@ def set_limit(
     app: App,
     name: str,
     *,
-    concurrency: int | None = UNSET,
+    concurrency: int | str | None = UNSET,
     rate: RateLimit | str | int | None = UNSET,
     actor: str | None = None,
 ) -> LimitChange:
@@ -273,7 +273,7 @@ def set_limit(
     if concurrency is UNSET and rate is UNSET:
         raise LimitChangeError("give a concurrency or a rate (or both) to set")
     new_concurrency = UNSET if concurrency is UNSET else parse_concurrency(concurrency)
-    new_rate = UNSET if rate is UNSET else (rate if isinstance(rate, RateLimit) else parse_rate(rate))
+    new_rate = rate if rate is UNSET or isinstance(rate, RateLimit) else parse_rate(rate)
 
     def decide(row: dict[str, Any] | None) -> dict[str, Any]:
         check_limit_name(name, existing=row is not None)
@@ -396,15 +396,15 @@ def run_now(app: App, ids: Iterable[int], *, actor: str | None = None) -> JobsAc
     return _act(app, "run_now", found, actor or actor_here("api"), app.queries.run_jobs_now)
 
 
-def snooze(
-    app: App, ids: Iterable[int], seconds: float, *, actor: str | None = None
-) -> JobsAction:
+def snooze(app: App, ids: Iterable[int], seconds: float, *, actor: str | None = None) -> JobsAction:
     """Pending jobs of ``ids`` start ``seconds`` later than they would (from now when
     due); no attempt is spent."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise ValueError(f"snooze seconds must be a number, got {seconds!r}")
     if not 0 < seconds <= MAX_SNOOZE:
-        raise ValueError(f"snooze seconds must be above 0 and at most {MAX_SNOOZE:g}, got {seconds!r}")
+        raise ValueError(
+            f"snooze seconds must be above 0 and at most {MAX_SNOOZE:g}, got {seconds!r}"
+        )
     found = _job_ids(ids)
     return _act(
         app,
@@ -471,7 +471,7 @@ def _encoded(
         raise TypeError(f"kwargs must be a JSON object, got {type(kwargs).__name__}")
     task = app.tasks.get(task_name)
     if task is not None:
-        return task._arguments(args, kwargs)  # noqa: SLF001 - the enqueue's own checks
+        return task._arguments(args, kwargs)  # the enqueue's own checks
     return encode_arguments(task_name, args, kwargs, max_bytes=app.max_payload_bytes)
 
 

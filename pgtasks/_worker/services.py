@@ -297,9 +297,13 @@ class Listener(Service):
         self.paused = frozenset(row["queue"] for row in rows)
         self.calls.paused(self.paused)
         calls = self.calls
-        if calls.limits_stored is not None and calls.limits_freed is not None:
-            if not calls.limits_stored() and self.queries.count_limits(conn):
-                calls.limits_freed("changed:")  # a limit was set since the worker started
+        if (
+            calls.limits_stored is not None
+            and calls.limits_freed is not None
+            and not calls.limits_stored()
+            and self.queries.count_limits(conn)
+        ):
+            calls.limits_freed("changed:")  # a limit was set since the worker started
         return time.monotonic() + self.paused_refresh
 
     def _next_wait(self) -> float:

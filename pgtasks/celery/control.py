@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .._jobs import JobRow
-from .._payload import check_name
 from .._operations import WorkerInfo
+from .._payload import check_name
 from .exceptions import ImproperlyConfigured
 from .result import revoke
 

@@ -112,9 +112,7 @@ def pause_limit(app_path: str, name: str, as_json: bool) -> None:
     """No job under the limit NAME starts until `limits resume` (running ones finish)."""
     app = load_app(app_path)
     with app:
-        change = guard(
-            lambda: controls.pause_limit(app, name, actor=controls.actor_here("cli"))
-        )
+        change = guard(lambda: controls.pause_limit(app, name, actor=controls.actor_here("cli")))
     _report(change, as_json)
 
 
@@ -126,9 +124,7 @@ def resume_limit(app_path: str, name: str, as_json: bool) -> None:
     """Undo `limits pause`: the concurrency before the pause applies again."""
     app = load_app(app_path)
     with app:
-        change = guard(
-            lambda: controls.resume_limit(app, name, actor=controls.actor_here("cli"))
-        )
+        change = guard(lambda: controls.resume_limit(app, name, actor=controls.actor_here("cli")))
     _report(change, as_json)
 
 
@@ -141,9 +137,7 @@ def reset_limit(app_path: str, name: str, as_json: bool) -> None:
     removed: its jobs run without it)."""
     app = load_app(app_path)
     with app:
-        change = guard(
-            lambda: controls.reset_limit(app, name, actor=controls.actor_here("cli"))
-        )
+        change = guard(lambda: controls.reset_limit(app, name, actor=controls.actor_here("cli")))
     _report(change, as_json)
 
 

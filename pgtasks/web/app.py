@@ -48,6 +48,7 @@ from .._job_filter import JobFilter
 from .._operations import RETRYABLE
 from .actions import Actions
 from .charts import Charts, charts
+from .controls import SNOOZES, ControlActions
 from .gate import DashboardApp, error_page
 from .job_reads import job_page as read_job_page
 from .limit_pages import LimitPages
@@ -157,6 +158,7 @@ class Dashboard:
         self.mounted: list[DashboardApp] = []
         #: The POST routes (actions.py) and the workflow pages (workflow_pages.py).
         self.actions = Actions(self)
+        self.controls = ControlActions(self)
         self.workflow_pages = WorkflowPages(self)
         self.limit_pages = LimitPages(self)
 
@@ -265,6 +267,7 @@ class Dashboard:
             "job": job,
             "timeline": timeline(job),
             "retryable": job.status.value in RETRYABLE,
+            "snoozes": SNOOZES,
         }
 
     def workers_context(self, db: DashboardDatabase | None = None) -> dict[str, Any]:
@@ -471,7 +474,10 @@ def asgi(
         Route("/jobs/{job_id:str}", dashboard.job, name="job"),
         Route(
             "/jobs/{job_id:str}/{action:str}",
-            _only(("retry", "cancel", "delete"), actions.job),
+            _either(
+                _only(("retry", "cancel", "delete"), actions.job),
+                _only(("run_now", "snooze", "edit"), dashboard.controls.job),
+            ),
             methods=["POST"],
         ),
         Route(
@@ -487,6 +493,11 @@ def asgi(
             methods=["POST"],
         ),
         Route("/limits", dashboard.limit_pages.limits, name="limits"),
+        Route(
+            "/limits/{action:str}",
+            _only(("set", "pause", "resume", "reset"), dashboard.controls.limit),
+            methods=["POST"],
+        ),
         Route("/workers", dashboard.workers, name="workers"),
         Route("/schedules", dashboard.schedules, name="schedules"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
@@ -516,3 +527,20 @@ def _only(
         return await endpoint(request)
 
     return guarded
+
+
+def _either(
+    first: Callable[[Request], Awaitable[Response]],
+    second: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """``first``, or ``second`` for the actions ``first`` does not know (a 404 from it)."""
+
+    async def either(request: Request) -> Response:
+        try:
+            return await first(request)
+        except HTTPException as error:
+            if error.status_code != 404 or not error.detail.startswith("no such action"):
+                raise
+        return await second(request)
+
+    return either
