@@ -432,12 +432,13 @@ def edit_arguments(
     def operation(conn: psycopg.Connection[Any]) -> None:
         with conn.transaction():
             row = queries.lock_pending_job(conn, job_id)
-            if row is None:
+            found = queries.get_job_status(conn, job_id) if row is None else None
+            status = row["status"] if row is not None else (found.value if found else None)
+            if status is None:
                 raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
-            if row["status"] != "pending":
-                started = "already started" if row["status"] == "running" else row["status"]
+            if row is None or status != "pending":
                 raise JobNotPendingError(
-                    f"job {job_id} is {row['status']} ({started}): only a pending job's"
+                    f"job {job_id} is {status} (already started): only a pending job's"
                     " arguments can be edited; nothing was changed"
                 )
             args_json, kwargs_json = _encoded(app, row["task_name"], args, kwargs)

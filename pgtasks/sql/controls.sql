@@ -179,3 +179,4 @@ SET args = %(args)s::jsonb, kwargs = %(kwargs)s::jsonb,
     updated_at = now()
 WHERE id = %(id)s AND status = 'pending'
 RETURNING id;
+

@@ -26,7 +26,7 @@ def states(app: App) -> dict[str, Any]:
 def job_row(admin_conn: Connection, app: App, job_id: int) -> dict[str, Any]:
     with admin_conn.cursor(row_factory=psycopg.rows.dict_row) as cursor:
         cursor.execute(
-            f'SELECT status, run_at, attempts, args, kwargs, limit_groups, limit_key'
+            f"SELECT status, run_at, attempts, args, kwargs, limit_groups, limit_key"
             f' FROM "{app.schema}".jobs WHERE id = %s',
             [job_id],
         )
@@ -173,7 +173,7 @@ def test_actions_on_a_job_that_is_not_pending_are_refused(
 
     job = now_task.delay()
     admin.execute(
-        f'UPDATE "{app.schema}".jobs SET status = \'running\', attempts = 1 WHERE id = %s',
+        f"UPDATE \"{app.schema}\".jobs SET status = 'running', attempts = 1 WHERE id = %s",
         [job.id],
     )
     refused = web.post(f"/jobs/{job.id}/edit", {"args": "[]"})
