@@ -93,12 +93,14 @@ def main(argv: list[str]) -> int:
         wait_for(live_workers, 60, "two workers")
         for _ in range(args.runs):
             jobs = [job.id for job in held.delay_many([{"seconds": 1.0} for _ in range(4)])]
-            wait_for(lambda: len(locked_at(jobs)) == 1, 30, "one job running")
+            wait_for(lambda jobs=jobs: len(locked_at(jobs)) == 1, 30, "one job running")
             time.sleep(0.2)  # the other workers' claims came back short: they wait
             before = clock()
             controls.set_limit(app, NAME, concurrency=4, actor="benchmark")
             claims = wait_for(
-                lambda: (found := locked_at(jobs)) and len(found) == 4 and found, 30, "4 running"
+                lambda jobs=jobs: (found := locked_at(jobs)) and len(found) == 4 and found,
+                30,
+                "4 running",
             )
             changes.append((max(claims) - before).total_seconds())
             controls.reset_limit(app, NAME, actor="benchmark")
@@ -106,7 +108,7 @@ def main(argv: list[str]) -> int:
             time.sleep(1.2)  # the held jobs end: idle workers
             before = clock()
             job = plain.delay()
-            claimed = wait_for(lambda: locked_at([job.id]), 30, "the plain job claimed")
+            claimed = wait_for(lambda job=job: locked_at([job.id]), 30, "the plain job claimed")
             references.append((claimed[0] - before).total_seconds())
     finally:
         for worker in workers:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pgtasks._app import admin
 from pgtasks import App
+from pgtasks._app import admin
 from pgtasks.celery import Celery, CeleryCompatibilityWarning, Task, chain, group, states
 from pgtasks.celery import _state as celery_state
 from pgtasks.celery.exceptions import (

@@ -19,11 +19,12 @@ import psycopg
 from pgtasks import App
 from pgtasks._app import admin, controls
 from pgtasks.web import asgi
+from tests.support.browser import browser, needs_chromium, page
 from tests.support.inprocess import DEFAULT_SETTINGS, Gates, running_worker
 from tests.support.web import Served
-from tests.web.test_browser import browser, page, pytestmark
 
-__all__ = ["browser", "page", "pytestmark"]
+__all__ = ["browser", "page"]
+pytestmark = needs_chromium
 
 Connection = psycopg.Connection[Any]
 
