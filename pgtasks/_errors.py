@@ -260,3 +260,8 @@ class LimitChangeError(PgTasksError, ValueError):
 class JobNotPendingError(PgTasksError):
     """An action for pending jobs met a job that is not pending (already started, or
     finished): nothing was changed."""
+
+
+class PoolChangeError(PgTasksError, ValueError):
+    """A worker's pool cannot be resized as asked (no such worker, beyond its bounds, a
+    worker that takes no resize): nothing was changed."""

@@ -20,13 +20,15 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import json
+import re
 import socket
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._errors import JobNotFoundError, JobNotPendingError, LimitChangeError
+from .._errors import JobNotFoundError, JobNotPendingError, LimitChangeError, PoolChangeError
 from .._limits import (
     RateLimit,
     check_concurrency,
@@ -492,3 +494,92 @@ def _limit_instances(
     fresh = [name for name in limits.instances(key) if name.startswith(prefix)]
     merged = sorted(set(kept) | set(fresh))
     return (merged or None), key
+
+
+# -- worker pools ---------------------------------------------------------------------------
+_WORKER_NAME = re.compile(r"^(?:pgtasks@[^\s]*:)?(\d{1,18})$")
+
+
+def parse_worker(text: str) -> int:
+    """A worker named by its id (``12``) or as ``pgtasks inspect`` names it
+    (``pgtasks@host:pid:12``)."""
+    match = _WORKER_NAME.match(text.strip())
+    if match is None:
+        raise PoolChangeError(
+            f"a worker is named by its id (`pgtasks workers` lists them) or as"
+            f" pgtasks@host:pid:id, got {text[:100]!r}"
+        )
+    return int(match[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolChange:
+    """A resize of a worker's pool: its slots before and after, and whether the worker
+    applied it within the wait (else it applies it at its next heartbeat)."""
+
+    worker_id: int
+    before: int
+    after: int
+    applied: bool
+
+    def describe(self) -> str:
+        state = "applied" if self.applied else "asked: the worker applies it at its next heartbeat"
+        return f"worker {self.worker_id}: pool {self.before} -> {self.after} ({state})"
+
+
+def resize_pool(
+    app: App, worker_id: int, delta: int, *, actor: str | None = None, wait: float | None = None
+) -> PoolChange:
+    """Grow (``delta`` > 0) or shrink the pool of thread and event-loop slots of the live
+    worker ``worker_id`` by ``delta``, within the bounds it started with
+    (``--min-concurrency``, ``--max-concurrency``); PoolChangeError otherwise. Waits up
+    to ``wait`` seconds (default two heartbeats) for the worker to apply it."""
+    if isinstance(delta, bool) or not isinstance(delta, int) or delta == 0:
+        raise PoolChangeError(f"grow or shrink the pool by a whole number of slots, got {delta!r}")
+    queries = app.queries
+    action = "pool_grow" if delta > 0 else "pool_shrink"
+
+    def request(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+        with conn.transaction():
+            row = queries.lock_worker_pool(conn, worker_id)
+            if row is None:
+                raise PoolChangeError(
+                    f"no live worker {worker_id} (`pgtasks workers` lists them); nothing changed"
+                )
+            low, high = row["concurrency_min"], row["concurrency_max"]
+            if low is None or high is None:
+                raise PoolChangeError(
+                    f"worker {worker_id} takes no pool resize (its jobs run in the process"
+                    " pool, or it runs a release before migration 0022); nothing changed"
+                )
+            current = int(row["concurrency_wanted"] or row["concurrency"])
+            size = current + delta
+            if not low <= size <= high:
+                raise PoolChangeError(
+                    f"worker {worker_id} runs {current} job slots: {size} is beyond the"
+                    f" bounds it started with, {low} to {high} (`pgtasks worker"
+                    " --min-concurrency/--max-concurrency`); nothing changed"
+                )
+            queries.want_worker_pool(conn, worker_id, size)
+            queries.insert_audit(
+                conn,
+                actor=actor or actor_here("api"),
+                action=action,
+                target=f"worker:{worker_id}",
+                before={"concurrency": current},
+                after={"concurrency": size},
+            )
+        return current, size
+
+    before, after = app.database.run(request)
+    deadline = time.monotonic() + (2 * app.heartbeat_interval + 1 if wait is None else wait)
+    applied = False
+    while True:
+        row = app.database.run(lambda conn: queries.lock_worker_pool(conn, worker_id))
+        applied = (
+            row is not None and row["concurrency"] == after and row["concurrency_wanted"] is None
+        )
+        if applied or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return PoolChange(worker_id, before, after, applied)

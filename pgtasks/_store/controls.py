@@ -130,3 +130,23 @@ class ControlQueries(QueriesBase):
             "limit_key": limit_key,
         }
         return bool(self._rows(conn, "edit_job_arguments", params))
+
+    # -- worker pools --
+    def set_worker_pool_bounds(
+        self, conn: psycopg.Connection[Any], worker_id: int, low: int, high: int
+    ) -> None:
+        self._rows(conn, "set_worker_pool_bounds", {"id": worker_id, "min": low, "max": high})
+
+    def lock_worker_pool(self, conn: psycopg.Connection[Any], worker_id: int) -> Row | None:
+        rows = self._rows(conn, "lock_worker_pool", {"id": worker_id})
+        return rows[0] if rows else None
+
+    def want_worker_pool(self, conn: psycopg.Connection[Any], worker_id: int, size: int) -> None:
+        self._rows(conn, "want_worker_pool", {"id": worker_id, "size": size})
+
+    def get_worker_pool_wanted(self, conn: psycopg.Connection[Any], worker_id: int) -> int | None:
+        rows = self._rows(conn, "get_worker_pool_wanted", {"id": worker_id})
+        return int(rows[0]["concurrency_wanted"]) if rows else None
+
+    def applied_worker_pool(self, conn: psycopg.Connection[Any], worker_id: int, size: int) -> None:
+        self._rows(conn, "applied_worker_pool", {"id": worker_id, "size": size})

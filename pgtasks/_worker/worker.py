@@ -47,6 +47,7 @@ from .healer import Healer
 from .ledger import JobLedger
 from .loop_failures import LoopFailures
 from .parts import LoopParts
+from .pool import PoolSize
 from .pruner import Pruner
 from .registration import Registration
 from .reporter import Reporter
@@ -149,6 +150,7 @@ class Worker(SettingsAttributes):
             concurrency=settings.concurrency,
             lease_timeout=settings.lease_timeout,
             task_names=lambda: sorted(self.app.tasks),
+            pool=PoolSize(settings, lambda: getattr(self, "_executor", None)),
         )
         self._reporter = Reporter(observers)
         #: Counters since start (read by tests and the demo).
@@ -249,10 +251,8 @@ class Worker(SettingsAttributes):
             self.wake(notified=True)
 
     def _limits_freed(self, payload: str) -> None:
-        """Another worker freed slots of limits (the listener's thread; the payload is
-        "<worker id>:<limit names>", or "changed:<name>" when an operator changed one; any
-        text a role may send): claim now when this worker waits for one of them. Its own
-        ends are claimed for in the round trip that wrote them."""
+        """A notification on the limits channel (the listener's thread; any text a role
+        may send): claim now when it calls for it (exchange.limits_notified)."""
         if self._exchanges.limits_notified(payload, self.worker_id):
             self._wake_event.set()
 

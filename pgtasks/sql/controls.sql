@@ -180,3 +180,33 @@ SET args = %(args)s::jsonb, kwargs = %(kwargs)s::jsonb,
 WHERE id = %(id)s AND status = 'pending'
 RETURNING id;
 
+
+-- name: set_worker_pool_bounds :exec
+-- The bounds of the worker %(id)s's pool (it starts with them; resizes stay within).
+UPDATE {schema}.workers
+SET concurrency_min = %(min)s, concurrency_max = %(max)s, concurrency_wanted = NULL
+WHERE id = %(id)s;
+
+-- name: lock_worker_pool :many
+-- The worker %(id)s's pool: its size, bounds and the size asked for, row-locked.
+SELECT id, hostname, pid, concurrency, concurrency_min, concurrency_max, concurrency_wanted
+FROM {schema}.workers
+WHERE id = %(id)s
+FOR UPDATE;
+
+-- name: want_worker_pool :exec
+-- Ask the worker %(id)s for a pool of %(size)s slots (it applies it at its next heartbeat).
+UPDATE {schema}.workers SET concurrency_wanted = %(size)s WHERE id = %(id)s;
+
+-- name: get_worker_pool_wanted :many
+-- The pool size asked of the worker %(id)s, if any (read at each heartbeat).
+SELECT concurrency_wanted FROM {schema}.workers
+WHERE id = %(id)s AND concurrency_wanted IS NOT NULL;
+
+-- name: applied_worker_pool :exec
+-- The worker %(id)s runs %(size)s slots now (the request is done).
+UPDATE {schema}.workers
+SET concurrency = %(size)s,
+    concurrency_wanted = CASE WHEN concurrency_wanted = %(size)s THEN NULL
+                              ELSE concurrency_wanted END
+WHERE id = %(id)s;

@@ -328,7 +328,13 @@ class Dashboard:
 
     async def workers(self, request: Request) -> Response:
         context = await run_in_threadpool(self.workers_context, self.reads(request))
-        return self.page(request, "workers.html", live=live_url(request, "/workers"), **context)
+        return self.page(
+            request,
+            "workers.html",
+            live=live_url(request, "/workers"),
+            message=message(request),
+            **context,
+        )
 
     async def schedules(self, request: Request) -> Response:
         now, statuses = await run_in_threadpool(read_schedules, self.app, self.reads(request))
@@ -499,6 +505,11 @@ def asgi(
             methods=["POST"],
         ),
         Route("/workers", dashboard.workers, name="workers"),
+        Route(
+            "/workers/{worker_id:str}/{action:str}",
+            _only(("pool_grow", "pool_shrink"), dashboard.controls.pool),
+            methods=["POST"],
+        ),
         Route("/schedules", dashboard.schedules, name="schedules"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -23,9 +23,10 @@ from .._errors import (
     LimitChangeError,
     LimitKeyError,
     PayloadError,
+    PoolChangeError,
 )
 from .._job_filter import FILTER_FIELDS
-from .requests import form_id, path_id
+from .requests import form_id, is_id, path_id
 from .security import credentials
 
 if TYPE_CHECKING:
@@ -142,6 +143,24 @@ class ControlActions:
                 + " (it may have started meanwhile): nothing was changed",
             )
         return actions.back(request, f"/jobs/{job_id}", done=operation.replace("_", "-"))
+
+    async def pool(self, request: Request) -> Response:
+        """Grow or shrink a live worker's pool by one slot (the workers page), within the
+        bounds it started with; the worker applies it at its next heartbeat."""
+        actions = self.dashboard.actions
+        await actions.form(request)
+        text = request.path_params["worker_id"]
+        if not is_id(text):
+            raise HTTPException(404, f"no worker {text[:40]!r}: worker ids are positive integers")
+        delta = 1 if request.path_params["action"] == "pool_grow" else -1
+        who = actor(request, self.dashboard)
+        try:
+            await run_in_threadpool(
+                lambda: controls.resize_pool(self.app, int(text), delta, actor=who, wait=0)
+            )
+        except PoolChangeError as error:
+            raise HTTPException(409, str(error)) from None
+        return actions.back(request, "/workers", done="pool-resized")
 
     def _act(
         self, operation: str, ids: list[int], form: dict[str, str], who: str

@@ -49,6 +49,9 @@ MESSAGES = {
     "edited": "Arguments saved: the job runs with them.",
     "selected-run-now": "Made {count} selected job(s) due now; {refused} were not pending later.",
     "selected-snooze": "Snoozed {count} selected job(s); {refused} were not pending.",
+    "pool-resized": (
+        "Pool size asked: the worker applies it at its next heartbeat (Busy shows its size)."
+    ),
 }
 #: Which job statuses a page about the jobs list links to, in life-cycle order.
 TAB_STATUSES = STATUSES

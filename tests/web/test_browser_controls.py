@@ -162,3 +162,30 @@ def test_ticked_scheduled_jobs_are_run_now_after_the_question(
     ]
     audited = sorted(int(row["target"][4:]) for row in controls.read_audit(app))
     assert audited == sorted(job.id for job in jobs[:2])
+
+
+def test_a_worker_pool_is_shrunk_and_grown_from_the_workers_page_within_its_bounds(
+    app: App, serve: Callable[..., Served], page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    served = serve(asgi(app))
+    with running_worker(app, concurrency=2) as worker:
+        busy = page.locator(f'[data-pool="{worker.worker_id}"]').locator("xpath=..")
+        page.goto(f"{served.url}/workers")
+        expect(busy).to_contain_text("0/2")
+        page.click(f'[data-pool="{worker.worker_id}"] button[title="one job slot less"]')
+        expect(page.locator(".message")).to_contain_text("Pool size asked")
+        expect(busy).to_contain_text("0/1")  # applied at a heartbeat, shown live
+        assert worker._executor.concurrency == 1
+        page.click(f'[data-pool="{worker.worker_id}"] button[title="one job slot more"]')
+        expect(busy).to_contain_text("0/2")
+        # Past the bounds it started with (1 to its concurrency, 2): refused, saying so.
+        page.click(f'[data-pool="{worker.worker_id}"] button[title="one job slot more"]')
+        expect(page.locator("main")).to_contain_text(
+            "3 is beyond the bounds it started with, 1 to 2"
+        )
+    assert [row["action"] for row in controls.read_audit(app, prefix="worker:")] == [
+        "pool_grow",
+        "pool_shrink",
+    ]

@@ -73,3 +73,11 @@ $$;
 CREATE TRIGGER jobs_runtime_limits BEFORE INSERT ON {schema}.jobs
     FOR EACH ROW EXECUTE FUNCTION {schema}.stamp_runtime_limits();
 ALTER TABLE {schema}.jobs DISABLE TRIGGER jobs_runtime_limits;
+
+-- A worker's pool of thread and event-loop slots resized at runtime (`pgtasks control
+-- pool_grow|pool_shrink`): the bounds it started with, and the size an operator asked
+-- for until the worker applies it (NULL then; NULL bounds: a worker that takes no resize).
+ALTER TABLE {schema}.workers
+    ADD COLUMN concurrency_min    integer,
+    ADD COLUMN concurrency_max    integer,
+    ADD COLUMN concurrency_wanted integer;
