@@ -54,7 +54,7 @@ WITH removed AS (
 SELECT count(*) AS removed FROM removed;
 
 -- name: stamp_limit_jobs :one
--- The pending and running jobs of a task (``task``) or queue (``queue``) count in the
+-- The unfinished jobs of a task (``task``) or queue (``queue``) count in the
 -- limit ``name`` from now on (a limit the app does not declare: their rows did not name
 -- it). Row locks are waited for: a job being claimed is stamped once its claim commits.
 WITH stamped AS (
@@ -62,7 +62,7 @@ WITH stamped AS (
     SET limit_groups = ARRAY(
         SELECT DISTINCT g FROM unnest(coalesce(jobs.limit_groups, ARRAY[]::text[])
                                       || ARRAY[%(name)s::text]) AS g ORDER BY 1)
-    WHERE jobs.status IN ('pending', 'running')
+    WHERE jobs.status IN ('waiting', 'pending', 'running')
       AND (jobs.task_name = %(task)s OR jobs.queue = %(queue)s)
       AND NOT coalesce(%(name)s::text = ANY(jobs.limit_groups), false)
       AND coalesce(cardinality(jobs.limit_groups), 0) < 8
@@ -71,12 +71,12 @@ WITH stamped AS (
 SELECT count(*) AS stamped FROM stamped;
 
 -- name: unstamp_limit_jobs :one
--- The pending jobs no longer count in the removed limit ``name``.
+-- The jobs not started no longer count in the removed limit ``name``.
 WITH unstamped AS (
     UPDATE {schema}.jobs AS jobs
     SET limit_groups = CASE WHEN cardinality(array_remove(jobs.limit_groups, %(name)s::text)) > 0
                             THEN array_remove(jobs.limit_groups, %(name)s::text) END
-    WHERE jobs.status = 'pending' AND jobs.limit_groups IS NOT NULL
+    WHERE jobs.status IN ('waiting', 'pending') AND jobs.limit_groups IS NOT NULL
       AND %(name)s::text = ANY(jobs.limit_groups)
     RETURNING jobs.id
 )

@@ -39,6 +39,7 @@ def env(
     probe.close()
 
 
+@pytest.mark.timeout(180)  # a worker and three CLI processes on a loaded machine
 def test_a_worker_pool_grows_and_shrinks_within_its_bounds(
     env: tuple[App, LimitTasks, Processes, Probe], dsn: str
 ) -> None:

@@ -90,6 +90,7 @@ def env(make_app: Callable[..., App], dsn: str, tmp_path: Path) -> Iterator[Env]
     limits_env.probe.close()
 
 
+@pytest.mark.timeout(240)  # four workers and CLI processes on a loaded machine
 def test_a_concurrency_limit_raised_then_lowered_under_load_is_never_exceeded(env: Env) -> None:
     task = env.tasks.per_task.name  # declared with concurrency=3
     count = 60
@@ -120,6 +121,7 @@ def test_a_concurrency_limit_raised_then_lowered_under_load_is_never_exceeded(en
     assert reset.stdout.strip() == f"task:{task}: concurrency=2 rate=- -> concurrency=3 rate=-"
 
 
+@pytest.mark.timeout(240)  # four workers and CLI processes on a loaded machine
 def test_a_limit_set_on_a_task_that_declares_none_holds_for_its_waiting_and_new_jobs(
     env: Env,
 ) -> None:

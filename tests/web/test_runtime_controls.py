@@ -110,6 +110,12 @@ def test_runtime_controls_need_the_token_and_are_refused_read_only(
     assert read_only.post("/limits/set", {"name": "task:x", "rate": "1/s"}).status_code == 403
     assert read_only.post(f"/jobs/{job.id}/run_now", {}).status_code == 403
     assert read_only.post(f"/jobs/{job.id}/edit", {"args": "[]"}).status_code == 403
+    assert read_only.post("/workers/1/pool_grow", {}).status_code == 403
+    assert web.post("/workers/1/pool_grow", {}, csrf=False).status_code == 403
+    assert web.post("/workers/x/pool_grow", {}).status_code == 404
+    assert web.post("/workers/1/pool_drop", {}).status_code == 404
+    missing = web.post("/workers/424242/pool_grow", {})
+    assert missing.status_code == 409 and "no live worker 424242" in missing.text
     assert 'id="change-limit"' not in read_only.get("/limits").text
     page = read_only.get(f"/jobs/{job.id}").text
     assert 'id="run-now"' not in page and 'id="edit-arguments"' not in page
