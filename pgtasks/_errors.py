@@ -30,6 +30,9 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     ├── UniquenessError (+ ValueError)                 bad unique_while/unique_for/key
     ├── UniqueKeyTakenError                            retry refused: an active job holds the key
     ├── JobNotFoundError (+ LookupError)               no job with that id
+    ├── JobNotPendingError            run now/snooze/edit refused: the job started or finished
+    ├── LimitChangeError (+ ValueError)                a runtime limit change refused
+    ├── PoolChangeError (+ ValueError)                 a worker pool resize refused
     ├── LeaseLostError                ctx.update_meta()/set_progress(): the attempt lost the job
     ├── WorkerLostError               recorded (never raised): an attempt's worker was lost
     ├── WorkflowError (+ ValueError)                   a chain/group/chord built wrongly

@@ -220,7 +220,7 @@ def _change(
                     jobs = queries.unstamp_limit_jobs(conn, name)
                     if queries.count_runtime_limits(conn) == 0:
                         queries.set_step_lock_timeout(conn, LOCK_TIMEOUT)
-                        queries.set_runtime_limits_trigger(conn, False)
+                        queries.disable_runtime_limits_trigger(conn)
             else:
                 written = queries.write_limit(conn, name, values, actor)
                 if not written["declared"]:
@@ -238,10 +238,10 @@ def _change(
 def _stamp(app: App, conn: psycopg.Connection[Any], name: str) -> int:
     """New, pending and running jobs of the limit's task or queue count in it."""
     queries = app.queries
-    if not queries.runtime_limits_trigger(conn):
+    if not queries.get_runtime_limits_trigger(conn):
         queries.set_step_lock_timeout(conn, LOCK_TIMEOUT)
         try:
-            queries.set_runtime_limits_trigger(conn, True)
+            queries.enable_runtime_limits_trigger(conn)
         except psycopg.errors.LockNotAvailable:
             raise LimitChangeError(
                 f"{name}: the jobs table stayed locked for {LOCK_TIMEOUT:g} s (a long"

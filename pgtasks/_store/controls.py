@@ -47,14 +47,16 @@ class ControlQueries(QueriesBase):
     def count_runtime_limits(self, conn: psycopg.Connection[Any]) -> int:
         return int(self._rows(conn, "count_runtime_limits", None)[0]["runtime"])
 
-    def runtime_limits_trigger(self, conn: psycopg.Connection[Any]) -> bool:
+    def get_runtime_limits_trigger(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether new jobs are stamped with limits the app does not declare."""
         rows = self._rows(conn, "get_runtime_limits_trigger", {"schema": self.schema})
         return bool(rows[0]["enabled"])
 
-    def set_runtime_limits_trigger(self, conn: psycopg.Connection[Any], enabled: bool) -> None:
-        name = "enable_runtime_limits_trigger" if enabled else "disable_runtime_limits_trigger"
-        self._rows(conn, name, None)
+    def enable_runtime_limits_trigger(self, conn: psycopg.Connection[Any]) -> None:
+        self._rows(conn, "enable_runtime_limits_trigger", None)
+
+    def disable_runtime_limits_trigger(self, conn: psycopg.Connection[Any]) -> None:
+        self._rows(conn, "disable_runtime_limits_trigger", None)
 
     def notify_limits_changed(self, conn: psycopg.Connection[Any], name: str) -> None:
         self._rows(conn, "notify_limits_changed", {"name": name})

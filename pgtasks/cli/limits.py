@@ -144,7 +144,14 @@ def reset_limit(app_path: str, name: str, as_json: bool) -> None:
 @limits.command("audit")
 @app_option
 @click.option("--name", default=None, help="Only the changes of this limit.")
-@click.option("--last", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--last",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    metavar="N",
+    help="How many changes, the newest first.",
+)
 @json_option
 def audit(app_path: str, name: str | None, last: int, as_json: bool) -> None:
     """The last changes of limits: when, who, what, the values before and after."""

@@ -153,4 +153,4 @@ def test_a_limit_set_on_a_task_that_declares_none_holds_for_its_waiting_and_new_
     rows = env.probe.rows("SELECT limit_groups FROM {schema}.jobs WHERE id = %s", [job.id])
     assert rows == [{"limit_groups": None}]
     with env.app.connection() as conn:
-        assert env.app.queries.runtime_limits_trigger(conn) is False
+        assert env.app.queries.get_runtime_limits_trigger(conn) is False

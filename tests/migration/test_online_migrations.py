@@ -102,7 +102,7 @@ def test_upgrading_a_populated_schema_online_ends_at_the_committed_snapshot(
     with psycopg.connect(dsn, autocommit=True) as conn:
         applied = Migrator(Queries(schema)).migrate(conn)
 
-    assert [m.version for m in applied] == list(range(start + 1, len(load_migrations()) + 1))
+    assert [m.version for m in applied] == [m.version for m in load_migrations()[start:]]
     assert describe_schema(admin, schema) == (ROOT / "tests" / "schema.sql").read_text()
     assert steps_recorded(admin, schema) == []
     invalid = admin.execute(
@@ -152,7 +152,7 @@ def test_each_transactional_step_takes_the_locks_the_plan_names(
                 continue
             expected: dict[str, str] = {}
             with conn.transaction():
-                planned_statements = plan[(version, step.number)]
+                planned_statements = plan[(migration.version, step.number)]
                 for text, planned in zip(step.statements, planned_statements, strict=True):
                     store.run_migration_sql(conn, text)
                     for lock in planned.locks:

@@ -15,8 +15,9 @@
 --   0 as "no room"); resume restores what applied before.
 -- * audit_log: who did what to which limit or job, when, and the values before and after.
 --
--- Online: one transaction of catalog changes on the small limits table, a new table and a
--- disabled trigger (the jobs table's lock is taken for a catalog change only).
+-- Online: one transaction of catalog changes on the small limits and workers tables, a new
+-- table and a disabled trigger (the jobs table's lock is taken for a catalog change only),
+-- then a step that validates the limits' new check (it reads that small table).
 
 -- pgtasks:step transaction
 ALTER TABLE {schema}.limits
@@ -34,10 +35,11 @@ UPDATE {schema}.limits
 SET declared_concurrency = concurrency, declared_rate_count = rate_count,
     declared_rate_period = rate_period, declared_burst = burst;
 
--- 0 is a paused limit's concurrency.
+-- 0 is a paused limit's concurrency (the check is validated in the last step).
 ALTER TABLE {schema}.limits DROP CONSTRAINT IF EXISTS limits_concurrency_check;
 ALTER TABLE {schema}.limits
-    ADD CONSTRAINT limits_concurrency_check CHECK (concurrency IS NULL OR concurrency >= 0);
+    ADD CONSTRAINT limits_concurrency_check CHECK (concurrency IS NULL OR concurrency >= 0)
+    NOT VALID;
 
 CREATE TABLE {schema}.audit_log (
     id     bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -81,3 +83,6 @@ ALTER TABLE {schema}.workers
     ADD COLUMN concurrency_min    integer,
     ADD COLUMN concurrency_max    integer,
     ADD COLUMN concurrency_wanted integer;
+
+-- pgtasks:step transaction
+ALTER TABLE {schema}.limits VALIDATE CONSTRAINT limits_concurrency_check;
