@@ -18,6 +18,7 @@ left alone (counted as refused, ``JobNotPendingError`` for one job).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import getpass
 import json
 import re
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._errors import JobNotFoundError, JobNotPendingError, LimitChangeError, PoolChangeError
+from .._job_filter import JobFilter
 from .._limits import (
     RateLimit,
     check_concurrency,
@@ -51,13 +53,8 @@ MAX_SNOOZE = 10 * 365 * 86400.0
 MAX_JOBS = 10_000
 
 
-class _Unset:
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
 #: A value left as it is.
-UNSET: Any = _Unset()
+UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
 
 
 def actor_here(via: str) -> str:
@@ -396,6 +393,24 @@ def run_now(app: App, ids: Iterable[int], *, actor: str | None = None) -> JobsAc
     become due now; no attempt is spent. The others are left (``refused``)."""
     found = _job_ids(ids)
     return _act(app, "run_now", found, actor or actor_here("api"), app.queries.run_jobs_now)
+
+
+def run_now_matching(app: App, job_filter: JobFilter, *, actor: str | None = None) -> int:
+    """Every pending job scheduled later that ``job_filter`` matches becomes due now, in
+    committed batches of MAX_JOBS (as :func:`run_now`); how many."""
+    count, ids = 0, [0]
+    while True:
+        ids = app.database.run(
+            functools.partial(
+                app.queries.get_filtered_scheduled_ids,
+                job_filter=job_filter,
+                after=ids[-1],
+                limit=MAX_JOBS,
+            )
+        )
+        if not ids:
+            return count
+        count += len(run_now(app, ids, actor=actor).done)
 
 
 def snooze(app: App, ids: Iterable[int], seconds: float, *, actor: str | None = None) -> JobsAction:

@@ -10,7 +10,9 @@ from typing import Any
 
 import psycopg
 
+from .._job_filter import JobFilter
 from .base import QueriesBase, Row
+from .web import _filter_params
 
 
 class ControlQueries(QueriesBase):
@@ -152,3 +154,10 @@ class ControlQueries(QueriesBase):
 
     def applied_worker_pool(self, conn: psycopg.Connection[Any], worker_id: int, size: int) -> None:
         self._rows(conn, "applied_worker_pool", {"id": worker_id, "size": size})
+
+    def get_filtered_scheduled_ids(
+        self, conn: psycopg.Connection[Any], job_filter: JobFilter, *, after: int, limit: int
+    ) -> list[int]:
+        """Ids of pending jobs scheduled later matching the filter, above ``after``."""
+        params = {**_filter_params(job_filter), "after": after, "limit": limit}
+        return [int(row["id"]) for row in self._rows(conn, "get_filtered_scheduled_ids", params)]

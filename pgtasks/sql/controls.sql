@@ -210,3 +210,20 @@ SET concurrency = %(size)s,
     concurrency_wanted = CASE WHEN concurrency_wanted = %(size)s THEN NULL
                               ELSE concurrency_wanted END
 WHERE id = %(id)s;
+
+-- name: get_filtered_scheduled_ids :many
+-- Up to %(limit)s ids above %(after)s of pending jobs scheduled later that match the
+-- filter (as cancel_filtered_jobs reads it), by id: what "run now all matching" makes due.
+SELECT id
+FROM {schema}.jobs
+WHERE status = 'pending' AND run_at > now() AND id > %(after)s
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  AND (%(due)s::boolean IS NULL OR %(due)s::boolean = false)
+ORDER BY id
+LIMIT %(limit)s::int;

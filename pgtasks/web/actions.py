@@ -148,6 +148,9 @@ class Actions:
                 400, "a bulk action needs a filter (e.g. status=failed): refusing every job"
             )
         query = job_filter.as_query()
+        if request.path_params["action"] == "run_now":  # runtime controls (controls.py)
+            count = await self.dashboard.controls.run_now_matching(request, job_filter)
+            return self.back(request, "/jobs", **query, done="bulk-run-now", count=count)
         if request.path_params["action"] == "retry":
             try:
                 ids = await run_in_threadpool(admin.retry_matching, self.app, job_filter)

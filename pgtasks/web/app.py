@@ -474,7 +474,7 @@ def asgi(
         Route("/jobs/selected", actions.selected, methods=["POST"]),
         Route(
             "/jobs/bulk/{action:str}",
-            _only(("retry", "cancel"), actions.bulk),
+            _only(("retry", "cancel", "run_now"), actions.bulk),
             methods=["POST"],
         ),
         Route("/jobs/{job_id:str}", dashboard.job, name="job"),

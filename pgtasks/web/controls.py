@@ -25,7 +25,7 @@ from .._errors import (
     PayloadError,
     PoolChangeError,
 )
-from .._job_filter import FILTER_FIELDS
+from .._job_filter import FILTER_FIELDS, JobFilter
 from .requests import form_id, is_id, path_id
 from .security import credentials
 
@@ -161,6 +161,13 @@ class ControlActions:
         except PoolChangeError as error:
             raise HTTPException(409, str(error)) from None
         return actions.back(request, "/workers", done="pool-resized")
+
+    async def run_now_matching(self, request: Request, job_filter: JobFilter) -> int:
+        """Make every pending job scheduled later that the filter matches due now."""
+        who = actor(request, self.dashboard)
+        return await run_in_threadpool(
+            lambda: controls.run_now_matching(self.app, job_filter, actor=who)
+        )
 
     def _act(
         self, operation: str, ids: list[int], form: dict[str, str], who: str

@@ -214,3 +214,32 @@ def test_the_ticked_jobs_are_run_now_or_snoozed_with_counts(
         assert job_row(admin, app, job.id)["run_at"] > datetime.now(timezone.utc) + timedelta(
             minutes=50
         )
+
+
+def test_run_now_all_scheduled_matching_a_filter_counts_the_jobs_it_made_due(
+    web: Client, app: App, admin: Connection
+) -> None:
+    @app.task(name="mail.weekly", queue="weekly")
+    def weekly(n: int) -> None: ...
+
+    @app.task(name="mail.other", queue="other")
+    def other() -> None: ...
+
+    later = [weekly.apply_async(args=[n], countdown=600) for n in range(3)]
+    due = weekly.delay(9)
+    elsewhere = other.apply_async(countdown=600)
+    page = web.get("/jobs?queue=weekly").text
+    assert 'id="run-now-matching"' in page
+    response = web.post("/jobs/bulk/run_now", {"queue": "weekly"})
+    assert response.status_code == 303
+    assert response.headers["location"] == "/jobs?queue=weekly&done=bulk-run-now&count=3"
+    assert (
+        "Made 3 pending job(s) scheduled later due now."
+        in web.get(response.headers["location"]).text
+    )
+    now = datetime.now(timezone.utc)
+    assert all(job_row(admin, app, job.id)["run_at"] <= now for job in [*later, due])
+    assert job_row(admin, app, elsewhere.id)["run_at"] > now + timedelta(minutes=5)
+    assert web.post("/jobs/bulk/run_now", {}).status_code == 400  # never without a filter
+    audited = sorted(int(row["target"][4:]) for row in controls.read_audit(app))
+    assert audited == sorted(job.id for job in later)
