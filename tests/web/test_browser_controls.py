@@ -163,6 +163,18 @@ def test_ticked_scheduled_jobs_are_run_now_after_the_question(
     audited = sorted(int(row["target"][4:]) for row in controls.read_audit(app))
     assert audited == sorted(job.id for job in jobs[:2])
 
+    # Snooze the ticked ones, then bring every scheduled job of the filter forward.
+    for job in jobs:
+        page.check(f'input[name="id"][value="{job.id}"]')
+    page.click("#snooze-selected")
+    expect(page.locator(".message")).to_have_text("Snoozed 3 selected job(s); 0 were not pending.")
+    assert questions[-1] == "Snooze 3 selected pending job(s) by 1 hour?"
+    page.click("#run-now-matching")
+    expect(page.locator(".message")).to_have_text("Made 3 pending job(s) scheduled later due now.")
+    assert questions[-1] == (
+        "Make every pending job scheduled later that this filter selects due now?"
+    )
+
 
 def test_a_worker_pool_is_shrunk_and_grown_from_the_workers_page_within_its_bounds(
     app: App, serve: Callable[..., Served], page: Any
