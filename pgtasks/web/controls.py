@@ -162,6 +162,24 @@ class ControlActions:
             raise HTTPException(409, str(error)) from None
         return actions.back(request, "/workers", done="pool-resized")
 
+    async def audit(
+        self, request: Request, action: str, targets: list[str], after: Any = None
+    ) -> None:
+        """Record an action of the older buttons (retry) in the audit log, one row per
+        target (a job, or ``jobs:<filter>`` for a bulk action)."""
+        who = actor(request, self.dashboard)
+        queries = self.app.queries
+
+        def write(conn: Any) -> None:
+            with conn.transaction():
+                for target in targets:
+                    queries.insert_audit(
+                        conn, actor=who, action=action, target=target, before=None, after=after
+                    )
+
+        if targets:
+            await run_in_threadpool(self.app.database.run, write)
+
     async def run_now_matching(self, request: Request, job_filter: JobFilter) -> int:
         """Make every pending job scheduled later that the filter matches due now."""
         who = actor(request, self.dashboard)

@@ -14,6 +14,7 @@ import psycopg
 
 from pgtasks import App
 from pgtasks._app import admin, controls
+from tests.support.population import insert_job
 from tests.support.web import Client
 
 Connection = psycopg.Connection[Any]
@@ -243,3 +244,18 @@ def test_run_now_all_scheduled_matching_a_filter_counts_the_jobs_it_made_due(
     assert web.post("/jobs/bulk/run_now", {}).status_code == 400  # never without a filter
     audited = sorted(int(row["target"][4:]) for row in controls.read_audit(app))
     assert audited == sorted(job.id for job in later)
+
+
+def test_retries_from_the_dashboard_are_audited(web: Client, app: App, admin: Connection) -> None:
+    failed = [insert_job(admin, app, status="failed", task="mail.flaky") for _ in range(3)]
+    assert web.post(f"/jobs/{failed[0]}/retry", {}).status_code == 303
+    ids = [str(failed[1])]
+    assert web.post("/jobs/selected", {"action": "retry", "id": ids}).status_code == 303  # type: ignore[dict-item]
+    assert web.post("/jobs/bulk/retry", {"task": "mail.flaky"}).status_code == 303
+    rows = controls.read_audit(app)
+    assert [(row["action"], row["target"]) for row in rows] == [
+        ("retry", "jobs:task=mail.flaky"),
+        ("retry", f"job:{failed[1]}"),
+        ("retry", f"job:{failed[0]}"),
+    ]
+    assert rows[0]["after"] == {"jobs": 1} and rows[0]["actor"] == "dashboard:anonymous@127.0.0.1"
