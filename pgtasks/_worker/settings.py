@@ -116,6 +116,7 @@ class WorkerSettings:
         store: str | None = None,
         min_concurrency: int | None = None,
         max_concurrency: int | None = None,
+        job_logs: bool = True,
     ) -> WorkerSettings:
         """The settings of ``Worker(app, ...)``'s keywords: an interval not given is the
         App's; queue names are stripped, blank ones dropped."""
@@ -131,6 +132,7 @@ class WorkerSettings:
             max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child,
             loop_lag_threshold=loop_lag_threshold,
+            job_logs=job_logs,
         )
         return cls(
             executor=executor,

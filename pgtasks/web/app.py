@@ -70,9 +70,6 @@ from .reads import (
 from .reads import (
     schedules as read_schedules,
 )
-from .reads import (
-    workers as read_workers,
-)
 from .rendering import environment
 from .requests import (
     base_path,
@@ -93,6 +90,7 @@ from .security import (
     csrf_token,
 )
 from .stores import home_of, mount_stores, store_links, store_names, summaries
+from .where import workers_page
 from .workflow_pages import WorkflowPages
 
 if TYPE_CHECKING:
@@ -271,8 +269,7 @@ class Dashboard:
         }
 
     def workers_context(self, db: DashboardDatabase | None = None) -> dict[str, Any]:
-        now, infos = read_workers(self.app, db or self.db)
-        return {"now": now, "workers": infos, "lease": self.app.lease_timeout}
+        return {**workers_page(self.app, db or self.db), "lease": self.app.lease_timeout}
 
     # -- pages --
     async def overview(self, request: Request) -> Response:
@@ -481,7 +478,7 @@ def asgi(
         Route(
             "/jobs/{job_id:str}/{action:str}",
             _either(
-                _only(("retry", "cancel", "delete"), actions.job),
+                _only(("retry", "cancel", "delete", "terminate"), actions.job),
                 _only(("run_now", "snooze", "edit"), dashboard.controls.job),
             ),
             methods=["POST"],
@@ -510,6 +507,7 @@ def asgi(
             _only(("pool_grow", "pool_shrink"), dashboard.controls.pool),
             methods=["POST"],
         ),
+        Route("/hosts/{action:str}", _only(("pause", "resume"), actions.host), methods=["POST"]),
         Route("/schedules", dashboard.schedules, name="schedules"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
