@@ -427,16 +427,8 @@ def test_job_logs_benchmark_runs_end_to_end(own_database: str) -> None:
 def test_limit_changes_benchmark_prints_the_propagation_and_its_reference(
     own_database: str,
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--limit-changes", "--quick", "--dsn", own_database],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=230,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = result.stdout.splitlines()
+    stdout = run_benchmark("benchmarks --limit-changes --quick", dsn=own_database, timeout=230)
+    lines = stdout.splitlines()
     for figure in ("limit raised 1 -> 4", "reference: a plain job's enqueue to its claim"):
         line = next((line for line in lines if line.startswith(figure)), None)
-        assert line is not None and "median" in line and "3 rounds" in line, result.stdout
+        assert line is not None and "median" in line and "3 rounds" in line, stdout
