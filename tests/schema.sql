@@ -32,6 +32,13 @@ column all_jobs.next_ids bigint[]
 column all_jobs.prev_ids bigint[]
 column all_jobs.waiting_for integer
 column all_jobs.input_mode text
+column audit_log.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
+column audit_log.at timestamp with time zone NOT NULL DEFAULT now()
+column audit_log.actor text NOT NULL
+column audit_log.action text NOT NULL
+column audit_log.target text NOT NULL
+column audit_log.before jsonb
+column audit_log.after jsonb
 column counters.name text NOT NULL
 column counters.value bigint NOT NULL
 column instance.singleton boolean NOT NULL DEFAULT true
@@ -262,6 +269,15 @@ column limits.burst double precision NOT NULL DEFAULT 1
 column limits.tokens double precision NOT NULL DEFAULT 1
 column limits.refilled_at timestamp with time zone NOT NULL DEFAULT now()
 column limits.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column limits.declared boolean NOT NULL DEFAULT true
+column limits.declared_concurrency integer
+column limits.declared_rate_count integer
+column limits.declared_rate_period double precision
+column limits.declared_burst double precision
+column limits.overridden_by text
+column limits.overridden_at timestamp with time zone
+column limits.paused_concurrency integer
+column limits.paused boolean NOT NULL DEFAULT false
 column migration_steps.version integer NOT NULL
 column migration_steps.step integer NOT NULL
 column migration_steps.applied_at timestamp with time zone NOT NULL DEFAULT now()
@@ -292,6 +308,9 @@ column workers.concurrency integer NOT NULL
 column workers.started_at timestamp with time zone NOT NULL DEFAULT now()
 column workers.heartbeat_at timestamp with time zone NOT NULL DEFAULT now()
 column workers.task_names text[]
+column workers.concurrency_min integer
+column workers.concurrency_max integer
+column workers.concurrency_wanted integer
 column workflow_incidents.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
 column workflow_incidents.kind text NOT NULL
 column workflow_incidents.workflow_id bigint
@@ -308,6 +327,7 @@ column workflows.created_at timestamp with time zone NOT NULL DEFAULT now()
 column workflows.on_error jsonb
 column workflows.error_job_id bigint
 column workflows.shape text
+constraint audit_log.audit_log_pkey PRIMARY KEY (id)
 constraint instance.instance_pkey PRIMARY KEY (singleton)
 constraint instance.instance_singleton_check CHECK (singleton)
 constraint instance.instance_store_no_check CHECK (((store_no >= 0) AND (store_no <= 32766)))
@@ -330,7 +350,7 @@ constraint jobs_history_failed.jobs_history_forget_key TRIGGER DEFERRABLE INITIA
 constraint jobs_history_failed_default.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint limits.limits_burst_check CHECK ((burst >= (1)::double precision))
 constraint limits.limits_burst_range_check CHECK (((burst >= (1)::double precision) AND (burst <= ('1000000000'::numeric)::double precision)))
-constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 1)))
+constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 0)))
 constraint limits.limits_pkey PRIMARY KEY (name)
 constraint limits.limits_rate_count_check CHECK (((rate_count IS NULL) OR (rate_count >= 1)))
 constraint limits.limits_rate_period_check CHECK (((rate_period IS NULL) OR (rate_period > (0)::double precision)))
@@ -349,6 +369,8 @@ constraint workflow_incidents.workflow_incidents_kind_check CHECK ((kind = ANY (
 constraint workflow_incidents.workflow_incidents_pkey PRIMARY KEY (id)
 constraint workflows.workflows_kind_check CHECK ((kind = ANY (ARRAY['chain'::text, 'group'::text, 'chord'::text])))
 constraint workflows.workflows_pkey PRIMARY KEY (id)
+index CREATE UNIQUE INDEX audit_log_pkey ON {schema}.audit_log USING btree (id)
+index CREATE INDEX audit_log_target_idx ON {schema}.audit_log USING btree (target, id)
 index CREATE UNIQUE INDEX instance_pkey ON {schema}.instance USING btree (singleton)
 index CREATE INDEX job_events_created_idx ON {schema}.job_events USING btree (created_at)
 index CREATE INDEX job_events_key_idx ON {schema}.job_events USING btree (key, id)
@@ -414,6 +436,7 @@ trigger CREATE TRIGGER jobs_move_finished AFTER UPDATE OF status ON {schema}.job
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_register_key AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.idempotency_key IS NOT NULL) OR (new.unique_window IS NOT NULL))) EXECUTE FUNCTION {schema}.register_job_key()
 trigger CREATE TRIGGER jobs_relative_deadline BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN ((new.meta ? 'pgtasks.expires_in'::text)) EXECUTE FUNCTION {schema}.relative_deadline()
+trigger CREATE TRIGGER jobs_runtime_limits BEFORE INSERT ON {schema}.jobs FOR EACH ROW EXECUTE FUNCTION {schema}.stamp_runtime_limits()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
@@ -447,6 +470,7 @@ function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadline() a2b47d73acba0a98cce270a75055775a
+function stamp_runtime_limits() df703acac8ae7a08c195b964ae0564f8
 function workflow_abort_reason() 208b90ca51774d27d8b9af0a7740220e
 function workflow_cancel_downstream() b21651f2eda9aac40c1faceaa0347870
 function workflow_heal_step() ddd7208eb042acc4598e899aca93e7f8

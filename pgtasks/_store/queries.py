@@ -27,6 +27,7 @@ from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
 from .base import QueriesBase, Row
 from .base import notification_channel as notification_channel
 from .claims import ClaimQueries
+from .controls import ControlQueries
 from .doctor import DoctorQueries
 from .durable import DurableQueries
 from .history import HistoryQueries
@@ -43,6 +44,7 @@ from .workflows import WorkflowQueries
 class Queries(
     InsertQueries,
     ClaimQueries,
+    ControlQueries,
     DoctorQueries,
     DurableQueries,
     HistoryQueries,

@@ -94,6 +94,17 @@ class LimitedClaims:
         self._reset_at = time.monotonic()
         self.retry_at = 0.0
 
+    def changed(self) -> None:
+        """An operator changed, paused or reset a limit: some limit is stored now, and
+        the next claim asks for limited jobs at once (a raised limit is used without
+        waiting for a poll interval). Any thread."""
+        self.stored = True
+        if self.failures:
+            return  # a failing claim keeps its backoff
+        self._reset_at = time.monotonic()
+        self.retry_at = 0.0
+        self.wake_at = time.monotonic()
+
     def freed(self, names: Iterable[str]) -> bool:
         """A notification: slots of the limits ``names`` were freed by another worker.
         True when this worker waits for one of them (it should claim now). Any thread."""

@@ -250,6 +250,9 @@ class ListenerCalls:
     paused: Callable[[frozenset[str]], None]
     poll_cancellations: Callable[[psycopg.Connection[Any]], None]
     limits_freed: Callable[[str], None] | None = None
+    #: Whether the worker claims limited jobs; while it does not, the listener looks for
+    #: a stored limit at each read of the paused queues (a missed "changed" notification).
+    limits_stored: Callable[[], bool] | None = None
 
 
 class Listener(Service):
@@ -297,6 +300,14 @@ class Listener(Service):
         rows = self.queries.get_paused_queues(conn, socket.gethostname())  # the worker's
         self.paused = frozenset(row["queue"] for row in rows)
         self.calls.paused(self.paused)
+        calls = self.calls
+        if (
+            calls.limits_stored is not None
+            and calls.limits_freed is not None
+            and not calls.limits_stored()
+            and self.queries.count_limits(conn)
+        ):
+            calls.limits_freed("changed:")  # a limit was set since the worker started
         return time.monotonic() + self.paused_refresh
 
     def _next_wait(self) -> float:

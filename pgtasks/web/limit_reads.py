@@ -169,11 +169,11 @@ def _problems(state: LimitState, bad_values: set[str], declared: bool | None) ->
     numbers = (state.rate_per_second, state.burst, state.tokens, state.next_token_in)
     if any(value is not None and not math.isfinite(value) for value in numbers):
         problems.append("a value is not a finite number")
-    if state.concurrency is not None and state.concurrency < 1:
+    if state.concurrency is not None and state.concurrency < 1 and not state.paused:
         problems.append("a concurrency below 1")
     if state.kind == "other":
         problems.append("not a name pgtasks writes (queue:…, task:… or key:…)")
-    if declared is False and state.stored:
+    if declared is False and state.stored and state.declared:
         problems.append("not declared by this app's tasks or queues (another app stored it)")
     return problems
 
