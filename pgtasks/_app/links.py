@@ -62,15 +62,22 @@ def expires_at(expires: Expires | None, what: str = "expires") -> float | None:
 
 
 def meta_with_expiry(
-    meta: Mapping[str, Any] | None, deadline: float | None, *, max_bytes: int
+    meta: Mapping[str, Any] | None,
+    deadline: float | None,
+    *,
+    max_bytes: int,
+    reserved: Mapping[str, Any] | None = None,
 ) -> str | None:
-    """The job's meta as JSON text, with the deadline under its reserved key; the caller's
-    keys are checked as any meta's are (no ``pgtasks.`` key)."""
+    """The job's meta as JSON text, with the deadline under its reserved key and the
+    other ``reserved`` entries; the caller's keys are checked as any meta's are (no
+    ``pgtasks.`` key)."""
     encoded = encode_meta("meta", meta, max_bytes=max_bytes)
-    if deadline is None:
+    if deadline is None and not reserved:
         return encoded
     values = json.loads(encoded) if encoded is not None else {}
-    values[EXPIRES_KEY] = deadline
+    if deadline is not None:
+        values[EXPIRES_KEY] = deadline
+    values.update(reserved or {})
     return encode_meta("meta", values, max_bytes=max_bytes, internal=True)
 
 
@@ -96,7 +103,16 @@ def enqueue_linked(
 
     unsupported = [
         name
-        for name in ("countdown", "eta", "idempotency_key", "unique_while", "unique_for")
+        for name in (
+            "countdown",
+            "eta",
+            "idempotency_key",
+            "unique_while",
+            "unique_for",
+            "fair_key",
+            "sequence_key",
+            "sequence_on_failure",
+        )
         if call.get(name) is not None
     ]
     if unsupported:

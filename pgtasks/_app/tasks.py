@@ -32,6 +32,7 @@ from .._validation import (
     validate_text,
 )
 from .handle import JobHandle
+from .keyed import KeyedOptions, KeySource, SequenceOnFailure
 from .limits import TaskLimits, job_limits
 from .links import Expires, enqueue_linked, expires_at, meta_with_expiry
 from .task_names import MainModuleTaskWarning, default_task_name, main_module_warning
@@ -95,6 +96,13 @@ class TaskSettings(TypedDict, total=False):
     #: Start deadline of each job, in seconds (or a timedelta) after its enqueue: a job
     #: not started by then never runs and ends cancelled ("expired").
     expires: float | timedelta | None
+    #: Fair queuing: a str or int, or a function of the task's arguments returning one;
+    #: within a priority, claims take turns across keys (docs/howto/flow-control.md).
+    fair_key: KeySource | None
+    #: A sequence: jobs of one key run one at a time, in enqueue order.
+    sequence_key: KeySource | None
+    #: After a failed job of a sequence: "hold" (default), "continue" or "cancel".
+    sequence_on_failure: SequenceOnFailure
 
 
 class TaskOptions(TaskSettings, total=False):
@@ -196,6 +204,7 @@ class Task(Generic[P, R]):
         #: Concurrency and rate limits (None: none; see limits.py).
         self.limits: TaskLimits | None = TaskLimits.from_options(self.name, options)
         self.uniqueness: Uniqueness | None = task_uniqueness(self.name, options)
+        self.keyed = KeyedOptions.from_options(self.name, options)
         self.signature = inspect.signature(function)
         parameters = list(self.signature.parameters.values())
         if self.bind:
@@ -299,6 +308,9 @@ class Task(Generic[P, R]):
         unique_for: timedelta | None = None,
         tick_key: str | None = None,
         expires: Expires | None = None,
+        fair_key: KeySource | None = None,
+        sequence_key: KeySource | None = None,
+        sequence_on_failure: SequenceOnFailure | None = None,
     ) -> JobSpec:
         """Validate and encode one job; raises before anything is written.
 
@@ -319,6 +331,7 @@ class Task(Generic[P, R]):
             )
         else:
             limit_groups, limit_key = None, None
+        keyed = self.keyed.meta(args, kwargs, fair_key, sequence_key, sequence_on_failure)
         spec = new_job_spec(
             task_name=self.name,
             queue=queue,
@@ -332,7 +345,7 @@ class Task(Generic[P, R]):
             delay_seconds=delay,
             idempotency_key=idempotency_key,
             # None (nothing sent) for no meta or an empty one.
-            meta_json=self._meta_json(meta, expires),
+            meta_json=self._meta_json(meta, expires, keyed),
             limit_groups=None if limit_groups is None else tuple(limit_groups),
             limit_key=limit_key,
         )
@@ -353,14 +366,22 @@ class Task(Generic[P, R]):
             tick_key=tick_key,
         )
 
-    def _meta_json(self, meta: Mapping[str, Any] | None, expires: Expires | None) -> str | None:
-        """The job's meta as JSON text, with its start deadline when it has one."""
+    def _meta_json(
+        self,
+        meta: Mapping[str, Any] | None,
+        expires: Expires | None,
+        reserved: Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """The job's meta as JSON text, with its start deadline when it has one and the
+        ``reserved`` entries (its fair and sequence keys)."""
         deadline = expires_at(expires if expires is not None else self.expires)
-        if deadline is None:
+        if deadline is None and not reserved:
             if meta is None:
                 return None
             return encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
-        return meta_with_expiry(meta, deadline, max_bytes=self.app.max_payload_bytes)
+        return meta_with_expiry(
+            meta, deadline, max_bytes=self.app.max_payload_bytes, reserved=reserved
+        )
 
     @staticmethod
     def _when(when: datetime | timedelta) -> dict[str, Any]:
@@ -387,6 +408,7 @@ class Task(Generic[P, R]):
         if (
             self.limits is not None
             or self.uniqueness is not None
+            or self.keyed.declared
             or self.app.queue_limits.get(self.queue) is not None
         ):
             specs = [self.build_spec(*_arguments_of(item)) for item in items]
@@ -449,6 +471,9 @@ class Task(Generic[P, R]):
         expires: Expires | None = None,
         link: Signature | Sequence[Signature] | None = None,
         link_error: Signature | None = None,
+        fair_key: KeySource | None = None,
+        sequence_key: KeySource | None = None,
+        sequence_on_failure: SequenceOnFailure | None = None,
     ) -> JobHandle[R]:
         """Enqueue with every option; with ``connection=`` the row joins its transaction.
 
@@ -474,6 +499,9 @@ class Task(Generic[P, R]):
             unique_while=unique_while,
             unique_for=unique_for,
             expires=expires,
+            fair_key=fair_key,
+            sequence_key=sequence_key,
+            sequence_on_failure=sequence_on_failure,
         )
         return self.app.enqueue(spec, connection=connection)
 
@@ -516,6 +544,9 @@ class Task(Generic[P, R]):
         connection: psycopg.AsyncConnection[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         expires: Expires | None = None,
+        fair_key: KeySource | None = None,
+        sequence_key: KeySource | None = None,
+        sequence_on_failure: SequenceOnFailure | None = None,
     ) -> JobHandle[R]:
         spec = self.build_spec(
             args,
@@ -530,6 +561,9 @@ class Task(Generic[P, R]):
             unique_while=unique_while,
             unique_for=unique_for,
             expires=expires,
+            fair_key=fair_key,
+            sequence_key=sequence_key,
+            sequence_on_failure=sequence_on_failure,
         )
         return await self.app.aenqueue(spec, connection=connection)
 

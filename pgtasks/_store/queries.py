@@ -32,6 +32,7 @@ from .durable import DurableQueries
 from .history import HistoryQueries
 from .identity import IdentityQueries
 from .inserts import InsertQueries
+from .keyed import KeyedQueries
 from .metrics import MetricsQueries
 from .migrations import MigrationQueries
 from .operations import OperationsQueries
@@ -43,6 +44,7 @@ from .workflows import WorkflowQueries
 class Queries(
     InsertQueries,
     ClaimQueries,
+    KeyedQueries,
     DoctorQueries,
     DurableQueries,
     HistoryQueries,

@@ -34,6 +34,9 @@ RETRY_MOST = 30.0
 TOKEN_SLACK = 0.001
 #: Distinct errors remembered for "logged once" (a hostile row could vary its text).
 REMEMBERED_ERRORS = 100
+#: The limit the first fair job of a schema stores (migration 0024): while any limit is
+#: stored, workers run the limited claim, which claims fair jobs.
+FAIR_LIMIT = "fair:"
 #: Limit names whose freed slots are remembered (payloads are any text a role may send).
 REMEMBERED_NAMES = 1000
 
@@ -97,6 +100,12 @@ class LimitedClaims:
     def freed(self, names: Iterable[str]) -> bool:
         """A notification: slots of the limits ``names`` were freed by another worker.
         True when this worker waits for one of them (it should claim now). Any thread."""
+        names = tuple(names)
+        if not self.stored and FAIR_LIMIT in names:
+            # The first fair job of the schema stored its limit: claim fair jobs from now on.
+            self.stored = True
+            self.retry_at, self.wake_at = 0.0, time.monotonic()
+            return True
         if self.failures or not self.stored:
             return False
         now = time.monotonic()
