@@ -75,7 +75,7 @@ class KeyedState:
 
 
 def read_keyed(app: App, conn: psycopg.Connection[Any], *, limit: int = 10) -> KeyedState:
-    """The fair keys (``limit`` busiest and starved) and up to 5 × ``limit`` sequences,
+    """The fair keys (``limit`` busiest and starved) and up to five times ``limit`` sequences,
     on ``conn``. These reads count the unfinished jobs that have such keys."""
     store = app.queries
     busiest, starved = [], []

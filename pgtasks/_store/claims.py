@@ -136,6 +136,10 @@ def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
     }
     if claim.limited:
         return "claim_limited", params
+    if claim.aging is not None:
+        # Priority aging (sql/aging.sql): effective priorities, read per priority level.
+        params["aging"] = claim.aging
+        return "claim_jobs_aged", params
     after = claim.after
     if after is None:
         return "claim_jobs", params
@@ -351,9 +355,8 @@ class ClaimQueries(QueriesBase):
         if claim.limited:
             jobs, report = self.claim_limited(conn, claim, announced=True)
             return RoundTrip({}, jobs, report)
-        if claim.after is None:
-            return RoundTrip({}, self.claim_jobs(conn, claim, announced=True))
-        return RoundTrip({}, self.claim_jobs_after(conn, claim, announced=True))
+        name, _ = claim_statement(claim)  # claim_jobs, claim_jobs_after or claim_jobs_aged
+        return RoundTrip({}, self._claimed(conn, name, claim, announced=True))
 
     def _round_trip(
         self,
