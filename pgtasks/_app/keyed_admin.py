@@ -78,7 +78,8 @@ def read_keyed(app: App, conn: psycopg.Connection[Any], *, limit: int = 10) -> K
     """The fair keys (``limit`` busiest and starved) and up to five times ``limit`` sequences,
     on ``conn``. These reads count the unfinished jobs that have such keys."""
     store = app.queries
-    busiest, starved = [], []
+    busiest: list[FairKey] = []
+    starved: list[FairKey] = []
     for row in store.get_fair_keys(conn, limit=limit):
         key = FairKey(row["key"], int(row["pending"]), int(row["running"]), row["waited"])
         (busiest if row["kind"] == "busiest" else starved).append(key)
@@ -114,3 +115,73 @@ def release_sequence(app: App, key: str) -> int | None:
         return app.queries.advance_sequence(conn, name)
 
     return app.database.run(release)
+
+
+@dataclasses.dataclass(frozen=True)
+class LimitsView:
+    """What ``pgtasks limits`` and the dashboard's limits page show: the limits, the fair
+    keys and the sequences."""
+
+    limits: list[Any]
+    keyed: KeyedState
+
+
+def limits_view(app: App, *, top_keys: int = 10) -> LimitsView:
+    """The limits (admin.read_limits) and the fair keys and sequences, in one read."""
+    from . import admin
+
+    def read(conn: psycopg.Connection[Any]) -> LimitsView:
+        return LimitsView(
+            admin.read_limits(app, conn, top_keys=top_keys),
+            read_keyed(app, conn, limit=top_keys),
+        )
+
+    try:
+        return app.database.read(read)
+    except psycopg.Error as error:
+        raise admin.limits_unreadable(error) from None
+
+
+def format_keyed(state: KeyedState) -> str:
+    """The fair keys and sequences as ``pgtasks limits`` prints them (empty: none)."""
+    from .._operations import format_table
+
+    parts = []
+    fair = [("busiest", key) for key in state.busiest] + [("starved", key) for key in state.starved]
+    if fair:
+        parts.append(
+            format_table(
+                ("FAIR KEY", "LIST", "PENDING", "RUNNING", "OLDEST DUE WAITED"),
+                [
+                    [key.key, kind, key.pending, key.running, _seconds(key.waited)]
+                    for kind, key in fair
+                ],
+            )
+        )
+    if state.sequences:
+        parts.append(
+            format_table(
+                ("SEQUENCE", "LENGTH", "HEAD", "HEAD STATUS", "HELD BY FAILED JOB"),
+                [
+                    [
+                        sequence.key,
+                        sequence.length,
+                        sequence.head_id if sequence.head_id is not None else "-",
+                        sequence.head_status or "-",
+                        sequence.held_by if sequence.held_by is not None else "-",
+                    ]
+                    for sequence in state.sequences
+                ],
+            )
+        )
+    if state.held:
+        parts.append(
+            "a sequence held by a failed job runs nothing until that job is retried and done"
+            " (`pgtasks jobs retry ID`) or the sequence is released"
+            " (`pgtasks sequences release KEY`)"
+        )
+    return "\n\n".join(parts)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"

@@ -35,3 +35,9 @@ class KeyedQueries(QueriesBase):
 
     def get_fair_keys(self, conn: psycopg.Connection[Any], limit: int = 10) -> list[Row]:
         return self._rows(conn, "get_fair_keys", {"limit": limit})
+
+    def count_keyed(self, conn: psycopg.Connection[Any]) -> dict[str, int]:
+        """``fair_keys``, ``sequences``, ``sequence_jobs_waiting``, ``sequences_held``."""
+        return {
+            name: int(value) for name, value in self._rows(conn, "count_keyed", None)[0].items()
+        }

@@ -67,3 +67,17 @@ UNION ALL
 (SELECT 'starved' AS kind, key, pending, running,
         extract(epoch FROM now() - oldest_due)::float8 AS waited
  FROM keys WHERE oldest_due IS NOT NULL ORDER BY oldest_due, key LIMIT %(limit)s);
+
+-- name: count_keyed :one
+-- How many fair keys have pending or running jobs, how many sequences have unfinished
+-- jobs, how many sequence jobs wait for their turn, and how many sequences a failed job
+-- holds (`pgtasks stats`, the metrics); through the indexes of migration 0024.
+SELECT (SELECT count(DISTINCT j.meta ->> 'pgtasks.fair_key') FROM {schema}.jobs AS j
+        WHERE j.meta ? 'pgtasks.fair_key' AND j.status IN ('pending', 'running'))
+           AS fair_keys,
+       (SELECT count(DISTINCT {schema}.sequence_key(j.meta)) FROM {schema}.jobs AS j
+        WHERE j.meta ? 'pgtasks.sequence' AND j.status IN ('waiting', 'pending', 'running'))
+           AS sequences,
+       (SELECT count(*) FROM {schema}.jobs AS j
+        WHERE j.meta ? 'pgtasks.sequence' AND j.status = 'waiting') AS sequence_jobs_waiting,
+       (SELECT count(*) FROM {schema}.sequence_holds) AS sequences_held;

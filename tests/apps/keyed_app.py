@@ -24,11 +24,11 @@ class KeyedTasks:
 def register_keyed_tasks(app: App) -> KeyedTasks:
     recorder = Recorder(app)
 
-    @app.task(name="keyed_app.tenant_job", fair_key=lambda tenant, **_: tenant)
+    @app.task(name="keyed_app.tenant_job", fair_key=lambda tenant, *_, **__: tenant)
     def tenant_job(tenant: str, n: int) -> None:
         """A no-op job of a tenant (the claim's started_at says when it started)."""
 
-    @app.task(bind=True, name="keyed_app.ordered", sequence_key=lambda account, **_: account)
+    @app.task(bind=True, name="keyed_app.ordered", sequence_key=lambda account, *_, **__: account)
     def ordered(context: JobContext, account: str, n: int, seconds: float) -> None:
         execution_id = recorder.started(context)
         time.sleep(seconds)
