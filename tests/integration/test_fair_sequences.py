@@ -207,3 +207,37 @@ def test_a_real_worker_drains_fair_and_sequence_jobs(app: App) -> None:
         for handle in handles:
             assert finished(handle).status == JobStatus.DONE
     assert order == list(range(20))
+
+
+def test_prometheus_serves_the_fair_keys_and_sequences(app: App) -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from pgtasks import WorkerMetrics
+    from tests.support.waiting import wait_until
+
+    @app.task(sequence_key="s", max_attempts=1)
+    def step(n: int) -> None:
+        raise RuntimeError("held")
+
+    @app.task(fair_key=lambda tenant: tenant, queue="elsewhere")
+    def fair(tenant: str) -> None: ...
+
+    handles = [step.delay(n) for n in range(3)]
+    fair.delay("t1")
+    fair.delay("t2")
+    metrics = WorkerMetrics(queue_depth_interval=0.05, process_metrics=False)
+
+    def flow() -> dict[str, float]:
+        text = generate_latest(metrics.registry).decode()
+        return {
+            sample.labels["what"]: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "pgtasks_flow"
+        }
+
+    with running_worker(app, observers=[metrics], queues=["default"]):
+        assert finished(handles[0]).status == JobStatus.FAILED
+        expected = {"fair_keys": 2, "sequences": 1, "sequence_jobs_waiting": 2, "sequences_held": 1}
+        wait_until(lambda: flow() == expected, message=f"pgtasks_flow to be {expected}")
