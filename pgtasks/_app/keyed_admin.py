@@ -13,6 +13,7 @@ import psycopg
 from .._payload import MAX_KEY_BYTES, check_name
 
 if TYPE_CHECKING:
+    from .._store.queries import Queries
     from .app import App
 
 
@@ -77,7 +78,11 @@ class KeyedState:
 def read_keyed(app: App, conn: psycopg.Connection[Any], *, limit: int = 10) -> KeyedState:
     """The fair keys (``limit`` busiest and starved) and up to five times ``limit`` sequences,
     on ``conn``. These reads count the unfinished jobs that have such keys."""
-    store = app.queries
+    return keyed_state(app.queries, conn, limit=limit)
+
+
+def keyed_state(store: Queries, conn: psycopg.Connection[Any], *, limit: int = 10) -> KeyedState:
+    """:func:`read_keyed` with the queries of ``store`` (the dashboard's own)."""
     busiest: list[FairKey] = []
     starved: list[FairKey] = []
     for row in store.get_fair_keys(conn, limit=limit):

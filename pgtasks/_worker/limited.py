@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 
 from .._leases import LimitedClaimReport
+from .._limits import FAIR_LIMIT
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -34,9 +35,6 @@ RETRY_MOST = 30.0
 TOKEN_SLACK = 0.001
 #: Distinct errors remembered for "logged once" (a hostile row could vary its text).
 REMEMBERED_ERRORS = 100
-#: The limit the first fair job of a schema stores (migration 0024): while any limit is
-#: stored, workers run the limited claim, which claims fair jobs.
-FAIR_LIMIT = "fair:"
 #: Limit names whose freed slots are remembered (payloads are any text a role may send).
 REMEMBERED_NAMES = 1000
 
