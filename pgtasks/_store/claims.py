@@ -251,6 +251,13 @@ class ClaimQueries(QueriesBase):
         previous claim took (jobs of its priority sorting before it are not read)."""
         return self._claimed(conn, "claim_jobs_after", claim, announced=announced)
 
+    def claim_jobs_aged(
+        self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
+    ) -> list[ClaimedJob]:
+        """``claim_jobs`` by effective priority (priority aging, ``claim.aging`` seconds a
+        level; sql/aging.sql)."""
+        return self._claimed(conn, "claim_jobs_aged", claim, announced=announced)
+
     def claim_limited_jobs(
         self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
     ) -> list[ClaimedJob]:
@@ -355,8 +362,11 @@ class ClaimQueries(QueriesBase):
         if claim.limited:
             jobs, report = self.claim_limited(conn, claim, announced=True)
             return RoundTrip({}, jobs, report)
-        name, _ = claim_statement(claim)  # claim_jobs, claim_jobs_after or claim_jobs_aged
-        return RoundTrip({}, self._claimed(conn, name, claim, announced=True))
+        if claim.aging is not None:
+            return RoundTrip({}, self.claim_jobs_aged(conn, claim, announced=True))
+        if claim.after is None:
+            return RoundTrip({}, self.claim_jobs(conn, claim, announced=True))
+        return RoundTrip({}, self.claim_jobs_after(conn, claim, announced=True))
 
     def _round_trip(
         self,

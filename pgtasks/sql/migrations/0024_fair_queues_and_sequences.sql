@@ -2,15 +2,15 @@
 -- (docs/howto/flow-control.md). Placeholders: {schema} (quoted identifier), {channel},
 -- {done_channel} and {limits_channel} (literals).
 --
--- Both live in a job's meta under reserved keys that pgtasks writes at enqueue, so that
--- plain jobs, the plain claim statements and the history's columns stay as they were:
+-- Both live in a job’s meta under reserved keys that pgtasks writes at enqueue, so that
+-- plain jobs, the plain claim statements and the history’s columns stay as they were:
 --
 -- * Fair queuing: "pgtasks.fair_key" (a text). A BEFORE INSERT trigger gives the job a
---   rank ("pgtasks.fair_rank"): one more than the highest rank of its key's pending jobs,
+--   rank ("pgtasks.fair_rank"): one more than the highest rank of its key’s pending jobs,
 --   and no lower than the lowest rank of the due fair jobs of its priority (the rank being
 --   served now), and routes it to the limited claim (limit_groups: its limit instances,
 --   or an empty array). That claim reads candidates by (priority, rank, run_at, id), so
---   within a priority the keys take turns: a key's n-th pending job waits behind the
+--   within a priority the keys take turns: a key’s n-th pending job waits behind the
 --   n-th of every other key, whatever their backlogs. Per-key caps (concurrency_key)
 --   apply as before: they are limit instances of the same jobs.
 -- * Sequences: "pgtasks.sequence" (a text) and "pgtasks.sequence_on_failure" ('hold',
@@ -21,10 +21,10 @@
 --   trigger), and when the previous job ends (a trigger of jobs_history, in the
 --   transaction that ended it). A failed job of a 'hold' sequence holds it
 --   (sequence_holds) until it is retried and done, or released; 'cancel' cancels the
---   waiting rest. Each key's changes are serialised by a transaction-level advisory lock
---   that both sides only try (a worker's round trip never waits for an enqueuer's
+--   waiting rest. Each key’s changes are serialised by a transaction-level advisory lock
+--   that both sides only try (a worker’s round trip never waits for an enqueuer’s
 --   commit, and two commits never deadlock); a key whose turn a contended try missed is
---   moved on by the rescuer's pass (sequence_sweep).
+--   moved on by the rescuer’s pass (sequence_sweep).
 --
 -- Online: the table, functions and triggers in one transaction of catalog changes, each
 -- index built concurrently, then the claim function.
@@ -36,14 +36,14 @@ CREATE TABLE {schema}.sequence_holds (
     held_at      timestamptz NOT NULL DEFAULT now()
 );
 
--- A fair job's rank (NULL for any other job, or a rank written by hand that is not a number).
+-- A fair job’s rank (NULL for any other job, or a rank written by hand that is not a number).
 CREATE FUNCTION {schema}.fair_rank(meta jsonb) RETURNS numeric
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN jsonb_typeof(meta -> 'pgtasks.fair_rank') = 'number'
                 THEN (meta -> 'pgtasks.fair_rank')::numeric END
 $$;
 
--- A sequence job's key (NULL for any other job, or a key written by hand that is no text).
+-- A sequence job’s key (NULL for any other job, or a key written by hand that is no text).
 CREATE FUNCTION {schema}.sequence_key(meta jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN jsonb_typeof(meta -> 'pgtasks.sequence') = 'string'
@@ -84,7 +84,7 @@ BEGIN
         NEW.limit_groups := coalesce(NEW.limit_groups, ARRAY[]::text[]);
         -- Fair jobs are claimed by the limited claim, which workers run while some limit
         -- is stored: the first fair job stores one (no concurrency, no rate) and tells
-        -- the running workers (a worker's limits freed notification).
+        -- the running workers (a worker’s limits freed notification).
         IF NOT EXISTS (SELECT FROM {schema}.limits WHERE name = 'fair:') THEN
             INSERT INTO {schema}.limits (name) VALUES ('fair:') ON CONFLICT DO NOTHING;
             PERFORM pg_notify({limits_channel}, '0:fair:');
@@ -104,7 +104,7 @@ CREATE TRIGGER jobs_keyed_job_inserted
     EXECUTE FUNCTION {schema}.keyed_job_inserted();
 
 -- Make the oldest waiting job of sequence p_key pending when the key has no pending or
--- running job and is not held; returns its id (NULL: none moved). Only tries the key's
+-- running job and is not held; returns its id (NULL: none moved). Only tries the key’s
 -- lock: a caller that does not get it leaves the turn to the holder (or the sweep).
 CREATE FUNCTION {schema}.sequence_advance(p_key text) RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -138,14 +138,14 @@ BEGIN
 END;
 $$;
 
--- At the commit of an enqueue: the sequence's first job starts if nothing holds it.
+-- At the commit of an enqueue: the sequence’s first job starts if nothing holds it.
 CREATE FUNCTION {schema}.sequence_job_inserted() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     BEGIN
         PERFORM {schema}.sequence_advance({schema}.sequence_key(NEW.meta));
     EXCEPTION WHEN OTHERS THEN
-        -- Never fail an enqueue's commit: the rescuer's pass moves the key on.
+        -- Never fail an enqueue’s commit: the rescuer’s pass moves the key on.
         RAISE WARNING 'pgtasks: sequence of job % not moved on: %', NEW.id, SQLERRM;
     END;
     RETURN NULL;
@@ -197,7 +197,7 @@ BEGIN
             ON CONFLICT (sequence_key) DO UPDATE SET job_id = NEW.id, held_at = now();
             RETURN NULL;
         END IF;
-        -- done, cancelled, or a failure that does not hold: the next job's turn.
+        -- done, cancelled, or a failure that does not hold: the next job’s turn.
         DELETE FROM {schema}.sequence_holds AS holds
         WHERE holds.sequence_key = v_key AND holds.job_id = NEW.id;
         PERFORM {schema}.sequence_advance(v_key);
@@ -215,7 +215,7 @@ CREATE TRIGGER jobs_history_sequence_job_ended
           AND current_setting('pgtasks.archiving', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION {schema}.sequence_job_ended();
 
--- The rescuer's pass: every key with waiting jobs and no pending or running job (a turn
+-- The rescuer’s pass: every key with waiting jobs and no pending or running job (a turn
 -- a contended lock missed, a head deleted by hand) moves on. Reads one index entry per
 -- key of a waiting, pending or running sequence job (a loose scan), never a backlog.
 CREATE FUNCTION {schema}.sequence_sweep() RETURNS integer
@@ -248,20 +248,20 @@ BEGIN
 END;
 $$;
 
--- Fair jobs in claim order (the limited claim's candidates; jobs_limited_claim_idx stays
+-- Fair jobs in claim order (the limited claim’s candidates; jobs_limited_claim_idx stays
 -- for the claim function of the previous release during a rolling upgrade).
 -- pgtasks:step concurrently
 CREATE INDEX CONCURRENTLY jobs_fair_claim_idx
     ON {schema}.jobs (priority DESC, {schema}.fair_rank(meta) NULLS FIRST, run_at, id)
     WHERE status = 'pending' AND limit_groups IS NOT NULL;
 
--- A key's highest pending rank (the rank of its next job).
+-- A key’s highest pending rank (the rank of its next job).
 -- pgtasks:step concurrently
 CREATE INDEX CONCURRENTLY jobs_fair_key_idx
     ON {schema}.jobs ((meta ->> 'pgtasks.fair_key'), {schema}.fair_rank(meta) DESC)
     WHERE status = 'pending' AND meta ? 'pgtasks.fair_key';
 
--- A sequence's unfinished jobs in enqueue order (its head, its next waiting job).
+-- A sequence’s unfinished jobs in enqueue order (its head, its next waiting job).
 -- pgtasks:step concurrently
 CREATE INDEX CONCURRENTLY jobs_sequence_idx
     ON {schema}.jobs ({schema}.sequence_key(meta), id)
