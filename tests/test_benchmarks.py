@@ -485,3 +485,27 @@ def test_durable_benchmark_runs_end_to_end(own_database: str) -> None:
     for shape in ("c10 0 steps (plain)", "c10 1 steps", "c10 10 steps"):
         assert any(line.startswith(shape) for line in result.stdout.splitlines()), result.stdout
     assert "WAL bytes per step" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(300)
+def test_fairness_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> None:
+    output = tmp_path / "fairness.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.fairness", "--quick"),
+            *("--dsn", own_database, "--json", str(output)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report: dict[str, Any] = json.loads(output.read_text())
+    assert set(report["medians"]) == {"plain", "fair", "sequence"}
+    assert all(rate > 0 for rate in report["medians"].values())
+    before, after = report["starvation"]
+    assert after <= before
