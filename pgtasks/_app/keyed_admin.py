@@ -103,7 +103,7 @@ def keyed_state(store: Queries, conn: psycopg.Connection[Any], *, limit: int = 1
     return KeyedState(busiest, starved, sequences)
 
 
-def keyed(app: App, *, limit: int = 10) -> KeyedState:
+def flow_state(app: App, *, limit: int = 10) -> KeyedState:
     """:func:`read_keyed` on the app's connections (the replica when there is one)."""
     return app.database.read(lambda conn: read_keyed(app, conn, limit=limit))
 
