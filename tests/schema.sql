@@ -417,11 +417,11 @@ storage jobs fillfactor=80, autovacuum_vacuum_scale_factor=0.02, autovacuum_anal
 storage periodic fillfactor=50
 trigger CREATE TRIGGER jobs_count_deduplicated AFTER UPDATE OF idempotency_key, unique_key ON {schema}.jobs FOR EACH ROW WHEN (((NOT (old.idempotency_key IS DISTINCT FROM new.idempotency_key)) AND (NOT (old.unique_key IS DISTINCT FROM new.unique_key)))) EXECUTE FUNCTION {schema}.count_deduplicated_enqueue()
 trigger CREATE CONSTRAINT TRIGGER jobs_forget_key AFTER DELETE ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
-trigger CREATE TRIGGER jobs_keyed_job_inserted BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.meta ? 'pgtasks.fair_key'::text) OR (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.keyed_job_inserted()
+trigger CREATE TRIGGER jobs_keyed_job_inserted AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.meta ? 'pgtasks.fair_key'::text) OR (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.keyed_job_inserted()
 trigger CREATE TRIGGER jobs_move_finished AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))) EXECUTE FUNCTION {schema}.move_finished_job()
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_register_key AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.idempotency_key IS NOT NULL) OR (new.unique_window IS NOT NULL))) EXECUTE FUNCTION {schema}.register_job_key()
-trigger CREATE CONSTRAINT TRIGGER jobs_sequence_job_inserted AFTER INSERT ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.status = 'waiting'::text) AND (new.workflow_id IS NULL) AND (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.sequence_job_inserted()
+trigger CREATE CONSTRAINT TRIGGER jobs_sequence_job_inserted AFTER INSERT ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.workflow_id IS NULL) AND (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.sequence_job_inserted()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
@@ -455,7 +455,7 @@ function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
 function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
 function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
 function jobs_retry() aa4515305d5545e72b9e62bcf19489af
-function keyed_job_inserted() d10241c07ebb0ad2b5aee70db7a0c60f
+function keyed_job_inserted() 897d0c027604760ad138058a11d310c8
 function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05

@@ -5,7 +5,7 @@
 -- Both live in a job’s meta under reserved keys that pgtasks writes at enqueue, so that
 -- plain jobs, the plain claim statements and the history’s columns stay as they were:
 --
--- * Fair queuing: "pgtasks.fair_key" (a text). A BEFORE INSERT trigger gives the job a
+-- * Fair queuing: "pgtasks.fair_key" (a text). An insert trigger gives the job a
 --   rank ("pgtasks.fair_rank"): one more than the highest rank of its key’s pending jobs,
 --   and no lower than the lowest rank of the due fair jobs of its priority (the rank being
 --   served now), and routes it to the limited claim (limit_groups: its limit instances,
@@ -50,20 +50,27 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 THEN meta ->> 'pgtasks.sequence' END
 $$;
 
--- A new fair or sequence job (not a row restored for a retry: those keep their state).
+-- A new fair or sequence job (not a row restored for a retry: those keep their state),
+-- written again by an AFTER trigger: a BEFORE row trigger on jobs would make every COPY
+-- into it (plain bulk enqueues) insert row by row. The rows are not visible to other
+-- transactions before this statement ends, so no claim sees them half-made.
 CREATE FUNCTION {schema}.keyed_job_inserted() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_key  text;
-    v_top  numeric;
-    v_low  numeric;
+    v_key    text;
+    v_top    numeric;
+    v_low    numeric;
+    v_meta   jsonb := NEW.meta;
+    v_groups text[] := NEW.limit_groups;
+    v_status text := NEW.status;
 BEGIN
     IF NEW.status <> 'pending' OR NEW.attempts <> 0 OR NEW.workflow_id IS NOT NULL THEN
-        RETURN NEW;
+        RETURN NULL;
     END IF;
     IF jsonb_typeof(NEW.meta -> 'pgtasks.fair_key') = 'string' THEN
         v_key := NEW.meta ->> 'pgtasks.fair_key';
-        -- Both reads see the rows this statement inserted before (a BEFORE row trigger).
+        -- Both reads see the rows of this statement ranked before this one (each
+        -- trigger call’s statements see the writes of the calls before it).
         SELECT {schema}.fair_rank(j.meta) INTO v_top
         FROM {schema}.jobs AS j
         WHERE j.status = 'pending' AND j.meta ? 'pgtasks.fair_key'
@@ -79,9 +86,9 @@ BEGIN
           AND j.run_at <= now()
         ORDER BY j.priority DESC, {schema}.fair_rank(j.meta)
         LIMIT 1;
-        NEW.meta := NEW.meta || jsonb_build_object(
+        v_meta := v_meta || jsonb_build_object(
             'pgtasks.fair_rank', coalesce(greatest(v_top + 1, v_low), 0));
-        NEW.limit_groups := coalesce(NEW.limit_groups, ARRAY[]::text[]);
+        v_groups := coalesce(v_groups, ARRAY[]::text[]);
         -- Fair jobs are claimed by the limited claim, which workers run while some limit
         -- is stored: the first fair job stores one (no concurrency, no rate) and tells
         -- the running workers (a worker’s limits freed notification).
@@ -91,14 +98,17 @@ BEGIN
         END IF;
     END IF;
     IF jsonb_typeof(NEW.meta -> 'pgtasks.sequence') = 'string' THEN
-        NEW.status := 'waiting';
+        v_status := 'waiting';
     END IF;
-    RETURN NEW;
+    UPDATE {schema}.jobs AS jobs
+    SET meta = v_meta, limit_groups = v_groups, status = v_status
+    WHERE jobs.id = NEW.id;
+    RETURN NULL;
 END;
 $$;
 
 CREATE TRIGGER jobs_keyed_job_inserted
-    BEFORE INSERT ON {schema}.jobs
+    AFTER INSERT ON {schema}.jobs
     FOR EACH ROW
     WHEN (NEW.meta ? 'pgtasks.fair_key' OR NEW.meta ? 'pgtasks.sequence')
     EXECUTE FUNCTION {schema}.keyed_job_inserted();
@@ -156,8 +166,7 @@ CREATE CONSTRAINT TRIGGER jobs_sequence_job_inserted
     AFTER INSERT ON {schema}.jobs
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
-    WHEN (NEW.status = 'waiting' AND NEW.workflow_id IS NULL
-          AND NEW.meta ? 'pgtasks.sequence')
+    WHEN (NEW.workflow_id IS NULL AND NEW.meta ? 'pgtasks.sequence')
     EXECUTE FUNCTION {schema}.sequence_job_inserted();
 
 -- A sequence job ended (it entered jobs_history): the next one starts, or the failure
