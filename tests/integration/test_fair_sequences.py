@@ -84,6 +84,15 @@ def test_the_enqueue_option_and_bad_keys(app: App, admin: psycopg.Connection[Any
     assert meta[2] == []
     with pytest.raises(LimitKeyError, match="fair_key must be"):
         plain.apply_async((1,), fair_key=lambda n: None)
+    with pytest.raises(LimitKeyError, match="sequence_key raised ZeroDivisionError"):
+        plain.apply_async((1,), sequence_key=lambda n: n / 0)
+    with pytest.raises(LimitKeyError, match="must not contain NUL"):
+        plain.apply_async((1,), fair_key="a\x00b")
+    with pytest.raises(ValueError, match="link= or link_error="):
+        plain.apply_async((1,), sequence_key="k", link=plain.s(2))
+    # Nothing of the refused enqueues was written.
+    count = admin.execute(f"SELECT count(*) FROM {app.schema}.jobs").fetchone()
+    assert count == (1,)
     with pytest.raises(ValueError, match="sequence_on_failure= must be one of"):
         plain.apply_async((1,), sequence_key="k", sequence_on_failure="retry")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs a sequence_key"):

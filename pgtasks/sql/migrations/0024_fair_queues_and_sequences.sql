@@ -84,7 +84,7 @@ BEGIN
           AND j.priority = NEW.priority
           AND {schema}.fair_rank(j.meta) IS NOT NULL
           AND j.run_at <= now()
-        ORDER BY j.priority DESC, {schema}.fair_rank(j.meta)
+        ORDER BY j.priority DESC, {schema}.fair_rank(j.meta) NULLS FIRST
         LIMIT 1;
         v_meta := v_meta || jsonb_build_object(
             'pgtasks.fair_rank', coalesce(greatest(v_top + 1, v_low), 0));
