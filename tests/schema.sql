@@ -455,7 +455,7 @@ function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
 function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
 function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
 function jobs_retry() aa4515305d5545e72b9e62bcf19489af
-function keyed_job_inserted() 897d0c027604760ad138058a11d310c8
+function keyed_job_inserted() 85feb279da538b650379614197d73471
 function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
