@@ -365,6 +365,7 @@ index CREATE UNIQUE INDEX job_steps_pkey ON {schema}.job_steps USING btree (job_
 index CREATE INDEX job_waits_key_idx ON {schema}.job_waits USING btree (key)
 index CREATE UNIQUE INDEX job_waits_pkey ON {schema}.job_waits USING btree (job_id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
+index CREATE INDEX jobs_expiry_idx ON {schema}.jobs USING btree (run_at) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.expires'::text))
 index CREATE INDEX jobs_fair_claim_idx ON {schema}.jobs USING btree (priority DESC, {schema}.fair_rank(meta) NULLS FIRST, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_fair_key_idx ON {schema}.jobs USING btree (((meta ->> 'pgtasks.fair_key'::text)), {schema}.fair_rank(meta) DESC) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.fair_key'::text))
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
@@ -421,6 +422,7 @@ trigger CREATE TRIGGER jobs_keyed_job_inserted AFTER INSERT ON {schema}.jobs FOR
 trigger CREATE TRIGGER jobs_move_finished AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))) EXECUTE FUNCTION {schema}.move_finished_job()
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_register_key AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.idempotency_key IS NOT NULL) OR (new.unique_window IS NOT NULL))) EXECUTE FUNCTION {schema}.register_job_key()
+trigger CREATE TRIGGER jobs_relative_deadline BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN ((new.meta ? 'pgtasks.expires_in'::text)) EXECUTE FUNCTION {schema}.relative_deadline()
 trigger CREATE CONSTRAINT TRIGGER jobs_sequence_job_inserted AFTER INSERT ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.workflow_id IS NULL) AND (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.sequence_job_inserted()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
@@ -441,7 +443,7 @@ trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
-function claim_limited() 431306801f44e8179c27fee652a020ff
+function claim_limited() 1b9ee5cf67a18dc1f449e59377322545
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function fair_rank() 12c0b71dac3a0a2d54ee497fd173084e
@@ -454,12 +456,13 @@ function jobs_history_expired_days() 45249fefc222df9532d287e1d09c14de
 function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
 function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
 function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
-function jobs_retry() aa4515305d5545e72b9e62bcf19489af
+function jobs_retry() da10da6b6a693cc35beca84746db0b03
 function keyed_job_inserted() 85feb279da538b650379614197d73471
 function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
+function relative_deadline() a2b47d73acba0a98cce270a75055775a
 function sequence_advance() 4a1c69681f740a0a4d4d13acd052b35e
 function sequence_job_ended() 70201cb358584347375bc4c831f03f1d
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
@@ -477,6 +480,6 @@ function workflow_lock_targets() d03c4c9069dc3dcd93d9cab699f9c089
 function workflow_move_on() 036562fa19c5cd29e153eda5a868b79a
 function workflow_retry_step() 52ff4431623a3b1fea8daa7a8ec99584
 function workflow_start() 3e27f6f07bb25d57536f39b3bc2cbee3
-function workflow_start_on_error() 88dd87c61717a5aaabd787f8765e706f
+function workflow_start_on_error() 93aaf893b6c0e109715bfb69039a4af8
 function workflow_start_ready() 78d48431237e8308d8166db45a95d7e4
 function workflow_targets() 6fee836bb47ede87cf30d236ddc4ace6

@@ -34,7 +34,7 @@ from .._validation import (
 from .handle import JobHandle
 from .keyed import KeyedOptions, KeySource, SequenceOnFailure
 from .limits import TaskLimits, job_limits
-from .links import Expires, enqueue_linked, expires_at, meta_with_expiry
+from .links import Expires, enqueue_linked, expires_at, meta_with_expiry, relative_expiry
 from .task_names import MainModuleTaskWarning, default_task_name, main_module_warning
 from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
 from .workflows import Signature
@@ -72,6 +72,9 @@ class TaskSettings(TypedDict, total=False):
     #: Seconds before a running attempt counts as failed (a process-executor task's child
     #: is killed; a coroutine is cancelled; a thread is abandoned, see docs/howto/executors.md).
     timeout: float | None
+    #: Whether an attempt past ``timeout`` is retried like an error (True, the default)
+    #: or fails the job at once (False: Celery's hard ``time_limit``).
+    retry_timeouts: bool
     #: Seconds after which SoftTimeLimitExceeded is raised inside a sync task.
     soft_timeout: float | None
     #: "thread", "process" or "async" (default: async for ``async def``, else the worker's).
@@ -96,10 +99,9 @@ class TaskSettings(TypedDict, total=False):
     #: Start deadline of each job, in seconds (or a timedelta) after its enqueue: a job
     #: not started by then never runs and ends cancelled ("expired").
     expires: float | timedelta | None
-    #: Fair queuing: a str or int, or a function of the task's arguments returning one;
-    #: within a priority, claims take turns across keys (docs/howto/flow-control.md).
+    #: Claims take turns across keys (a str, int or function of the arguments giving one).
     fair_key: KeySource | None
-    #: A sequence: jobs of one key run one at a time, in enqueue order.
+    #: Jobs of one key run one at a time, in enqueue order (docs/howto/flow-control.md).
     sequence_key: KeySource | None
     #: After a failed job of a sequence: "hold" (default), "continue" or "cancel".
     sequence_on_failure: SequenceOnFailure
@@ -182,6 +184,7 @@ class Task(Generic[P, R]):
         self.retry_jitter: bool = bool(options.get("retry_jitter", True))
         self.dont_retry: tuple[type[BaseException], ...] = tuple(options.get("dont_retry", ()))
         self.timeout: float | None = options.get("timeout")
+        self.retry_timeouts: bool = bool(options.get("retry_timeouts", True))
         self.expires: float | timedelta | None = options.get("expires")
         if self.expires is not None:
             try:
@@ -374,13 +377,13 @@ class Task(Generic[P, R]):
     ) -> str | None:
         """The job's meta as JSON text, with its start deadline when it has one and the
         ``reserved`` entries (its fair and sequence keys)."""
-        deadline = expires_at(expires if expires is not None else self.expires)
-        if deadline is None and not reserved:
-            if meta is None:
-                return None
-            return encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
+        chosen = expires if expires is not None else self.expires
         return meta_with_expiry(
-            meta, deadline, max_bytes=self.app.max_payload_bytes, reserved=reserved
+            meta,
+            expires_at(chosen),
+            max_bytes=self.app.max_payload_bytes,
+            relative=relative_expiry(chosen),
+            reserved=reserved,
         )
 
     @staticmethod

@@ -34,7 +34,8 @@ def test_limits_show_fair_keys_and_sequences_and_a_held_one_is_released(
         ).claimed
         assert [job.id for job in claimed] == held[:1]
         app.queries.finish_jobs(
-            conn, [Finish.of(claimed[0], Outcome.failed("boom"))]  # max_attempts reached below
+            conn,
+            [Finish.of(claimed[0], Outcome.failed("boom"))],  # max_attempts reached below
         )
     # The head is retried (attempts left): fail it for good.
     with app.connection() as conn:

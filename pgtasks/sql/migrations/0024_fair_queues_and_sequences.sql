@@ -276,7 +276,7 @@ CREATE INDEX CONCURRENTLY jobs_sequence_idx
     ON {schema}.jobs ({schema}.sequence_key(meta), id)
     WHERE meta ? 'pgtasks.sequence' AND status IN ('waiting', 'pending', 'running');
 
--- The limited claim of migration flow_control, reading fair jobs by rank within a
+-- The limited claim of migration start_deadlines (0020), reading fair jobs by rank within a
 -- priority (everything else unchanged).
 -- pgtasks:step transaction
 CREATE OR REPLACE FUNCTION {schema}.claim_limited(
@@ -358,6 +358,10 @@ BEGIN
               AND cardinality(j.limit_groups) <= 8
               -- a row whose next attempt number would not fit is left pending too
               AND j.attempts < 2147483647
+              -- Past its start deadline (expires=): never started, however long it
+              -- waited behind a limit; the worker's expiry pass ends it cancelled.
+              AND (NOT j.meta ? 'pgtasks.expires'
+                   OR j.meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
             -- Fair jobs (migration 0024) take turns by rank within a priority; other
             -- limited jobs (rank NULL) come first, in their order as before.
             ORDER BY j.priority DESC, {schema}.fair_rank(j.meta) NULLS FIRST, j.run_at, j.id
