@@ -375,8 +375,7 @@ class Task(Generic[P, R]):
         expires: Expires | None,
         reserved: Mapping[str, Any] | None = None,
     ) -> str | None:
-        """The job's meta as JSON text, with its start deadline when it has one and the
-        ``reserved`` entries (its fair and sequence keys)."""
+        """The job's meta as JSON text, with its start deadline and fair/sequence keys."""
         chosen = expires if expires is not None else self.expires
         return meta_with_expiry(
             meta,
