@@ -119,27 +119,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tenants", type=int, default=1000, help="fair keys, sequence keys")
     parser.add_argument("--backlog", type=int, default=20_000, help="tenant A's jobs")
     parser.add_argument("--small", type=int, default=100, help="tenant B's jobs")
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help="drains to run, comma-separated (plain first)"
+    )
+    parser.add_argument(
+        "--no-starvation", action="store_true", help="leave the starvation figure out"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, one round")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     if args.quick:
         args.jobs, args.runs, args.tenants, args.backlog, args.small = 600, 1, 30, 600, 10
     dsn = resolve_dsn(args.dsn)
-    rates: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    kinds = tuple(kind for kind in args.kinds.split(",") if kind in KINDS)
+    if not kinds or kinds[0] != "plain":
+        parser.error(f"--kinds must start with plain and name some of {', '.join(KINDS)}")
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
     for round_number in range(args.runs):
-        order = KINDS[round_number % 3 :] + KINDS[: round_number % 3]
+        shift = round_number % len(kinds)
+        order = kinds[shift:] + kinds[:shift]
         for kind in order:
             rate = drain(dsn, kind, args.jobs, args.concurrency, args.tenants)
             rates[kind].append(rate)
             print(f"round {round_number + 1}: {kind} {rate:,.0f} jobs/s", flush=True)
     medians = {kind: statistics.median(values) for kind, values in rates.items()}
     print(f"\ndrain of {args.jobs:,} no-op jobs, one worker at c{args.concurrency}, medians:")
-    for kind in KINDS:
+    for kind in kinds:
         share = medians[kind] / medians["plain"]
         spread = f"{min(rates[kind]):,.0f} to {max(rates[kind]):,.0f}"
         print(f"  {kind:<9} {medians[kind]:>8,.0f} jobs/s  ({share:.0%} of plain; {spread})")
-    before = starvation(dsn, args.backlog, args.small, fair=False)
-    after = starvation(dsn, args.backlog, args.small, fair=True)
+    if args.no_starvation:
+        before = after = -1
+    else:
+        before = starvation(dsn, args.backlog, args.small, fair=False)
+        after = starvation(dsn, args.backlog, args.small, fair=True)
     print(
         f"\nstarvation: A {args.backlog:,} jobs, then B {args.small:,}, one worker at c10:"
         f" A's jobs started after B's enqueue, before B's last start: {before:,} without"

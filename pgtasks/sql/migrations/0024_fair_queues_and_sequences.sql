@@ -132,8 +132,10 @@ BEGIN
        OR EXISTS (SELECT FROM {schema}.sequence_holds AS h WHERE h.sequence_key = p_key) THEN
         RETURN NULL;
     END IF;
+    -- Due from its turn (its own run_at when that is later): a worker reading on from its
+    -- claim position sees it at once, and priority aging counts its wait from its turn.
     UPDATE {schema}.jobs AS jobs
-    SET status = 'pending', updated_at = now()
+    SET status = 'pending', run_at = greatest(jobs.run_at, now()), updated_at = now()
     WHERE jobs.id = (SELECT j.id FROM {schema}.jobs AS j
                      WHERE j.meta ? 'pgtasks.sequence'
                        AND {schema}.sequence_key(j.meta) = p_key
