@@ -463,8 +463,8 @@ function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadline() a2b47d73acba0a98cce270a75055775a
-function sequence_advance() 68d21d48f1780b600bc9e21d1c3fb524
-function sequence_job_ended() 70201cb358584347375bc4c831f03f1d
+function sequence_advance() 760b3e1a78d639cd1972ac92e458ae13
+function sequence_job_ended() e64b8afa7efba33ad5dee6e9189e11d9
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
 function sequence_key() d34fef9334c02f42ea144b52b02de7c4
 function sequence_sweep() f5321159ff14746e9ad4201a16d2f4f0

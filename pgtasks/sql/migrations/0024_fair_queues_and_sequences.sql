@@ -143,7 +143,7 @@ BEGIN
                      ORDER BY j.id LIMIT 1)
       AND jobs.status = 'waiting'
     RETURNING jobs.id, jobs.queue INTO v_id, v_queue;
-    IF v_id IS NOT NULL THEN
+    IF v_id IS NOT NULL AND octet_length(v_queue) < 7000 THEN
         PERFORM pg_notify({channel}, v_queue);
     END IF;
     RETURN v_id;
@@ -183,7 +183,21 @@ BEGIN
     IF v_key IS NULL OR current_setting('pgtasks.sequence_cascade', true) = 'on' THEN
         RETURN NULL;
     END IF;
-    -- A hand-written row must not make the write that ended the job fail.
+    IF NEW.status IN ('done', 'cancelled') OR (NEW.status = 'failed' AND v_mode = 'continue')
+    THEN
+        -- The next job’s turn. The common path runs without a subtransaction (one per
+        -- finished job of a worker’s round trip would cost more than the rest): it reads
+        -- and writes only rows of its own making, and the key is text by construction.
+        -- A hold names a failed job: only a job retried after it can end one.
+        IF NEW.attempts > 1 OR NEW.status <> 'done' THEN
+            DELETE FROM {schema}.sequence_holds AS holds
+            WHERE holds.sequence_key = v_key AND holds.job_id = NEW.id;
+        END IF;
+        PERFORM {schema}.sequence_advance(v_key);
+        RETURN NULL;
+    END IF;
+    -- A failure that holds the sequence or cancels its waiting jobs; a hand-written row
+    -- must not make the write that ended the job fail.
     BEGIN
         IF NEW.status = 'failed' AND v_mode = 'cancel' THEN
             PERFORM set_config('pgtasks.sequence_cascade', 'on', true);
@@ -202,15 +216,13 @@ BEGIN
             IF v_ended IS NOT NULL THEN
                 PERFORM pg_notify({done_channel}, array_to_string(v_ended, ','));
             END IF;
-        ELSIF NEW.status = 'failed' AND v_mode NOT IN ('continue', 'cancel') THEN
+        ELSIF NEW.status = 'failed' THEN
             INSERT INTO {schema}.sequence_holds AS holds (sequence_key, job_id)
             VALUES (v_key, NEW.id)
             ON CONFLICT (sequence_key) DO UPDATE SET job_id = NEW.id, held_at = now();
             RETURN NULL;
         END IF;
-        -- done, cancelled, or a failure that does not hold: the next job’s turn.
-        DELETE FROM {schema}.sequence_holds AS holds
-        WHERE holds.sequence_key = v_key AND holds.job_id = NEW.id;
+        -- Cancelled the rest: jobs enqueued later start a new run.
         PERFORM {schema}.sequence_advance(v_key);
     EXCEPTION WHEN OTHERS THEN
         RAISE WARNING 'pgtasks: sequence % not moved on after job %: %', v_key, NEW.id, SQLERRM;
