@@ -250,3 +250,14 @@ def test_prometheus_serves_the_fair_keys_and_sequences(app: App) -> None:
         assert finished(handles[0]).status == JobStatus.FAILED
         expected = {"fair_keys": 2, "sequences": 1, "sequence_jobs_waiting": 2, "sequences_held": 1}
         wait_until(lambda: flow() == expected, message=f"pgtasks_flow to be {expected}")
+
+
+def test_the_workflow_healer_leaves_a_sequences_waiting_jobs_alone(app: App) -> None:
+    @app.task(sequence_key="s")
+    def step(n: int) -> None: ...
+
+    step.delay_many([{"n": n} for n in range(3)])
+    with app.connection() as conn:
+        # Waiting for their turn, with no predecessors: not a stuck workflow step.
+        assert app.queries.find_stuck_steps(conn, limit=10) == []
+        assert app.queries.get_workflow_health(conn, since=60)["stuck"] == 0

@@ -2,32 +2,26 @@
 -- (docs/howto/flow-control.md). Placeholders: {schema} (quoted identifier), {channel},
 -- {done_channel} and {limits_channel} (literals).
 --
--- Both live in a job’s meta under reserved keys that pgtasks writes at enqueue, so that
--- plain jobs, the plain claim statements and the history’s columns stay as they were:
---
--- * Fair queuing: "pgtasks.fair_key" (a text). An insert trigger gives the job a
---   rank ("pgtasks.fair_rank"): one more than the highest rank of its key’s pending jobs,
---   and no lower than the lowest rank of the due fair jobs of its priority (the rank being
---   served now), and routes it to the limited claim (limit_groups: its limit instances,
---   or an empty array). That claim reads candidates by (priority, rank, run_at, id), so
---   within a priority the keys take turns: a key’s n-th pending job waits behind the
---   n-th of every other key, whatever their backlogs. Per-key caps (concurrency_key)
---   apply as before: they are limit instances of the same jobs.
--- * Sequences: "pgtasks.sequence" (a text) and "pgtasks.sequence_on_failure" ('hold',
---   the default; 'continue'; 'cancel'). Every new sequence job is inserted 'waiting'
---   (never claimed: the claim reads 'pending' only, so a backlog costs a claim nothing);
---   the oldest waiting job of a key becomes 'pending' when the key has no pending or
---   running job and is not held: at the commit of the enqueue (a deferred constraint
---   trigger), and when the previous job ends (a trigger of jobs_history, in the
---   transaction that ended it). A failed job of a 'hold' sequence holds it
---   (sequence_holds) until it is retried and done, or released; 'cancel' cancels the
---   waiting rest. Each key’s changes are serialised by a transaction-level advisory lock
---   that both sides only try (a worker’s round trip never waits for an enqueuer’s
---   commit, and two commits never deadlock); a key whose turn a contended try missed is
+-- Both live in a job’s meta under reserved keys written at enqueue, so plain jobs, the
+-- plain claim statements and the history’s columns stay as they were.
+-- * Fair queuing: "pgtasks.fair_key" (a text). An insert trigger gives the job a rank
+--   ("pgtasks.fair_rank"): one more than the highest rank of its key’s pending jobs, and
+--   no lower than the lowest rank of the due fair jobs of its priority (the turn being
+--   served), and routes it to the limited claim (limit_groups: its instances, or an empty
+--   array), which reads by (priority, rank, run_at, id): within a priority the keys take
+--   turns. Per-key caps (concurrency_key) apply as before (instances of the same jobs).
+-- * Sequences: "pgtasks.sequence" (a text), "pgtasks.sequence_on_failure" ('hold', the
+--   default; 'continue'; 'cancel'). The insert trigger makes a new sequence job 'waiting'
+--   (never claimed, so a backlog costs a claim nothing); the oldest waiting job of a key
+--   becomes 'pending' when the key has no pending or running job and is not held: at the
+--   enqueue’s commit (a deferred trigger) and when the previous job ends (a trigger of
+--   jobs_history, in the transaction that ended it). A failed job of a 'hold' sequence
+--   holds it (sequence_holds) until retried and done, or released; 'cancel' cancels the
+--   waiting rest. Each key’s turn is serialised by an advisory lock both sides only try
+--   (no wait on an enqueuer’s transaction, no deadlock); a turn a contended try missed is
 --   moved on by the rescuer’s pass (sequence_sweep).
 --
--- Online: the table, functions and triggers in one transaction of catalog changes, each
--- index built concurrently, then the claim function.
+-- Online: catalog changes in one transaction, each index concurrently, the claim function.
 
 -- pgtasks:step transaction
 CREATE TABLE {schema}.sequence_holds (
@@ -290,8 +284,7 @@ CREATE INDEX CONCURRENTLY jobs_sequence_idx
     ON {schema}.jobs ({schema}.sequence_key(meta), id)
     WHERE meta ? 'pgtasks.sequence' AND status IN ('waiting', 'pending', 'running');
 
--- The limited claim of migration start_deadlines (0020), reading fair jobs by rank within a
--- priority (everything else unchanged).
+-- The limited claim of migration 0020 (start_deadlines), reading fair jobs by rank.
 -- pgtasks:step transaction
 CREATE OR REPLACE FUNCTION {schema}.claim_limited(
     p_worker_id bigint,
