@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._app.app import App
 from ._app.handle import JobHandle
+from ._app.keyed_admin import flow_state, release_sequence
 from ._app.layout import Store
 from ._app.tasks import Task, TaskOptions
 from ._app.workflows import (
@@ -146,5 +147,7 @@ __all__ = [
     "__version__",
     "chain",
     "chord",
+    "flow_state",
     "group",
+    "release_sequence",
 ]

@@ -215,8 +215,16 @@ class LimitState:
         return document
 
 
+#: The limit the first fair job of a schema stores (migration 0023; no concurrency, no
+#: rate): while any limit is stored, workers run the limited claim, which claims fair jobs.
+FAIR_LIMIT = "fair:"
+
+
 def limit_kind(name: str) -> tuple[str, str]:
-    """``(kind, target)`` of a limit name: ``queue:reports`` is ("queue", "reports")."""
+    """``(kind, target)`` of a limit name: ``queue:reports`` is ("queue", "reports");
+    FAIR_LIMIT is ("fair", "")."""
+    if name == FAIR_LIMIT:
+        return "fair", ""
     kind, _, target = name.partition(":")
     return (kind, target) if kind in ("queue", "task", "key") and target else ("other", name)
 

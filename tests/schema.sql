@@ -292,6 +292,9 @@ column periodic.created_at timestamp with time zone NOT NULL DEFAULT now()
 column periodic.updated_at timestamp with time zone NOT NULL DEFAULT now()
 column queue_pauses.queue text NOT NULL
 column queue_pauses.paused_at timestamp with time zone NOT NULL DEFAULT now()
+column sequence_holds.sequence_key text NOT NULL
+column sequence_holds.job_id bigint NOT NULL
+column sequence_holds.held_at timestamp with time zone NOT NULL DEFAULT now()
 column worker_history.worker_id bigint NOT NULL
 column worker_history.hostname text NOT NULL
 column worker_history.pid integer NOT NULL
@@ -341,6 +344,7 @@ constraint jobs.jobs_limit_groups_check CHECK (((limit_groups IS NULL) OR (cardi
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
+constraint jobs.jobs_sequence_job_inserted TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
 constraint jobs.jobs_unique_window_check CHECK (((unique_window IS NULL) OR ((unique_key IS NOT NULL) AND (NOT isempty(unique_window)))))
 constraint jobs_history.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
@@ -362,6 +366,7 @@ constraint migration_steps.migration_steps_pkey PRIMARY KEY (version, step)
 constraint migrations.migrations_pkey PRIMARY KEY (version)
 constraint periodic.periodic_pkey PRIMARY KEY (name)
 constraint queue_pauses.queue_pauses_pkey PRIMARY KEY (queue)
+constraint sequence_holds.sequence_holds_pkey PRIMARY KEY (sequence_key)
 constraint worker_history.worker_history_pkey PRIMARY KEY (worker_id)
 constraint workers.workers_pkey PRIMARY KEY (id)
 constraint workflow_incidents.workflow_incidents_job_kind_key UNIQUE (job_id, kind)
@@ -383,6 +388,8 @@ index CREATE INDEX job_waits_key_idx ON {schema}.job_waits USING btree (key)
 index CREATE UNIQUE INDEX job_waits_pkey ON {schema}.job_waits USING btree (job_id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
 index CREATE INDEX jobs_expiry_idx ON {schema}.jobs USING btree (run_at) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.expires'::text))
+index CREATE INDEX jobs_fair_claim_idx ON {schema}.jobs USING btree (priority DESC, {schema}.fair_rank(meta) NULLS FIRST, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
+index CREATE INDEX jobs_fair_key_idx ON {schema}.jobs USING btree (((meta ->> 'pgtasks.fair_key'::text)), {schema}.fair_rank(meta) DESC) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.fair_key'::text))
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
 index CREATE INDEX jobs_history_done_default_finished_at_idx ON {schema}.jobs_history_done_default USING btree (finished_at)
 index CREATE INDEX jobs_history_done_default_id_idx ON {schema}.jobs_history_done_default USING btree (id)
@@ -411,6 +418,7 @@ index CREATE INDEX jobs_parked_idx ON {schema}.jobs USING btree (queue, (((meta 
 index CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND (attempts >= 0))
 index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
+index CREATE INDEX jobs_sequence_idx ON {schema}.jobs USING btree ({schema}.sequence_key(meta), id) WHERE ((meta ? 'pgtasks.sequence'::text) AND (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text])))
 index CREATE UNIQUE INDEX jobs_unique_active_idx ON {schema}.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (unique_window IS NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text])))
 index CREATE UNIQUE INDEX jobs_unique_window_idx ON {schema}.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)
 index CREATE INDEX jobs_waiting_idx ON {schema}.jobs USING btree (queue) WHERE (status = 'waiting'::text)
@@ -421,6 +429,7 @@ index CREATE UNIQUE INDEX migration_steps_pkey ON {schema}.migration_steps USING
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
 index CREATE UNIQUE INDEX queue_pauses_pkey ON {schema}.queue_pauses USING btree (queue)
+index CREATE UNIQUE INDEX sequence_holds_pkey ON {schema}.sequence_holds USING btree (sequence_key)
 index CREATE UNIQUE INDEX worker_history_pkey ON {schema}.worker_history USING btree (worker_id)
 index CREATE INDEX worker_history_removed_at_idx ON {schema}.worker_history USING btree (removed_at)
 index CREATE UNIQUE INDEX workers_pkey ON {schema}.workers USING btree (id)
@@ -432,28 +441,36 @@ storage jobs fillfactor=80, autovacuum_vacuum_scale_factor=0.02, autovacuum_anal
 storage periodic fillfactor=50
 trigger CREATE TRIGGER jobs_count_deduplicated AFTER UPDATE OF idempotency_key, unique_key ON {schema}.jobs FOR EACH ROW WHEN (((NOT (old.idempotency_key IS DISTINCT FROM new.idempotency_key)) AND (NOT (old.unique_key IS DISTINCT FROM new.unique_key)))) EXECUTE FUNCTION {schema}.count_deduplicated_enqueue()
 trigger CREATE CONSTRAINT TRIGGER jobs_forget_key AFTER DELETE ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_keyed_job_inserted AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.meta ? 'pgtasks.fair_key'::text) OR (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.keyed_job_inserted()
 trigger CREATE TRIGGER jobs_move_finished AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))) EXECUTE FUNCTION {schema}.move_finished_job()
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_register_key AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.idempotency_key IS NOT NULL) OR (new.unique_window IS NOT NULL))) EXECUTE FUNCTION {schema}.register_job_key()
 trigger CREATE TRIGGER jobs_relative_deadline BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN ((new.meta ? 'pgtasks.expires_in'::text)) EXECUTE FUNCTION {schema}.relative_deadline()
 trigger CREATE TRIGGER jobs_runtime_limits BEFORE INSERT ON {schema}.jobs FOR EACH ROW EXECUTE FUNCTION {schema}.stamp_runtime_limits()
+trigger CREATE CONSTRAINT TRIGGER jobs_sequence_job_inserted AFTER INSERT ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.workflow_id IS NULL) AND (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.sequence_job_inserted()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
-function claim_limited() 0a6c36aba2ac38cd57ac6cb2c5541425
+function claim_limited() abcee21ef07a6af17c8446718edc39bf
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
+function fair_rank() 12c0b71dac3a0a2d54ee497fd173084e
 function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5
 function job_steps_of_meta() 4e0d8e26a67b8d5c2736f35f6f283e8a
 function job_steps_taken() 79190a2dec5df29f562a70324d755cf3
@@ -465,11 +482,17 @@ function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
 function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
 function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
 function jobs_retry() da10da6b6a693cc35beca84746db0b03
+function keyed_job_inserted() 85feb279da538b650379614197d73471
 function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadline() a2b47d73acba0a98cce270a75055775a
+function sequence_advance() 760b3e1a78d639cd1972ac92e458ae13
+function sequence_job_ended() e64b8afa7efba33ad5dee6e9189e11d9
+function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
+function sequence_key() d34fef9334c02f42ea144b52b02de7c4
+function sequence_sweep() f5321159ff14746e9ad4201a16d2f4f0
 function stamp_runtime_limits() df703acac8ae7a08c195b964ae0564f8
 function workflow_abort_reason() 208b90ca51774d27d8b9af0a7740220e
 function workflow_cancel_downstream() b21651f2eda9aac40c1faceaa0347870

@@ -142,6 +142,7 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         unknown_tasks=app.queries.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
         counters=every_counter(app.queries.get_counters(conn)),
         parked=parked_by_queue(app.queries.count_parked_jobs(conn)),
+        flow=app.queries.count_keyed(conn),
     )
 
 

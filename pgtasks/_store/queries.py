@@ -33,6 +33,7 @@ from .durable import DurableQueries
 from .history import HistoryQueries
 from .identity import IdentityQueries
 from .inserts import InsertQueries
+from .keyed import KeyedQueries
 from .metrics import MetricsQueries
 from .migrations import MigrationQueries
 from .operations import OperationsQueries
@@ -45,6 +46,7 @@ class Queries(
     InsertQueries,
     ClaimQueries,
     ControlQueries,
+    KeyedQueries,
     DoctorQueries,
     DurableQueries,
     HistoryQueries,

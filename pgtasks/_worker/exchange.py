@@ -106,6 +106,7 @@ class Exchanges:
         self.reporter = parts.reporter
         self.errors = parts.errors
         self.queues = settings.queues
+        self.aging = settings.priority_aging
         self.prefetch = prefetch
         self.tasks = tasks
         poll_interval = settings.poll_interval
@@ -334,6 +335,7 @@ class Exchanges:
             task_names=self._known_task_names(),
             after=self.cursor.claim_from(),
             limited=self._limits.asking(now),
+            aging=self.aging,
         )
 
     def run(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:

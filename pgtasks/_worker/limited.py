@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 
 from .._leases import LimitedClaimReport
+from .._limits import FAIR_LIMIT
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -108,6 +109,12 @@ class LimitedClaims:
     def freed(self, names: Iterable[str]) -> bool:
         """A notification: slots of the limits ``names`` were freed by another worker.
         True when this worker waits for one of them (it should claim now). Any thread."""
+        names = tuple(names)
+        if not self.stored and FAIR_LIMIT in names:
+            # The first fair job of the schema stored its limit: claim fair jobs from now on.
+            self.stored = True
+            self.retry_at, self.wake_at = 0.0, time.monotonic()
+            return True
         if self.failures or not self.stored:
             return False
         now = time.monotonic()

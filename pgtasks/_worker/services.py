@@ -213,6 +213,8 @@ class Rescuer(Service):
         # The poll fallback of events' wake-ups: jobs waiting for a key with an event
         # they have not seen (an emit's notification missed) are made due.
         queues.update(row["queue"] for row in store.wake_event_waiters(conn))
+        # Sequences whose turn a contended lock missed move on (they notify themselves).
+        store.sequence_sweep(conn)
         for queue_name in queues:
             store.notify_queue(conn, queue_name)
         store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])

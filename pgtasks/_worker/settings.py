@@ -50,6 +50,8 @@ class WorkerSettings:
     #: The bounds of the pool's size at runtime (pool.py; None: 1 and ``concurrency``).
     min_concurrency: int | None = None
     max_concurrency: int | None = None
+    #: The App's priority_aging: seconds per level a due job's priority rises (None: none).
+    priority_aging: float | None = None
 
     def __post_init__(self) -> None:
         if self.queues is not None:
@@ -149,6 +151,7 @@ class WorkerSettings:
             prune_failed_after=app.prune_failed_after,
             heal_interval=app.heal_interval,
             max_error_bytes=app.max_error_bytes,
+            priority_aging=app.priority_aging,
             store=app.store_layout.store_of_queues(
                 store if store is not None else app.store, queues
             ),

@@ -197,16 +197,38 @@ class SchemaCountersCollector:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._totals: dict[str, dict[str, int]] = {}
+        self._flow: dict[str, dict[str, int]] = {}
 
     def update(self, totals: Mapping[str, int], store: str = "default") -> None:
         with self._lock:
             self._totals[store] = every_counter(totals)
+
+    def update_flow(self, flow: Mapping[str, int], store: str = "default") -> None:
+        """The fair keys and sequences of ``store`` now (KeyedQueries.count_keyed)."""
+        with self._lock:
+            self._flow[store] = dict(flow)
 
     def collect(self) -> Iterable[Metric]:
         from prometheus_client.core import CounterMetricFamily
 
         with self._lock:
             totals = dict(self._totals)
+            flow = dict(self._flow)
+        if flow:
+            from prometheus_client.core import GaugeMetricFamily
+
+            gauges = GaugeMetricFamily(
+                "pgtasks_flow",
+                "Fair keys with pending or running jobs (fair_keys), sequences with unfinished"
+                " jobs (sequences), sequence jobs waiting for their turn"
+                " (sequence_jobs_waiting), sequences held by a failed job (sequences_held);"
+                " sampled with the queue depths.",
+                labels=["store", "what"],
+            )
+            for store in sorted(flow):
+                for what, value in sorted(flow[store].items()):
+                    gauges.add_metric([store, what], value)
+            yield gauges
         if not totals:
             return
         family = CounterMetricFamily(
@@ -284,6 +306,7 @@ class QueueDepthSampler:
         )
         if self.counters is not None:
             self.counters.update(store.get_counters(conn), store=self.store_name)
+            self.counters.update_flow(store.count_keyed(conn), store=self.store_name)
 
     def _run(self) -> None:
         while not self.stopping.is_set():

@@ -13,10 +13,11 @@ from typing import Any
 
 import click
 
-from .._app import admin, controls
-from .._limits import LimitState, format_limits
-from .._operations import format_table
-from ._common import app_option, guard, json_option, load_app, optional_app_option
+from .._app import controls
+from .._app.keyed_admin import LimitsView, format_keyed, limits_view, release_sequence
+from .._limits import format_limits
+from .._operations import format_table, to_json
+from ._common import app_option, checked_name, guard, json_option, load_app, optional_app_option
 from ._stores import each_store, echo_each, store_option
 
 name_argument = click.argument("name")
@@ -29,7 +30,8 @@ name_argument = click.argument("name")
 @click.pass_context
 def limits(ctx: click.Context, app_path: str | None, store: str | None, as_json: bool) -> None:
     """Every stored limit: concurrency, rate, tokens left, running, pending and held-back
-    jobs; then the busiest keys of per-key limits. Its commands change a limit at
+    jobs; then the busiest keys of per-key limits, the busiest and starved fair keys, and
+    the sequences (head, length, held by a failed job). Its commands change a limit at
     runtime (set, pause, resume, reset) and list the changes (audit)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -37,17 +39,23 @@ def limits(ctx: click.Context, app_path: str | None, store: str | None, as_json:
         raise click.UsageError("Missing option '-A' / '--app'.")
     app = load_app(app_path)
     with app:
-        results = each_store(app, admin.limits, store)
+        results = each_store(app, limits_view, store)
 
-    def document(states: list[LimitState]) -> dict[str, Any]:
+    def document(view: LimitsView) -> dict[str, Any]:
+        states = view.limits
         return {
             "limits": [state.as_json() for state in states],
             "keys": [
                 {"name": state.name, **key.as_json()} for state in states for key in state.top_keys
             ],
+            **view.keyed.as_dict(),
         }
 
-    echo_each(app, results, as_json=as_json, document=document, text=format_limits)
+    def text(view: LimitsView) -> str:
+        keyed = format_keyed(view.keyed)
+        return format_limits(view.limits) + (f"\n\n{keyed}" if keyed else "")
+
+    echo_each(app, results, as_json=as_json, document=document, text=text)
 
 
 def _report(change: controls.LimitChange, as_json: bool) -> None:
@@ -187,3 +195,26 @@ def audit(app_path: str, name: str | None, last: int, as_json: bool) -> None:
             ],
         )
     )
+
+
+@click.group()
+def sequences() -> None:
+    """Sequences (jobs of one sequence_key run one at a time, in enqueue order)."""
+
+
+@sequences.command()
+@app_option
+@json_option
+@click.argument("key", callback=checked_name("sequence key"))
+def release(app_path: str, as_json: bool, key: str) -> None:
+    """Release sequence KEY from the failed job holding it: its next job starts (the
+    failed job stays failed)."""
+    app = load_app(app_path)
+    with app:
+        started = guard(lambda: release_sequence(app, key))
+    if as_json:
+        click.echo(to_json({"sequence": key, "started": started}))
+    elif started is None:
+        click.echo(f"sequence {key}: released; no job started (none waits, or one runs)")
+    else:
+        click.echo(f"sequence {key}: released; job {started} started")
