@@ -18,6 +18,11 @@ from .base import QueriesBase, Row, T
 ADVISORY_LOCK_CLASS_HEAL = 0x70677468
 
 
+def _ids(joined: str | None) -> list[int]:
+    """The ids reserve_job_ids joined by commas (None: none asked for)."""
+    return [int(text) for text in joined.split(",")] if joined else []
+
+
 class WorkflowQueries(QueriesBase):
     """Create, read, cancel, retry and heal workflows (their progress is the triggers')."""
 
@@ -48,19 +53,20 @@ class WorkflowQueries(QueriesBase):
 
     def reserve_job_ids(self, conn: psycopg.Connection[Any], count: int) -> list[int]:
         """``count`` new job ids (in increasing order)."""
-        rows = self._rows(conn, "reserve_job_ids", self._reserve_params(count))
-        return sorted(int(row["id"]) for row in rows)
+        rows = self._rows(conn, "reserve_job_ids", self._reserve_params(count), tuples=True)
+        return _ids(rows[0][0])
 
     async def areserve_job_ids(self, conn: psycopg.AsyncConnection[Any], count: int) -> list[int]:
-        rows = await self._arows(conn, "reserve_job_ids", self._reserve_params(count))
-        return sorted(int(row["id"]) for row in rows)
+        rows = await self._arows(conn, "reserve_job_ids", self._reserve_params(count), tuples=True)
+        return _ids(rows[0][0])
 
     @staticmethod
     def _workflow_jobs_params(
         workflow_id: int, ids: Sequence[int], steps: Sequence[StepJob]
     ) -> dict[str, Any]:
-        """The parameters of insert_workflow_jobs: one array per column, the steps' links
-        (positions in ``steps``) as the ids reserved for them (``ids``, in order)."""
+        """The parameters of insert_workflow_jobs: one JSON array per column (texts the
+        client joins: nothing per job is adapted), the steps' links (positions in
+        ``steps``) as the ids reserved for them (``ids``, in order; null: none)."""
         if len(ids) != len(steps):
             raise ValueError(f"{len(steps)} workflow steps need as many ids, got {len(ids)}")
         specs = [step.spec for step in steps]
@@ -68,24 +74,23 @@ class WorkflowQueries(QueriesBase):
         limited = any(spec.limit_groups is not None for spec in specs)
         # Meta (trace context) of the steps: NULL when no step has any.
         traced = any(spec.meta_json is not None for spec in specs)
+        dumps = json.dumps
         return {
             "workflow_id": workflow_id,
-            "id": list(ids),
-            "task_name": [spec.task_name for spec in specs],
-            "queue": [spec.queue for spec in specs],
-            "priority": [spec.priority for spec in specs],
-            "max_attempts": [spec.max_attempts for spec in specs],
-            "step": [step.step for step in steps],
-            "waiting_for": [len(step.prev) for step in steps],
-            "input_mode": [step.input_mode for step in steps],
+            "id": dumps(list(ids)),
+            "task_name": dumps([spec.task_name for spec in specs]),
+            "queue": dumps([spec.queue for spec in specs]),
+            "priority": dumps([spec.priority for spec in specs]),
+            "max_attempts": dumps([spec.max_attempts for spec in specs]),
+            "step": dumps([step.step for step in steps]),
+            "waiting_for": dumps([len(step.prev) for step in steps]),
+            "input_mode": dumps([step.input_mode for step in steps]),
             "args": "[" + ",".join([spec.args_json for spec in specs]) + "]",
             "kwargs": "[" + ",".join([spec.kwargs_json for spec in specs]) + "]",
-            "next": json.dumps([[ids[index] for index in step.next] for step in steps]),
-            "prev": json.dumps([[ids[index] for index in step.prev] for step in steps]),
-            "limit_groups": (
-                json.dumps([spec.limit_groups for spec in specs]) if limited else None
-            ),
-            "limit_key": [spec.limit_key for spec in specs],
+            "next": dumps([[ids[i] for i in step.next] if step.next else None for step in steps]),
+            "prev": dumps([[ids[i] for i in step.prev] if step.prev else None for step in steps]),
+            "limit_groups": (dumps([spec.limit_groups for spec in specs]) if limited else None),
+            "limit_key": dumps([spec.limit_key for spec in specs]),
             "meta": (
                 "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]" if traced else None
             ),

@@ -11,23 +11,31 @@ RETURNING id;
 
 -- name: reserve_job_ids :many
 -- %(count)s ids from the jobs' identity sequence, so that rows can name each other.
-SELECT nextval(pg_get_serial_sequence(%(jobs_table)s, 'id')) AS id
-FROM generate_series(1, %(count)s::int);
+-- One row: the ids as text, increasing, joined by commas (one value to read, not a row
+-- per id).
+SELECT string_agg(reserved.id::text, ',' ORDER BY reserved.id) AS ids
+FROM (SELECT nextval(pg_get_serial_sequence(%(jobs_table)s, 'id')) AS id
+      FROM generate_series(1, %(count)s::int)) AS reserved;
 
 -- name: insert_workflow_jobs :exec
 -- A workflow's jobs with their reserved ids: 'pending' with no predecessor, else
 -- 'waiting' for waiting_for predecessors (prev_ids). The notify trigger wakes workers.
+-- Every column comes as one JSON array (the client joins texts: nothing per job is
+-- adapted), next and prev null for a job without successors or predecessors.
 INSERT INTO {schema}.jobs
     (id, task_name, queue, priority, args, kwargs, max_attempts, status, workflow_id,
      workflow_step, next_ids, prev_ids, waiting_for, input_mode, limit_groups, limit_key,
      meta)
 OVERRIDING SYSTEM VALUE
-SELECT t.id, t.task_name, t.queue, t.priority, t.args, t.kwargs, t.max_attempts,
-       CASE WHEN t.waiting_for > 0 THEN 'waiting' ELSE 'pending' END,
+SELECT t.id::bigint, t.task_name, t.queue, t.priority::int, t.args, t.kwargs,
+       t.max_attempts::int,
+       CASE WHEN t.waiting_for::int > 0 THEN 'waiting' ELSE 'pending' END,
        %(workflow_id)s, t.step,
-       (SELECT array_agg(value::bigint) FROM jsonb_array_elements_text(t.next) AS value),
-       (SELECT array_agg(value::bigint) FROM jsonb_array_elements_text(t.prev) AS value),
-       t.waiting_for, t.input_mode,
+       CASE WHEN jsonb_typeof(t.next) = 'array'
+            THEN ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(t.next) AS value) END,
+       CASE WHEN jsonb_typeof(t.prev) = 'array'
+            THEN ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(t.prev) AS value) END,
+       t.waiting_for::int, t.input_mode,
        -- Concurrency and rate limits (migration 0009), as insert_limited_jobs writes them.
        CASE WHEN jsonb_typeof(t.limit_groups) = 'array'
             THEN ARRAY(SELECT jsonb_array_elements_text(t.limit_groups)) END,
@@ -35,13 +43,16 @@ SELECT t.id, t.task_name, t.queue, t.priority, t.args, t.kwargs, t.max_attempts,
        -- Trace context (pgtasks.contrib.otel; migration 0008): NULL when no step has meta.
        coalesce(t.meta, jsonb_build_object())
 FROM ROWS FROM (
-    unnest(%(id)s::bigint[]), unnest(%(task_name)s::text[]), unnest(%(queue)s::text[]),
-    unnest(%(priority)s::int[]), jsonb_array_elements(%(args)s::jsonb),
-    jsonb_array_elements(%(kwargs)s::jsonb), unnest(%(max_attempts)s::int[]),
-    unnest(%(step)s::text[]), jsonb_array_elements(%(next)s::jsonb),
-    jsonb_array_elements(%(prev)s::jsonb), unnest(%(waiting_for)s::int[]),
-    unnest(%(input_mode)s::text[]), jsonb_array_elements(%(limit_groups)s::jsonb),
-    unnest(%(limit_key)s::text[]), jsonb_array_elements(%(meta)s::jsonb)
+    jsonb_array_elements_text(%(id)s::jsonb), jsonb_array_elements_text(%(task_name)s::jsonb),
+    jsonb_array_elements_text(%(queue)s::jsonb),
+    jsonb_array_elements_text(%(priority)s::jsonb), jsonb_array_elements(%(args)s::jsonb),
+    jsonb_array_elements(%(kwargs)s::jsonb),
+    jsonb_array_elements_text(%(max_attempts)s::jsonb),
+    jsonb_array_elements_text(%(step)s::jsonb), jsonb_array_elements(%(next)s::jsonb),
+    jsonb_array_elements(%(prev)s::jsonb), jsonb_array_elements_text(%(waiting_for)s::jsonb),
+    jsonb_array_elements_text(%(input_mode)s::jsonb),
+    jsonb_array_elements(%(limit_groups)s::jsonb),
+    jsonb_array_elements_text(%(limit_key)s::jsonb), jsonb_array_elements(%(meta)s::jsonb)
 ) AS t(id, task_name, queue, priority, args, kwargs, max_attempts, step, next, prev,
        waiting_for, input_mode, limit_groups, limit_key, meta);
 
