@@ -173,28 +173,41 @@ class WorkflowQueries(QueriesBase):
         workflow_id: int | None = None,
         before: int | None = None,
         limit: int = 50,
+        steps_cap: int | None = None,
     ) -> list[Row]:
         """Workflows newest first: ``id, kind, shape, created_at, steps, steps_done,
         started_at, state, finished_at``. Running workflows are found from their partial
         index, failed and cancelled ones from their jobs of that status, done ones by
-        probing each workflow (see workflows.sql)."""
+        probing each workflow (see workflows.sql). ``steps_cap``: read at most that many
+        jobs of each workflow, plus one (None: all); a workflow with more has ``steps``
+        above the cap (the jobs read), ``steps_done`` of those, and no times."""
         params = {
             "status": status,
             "id": workflow_id,
             "before": before,
             "limit": limit,
+            "steps_cap": steps_cap,
         }
         if workflow_id is None and status == "running":
-            return self.list_running_workflows(conn, before=before, limit=limit)
+            return self.list_running_workflows(
+                conn, before=before, limit=limit, steps_cap=steps_cap
+            )
         if workflow_id is None and status in ("failed", "cancelled"):
-            return self.list_ended_workflows(conn, status=status, before=before, limit=limit)
+            return self.list_ended_workflows(
+                conn, status=status, before=before, limit=limit, steps_cap=steps_cap
+            )
         return self._rows(conn, "list_workflows", params)
 
     def list_running_workflows(
-        self, conn: psycopg.Connection[Any], *, before: int | None = None, limit: int = 50
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        before: int | None = None,
+        limit: int = 50,
+        steps_cap: int | None = None,
     ) -> list[Row]:
         """list_workflows of the running workflows, found from jobs_workflow_unfinished_idx."""
-        params = {"before": before, "limit": limit}
+        params = {"before": before, "limit": limit, "steps_cap": steps_cap}
         return self._rows(conn, "list_running_workflows", params)
 
     def list_ended_workflows(
@@ -204,10 +217,11 @@ class WorkflowQueries(QueriesBase):
         status: str,
         before: int | None = None,
         limit: int = 50,
+        steps_cap: int | None = None,
     ) -> list[Row]:
         """list_workflows of the workflows in state ``status`` ('failed' or 'cancelled'),
         found from their jobs of that status."""
-        params = {"status": status, "before": before, "limit": limit}
+        params = {"status": status, "before": before, "limit": limit, "steps_cap": steps_cap}
         return self._rows(conn, "list_ended_workflows", params)
 
     def list_workflows_scan(
@@ -218,12 +232,19 @@ class WorkflowQueries(QueriesBase):
         before: int | None = None,
         limit: int = 50,
         scan: int,
+        steps_cap: int | None = None,
     ) -> tuple[list[Row], int | None, int]:
         """The workflows in finished state ``status`` (as list_workflows) among those whose
         jobs the newest ``scan`` workflow jobs (below ``before``) are, the oldest workflow
         id reached (older ones were not searched; None: no workflow) and how many jobs
         were read (fewer than ``scan``: every older workflow was searched)."""
-        params = {"status": status, "before": before, "limit": limit, "scan": scan}
+        params = {
+            "status": status,
+            "before": before,
+            "limit": limit,
+            "scan": scan,
+            "steps_cap": steps_cap,
+        }
         rows = self._rows(conn, "list_workflows_scan", params)
         floor, scanned = rows[0]["floor"], int(rows[0]["scanned"] or 0)
         return [row for row in rows if row["id"] is not None], floor, scanned

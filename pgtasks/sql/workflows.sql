@@ -197,31 +197,52 @@ SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
        CASE WHEN picked.state <> 'running' THEN progress.finished_at END AS finished_at
 FROM picked
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+    -- At most %(steps_cap)s + 1 jobs read (NULL: all): past the cap, steps is the
+    -- number read (more than the cap), and the times are not known (NULL).
+    SELECT CASE WHEN count(*) > %(steps_cap)s::int THEN count(*)::int
+                ELSE count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
+           END AS steps,
            count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                               AND jobs.status = 'done')::int AS steps_done,
-           min(jobs.started_at) AS started_at,
-           max(jobs.finished_at) AS finished_at
-    FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+           CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                ELSE min(jobs.started_at) END AS started_at,
+           CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                ELSE max(jobs.finished_at) END AS finished_at
+    FROM (SELECT jobs.workflow_step, jobs.status, jobs.started_at, jobs.finished_at
+          FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+          LIMIT %(steps_cap)s::int + 1) AS jobs
 ) AS progress
 ORDER BY picked.id DESC;
 
 -- name: list_running_workflows :many
 -- list_workflows of the running workflows (any job waiting, pending or running), found
--- newest first from jobs_workflow_unfinished_idx (such jobs are in jobs only): reads the
--- index entries of the workflows listed, not the workflows before them; their steps are
--- counted through workflow_jobs (the finished ones are in jobs_history).
-WITH picked AS (
+-- newest first from jobs_workflow_unfinished_idx (such jobs are in jobs only) by a skip
+-- scan (running: each the next workflow id below the previous one, one index probe
+-- each), not a DISTINCT of its entries: a running group of a million members costs one
+-- probe, not a million entries read. Their steps are counted through workflow_jobs (the
+-- finished ones are in jobs_history), up to %(steps_cap)s + 1 each.
+WITH RECURSIVE running(workflow_id) AS (
+    SELECT (SELECT jobs.workflow_id
+            FROM {schema}.jobs AS jobs
+            WHERE jobs.workflow_id IS NOT NULL
+              AND jobs.status IN ('waiting', 'pending', 'running')
+              AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
+            ORDER BY jobs.workflow_id DESC
+            LIMIT 1)
+    UNION ALL
+    SELECT (SELECT jobs.workflow_id
+            FROM {schema}.jobs AS jobs
+            WHERE jobs.workflow_id IS NOT NULL
+              AND jobs.status IN ('waiting', 'pending', 'running')
+              AND jobs.workflow_id < running.workflow_id
+            ORDER BY jobs.workflow_id DESC
+            LIMIT 1)
+    FROM running
+    WHERE running.workflow_id IS NOT NULL
+), picked AS (
     SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
            'running'::text AS state
-    FROM (
-        SELECT DISTINCT jobs.workflow_id
-        FROM {schema}.jobs AS jobs
-        WHERE jobs.workflow_id IS NOT NULL
-          AND jobs.status IN ('waiting', 'pending', 'running')
-          AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
-        ORDER BY jobs.workflow_id DESC
-    ) AS running
+    FROM running
     JOIN {schema}.workflows AS workflows ON workflows.id = running.workflow_id
     ORDER BY workflows.id DESC
     LIMIT %(limit)s::int
@@ -230,11 +251,18 @@ SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
        progress.steps_done, progress.started_at, picked.state, NULL::timestamptz AS finished_at
 FROM picked
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+    -- At most %(steps_cap)s + 1 jobs read (NULL: all): past the cap, steps is the
+    -- number read (more than the cap), and the times are not known (NULL).
+    SELECT CASE WHEN count(*) > %(steps_cap)s::int THEN count(*)::int
+                ELSE count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
+           END AS steps,
            count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                               AND jobs.status = 'done')::int AS steps_done,
-           min(jobs.started_at) AS started_at
-    FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+           CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                ELSE min(jobs.started_at) END AS started_at
+    FROM (SELECT jobs.workflow_step, jobs.status, jobs.started_at, jobs.finished_at
+          FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+          LIMIT %(steps_cap)s::int + 1) AS jobs
 ) AS progress
 ORDER BY picked.id DESC;
 
@@ -281,12 +309,20 @@ SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
        progress.steps_done, progress.started_at, picked.state, progress.finished_at
 FROM picked
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+    -- At most %(steps_cap)s + 1 jobs read (NULL: all): past the cap, steps is the
+    -- number read (more than the cap), and the times are not known (NULL).
+    SELECT CASE WHEN count(*) > %(steps_cap)s::int THEN count(*)::int
+                ELSE count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
+           END AS steps,
            count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                               AND jobs.status = 'done')::int AS steps_done,
-           min(jobs.started_at) AS started_at,
-           max(jobs.finished_at) AS finished_at
-    FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+           CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                ELSE min(jobs.started_at) END AS started_at,
+           CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                ELSE max(jobs.finished_at) END AS finished_at
+    FROM (SELECT jobs.workflow_step, jobs.status, jobs.started_at, jobs.finished_at
+          FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+          LIMIT %(steps_cap)s::int + 1) AS jobs
 ) AS progress
 ORDER BY picked.id DESC;
 
@@ -354,13 +390,20 @@ WITH scanned AS (
            progress.steps_done, progress.started_at, picked.state, progress.finished_at
     FROM picked
     CROSS JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
-                   AS steps,
+        -- At most %(steps_cap)s + 1 jobs read (NULL: all): past the cap, steps is the
+        -- number read (more than the cap), and the times are not known (NULL).
+        SELECT CASE WHEN count(*) > %(steps_cap)s::int THEN count(*)::int
+                    ELSE count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
+               END AS steps,
                count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                                   AND jobs.status = 'done')::int AS steps_done,
-               min(jobs.started_at) AS started_at,
-               max(jobs.finished_at) AS finished_at
-        FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+               CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                    ELSE min(jobs.started_at) END AS started_at,
+               CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                    ELSE max(jobs.finished_at) END AS finished_at
+        FROM (SELECT jobs.workflow_step, jobs.status, jobs.started_at, jobs.finished_at
+              FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+              LIMIT %(steps_cap)s::int + 1) AS jobs
     ) AS progress
 )
 SELECT bounds.floor, bounds.scanned, found.*
@@ -373,12 +416,26 @@ ORDER BY found.id DESC NULLS LAST;
 -- from jobs_workflow_unfinished_idx), each counted up to %(cap)s.
 SELECT (SELECT count(*) FROM (SELECT FROM {schema}.workflows LIMIT %(cap)s::int) AS capped)::int
            AS total,
-       (SELECT count(*) FROM (
-            SELECT DISTINCT jobs.workflow_id
-            FROM {schema}.jobs AS jobs
-            WHERE jobs.workflow_id IS NOT NULL
-              AND jobs.status IN ('waiting', 'pending', 'running')
-            LIMIT %(cap)s::int) AS capped)::int AS running;
+       (WITH RECURSIVE running(workflow_id, found) AS (
+            -- A skip scan of the index (as list_running_workflows): one probe a workflow.
+            SELECT (SELECT jobs.workflow_id
+                    FROM {schema}.jobs AS jobs
+                    WHERE jobs.workflow_id IS NOT NULL
+                      AND jobs.status IN ('waiting', 'pending', 'running')
+                    ORDER BY jobs.workflow_id DESC
+                    LIMIT 1), 1
+            UNION ALL
+            SELECT (SELECT jobs.workflow_id
+                    FROM {schema}.jobs AS jobs
+                    WHERE jobs.workflow_id IS NOT NULL
+                      AND jobs.status IN ('waiting', 'pending', 'running')
+                      AND jobs.workflow_id < running.workflow_id
+                    ORDER BY jobs.workflow_id DESC
+                    LIMIT 1), running.found + 1
+            FROM running
+            WHERE running.workflow_id IS NOT NULL AND running.found < %(cap)s::int
+        )
+        SELECT count(*) FROM running WHERE running.workflow_id IS NOT NULL)::int AS running;
 
 -- name: get_workflow_steps :many
 -- A workflow's jobs for its page (graph), the first %(limit)s by id (workflow_jobs: the
