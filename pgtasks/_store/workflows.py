@@ -4,15 +4,18 @@ query."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import PipelineStatus
 
 from .._jobs import StepJob
 from .base import QueriesBase, Row, T
+from .inserts import COPY_MIN_JOBS
+from .params import COPY_CHUNK_ROWS, _copy_field
 
 #: First key of the healer lock (a session lock on the healing worker's connection): "pgth".
 ADVISORY_LOCK_CLASS_HEAL = 0x70677468
@@ -21,6 +24,55 @@ ADVISORY_LOCK_CLASS_HEAL = 0x70677468
 def _ids(joined: str | None) -> list[int]:
     """The ids reserve_job_ids joined by commas (None: none asked for)."""
     return [int(text) for text in joined.split(",")] if joined else []
+
+
+def _copyable(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], steps: Sequence[StepJob]
+) -> bool:
+    """Whether a workflow's jobs go by COPY (copy_workflow_jobs): enough of them, none
+    with limits (a column COPY does not write), the connection not in pipeline mode."""
+    return (
+        len(steps) >= COPY_MIN_JOBS
+        and conn.pgconn.pipeline_status == PipelineStatus.OFF
+        and all(step.spec.limit_groups is None and step.spec.limit_key is None for step in steps)
+    )
+
+
+def _copy_rows(
+    workflow_id: int, ids: Sequence[int], steps: Sequence[StepJob], rows: int = COPY_CHUNK_ROWS
+) -> Iterator[str]:
+    """The rows of copy_workflow_jobs (COPY's text format, its column order), as
+    insert_workflow_jobs writes them, in pieces of ``rows`` lines."""
+    if len(ids) != len(steps):
+        raise ValueError(f"{len(steps)} workflow steps need as many ids, got {len(ids)}")
+    shared: dict[tuple[str, str, int, int, str | None], tuple[str, str]] = {}
+    lines: list[str] = []
+    for job_id, step in zip(ids, steps, strict=True):
+        spec = step.spec
+        key = (spec.task_name, spec.queue, spec.priority, spec.max_attempts, step.input_mode)
+        found = shared.get(key)
+        if found is None:
+            found = shared[key] = (
+                f"{_copy_field(spec.task_name)}\t{_copy_field(spec.queue)}"
+                f"\t{spec.priority:d}\t{spec.max_attempts:d}",
+                "\\N" if step.input_mode is None else _copy_field(step.input_mode),
+            )
+        fields, mode = found
+        args, kwargs, meta = spec.args_json, spec.kwargs_json, spec.meta_json
+        following = "{" + ",".join([str(ids[i]) for i in step.next]) + "}" if step.next else "\\N"
+        previous = "{" + ",".join([str(ids[i]) for i in step.prev]) + "}" if step.prev else "\\N"
+        lines.append(
+            f"{job_id:d}\t{args if args == '[]' else _copy_field(args)}"
+            f"\t{kwargs if kwargs == '{}' else _copy_field(kwargs)}"
+            f"\t{'{}' if meta is None else _copy_field(meta)}\t{fields}"
+            f"\t{'waiting' if step.prev else 'pending'}\t{workflow_id:d}"
+            f"\t{_copy_field(step.step)}\t{following}\t{previous}\t{len(step.prev):d}\t{mode}\n"
+        )
+        if len(lines) >= rows:
+            yield "".join(lines)
+            lines = []
+    if lines:
+        yield "".join(lines)
 
 
 class WorkflowQueries(QueriesBase):
@@ -104,7 +156,11 @@ class WorkflowQueries(QueriesBase):
         ids: Sequence[int],
         steps: Sequence[StepJob],
     ) -> None:
-        """Insert a workflow's jobs (``steps``) with the ids reserved for them."""
+        """Insert a workflow's jobs (``steps``) with the ids reserved for them (by COPY
+        when there are many and none has limits)."""
+        if _copyable(conn, steps):
+            self._copy(conn, "copy_workflow_jobs", _copy_rows(workflow_id, ids, steps))
+            return
         params = self._workflow_jobs_params(workflow_id, ids, steps)
         self._rows(conn, "insert_workflow_jobs", params)
 
@@ -128,6 +184,9 @@ class WorkflowQueries(QueriesBase):
         ids: Sequence[int],
         steps: Sequence[StepJob],
     ) -> None:
+        if _copyable(conn, steps):
+            await self._acopy(conn, "copy_workflow_jobs", _copy_rows(workflow_id, ids, steps))
+            return
         params = self._workflow_jobs_params(workflow_id, ids, steps)
         await self._arows(conn, "insert_workflow_jobs", params)
 

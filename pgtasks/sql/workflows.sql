@@ -12,10 +12,13 @@ RETURNING id;
 -- name: reserve_job_ids :many
 -- %(count)s ids from the jobs' identity sequence, so that rows can name each other.
 -- One row: the ids as text, increasing, joined by commas (one value to read, not a row
--- per id).
+-- per id); the sequence is looked up once, not once per id.
+WITH sequence AS MATERIALIZED (
+    SELECT pg_get_serial_sequence(%(jobs_table)s, 'id')::regclass AS id
+)
 SELECT string_agg(reserved.id::text, ',' ORDER BY reserved.id) AS ids
-FROM (SELECT nextval(pg_get_serial_sequence(%(jobs_table)s, 'id')) AS id
-      FROM generate_series(1, %(count)s::int)) AS reserved;
+FROM (SELECT nextval(sequence.id) AS id
+      FROM sequence, generate_series(1, %(count)s::int)) AS reserved;
 
 -- name: insert_workflow_jobs :exec
 -- A workflow's jobs with their reserved ids: 'pending' with no predecessor, else
@@ -55,6 +58,15 @@ FROM ROWS FROM (
     jsonb_array_elements_text(%(limit_key)s::jsonb), jsonb_array_elements(%(meta)s::jsonb)
 ) AS t(id, task_name, queue, priority, args, kwargs, max_attempts, step, next, prev,
        waiting_for, input_mode, limit_groups, limit_key, meta);
+
+-- name: copy_workflow_jobs :exec
+-- insert_workflow_jobs by COPY, for a large workflow without limits (its rows in COPY's
+-- text format, built by WorkflowQueries.copy_workflow_jobs): the server parses far less
+-- than the JSON arrays. Run at the database's now(); the notify trigger wakes workers.
+COPY {schema}.jobs (id, args, kwargs, meta, task_name, queue, priority, max_attempts,
+                    status, workflow_id, workflow_step, next_ids, prev_ids, waiting_for,
+                    input_mode)
+FROM STDIN;
 
 -- name: schedule_workflow_job :exec
 -- A workflow's first job, inserted pending in this transaction, due later: at %(run_at)s,
