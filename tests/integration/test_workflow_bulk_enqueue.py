@@ -4,6 +4,7 @@ by COPY starts its callback with its members' results in order."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -90,3 +91,28 @@ def test_a_chord_enqueued_by_copy_starts_its_callback_with_the_results_in_order(
         admin, app, "SELECT args, kwargs FROM {schema}.jobs WHERE id = %s", [callback["id"]]
     )
     assert (args, kwargs) == ([list(range(MEMBERS))], {"scale": 2})
+
+
+def test_the_async_enqueue_copies_a_large_workflow_too(
+    app: App, admin: Any, tasks: dict[str, Any]
+) -> None:
+    add = tasks["add"]
+
+    async def enqueue() -> Any:
+        return await group(add.si(n) for n in range(MEMBERS)).adelay()
+
+    flow = asyncio.run(enqueue())
+    found = select(
+        admin,
+        app,
+        "SELECT count(*), min(status), max(status), count(next_ids), count(prev_ids)"
+        " FROM {schema}.jobs WHERE workflow_id = %s",
+        [flow.id],
+    )
+    assert found == [(MEMBERS, "pending", "pending", 0, 0)]
+    assert sorted(flow.job_ids) == [
+        row[0]
+        for row in select(
+            admin, app, "SELECT id FROM {schema}.jobs WHERE workflow_id = %s ORDER BY id", [flow.id]
+        )
+    ]
