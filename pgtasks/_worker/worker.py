@@ -72,7 +72,8 @@ class Worker(SettingsAttributes):
     (thread-safe) stops claiming, lets running jobs finish for up to ``shutdown_timeout``
     seconds, releases the rest to pending without using up their attempt, and
     deregisters. The keywords make a WorkerSettings (pgtasks/_worker/settings.py);
-    :meth:`from_settings` takes one made already (``pgtasks worker`` does)."""
+    :meth:`from_settings` takes one made already (``pgtasks worker`` does).
+    ``job_logs=False``: the attempts' log lines are not captured (docs/howto/operations.md)."""
 
     def __init__(
         self,
@@ -97,6 +98,7 @@ class Worker(SettingsAttributes):
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
         store: str | None = None,
+        job_logs: bool = True,
     ) -> None:
         settings = WorkerSettings.derive(
             app.settings,
@@ -118,6 +120,7 @@ class Worker(SettingsAttributes):
             max_memory_per_child=max_memory_per_child,
             loop_lag_threshold=loop_lag_threshold,
             store=store,
+            job_logs=job_logs,
         )
         self._configure(app, settings, observers)
 
@@ -243,7 +246,7 @@ class Worker(SettingsAttributes):
             logger.info(
                 "worker %s: paused queues now %s",
                 self.name,
-                ", ".join(sorted(paused)) or "none",
+                ", ".join(sorted(name or "(its host is paused)" for name in paused)) or "none",
             )
         if previous - paused:
             self.wake(notified=True)
@@ -324,13 +327,10 @@ class Worker(SettingsAttributes):
 
     def _new_services(self) -> list[Service]:
         """Heartbeat, rescuer (which runs the healer), listener and pruner, each given only
-        what it uses.
-
-        The listener and the pruner's session lock need a server session of their own:
-        the session DSN. A pooled dsn without one: the listener polls, the pruner runs
-        without its lock (docs/howto/deployment.md). The healer runs on the rescuer's
-        connection: through a pooler, without its session lock.
-        """
+        what it uses. The listener and the pruner's session lock need a server session of
+        their own: the session DSN. A pooled dsn without one: the listener polls, the
+        pruner runs without its lock (docs/howto/deployment.md). The healer runs on the
+        rescuer's connection: through a pooler, without its session lock."""
         app, settings, owner, connect = self.app, self.settings, self.name, self._connect
         store, registration = app.queries, self.registration
         sessions = app.database.has_session
@@ -408,10 +408,10 @@ class Worker(SettingsAttributes):
                 # any claim; what started is stopped again if anything below fails.
                 self._phase = "start: the executors"
                 self._executor.start()
-                # The paused queues before the first claim (the listener reads them after),
-                # and before worker_id says the worker is registered.
+                # Paused queues (and host) before the first claim and worker_id (registered).
                 self._phase = "start: registration"
-                paused = self.app.queries.get_paused_queues(self._connection.get())
+                connection, host = self._connection.get(), self.hostname
+                paused = self.app.queries.get_paused_queues(connection, host)
                 # Store this app's limits; with any limit stored, claims
                 # take the jobs limits apply to first.
                 stored = self.app.queries.upsert_limits(
