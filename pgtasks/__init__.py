@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._app.app import App
 from ._app.handle import JobHandle
+from ._app.keyed_admin import flow_state, release_sequence
 from ._app.layout import Store
 from ._app.tasks import Task, TaskOptions
 from ._app.workflows import (
@@ -34,7 +35,9 @@ from ._errors import (
     EmbeddedUnavailableError,
     JobCancelled,
     JobNotFoundError,
+    JobNotPendingError,
     LeaseLostError,
+    LimitChangeError,
     LimitKeyError,
     MigrationLockError,
     NaiveDatetimeError,
@@ -43,6 +46,7 @@ from ._errors import (
     PayloadTooDeepError,
     PayloadTooLargeError,
     PgTasksError,
+    PoolChangeError,
     PoolExhaustedError,
     ReservedMetaKeyError,
     SchemaError,
@@ -91,11 +95,13 @@ __all__ = [
     "JobContext",
     "JobHandle",
     "JobNotFoundError",
+    "JobNotPendingError",
     "JobRow",
     "JobSpec",
     "JobStatus",
     "JsonFormatter",
     "LeaseLostError",
+    "LimitChangeError",
     "LimitKeyError",
     "MigrationLockError",
     "NaiveDatetimeError",
@@ -105,6 +111,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PeriodicOptions",
     "PgTasksError",
+    "PoolChangeError",
     "PoolExhaustedError",
     "Progress",
     "ReservedMetaKeyError",
@@ -140,5 +147,7 @@ __all__ = [
     "__version__",
     "chain",
     "chord",
+    "flow_state",
     "group",
+    "release_sequence",
 ]

@@ -19,10 +19,7 @@ from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP03
 
 from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
-from .._errors import (
-    ConfigurationError,
-    UnknownTaskError,
-)
+from .._errors import ConfigurationError, UnknownTaskError
 from .._instrumentation import Instrumentation
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._limits import LimitDefinition
@@ -139,6 +136,7 @@ class App(DurableApp):
         prune_failed_after: float | None = 7 * 86400.0,
         prune_interval: float = 60.0,
         heal_interval: float = 30.0,
+        priority_aging: float | None = None,
         eager: bool = False,
         stores: Mapping[str, str | Store] | None = None,
         routes: Mapping[str, str] | None = None,
@@ -173,6 +171,7 @@ class App(DurableApp):
             prune_failed_after=prune_failed_after,
             prune_interval=prune_interval,
             heal_interval=heal_interval,
+            priority_aging=priority_aging,
             eager=eager,
         )
         self.tasks: dict[str, Task[Any, Any]] = {}

@@ -21,6 +21,7 @@ from .doctor_jobs import (
     DEEP_HISTORY_SCAN,
     check_deep_history_payloads,
     check_deep_payloads,
+    check_held_sequences,
     check_main_module_tasks,
     check_unknown_tasks,
 )
@@ -524,6 +525,7 @@ def diagnose(
         check_isolation(app, store.get_isolation(conn), default_isolation(app)),
         check_unknown_tasks(store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout)),
         check_main_module_tasks(store.get_main_module_jobs(conn)),
+        check_held_sequences(store.get_sequence_holds(conn)),
         check_deep_payloads(
             store.get_deep_payloads(conn, depth=MAX_JSON_DEPTH, decode_depth=MAX_DECODE_DEPTH)
         ),

@@ -112,3 +112,21 @@ def check_deep_history_payloads(rows: Sequence[Row], scan: int) -> Finding:
         "rows written by SQL or another tool: fix the writer, then delete these jobs"
         " (pgtasks jobs delete ID) rather than retrying them",
     )
+
+
+def check_held_sequences(rows: Sequence[Row]) -> Finding:
+    """Sequences held by a failed job (``sequence_on_failure="hold"``, migration 0023):
+    their next jobs wait until it is retried and done, or the sequence is released."""
+    if not rows:
+        return Finding("sequences", "ok", "no sequence is held by a failed job")
+    shown = "; ".join(
+        f"sequence {printable(row['key'])!r} is held by failed job {row['job_id']}"
+        for row in rows[:5]
+    )
+    return Finding(
+        "sequences",
+        "warning",
+        f"{len(rows)} sequence(s) run nothing until their failed job is dealt with: {shown}",
+        "retry the failed job (pgtasks jobs retry ID: the sequence goes on once it is done),"
+        " or release the sequence (pgtasks sequences release KEY: its next job starts)",
+    )

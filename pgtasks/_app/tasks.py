@@ -32,6 +32,7 @@ from .._validation import (
     validate_text,
 )
 from .handle import JobHandle
+from .keyed import KeyedOptions, KeySource, SequenceOnFailure
 from .limits import TaskLimits, job_limits
 from .links import Expires, enqueue_linked, expires_at, meta_with_expiry, relative_expiry
 from .task_names import MainModuleTaskWarning, default_task_name, main_module_warning
@@ -98,6 +99,12 @@ class TaskSettings(TypedDict, total=False):
     #: Start deadline of each job, in seconds (or a timedelta) after its enqueue: a job
     #: not started by then never runs and ends cancelled ("expired").
     expires: float | timedelta | None
+    #: Claims take turns across keys (a str, int or function of the arguments giving one).
+    fair_key: KeySource | None
+    #: Jobs of one key run one at a time, in enqueue order (docs/howto/flow-control.md).
+    sequence_key: KeySource | None
+    #: After a failed job of a sequence: "hold" (default), "continue" or "cancel".
+    sequence_on_failure: SequenceOnFailure
 
 
 class TaskOptions(TaskSettings, total=False):
@@ -200,6 +207,7 @@ class Task(Generic[P, R]):
         #: Concurrency and rate limits (None: none; see limits.py).
         self.limits: TaskLimits | None = TaskLimits.from_options(self.name, options)
         self.uniqueness: Uniqueness | None = task_uniqueness(self.name, options)
+        self.keyed = KeyedOptions.from_options(self.name, options)
         self.signature = inspect.signature(function)
         parameters = list(self.signature.parameters.values())
         if self.bind:
@@ -303,6 +311,9 @@ class Task(Generic[P, R]):
         unique_for: timedelta | None = None,
         tick_key: str | None = None,
         expires: Expires | None = None,
+        fair_key: KeySource | None = None,
+        sequence_key: KeySource | None = None,
+        sequence_on_failure: SequenceOnFailure | None = None,
     ) -> JobSpec:
         """Validate and encode one job; raises before anything is written.
 
@@ -323,6 +334,7 @@ class Task(Generic[P, R]):
             )
         else:
             limit_groups, limit_key = None, None
+        keyed = self.keyed.meta(args, kwargs, fair_key, sequence_key, sequence_on_failure)
         spec = new_job_spec(
             task_name=self.name,
             queue=queue,
@@ -336,7 +348,7 @@ class Task(Generic[P, R]):
             delay_seconds=delay,
             idempotency_key=idempotency_key,
             # None (nothing sent) for no meta or an empty one.
-            meta_json=self._meta_json(meta, expires),
+            meta_json=self._meta_json(meta, expires, keyed),
             limit_groups=None if limit_groups is None else tuple(limit_groups),
             limit_key=limit_key,
         )
@@ -357,16 +369,20 @@ class Task(Generic[P, R]):
             tick_key=tick_key,
         )
 
-    def _meta_json(self, meta: Mapping[str, Any] | None, expires: Expires | None) -> str | None:
-        """The job's meta as JSON text, with its start deadline when it has one."""
+    def _meta_json(
+        self,
+        meta: Mapping[str, Any] | None,
+        expires: Expires | None,
+        reserved: Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """The job's meta as JSON text, with its start deadline and fair/sequence keys."""
         chosen = expires if expires is not None else self.expires
-        deadline = expires_at(chosen)
-        if deadline is None:
-            if meta is None:
-                return None
-            return encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
         return meta_with_expiry(
-            meta, deadline, max_bytes=self.app.max_payload_bytes, relative=relative_expiry(chosen)
+            meta,
+            expires_at(chosen),
+            max_bytes=self.app.max_payload_bytes,
+            relative=relative_expiry(chosen),
+            reserved=reserved,
         )
 
     @staticmethod
@@ -394,6 +410,7 @@ class Task(Generic[P, R]):
         if (
             self.limits is not None
             or self.uniqueness is not None
+            or self.keyed.declared
             or self.app.queue_limits.get(self.queue) is not None
         ):
             specs = [self.build_spec(*_arguments_of(item)) for item in items]
@@ -456,6 +473,9 @@ class Task(Generic[P, R]):
         expires: Expires | None = None,
         link: Signature | Sequence[Signature] | None = None,
         link_error: Signature | None = None,
+        fair_key: KeySource | None = None,
+        sequence_key: KeySource | None = None,
+        sequence_on_failure: SequenceOnFailure | None = None,
     ) -> JobHandle[R]:
         """Enqueue with every option; with ``connection=`` the row joins its transaction.
 
@@ -481,6 +501,9 @@ class Task(Generic[P, R]):
             unique_while=unique_while,
             unique_for=unique_for,
             expires=expires,
+            fair_key=fair_key,
+            sequence_key=sequence_key,
+            sequence_on_failure=sequence_on_failure,
         )
         return self.app.enqueue(spec, connection=connection)
 
@@ -523,6 +546,9 @@ class Task(Generic[P, R]):
         connection: psycopg.AsyncConnection[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         expires: Expires | None = None,
+        fair_key: KeySource | None = None,
+        sequence_key: KeySource | None = None,
+        sequence_on_failure: SequenceOnFailure | None = None,
     ) -> JobHandle[R]:
         spec = self.build_spec(
             args,
@@ -537,6 +563,9 @@ class Task(Generic[P, R]):
             unique_while=unique_while,
             unique_for=unique_for,
             expires=expires,
+            fair_key=fair_key,
+            sequence_key=sequence_key,
+            sequence_on_failure=sequence_on_failure,
         )
         return await self.app.aenqueue(spec, connection=connection)
 

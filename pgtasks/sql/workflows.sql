@@ -484,10 +484,12 @@ LIMIT %(limit)s::int;
 -- name: find_stuck_steps :many
 -- Waiting steps to heal: none of their predecessors is unfinished (each is done, failed,
 -- cancelled or gone). At most %(limit)s, oldest first, ids above %(after)s. A healthy
--- step is passed over at its first unfinished predecessor.
+-- step is passed over at its first unfinished predecessor. (A job of a sequence waits
+-- too, for its turn, outside any workflow: migration 0023 moves it on.)
 SELECT steps.id
 FROM {schema}.jobs AS steps
 WHERE steps.status = 'waiting'
+  AND steps.workflow_id IS NOT NULL
   AND steps.id > %(after)s::bigint
   AND NOT EXISTS (SELECT 1
                   FROM unnest(steps.prev_ids) AS p(id)
@@ -511,6 +513,7 @@ SELECT outcome, detail, queue FROM {schema}.workflow_retry_step(%(id)s::bigint);
 SELECT (SELECT count(*)::int
         FROM {schema}.jobs AS steps
         WHERE steps.status = 'waiting'
+          AND steps.workflow_id IS NOT NULL
           AND NOT EXISTS (SELECT 1
                           FROM unnest(steps.prev_ids) AS p(id)
                           JOIN {schema}.jobs AS preds ON preds.id = p.id

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._app.keyed_admin import KeyedState, keyed_state
 from .._limits import SEPARATOR, LimitDefinition, LimitState, describe_rate, limit_states
 from .reads import DashboardDatabase
 
@@ -132,6 +133,8 @@ class LimitsPage:
     #: Those under more than 8 limit instances (counted in no limit), and the first.
     overlimited: int = 0
     first_overlimited: int | None = None
+    #: The busiest and starved fair keys and the sequences (migration 0023).
+    keyed: KeyedState | None = None
 
     @property
     def hidden(self) -> int:
@@ -146,6 +149,8 @@ class LimitsPage:
 def _kinds(state: LimitState) -> tuple[str, ...]:
     if state.kind == "other":
         return ("unknown kind",)
+    if state.kind == "fair":
+        return ("fair queuing",)
     kinds = []
     if state.concurrency is not None:
         kinds.append("keyed concurrency" if state.kind == "key" else f"{state.kind} concurrency")
@@ -169,11 +174,11 @@ def _problems(state: LimitState, bad_values: set[str], declared: bool | None) ->
     numbers = (state.rate_per_second, state.burst, state.tokens, state.next_token_in)
     if any(value is not None and not math.isfinite(value) for value in numbers):
         problems.append("a value is not a finite number")
-    if state.concurrency is not None and state.concurrency < 1:
+    if state.concurrency is not None and state.concurrency < 1 and not state.paused:
         problems.append("a concurrency below 1")
     if state.kind == "other":
         problems.append("not a name pgtasks writes (queue:…, task:… or key:…)")
-    if declared is False and state.stored:
+    if declared is False and state.stored and state.declared and state.kind != "fair":
         problems.append("not declared by this app's tasks or queues (another app stored it)")
     return problems
 
@@ -291,9 +296,10 @@ def limits_page(
         definitions = store.get_limits(conn)
         instances = store.get_limit_instances(conn, cap=LIMITED_SCAN)
         bad_values = store.get_limit_bad_values(conn)
-        return store.get_database_time(conn), definitions, instances, bad_values
+        keyed = keyed_state(store, conn, limit=top_keys)
+        return store.get_database_time(conn), definitions, instances, bad_values, keyed
 
-    now, definitions, instances, bad_values = database.run(read)
+    now, definitions, instances, bad_values, keyed = database.run(read)
     usage, keys = instance_usage(definitions, instances, top_keys)
     states = limit_states(definitions, usage, keys)
     views = limit_views(states, app.limit_definitions(), bad_values)
@@ -311,4 +317,5 @@ def limits_page(
         pending_read=int(summary.get("pending_read") or 0),
         overlimited=int(summary.get("overlimited") or 0),
         first_overlimited=summary.get("first_overlimited"),
+        keyed=keyed,
     )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 
 from .._app import admin
+from .._app.durable import parked_by_queue
 from .._app.schedules import ScheduleStatus, schedule_statuses
 from .._counters import every_counter
 from .._job_filter import JobFilter
@@ -254,6 +255,8 @@ class Overview:
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
     #: The newest workflows (OVERVIEW_WORKFLOWS of them).
     workflows: list[WorkflowSummary] = dataclasses.field(default_factory=list)
+    #: Jobs parked by a durable call, ``{queue: {"sleeping": n, "waiting": n, …}}``.
+    parked: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def queues(self) -> list[QueueStats]:
@@ -326,6 +329,7 @@ def overview(
                     conn, limit=OVERVIEW_WORKFLOWS, steps_cap=WORKFLOW_STEPS_CAP
                 )
             ],
+            parked=parked_by_queue(store.count_parked_jobs(conn)),  # through jobs_parked_idx
         )
 
     return database.run(read)
