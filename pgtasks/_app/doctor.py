@@ -18,6 +18,8 @@ from .._errors import SchemaNotMigratedError
 from .._payload import MAX_DECODE_DEPTH, MAX_JSON_DEPTH
 from .._text import printable
 from .doctor_jobs import (
+    DEEP_HISTORY_SCAN,
+    check_deep_history_payloads,
     check_deep_payloads,
     check_held_sequences,
     check_main_module_tasks,
@@ -526,6 +528,12 @@ def diagnose(
         check_held_sequences(store.get_sequence_holds(conn)),
         check_deep_payloads(
             store.get_deep_payloads(conn, depth=MAX_JSON_DEPTH, decode_depth=MAX_DECODE_DEPTH)
+        ),
+        check_deep_history_payloads(
+            store.get_deep_history_payloads(
+                conn, depth=MAX_JSON_DEPTH, decode_depth=MAX_DECODE_DEPTH, scan=DEEP_HISTORY_SCAN
+            ),
+            DEEP_HISTORY_SCAN,
         ),
         check_workflows(
             store.get_workflow_health(conn, since=WORKFLOW_INCIDENT_WINDOW),

@@ -56,6 +56,10 @@ LIST_ERROR_CHARS = 200
 BULK_COUNT_CAP = 100_000
 #: Workflows the overview lists (the newest).
 OVERVIEW_WORKFLOWS = 5
+#: Jobs of each workflow the dashboard's lists (overview, workflows) count at most (plus
+#: one): a workflow with more shows "more than" this many steps and no progress, and a
+#: list costs the same whatever the size of its workflows (its page counts them all).
+WORKFLOW_STEPS_CAP = 10_000
 #: Jobs a page of a filter no index serves reads at most (newest first): a page of a
 #: rare value costs what a page of a common one does, and says where it stopped.
 SCAN_ROWS = 10_000
@@ -321,7 +325,9 @@ def overview(
             counters=every_counter(store.get_counters(conn)),
             workflows=[
                 WorkflowSummary.from_row(row)
-                for row in store.list_workflows(conn, limit=OVERVIEW_WORKFLOWS)
+                for row in store.list_workflows(
+                    conn, limit=OVERVIEW_WORKFLOWS, steps_cap=WORKFLOW_STEPS_CAP
+                )
             ],
             parked=parked_by_queue(store.count_parked_jobs(conn)),  # through jobs_parked_idx
         )
