@@ -1,9 +1,9 @@
 """The dashboard's runtime controls (docs/howto/dashboard.md): change, pause, resume or
 reset a limit (the limits page, and the queues of the overview through it); run a pending
 job now, snooze it, edit its arguments (its page); run now, snooze or edit the arguments
-of the jobs ticked on the jobs list. Each POST passes the read-only and CSRF checks of Actions.form, runs the
-functions the CLI runs (``_app/controls.py``: audited, race-safe against claims) in
-Starlette's thread pool, and redirects back with ``done=``.
+of the jobs ticked on the jobs list. Each POST passes the read-only and CSRF checks of
+Actions.form, runs the functions the CLI runs (``_app/controls.py``: audited, race-safe
+against claims) in Starlette's thread pool, and redirects back with ``done=``.
 """
 
 from __future__ import annotations
