@@ -96,7 +96,14 @@ def enqueue_linked(
 
     unsupported = [
         name
-        for name in ("countdown", "eta", "idempotency_key", "unique_while", "unique_for")
+        for name in (
+            "countdown",
+            "eta",
+            "idempotency_key",
+            "unique_while",
+            "unique_for",
+            "debounce",
+        )
         if call.get(name) is not None
     ]
     if unsupported:

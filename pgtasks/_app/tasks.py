@@ -31,6 +31,7 @@ from .._validation import (
     validate_queue,
     validate_text,
 )
+from .debounce import Debounce, DebounceKey, check_debounce, debounced_spec, task_debounce
 from .handle import JobHandle
 from .limits import TaskLimits, job_limits
 from .links import Expires, enqueue_linked, expires_at, meta_with_expiry
@@ -95,6 +96,13 @@ class TaskSettings(TypedDict, total=False):
     #: Start deadline of each job, in seconds (or a timedelta) after its enqueue: a job
     #: not started by then never runs and ends cancelled ("expired").
     expires: float | timedelta | None
+    #: Debounce (docs/howto/flow-control.md): a job runs this long after the last enqueue
+    #: of its key; an enqueue while it is pending replaces its arguments instead of adding one.
+    debounce: timedelta | None
+    #: The debounce key: a str, or a callable of the arguments (default: their identity).
+    debounce_key: str | Callable[..., Any] | None
+    #: The latest a debounced job runs, after the first enqueue of its key.
+    debounce_max: timedelta | None
 
 
 class TaskOptions(TaskSettings, total=False):
@@ -196,6 +204,7 @@ class Task(Generic[P, R]):
         #: Concurrency and rate limits (None: none; see limits.py).
         self.limits: TaskLimits | None = TaskLimits.from_options(self.name, options)
         self.uniqueness: Uniqueness | None = task_uniqueness(self.name, options)
+        self.debounce: Debounce | None = task_debounce(self.name, options)
         self.signature = inspect.signature(function)
         parameters = list(self.signature.parameters.values())
         if self.bind:
@@ -299,6 +308,7 @@ class Task(Generic[P, R]):
         unique_for: timedelta | None = None,
         tick_key: str | None = None,
         expires: Expires | None = None,
+        debounce: Debounce | None = None,
     ) -> JobSpec:
         """Validate and encode one job; raises before anything is written.
 
@@ -342,7 +352,18 @@ class Task(Generic[P, R]):
             and unique_for is None
             and tick_key is None
         ):
-            return spec
+            if debounce is None and self.debounce is None:
+                return spec
+            return debounced_spec(
+                self,
+                spec,
+                args,
+                kwargs,
+                debounce,
+                scheduled=delay is not None or run_at is not None,
+            )
+        if debounce is not None or self.debounce is not None:
+            raise ValueError(f"task {self.name!r}: debounce= cannot be combined with unique keys")
         return scoped_spec(
             self,
             spec,
@@ -447,6 +468,9 @@ class Task(Generic[P, R]):
         connection: psycopg.Connection[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         expires: Expires | None = None,
+        debounce: timedelta | None = None,
+        debounce_key: DebounceKey | None = None,
+        debounce_max: timedelta | None = None,
         link: Signature | Sequence[Signature] | None = None,
         link_error: Signature | None = None,
     ) -> JobHandle[R]:
@@ -455,7 +479,8 @@ class Task(Generic[P, R]):
         ``meta``: a JSON object stored with the job (``job.meta``, ``ctx.meta``); keys
         starting with ``pgtasks.`` are reserved. ``expires``: a start deadline (aware
         datetime, or seconds/timedelta from now): not started by then, the job ends
-        cancelled and never runs. ``link``: signatures enqueued when the job succeeds (a
+        cancelled and never runs. ``debounce``, ``debounce_key``, ``debounce_max``: as the
+        task options (docs/howto/flow-control.md, Debounce), replacing them. ``link``: signatures enqueued when the job succeeds (a
         mutable one receives its result first); ``link_error``: a signature enqueued when
         it fails for good (a mutable one receives a dict describing the failure first).
         """
@@ -474,6 +499,7 @@ class Task(Generic[P, R]):
             unique_while=unique_while,
             unique_for=unique_for,
             expires=expires,
+            debounce=check_debounce(debounce, debounce_key, debounce_max, ValueError),
         )
         return self.app.enqueue(spec, connection=connection)
 
@@ -516,6 +542,9 @@ class Task(Generic[P, R]):
         connection: psycopg.AsyncConnection[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         expires: Expires | None = None,
+        debounce: timedelta | None = None,
+        debounce_key: DebounceKey | None = None,
+        debounce_max: timedelta | None = None,
     ) -> JobHandle[R]:
         spec = self.build_spec(
             args,
@@ -530,6 +559,7 @@ class Task(Generic[P, R]):
             unique_while=unique_while,
             unique_for=unique_for,
             expires=expires,
+            debounce=check_debounce(debounce, debounce_key, debounce_max, ValueError),
         )
         return await self.app.aenqueue(spec, connection=connection)
 
