@@ -17,6 +17,7 @@ from ._app.workflows import (
     chord,
     group,
 )
+from ._batches import Batch, BatchJob
 from ._cron import PeriodicOptions, Schedule
 from ._durable import (
     EventTimeout,
@@ -74,6 +75,8 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "AttemptError",
+    "Batch",
+    "BatchJob",
     "Beat",
     "CancelResult",
     "Chain",

@@ -214,11 +214,11 @@ def test_a_worker_runs_the_debounced_job_once_with_the_last_arguments(app: App) 
 def test_bad_debounce_options_are_refused_before_anything_is_written(
     app: App, admin: Connection
 ) -> None:
-    with pytest.raises(TaskRegistrationError, match="debounce= must be a datetime.timedelta"):
+    with pytest.raises(TaskRegistrationError, match=r"debounce= must be a datetime\.timedelta"):
         app.task(name="bad1", debounce=5)(lambda: None)
     with pytest.raises(TaskRegistrationError, match="need debounce="):
         app.task(name="bad2", debounce_key="k")(lambda: None)
-    with pytest.raises(TaskRegistrationError, match="debounce_max= .* must be at least"):
+    with pytest.raises(TaskRegistrationError, match=r"debounce_max= .* must be at least"):
         app.task(name="bad3", debounce=timedelta(minutes=2), debounce_max=timedelta(minutes=1))(
             lambda: None
         )
