@@ -3,7 +3,7 @@ and ``BatchJob`` (what a batch handler receives, one per job).
 
 A task declared with ``batch=Batch(max_size=500, max_wait=timedelta(seconds=1))`` has a
 handler that takes one argument: the list of its claimed jobs, each a :class:`BatchJob`
-(id, args, kwargs, attempt, max_attempts, meta). The handler may decide each job's
+(id, args, kwargs, attempt, max_attempts, queue, meta, worker_id). The handler may decide each job's
 outcome: ``job.done(result)``, ``job.retry(delay=None)``, ``job.fail(error)``, or run a
 job's part inside ``with job.outcome():`` (an exception there ends that job's attempt as
 if a task had raised it: retried per the task's policy, failed at the last attempt).
@@ -66,6 +66,7 @@ class BatchJob:
         "meta",
         "queue",
         "value",
+        "worker_id",
     )
 
     def __init__(
@@ -78,6 +79,7 @@ class BatchJob:
         max_attempts: int,
         queue: str,
         meta: dict[str, Any],
+        worker_id: int = 0,
     ) -> None:
         self.id = id
         self.args = args
@@ -86,6 +88,8 @@ class BatchJob:
         self.max_attempts = max_attempts
         self.queue = queue
         self.meta = meta
+        #: The lease is (worker_id, attempt): the worker registration that holds the job.
+        self.worker_id = worker_id
         #: None until decided; then "done" (value: the result), "retry" (value: the delay
         #: or None for the task's backoff), "fail" (value: the error text) or "error"
         #: (value: the exception, met as a task's exception is).

@@ -67,6 +67,7 @@ def run_batch(task: Task[Any, Any], jobs: Sequence[ClaimedJob]) -> list[Outcome]
                 max_attempts=job.max_attempts,
                 queue=job.queue,
                 meta=job.meta,
+                worker_id=job.worker_id,
             )
             items.append((index, job, item))
     raised: BaseException | None = None

@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from pgtasks import App, JobContext
+from pgtasks import App, Batch, BatchJob, JobContext
 from tests.apps import lazy_app
 from tests.apps._environment import environment_app
 from tests.apps.worker_app import Recorder, register_tasks
@@ -37,6 +37,28 @@ class FaultTasks:
     enqueue_noop: Any
     tick: Any
     collect: Any
+    batch_until_file: Any
+
+
+def register_batch_task(app: App, recorder: Recorder) -> Any:
+    """``fault_app.batch_until_file``: a batch task whose handler records every job's run
+    and waits for the file its jobs name before it ends them all."""
+
+    @app.task(
+        name="fault_app.batch_until_file",
+        batch=Batch(max_size=500, max_wait=timedelta(seconds=0.5)),
+    )
+    def batch_until_file(jobs: list[BatchJob]) -> None:
+        """Record every job's run, wait for the file its jobs name, then end them all."""
+        runs = [recorder.started_lease(job.id, job.attempt, job.worker_id) for job in jobs]
+        path = Path(jobs[0].kwargs["path"])
+        deadline = time.monotonic() + 30.0
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for execution_id in runs:
+            recorder.finished(execution_id)
+
+    return batch_until_file
 
 
 def register_fault_tasks(app: App) -> FaultTasks:
@@ -105,6 +127,7 @@ def register_fault_tasks(app: App) -> FaultTasks:
         enqueue_noop=enqueue_noop,
         tick=tick,
         collect=collect,
+        batch_until_file=register_batch_task(app, recorder),
     )
 
 

@@ -13,7 +13,6 @@ import pytest
 
 from pgtasks import App, Batch, BatchJob, TaskFailed, TaskRegistrationError
 from tests.support.inprocess import running_worker, select
-from tests.support.waiting import wait_until
 
 Connection = psycopg.Connection[Any]
 
@@ -144,7 +143,7 @@ def test_bad_batch_options_are_refused(app: App) -> None:
         Batch(max_size=0)
     with pytest.raises(ValueError, match="max_wait"):
         Batch(max_wait=5)  # type: ignore[arg-type]
-    with pytest.raises(TaskRegistrationError, match="must be a pgtasks.Batch"):
+    with pytest.raises(TaskRegistrationError, match=r"must be a pgtasks\.Batch"):
         app.task(name="b1", batch=500)(lambda jobs: None)  # type: ignore[arg-type]
     with pytest.raises(TaskRegistrationError, match="plain def"):
 
