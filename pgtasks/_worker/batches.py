@@ -141,6 +141,10 @@ class BatchService(Service):
         for outcome in outcomes:
             kinds[outcome.kind] = kinds.get(outcome.kind, 0) + 1
         refused = len(finishes) - len(written) if written is not None else 0
+        duration = time.monotonic() - started
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            self.reporter.notify("job_finished", job, outcome.kind, duration)
+        self.reporter.notify("batch_finished", task.name, len(jobs), duration)
         self.reporter.exercised(BATCHES_RUN)
         self.reporter.exercised(BATCH_JOBS, len(jobs))
         self.reporter.exercised(FENCED_WRITES_REFUSED, refused)
@@ -148,7 +152,7 @@ class BatchService(Service):
             "batch of task %s: %d job(s) in %.3f s (%s)%s",
             task.name,
             len(jobs),
-            time.monotonic() - started,
+            duration,
             ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())),
             f"; {refused} outcome(s) refused by the lease fence" if refused else "",
         )

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from .._app import admin
+from .._app.flow_stats import FlowStats, flow_stats
 from .._limits import LimitState, format_limits
 from ._common import app_option, load_app
 from ._stores import each_store, echo_each, store_option
@@ -23,14 +24,20 @@ def limits(app_path: str, store: str | None, as_json: bool) -> None:
     jobs; then the busiest keys of per-key limits."""
     app = load_app(app_path)
     with app:
-        results = each_store(app, admin.limits, store)
+        results = each_store(app, lambda one: (admin.limits(one), flow_stats(one)), store)
 
-    def document(states: list[LimitState]) -> dict[str, Any]:
+    def document(read: tuple[list[LimitState], FlowStats]) -> dict[str, Any]:
+        states, flow = read
         return {
             "limits": [state.as_json() for state in states],
             "keys": [
                 {"name": state.name, **key.as_json()} for state in states for key in state.top_keys
             ],
+            **flow.as_json(),  # debounce and batches (docs/howto/flow-control.md)
         }
 
-    echo_each(app, results, as_json=as_json, document=document, text=format_limits)
+    def text(read: tuple[list[LimitState], FlowStats]) -> str:
+        flow = read[1].text()
+        return format_limits(read[0]) + (f"\n\n{flow}" if flow else "")
+
+    echo_each(app, results, as_json=as_json, document=document, text=text)

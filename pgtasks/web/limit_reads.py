@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._app.flow_stats import FlowStats, read_flow
 from .._limits import SEPARATOR, LimitDefinition, LimitState, describe_rate, limit_states
 from .reads import DashboardDatabase
 
@@ -132,6 +133,8 @@ class LimitsPage:
     #: Those under more than 8 limit instances (counted in no limit), and the first.
     overlimited: int = 0
     first_overlimited: int | None = None
+    #: Debounced jobs and batch tasks (flow_stats.py).
+    flow: FlowStats | None = None
 
     @property
     def hidden(self) -> int:
@@ -291,9 +294,10 @@ def limits_page(
         definitions = store.get_limits(conn)
         instances = store.get_limit_instances(conn, cap=LIMITED_SCAN)
         bad_values = store.get_limit_bad_values(conn)
-        return store.get_database_time(conn), definitions, instances, bad_values
+        flow = read_flow(store, conn, app.tasks.values())
+        return store.get_database_time(conn), definitions, instances, bad_values, flow
 
-    now, definitions, instances, bad_values = database.run(read)
+    now, definitions, instances, bad_values, flow = database.run(read)
     usage, keys = instance_usage(definitions, instances, top_keys)
     states = limit_states(definitions, usage, keys)
     views = limit_views(states, app.limit_definitions(), bad_values)
@@ -311,4 +315,5 @@ def limits_page(
         pending_read=int(summary.get("pending_read") or 0),
         overlimited=int(summary.get("overlimited") or 0),
         first_overlimited=summary.get("first_overlimited"),
+        flow=flow,
     )
