@@ -360,6 +360,7 @@ index CREATE UNIQUE INDEX job_steps_pkey ON {schema}.job_steps USING btree (job_
 index CREATE INDEX job_waits_key_idx ON {schema}.job_waits USING btree (key)
 index CREATE UNIQUE INDEX job_waits_pkey ON {schema}.job_waits USING btree (job_id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
+index CREATE INDEX jobs_debounce_idx ON {schema}.jobs USING btree (task_name, (((meta -> 'pgtasks.debounce'::text) ->> 'key'::text))) WHERE ((status = 'pending'::text) AND (attempts = 0) AND (meta ? 'pgtasks.debounce'::text))
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
 index CREATE INDEX jobs_history_done_default_finished_at_idx ON {schema}.jobs_history_done_default USING btree (finished_at)
 index CREATE INDEX jobs_history_done_default_id_idx ON {schema}.jobs_history_done_default USING btree (id)

@@ -151,3 +151,15 @@ def test_otel_example_traces_the_enqueue_and_both_attempts(example_env: dict[str
             "links=1",
         ],
     ]
+
+
+def test_batches_example_debounces_a_burst_and_runs_pushes_in_batches(
+    example_env: dict[str, str],
+) -> None:
+    out = run_example("examples.batches", example_env)
+    assert "50 enqueues, distinct jobs: 1" in out
+    assert "reindex: products reindexed once, for request 49" in out
+    assert "pushes done: 250; user 13 notified on attempt 2; user 14 notified on attempt 1" in out
+    assert "largest batch: 100" in out
+    assert "user 13 attempts: 2, first error: ConnectionError: push gateway timed out" in out
+    assert "handler calls: 3," in out or "handler calls: 4," in out  # not one call per job
