@@ -73,6 +73,11 @@ class BatchService(Service):
         self.secrets = list(secrets)
         self._busy = False
 
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop claiming; a batch running lets its handler end and its outcomes be written,
+        for up to the worker's shutdown timeout (its jobs are rescued after that)."""
+        super().stop(max(timeout, self.settings.shutdown_timeout))
+
     def _next_wait(self) -> float:
         # Straight on after a batch: more jobs are likely due.
         return 0.0 if self._busy else super()._next_wait()

@@ -13,6 +13,7 @@ import pytest
 
 from pgtasks import App, Batch, BatchJob, TaskFailed, TaskRegistrationError
 from tests.support.inprocess import running_worker, select
+from tests.support.waiting import wait_until
 
 Connection = psycopg.Connection[Any]
 
@@ -152,3 +153,25 @@ def test_bad_batch_options_are_refused(app: App) -> None:
 
     with pytest.raises(TaskRegistrationError, match="concurrency="):
         app.task(name="b3", batch=Batch(), concurrency=2)(lambda jobs: None)
+
+
+def test_a_stopping_worker_lets_its_batch_end_and_writes_it(app: App, admin: Connection) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    @app.task(name="slow_batch", batch=Batch(max_size=20, max_wait=timedelta(0)))
+    def slow_batch(jobs: list[BatchJob]) -> None:
+        started.set()
+        release.wait(20)
+        for job in jobs:
+            job.done(job.args[0])
+
+    handles = slow_batch.delay_many([((n,), {}) for n in range(20)])
+    with running_worker(app) as worker:
+        assert started.wait(20)
+        stopper = threading.Thread(target=worker.stop)
+        stopper.start()
+        wait_until(worker._stop_requested.is_set, message="the stop to begin")
+        release.set()
+        stopper.join(30)
+    assert [handle.get(timeout=5) for handle in handles] == list(range(20))
+    assert select(admin, app, "SELECT DISTINCT attempts FROM {schema}.all_jobs") == [(1,)]
