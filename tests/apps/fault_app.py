@@ -38,11 +38,12 @@ class FaultTasks:
     tick: Any
     collect: Any
     batch_until_file: Any
+    batch_one_fails: Any
 
 
-def register_batch_task(app: App, recorder: Recorder) -> Any:
-    """``fault_app.batch_until_file``: a batch task whose handler records every job's run
-    and waits for the file its jobs name before it ends them all."""
+def register_batch_tasks(app: App, recorder: Recorder) -> tuple[Any, Any]:
+    """Two batch tasks: ``fault_app.batch_until_file`` (records every job's run and waits
+    for the file its jobs name) and ``fault_app.batch_one_fails``."""
 
     @app.task(
         name="fault_app.batch_until_file",
@@ -58,13 +59,29 @@ def register_batch_task(app: App, recorder: Recorder) -> Any:
         for execution_id in runs:
             recorder.finished(execution_id)
 
-    return batch_until_file
+    @app.task(
+        name="fault_app.batch_one_fails",
+        batch=Batch(max_size=500, max_wait=timedelta(seconds=1)),
+        retry_backoff=0.1,
+        retry_jitter=False,
+    )
+    def batch_one_fails(jobs: list[BatchJob]) -> None:
+        """Every job's run recorded; the job with fail=True raises at its first attempt."""
+        for job in jobs:
+            execution_id = recorder.started_lease(job.id, job.attempt, job.worker_id)
+            with job.outcome():
+                if job.kwargs.get("fail") and job.attempt == 1:
+                    raise ConnectionError(f"gateway refused job {job.id}")
+            recorder.finished(execution_id)
+
+    return batch_until_file, batch_one_fails
 
 
 def register_fault_tasks(app: App) -> FaultTasks:
     """Register every task under fixed names (``worker_app.*`` and ``fault_app.*``)."""
     base = register_tasks(app)
     recorder = Recorder(app)
+    batches = register_batch_tasks(app, recorder)
 
     @app.task(bind=True, name="fault_app.poison", max_attempts=3)
     def poison(context: JobContext) -> None:
@@ -127,7 +144,8 @@ def register_fault_tasks(app: App) -> FaultTasks:
         enqueue_noop=enqueue_noop,
         tick=tick,
         collect=collect,
-        batch_until_file=register_batch_task(app, recorder),
+        batch_until_file=batches[0],
+        batch_one_fails=batches[1],
     )
 
 

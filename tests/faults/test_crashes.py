@@ -157,3 +157,22 @@ def test_a_batch_of_a_sigkilled_worker_is_rescued_whole_and_each_job_finished_on
     attempts = env.probe.rows("SELECT DISTINCT attempts FROM {schema}.all_jobs")
     assert [row["attempts"] for row in attempts] == [2]  # rescued once, run once more
     assert_invariants(env.probe, ids)
+
+
+def test_a_batch_handler_that_raises_for_one_job_of_500_retries_that_job_alone(
+    env: FaultEnv,
+) -> None:
+    jobs = env.tasks.batch_one_fails.delay_many([{"fail": n == 250} for n in range(500)])
+    ids = [job.id for job in jobs]
+    env.worker("--concurrency=2")
+    for job_id in (ids[250], ids[0], ids[-1]):
+        wait_status(env.probe, job_id, "done", timeout=30)
+    wait_until(
+        lambda: env.probe.rows("SELECT count(*) AS n FROM {schema}.jobs")[0]["n"] == 0,
+        message="every job to end",
+    )
+    retried = env.probe.rows("SELECT id, attempts FROM {schema}.all_jobs WHERE attempts > 1")
+    assert [(row["id"], row["attempts"]) for row in retried] == [(ids[250], 2)]
+    runs = env.probe.rows("SELECT count(*) AS n FROM {schema}.executions")[0]["n"]
+    assert runs == 501  # every job once, the failed one once more
+    assert_invariants(env.probe, ids)
