@@ -175,3 +175,19 @@ def test_a_stopping_worker_lets_its_batch_end_and_writes_it(app: App, admin: Con
         stopper.join(30)
     assert [handle.get(timeout=5) for handle in handles] == list(range(20))
     assert select(admin, app, "SELECT DISTINCT attempts FROM {schema}.all_jobs") == [(1,)]
+
+
+def test_eager_mode_calls_the_handler_with_the_one_job(make_app: Any) -> None:
+    eager = make_app(migrate=False, eager=True)
+
+    @eager.task(name="eager_batch", batch=Batch(max_size=10))
+    def eager_batch(jobs: list[BatchJob]) -> None:
+        for job in jobs:
+            if job.kwargs["n"] < 0:
+                job.fail("negative")
+            else:
+                job.done(job.kwargs["n"] * 2)
+
+    assert eager_batch.delay(n=21).get() == 42
+    with pytest.raises(TaskFailed, match="negative"):
+        eager_batch.delay(n=-1).get()

@@ -5,6 +5,7 @@ before anything is written."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -243,3 +244,18 @@ def test_bad_debounce_options_are_refused_before_anything_is_written(
     with pytest.raises(ValueError, match="concurrency or rate limits"):
         limited.delay()
     assert select(admin, app, "SELECT count(*) FROM {schema}.all_jobs") == [(0,)]
+
+
+def test_async_enqueues_debounce_too_and_replacements_are_not_deduplications(
+    app: App, admin: Connection
+) -> None:
+    @app.task(name="asynced", debounce=timedelta(minutes=1), debounce_key="one")
+    def asynced(n: int) -> None: ...
+
+    async def enqueue() -> list[int]:
+        handles = [await asynced.aapply_async([n]) for n in range(3)]
+        return [handle.id for handle in handles]
+
+    ids = asyncio.run(enqueue())
+    assert len(set(ids)) == 1 and _row(admin, app, ids[0])[0] == [2]
+    assert app.counters.total("enqueues_deduplicated") == 0
