@@ -191,3 +191,21 @@ def test_eager_mode_calls_the_handler_with_the_one_job(make_app: Any) -> None:
     assert eager_batch.delay(n=21).get() == 42
     with pytest.raises(TaskFailed, match="negative"):
         eager_batch.delay(n=-1).get()
+
+
+def test_a_claim_waits_up_to_max_wait_for_more_jobs_to_fill_its_batch(
+    app: App, admin: Connection
+) -> None:
+    sizes: list[int] = []
+
+    @app.task(name="gather", batch=Batch(max_size=5, max_wait=timedelta(seconds=30)))
+    def gather(jobs: list[BatchJob]) -> None:
+        sizes.append(len(jobs))
+
+    first = gather.delay(0)
+    with running_worker(app):
+        wait_until(lambda: first.status().value == "running", message="the first job's claim")
+        rest = gather.delay_many([{"n": n} for n in range(1, 5)])
+        for handle in [first, *rest]:
+            handle.get(timeout=20)  # well before max_wait: the batch filled up
+    assert sizes == [5]
