@@ -19,7 +19,8 @@ WITH found AS (
     WHERE task_name = %(task_name)s
       AND meta -> 'pgtasks.debounce' ->> 'key' = %(debounce_key)s
       AND status = 'pending' AND attempts = 0 AND meta ? 'pgtasks.debounce'
-    ORDER BY id
+    -- One such row per key (the lock serialises its writers). No ORDER BY: ordered by
+    -- id, the planner may walk jobs_pkey over every job instead of this index.
     LIMIT 1
     FOR UPDATE
 ), replaced AS (

@@ -19,7 +19,7 @@ from pgtasks import App, TaskRegistrationError
 from pgtasks._app.debounce import Debounce
 from pgtasks._leases import ClaimRequest
 from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
-from tests.support.inprocess import running_worker, select
+from tests.support.inprocess import execute, running_worker, select
 from tests.support.waiting import wait_until
 
 Connection = psycopg.Connection[Any]
@@ -259,3 +259,31 @@ def test_async_enqueues_debounce_too_and_replacements_are_not_deduplications(
     ids = asyncio.run(enqueue())
     assert len(set(ids)) == 1 and _row(admin, app, ids[0])[0] == [2]
     assert app.counters.total("enqueues_deduplicated") == 0
+
+
+def test_the_lookup_of_a_key_reads_jobs_debounce_idx(app: App, admin: Connection) -> None:
+    @app.task(name="many_keys", debounce=timedelta(minutes=1))
+    def many_keys(n: int) -> None: ...
+
+    app.enqueue_many([many_keys.build_spec([n]) for n in range(1000)])
+    execute(admin, app, "ANALYZE {schema}.jobs")
+    statement = app.queries._statements["debounce_job"]
+    params = {
+        "task_name": "many_keys",
+        "queue": "default",
+        "priority": 0,
+        "args": "[1]",
+        "kwargs": "{}",
+        "max_attempts": 3,
+        "meta": None,
+        "debounce_key": "k",
+        "debounce": 60.0,
+        "debounce_max": None,
+    }
+    with admin.cursor() as cursor:
+        cursor.execute("BEGIN")
+        try:
+            plan = "\n".join(row[0] for row in cursor.execute(b"EXPLAIN " + statement, params))
+        finally:
+            cursor.execute("ROLLBACK")
+    assert "jobs_debounce_idx" in plan, plan
