@@ -31,6 +31,10 @@ RELEASED_AT_SHUTDOWN = "released_at_shutdown"
 #: Jobs that no live worker knows wait unclaimed: ``stats`` and ``doctor`` name them.
 UNKNOWN_TASK_JOBS = "unknown_task_jobs"
 
+#: Pending jobs ended cancelled because their start deadline (expires=) passed before
+#: any claim started them; counted by the expiry statement in its own transaction.
+EXPIRED = "expired"
+
 #: Durable steps' checkpoints written (a step's result or final error, a sleep, a wait's
 #: event or timeout, a version marker), and checkpoints replayed instead of running their
 #: step again (docs/howto/durable.md). Counted by the worker for its thread and async jobs.
@@ -50,6 +54,7 @@ COUNTER_NAMES = (
     ENQUEUES_DEDUPLICATED,
     RELEASED_AT_SHUTDOWN,
     UNKNOWN_TASK_JOBS,
+    EXPIRED,
     STEPS_CHECKPOINTED,
     STEPS_REPLAYED,
     ENQUEUES_DEBOUNCED,

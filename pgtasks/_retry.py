@@ -38,16 +38,29 @@ class Retry(Exception):
     """Raise in a task to run it again after ``delay`` (seconds or a timedelta).
 
     The attempt counts towards ``max_attempts``; when none are left the job fails.
+    ``max_attempts``: this retry's own limit instead of the job's (a larger one runs the
+    job past its ``max_attempts``: each claim then gives it one more attempt).
     """
 
-    def __init__(self, delay: float | timedelta = 0.0, reason: str | None = None) -> None:
+    def __init__(
+        self,
+        delay: float | timedelta = 0.0,
+        reason: str | None = None,
+        *,
+        max_attempts: int | None = None,
+    ) -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
         if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_RETRY_DELAY:
             raise ValueError(
                 f"Retry delay must be a finite number of seconds in [0, 1e9], got {delay!r}"
             )
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+        ):
+            raise ValueError(f"Retry max_attempts must be a positive int, got {max_attempts!r}")
         self.delay = seconds
         self.reason = reason
+        self.max_attempts = max_attempts
         super().__init__(reason or f"retry requested in {seconds:g} s")
 
 
@@ -60,6 +73,8 @@ class RetryPolicy:
     base: float = 1.0
     cap: float = 600.0
     jitter: bool = True
+    #: An attempt past its timeout is retried (False: the job fails at once).
+    retry_timeouts: bool = True
 
 
 def backoff(attempt: int, policy: RetryPolicy, rng: random.Random | None = None) -> float:
@@ -166,7 +181,7 @@ def after_error(
     text = describe_error(error)
     kind = exception_path(error)
     if isinstance(error, Retry):
-        if attempt >= max_attempts:
+        if attempt >= (error.max_attempts if error.max_attempts is not None else max_attempts):
             return Outcome.failed(text, kind)
         return Outcome.retry(error.delay, text, kind)
     if isinstance(error, Discard) or (dont_retry and isinstance(error, dont_retry)):
@@ -176,10 +191,16 @@ def after_error(
     return Outcome.retry(backoff(attempt, policy), text, kind)
 
 
+#: How the error of an attempt past its timeout begins (then the timeout, " s").
+TIMED_OUT = "TimeoutError: the task did not finish within its timeout of "
+
+
 def after_timeout(
     timeout: float, *, attempt: int, max_attempts: int, policy: RetryPolicy
 ) -> Outcome:
-    """The outcome of an attempt that passed its ``timeout``."""
-    message = f"TimeoutError: the task did not finish within its timeout of {timeout:g} s"
-    delay = None if attempt >= max_attempts else backoff(attempt, policy)
+    """The outcome of an attempt that passed its ``timeout``: retried while attempts are
+    left, unless the policy says timeouts are not retried."""
+    message = f"{TIMED_OUT}{timeout:g} s"
+    last = attempt >= max_attempts or not policy.retry_timeouts
+    delay = None if last else backoff(attempt, policy)
     return Outcome.timed_out(message, delay=delay)

@@ -485,3 +485,31 @@ def test_durable_benchmark_runs_end_to_end(own_database: str) -> None:
     for shape in ("c10 0 steps (plain)", "c10 1 steps", "c10 10 steps"):
         assert any(line.startswith(shape) for line in result.stdout.splitlines()), result.stdout
     assert "WAL bytes per step" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_producers_benchmark_reports_each_kind_with_the_bare_insert(own_database: str) -> None:
+    kinds = "insert+notify,pgtasks,pgtasks-quiet"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.producers", "--dsn", own_database),
+            *("--producers", "2", "--seconds", "0.5", "--rounds", "1", "--workers", "1"),
+            *("--kinds", kinds),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = result.stdout.split("medians of 1 rounds", 1)[1].splitlines()
+    for producers in (2,):
+        for kind in kinds.split(","):
+            row = [line.split() for line in table if line.split()[:2] == [str(producers), kind]]
+            assert len(row) == 1, result.stdout
+            enqueued = float(row[0][2])
+            assert enqueued > 0, result.stdout
+            if kind.startswith("pgtasks"):  # the workers drained some of what was enqueued
+                assert float(row[0][5]) > 0, result.stdout

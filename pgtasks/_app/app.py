@@ -142,12 +142,14 @@ class App(DurableApp):
         eager: bool = False,
         stores: Mapping[str, str | Store] | None = None,
         routes: Mapping[str, str] | None = None,
+        notify_enqueues: bool | None = None,
     ) -> None:
         #: The App's configuration, validated once (every keyword above).
         self.settings = AppSettings.resolve(
             dsn,
             stores=stores,
             routes=routes,
+            notify_enqueues=notify_enqueues,
             session_dsn=session_dsn,
             replica_dsn=replica_dsn,
             pooled=pooled,
@@ -181,8 +183,7 @@ class App(DurableApp):
         #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
-        #: Connections: the DSN, pools, schema check and retried operations; its
-        #: queries hold every statement, rendered for the schema.
+        #: Connections: DSN, pools, schema check, retries; its queries: every statement.
         self.database = Database(self.settings.database, self.settings.pools)
         #: Its stores (one Database each, this one's "default") and the routes of queues.
         self.store_router = StoreRouter(
@@ -198,8 +199,7 @@ class App(DurableApp):
         )
         self._results: ResultListener | None = None
         self._results_pid = 0
-        #: What this process counted of pgtasks._counters' names (enqueues answered by an
-        #: existing job); the database holds every process's totals (``pgtasks stats``).
+        #: This process's counts of pgtasks._counters' names (database: ``pgtasks stats``).
         self.counters = Tally()
         _apps.add(self)
 

@@ -1,8 +1,12 @@
 """Start deadlines (``expires=``) and callbacks (``link=``, ``link_error=``) of an enqueue.
 
 A deadline is kept in the job's meta under the reserved key ``pgtasks.expires`` (seconds
-since the epoch): the claims leave the job out once it has passed, and the worker's
-rescuer ends it cancelled with the reason.
+since the epoch): every claim (the limited one too) leaves the job out once it has
+passed, and the worker's expiry pass ends it cancelled with the reason. A relative
+deadline (seconds or a timedelta) also writes ``pgtasks.expires_in``: the insert trigger
+of migration 0020 turns it into ``pgtasks.expires`` on the database's clock, so an
+enqueuer's clock skew does not move the deadline (the enqueuer's estimate is what a
+schema without the trigger keeps).
 
 A job with callbacks is a small workflow, so that they run exactly once, as jobs, in the
 transaction that ends the job (the workflow triggers): ``link`` signatures follow the job
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import NaiveDatetimeError, WorkflowError
 from .._payload import encode_meta
+from .._validation import schedule_of
 from .handle import JobHandle
 
 if TYPE_CHECKING:
@@ -31,13 +36,15 @@ if TYPE_CHECKING:
 
 #: The meta key of a job's start deadline (seconds since the epoch).
 EXPIRES_KEY = "pgtasks.expires"
+#: The meta key of a relative deadline (seconds after the insert, database clock).
+EXPIRES_IN_KEY = "pgtasks.expires_in"
 
 Expires = float | int | timedelta | datetime
 
 
-def expires_at(expires: Expires | None, what: str = "expires") -> float | None:
-    """The deadline as seconds since the epoch: an aware datetime, or seconds (a number or
-    a timedelta) from now on this process's clock; None for none."""
+def relative_expiry(expires: Expires | None, what: str = "expires") -> float | None:
+    """The seconds from now of a relative deadline (a number or a timedelta), checked;
+    None for none or an aware datetime (checked too)."""
     if expires is None:
         return None
     if isinstance(expires, datetime):
@@ -47,7 +54,7 @@ def expires_at(expires: Expires | None, what: str = "expires") -> float | None:
                 " which time zone it is in; pass an aware datetime, e.g."
                 " datetime.now(timezone.utc) + timedelta(minutes=5), or seconds"
             )
-        return expires.timestamp()
+        return None
     if isinstance(expires, timedelta):
         seconds = expires.total_seconds()
     elif isinstance(expires, (int, float)) and not isinstance(expires, bool):
@@ -58,19 +65,38 @@ def expires_at(expires: Expires | None, what: str = "expires") -> float | None:
         )
     if not math.isfinite(seconds) or abs(seconds) > 1e9:
         raise ValueError(f"{what} must be a finite number of seconds within ±1e9, got {expires!r}")
-    return time.time() + seconds
+    return seconds
+
+
+def expires_at(expires: Expires | None, what: str = "expires") -> float | None:
+    """The deadline as seconds since the epoch: an aware datetime, or seconds (a number or
+    a timedelta) from now on this process's clock (the estimate: the database computes
+    a relative deadline at the insert, see :func:`meta_with_expiry`); None for none."""
+    seconds = relative_expiry(expires, what)
+    if seconds is not None:
+        return time.time() + seconds
+    if isinstance(expires, datetime):
+        return expires.timestamp()
+    return None
 
 
 def meta_with_expiry(
-    meta: Mapping[str, Any] | None, deadline: float | None, *, max_bytes: int
+    meta: Mapping[str, Any] | None,
+    deadline: float | None,
+    *,
+    max_bytes: int,
+    relative: float | None = None,
 ) -> str | None:
-    """The job's meta as JSON text, with the deadline under its reserved key; the caller's
-    keys are checked as any meta's are (no ``pgtasks.`` key)."""
+    """The job's meta as JSON text, with the deadline under its reserved key (and, for a
+    relative one, its seconds, which the insert turns into the deadline on the database's
+    clock); the caller's keys are checked as any meta's are (no ``pgtasks.`` key)."""
     encoded = encode_meta("meta", meta, max_bytes=max_bytes)
     if deadline is None:
         return encoded
     values = json.loads(encoded) if encoded is not None else {}
     values[EXPIRES_KEY] = deadline
+    if relative is not None:
+        values[EXPIRES_IN_KEY] = relative
     return encode_meta("meta", values, max_bytes=max_bytes, internal=True)
 
 
@@ -96,22 +122,16 @@ def enqueue_linked(
 
     unsupported = [
         name
-        for name in (
-            "countdown",
-            "eta",
-            "idempotency_key",
-            "unique_while",
-            "unique_for",
-            "debounce",
-        )
+        for name in ("idempotency_key", "unique_while", "unique_for", "debounce")
         if call.get(name) is not None
     ]
     if unsupported:
         raise ValueError(
             f"apply_async: {', '.join(unsupported)} cannot be combined with link= or"
-            " link_error= (a job with callbacks is a workflow, whose first step starts"
-            " at once); enqueue the callbacks from the task instead"
+            " link_error= (a job with callbacks is a workflow, whose steps take no key);"
+            " enqueue the callbacks from the task instead"
         )
+    schedule = schedule_of(call.get("countdown"), call.get("eta"))
     options = {
         name: call[name]
         for name in ("queue", "priority", "max_attempts")
@@ -135,5 +155,6 @@ def enqueue_linked(
         connection=call.get("connection"),
         on_error=errors[0] if errors else None,
         first_meta=task._meta_json(call.get("meta"), call.get("expires")),
+        first_schedule=schedule,
     )
     return JobHandle(result.app, result.job_ids[0])

@@ -118,6 +118,7 @@ class AppSettings:
         environ: Mapping[str, str] | None = None,
         stores: Mapping[str, str | Store] | None = None,
         routes: Mapping[str, str] | None = None,
+        notify_enqueues: bool | None = None,
         **options: Any,
     ) -> AppSettings:
         """The settings of ``App(...)``'s keywords (``options``: the fields of the same
@@ -133,6 +134,7 @@ class AppSettings:
             pooled=pooled,
             prepared_statements=prepared_statements,
             environ=environ,
+            notify_enqueues=notify_enqueues,
         )
         pools = PoolSettings(pool_min_size, pool_max_size, connect_timeout, connect_attempts)
         layout = StoreLayout.resolve(database, stores, routes, dsn_given=bool(dsn), environ=environ)

@@ -34,7 +34,7 @@ from .._validation import (
 from .debounce import Debounce, DebounceKey, check_debounce, debounced_spec, task_debounce
 from .handle import JobHandle
 from .limits import TaskLimits, job_limits
-from .links import Expires, enqueue_linked, expires_at, meta_with_expiry
+from .links import Expires, enqueue_linked, expires_at, meta_with_expiry, relative_expiry
 from .task_checks import (
     ANY_ARGUMENTS,
     arguments_of,
@@ -80,6 +80,9 @@ class TaskSettings(TypedDict, total=False):
     #: Seconds before a running attempt counts as failed (a process-executor task's child
     #: is killed; a coroutine is cancelled; a thread is abandoned, see docs/howto/executors.md).
     timeout: float | None
+    #: Whether an attempt past ``timeout`` is retried like an error (True, the default)
+    #: or fails the job at once (False: Celery's hard ``time_limit``).
+    retry_timeouts: bool
     #: Seconds after which SoftTimeLimitExceeded is raised inside a sync task.
     soft_timeout: float | None
     #: "thread", "process" or "async" (default: async for ``async def``, else the worker's).
@@ -165,6 +168,7 @@ class Task(Generic[P, R]):
         self.retry_jitter: bool = bool(options.get("retry_jitter", True))
         self.dont_retry: tuple[type[BaseException], ...] = tuple(options.get("dont_retry", ()))
         self.timeout: float | None = options.get("timeout")
+        self.retry_timeouts: bool = bool(options.get("retry_timeouts", True))
         self.expires: float | timedelta | None = options.get("expires")
         if self.expires is not None:
             try:
@@ -362,12 +366,15 @@ class Task(Generic[P, R]):
 
     def _meta_json(self, meta: Mapping[str, Any] | None, expires: Expires | None) -> str | None:
         """The job's meta as JSON text, with its start deadline when it has one."""
-        deadline = expires_at(expires if expires is not None else self.expires)
+        chosen = expires if expires is not None else self.expires
+        deadline = expires_at(chosen)
         if deadline is None:
             if meta is None:
                 return None
             return encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
-        return meta_with_expiry(meta, deadline, max_bytes=self.app.max_payload_bytes)
+        return meta_with_expiry(
+            meta, deadline, max_bytes=self.app.max_payload_bytes, relative=relative_expiry(chosen)
+        )
 
     @staticmethod
     def _when(when: datetime | timedelta) -> dict[str, Any]:

@@ -18,13 +18,14 @@ if TYPE_CHECKING:
     from .workflows import Signature
 
 
-def encode_step(app: App, signature: Signature, receives_input: bool, label: str) -> JobSpec:
-    """The job of a signature, validated and encoded (raises before writing)."""
+def encode_step(app: App, signature: Signature, receives_input: int, label: str) -> JobSpec:
+    """The job of a signature, validated and encoded (raises before writing);
+    ``receives_input``: how many inputs it receives before its own arguments (a bool: 1)."""
     task = signature.task
     if app.tasks.get(task.name) is not task:
         raise WorkflowError(f"task {task.name!r} of {signature!r} is not registered with this app")
     # A step that receives an input gets it as its first positional argument.
-    placeholder = (None,) if receives_input else ()
+    placeholder = (None,) * int(receives_input)
     try:
         task.signature.bind(*placeholder, *signature.args, **signature.kwargs)
     except TypeError as error:
@@ -52,7 +53,7 @@ def encode_step(app: App, signature: Signature, receives_input: bool, label: str
         )
     except (TypeError, ValueError) as error:
         raise WorkflowError(f"options of {label} {signature!r}: {error}") from None
-    limit_groups, limit_key = _limits(app, signature, queue, receives_input, label)
+    limit_groups, limit_key = _limits(app, signature, queue, bool(receives_input), label)
     return JobSpec(
         task.name,
         queue,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
@@ -52,6 +53,10 @@ class Signature:
 
     #: Nesting depth (see MAX_DEPTH): a signature nests nothing.
     depth = 0
+    #: What a mutable on_error signature receives first: "failure" (the dict describing
+    #: the failure) or "request" (Celery's request, exception and traceback: three
+    #: arguments, for pgtasks.celery's error callbacks).
+    error_input = "failure"
 
     def __init__(
         self,
@@ -394,8 +399,10 @@ def _on_error_job(app: App, on_error: Signature | None) -> StepJob | None:
         raise WorkflowError(
             f"on_error= must be a signature (task.s() or task.si()), got {on_error!r}"
         )
-    spec = encode_step(app, on_error, not on_error.immutable, "on_error")
-    return StepJob(spec, "on_error", None if on_error.immutable else "one", (), ())
+    inputs = 0 if on_error.immutable else 3 if on_error.error_input == "request" else 1
+    spec = encode_step(app, on_error, inputs, "on_error")
+    mode = None if on_error.immutable else "request" if inputs == 3 else "one"
+    return StepJob(spec, "on_error", mode, (), ())
 
 
 def _on_error_json(job: StepJob) -> str:
@@ -495,9 +502,12 @@ def enqueue_workflow(
     connection: psycopg.Connection[Any] | None = None,
     on_error: Signature | None = None,
     first_meta: str | None = None,
+    first_schedule: tuple[datetime | None, float | None] = (None, None),
 ) -> WorkflowResult:
     """Plan, validate and insert ``root``; see :meth:`_Workflow.apply_async`
-    (``first_meta``: the meta, JSON text, of the first step's job)."""
+    (``first_meta``: the meta, JSON text, of the first step's job; ``first_schedule``:
+    its (run_at, delay), as :func:`pgtasks._validation.schedule_of` gives them; the first
+    step must then be the only one without predecessors)."""
     prepared = _prepare(root, on_error, first_meta)
     app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, prepared.app.queries
 
@@ -516,6 +526,9 @@ def enqueue_workflow(
             store.insert_workflow_jobs(conn, workflow_id=workflow_id, ids=ids, steps=steps)
         else:  # tracing: the steps' meta carries the context of their enqueue
             app.instrumentation.insert([step.spec for step in steps], insert_steps)
+        if first_schedule != (None, None):
+            run_at, delay = first_schedule
+            store.schedule_workflow_job(conn, ids[0], run_at=run_at, delay=delay)
         return workflow_id, ids
 
     def insert(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 
 def policy_of(task: Task[Any, Any]) -> RetryPolicy:
-    return RetryPolicy(task.retry_backoff, task.retry_backoff_max, task.retry_jitter)
+    return RetryPolicy(
+        task.retry_backoff, task.retry_backoff_max, task.retry_jitter, task.retry_timeouts
+    )
 
 
 #: Seconds a job of a task this worker does not know waits before it may be claimed again.

@@ -250,8 +250,10 @@ ANNOUNCED_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_limited_jobs", "cla
 class QueriesBase:
     """Rendered statements of one schema, and how to run them."""
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, *, notify_enqueues: bool = True) -> None:
         self.schema = schema
+        #: A one-job enqueue notifies its queue's workers (DatabaseSettings.notify_enqueues).
+        self.notify_enqueues = notify_enqueues
         self.channel = notification_channel(schema)
         #: Finished jobs (payload "id,id,…"): result waiters listen here.
         self.done_channel = f"{self.channel}.done"

@@ -23,6 +23,7 @@ logger = logging.getLogger("pgtasks.db")
 DSN_ENVIRONMENT = ("PGTASKS_DSN", "DATABASE_URL")
 #: The session DSN and the replica DSN when App(session_dsn=..., replica_dsn=...) are not given.
 SESSION_DSN_ENVIRONMENT = "PGTASKS_SESSION_DSN"
+NOTIFY_ENQUEUES_ENVIRONMENT = "PGTASKS_NOTIFY_ENQUEUES"
 REPLICA_DSN_ENVIRONMENT = "PGTASKS_REPLICA_DSN"
 
 
@@ -41,9 +42,18 @@ class DatabaseSettings:
     replica_dsn: str | None = None
     pooled: bool | None = None
     prepared_statements: bool | None = None
+    #: A one-job enqueue (its own transaction) notifies the workers of its queue at
+    #: commit; False: it does not, and idle workers find it by polling
+    #: (docs/performance.md "Many producers": NOTIFY serializes the commits of every
+    #: notifying transaction of the server).
+    notify_enqueues: bool = True
 
     def __post_init__(self) -> None:
         schema_name(self.schema)
+        if not isinstance(self.notify_enqueues, bool):
+            raise ConfigurationError(
+                f"notify_enqueues= must be True or False, got {self.notify_enqueues!r}"
+            )
         for name in ("pooled", "prepared_statements"):
             flag = getattr(self, name)
             if flag is not None and not isinstance(flag, bool):
@@ -66,10 +76,12 @@ class DatabaseSettings:
         pooled: bool | None = None,
         prepared_statements: bool | None = None,
         environ: Mapping[str, str] | None = None,
+        notify_enqueues: bool | None = None,
     ) -> DatabaseSettings:
         """Explicit values, else the environment: PGTASKS_DSN or DATABASE_URL,
         PGTASKS_SCHEMA (default "pgtasks"), PGTASKS_SESSION_DSN, PGTASKS_REPLICA_DSN,
-        PGTASKS_EMBEDDED_DIR (default ./.pgtasks)."""
+        PGTASKS_EMBEDDED_DIR (default ./.pgtasks), PGTASKS_NOTIFY_ENQUEUES (true/false,
+        default true)."""
         environ = os.environ if environ is None else environ
         for name, value in (("session_dsn", session_dsn), ("replica_dsn", replica_dsn)):
             if value is not None and not isinstance(value, str):
@@ -85,7 +97,22 @@ class DatabaseSettings:
             replica_dsn=replica_dsn or environ.get(REPLICA_DSN_ENVIRONMENT) or None,
             pooled=pooled,
             prepared_statements=prepared_statements,
+            notify_enqueues=(
+                notify_enqueues
+                if notify_enqueues is not None
+                else _flag(NOTIFY_ENQUEUES_ENVIRONMENT, environ.get(NOTIFY_ENQUEUES_ENVIRONMENT))
+            ),
         )
+
+
+def _flag(name: str, text: str | None) -> bool:
+    """An environment variable's true/false (unset or empty: True, the default)."""
+    value = (text or "").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be true or false, got {text!r}")
 
 
 @dataclasses.dataclass(frozen=True)

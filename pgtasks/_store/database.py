@@ -89,7 +89,7 @@ class Database:
     ) -> None:
         self.settings = settings
         self.pools = pools
-        self.queries = queries if queries is not None else Queries(settings.schema)
+        self.queries = queries or Queries(settings.schema, notify_enqueues=settings.notify_enqueues)
         self.extra_kwargs = dict(connection_kwargs or {})
         self.name = name or f"pgtasks-{settings.schema}"
         self.configured_dsn = settings.dsn

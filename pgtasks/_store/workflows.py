@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -101,6 +102,18 @@ class WorkflowQueries(QueriesBase):
         """Insert a workflow's jobs (``steps``) with the ids reserved for them."""
         params = self._workflow_jobs_params(workflow_id, ids, steps)
         self._rows(conn, "insert_workflow_jobs", params)
+
+    def schedule_workflow_job(
+        self,
+        conn: psycopg.Connection[Any],
+        job_id: int,
+        *,
+        run_at: datetime | None,
+        delay: float | None,
+    ) -> None:
+        """Make a workflow's first job (pending, inserted in this transaction) due at
+        ``run_at``, or ``delay`` seconds after the database's now."""
+        self._rows(conn, "schedule_workflow_job", {"id": job_id, "run_at": run_at, "delay": delay})
 
     async def ainsert_workflow_jobs(
         self,

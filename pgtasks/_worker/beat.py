@@ -21,12 +21,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -44,6 +42,7 @@ from .._jobs import JobSpec
 from .._retry import reconnect_delay
 from .._store.migrator import check_version
 from .._validation import positive_seconds
+from .signals import StopSignals, worker_name
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -165,23 +164,23 @@ class Beat:
             self.app.describe_database(),
             names,
         )
-        previous_handlers = self._install_signal_handlers() if install_signal_handlers else {}
+        signals = None
+        if install_signal_handlers:
+            # The handlers only write to a pipe; a thread of their own stops the beat
+            # (a handler that logged or set an Event could wait for a lock its own
+            # thread holds: signals.py).
+            signals = StopSignals(worker_name(), shutdown_timeout=STOP_TIMEOUT, kind="beat")
+            signals.install()
+            signals.attach(BeatStop([self]))
         try:
             self._loop()
         finally:
             self._disconnect(release=True)
-            for signum, handler in previous_handlers.items():
-                signal.signal(signum, handler)
+            if signals is not None:
+                signals.restore()
             self._finished.set()
             self._run_lock.release()
             logger.info("beat stopped")
-
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        def handle(signum: int, frame: FrameType | None) -> None:
-            logger.info("beat: %s received, stopping", signal.Signals(signum).name)
-            self.stop()
-
-        return {signum: signal.signal(signum, handle) for signum in (signal.SIGTERM, signal.SIGINT)}
 
     def stop(self, timeout: float | None = None) -> bool:
         """Ask :meth:`run` to return; thread-safe and safe in signal handlers.
@@ -429,3 +428,27 @@ class Beat:
         # ``now`` was read before ``measured``: waiting from ``measured`` lands at or
         # just after the tick on the database's clock.
         return max(wait - (time.monotonic() - measured), _MIN_WAIT)
+
+
+#: Seconds a beat process's stop may take before the stop signals' watchdog ends it: a
+#: beat's pass is short (its statements are bounded), and it holds no job.
+STOP_TIMEOUT = 10.0
+
+
+class BeatStop:
+    """The beats of one process as the stop signals drive them (signals.Stoppable)."""
+
+    def __init__(self, beats: Sequence[Beat]) -> None:
+        self.beats = list(beats)
+        self.name = worker_name()
+
+    def stop(self, timeout: float | None = None, *, wait: bool = True) -> None:
+        for beat in self.beats:
+            beat.stop(timeout if wait else 0)
+
+    def stop_status(self) -> str:
+        running = [beat.app.schema for beat in self.beats if not beat._finished.is_set()]
+        return "the beat loop of schema " + ", ".join(running) if running else "nothing"
+
+    def release_held(self, seconds: float) -> str:
+        return "a beat holds no jobs (its leader lock ends with its session)"

@@ -48,11 +48,13 @@ worker counted them::
                                                 released (never failed)
     pgtasks_enqueues_deduplicated_total         enqueues of this process answered by an
                                                 existing job
+    pgtasks_jobs_expired_total                  pending jobs this worker's expiry pass ended
+                                                cancelled (start deadline passed)
     pgtasks_batch_size{task}                    jobs per batch of batch tasks (a histogram)
 
 and every process's totals, stored in the database (sampled with the queue depths)::
 
-    pgtasks_schema_events_total{store,event}    event: a counter's name (pgtasks._counters)
+    pgtasks_schema_events_total{store,event}    event: one of the counters' names
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from typing import TYPE_CHECKING
 
 from .._counters import (
     ENQUEUES_DEDUPLICATED,
+    EXPIRED,
     FENCED_WRITES_REFUSED,
     LEASE_LOST,
     RELEASED_AT_SHUTDOWN,
@@ -171,6 +174,11 @@ EXERCISED_SERIES = {
     UNKNOWN_TASK_JOBS: (
         "pgtasks_unknown_task_jobs",
         "Jobs of tasks this worker's process could not run, released to pending.",
+    ),
+    EXPIRED: (
+        "pgtasks_jobs_expired",
+        "Pending jobs this worker's expiry pass ended cancelled: their start deadline"
+        " (expires=) passed before they started.",
     ),
 }
 

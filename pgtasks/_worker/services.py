@@ -171,6 +171,7 @@ class Rescuer(Service):
         store: Queries,
         *,
         on_rescued: Callable[[int], None] = lambda count: None,
+        on_expired: Callable[[int], None] = lambda count: None,
         maintain: Callable[[psycopg.Connection[Any]], object] = lambda conn: None,
         stopping: threading.Event | None = None,
     ) -> None:
@@ -179,6 +180,7 @@ class Rescuer(Service):
         self.queries = store
         self.lease_timeout = settings.lease_timeout
         self.on_rescued = on_rescued
+        self.on_expired = on_expired
         self.maintain = maintain
         self.expiry_backoff_cap = settings.heal_interval
         self._next_expiry = 0.0
@@ -229,6 +231,7 @@ class Rescuer(Service):
             logger.info(
                 "job %d expired before it started: cancelled", job_id, extra={"job_id": job_id}
             )
+        self.on_expired(len(expired))
         elapsed = time.monotonic() - now
         self._next_expiry = now if expired else now + min(self.expiry_backoff_cap, 100 * elapsed)
 

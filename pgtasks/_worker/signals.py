@@ -53,7 +53,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Stoppable(Protocol):
-    """What the stop signals drive: a Worker."""
+    """What the stop signals drive: a Worker, or the beats of a ``pgtasks beat`` process
+    (BeatStop)."""
 
     name: str
 
@@ -84,8 +85,12 @@ class StopSignals:
         shutdown_timeout: float,
         margin: float = STOP_MARGIN,
         exit_process: Callable[[int], None] = os._exit,
+        kind: str = "worker",
     ) -> None:
         self.name = name
+        #: What is stopped, in the messages: "worker" (running jobs, released by a
+        #: second signal) or "beat" (no jobs).
+        self.kind = kind
         self.shutdown_timeout = shutdown_timeout
         self.margin = margin
         self._exit_process = exit_process
@@ -194,33 +199,37 @@ class StopSignals:
                 target.stop(wait=False)
             else:
                 target.stop(timeout=0, wait=False)
-        starting = "" if target is not None else " (the worker stops as soon as it has started)"
-        if first:
+        kind = self.kind
+        starting = "" if target is not None else f" (the {kind} stops as soon as it has started)"
+        if first and kind == "worker":
             self._say(
                 logging.INFO,
                 f"worker {self.name}: {signum.name} received, stopping (running jobs get"
                 f" {self.shutdown_timeout:g} s; send it again to release them at once){starting}",
             )
+        elif first:
+            message = f"{kind} {self.name}: {signum.name} received, stopping{starting}"
+            self._say(logging.INFO, message)
         elif self._received == 2:
-            self._say(
-                logging.INFO,
-                f"worker {self.name}: second {signum.name}, releasing running jobs now{starting}",
-            )
+            then = "releasing running jobs now" if kind == "worker" else "stopping now"
+            self._say(logging.INFO, f"{kind} {self.name}: second {signum.name}, {then}{starting}")
 
     def _stuck(self) -> None:
         """The stop did not end by its deadline plus the margin: say what it waits for,
         release what the worker holds, end the process."""
         with self._lock:
             target = self._target
-        waiting = target.stop_status() if target is not None else "the worker to be made"
+        kind = self.kind
+        waiting = target.stop_status() if target is not None else f"the {kind} to be made"
         self._say(
             logging.ERROR,
-            f"worker {self.name} did not stop within {self.margin:g} s of its stop deadline"
+            f"{kind} {self.name} did not stop within {self.margin:g} s of its stop deadline"
             f" (shutdown timeout {self.shutdown_timeout:g} s); still waiting for: {waiting}."
-            f" Releasing its jobs and exiting with status {STUCK_EXIT_STATUS}",
+            f" {'Releasing its jobs and exiting' if kind == 'worker' else 'Exiting'} with"
+            f" status {STUCK_EXIT_STATUS}",
         )
         if target is not None:
-            self._say(logging.WARNING, f"worker {self.name}: {target.release_held(RELEASE_BOUND)}")
+            self._say(logging.WARNING, f"{kind} {self.name}: {target.release_held(RELEASE_BOUND)}")
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         self._exit_process(STUCK_EXIT_STATUS)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._counters import RESCUED
+from .._counters import EXPIRED, RESCUED
 from .._dsn import dsn_secrets
 from .._execution.executor import Executor
 from .._execution.outcomes import storable_outcome
@@ -282,8 +282,7 @@ class Worker(SettingsAttributes):
         self._reporter.store_counters(self.app.queries, conn)
 
     def _rescued(self, count: int) -> None:
-        """The rescuer returned ``count`` jobs of dead workers (the rescue statement
-        counted them in the database)."""
+        """The rescuer returned ``count`` jobs of dead workers (counted in the database)."""
         self._reporter.count("rescued", count)
         self._reporter.exercised(RESCUED, count, store=False)
 
@@ -365,6 +364,7 @@ class Worker(SettingsAttributes):
                 registration,
                 store,
                 on_rescued=self._rescued,
+                on_expired=lambda count: self._reporter.exercised(EXPIRED, count, store=False),
                 maintain=healer.run_if_due,
                 stopping=stopping,
             ),

@@ -29,8 +29,10 @@ def errback(
     kwargs: dict[str, Any],
     immutable: bool,
 ) -> int:
-    """A ``link_error``: enqueue the error callback ``task`` with Celery's (request,
-    exception, traceback) in JSON form first; once per failed job (its id is the key)."""
+    """A ``link_error`` enqueued by an earlier release (kept for its jobs: ``link_error``
+    now starts the callback's own job with the workflow's input mode 'request'): enqueue
+    the error callback ``task`` with Celery's (request, exception, traceback) in JSON
+    form first; once per failed job (its id is the key)."""
     app = self.app
     job_id = failure.get("job_id")
     request: dict[str, Any] = {"id": str(job_id), "task": failure.get("task_name")}

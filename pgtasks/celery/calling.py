@@ -8,13 +8,21 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from .._app import workflows as native_workflows
 from .._jobs import new_job_spec
 from .._payload import encode_arguments, encode_meta
 from .._retry import Retry as NativeRetry
 from .config import CeleryCompatibilityWarning
 from .exceptions import ImproperlyConfigured
 from .result import AsyncResult, EagerResult
-from .task import Request, current_request, new_task_id, register_native, run_body
+from .task import (
+    ErrorRequest,
+    Request,
+    current_request,
+    new_task_id,
+    register_native,
+    run_body,
+)
 
 if TYPE_CHECKING:
     from .app import Celery
@@ -128,15 +136,24 @@ def apply_async(
     return AsyncResult(str(handle.id), app=app, task_name=task.name)
 
 
+class RequestErrback(native_workflows.Signature):
+    """A native on_error signature whose job receives Celery's (request, exc, traceback)
+    in JSON form first (the workflow's input mode 'request'), not the failure dict."""
+
+    __slots__ = ()
+    error_input = "request"
+
+
 def error_callback(app: Celery, link_error: Any) -> Any:
-    """The native on_error signature of a Celery ``link_error``: the built-in
-    ``celery.errback`` task, which calls it with Celery's (request, exc, traceback)."""
+    """The native on_error signature of a Celery ``link_error``: its job is the error
+    callback itself, started with Celery's (request, exc, traceback) in JSON form."""
     items = link_error if isinstance(link_error, (list, tuple)) else [link_error]
     if len(items) != 1 or not isinstance(items[0], dict) or "subtask_type" not in items[0]:
         raise TypeError(f"link_error= must be one signature, got {link_error!r}")
-    errback: Any = items[0]
-    builtin = app.native.get_task("celery.errback")
-    return builtin.s(errback.name, list(errback.args), dict(errback.kwargs), errback.immutable)
+    native = app.to_native(items[0])
+    return RequestErrback(
+        native.task, native.args, native.kwargs, immutable=native.immutable, options=native.options
+    )
 
 
 def send_task(
@@ -231,7 +248,8 @@ def _eager_errback(link_error: Any, request: Request, error: BaseException) -> N
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     exc_text = f"{type(error).__name__}: {error}"
     for errback in link_error if isinstance(link_error, (list, tuple)) else [link_error]:
-        arguments = () if errback.immutable else (request_dict(request), exc_text, text)
+        failed = ErrorRequest(request_dict(request))
+        arguments = () if errback.immutable else (failed, exc_text, text)
         errback.apply(arguments)
 
 

@@ -107,6 +107,7 @@ class Retry(_NativeRetry):
         when: Any = None,
         is_eager: bool = False,
         sig: Any = None,
+        max_attempts: int | None = None,
         **kwargs: Any,
     ) -> None:
         self.message = message
@@ -115,7 +116,7 @@ class Retry(_NativeRetry):
         self.is_eager = is_eager
         self.sig = sig
         reason = message or (f"Retry in {when}: {exc!r}" if exc is not None else None)
-        super().__init__(_delay_of(when), reason)
+        super().__init__(_delay_of(when), reason, max_attempts=max_attempts)
 
     def humanize(self) -> str:
         return f"in {self.when}" if self.when is not None else "now"

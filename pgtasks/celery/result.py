@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import JobCancelled, JobNotFoundError, TaskFailed
 from .._jobs import JobRow
+from .._retry import TIMED_OUT
 from ._state import current_app
-from .exceptions import TaskRevokedError, TimeoutError
+from .exceptions import TaskRevokedError, TimeLimitExceeded, TimeoutError
 from .states import FAILURE, PENDING, READY_STATES, REVOKED, SUCCESS, from_status
 from .task import current_request
 
@@ -37,8 +38,13 @@ def _check_not_in_task(disable_sync_subtasks: bool) -> None:
 
 def exception_of(row: JobRow) -> BaseException:
     """The exception a failed job's row describes: its class when that class is already
-    imported in this process (nothing is imported from a row), else TaskFailed."""
+    imported in this process (nothing is imported from a row), else TaskFailed; an
+    attempt past its hard time limit is Celery's TimeLimitExceeded."""
     failure = TaskFailed(row.id, row.last_error)
+    if (row.last_error or "").startswith(TIMED_OUT):
+        limit = TimeLimitExceeded(failure.message)
+        limit.__cause__ = failure
+        return limit
     path = next(
         (entry.exception_type for entry in reversed(row.attempts_history) if entry.exception_type),
         None,
@@ -247,8 +253,20 @@ class AsyncResult:
         revoke(self.app, self.id, terminate=terminate)
 
     def forget(self) -> None:
-        """Celery drops the result from its backend; here the job row keeps it until the
-        pruner removes it (``result_expires``): nothing is done now."""
+        """Forget the stored result, as Celery's backend does: a finished job's row
+        (result, error, traceback, its ``task_id`` key) is deleted, so this id reads
+        ``PENDING`` again. A job not finished yet has no result to forget: it is left to
+        run. A finished step of a workflow that is still running is kept (its later steps
+        read its result): WorkflowProtectedError says so."""
+        from .._app import admin
+
+        job_id = self._job_id()
+        if job_id is None:
+            return
+        try:
+            admin.delete_finished_job(self.app.native, job_id)
+        except JobNotFoundError:
+            return
 
     def then(self, callback: Any, on_error: Any = None, weak: bool = False) -> None:
         raise NotImplementedError("AsyncResult.then() (promises) is not supported by pgtasks")
@@ -288,6 +306,11 @@ class ResultSet:
 
     def completed_count(self) -> int:
         return sum(1 for result in self.results if result.successful())
+
+    def forget(self) -> None:
+        """Forget each result (:meth:`AsyncResult.forget`)."""
+        for result in self.results:
+            result.forget()
 
     def ready(self) -> bool:
         return all(result.ready() for result in self.results)
@@ -405,3 +428,6 @@ class EagerResult(AsyncResult):
 
     def revoke(self, *args: Any, **kwargs: Any) -> None:
         self._state = REVOKED
+
+    def forget(self) -> None:
+        """Nothing is stored for an eager run: nothing to forget."""

@@ -73,6 +73,18 @@ TASK_OPTIONS = (
 )
 
 
+class ErrorRequest(dict[str, Any]):
+    """The request an error callback (``link_error``) receives: the failed task's request
+    in JSON form (a dict), whose keys read as attributes too (``request.id``), as Celery's
+    request object's do."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 def current_request() -> Request | None:
     return _current.get()
 
@@ -234,7 +246,13 @@ class Task:
             )
         if countdown is None and eta is None:
             countdown = self.default_retry_delay
-        retry = Retry(exc=exc, when=eta if eta is not None else countdown)
+        # A per-call max_retries may be above the task's (the job's max_attempts): this
+        # retry carries its own limit. None (forever) leaves the job's, which is forever.
+        retry = Retry(
+            exc=exc,
+            when=eta if eta is not None else countdown,
+            max_attempts=None if limit is None else min(limit + 1, FOREVER),
+        )
         if throw:
             raise retry
         return retry
@@ -344,7 +362,9 @@ class Task:
             self.soft_time_limit if self.soft_time_limit is not None else conf.task_soft_time_limit
         )
         if time_limit is not None:
+            # Celery's hard limit fails the task (TimeLimitExceeded), never retries it.
             options["timeout"] = float(time_limit)
+            options["retry_timeouts"] = False
         if soft is not None:
             options["soft_timeout"] = float(soft)
         rate = self.rate_limit if self.rate_limit is not None else conf.task_default_rate_limit
@@ -435,6 +455,10 @@ def native_function(task: Task) -> Callable[..., Any]:
     hostname = socket.gethostname()
 
     def _execute(context: JobContext, *args: Any, **kwargs: Any) -> Any:
+        # An error callback's job: its first argument is the failed task's request.
+        errback = context.meta.get("pgtasks.error_input") == "request"
+        if errback and args and isinstance(args[0], dict):
+            args = (ErrorRequest(args[0]), *args[1:])
         request = Request(
             id=str(context.job_id),
             task=task.name,

@@ -10,6 +10,7 @@ import click
 from ._common import (
     app_option,
     configure_logging,
+    exit_now,
     guard,
     json_option,
     load_app,
@@ -42,10 +43,23 @@ def beat(
 
     An app of several stores: one loop per store, each elected leader in its store (a
     schedule's ticks live in its queue's store)."""
-    from .._worker.beat import Beat
+    from .._worker.beat import STOP_TIMEOUT, Beat, BeatStop
+    from .._worker.signals import StopSignals, worker_name
 
     configure_logging(log_level, log_format)
+    # Before the app is imported, as the worker's: a stop signal from now on is
+    # remembered and applied to the beats once they exist; the handlers only write to a
+    # pipe (a handler that logs or sets an Event can deadlock its own thread).
+    signals = StopSignals(worker_name(), shutdown_timeout=STOP_TIMEOUT, kind="beat")
+    signals.install()
     app = load_app(app_path)
+    unknown = [name for name in stores if name not in app.store_router.names]
+    if unknown:
+        raise click.BadParameter(
+            f"no store named {', '.join(map(repr, unknown))}: this app's stores are"
+            f" {', '.join(app.store_router.names)}",
+            param_hint="--store",
+        )
     if not app.schedules:
         logging.getLogger("pgtasks.beat").warning("app %s declares no schedules", app_path)
     names = stores or app.store_router.names
@@ -58,6 +72,7 @@ def beat(
                 for name in names
             ]
         )
+        signals.attach(BeatStop(beats))
         threads = [
             threading.Thread(target=other.run, name=f"pgtasks-beat-{name}", daemon=True)
             for name, other in zip(names[1:], beats[1:], strict=True)
@@ -65,10 +80,13 @@ def beat(
         for thread in threads:
             thread.start()
         try:
-            guard(lambda: beats[0].run(install_signal_handlers=True))
+            guard(beats[0].run)
         finally:
             for other in beats[1:]:
                 other.stop(timeout=5)
+    # Ended now, handlers in place: an interpreter's shutdown puts the default handlers
+    # back, and a late stop signal would then kill the process (status -15, not 0).
+    exit_now(0)
 
 
 @click.command()

@@ -45,10 +45,12 @@ WHERE status = 'running' AND locked_by = %(worker_id)s AND cancel_requested;
 -- "pgtasks.expires", seconds since the epoch) cancelled, with the reason; the claims
 -- never start them. A deadline that is not a number (written by hand) compares below any
 -- number: expired too. Waiters hear of them; the workflow triggers treat them as
--- cancelled steps. Reads the due pending jobs through jobs_claim_idx.
+-- cancelled steps; the "expired" counter (migration 0014's counters) counts them in this
+-- statement's transaction. Reads the pending jobs that have a deadline through
+-- jobs_expiry_idx (migration 0020), not every due pending job.
 WITH due AS (
     SELECT id FROM {schema}.jobs
-    WHERE status = 'pending' AND run_at <= now() AND meta ? 'pgtasks.expires'
+    WHERE status = 'pending' AND meta ? 'pgtasks.expires' AND run_at <= now()
       AND meta -> 'pgtasks.expires' <= to_jsonb(extract(epoch FROM now()))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -63,5 +65,9 @@ expired AS (
     FROM due
     WHERE jobs.id = due.id
     RETURNING jobs.id
+),
+counted AS (
+    INSERT INTO {schema}.counters (name, value)
+    SELECT 'expired', count(*) FROM expired HAVING count(*) > 0
 )
 SELECT id, pg_notify({done_channel}, id::text) IS NULL AS notified FROM expired;

@@ -194,8 +194,9 @@ WITH self_notified AS (
     FROM self_notified
     RETURNING jobs.id, jobs.queue, jobs.run_at <= now() AS due
 )
--- What the trigger sends: the queue name, for a job that is due now.
-SELECT id, CASE WHEN due THEN pg_notify({channel}, queue)::text END AS notified
+-- What the trigger sends: the queue name, for a job that is due now; nothing when the
+-- store's enqueues do not notify (notify_enqueues=False: idle workers poll).
+SELECT id, CASE WHEN due AND %(notify)s THEN pg_notify({channel}, queue)::text END AS notified
 FROM inserted;
 
 -- name: insert_new_job :one

@@ -45,6 +45,16 @@ FROM ROWS FROM (
 ) AS t(id, task_name, queue, priority, args, kwargs, max_attempts, step, next, prev,
        waiting_for, input_mode, limit_groups, limit_key, meta);
 
+-- name: schedule_workflow_job :exec
+-- A workflow's first job, inserted pending in this transaction, due later: at %(run_at)s,
+-- or %(delay)s seconds after the database's now (apply_async's countdown=/eta= with
+-- link=). Invisible to claims until the transaction commits, so it never starts early.
+UPDATE {schema}.jobs
+SET run_at = coalesce(%(run_at)s::timestamptz,
+                      now() + make_interval(secs => %(delay)s::float8))
+WHERE id = %(id)s AND status = 'pending'
+  AND (%(run_at)s::timestamptz IS NOT NULL OR %(delay)s::float8 IS NOT NULL);
+
 -- name: get_workflow :one
 -- A workflow and its status from its jobs: running while any is unfinished, then
 -- failed, cancelled or done (workflow_jobs: the days of jobs_history since it was made).

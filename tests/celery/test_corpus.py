@@ -14,6 +14,7 @@ import pytest
 from pgtasks.celery import states
 from pgtasks.celery.exceptions import MaxRetriesExceededError
 from tests.support.celery_projects import Project, eager_celery
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -157,3 +158,41 @@ def test_max_retries_exceeded_is_the_front_s_class(project: Callable[[str], Proj
     assert result.state == states.FAILURE and result.failed()
     assert "MaxRetriesExceededError" in (result.traceback or "")
     worker.stop()
+
+
+def test_the_canvas_guide_error_callback_receives_what_celerys_does(
+    project: Callable[[str], Project], celery_project: Callable[[str], Path]
+) -> None:
+    steps = project("next_steps")
+    worker = steps.worker("proj", "-c", "2")
+    examples = steps.module("canvas_examples")
+    ours_id = examples.an_error_callback()
+    ours_log = steps.path / "proj" / "error_log" / ours_id
+    wait_until(ours_log.exists, timeout=60, message="the error callback's log")
+    worker.stop()
+    ours = _error_log(ours_log.read_text())
+
+    for name in [name for name in list(sys.modules) if name.startswith("proj")]:
+        sys.modules.pop(name, None)
+    sys.modules.pop("canvas_examples", None)
+    copy = celery_project("next_steps")
+    proj_celery = importlib.import_module("proj.celery")
+    eager_celery(proj_celery.app, propagates=False)
+    theirs_id = importlib.import_module("canvas_examples").an_error_callback()
+    theirs = _error_log((copy / "proj" / "error_log" / theirs_id).read_text())
+
+    assert ours == theirs
+    assert ours["task"] == "task=proj.tasks.add args=['2', 2]"
+    assert ours["error"] == """TypeError: can only concatenate str (not "int") to str"""
+
+
+def _error_log(text: str) -> dict[str, Any]:
+    """What the guide's log_error wrote that does not depend on the run: the request's
+    task and arguments, the traceback's last line (the exception), and that the line
+    starts with the request's id."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return {
+        "task": lines[-1],
+        "error": lines[-2].strip(),
+        "traceback": any(line.startswith("Traceback") or " Traceback" in line for line in lines),
+    }

@@ -11,20 +11,23 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
 import pytest
 
-from pgtasks import App
+from pgtasks import App, JobNotFoundError, TaskFailed
 from pgtasks.celery import Celery, CeleryCompatibilityWarning, Task, chain, group, states
 from pgtasks.celery import _state as celery_state
 from pgtasks.celery.exceptions import (
     ImproperlyConfigured,
+    MaxRetriesExceededError,
     SoftTimeLimitExceeded,
     TaskRevokedError,
+    TimeLimitExceeded,
     TimeoutError,
 )
 from pgtasks.celery.result import AsyncResult
 from pgtasks.celery.schedules import solar
-from tests.support.inprocess import running_worker
+from tests.support.inprocess import running_worker, select
 from tests.support.waiting import wait_until
 
 
@@ -113,7 +116,9 @@ def test_get_inside_a_task_is_refused_as_celery_refuses_it(capp: Celery) -> None
             result.get(timeout=10)
 
 
-def test_expires_link_and_link_error_through_apply_async(capp: Celery) -> None:
+def test_expires_link_and_link_error_through_apply_async(
+    capp: Celery, admin: psycopg.Connection[Any]
+) -> None:
     calls: list[Any] = []
 
     @capp.task
@@ -141,8 +146,16 @@ def test_expires_link_and_link_error_through_apply_async(capp: Celery) -> None:
     assert after == (4, "after")
     request, exc, traceback = errback
     assert request["id"] == failing.id and request["task"] == boom.name
-    assert request["args"] == [] and exc == "KeyError: 'missing'"
-    assert "Traceback" in traceback
+    # Attributes too, as Celery's request object's (the Canvas guide's request.id).
+    assert (request.id, request.args, request.kwargs) == (failing.id, [], {})
+    assert request.retries == 0 and request.delivery_info["queue"] == "celery"
+    assert exc == "KeyError: 'missing'"
+    assert "Traceback" in traceback and traceback.rstrip().endswith("KeyError: 'missing'")
+    # The error callback is the one job the failure started (no relay job between).
+    names = select(admin, capp.native, "SELECT task_name FROM {schema}.all_jobs")
+    assert sorted(name for (name,) in names) == sorted(
+        [add.name, add.name, record.name, boom.name, record.name]
+    )
 
 
 def test_a_soft_time_limit_raises_inside_the_task(capp: Celery) -> None:
@@ -280,10 +293,102 @@ def test_options_pgtasks_cannot_honour_are_refused_or_warned_by_name(capp: Celer
         fine.apply_async((1,), bogus=True)
     with pytest.raises(TypeError, match="arguments do not match"):
         fine.delay(1, 2)
-    with pytest.raises(ValueError, match="countdown cannot be combined with link="):
-        fine.apply_async((1,), countdown=5, link=fine.s())
+    with pytest.raises(ValueError, match="idempotency_key cannot be combined with link="):
+        fine.apply_async((1,), task_id="mine", link=fine.s())
+    # countdown/eta with link=: the job is due later, its callback follows it.
+    later = fine.apply_async((1,), countdown=3600, link=fine.s())
+    assert later.state == states.PENDING
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         result = capp.send_task("elsewhere.task", args=[1], queue="other")
     row = capp.native.get_job(int(result.id)).fetch()
     assert (row.task_name, row.queue, row.args) == ("elsewhere.task", "other", [1])
+
+
+def test_forget_deletes_the_stored_result_and_leaves_unfinished_jobs_to_run(
+    capp: Celery,
+) -> None:
+    @capp.task
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @capp.task
+    def fails() -> None:
+        raise ValueError("no")
+
+    with running_worker(capp.native):
+        done = add.apply_async((1, 2), task_id="sum-1")
+        failed = fails.delay()
+        assert done.get(timeout=10) == 3
+        with pytest.raises(ValueError):
+            failed.get(timeout=10)
+        job_id = int(AsyncResult("sum-1", app=capp)._job_id() or 0)
+
+        done.forget()
+        failed.forget()
+        for forgotten in (done, failed, AsyncResult("sum-1", app=capp)):
+            assert forgotten.state == states.PENDING
+            assert forgotten.result is None and forgotten.traceback is None
+        with pytest.raises(JobNotFoundError):
+            capp.native.get_job(job_id).fetch()
+        # The task_id is free again: a new call with it makes a new job.
+        again = add.apply_async((2, 3), task_id="sum-1")
+        assert again.get(timeout=10) == 5 and again.id != str(job_id)
+        done.forget()  # forgetting what is already forgotten changes nothing
+
+    # A job not finished has no result to forget: it still runs.
+    pending = add.delay(4, 4)
+    pending.forget()
+    with running_worker(capp.native):
+        assert pending.get(timeout=10) == 8
+
+
+def test_a_hard_time_limit_fails_the_task_like_celery_and_native_timeouts_still_retry(
+    capp: Celery,
+) -> None:
+    release = threading.Event()
+
+    @capp.task(time_limit=0.3, max_retries=3)
+    def stuck() -> str:
+        release.wait(30)
+        return "late"
+
+    @capp.native.task(name="native_stuck", timeout=0.3, max_attempts=2, retry_backoff=0.01)
+    def native_stuck() -> str:
+        release.wait(30)
+        return "late"
+
+    try:
+        with running_worker(capp.native, concurrency=4):
+            result = stuck.delay()
+            with pytest.raises(TimeLimitExceeded):
+                result.get(timeout=15)
+            assert result.state == states.FAILURE
+            native = native_stuck.delay()
+            with pytest.raises(TaskFailed):
+                native.get(timeout=15)
+    finally:
+        release.set()
+    row = capp.native.get_job(int(result.id)).fetch()
+    assert (row.status, row.attempts) == ("failed", 1)  # no retry, max_retries=3 or not
+    assert native.fetch().attempts == 2  # the native timeout= retries as documented
+
+
+def test_a_per_call_max_retries_above_the_task_s_limit_is_honoured(capp: Celery) -> None:
+    @capp.task(bind=True, max_retries=1)
+    def flaky(self: Task) -> int:
+        if self.request.retries < 3:
+            raise self.retry(countdown=0, max_retries=3)
+        return int(self.request.retries)
+
+    @capp.task(bind=True, max_retries=1)
+    def bounded(self: Task) -> int:
+        raise self.retry(countdown=0, max_retries=2)
+
+    with running_worker(capp.native):
+        assert flaky.delay().get(timeout=15) == 3
+        result = bounded.delay()
+        with pytest.raises(MaxRetriesExceededError):
+            result.get(timeout=15)
+    # Two retries, as the call said (the task's max_retries=1 would have stopped at one).
+    assert capp.native.get_job(int(result.id)).fetch().attempts == 3

@@ -168,8 +168,35 @@ def test_bad_expires_and_callbacks_are_refused_before_anything_is_written(
         record.apply_async((1,), expires=float("inf"))
     with pytest.raises(WorkflowError, match="link= must be a signature"):
         record.apply_async((1,), link="note")
-    with pytest.raises(ValueError, match="countdown cannot be combined with link="):
-        record.apply_async((1,), countdown=5, link=tasks["note"].s())
+    with pytest.raises(ValueError, match="idempotency_key cannot be combined with link="):
+        record.apply_async((1,), idempotency_key="k", link=tasks["note"].s())
+    with pytest.raises(NaiveDatetimeError):
+        record.apply_async((1,), eta=datetime.now(), link=tasks["note"].s())
+    with pytest.raises(ValueError, match="countdown= or eta="):
+        record.apply_async((1,), countdown=1, eta=timedelta(1), link=tasks["note"].s())
     with pytest.raises(WorkflowError, match="one error callback"):
         record.apply_async((1,), link_error=[tasks["note"].s(), tasks["note"].s()])
     assert select(admin, app, "SELECT count(*) FROM {schema}.all_jobs") == [(0,)]
+
+
+def test_countdown_and_eta_combine_with_link(
+    app: App, admin: psycopg.Connection[Any], tasks: dict[str, Any]
+) -> None:
+    later = tasks["double"].apply_async((1,), countdown=3600, link=tasks["note"].s("later"))
+    at = datetime.now(timezone.utc) + timedelta(hours=2)
+    by_eta = tasks["double"].apply_async((2,), eta=at, link_error=tasks["note"].s())
+    soon = tasks["double"].apply_async((3,), countdown=0.2, link=tasks["note"].s("soon"))
+
+    ((lead,),) = select(
+        admin,
+        app,
+        "SELECT extract(epoch FROM run_at - created_at)::float8 FROM {schema}.jobs WHERE id = %s",
+        (later.id,),
+    )
+    assert 3600 <= lead < 3660  # the database's clock, as countdown= always is
+    assert abs((by_eta.fetch().run_at - at).total_seconds()) < 0.001
+    with running_worker(app):
+        assert soon.get(timeout=10) == 6
+        wait_until(lambda: ("note", 6, "soon") in tasks["ran"], message="the callback")
+    assert later.status() == "pending" and by_eta.status() == "pending"
+    assert ("note", 2, "later") not in tasks["ran"]

@@ -24,6 +24,19 @@ def samples(metrics: WorkerMetrics) -> Samples:
     }
 
 
+def registry_samples(metrics: WorkerMetrics) -> Samples:
+    """Every sample of the metrics' registry, read in process (no HTTP server)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = generate_latest(metrics.registry).decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def value(scraped: Samples, name: str, /, **labels: str) -> float | None:
     """The sample of ``name`` with exactly these labels, or None."""
     return scraped.get((name, frozenset(labels.items())))

@@ -234,6 +234,23 @@ def test_a_timeout_on_the_last_attempt_fails_the_job() -> None:
     assert "TimeoutError" in outcome.error
 
 
+def test_a_policy_without_timeout_retries_fails_the_first_timed_out_attempt() -> None:
+    policy = RetryPolicy(1.0, 600.0, False, retry_timeouts=False)
+    outcome = after_timeout(2.5, attempt=1, max_attempts=5, policy=policy)
+
+    assert (outcome.kind, outcome.status) == ("timeout", "failed")
+
+
+def test_a_retry_with_its_own_limit_runs_past_the_job_s_max_attempts() -> None:
+    past = after_error(Retry(3, max_attempts=5), attempt=2, max_attempts=2, policy=NO_JITTER)
+    last = after_error(Retry(3, max_attempts=5), attempt=5, max_attempts=2, policy=NO_JITTER)
+
+    assert (past.status, past.delay) == ("pending", 3.0)
+    assert last.status == "failed"
+    with pytest.raises(ValueError, match="max_attempts"):
+        Retry(1, max_attempts=0)
+
+
 def test_done_carries_the_encoded_result() -> None:
     assert Outcome.done('{"total": 6}') == Outcome("done", "done", result_json='{"total": 6}')
 

@@ -545,6 +545,7 @@ def test_overview_shows_how_often_the_guarantees_were_exercised(web: Client, app
         "enqueues_deduplicated": "0",
         "released_at_shutdown": "0",
         "unknown_task_jobs": "0",
+        "expired": "0",
         "steps_checkpointed": "0",
         "steps_replayed": "0",
         "enqueues_debounced": "0",

@@ -1,5 +1,7 @@
 # The Canvas guide's examples ("Canvas: Designing Work-flows"), on the Next Steps tasks.
 # Each function returns what the guide says the example gives.
+import contextlib
+
 from pgtasks.celery import chain, chord, group, signature
 
 from proj.tasks import add, mul, xsum
@@ -64,3 +66,13 @@ def a_starmap():
 
 def a_chunks():
     return add.chunks(zip(range(20), range(20)), 5)().get()
+
+
+def an_error_callback():
+    # The guide's add.s(2, 2).on_error(log_error.s()), with arguments that fail.
+    from proj.errors import log_error
+
+    result = add.apply_async(("2", 2), link_error=log_error.s())
+    with contextlib.suppress(TypeError):
+        result.get()
+    return result.id

@@ -3,7 +3,7 @@ import os
 
 from pgtasks.celery import Celery
 
-app = Celery("proj", broker=os.environ["PGTASKS_DSN"], include=["proj.tasks"])
+app = Celery("proj", broker=os.environ["PGTASKS_DSN"], include=["proj.tasks", "proj.errors"])
 
 # Optional configuration, see the application user guide.
 app.conf.update(
