@@ -16,7 +16,8 @@ one's end (finished_at): the worker's start and stop are left out. Variants:
 * expires: each job with expires=3600 s (meta "pgtasks.expires", read by every claim);
 * batch: a batch task, Batch(max_size=500, max_wait=1 s), whose handler does nothing.
 
-Prints each variant's median jobs/s and its ratio to plain's median.
+Prints each variant's median jobs/s, its ratio to plain's median, and the median of
+its per-round ratios to the plain drain of the same round.
 """
 
 from __future__ import annotations
@@ -128,10 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         app.close()
     plain = statistics.median(rates["plain"])
-    print(f"\nmedians of {options.rounds} rounds, {options.jobs} jobs each:")
+    print(f"\nmedians of {options.rounds} rounds, {options.jobs} jobs each (and the median of")
+    print("each round's ratio to that round's plain drain, steadier on a shared machine):")
     for variant in VARIANTS:
         median = statistics.median(rates[variant])
-        print(f"{variant:9s} {median:9.0f} jobs/s  {median / plain:6.2f}x plain")
+        ratios = [rate / base for rate, base in zip(rates[variant], rates["plain"], strict=True)]
+        print(
+            f"{variant:9s} {median:9.0f} jobs/s  {median / plain:6.2f}x plain"
+            f"  (per round: {statistics.median(ratios):.2f}x;"
+            f" {', '.join(f'{ratio:.2f}' for ratio in ratios)})"
+        )
     return 0
 
 
