@@ -101,7 +101,11 @@ class BatchService(Service):
             return []
         queues, excluded = claim_filter
         request = ClaimRequest(
-            worker_id, limit, queues, excluded, task_names=(task.name, *task.aliases)
+            worker_id=worker_id,
+            limit=limit,
+            queues=queues,
+            excluded_queues=excluded,
+            task_names=(task.name, *task.aliases),
         )
         jobs = self.store.claim_jobs(conn, request)
         self.ledger.hold_elsewhere([job.id for job in jobs])
