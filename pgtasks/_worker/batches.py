@@ -72,6 +72,10 @@ class BatchService(Service):
         self.reporter = parts.reporter
         self.secrets = list(secrets)
         self._busy = False
+        #: A claim failed (its reply may have been lost after it committed), and the jobs
+        #: this service holds (a batch gathering or running).
+        self._claim_failed = False
+        self._held: list[int] = []
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop claiming; a batch running lets its handler end and its outcomes be written,
@@ -84,6 +88,8 @@ class BatchService(Service):
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         self._busy = False
+        if self._claim_failed:
+            self._release_orphans(conn)
         for task in self.tasks:
             if self.stopping.is_set():
                 return
@@ -107,9 +113,34 @@ class BatchService(Service):
             excluded_queues=excluded,
             task_names=(task.name, *task.aliases),
         )
-        jobs = self.store.claim_jobs(conn, request)
+        try:
+            jobs = self.store.claim_jobs(conn, request)
+        except psycopg.Error:
+            self._claim_failed = True  # it may have committed: see _release_orphans
+            raise
         self.ledger.hold_elsewhere([job.id for job in jobs])
+        self._held.extend(job.id for job in jobs)
         return jobs
+
+    def _release_orphans(self, conn: psycopg.Connection[Any]) -> None:
+        """After a failed claim: release the jobs of its tasks it may have claimed (their
+        reply lost with the connection), which no batch of this worker holds."""
+        worker_id = self.registration.worker_id
+        if worker_id is None:
+            return
+        names = [name for task in self.tasks for name in (task.name, *task.aliases)]
+        released = self.store.release_orphaned_batch_jobs(
+            conn, worker_id=worker_id, task_names=names, known_ids=self._held
+        )
+        self._claim_failed = False
+        if released:
+            logger.warning(
+                "worker %s: released %d batch job(s) claimed by a reply lost with the"
+                " connection: %s",
+                self.owner,
+                len(released),
+                ", ".join(str(job_id) for job_id in sorted(released)),
+            )
 
     def _gather(self, conn: psycopg.Connection[Any], task: Task[Any, Any]) -> list[ClaimedJob]:
         """Up to max_size due jobs: those due now, then more for up to max_wait."""
@@ -146,6 +177,7 @@ class BatchService(Service):
         ]
         written = self._write(finishes)
         self.ledger.release_elsewhere([job.id for job in jobs])
+        self._held = []
         kinds: dict[str, int] = {}
         for outcome in outcomes:
             kinds[outcome.kind] = kinds.get(outcome.kind, 0) + 1

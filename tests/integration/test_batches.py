@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from pgtasks import App, Batch, BatchJob, TaskFailed, TaskRegistrationError
+from pgtasks._leases import ClaimRequest
 from tests.support.inprocess import running_worker, select
 from tests.support.waiting import wait_until
 
@@ -209,3 +210,30 @@ def test_a_claim_waits_up_to_max_wait_for_more_jobs_to_fill_its_batch(
         for handle in [first, *rest]:
             handle.get(timeout=20)  # well before max_wait: the batch filled up
     assert sizes == [5]
+
+
+def test_jobs_of_a_batch_claim_whose_reply_was_lost_are_released(
+    app: App, admin: Connection
+) -> None:
+    @app.task(name="orphaned", batch=Batch(max_size=10, max_wait=timedelta(0)))
+    def orphaned(jobs: list[BatchJob]) -> None: ...
+
+    @app.task(name="plain_held")
+    def plain_held() -> None: ...
+
+    batch_jobs = orphaned.delay_many([{"n": n} for n in range(3)])
+    plain = plain_held.delay()
+    with app.connection() as conn:
+        worker = app.queries.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=1)
+        # A claim of the batch service that committed, its reply lost; and a job of the
+        # claim loop, which must stay held.
+        claimed = app.queries.claim_jobs(conn, ClaimRequest(worker, 10, task_names=("orphaned",)))
+        held = app.queries.claim_jobs(conn, ClaimRequest(worker, 10, task_names=("plain_held",)))
+        released = app.queries.release_orphaned_batch_jobs(
+            conn, worker_id=worker, task_names=["orphaned"], known_ids=[claimed[0].id]
+        )
+    assert released == {job.id for job in batch_jobs[1:]}
+    rows = dict(select(admin, app, "SELECT id, status || ':' || attempts FROM {schema}.jobs"))
+    assert rows[batch_jobs[0].id] == "running:1" and rows[held[0].id] == "running:1"
+    assert rows[batch_jobs[1].id] == rows[batch_jobs[2].id] == "pending:0"
+    assert plain.id == held[0].id
