@@ -99,12 +99,18 @@ def test_per_job_decisions_and_a_handler_that_raises(app: App, admin: Connection
                 job.retry(delay=0)
             elif kind == "done":
                 job.done("ok")
+            elif kind == "unstorable":
+                job.done(object())  # not JSON: this job fails alone
         if any(job.kwargs["kind"] == "crash" for job in jobs):
             raise RuntimeError("handler crashed")
 
-    done, failed, retried = (mixed.delay(kind=kind) for kind in ("done", "fail", "retry"))
+    done, failed, retried, unstorable = (
+        mixed.delay(kind=kind) for kind in ("done", "fail", "retry", "unstorable")
+    )
     with running_worker(app):
         assert done.get(timeout=20) == "ok"
+        with pytest.raises(TaskFailed, match="not JSON serializable|JSON"):
+            unstorable.get(timeout=20)
         with pytest.raises(TaskFailed, match="bad address"):
             failed.get(timeout=20)
         with pytest.raises(TaskFailed, match="the last"):
