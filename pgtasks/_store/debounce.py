@@ -49,22 +49,40 @@ class DebounceQueries(QueriesBase):
         key = f"{self.schema}\x1f{spec.task_name}\x1f{spec.debounce_key}"
         return {"lock_class": ADVISORY_LOCK_CLASS_DEBOUNCE, "lock_key": key}
 
+    def lock_debounce_key(self, conn: psycopg.Connection[Any], spec: DebouncedJobSpec) -> None:
+        """Take the key's advisory lock to the end of the transaction."""
+        self._rows(conn, "lock_debounce_key", self._debounce_lock_key(spec))
+
+    async def alock_debounce_key(
+        self, conn: psycopg.AsyncConnection[Any], spec: DebouncedJobSpec
+    ) -> None:
+        await self._arows(conn, "lock_debounce_key", self._debounce_lock_key(spec))
+
+    def debounce_job(self, conn: psycopg.Connection[Any], spec: DebouncedJobSpec) -> InsertedJob:
+        """Replace the key's pending job or insert one (under the key's lock)."""
+        row = self._rows(conn, "debounce_job", debounce_params(spec), tuples=True)[0]
+        return InsertedJob(int(row[0]), bool(row[1]))
+
+    async def adebounce_job(
+        self, conn: psycopg.AsyncConnection[Any], spec: DebouncedJobSpec
+    ) -> InsertedJob:
+        rows = await self._arows(conn, "debounce_job", debounce_params(spec), tuples=True)
+        return InsertedJob(int(rows[0][0]), bool(rows[0][1]))
+
     def insert_debounced_job(
         self, conn: psycopg.Connection[Any], spec: DebouncedJobSpec
     ) -> InsertedJob:
         """The job of ``spec``'s key, replaced (existed: True) or new (False)."""
         with atomic(conn):
-            self._rows(conn, "lock_debounce_key", self._debounce_lock_key(spec))
-            row = self._rows(conn, "debounce_job", debounce_params(spec), tuples=True)[0]
-        return InsertedJob(int(row[0]), bool(row[1]))
+            self.lock_debounce_key(conn, spec)
+            return self.debounce_job(conn, spec)
 
     async def ainsert_debounced_job(
         self, conn: psycopg.AsyncConnection[Any], spec: DebouncedJobSpec
     ) -> InsertedJob:
         async with aatomic(conn):
-            await self._arows(conn, "lock_debounce_key", self._debounce_lock_key(spec))
-            rows = await self._arows(conn, "debounce_job", debounce_params(spec), tuples=True)
-        return InsertedJob(int(rows[0][0]), bool(rows[0][1]))
+            await self.alock_debounce_key(conn, spec)
+            return await self.adebounce_job(conn, spec)
 
     def debounce_stats(self, conn: psycopg.Connection[Any]) -> list[Row]:
         """Per task with pending debounced jobs: jobs, replaced (in all), most_replaced."""
