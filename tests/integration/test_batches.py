@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtasks import App, Batch, BatchJob, TaskFailed, TaskRegistrationError
+from pgtasks import App, Batch, BatchJob, JobCancelled, TaskFailed, TaskRegistrationError
 from pgtasks._leases import ClaimRequest
 from tests.support.inprocess import running_worker, select
 from tests.support.waiting import wait_until
@@ -243,3 +243,21 @@ def test_jobs_of_a_batch_claim_whose_reply_was_lost_are_released(
     assert rows[batch_jobs[0].id] == "running:1" and rows[held[0].id] == "running:1"
     assert rows[batch_jobs[1].id] == rows[batch_jobs[2].id] == "pending:0"
     assert plain.id == held[0].id
+
+
+def test_a_job_cancelled_while_its_batch_runs_ends_cancelled(app: App) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    @app.task(name="cancellable", batch=Batch(max_size=10, max_wait=timedelta(0)))
+    def cancellable(jobs: list[BatchJob]) -> None:
+        started.set()
+        release.wait(20)
+
+    handles = cancellable.delay_many([{"n": n} for n in range(3)])
+    with running_worker(app):
+        assert started.wait(20)
+        handles[0].cancel()
+        release.set()
+        with pytest.raises(JobCancelled):
+            handles[0].get(timeout=20)
+        assert [handle.get(timeout=20) for handle in handles[1:]] == [None, None]
