@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._app.app import App
+from ._app.debounce import Debounce
 from ._app.handle import JobHandle
 from ._app.layout import Store
 from ._app.tasks import Task, TaskOptions
@@ -85,6 +86,7 @@ __all__ = [
     "CrossStoreError",
     "DatabaseError",
     "DatabaseUnavailableError",
+    "Debounce",
     "Discard",
     "EmbeddedUnavailableError",
     "EventTimeout",
