@@ -17,7 +17,7 @@ from typing import Any
 from ._operations import STATUSES
 
 #: Query-string names of a JobFilter's fields, in the order the jobs page shows them.
-FILTER_FIELDS = ("status", "queue", "task", "args", "from", "to", "due", "workflow")
+FILTER_FIELDS = ("status", "queue", "task", "args", "log", "from", "to", "due", "workflow")
 #: What the ``due`` filter accepts: pending and due now (yes), or scheduled later (no).
 DUE_VALUES = {"yes": True, "no": False}
 #: The largest value of PostgreSQL's bigint (ids beyond it are refused, not a 500).
@@ -31,7 +31,8 @@ class JobFilter:
     ``args``: a JSON value the job's args contain (jsonb ``@>``), e.g. ``[42]`` or
     ``[{"user": 7}]``; ``created_from`` / ``created_to``: a half-open range of created_at;
     ``due``: pending jobs due now (True) or scheduled for later (False); ``workflow_id``:
-    the jobs of one workflow.
+    the jobs of one workflow; ``log``: text one of the job's captured log lines holds
+    (case-insensitive; meta "pgtasks.logs").
     """
 
     status: str | None = None
@@ -42,6 +43,18 @@ class JobFilter:
     created_to: datetime | None = None
     due: bool | None = None
     workflow_id: int | None = None
+    log: str | None = None
+
+    @property
+    def log_pattern(self) -> str | None:
+        """``log`` as an ILIKE pattern over the lines' JSON text (its JSON escapes, and
+        ``%``, ``_`` and ``\\`` taken literally)."""
+        if self.log is None:
+            return None
+        escaped = json.dumps(self.log, ensure_ascii=False)[1:-1]
+        for special in ("\\", "%", "_"):
+            escaped = escaped.replace(special, "\\" + special)
+        return f"%{escaped}%"
 
     @property
     def empty(self) -> bool:
@@ -54,6 +67,7 @@ class JobFilter:
             "queue": self.queue,
             "task": self.task_name,
             "args": None if self.args is None else json.dumps(self.args, ensure_ascii=False),
+            "log": self.log,
             "from": None if self.created_from is None else self.created_from.isoformat(),
             "to": None if self.created_to is None else self.created_to.isoformat(),
             "due": None if self.due is None else ("yes" if self.due else "no"),
@@ -69,6 +83,8 @@ class JobFilter:
         if self.workflow_id is not None:
             return False
         if self.args is not None or self.task_name is not None or self.due is not None:
+            return True
+        if self.log is not None:
             return True
         if self.created_from is not None or self.created_to is not None:
             return True
@@ -171,6 +187,7 @@ def parse_job_filter(params: Mapping[str, str]) -> JobFilter:
         created_to=None if created_to is None else _filter_time("to", created_to),
         due=None if due_text is None else DUE_VALUES[due_text],
         workflow_id=None if workflow_text is None else int(workflow_text),
+        log=get("log"),
     )
     if (
         job_filter.created_from is not None

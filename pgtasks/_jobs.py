@@ -499,21 +499,27 @@ class CancelResult:
     ``outcome``: ``"cancelled"`` (it was pending and will never run), ``"requested"``
     (it is running: its worker was told, and it will end cancelled), or
     ``"already_finished"`` (done, failed or cancelled before: nothing changed).
+    ``terminate``: termination was asked (``cancel(terminate=True)``).
     """
 
     job_id: int
     outcome: str
     status: JobStatus
+    terminate: bool = False
 
     def __str__(self) -> str:
         if self.outcome == "cancelled":
             return f"job {self.job_id} cancelled"
+        if self.outcome == "requested" and self.terminate:
+            return f"job {self.job_id} is running: termination requested ({TERMINATE_NOTE})"
         if self.outcome == "requested":
             return f"job {self.job_id} is running: cancellation requested"
         return f"job {self.job_id} already finished ({self.status}): nothing to cancel"
 
     @classmethod
-    def from_row(cls, job_id: int, row: Mapping[str, Any]) -> CancelResult:
+    def from_row(
+        cls, job_id: int, row: Mapping[str, Any], *, terminate: bool = False
+    ) -> CancelResult:
         previous = JobStatus(row["previous_status"])
         status = JobStatus(row["status"])
         if previous in (JobStatus.PENDING, JobStatus.WAITING):
@@ -522,4 +528,12 @@ class CancelResult:
             outcome = "requested"
         else:
             outcome = "already_finished"
-        return cls(job_id, outcome, status)
+        return cls(job_id, outcome, status, terminate)
+
+
+#: What a termination does per executor (the CLI and the dashboard say it).
+TERMINATE_NOTE = (
+    "a process-executor job's worker child is killed and replaced, an async job's task is"
+    " cancelled; a thread cannot be killed: a thread job only gets the cancel flag"
+    " (ctx.cancelled()) and stops when its code checks it"
+)

@@ -136,6 +136,8 @@ class Finish:
     error: str | None = None
     delay: float = 0.0
     exception_type: str | None = None
+    #: The attempt's log lines, JSON (stored in meta "pgtasks.logs" under its number).
+    logs_json: str | None = None
 
     @classmethod
     def of(cls, job: ClaimedJob, outcome: Outcome) -> Finish:
@@ -151,6 +153,7 @@ class Finish:
             error=outcome.error,
             delay=outcome.delay,
             exception_type=outcome.exception_type if outcome.error is not None else None,
+            logs_json=outcome.logs_json,
         )
         return finish
 

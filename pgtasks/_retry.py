@@ -106,6 +106,8 @@ class Outcome:
     delay: float = 0.0
     #: The qualified class path of the exception that ended the attempt, when known.
     exception_type: str | None = None
+    #: The attempt's captured log lines (pgtasks._execution.joblogs), JSON; None: none.
+    logs_json: str | None = None
 
     @classmethod
     def done(cls, result_json: str) -> Outcome:

@@ -513,3 +513,27 @@ def test_producers_benchmark_reports_each_kind_with_the_bare_insert(own_database
             assert enqueued > 0, result.stdout
             if kind.startswith("pgtasks"):  # the workers drained some of what was enqueued
                 assert float(row[0][5]) > 0, result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_job_logs_benchmark_runs_end_to_end(own_database: str) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.job_logs"),
+            *("--jobs", "100", "--runs", "2", "--dsn", own_database),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for task in ("quiet", "logs 10 lines"):
+        [row] = [line for line in lines if line.startswith(task)]
+        on, off, ratio = row[len(task) :].split()
+        assert float(on.replace(",", "")) > 0 and float(off.replace(",", "")) > 0
+        assert float(ratio) > 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,8 +37,16 @@ from .._limits import LimitState, describe_limit, limit_states
 from .._operations import RETRYABLE, QueueStats, Stats, WorkerInfo
 from .._payload import check_name
 from .._queues import QueueState, queue_states
+from .._running import (
+    ARGUMENT_CHARS,
+    HISTORY_WINDOW,
+    LAST_JOBS,
+    RUNNING_SHOWN,
+    FinishedJob,
+    RunningJob,
+)
 from .durable import parked_by_queue
-from .routing import for_id, for_queue
+from .routing import for_id, for_queue, serving
 
 if TYPE_CHECKING:
     from .app import App
@@ -76,6 +84,49 @@ def read_workers(
     rows = app.queries.list_workers(conn, since=since)
     now = rows[0]["now"] if rows else app.queries.get_database_time(conn)
     return now, [WorkerInfo.from_row(row, lease_timeout=app.lease_timeout) for row in rows]
+
+
+def read_running(app: App, conn: psycopg.Connection[Any]) -> list[RunningJob]:
+    """What runs where: the running jobs with their task, arguments (cut, escaped),
+    attempt, runtime and host."""
+    rows = app.queries.list_running_jobs(conn, limit=RUNNING_SHOWN, chars=ARGUMENT_CHARS)
+    return [RunningJob.from_row(row) for row in rows]
+
+
+def read_last_jobs(
+    app: App, conn: psycopg.Connection[Any], worker_ids: Sequence[int]
+) -> list[FinishedJob]:
+    """The last jobs each of ``worker_ids`` ran (see _running.py: a bounded read)."""
+    rows = app.queries.list_recent_worker_jobs(
+        conn, worker_ids, per_worker=LAST_JOBS, window=HISTORY_WINDOW
+    )
+    return [FinishedJob.from_row(row) for row in rows]
+
+
+def pause_host(app: App, hostname: str, *, pause: bool = True) -> bool:
+    """Pause (or resume) every worker of ``hostname`` in every store the App serves: none
+    claims from its next read of the paused queues on (at most ``paused_refresh``, a
+    second, or at once on a NOTIFY); running jobs finish. Whether that changed any store."""
+    check_name("hostname", hostname)
+    changed = False
+    for owner in serving(app):
+
+        def switch(conn: psycopg.Connection[Any], store: Any = owner.queries) -> bool:
+            return bool(
+                store.pause_host(conn, hostname) if pause else store.resume_host(conn, hostname)
+            )
+
+        changed |= owner.database.run(switch)
+    return changed
+
+
+def paused_hosts(app: App) -> list[str]:
+    """The hosts whose workers are paused (in any store the App serves)."""
+    names: set[str] = set()
+    for owner in serving(app):
+        rows = owner.database.run(owner.queries.get_paused_hosts)
+        names.update(row["hostname"] for row in rows)
+    return sorted(names)
 
 
 def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:

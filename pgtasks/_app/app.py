@@ -460,15 +460,15 @@ class App(DurableApp):
     async def aget_job(self, job_id: int) -> JobHandle[Any]:
         return await routing.aget_job(self, job_id)
 
-    def cancel(self, job_id: int) -> CancelResult:
+    def cancel(self, job_id: int, *, terminate: bool = False) -> CancelResult:
         """Cancel a job: pending → cancelled (never runs); running → flagged, its worker is
         told, and it ends cancelled (async tasks get CancelledError, bound sync tasks see
         ``ctx.cancelled()``); finished → nothing changes (``outcome == "already_finished"``).
-        """
-        return routing.cancel(self, job_id)
+        ``terminate=True`` kills a running attempt: see docs/howto/operations.md."""
+        return routing.cancel(self, job_id, terminate=terminate)
 
-    async def acancel(self, job_id: int) -> CancelResult:
-        return await routing.acancel(self, job_id)
+    async def acancel(self, job_id: int, *, terminate: bool = False) -> CancelResult:
+        return await routing.acancel(self, job_id, terminate=terminate)
 
     def update_job_meta(
         self, job_id: int, *, worker_id: int, attempt: int, patch: Mapping[str, Any]

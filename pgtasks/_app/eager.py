@@ -63,10 +63,10 @@ class EagerJobHandle(JobHandle[Any]):
     async def aget(self, timeout: float | None = None) -> Any:
         return self.get(timeout)
 
-    def cancel(self) -> CancelResult:
+    def cancel(self, *, terminate: bool = False) -> CancelResult:
         return CancelResult(self.id, "already_finished", self.status())
 
-    async def acancel(self) -> CancelResult:
+    async def acancel(self, *, terminate: bool = False) -> CancelResult:
         return self.cancel()
 
 

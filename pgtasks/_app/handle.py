@@ -82,12 +82,12 @@ class JobHandle(Generic[R]):
         return await await_result(self.app, self.id, timeout)  # type: ignore[no-any-return]
 
     # -- cancellation --
-    def cancel(self) -> CancelResult:
-        """Cancel the job (see App.cancel)."""
-        return self.app.cancel(self.id)
+    def cancel(self, *, terminate: bool = False) -> CancelResult:
+        """Cancel the job (see App.cancel; ``terminate``: kill a running attempt)."""
+        return self.app.cancel(self.id, terminate=terminate)
 
-    async def acancel(self) -> CancelResult:
-        return await self.app.acancel(self.id)
+    async def acancel(self, *, terminate: bool = False) -> CancelResult:
+        return await self.app.acancel(self.id, terminate=terminate)
 
     # -- snapshot --
     def refresh(self) -> JobHandle[R]:

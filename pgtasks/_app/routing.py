@@ -176,20 +176,24 @@ async def aget_job(app: App, job_id: int) -> JobHandle[Any]:
     return JobHandle(owner, job_id)
 
 
-def cancel(app: App, job_id: int) -> CancelResult:
+def cancel(app: App, job_id: int, *, terminate: bool = False) -> CancelResult:
     owner = for_id(app, job_id)
-    row = owner.database.run(lambda conn: owner.queries.cancel_job(conn, job_id))
+    row = owner.database.run(
+        lambda conn: owner.queries.cancel_job(conn, job_id, terminate=terminate)
+    )
     if row is None:
         raise _missing(job_id)
-    return CancelResult.from_row(job_id, row)
+    return CancelResult.from_row(job_id, row, terminate=terminate)
 
 
-async def acancel(app: App, job_id: int) -> CancelResult:
+async def acancel(app: App, job_id: int, *, terminate: bool = False) -> CancelResult:
     owner = for_id(app, job_id)
-    row = await owner.database.arun(lambda conn: owner.queries.acancel_job(conn, job_id))
+    row = await owner.database.arun(
+        lambda conn: owner.queries.acancel_job(conn, job_id, terminate=terminate)
+    )
     if row is None:
         raise _missing(job_id)
-    return CancelResult.from_row(job_id, row)
+    return CancelResult.from_row(job_id, row, terminate=terminate)
 
 
 def update_job_meta(

@@ -66,6 +66,8 @@ class JobMessage:
     worker_id: int
     soft_timeout: float | None
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Send what the task writes to stdout and stderr to the worker too (job logs).
+    capture_output: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,6 +315,53 @@ def _call(
     return outcome_of_return(task, value)
 
 
+class _Tee:
+    """A stream that writes through and sends each line to the worker (job logs)."""
+
+    def __init__(self, stream: Any, name: str, channel: Channel, current: CurrentJob) -> None:
+        self.stream, self.name, self.channel, self.current = stream, name, channel, current
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        written = self.stream.write(text)
+        self.pending += text
+        while "\n" in self.pending:
+            line, self.pending = self.pending.split("\n", 1)
+            self._send(line)
+        return int(written or len(text))
+
+    def _send(self, line: str) -> None:
+        fields = {**self.current.log_fields(), "stream": self.name, "text": line}
+        fields["created"] = time.time()
+        with contextlib.suppress(Exception):
+            self.channel.send(("output", fields))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+class _Captured:
+    """stdout and stderr teed for one job; close() puts them back."""
+
+    def __init__(self, channel: Channel, current: CurrentJob) -> None:
+        self.saved = (sys.stdout, sys.stderr)
+        self.tees = (
+            _Tee(sys.stdout, "stdout", channel, current),
+            _Tee(sys.stderr, "stderr", channel, current),
+        )
+        sys.stdout, sys.stderr = self.tees
+
+    def close(self) -> None:
+        sys.stdout, sys.stderr = self.saved
+        for tee in self.tees:
+            if tee.pending:
+                tee._send(tee.pending)
+                tee.pending = ""
+
+
 def _configure_logging(channel: Channel, current: CurrentJob, level: int) -> None:
     root = logging.getLogger()
     root.handlers = [PipeHandler(channel, current)]  # inherited handlers are the parent's
@@ -360,9 +409,12 @@ def child_main(
                 return
             cancel_event = current.begin(message)
             started = time.monotonic()
+            output = _Captured(channel, current) if message.capture_output else None
             try:
                 outcome = run_job(app, message, cancel_event, soft)
             finally:
+                if output is not None:
+                    output.close()
                 current.end()
             channel.send(
                 (

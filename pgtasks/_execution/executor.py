@@ -1,19 +1,19 @@
 """Run claimed jobs on the executor each task chooses: threads, processes or the event loop.
 
 No SQL here: each attempt ends in an Outcome (see _retry) that the worker writes,
-fenced by the attempt's lease.
+fenced by the attempt's lease, with its captured log lines (joblogs.py) when it logged.
 
 Routing (:meth:`Executor.route`): a task's ``executor=`` option wins; an ``async def``
 runs on the event loop; a sync task runs on its queue's executor (``queue_executors``)
 or the worker's default ``pool`` ("thread" unless told otherwise).
 
-Slots: sync threads and coroutines share ``concurrency`` slots; the process
-pool has ``processes`` slots. The worker claims up to the sum of the free slots of the
-executors its tasks can use (:attr:`Executor.capacity`). A claim can bring more jobs for
-one executor than it has free slots; the extras wait here, claimed and heartbeated, and
-start (their timeouts with them) as soon as a slot of their executor frees up. A job
-holds its slot until its code returns, even past its timeout: a thread cannot be
-killed, while a process child past its hard limit is killed and replaced.
+Slots: sync threads and coroutines share ``concurrency`` slots; the process pool has
+``processes`` slots. The worker claims up to the sum of the free slots of the executors
+its tasks can use (:attr:`Executor.capacity`). A claim can bring more jobs for one
+executor than it has free slots; the extras wait here, claimed and heartbeated, and start
+(their timeouts with them) as soon as a slot frees up. A job holds its slot until its
+code returns, even past its timeout: a thread cannot be killed, while a process child past
+its hard limit (or terminated: :meth:`Executor.terminate`) is killed and replaced.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import dataclasses
 import itertools
 import logging
 import threading
@@ -31,25 +30,28 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import _retry
+from .._dsn import dsn_secrets
 from .._durable import Snooze
 from .._instrumentation import start_attempt_trace
 from .._jobs import ExecutorName
 from .._leases import ClaimedJob
 from .._retry import Outcome
 from .child import JobMessage
+from .joblogs import JobLogs, attach
 from .loop_thread import LoopThread
 from .outcomes import (
     CANCELLED_BEFORE_START,
+    expire_attempt,
     failed_to_start_outcome,
     malformed_arguments_outcome,
+    outcome_of_ending,
     outcome_of_error,
-    outcome_of_loss,
     outcome_of_return,
     policy_of,
     unknown_task_outcome,
 )
 from .process_pool import Ending, PoolJob, ProcessPool, start_pool
-from .running import Running
+from .running import Running, describe_async_jobs
 from .settings import ExecutorSettings
 from .steps import attempt_context, ending_of_error
 from .threads import JobThreads
@@ -110,6 +112,7 @@ class Executor:
         self._async_jobs: set[Running] = set()
         self.uses_local = True
         self.uses_processes = False
+        self._logs = JobLogs() if self.settings.job_logs else None
 
     # -- routing and capacity --
     def route(self, task: Task[Any, Any], queue: str) -> ExecutorName:
@@ -155,6 +158,8 @@ class Executor:
         """Decide which executors the registered tasks need; start the job threads (when
         sync tasks may run on them) and the process pool."""
         possible = self._possible_executors()
+        if self._logs is not None:
+            self._logs.start(dsn_secrets(self.app.dsn))
         self.uses_processes = "process" in possible
         self.uses_local = bool(possible & {"thread", "async"}) or not self.uses_processes
         if "thread" in possible:
@@ -321,7 +326,10 @@ class Executor:
         """
         while True:
             try:
-                outcome = self._run_sync(running, task)
+                if self._logs is None:
+                    outcome = self._run_sync(running, task)
+                else:
+                    outcome = self._logs.call(running, self._run_sync, running, task)
             except BaseException as error:  # _run_sync catches everything; a last resort
                 outcome = Outcome.failed(_retry.describe_error(error))
             following = self._pass_local_slot()
@@ -340,6 +348,8 @@ class Executor:
         if pool is None:
             raise RuntimeError("the process pool did not start")
         job = running.job
+        if self._logs is not None:
+            self._logs.register_child(running)
         message = JobMessage(
             token=running.token,
             job_id=job.id,
@@ -352,6 +362,7 @@ class Executor:
             worker_id=job.worker_id,
             soft_timeout=task.soft_timeout,
             meta=job.meta,
+            capture_output=running.log is not None,
         )
         with self._lock:
             self._pool_jobs[running.token] = running
@@ -384,38 +395,16 @@ class Executor:
         """Called on the pool's supervisor thread."""
         with self._lock:
             running = self._pool_jobs.pop(token, None)
+        if running is not None and self._logs is not None:
+            self._logs.forget_child(running)
         if running is None or running.task is None or ending.kind == "released":
             return  # released: the worker puts the job back itself
-        task, job = running.task, running.job
-        if ending.kind == "outcome" and ending.outcome is not None:
-            outcome = ending.outcome
-        elif ending.kind == "timeout":
-            outcome = _retry.after_timeout(
-                task.timeout or 0.0,
-                attempt=job.attempt,
-                max_attempts=job.max_attempts,
-                policy=policy_of(task),
-            )
-            detail = f"; its worker child {ending.pid} was stopped (it exited with {ending.detail})"
-            outcome = dataclasses.replace(outcome, error=f"{outcome.error}{detail}")
-        elif ending.kind == "lost":
-            outcome = outcome_of_loss(task, job, ending.detail)
-        else:
-            outcome = CANCELLED_BEFORE_START
+        outcome = attach(running.log, outcome_of_ending(running.task, running.job, ending))
         self.on_finished(running, outcome)
 
     def expire(self, running: Running) -> Outcome:
         """Decide the outcome of a thread attempt past its deadline; its code keeps running."""
-        task = running.task
-        if task is None or task.timeout is None:
-            raise ValueError(f"job {running.job.id} has no timeout to expire")
-        running.abandon()
-        return _retry.after_timeout(
-            task.timeout,
-            attempt=running.job.attempt,
-            max_attempts=running.job.max_attempts,
-            policy=policy_of(task),
-        )
+        return expire_attempt(running)
 
     # -- running --
     def _refusals(self, running: Running) -> Callable[[], None] | None:
@@ -438,6 +427,16 @@ class Executor:
             loop.call_soon_threadsafe(self._cancel_async_job, running)
         if running.executor == "process" and self._pool is not None:
             self._pool.cancel(running.token)
+
+    def terminate(self, running: Running) -> None:
+        """Stop a running attempt now: its process child is killed (SIGTERM, SIGKILL after
+        the grace; the pool starts another), its coroutine cancelled. A thread cannot be
+        killed: it gets the cancel flag, as cancel() gives it."""
+        running.request_terminate()
+        if running.executor == "process" and self._pool is not None:
+            self._pool.terminate(running.token)
+        else:
+            self.cancel(running)
 
     @staticmethod
     def _cancel_async_job(running: Running) -> None:
@@ -477,7 +476,10 @@ class Executor:
     async def _run_async(self, running: Running, task: Task[Any, Any]) -> None:
         """An async job on its runner, from its start to its reported end."""
         try:
-            outcome = await self._attempt_async(running, task)
+            if self._logs is None:
+                outcome = await self._attempt_async(running, task)
+            else:
+                outcome = await self._logs.acall(running, self._attempt_async, running, task)
         except BaseException as error:  # _attempt_async catches everything; a last resort
             outcome = Outcome.failed(_retry.describe_error(error))
         running.async_task = None  # no longer this job's: a late cancel() is not for it
@@ -527,6 +529,8 @@ class Executor:
             else:
                 value = await coroutine
         except asyncio.CancelledError as error:
+            if running.terminate_requested:
+                return Outcome.cancelled("Terminated: its task was cancelled on request")
             if running.cancel_requested:
                 return Outcome.cancelled("CancelledError: the job was cancelled")
             return outcome_of_error(task, job.attempt, job.max_attempts, error)
@@ -549,18 +553,7 @@ class Executor:
         return outcome_of_return(task, value)
 
     def _on_loop(self, current: asyncio.Task[object] | None) -> str:
-        """Names the async job(s) on the loop: the current one when it is known."""
-        candidates = list(self._async_jobs)
-        blocking = [running for running in candidates if running.async_task is current]
-
-        def name(running: Running) -> str:
-            return f"async task {running.job.task_name} (job {running.job.id})"
-
-        if blocking:
-            return name(blocking[0])
-        if candidates:
-            return "one of " + ", ".join(name(running) for running in candidates)
-        return "no pgtasks job (a callback or another library's task)"
+        return describe_async_jobs(list(self._async_jobs), current)
 
     # -- stopping --
     def take_unstarted(self) -> list[Running]:
@@ -571,6 +564,9 @@ class Executor:
             tokens = set(self._pool.withdraw_pending())
             with self._lock:
                 waiting += [self._pool_jobs.pop(token) for token in tokens & set(self._pool_jobs)]
+        for running in waiting:
+            if running.log is not None and self._logs is not None:
+                self._logs.forget_child(running)
         return waiting
 
     def stop_processes(self) -> None:
@@ -587,6 +583,8 @@ class Executor:
 
     def shutdown(self) -> None:
         """Stop accepting work; running threads are not waited for (the worker decides)."""
+        if self._logs is not None:
+            self._logs.stop()
         self._threads.shutdown()
         self._soft_limits.stop()
         self.stop_processes()

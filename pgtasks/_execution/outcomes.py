@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
     from .._leases import ClaimedJob
+    from .process_pool import Ending
+    from .running import Running
 
 
 def policy_of(task: Task[Any, Any]) -> RetryPolicy:
@@ -127,3 +129,45 @@ def storable_outcome(outcome: Outcome, *, max_error_bytes: int, secrets: Sequenc
         return outcome
     clean = truncate(storable(redact(error, tuple(secrets))), max_error_bytes)
     return outcome if clean == error else dataclasses.replace(outcome, error=clean)
+
+
+def outcome_of_ending(task: Task[Any, Any], job: ClaimedJob, ending: Ending) -> Outcome:
+    """The outcome of a process-pool job from how the pool says it ended (not released)."""
+    if ending.kind == "outcome" and ending.outcome is not None:
+        return ending.outcome
+    if ending.kind == "timeout":
+        outcome = _retry.after_timeout(
+            task.timeout or 0.0,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            policy=policy_of(task),
+        )
+        detail = f"; its worker child {ending.pid} was stopped (it exited with {ending.detail})"
+        return dataclasses.replace(outcome, error=f"{outcome.error}{detail}")
+    if ending.kind == "terminated":
+        return Outcome.cancelled(
+            f"Terminated: worker child {ending.pid} running this attempt was stopped on"
+            f" request (it exited with {ending.detail})"
+        )
+    if ending.kind == "lost":
+        return outcome_of_loss(task, job, ending.detail)
+    return CANCELLED_BEFORE_START
+
+
+def expire_attempt(running: Running) -> Outcome:
+    """The outcome of a thread attempt past its deadline (its code keeps running: its
+    late end is ignored), with the lines it logged so far."""
+    task = running.task
+    if task is None or task.timeout is None:
+        raise ValueError(f"job {running.job.id} has no timeout to expire")
+    running.abandon()
+    outcome = _retry.after_timeout(
+        task.timeout,
+        attempt=running.job.attempt,
+        max_attempts=running.job.max_attempts,
+        policy=policy_of(task),
+    )
+    log = running.log
+    if log is None or log.empty:
+        return outcome
+    return dataclasses.replace(outcome, logs_json=log.to_json())

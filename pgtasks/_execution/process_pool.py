@@ -27,7 +27,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 import time
 import warnings
@@ -39,7 +38,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigurationError
 from .._retry import Outcome
+from . import joblogs
 from .child import ChildSettings, JobMessage, child_main
+from .pool_helpers import describe_exit, find_app_path
 from .settings import ExecutorSettings, StartMethod
 
 if TYPE_CHECKING:
@@ -63,9 +64,10 @@ class Ending:
     limit and its child was killed. ``lost``: its child died (``detail`` says how).
     ``cancelled``: cancelled before any child started it. ``released``: the pool was
     stopped with the job running (the worker puts it back without using an attempt).
+    ``terminated``: its child was killed on request (:meth:`ProcessPool.terminate`).
     """
 
-    kind: Literal["outcome", "timeout", "lost", "cancelled", "released"]
+    kind: Literal["outcome", "timeout", "lost", "cancelled", "released", "terminated"]
     outcome: Outcome | None = None
     detail: str = ""
     pid: int | None = None
@@ -87,45 +89,11 @@ class Child:
     job: PoolJob | None = None
     deadline: float | None = None
     jobs_done: int = 0
-    #: Why the child is being stopped: None, "timeout", "recycle", "released", "stop".
+    #: Why the child is being stopped: None, "timeout", "recycle", "released", "stop",
+    #: "terminated".
     stopping: str | None = None
     kill_at: float | None = None
     reading: bool = True
-
-
-def describe_exit(exitcode: int | None) -> str:
-    """``signal 9 (SIGKILL)`` or ``code 3``."""
-    if exitcode is None:
-        return "an unknown status"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            return f"signal {-exitcode}"
-        return f"signal {-exitcode} ({name})"
-    return f"code {exitcode}"
-
-
-def find_app_path(app: App) -> str | None:
-    """``module:attribute`` of a module-level variable holding ``app``, if there is one."""
-    candidates = []
-    for module_name, module in list(sys.modules.items()):
-        if module is None or module_name == "__mp_main__":
-            continue
-        try:
-            attributes = list(vars(module).items())
-        except TypeError:
-            continue
-        for attribute, value in attributes:
-            if value is app:
-                candidates.append((module_name == "__main__", module_name, attribute))
-    if not candidates:
-        return None
-    candidates.sort()
-    _, module_name, attribute = candidates[0]
-    if module_name == "__main__" and not getattr(sys.modules["__main__"], "__file__", None):
-        return None  # an interactive session: a spawned child cannot import it
-    return f"{module_name}:{attribute}"
 
 
 _live_pools: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
@@ -251,6 +219,12 @@ class ProcessPool:
     def cancel(self, token: int) -> None:
         self._send_control("cancel", token)
 
+    def terminate(self, token: int) -> None:
+        """Kill the child running the job of ``token`` (SIGTERM, SIGKILL after the grace;
+        a new child replaces it); a job no child started yet ends cancelled. The token is
+        the attempt's own: a child that has moved on to another job is not touched."""
+        self._send_control("terminate", token)
+
     def withdraw_pending(self) -> list[int]:
         """Tokens of the jobs no child has started yet, removed from the pool."""
         with self._lock:
@@ -364,10 +338,12 @@ class ProcessPool:
             action, argument = self._control.popleft()
             if action == "cancel":
                 self._cancel(argument)
+            elif action == "terminate":
+                self._cancel(argument, terminate=True)
             elif action == "close":
                 self._close(argument)
 
-    def _cancel(self, token: int) -> None:
+    def _cancel(self, token: int, *, terminate: bool = False) -> None:
         with self._lock:
             waiting = [job for job in self._pending if job.message.token == token]
             for job in waiting:
@@ -378,6 +354,18 @@ class ProcessPool:
         for child in self._children:
             if child.job is not None and child.job.message.token == token:
                 self._send(child, ("cancel", token))
+                if terminate and child.stopping is None:
+                    logger.warning(
+                        "job %d %s attempt %d: terminating worker child %d on request"
+                        " (SIGTERM, SIGKILL after %g s)",
+                        child.job.message.job_id,
+                        child.job.message.task_name,
+                        child.job.message.attempt,
+                        child.pid,
+                        self.kill_grace,
+                        extra={"job_id": child.job.message.job_id},
+                    )
+                    self._terminate(child, "terminated", time.monotonic() + self.kill_grace)
 
     def _close(self, grace: float) -> None:
         self._closing = True
@@ -485,7 +473,10 @@ class ProcessPool:
         kind = message[0]
         if kind == "log":
             record = logging.makeLogRecord(message[1])
+            record.pgtasks_child = True  # job logs: the attempt it names captures it
             logging.getLogger(record.name).handle(record)
+        elif kind == "output":
+            joblogs.child_output(message[1])
         elif kind == "ready":
             child.ready, child.pid = True, message[1]
             self.child_tasks = frozenset(message[2])
@@ -561,6 +552,9 @@ class ProcessPool:
                 self.on_ended(token, ending)
             elif child.stopping == "released":
                 self.on_ended(token, Ending("released", pid=child.pid))
+            elif child.stopping == "terminated":
+                ending = Ending("terminated", detail=describe_exit(exitcode), pid=child.pid)
+                self.on_ended(token, ending)
             else:
                 detail = (
                     f"worker child {child.pid} exited with {describe_exit(exitcode)} while"

@@ -12,6 +12,7 @@ from .._instrumentation import AttemptTrace
 from .._jobs import ExecutorName
 from .._leases import ClaimedJob
 from .._retry import Outcome
+from .joblogs import AttemptLog
 
 
 @dataclasses.dataclass(eq=False)
@@ -36,9 +37,12 @@ class Running:
     #: The attempt's trace (an instrumented App's thread or async job), ended by the
     #: worker once the outcome is written.
     trace: AttemptTrace | None = None
+    #: Its captured log lines (None: job logs are off).
+    log: AttemptLog | None = None
     _abandoned: bool = dataclasses.field(default=False, init=False, repr=False)
     _cancel_requested: bool = dataclasses.field(default=False, init=False, repr=False)
     _lease_lost: bool = dataclasses.field(default=False, init=False, repr=False)
+    _terminate_requested: bool = dataclasses.field(default=False, init=False, repr=False)
 
     @property
     def abandoned(self) -> bool:
@@ -64,6 +68,18 @@ class Running:
         return first
 
     @property
+    def terminate_requested(self) -> bool:
+        """Termination was requested: its process child is killed, its coroutine cancelled
+        (a thread cannot be killed: it gets the cancel flag only)."""
+        return self._terminate_requested
+
+    def request_terminate(self) -> bool:
+        """Ask it to stop now (and cancel it); False when that was asked already."""
+        first = not self._terminate_requested
+        self._terminate_requested = self._cancel_requested = True
+        return first
+
+    @property
     def lease_lost(self) -> bool:
         """The lease fence refused a write of this attempt."""
         return self._lease_lost
@@ -74,3 +90,18 @@ class Running:
         first = not self._lease_lost
         self._lease_lost = True
         return first
+
+
+def describe_async_jobs(candidates: list[Running], current: asyncio.Task[object] | None) -> str:
+    """Names the async job(s) on the loop (for the lag monitor): the current one when it
+    is known."""
+    blocking = [running for running in candidates if running.async_task is current]
+
+    def name(running: Running) -> str:
+        return f"async task {running.job.task_name} (job {running.job.id})"
+
+    if blocking:
+        return name(blocking[0])
+    if candidates:
+        return "one of " + ", ".join(name(running) for running in candidates)
+    return "no pgtasks job (a callback or another library's task)"

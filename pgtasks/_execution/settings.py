@@ -40,6 +40,8 @@ class ExecutorSettings:
     max_memory_per_child: float | None = None
     #: Seconds of event-loop silence that log a blocking-call warning (None: off).
     loop_lag_threshold: float | None = 0.5
+    #: Capture each attempt's log lines and store them with the job (see joblogs.py).
+    job_logs: bool = True
 
     def __post_init__(self) -> None:
         whole_number("concurrency=", self.concurrency)

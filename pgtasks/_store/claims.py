@@ -222,6 +222,30 @@ def _owner_finish_params(owner: int, finishes: list[Finish]) -> dict[str, Any]:
     }
 
 
+#: An attempt's log lines as update_job_logs writes them: job id, attempt, JSON.
+AttemptLogs = tuple[int, int, str]
+
+
+def logs_params(worker_id: int, logs: Sequence[AttemptLogs]) -> dict[str, Any]:
+    return {
+        "worker_id": worker_id,
+        "id": [item[0] for item in logs],
+        "attempt": [item[1] for item in logs],
+        "logs": [item[2] for item in logs],
+    }
+
+
+def logged(finishes: Sequence[Finish]) -> dict[int, list[AttemptLogs]]:
+    """The log lines the finishes carry, per lease owner (empty when no attempt logged:
+    a round trip of attempts that did not log sends nothing more)."""
+    by_owner: dict[int, list[AttemptLogs]] = {}
+    for finish in finishes:
+        if finish.logs_json is not None:
+            item = (finish.job_id, finish.attempt, finish.logs_json)
+            by_owner.setdefault(finish.worker_id, []).append(item)
+    return by_owner
+
+
 def _one_owner(finishes: Sequence[Finish]) -> bool:
     """The finishes are of one lease owner (one statement writes them)."""
     if not finishes:
@@ -291,11 +315,27 @@ class ClaimQueries(QueriesBase):
         effect (``cancelled`` when a cancellation was requested); the other ids had lost
         their lease."""
         written: dict[int, str] = {}
+        for owner, logs in logged(finishes).items():  # first: the finish moves them along
+            self.update_job_logs(conn, owner, logs)
         for params in finish_params(finishes):
             # finish_jobs returns (id, status, notifications sent).
             rows = self._rows(conn, "finish_jobs", params, binary=True, tuples=True)
             written.update((row[0], row[1]) for row in rows)
         return written
+
+    def update_job_logs(
+        self, conn: psycopg.Connection[Any], worker_id: int, logs: Sequence[AttemptLogs]
+    ) -> None:
+        """Write the log lines so far of running attempts, each fenced by its lease (a
+        lost one writes nothing): the heartbeat's, and a finish's before it."""
+        if logs:
+            self._rows(conn, "update_job_logs", logs_params(worker_id, logs))
+
+    def _send_logs(self, conn: psycopg.Connection[Any], finishes: Sequence[Finish]) -> None:
+        """update_job_logs of the finishes that carry lines, sent in a pipeline."""
+        for owner, logs in logged(finishes).items():
+            statement = self._statements["update_job_logs"]
+            conn.cursor().execute(statement, logs_params(owner, logs))
 
     def finish_and_claim_jobs(
         self,
@@ -382,6 +422,7 @@ class ClaimQueries(QueriesBase):
             with translate_errors(self.schema), conn.pipeline(), block:
                 if pinned:
                     conn.cursor().execute(self._statements["begin_read_committed_block"])
+                self._send_logs(conn, finishes)  # the attempts' log lines, before their finish
                 for params in owners:
                     cursor = conn.cursor(row_factory=tuple_row)
                     cursor.execute(self._binary_statements["finish_jobs"], params)

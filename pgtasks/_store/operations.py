@@ -50,6 +50,27 @@ class OperationsQueries(QueriesBase):
         """Registered workers and those removed within ``since`` seconds, with running jobs."""
         return self._rows(conn, "list_workers", {"since": since})
 
+    def list_running_jobs(
+        self, conn: psycopg.Connection[Any], *, limit: int, chars: int
+    ) -> list[Row]:
+        """Running jobs and where they run, arguments cut at ``chars`` (see _running.py)."""
+        return self._rows(conn, "list_running_jobs", {"limit": limit, "chars": chars})
+
+    def list_recent_worker_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        worker_ids: Sequence[int],
+        *,
+        per_worker: int,
+        window: int,
+    ) -> list[Row]:
+        """The last ``per_worker`` finished jobs of each worker, among the newest
+        ``window`` finished jobs."""
+        if not worker_ids:
+            return []
+        params = {"worker_ids": list(worker_ids), "per_worker": per_worker, "window": window}
+        return self._rows(conn, "list_recent_worker_jobs", params)
+
     def retry_job(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:
         """Retry one failed or cancelled job: None when it does not exist; else a row with
         ``previous_status``, ``retried`` (False: it was in another state, or is a workflow

@@ -21,6 +21,21 @@ class QueueQueries(QueriesBase):
         """Resume ``queue`` (its workers are woken); False when it was not paused."""
         return bool(self._rows(conn, "resume_queue", {"queue": queue})[0]["resumed"])
 
-    def get_paused_queues(self, conn: psycopg.Connection[Any]) -> list[Row]:
-        """Rows ``queue, paused_at`` of the paused queues, by name."""
-        return self._rows(conn, "get_paused_queues", None)
+    def get_paused_queues(
+        self, conn: psycopg.Connection[Any], hostname: str | None = None
+    ) -> list[Row]:
+        """Rows ``queue, paused_at`` of the paused queues, by name; a worker's
+        ``hostname``: a row of queue ``""`` too when its host is paused."""
+        return self._rows(conn, "get_paused_queues", {"hostname": hostname})
+
+    def pause_host(self, conn: psycopg.Connection[Any], hostname: str) -> bool:
+        """Pause the workers of ``hostname``; False when they were paused already."""
+        return bool(self._rows(conn, "pause_host", {"hostname": hostname})[0]["paused"])
+
+    def resume_host(self, conn: psycopg.Connection[Any], hostname: str) -> bool:
+        """Resume the workers of ``hostname``; False when they were not paused."""
+        return bool(self._rows(conn, "resume_host", {"hostname": hostname})[0]["resumed"])
+
+    def get_paused_hosts(self, conn: psycopg.Connection[Any]) -> list[Row]:
+        """Rows ``hostname, paused_at`` of the paused hosts."""
+        return self._rows(conn, "get_paused_hosts", None)

@@ -26,6 +26,7 @@ def _filter_params(job_filter: JobFilter) -> dict[str, Any]:
         "created_to": job_filter.created_to,
         "due": job_filter.due,
         "workflow_id": job_filter.workflow_id,
+        "log": job_filter.log_pattern,
     }
 
 

@@ -1,6 +1,8 @@
 """Cancellation of running jobs (Cancellations): a cancel notification, or the
 heartbeat's poll, asks the executor to stop the attempts whose rows say
-``cancel_requested``.
+``cancel_requested``; a termination requested for the attempt running here under this
+worker's lease (meta "pgtasks.terminate") has the executor kill it instead (see
+Executor.terminate): a request for another attempt or owner is a cancel only.
 
 A notification is only a hint: any role may send one on the channel. A job running
 here is cancelled once its row confirms ``cancel_requested``; on a database error the
@@ -62,7 +64,7 @@ class Cancellations:
                 error,
             )
             return
-        self._confirmed(requested & job_ids)
+        self._confirmed({job_id: requested[job_id] for job_id in requested.keys() & job_ids})
 
     def poll(self, conn: psycopg.Connection[Any]) -> None:
         """Heartbeat-time check for cancellations whose notification was missed."""
@@ -72,17 +74,45 @@ class Cancellations:
         requested = self.queries.get_cancel_requests(conn, worker_id)
         if requested:
             self._confirmed(requested)
+        self.flush_logs(conn, worker_id)
 
-    def _confirmed(self, job_ids: set[int]) -> None:
-        """Ask running attempts of these jobs (cancel_requested on their rows) to stop."""
+    def flush_logs(self, conn: psycopg.Connection[Any], worker_id: int) -> None:
+        """Write the log lines of running attempts that logged since the last beat (the
+        job page shows them while the attempt runs; its end writes them all)."""
+        logs = []
         for running in list(self.ledger.in_flight.values()):
-            if running.job.id in job_ids and not running.cancel_requested:
+            log, job = running.log, running.job
+            if log is not None and job.worker_id == worker_id:
+                text = log.unflushed()
+                if text is not None:
+                    logs.append((job.id, job.attempt, text))
+        self.queries.update_job_logs(conn, worker_id, logs)
+
+    def _confirmed(self, requests: dict[int, int | None]) -> None:
+        """Ask running attempts of these jobs (cancel_requested on their rows) to stop;
+        ``requests``: job id -> the attempt a termination names (None: none)."""
+        for running in list(self.ledger.in_flight.values()):
+            job = running.job
+            if job.id not in requests:
+                continue
+            terminate = requests[job.id] == job.attempt
+            if terminate and not running.terminate_requested:
+                logger.info(
+                    "job %d %s attempt %d: termination requested (%s executor)",
+                    job.id,
+                    job.task_name,
+                    job.attempt,
+                    running.executor or "no",
+                    extra={"job_id": job.id, "task": job.task_name},
+                )
+                self.executor.terminate(running)
+            elif not terminate and not running.cancel_requested:
                 logger.info(
                     "job %d %s attempt %d: cancellation requested",
-                    running.job.id,
-                    running.job.task_name,
-                    running.job.attempt,
-                    extra={"job_id": running.job.id, "task": running.job.task_name},
+                    job.id,
+                    job.task_name,
+                    job.attempt,
+                    extra={"job_id": job.id, "task": job.task_name},
                 )
                 self.executor.cancel(running)
 

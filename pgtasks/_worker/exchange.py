@@ -252,6 +252,8 @@ class Exchanges:
         paused = self._paused
         if not paused:
             return self.queues, None
+        if "" in paused:  # its host is paused (pause_host): every queue is
+            return None
         if self.queues is None:
             return None, tuple(sorted(paused))
         queues = tuple(queue for queue in self.queues if queue not in paused)

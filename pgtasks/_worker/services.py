@@ -14,6 +14,7 @@ import abc
 import dataclasses
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -293,7 +294,7 @@ class Listener(Service):
 
     def read_paused(self, conn: psycopg.Connection[Any]) -> float:
         """Read the paused queues and pass them on; returns when to read them next."""
-        rows = self.queries.get_paused_queues(conn)
+        rows = self.queries.get_paused_queues(conn, socket.gethostname())  # the worker's
         self.paused = frozenset(row["queue"] for row in rows)
         self.calls.paused(self.paused)
         return time.monotonic() + self.paused_refresh

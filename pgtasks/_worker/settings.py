@@ -96,6 +96,7 @@ class WorkerSettings:
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
         store: str | None = None,
+        job_logs: bool = True,
     ) -> WorkerSettings:
         """The settings of ``Worker(app, ...)``'s keywords: an interval not given is the
         App's; queue names are stripped, blank ones dropped."""
@@ -111,6 +112,7 @@ class WorkerSettings:
             max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child,
             loop_lag_threshold=loop_lag_threshold,
+            job_logs=job_logs,
         )
         return cls(
             executor=executor,

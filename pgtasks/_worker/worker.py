@@ -2,15 +2,14 @@
 
 One thread runs the loop below on its own connection; jobs run on the Executor;
 Heartbeat, Rescuer, Listener, Pruner and BatchService run beside it (services.py,
-pruner.py, batches.py). The
-Worker composes the parts that hold the state: the Registration (its row and lease
-owner id), the JobLedger (jobs from claim to written outcome), the Exchanges (the round
-trips that write outcomes and claim jobs, and the claim position), the Reporter (logs,
-counters, observers), Cancellations (cancellations.py), LoopFailures (how a failed step
-is met, loop_failures.py) and, when stopping, GracefulStop (shutdown.py); a process's
+pruner.py, batches.py). The Worker composes the parts that hold the state: the
+Registration (its row and lease owner id), the JobLedger (jobs from claim to written
+outcome), the Exchanges (the round trips that write outcomes and claim jobs, and the
+claim position), the Reporter (logs, counters, observers), Cancellations, LoopFailures
+(how a failed step is met) and, when stopping, GracefulStop (shutdown.py); a process's
 SIGTERM/SIGINT go through StopSignals (signals.py), whose watchdog reads stop_status()
-and calls release_held() (stuck.py) when the stop is stuck.
-Each gets the WorkerSettings (settings.py) or the part of them it uses.
+and calls release_held() (stuck.py) when the stop is stuck. Each gets the
+WorkerSettings (settings.py) or the part of them it uses.
 
     loop:  write finished outcomes (one fenced statement per batch)
            time out sync attempts past their deadline
@@ -73,7 +72,8 @@ class Worker(SettingsAttributes):
     ``run()`` blocks; ``await arun()`` runs it from an asyncio program; ``stop()``
     (thread-safe) stops claiming, lets running jobs finish for up to ``shutdown_timeout``
     seconds, releases the rest to pending without using up their attempt, and
-    deregisters. The keywords make a WorkerSettings; :meth:`from_settings` takes one."""
+    deregisters. The keywords make a WorkerSettings; :meth:`from_settings` takes one.
+    ``job_logs=False``: the attempts' log lines are not captured (docs/howto/operations.md)."""
 
     def __init__(
         self,
@@ -98,6 +98,7 @@ class Worker(SettingsAttributes):
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
         store: str | None = None,
+        job_logs: bool = True,
     ) -> None:
         settings = WorkerSettings.derive(
             app.settings,
@@ -119,6 +120,7 @@ class Worker(SettingsAttributes):
             max_memory_per_child=max_memory_per_child,
             loop_lag_threshold=loop_lag_threshold,
             store=store,
+            job_logs=job_logs,
         )
         self._configure(app, settings, observers)
 
@@ -244,7 +246,7 @@ class Worker(SettingsAttributes):
             logger.info(
                 "worker %s: paused queues now %s",
                 self.name,
-                ", ".join(sorted(paused)) or "none",
+                ", ".join(sorted(name or "(its host is paused)" for name in paused)) or "none",
             )
         if previous - paused:
             self.wake(notified=True)
@@ -324,12 +326,10 @@ class Worker(SettingsAttributes):
         )
 
     def _new_services(self) -> list[Service]:
-        """Heartbeat, rescuer (which runs the healer), listener, pruner and the batch
-        service of batch tasks (batches.py), each given only what it uses. The listener
-        and the pruner's session lock need a server session of their own: the session
-        DSN. A pooled dsn without one: the listener polls, the pruner runs without its
-        lock (docs/howto/deployment.md). The healer runs on the rescuer's connection:
-        through a pooler, without its session lock."""
+        """Heartbeat, rescuer (running the healer), listener, pruner, batch service, each given
+        what it uses. The listener and the pruner's session lock need the session DSN; a
+        pooled dsn without one: the listener polls, the pruner runs without its lock
+        (docs/howto/deployment.md). The healer runs on the rescuer's connection."""
         app, settings, owner, connect = self.app, self.settings, self.name, self._connect
         store, registration = app.queries, self.registration
         sessions = app.database.has_session
@@ -408,10 +408,10 @@ class Worker(SettingsAttributes):
                 # any claim; what started is stopped again if anything below fails.
                 self._phase = "start: the executors"
                 self._executor.start()
-                # The paused queues before the first claim (the listener reads them after),
-                # and before worker_id says the worker is registered.
+                # Paused queues (and host) before the first claim and worker_id (registered).
                 self._phase = "start: registration"
-                paused = self.app.queries.get_paused_queues(self._connection.get())
+                connection, host = self._connection.get(), self.hostname
+                paused = self.app.queries.get_paused_queues(connection, host)
                 # Store this app's limits; with any limit stored, claims
                 # take the jobs limits apply to first.
                 stored = self.app.queries.upsert_limits(

@@ -5,6 +5,7 @@ even one that is busy, and nothing is lost when one is down."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from .._app.limits import TaskLimits
 from .._jobs import JobRow
 from .._limits import parse_rate_limit
 from .._operations import WorkerInfo
+from .._running import RunningJob
 from .exceptions import ImproperlyConfigured
 from .result import revoke
 
@@ -137,13 +139,18 @@ class Inspect:
         return rows
 
     def active(self) -> dict[str, list[dict[str, Any]]]:
-        """The running jobs, by the worker holding them."""
+        """The running jobs, by the worker holding them: what runs where (host, pid,
+        attempt, runtime); ``argsrepr``/``kwargsrepr`` cut at 200 characters (escaped),
+        ``args``/``kwargs`` the values when they fit (else None)."""
+        from .._app import admin
+
         workers = self._workers()
         found: dict[str, list[dict[str, Any]]] = {self._name(worker): [] for worker in workers}
         by_id = {worker.id: self._name(worker) for worker in workers}
-        for job in self._jobs("running"):
-            name = by_id.get(job.locked_by or 0, f"pgtasks@?:{job.locked_by}")
-            found.setdefault(name, []).append(task_info(job))
+        native = self.app.native
+        for job in native.database.run(lambda conn: admin.read_running(native, conn)):
+            name = by_id.get(job.worker_id or 0, f"pgtasks@?:{job.worker_id}")
+            found.setdefault(name, []).append(running_info(job))
         return found
 
     def scheduled(self) -> dict[str, list[dict[str, Any]]]:
@@ -160,6 +167,33 @@ class Inspect:
         in advance)."""
         now = datetime.now(timezone.utc)
         return {"pgtasks": [task_info(job) for job in self._jobs("pending") if job.run_at <= now]}
+
+
+def _value(shown: str) -> Any:
+    """A JSON value shown whole (not cut), else None."""
+    if shown.endswith("…"):
+        return None
+    try:
+        return json.loads(shown)
+    except ValueError:  # escaped control characters: the text is not the JSON any more
+        return None
+
+
+def running_info(job: RunningJob) -> dict[str, Any]:
+    return {
+        "id": str(job.id),
+        "name": job.task_name,
+        "args": _value(job.args),
+        "kwargs": _value(job.kwargs),
+        "argsrepr": job.args,
+        "kwargsrepr": job.kwargs,
+        "hostname": job.hostname,
+        "worker_pid": job.pid,
+        "attempt": job.attempt,
+        "runtime": job.runtime,
+        "delivery_info": {"routing_key": job.queue},
+        "time_start": job.locked_at.isoformat() if job.locked_at else None,
+    }
 
 
 def task_info(job: JobRow) -> dict[str, Any]:

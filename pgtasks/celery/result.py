@@ -284,7 +284,7 @@ def revoke(app: Celery, task_id: str, *, terminate: bool) -> str | None:
     except JobNotFoundError:
         return None
     if status in ("pending", "waiting") or (terminate and status == "running"):
-        return str(native.cancel(job_id).status)
+        return str(native.cancel(job_id, terminate=terminate).status)
     return str(status)
 
 

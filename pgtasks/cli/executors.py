@@ -67,6 +67,12 @@ _OPTIONS = [
         metavar="SECONDS",
         help="Warn when the event loop is blocked this many seconds (0: off).",
     ),
+    click.option(
+        "--job-logs/--no-job-logs",
+        default=True,
+        show_default=True,
+        help="Capture the log lines each attempt writes and store them with the job.",
+    ),
 ]
 
 
@@ -111,4 +117,5 @@ def worker_executor_options(app_path: str, app: App, flags: dict[str, Any]) -> d
         "max_tasks_per_child": flags["max_tasks_per_child"],
         "max_memory_per_child": flags["max_memory_per_child"],
         "loop_lag_threshold": flags["loop_lag_threshold"] or None,
+        "job_logs": flags["job_logs"],
     }

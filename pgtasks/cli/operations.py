@@ -20,6 +20,7 @@ from .._app.app import App
 from .._app.routing import for_id, serving
 from .._durable_text import format_steps, step_as_json
 from .._errors import JobNotFoundError
+from .._jobs import TERMINATE_NOTE
 from .._operations import (
     DURATION_FORMS,
     NEVER,
@@ -33,6 +34,7 @@ from .._operations import (
     parse_duration,
     to_json,
 )
+from .._running import format_running
 from .._worker.pruner import DEFAULT_BATCH_SIZE, prune
 from ._common import app_option, checked_name, guard, json_option, load_app
 from ._stores import each_store, echo_each, store_option
@@ -326,21 +328,30 @@ def delete_command(app_path: str, job_id: int, as_json: bool) -> None:
 @jobs.command("cancel")
 @app_option
 @click.argument("job_id", type=JOB_ID)
+@click.option(
+    "--terminate",
+    is_flag=True,
+    help="Kill a running attempt: a process job's child is killed, an async job's task"
+    " cancelled; a thread job cannot be killed (it gets the cancel flag only).",
+)
 @json_option
-def cancel_command(app_path: str, job_id: int, as_json: bool) -> None:
+def cancel_command(app_path: str, job_id: int, terminate: bool, as_json: bool) -> None:
     """Cancel a job: pending jobs never run; running jobs are asked to stop.
 
     Cancelling a finished job changes nothing and says so (exit code 0).
     """
     app = load_app(app_path)
     with app:
-        result = guard(lambda: app.cancel(job_id))
+        result = guard(lambda: app.cancel(job_id, terminate=terminate))
     outcome: str = result.outcome
     status = str(result.status)
     if as_json:
-        click.echo(to_json({"id": job_id, "outcome": outcome, "status": status}))
+        document: dict[str, Any] = {"id": job_id, "outcome": outcome, "status": status}
+        click.echo(to_json({**document, "terminate": True} if terminate else document))
     elif outcome == "cancelled":
         click.echo(f"job {job_id} cancelled: it was pending and will not run")
+    elif outcome == "requested" and terminate:
+        click.echo(f"job {job_id} is running: termination requested; {TERMINATE_NOTE}")
     elif outcome == "requested":
         click.echo(
             f"job {job_id} is running: cancellation requested; its worker stops it and"
@@ -364,20 +375,23 @@ def cancel_command(app_path: str, job_id: int, as_json: bool) -> None:
 @store_option
 @json_option
 def workers(app_path: str, since: float, store: str | None, as_json: bool) -> None:
-    """Live workers and recently stopped or lost ones, with heartbeat age and running jobs.
+    """Live workers and recently stopped or lost ones, with heartbeat age and running jobs,
+    then what runs where: each running job's worker, host, task, attempt, runtime and
+    arguments (cut at 200 characters, escaped).
 
     States: live (heartbeat within the lease), silent (registered but past the lease, not
     yet removed), stopped (deregistered at shutdown), lost (removed by a rescuer after a
     lease without heartbeat), unknown (holds running jobs but is in neither table).
     """
     app = load_app(app_path)
+
+    def read(owner: App, conn: psycopg.Connection[Any]) -> Any:
+        now, infos = admin.read_workers(owner, conn, since=since)
+        return now, infos, admin.read_running(owner, conn)
+
     with app:
         results = each_store(
-            app,
-            lambda owner: owner.database.run(
-                lambda conn: admin.read_workers(owner, conn, since=since)
-            ),
-            store,
+            app, lambda owner: owner.database.run(lambda conn: read(owner, conn)), store
         )
     echo_each(
         app,
@@ -387,8 +401,9 @@ def workers(app_path: str, since: float, store: str | None, as_json: bool) -> No
             "now": read[0],
             "lease_timeout": app.lease_timeout,
             "workers": [info.as_json() for info in read[1]],
+            "running": [job.as_json() for job in read[2]],
         },
-        text=lambda read: format_workers(*read),
+        text=lambda read: f"{format_workers(read[0], read[1])}\n\n{format_running(read[2])}",
     )
 
 

@@ -1,4 +1,5 @@
-"""``pgtasks queues list|pause|resume``: paused queues.
+"""``pgtasks queues list|pause|resume|pause-host|resume-host``: paused queues, and the
+workers of one host paused as a whole.
 
 A paused queue is not claimed by any worker from at most one poll interval on; jobs
 already running finish, enqueuing goes on. ``list`` shows every known queue (declared by
@@ -159,3 +160,35 @@ def move(
         )
     if not result.done:
         exit_now(1)
+
+
+@queues.command("pause-host")
+@app_option
+@json_option
+@click.argument("hostname", callback=checked_name("hostname"))
+def pause_host(app_path: str, as_json: bool, hostname: str) -> None:
+    """Pause every worker of HOSTNAME (as `pgtasks workers` names it): none claims a job
+    until resume-host; their running jobs finish."""
+    _switch_host(app_path, hostname, as_json, pause=True)
+
+
+@queues.command("resume-host")
+@app_option
+@json_option
+@click.argument("hostname", callback=checked_name("hostname"))
+def resume_host(app_path: str, as_json: bool, hostname: str) -> None:
+    """Resume the workers of HOSTNAME."""
+    _switch_host(app_path, hostname, as_json, pause=False)
+
+
+def _switch_host(app_path: str, hostname: str, as_json: bool, *, pause: bool) -> None:
+    app = load_app(app_path)
+    with app:
+        changed = guard(lambda: admin.pause_host(app, hostname, pause=pause))
+        paused = guard(lambda: admin.paused_hosts(app))
+    if as_json:
+        click.echo(to_json({"hostname": hostname, "changed": changed, "paused_hosts": paused}))
+    elif pause:
+        click.echo(f"host {hostname}: {'paused' if changed else 'was paused already'}")
+    else:
+        click.echo(f"host {hostname}: {'resumed' if changed else 'was not paused'}")

@@ -7,8 +7,12 @@
 -- a finished job (in jobs_history) is left as it is. Returns the status before and after;
 -- no row when the job does not exist, or when it finished while this statement waited
 -- for its row lock (the caller reads it again: the next statement sees it finished).
+-- %(terminate)s: a running job's attempt is to be killed, not only flagged; the request
+-- (meta key "pgtasks.terminate") names the attempt and the lease owner of this moment, so
+-- a worker acts on it only for that attempt under its own lease (a job rescued to another
+-- worker meanwhile is flagged cancelled there, never killed).
 WITH target AS (
-    SELECT id, status FROM {schema}.jobs WHERE id = %(id)s FOR UPDATE
+    SELECT id, status, attempts, locked_by FROM {schema}.jobs WHERE id = %(id)s FOR UPDATE
 ),
 known AS (
     SELECT id, status FROM target
@@ -23,6 +27,11 @@ cancelled AS (
         cancel_requested = true,
         finished_at = CASE WHEN target.status IN ('pending', 'waiting') THEN now()
                            ELSE jobs.finished_at END,
+        meta = CASE WHEN %(terminate)s AND target.status = 'running'
+                    THEN jobs.meta || jsonb_build_object('pgtasks.terminate', jsonb_build_object(
+                        'attempt', target.attempts, 'worker_id', target.locked_by,
+                        'requested_at', now()))
+                    ELSE jobs.meta END,
         updated_at = now()
     FROM target
     WHERE jobs.id = target.id AND target.status IN ('pending', 'waiting', 'running')
@@ -36,8 +45,12 @@ SELECT known.status AS previous_status,
 FROM known LEFT JOIN cancelled ON cancelled.id = known.id;
 
 -- name: get_cancel_requests :many
--- Jobs running under a worker whose cancellation was requested.
-SELECT id FROM {schema}.jobs
+-- Jobs running under a worker whose cancellation was requested; terminate_attempt: the
+-- attempt a termination was requested for, when it was requested under this lease owner.
+SELECT id,
+       CASE WHEN meta -> 'pgtasks.terminate' ->> 'worker_id' = %(worker_id)s::text
+            THEN meta -> 'pgtasks.terminate' ->> 'attempt' END AS terminate_attempt
+FROM {schema}.jobs
 WHERE status = 'running' AND locked_by = %(worker_id)s AND cancel_requested;
 
 -- name: expire_jobs :many
@@ -71,3 +84,29 @@ counted AS (
     SELECT 'expired', count(*) FROM expired HAVING count(*) > 0
 )
 SELECT id, pg_notify({done_channel}, id::text) IS NULL AS notified FROM expired;
+
+-- name: update_job_logs :many
+-- The log lines of running attempts, each fenced by its lease; meta key "pgtasks.logs"
+-- under the attempt number (see pgtasks/_execution/joblogs.py). The heartbeat writes the
+-- lines so far; the round trip that writes outcomes writes an attempt's lines just before
+-- its finish_jobs, in its transaction (only for attempts that logged: finish_jobs itself
+-- is unchanged). The dashboard hears of them (payload: job ids).
+WITH flushed AS (
+    SELECT * FROM unnest(%(id)s::bigint[], %(attempt)s::int[], %(logs)s::jsonb[])
+        AS flushed(id, attempt, logs)
+),
+updated AS (
+    UPDATE {schema}.jobs AS jobs
+    SET meta = jobs.meta || jsonb_build_object('pgtasks.logs',
+            CASE WHEN jsonb_typeof(jobs.meta -> 'pgtasks.logs') = 'object'
+                 THEN jobs.meta -> 'pgtasks.logs' ELSE jsonb_build_object() END
+            || jsonb_build_object(flushed.attempt::text, flushed.logs))
+    FROM flushed
+    WHERE jobs.id = flushed.id
+      AND jobs.status = 'running'
+      AND jobs.locked_by = %(worker_id)s
+      AND jobs.attempts = flushed.attempt
+    RETURNING jobs.id
+)
+SELECT pg_notify({activity_channel}, string_agg(id::text, ',')) IS NULL AS notified
+FROM updated HAVING count(*) > 0;

@@ -70,6 +70,44 @@ FROM known
 FULL JOIN holding ON holding.locked_by = known.id
 ORDER BY known.removed_at IS NOT NULL, known.hostname IS NULL, 1;
 
+-- name: list_running_jobs :many
+-- What runs where: up to %(limit)s running jobs (through jobs_running_idx), each with its
+-- args and kwargs as JSON text cut at %(chars)s characters (and their full length), its
+-- attempt, how long this attempt has run, and its holder's host and pid.
+SELECT jobs.id, jobs.task_name, jobs.queue, jobs.locked_by, jobs.attempts, jobs.max_attempts,
+       left(jobs.args::text, %(chars)s::int) AS args_text,
+       length(jobs.args::text) AS args_length,
+       left(jobs.kwargs::text, %(chars)s::int) AS kwargs_text,
+       length(jobs.kwargs::text) AS kwargs_length,
+       jobs.locked_at, extract(epoch FROM now() - jobs.locked_at)::float8 AS runtime,
+       jobs.cancel_requested, workers.hostname, workers.pid
+FROM {schema}.jobs AS jobs
+LEFT JOIN {schema}.workers AS workers ON workers.id = jobs.locked_by
+WHERE jobs.status = 'running'
+ORDER BY jobs.locked_by, jobs.locked_at, jobs.id
+LIMIT %(limit)s::int;
+
+-- name: list_recent_worker_jobs :many
+-- The last %(per_worker)s jobs each of the workers %(worker_ids)s ran to their end, among
+-- the newest %(window)s finished jobs: read through jobs_history_finished_idx (a merge of
+-- the partitions' indexes, newest first), a bounded read (no index names the lease owner).
+SELECT id, task_name, status, attempts, locked_by, finished_at, took
+FROM (
+    SELECT id, task_name, status, attempts, locked_by, finished_at,
+           extract(epoch FROM finished_at - locked_at)::float8 AS took,
+           row_number() OVER (PARTITION BY locked_by ORDER BY finished_at DESC, id DESC)
+               AS position
+    FROM (
+        SELECT id, task_name, status, attempts, locked_by, locked_at, finished_at
+        FROM {schema}.jobs_history
+        ORDER BY finished_at DESC
+        LIMIT %(window)s::int
+    ) AS newest
+    WHERE locked_by = ANY(%(worker_ids)s::bigint[])
+) AS ranked
+WHERE position <= %(per_worker)s::int
+ORDER BY locked_by, finished_at DESC, id DESC;
+
 -- name: retry_job :one
 -- A failed or cancelled job back to pending, due now, allowed one more attempt (moved
 -- back from jobs_history by jobs_retry, migration jobs_history); the row's previous

@@ -4,7 +4,8 @@
 --
 -- The job filter (list_jobs_page, count_filtered_jobs, retry_filtered_jobs,
 -- cancel_filtered_jobs): every parameter NULL means "any"; %(args)s is a JSON document the
--- job's args contain (@>); %(due)s: pending and due now (true) or scheduled later (false);
+-- job's args contain (@>); %(log)s an ILIKE pattern over its captured log lines (meta
+-- "pgtasks.logs", as JSON text: no index serves it); %(due)s: pending and due now (true) or scheduled later (false);
 -- %(workflow_id)s: the jobs of one workflow (through jobs_workflow_idx and
 -- jobs_history_workflow_idx).
 
@@ -130,6 +131,7 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
   AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
   AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
   -- due: pending and due now (true), or pending and scheduled later (false).
@@ -168,6 +170,7 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
   AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
   AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
   -- due: pending and due now (true), or pending and scheduled later (false).
@@ -200,6 +203,7 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
   AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
   AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
   -- due: pending and due now (true), or pending and scheduled later (false).
@@ -234,6 +238,7 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
   AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
   AND (%(due)s::boolean IS NULL
@@ -266,6 +271,7 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
   AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
   AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
   AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
   -- due: pending and due now (true), or pending and scheduled later (false).
@@ -299,6 +305,7 @@ SELECT
           AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
           AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
           AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
           AND (%(created_from)s::timestamptz IS NULL
                OR created_at >= %(created_from)s::timestamptz)
           AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
@@ -313,6 +320,7 @@ SELECT
           AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
           AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
           AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
           AND (%(created_from)s::timestamptz IS NULL
                OR created_at >= %(created_from)s::timestamptz)
           AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
@@ -361,11 +369,17 @@ SELECT jobs.id, task_name, queue, priority, status, attempts, max_attempts,
                                        THEN attempt_errors END)
              WITH ORDINALITY AS history(entry, position)
         WHERE jsonb_typeof(entry) = 'object') AS attempt_errors,
+       -- The captured log lines per attempt (pgtasks/_execution/joblogs.py), shown apart
+       -- from the meta document (capped when captured: a row written by hand is checked
+       -- line by line where it is shown).
+       CASE WHEN jsonb_typeof(jobs.meta -> 'pgtasks.logs') = 'object'
+            THEN jobs.meta -> 'pgtasks.logs' END AS logs,
        now() AS now
 FROM {schema}.all_jobs AS jobs
 CROSS JOIN LATERAL (
     SELECT jobs.args::text AS args, jobs.kwargs::text AS kwargs, jobs.result::text AS result,
-           jobs.meta::text AS meta
+           (CASE WHEN jsonb_typeof(jobs.meta) = 'object' THEN jobs.meta - 'pgtasks.logs'
+                 ELSE jobs.meta END)::text AS meta
 ) AS rendered
 WHERE jobs.id = %(id)s::bigint;
 
@@ -462,6 +476,7 @@ WITH picked AS (
           AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
           AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
           AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
           AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
           AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
           AND (%(due)s::boolean IS NULL
@@ -491,6 +506,7 @@ WITH picked AS (
           AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
           AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
           AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
           AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
           AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
           AND (%(due)s::boolean IS NULL
@@ -528,6 +544,7 @@ FROM (
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
       AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+      AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
       AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
     ORDER BY id
@@ -549,6 +566,7 @@ WITH picked AS (
       AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
       AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
       AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+      AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
       AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
       AND (%(due)s::boolean IS NULL

@@ -65,9 +65,13 @@ class Actions:
                 if not result.retried:
                     raise HTTPException(409, result.refusal)
                 done = "retried"
-            elif action == "cancel":
-                outcome = (await run_in_threadpool(self.app.cancel, job_id)).outcome
-                done = {"already_finished": "finished"}.get(outcome, outcome)
+            elif action in ("cancel", "terminate"):
+                terminate = action == "terminate"
+                cancelled = await run_in_threadpool(
+                    lambda: self.app.cancel(job_id, terminate=terminate)
+                )
+                outcome = "terminate-requested" if terminate else cancelled.outcome
+                done = {"already_finished": "finished"}.get(cancelled.outcome, outcome)
             else:
                 deleted, status = await run_in_threadpool(
                     admin.delete_finished_job, self.app, job_id
@@ -136,6 +140,17 @@ class Actions:
             return self.back(request, "/", done="paused")
         await run_in_threadpool(self.app.resume_queue, queue)
         return self.back(request, "/", done="resumed")
+
+    async def host(self, request: Request) -> Response:
+        """Pause or resume the workers of the host the form names (the workers page)."""
+        form = dict(await self.form(request))
+        try:
+            hostname = check_name("hostname", form.get("hostname"))
+        except ValueError as error:
+            raise HTTPException(400, str(error)) from None
+        pause = request.path_params["action"] == "pause"
+        await run_in_threadpool(lambda: admin.pause_host(self.app, hostname, pause=pause))
+        return self.back(request, "/workers", done="host-paused" if pause else "host-resumed")
 
     async def bulk(self, request: Request) -> Response:
         """Retry or cancel every job the form's filter matches (never without a filter)."""

@@ -69,9 +69,6 @@ from .reads import (
 from .reads import (
     schedules as read_schedules,
 )
-from .reads import (
-    workers as read_workers,
-)
 from .rendering import environment
 from .requests import (
     base_path,
@@ -92,6 +89,7 @@ from .security import (
     csrf_token,
 )
 from .stores import home_of, mount_stores, store_links, store_names, summaries
+from .where import workers_page
 from .workflow_pages import WorkflowPages
 
 if TYPE_CHECKING:
@@ -268,8 +266,7 @@ class Dashboard:
         }
 
     def workers_context(self, db: DashboardDatabase | None = None) -> dict[str, Any]:
-        now, infos = read_workers(self.app, db or self.db)
-        return {"now": now, "workers": infos, "lease": self.app.lease_timeout}
+        return {**workers_page(self.app, db or self.db), "lease": self.app.lease_timeout}
 
     # -- pages --
     async def overview(self, request: Request) -> Response:
@@ -471,7 +468,7 @@ def asgi(
         Route("/jobs/{job_id:str}", dashboard.job, name="job"),
         Route(
             "/jobs/{job_id:str}/{action:str}",
-            _only(("retry", "cancel", "delete"), actions.job),
+            _only(("retry", "cancel", "delete", "terminate"), actions.job),
             methods=["POST"],
         ),
         Route(
@@ -488,6 +485,7 @@ def asgi(
         ),
         Route("/limits", dashboard.limit_pages.limits, name="limits"),
         Route("/workers", dashboard.workers, name="workers"),
+        Route("/hosts/{action:str}", _only(("pause", "resume"), actions.host), methods=["POST"]),
         Route("/schedules", dashboard.schedules, name="schedules"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]

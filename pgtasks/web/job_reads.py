@@ -18,6 +18,7 @@ from .._jobs import JobRow
 from .._limits import SEPARATOR
 from .._payload import decode_stored
 from .._progress import Progress
+from .job_logs import AttemptLines, attempt_lines
 from .reads import DashboardDatabase
 
 #: A job page shows each JSON document (args, kwargs, result, meta) and the last error up
@@ -98,6 +99,8 @@ class JobPage:
     #: A durable job's steps (the first STEPS_SHOWN), every value escaped and capped.
     steps: list[dict[str, str]] = dataclasses.field(default_factory=list)
     steps_count: int = 0
+    #: The captured log lines, per attempt (newest attempt first).
+    logs: list[AttemptLines] = dataclasses.field(default_factory=list)
 
     @property
     def parked(self) -> str | None:
@@ -194,6 +197,7 @@ def job_page(database: DashboardDatabase, job_id: int) -> JobPage:
         limit_groups_count=int(row["limit_groups_count"] or 0),
         steps=step_rows(steps[:STEPS_SHOWN]),
         steps_count=len(steps),
+        logs=attempt_lines(row["logs"]),
     )
 
 

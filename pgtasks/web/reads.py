@@ -503,9 +503,5 @@ def bulk_counts(database: DashboardDatabase, job_filter: JobFilter) -> BulkCount
 
 
 # -- workers and schedules ------------------------------------------------------------------------
-def workers(app: App, database: DashboardDatabase) -> tuple[datetime, list[WorkerInfo]]:
-    return database.run(lambda conn: admin.read_workers(app, conn, since=admin.WORKER_HISTORY))
-
-
 def schedules(app: App, database: DashboardDatabase) -> tuple[datetime, list[ScheduleStatus]]:
     return schedule_statuses(app, run=database.run)

@@ -25,6 +25,11 @@ MESSAGES = {
     "cancelled": "Cancelled: the job will not run.",
     "requested": "Cancellation requested: its worker stops it and records it as cancelled.",
     "finished": "The job had already finished: nothing to cancel.",
+    "terminate-requested": (
+        "Termination requested: a process job's worker child is killed and replaced, an async"
+        " job's task cancelled; a thread cannot be killed: a thread job only gets the cancel"
+        " flag and stops when its code checks it. It ends cancelled."
+    ),
     "deleted": "The job was deleted.",
     "bulk-retried": "Retried {count} job(s).",
     "bulk-cancelled": "Cancelled {count} pending job(s), asked {requested} running job(s) to stop.",
@@ -36,6 +41,9 @@ MESSAGES = {
     "selected-deleted": "Deleted {count} selected job(s); {refused} could not be deleted.",
     "paused": "Paused: workers claim none of its jobs from their next poll on.",
     "resumed": "Resumed: its workers were woken.",
+    "host-paused": "Paused: the host's workers claim no job from their next read on (about a"
+    " second); their running jobs finish.",
+    "host-resumed": "Resumed: the host's workers claim again.",
     "workflow-cancelled": (
         "Cancelled the workflow: {count} job(s) cancelled or asked to stop (running ones end"
         " cancelled when their workers stop them)."

@@ -327,6 +327,20 @@ def test_workers_lists_live_and_recently_removed_workers_with_running_jobs(
     assert states[rows["live worker"]]["removed_at"] is None
     assert states[rows["stopped worker"]]["state"] == "stopped"
     assert states[rows["stopped worker"]]["removed_at"] is not None
+    # What runs where: each running job with its worker, host, task and attempt.
+    header = lines.index(next(line for line in lines if line.startswith("WORKER")))
+    assert lines[header].split()[:6] == ["WORKER", "HOST:PID", "JOB", "TASK", "ATTEMPT", "RUNTIME"]
+    assert lines[header + 1].split()[:5] == [
+        str(rows["live worker"]),
+        "host:101",
+        str(rows["running"]),
+        "ops_app.add",
+        "1/3",
+    ]
+    [running] = document["running"]
+    assert (running["id"], running["worker_id"]) == (rows["running"], rows["live worker"])
+    assert (running["hostname"], running["pid"], running["attempt"]) == ("host", 101, 1)
+    assert running["args"] == "[1, 2]"
 
 
 # -- prune ----------------------------------------------------------------------------------------

@@ -94,3 +94,20 @@ def test_queues_on_a_schema_that_is_not_migrated_fail_with_one_line(
     assert result.stderr.startswith("error: ")
     assert "pgtasks migrate" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_pause_host_and_resume_host_on_the_command_line(cli: Cli, ops_app: App) -> None:
+    paused = cli("queues", "pause-host", "worker-7.internal")
+    again = json.loads(cli("queues", "pause-host", "worker-7.internal", "--json").stdout)
+    listed = cli("queues", "list")  # a paused host is not a paused queue
+    resumed = cli("queues", "resume-host", "worker-7.internal")
+
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout == "host worker-7.internal: paused\n"
+    assert again == {
+        "hostname": "worker-7.internal",
+        "changed": False,
+        "paused_hosts": ["worker-7.internal"],
+    }
+    assert resumed.stdout == "host worker-7.internal: resumed\n"
+    assert listed.returncode == 0 and "worker-7" not in listed.stdout

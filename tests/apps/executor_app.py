@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -87,6 +88,9 @@ class Tasks:
     thread_hold: Any
     async_hold: Any
     cancellable: Any
+    printer: Any
+    printer_hold: Any
+    stubborn_hold: Any
 
 
 def register_tasks(app: App) -> Tasks:
@@ -208,7 +212,31 @@ def _child_behaviour_tasks(app: App) -> dict[str, Any]:
         logging.getLogger("executor_app").warning("hello from child %d", os.getpid())
         return os.getpid()
 
-    return {"stubborn": stubborn, "chatty": chatty}
+    @app.task(name="executor_app.printer", executor="process")
+    def printer() -> None:
+        print("to stdout")
+        print("to stderr", file=sys.stderr)
+        sys.stdout.write("no newline")
+
+    @app.task(name="executor_app.printer_hold", bind=True, executor="process", max_attempts=1)
+    def printer_hold(context: JobContext, path: str) -> None:
+        print("waiting for the file")
+        record(app, context)
+        wait_for(path, 60)
+
+    @app.task(name="executor_app.stubborn_hold", bind=True, executor="process", max_attempts=1)
+    def stubborn_hold(context: JobContext, path: str) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL can stop it now
+        record(app, context)
+        wait_for(path, 60)
+
+    return {
+        "stubborn": stubborn,
+        "stubborn_hold": stubborn_hold,
+        "chatty": chatty,
+        "printer": printer,
+        "printer_hold": printer_hold,
+    }
 
 
 def _holding_tasks(app: App) -> dict[str, Any]:

@@ -4,6 +4,8 @@ and bad input refused or warned about by name."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 import warnings
@@ -218,7 +220,12 @@ def test_control_and_inspect_answer_from_the_database(capp: Celery) -> None:
         wait_until(lambda: running.state == states.STARTED, message="the job started")
         inspect = control.inspect()
         (worker_name,) = inspect.ping()
-        assert [job["id"] for job in inspect.active()[worker_name]] == [running.id]
+        [active] = inspect.active()[worker_name]
+        assert active["id"] == running.id
+        # What runs where: the host, pid, attempt and runtime of the attempt.
+        assert (active["hostname"], active["attempt"]) == (socket.gethostname(), 1)
+        assert active["worker_pid"] == os.getpid() and active["runtime"] >= 0
+        assert (active["args"], active["argsrepr"]) == ([], "[]")
         assert held.name in inspect.registered()[worker_name]
         assert inspect.stats()[worker_name]["pool"]["max-concurrency"] == 2
         scheduled = plain.apply_async(countdown=3600)

@@ -9,6 +9,8 @@ test that takes them into a temporary directory, so that they keep working.
 
 from __future__ import annotations
 
+import json
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -221,7 +223,41 @@ def build_scene(admin: Connection, app: App) -> dict[str, int]:
     execute(admin, app, "UPDATE {schema}.workers SET concurrency = 16 WHERE id = %s", [worker])
     workflow = demo_workflows(admin, app, worker)
     running = demo_limits(admin, app, worker)
+    demo_logs(admin, app, failed, running)
     return {"failed": failed, "running": running, "workflow": workflow}
+
+
+def demo_logs(admin: Connection, app: App, failed: int, running: int) -> None:
+    """Log lines of the failed charge's attempts and of the running export so far."""
+    at = time.time() - 90.0  # lines of the last minutes
+    charge = {
+        "1": {
+            "lines": [
+                [at, "INFO", "shop.payments", "charging order 1042: 19.99 EUR"],
+                [at + 10.0, "WARNING", "shop.payments", "gateway slow: no answer in 10 s"],
+            ],
+            "dropped": 0,
+        }
+    }
+    export = {
+        "1": {
+            "lines": [
+                [at + 60.0, "INFO", "shop.export", "export started: 80 pages of orders"],
+                [at + 61.5, "INFO", "shop.export", "page 20 of 80 written"],
+                [at + 63.0, "INFO", "shop.export", "page 40 of 80 written"],
+            ],
+            "dropped": 0,
+        }
+    }
+    for job, logs in ((failed, charge), (running, export)):
+        for table in ("jobs", "jobs_history"):  # a finished job is in jobs_history
+            execute(
+                admin,
+                app,
+                f"UPDATE {{schema}}.{table} SET meta = meta"
+                " || jsonb_build_object('pgtasks.logs', %s::jsonb) WHERE id = %s",
+                [json.dumps(logs), job],
+            )
 
 
 def take_screenshots(page: Any, url: str, ids: dict[str, int], directory: Path) -> list[Path]:

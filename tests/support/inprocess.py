@@ -132,8 +132,11 @@ def is_listening(conn: psycopg.Connection[Any], app: App) -> bool:
         sql.SQL("LISTEN {}").format(sql.Identifier(channel)).as_string(conn)
         for channel in (app.queries.channel, app.queries.cancel_channel)
     ]
-    statements.append(app.queries._statements["get_paused_queues"].decode())
+    # The read of the paused queues has a parameter (the worker's host): the server shows
+    # it with $1 where the statement has a placeholder, so it is matched by its header.
+    paused = app.queries._statements["get_paused_queues"].decode().splitlines()[0]
     rows = conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE query = ANY(%s)", [statements]
+        "SELECT count(*) FROM pg_stat_activity WHERE query = ANY(%s) OR starts_with(query, %s)",
+        [statements, paused + "\n"],
     ).fetchall()
     return bool(rows[0][0])
