@@ -112,8 +112,8 @@ def bare_bodies(conn: psycopg.Connection[Any]) -> dict[str, Callable[[], None]]:
     from benchmarks.app import app, noop, record
 
     statement = app.queries._statements["insert_and_notify_job"]
-    same = dict(job_params(noop.build_spec()))
-    with_arguments = dict(job_params(record.build_spec((), arguments_of(0))))
+    same = {**job_params(noop.build_spec()), "notify": True}
+    with_arguments = {**job_params(record.build_spec((), arguments_of(0))), "notify": True}
     columns = sql.SQL(", ").join(map(sql.Identifier, COPY_COLUMNS))
     plain = sql.SQL(
         "INSERT INTO {} ({}) VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, %s) RETURNING id"
@@ -186,7 +186,7 @@ def one_by_one_async(dsn: str, calls: int) -> dict[str, float]:
     from benchmarks.app import app, noop
 
     statement = app.queries._statements["insert_and_notify_job"]
-    params = dict(job_params(noop.build_spec()))
+    params = {**job_params(noop.build_spec()), "notify": True}
 
     async def run() -> dict[str, float]:
         async with await psycopg.AsyncConnection.connect(dsn, **pool_kwargs()) as conn:

@@ -16,10 +16,9 @@ import psycopg
 import pytest
 
 from pgtasks import App, Store
-from pgtasks._embedded import embedded_dsn
 from tests.support.environment import ROOT, forget_connection_environment
 from tests.support.schemas import SchemaAdmin, new_schema_name
-from tests.support.servers import app_connection_options
+from tests.support.servers import app_connection_options, embedded_test_dsn
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -57,11 +56,12 @@ def pytest_collection_modifyitems(
 
 @pytest.fixture(scope="session")
 def dsn() -> str:
-    """The test server: PGTASKS_TEST_DSN, or the embedded server in .pgtasks-test/."""
+    """The test server: PGTASKS_TEST_DSN, or the embedded server in .pgtasks-test/ (run
+    without fsync: tests.support.servers.spare_durability)."""
     configured = os.environ.get("PGTASKS_TEST_DSN")
     if configured:
         return configured
-    return embedded_dsn(ROOT / ".pgtasks-test")
+    return embedded_test_dsn(ROOT / ".pgtasks-test")
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,8 @@ import pytest
 
 from benchmarks.peers import PEERS, Peer
 from tests.support.environment import ROOT
+from tests.support.examples import run_python
+from tests.support.servers import database_with
 
 PGTASKS_FIGURES = {
     "enqueue one by one (delay)",
@@ -54,26 +54,26 @@ SUMMARY_NUMBERS = (
 )
 
 
+def run_benchmark(
+    command: str,
+    *arguments: str,
+    dsn: str | None = None,
+    output: Path | None = None,
+    timeout: float,
+) -> str:
+    """``python -m COMMAND ARGUMENTS [--dsn DSN] [--json OUTPUT]`` (``command``: the module
+    and its flags, split at spaces); its output, once it exited 0."""
+    where = ("--dsn", dsn) if dsn else ()
+    report = ("--json", str(output)) if output else ()
+    return run_python("-m", *command.split(), *arguments, *where, *report, timeout=timeout)
+
+
 @pytest.fixture
 def own_database(dsn: str) -> Iterator[str]:
     """A database of its own, dropped after: the runner's schema (pgtasks_bench) is every
     benchmark's, and the suite runs tests in parallel."""
-    import uuid
-
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import make_conninfo
-
-    name = f"pgtasks_bench_test_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(dsn, dbname=name)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with database_with(dsn) as database:
+        yield database
 
 
 @pytest.mark.slow
@@ -83,24 +83,7 @@ def test_benchmark_runs_end_to_end_with_the_installed_peers(
     own_database: str, tmp_path: Path
 ) -> None:
     output = tmp_path / "bench.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "--quick",
-            "--dsn",
-            own_database,
-            "--json",
-            str(output),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    stdout = run_benchmark("benchmarks --quick", dsn=own_database, output=output, timeout=200)
 
     report: dict[str, Any] = json.loads(output.read_text())
     figures = {figure["name"]: figure for figure in report["figures"]}
@@ -111,7 +94,7 @@ def test_benchmark_runs_end_to_end_with_the_installed_peers(
     assert expected <= figures.keys(), sorted(expected - figures.keys())
     for peer in PEERS:
         if peer not in installed:
-            assert f"{peer.name}: not installed" in result.stdout
+            assert f"{peer.name}: not installed" in stdout
     for figure in figures.values():
         assert figure["min"] <= figure["median"] <= figure["max"], figure
         if figure["unit"] in ("jobs/s", "ms"):
@@ -125,7 +108,7 @@ def test_benchmark_runs_end_to_end_with_the_installed_peers(
         assert all(isinstance(row[key], float) for key in SUMMARY_NUMBERS), row
         # Reported, whatever they are: a peer's duplicates or losses are a finding, not a crash.
         assert isinstance(row["duplicates"], int) and isinstance(row["lost"], int), row
-    assert "side by side" in result.stdout
+    assert "side by side" in stdout
 
 
 def test_a_peer_that_is_not_installed_is_named_with_the_extra_to_install(
@@ -153,18 +136,9 @@ def test_a_peer_that_is_not_installed_is_named_with_the_extra_to_install(
 @pytest.mark.timeout(180)
 def test_bloat_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> None:
     output = tmp_path / "bloat.json"
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks", "--bloat", "--quick"),
-            *("--dsn", own_database, "--json", str(output)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
+    stdout = run_benchmark(
+        "benchmarks --bloat --quick", dsn=own_database, output=output, timeout=150
     )
-    assert result.returncode == 0, result.stdout + result.stderr
 
     report: dict[str, Any] = json.loads(output.read_text())
     for phase in ("fresh", "after_through", "pinned"):
@@ -175,8 +149,8 @@ def test_bloat_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> N
     # The pinning transaction really held a snapshot (its backend_xmin) during the phase.
     assert report["pinned"]["xmin"] > 0
     assert report["duplicates"] == 0
-    assert "bloat resilience" in result.stdout
-    assert "xmin pinned" in result.stdout
+    assert "bloat resilience" in stdout
+    assert "xmin pinned" in stdout
 
 
 @pytest.mark.slow
@@ -184,18 +158,12 @@ def test_bloat_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> N
 @pytest.mark.timeout(300)
 def test_in_process_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> None:
     output = tmp_path / "in-process.json"
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks", "--in-process", "--quick"),
-            *("--concurrency", "10", "--dsn", own_database, "--json", str(output)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    stdout = run_benchmark(
+        "benchmarks --in-process --quick --concurrency 10",
+        dsn=own_database,
+        output=output,
         timeout=280,
-        check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
 
     report: dict[str, Any] = json.loads(output.read_text())
     rows = {row["name"]: row for row in report["rows"]}
@@ -213,7 +181,7 @@ def test_in_process_benchmark_runs_end_to_end(own_database: str, tmp_path: Path)
         assert row["median"] > 0, row
         assert (row["duplicates"], row["lost"]) == (0, 0), row
     assert report["idle_latency_ms"]["p99"] > 0
-    assert "threads left" not in result.stdout
+    assert "threads left" not in stdout
     labels = {row["ratio"] for row in report["ratios"]}
     assert {"async def / sync task, in-process", "async def / sync task, CLI worker"} <= labels
     if "in-process: PgQueuer 1.6.0 on the loop, batch_size 10" in rows:
@@ -227,18 +195,9 @@ def test_enqueue_benchmark_prints_each_ratio_with_its_reference(
     own_database: str, tmp_path: Path
 ) -> None:
     output = tmp_path / "enqueue.json"
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks", "--enqueue", "--quick"),
-            *("--dsn", own_database, "--json", str(output)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=220,
-        check=False,
+    stdout = run_benchmark(
+        "benchmarks --enqueue --quick", dsn=own_database, output=output, timeout=220
     )
-    assert result.returncode == 0, result.stdout + result.stderr
 
     report: dict[str, Any] = json.loads(output.read_text())
     ratios = {(row["figure"], row["reference"]): row for row in report["ratios"]}
@@ -255,7 +214,7 @@ def test_enqueue_benchmark_prints_each_ratio_with_its_reference(
         assert row["low"] <= row["ratio"] <= row["high"] or row["low"] == row["high"], row
         assert row["ratio"] > 0, row
     assert all(len(rates) == 1 and rates[0] > 0 for rates in report["rates"].values())
-    assert "ratios (pgtasks / its reference in the same run" in result.stdout
+    assert "ratios (pgtasks / its reference in the same run" in stdout
 
 
 @pytest.mark.slow
@@ -265,18 +224,7 @@ def test_counters_benchmark_compares_with_and_without_the_counters(
     own_database: str, tmp_path: Path
 ) -> None:
     output = tmp_path / "counters.json"
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks", "--counters", "--quick"),
-            *("--dsn", own_database, "--json", str(output)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=220,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_benchmark("benchmarks --counters --quick", dsn=own_database, output=output, timeout=220)
     report: dict[str, Any] = json.loads(output.read_text())
     assert {row["figure"] for row in report["ratios"]} == {
         "key taken, with",
@@ -291,18 +239,14 @@ def test_counters_benchmark_compares_with_and_without_the_counters(
 @pytest.mark.timeout(300)
 def test_limits_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> None:
     output = tmp_path / "limits.json"
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks", "--limits", "--quick"),
-            *("--dsn", own_database, "--json", str(output), "--baseline", str(ROOT)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    stdout = run_benchmark(
+        "benchmarks --limits --quick",
+        "--baseline",
+        str(ROOT),
+        dsn=own_database,
+        output=output,
         timeout=280,
-        check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
     report: dict[str, Any] = json.loads(output.read_text())
     modes = {row["mode"]: row for row in report["results"]}
     throughput = {
@@ -331,86 +275,62 @@ def test_limits_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> 
             assert modes[f"{scenario} ({side})"]["handoffs"] > 0
             assert modes[f"{scenario} ({side})"]["handoff_p95_ms"] >= 0
         assert modes[f"rate-5 ({side})"]["achieved_per_second"] > 0
-    assert "freed slot taken, to another worker: p95" in result.stdout
+    assert "freed slot taken, to another worker: p95" in stdout
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
 def test_enqueue_ab_benchmark_compares_two_checkouts(own_database: str) -> None:
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.enqueue_ab", "--baseline", str(ROOT)),
-            *("--jobs", "1000", "--runs", "1", "--dsn", own_database),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    stdout = run_benchmark(
+        "benchmarks.enqueue_ab --jobs 1000 --runs 1",
+        "--baseline",
+        str(ROOT),
+        dsn=own_database,
         timeout=230,
-        check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
     for figure in ("enqueue_one_by_one", "enqueue_bulk", "enqueue_transactional"):
-        assert any(line.startswith(figure) for line in result.stdout.splitlines()), result.stdout
+        assert any(line.startswith(figure) for line in stdout.splitlines()), stdout
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
 def test_processing_ab_benchmark_compares_two_checkouts(own_database: str) -> None:
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.processing_ab", "--baseline", str(ROOT)),
-            *("--jobs", "300", "--runs", "1", "--concurrency", "4", "--dsn", own_database),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    stdout = run_benchmark(
+        "benchmarks.processing_ab --jobs 300 --runs 1 --concurrency 4",
+        "--baseline",
+        str(ROOT),
+        dsn=own_database,
         timeout=230,
-        check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert any(line.startswith("c4 ") for line in result.stdout.splitlines()), result.stdout
-    assert "round 1, c4: this" in result.stdout
+    assert any(line.startswith("c4 ") for line in stdout.splitlines()), stdout
+    assert "round 1, c4: this" in stdout
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_claim_sql_ab_benchmark_compares_the_statements_of_two_checkouts(own_database: str) -> None:
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.claim_sql_ab", "--baseline", str(ROOT)),
-            *("--jobs", "400", "--batch", "16", "--runs", "1", "--dsn", own_database),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    stdout = run_benchmark(
+        "benchmarks.claim_sql_ab --jobs 400 --batch 16 --runs 1",
+        "--baseline",
+        str(ROOT),
+        dsn=own_database,
         timeout=230,
-        check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
     for shape in ("pipeline", "claim only"):
-        assert f"{shape:10} this/baseline over 1 runs: median trip" in result.stdout
+        assert f"{shape:10} this/baseline over 1 runs: median trip" in stdout
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
 def test_unique_overhead_benchmark_runs_end_to_end(own_database: str) -> None:
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.unique_overhead"),
-            *("--jobs", "200", "--runs", "1", "--dsn", own_database),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=230,
-        check=False,
+    stdout = run_benchmark(
+        "benchmarks.unique_overhead --jobs 200 --runs 1", dsn=own_database, timeout=230
     )
-    assert result.returncode == 0, result.stdout + result.stderr
     for figure in ("insert one by one", "insert bulk", "claim+finish"):
-        assert any(line.startswith(figure) for line in result.stdout.splitlines()), result.stdout
+        assert any(line.startswith(figure) for line in stdout.splitlines()), stdout
 
 
 @pytest.mark.slow
@@ -420,18 +340,12 @@ def test_workflow_races_benchmark_counts_no_stuck_nor_doubled_callback(
     own_database: str, tmp_path: Path
 ) -> None:
     output = tmp_path / "races.json"
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks", "--workflow-races", "--quick"),
-            *("--no-reference", "--dsn", own_database, "--json", str(output)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    run_benchmark(
+        "benchmarks --workflow-races --quick --no-reference",
+        dsn=own_database,
+        output=output,
         timeout=220,
-        check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
     (row,) = json.loads(output.read_text())["results"]
     assert row["trigger"] == "current" and row["callbacks"] == 100
     assert (row["stuck"], row["doubled"], row["wrong"], row["healed"]) == (0, 0, 0, 0)
@@ -444,19 +358,11 @@ def test_scaleout_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     if not pg15_available():
         pytest.skip("Debian's PostgreSQL 15 is not installed (apt-get install postgresql-15)")
     output = tmp_path / "scaleout.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--scaleout", "--quick", "--json", str(output)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    stdout = run_benchmark("benchmarks --scaleout --quick", output=output, timeout=280)
     report: dict[str, Any] = json.loads(output.read_text())
     modes = ["uncapped"] + (["capped"] if "capped" in report else [])
     if "capped" not in report:
-        assert "cgroups are read-only here" in result.stdout
+        assert "cgroups are read-only here" in stdout
     for mode in modes:
         rows = report[mode]
         assert [row["stores"] for row in rows] == [1, 2, 3]
@@ -470,68 +376,44 @@ def test_scaleout_benchmark_runs_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
 def test_durable_benchmark_runs_end_to_end(own_database: str) -> None:
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.durable", "--no-dbos"),
-            *("--jobs", "40", "--runs", "1", "--concurrency", "10", "--dsn", own_database),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    stdout = run_benchmark(
+        "benchmarks.durable --no-dbos --jobs 40 --runs 1 --concurrency 10",
+        dsn=own_database,
         timeout=230,
-        check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
     for shape in ("c10 0 steps (plain)", "c10 1 steps", "c10 10 steps"):
-        assert any(line.startswith(shape) for line in result.stdout.splitlines()), result.stdout
-    assert "WAL bytes per step" in result.stdout
+        assert any(line.startswith(shape) for line in stdout.splitlines()), stdout
+    assert "WAL bytes per step" in stdout
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_producers_benchmark_reports_each_kind_with_the_bare_insert(own_database: str) -> None:
     kinds = "insert+notify,pgtasks,pgtasks-quiet"
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.producers", "--dsn", own_database),
-            *("--producers", "2", "--seconds", "0.5", "--rounds", "1", "--workers", "1"),
-            *("--kinds", kinds),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    stdout = run_benchmark(
+        "benchmarks.producers --producers 2 --seconds 0.5 --rounds 1 --workers 1",
+        "--kinds",
+        kinds,
+        dsn=own_database,
         timeout=230,
-        check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    table = result.stdout.split("medians of 1 rounds", 1)[1].splitlines()
+    table = stdout.split("medians of 1 rounds", 1)[1].splitlines()
     for producers in (2,):
         for kind in kinds.split(","):
             row = [line.split() for line in table if line.split()[:2] == [str(producers), kind]]
-            assert len(row) == 1, result.stdout
+            assert len(row) == 1, stdout
             enqueued = float(row[0][2])
-            assert enqueued > 0, result.stdout
+            assert enqueued > 0, stdout
             if kind.startswith("pgtasks"):  # the workers drained some of what was enqueued
-                assert float(row[0][5]) > 0, result.stdout
+                assert float(row[0][5]) > 0, stdout
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
 def test_job_logs_benchmark_runs_end_to_end(own_database: str) -> None:
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.job_logs"),
-            *("--jobs", "100", "--runs", "2", "--dsn", own_database),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=230,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = result.stdout.splitlines()
+    stdout = run_benchmark("benchmarks.job_logs --jobs 100 --runs 2", dsn=own_database, timeout=230)
+    lines = stdout.splitlines()
     for task in ("quiet", "logs 10 lines"):
         [row] = [line for line in lines if line.startswith(task)]
         on, off, ratio = row[len(task) :].split()

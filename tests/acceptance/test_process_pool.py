@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,12 +22,21 @@ from pgtasks import App, JobStatus
 from tests.apps.executor_app import Tasks, register_tasks
 from tests.apps.worker_app import create_executions_table
 from tests.support.inprocess import finished, recorded_runs, registered_workers
-from tests.support.processes import ChildProcess, Processes, child_pids, is_alive
+from tests.support.processes import (
+    STARTED_BOUND,
+    ChildProcess,
+    Processes,
+    child_pids,
+    is_alive,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
 APP_PATH = "tests.apps.executor_app:app"
+#: How long a stopping worker may take to exit on a machine under any load: a failure
+#: bound, never a measure (what a test proves of a stop, it reads in the worker's log).
+STOP_BOUND = 30.0
 
 SpawnWorker = Callable[..., ChildProcess]
 
@@ -45,7 +54,7 @@ def spawn_worker(dsn: str, app: App, tmp_path: Path) -> Iterator[SpawnWorker]:
 
     def spawn(*arguments: str, new_session: bool = False) -> ChildProcess:
         return processes.worker(
-            dsn, app.schema, *arguments, started_timeout=20.0, new_session=new_session
+            dsn, app.schema, *arguments, started_timeout=STARTED_BOUND, new_session=new_session
         )
 
     yield spawn
@@ -139,21 +148,24 @@ def test_sigterm_with_every_executor_busy_releases_every_job_and_exits_in_time(
     children = child_pids(worker.pid)
     assert len(children) == 1
 
-    signalled = time.monotonic()
     worker.send(signal.SIGTERM)
-    assert worker.wait_exit(shutdown_timeout + 5) == 0
-    exit_time = time.monotonic() - signalled
-    print(f"\nSIGTERM with thread, process and async jobs busy: exited after {exit_time:.2f} s")
+    # The jobs never end (their file is never created): only the shutdown deadline can end
+    # the worker's wait for them. The bound below is for a machine under any load; a worker
+    # that waited for its jobs would never exit.
+    assert worker.wait_exit(STOP_BOUND) == 0, worker.log()
+    log = worker.log()
 
     rows = app.get_jobs([handle.id for handle in handles])
     assert [(row.status, row.attempts) for row in rows] == [(JobStatus.PENDING, 0)] * 3
     assert not any(is_alive(pid) for pid in children)
     assert registered_workers(admin, app) == []
+    waited = re.search(r"stopping: waiting up to (\d+\.\d) s for 3 running job\(s\)", log)
+    assert waited is not None and float(waited[1]) <= shutdown_timeout, log
     released = ", ".join(str(handle.id) for handle in handles)
-    assert f"released 3 running job(s) back to pending (attempt not used up): {released}" in (
-        worker.log()
-    )
-    assert exit_time < shutdown_timeout + 4
+    assert (
+        "shutdown deadline reached; released 3 running job(s) back to pending"
+        f" (attempt not used up): {released}"
+    ) in log
 
 
 def test_sigterm_to_the_whole_process_group_lets_the_childs_job_finish(

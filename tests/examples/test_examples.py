@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.support.environment import ROOT
-from tests.support.examples import run_example
+from tests.support.examples import run_example, run_python
 
 pytestmark = pytest.mark.acceptance
 
@@ -39,16 +35,8 @@ jobs = [
 print(sorted({job.status().value for job in jobs}), len({job.id for job in jobs}))
 app.close()
 """
-    completed = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=example_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip() == "['pending'] 5"
+    out = run_python("-c", script, env=example_env, timeout=60)
+    assert out.strip() == "['pending'] 5"
 
 
 def test_cancellation_example_stops_a_running_export(example_env: dict[str, str]) -> None:

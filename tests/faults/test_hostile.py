@@ -32,6 +32,12 @@ from tests.support.waiting import wait_until
 
 #: b"caf\xe9": Latin-1 bytes of "café", which os.listdir decodes to "caf\udce9".
 UNDECODABLE = "636166e9"
+#: How long the tests wait for their few jobs to end: a bound for a machine under heavy
+#: load (they end in about a second on an idle one), not a promise of any test; a test's
+#: pytest timeout leaves room for two such waits and the worker's start.
+FINISHED_BOUND = 90.0
+
+pytestmark = pytest.mark.timeout(2 * FINISHED_BOUND + 60)
 
 
 def hostile(env: FaultEnv) -> dict[str, Any]:
@@ -69,7 +75,7 @@ def test_undecodable_text_in_an_exception_fails_its_job_and_the_worker_goes_on(
         for name in ("raise_name", "raise_name_process", "raise_name_async")
     ]
     good = [handle.id for handle in env.tasks.noop.delay_many([{}] * 30)]
-    wait_all_finished(env.probe, len(bad) + len(good), timeout=60)
+    wait_all_finished(env.probe, len(bad) + len(good), timeout=FINISHED_BOUND)
     assert worker.alive(), worker.log()
     for job_id in bad:
         job = env.probe.job(job_id)
@@ -77,7 +83,7 @@ def test_undecodable_text_in_an_exception_fails_its_job_and_the_worker_goes_on(
         assert "RuntimeError: cannot process caf\\udce9" in job["last_error"], job["last_error"]
     # A second worker meets no poisoned row either.
     more = [handle.id for handle in env.tasks.noop.delay_many([{}] * 5)]
-    wait_all_finished(env.probe, len(bad) + len(good) + len(more), timeout=30)
+    wait_all_finished(env.probe, len(bad) + len(good) + len(more), timeout=FINISHED_BOUND)
     assert "caf\\udce9" in worker.log()
     assert undecodable_name(UNDECODABLE) == "caf\udce9"
     stop(worker)
@@ -104,7 +110,7 @@ def test_a_pending_row_out_of_attempts_blocks_no_claim_and_doctor_reports_it(
     assert f"job {repaired}" in finding.summary
     others = [handle.id for handle in env.tasks.noop.delay_many([{}] * 20)]
     worker = env.worker()
-    wait_all_finished(env.probe, 21, timeout=30)
+    wait_all_finished(env.probe, 21, timeout=FINISHED_BOUND)
     rows = env.probe.rows(
         "SELECT status, attempts, max_attempts FROM {schema}.all_jobs WHERE id = %s", (repaired,)
     )
@@ -158,7 +164,7 @@ def test_rows_whose_args_or_kwargs_have_the_wrong_shape_fail_without_running(
     bad = [insert_raw(env, "hostile.show_args", args, kwargs) for args, kwargs in shapes]
     good = insert_raw(env, "hostile.show_args", "[1, 2]", '{"k": "v"}')
     worker = env.worker(app_path=APP_PATH)
-    wait_all_finished(env.probe, 5, timeout=30)
+    wait_all_finished(env.probe, 5, timeout=FINISHED_BOUND)
     for job_id in bad:
         job = env.probe.job(job_id)
         assert job["status"] == "failed"
@@ -179,7 +185,7 @@ def test_results_over_the_cap_fail_clearly_and_long_errors_are_cut_with_a_marker
     big = tasks["return_bytes"].delay(5000).id
     fits = tasks["return_bytes"].delay(100).id
     long_error = tasks["raise_long"].delay(200_000).id
-    wait_all_finished(env.probe, 3, timeout=30)
+    wait_all_finished(env.probe, 3, timeout=FINISHED_BOUND)
     job = env.probe.job(big)
     assert job["status"] == "failed"
     assert "PayloadTooLargeError" in job["last_error"]
@@ -205,7 +211,7 @@ def test_the_password_is_scrubbed_from_a_tasks_own_error_logs_and_jobs_show(
     tasks = hostile(env)
     worker = env.worker(app_path=APP_PATH, dsn=secret_dsn)
     job = tasks["raise_dsn"].delay()
-    wait_all_finished(env.probe, 1, timeout=30)
+    wait_all_finished(env.probe, 1, timeout=FINISHED_BOUND)
     error = env.probe.job(job.id)["last_error"]
     assert "cannot connect with" in error
     with pytest.raises(TaskFailed) as failed:
@@ -243,7 +249,7 @@ def test_a_row_due_at_minus_infinity_runs_and_stops_no_claim(env: FaultEnv) -> N
         )
     others = [handle.id for handle in env.tasks.noop.delay_many([{}] * 10)]
     worker = env.worker()
-    wait_all_finished(env.probe, 11, timeout=30)
+    wait_all_finished(env.probe, 11, timeout=FINISHED_BOUND)
     stop(worker)
     # Without the clamp the claim's reply failed (DataError), and the jobs it had claimed
     # were released and claimed again: it healed, but through an error and a lost round.

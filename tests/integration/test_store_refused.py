@@ -23,8 +23,11 @@ from tests.support.proxy import SlowProxy
 from tests.support.schemas import SchemaAdmin
 from tests.support.web import Client
 
-#: Long enough that a fan-out which waited for it could not be mistaken for one that did not.
-LONG_TIMEOUT = 30.0
+#: The connect_timeout of the stores that refuse: an hour, far past pytest's timeout of a
+#: test (60 s) and the subprocesses' (120 s). A call that waited for it would never return
+#: in the test; one that returns at all, with the refusal itself for its error (libpq's
+#: "Connection refused", never the "within N s" of a wait that ran out), did not wait.
+LONG_TIMEOUT = 3600.0
 
 
 def refused_dsn() -> str:
@@ -41,28 +44,23 @@ def test_a_refused_store_is_down_at_once_and_the_other_answers(
     app = make_stores_app(dsns={"bulk": refused_dsn()}, migrate=False, connect_timeout=LONG_TIMEOUT)
     schema_admin.create_migrated(app.schemas["default"])  # type: ignore[attr-defined]
     caplog.set_level(logging.DEBUG)
-    started = time.monotonic()
     answers = app.store_router.each(
         lambda name: app.for_store(name).database.run(lambda conn: conn.execute("SELECT 1"))
     )
-    elapsed = time.monotonic() - started
     assert not isinstance(answers["default"], BaseException)
     down = answers["bulk"]
     assert isinstance(down, DatabaseUnavailableError)
     assert "Connection refused" in str(down) and "within" not in str(down)
-    assert elapsed < LONG_TIMEOUT / 3, f"waited {elapsed:.1f} s for a refused store"
     # psycopg_pool's own lines about the refused connection are kept at debug.
     pool_lines = [r for r in caplog.records if "error connecting in" in r.getMessage()]
     assert pool_lines and all(r.levelno == logging.DEBUG for r in pool_lines)
 
     dashboard = asgi(app)
     try:
-        started = time.monotonic()
         page = Client(dashboard).get("/stores")
-        elapsed = time.monotonic() - started
         assert page.status_code == 200
         assert 'data-state="down"' in page.text and "Connection refused" in page.text
-        assert elapsed < LONG_TIMEOUT / 3, f"the stores page waited {elapsed:.1f} s"
+        assert f"within {LONG_TIMEOUT:g} s" not in page.text
     finally:
         dashboard.close()
 
@@ -102,7 +100,6 @@ def test_a_refused_database_is_one_clear_line(
 ) -> None:
     env = pgtasks_env(refused_dsn(), "pgtasks")
     env["PGTASKS_TEST_CONNECT_TIMEOUT"] = str(LONG_TIMEOUT)
-    started = time.monotonic()
     result = subprocess.run(
         pgtasks_command(*command, "-A", "tests.apps.basic:app"),
         cwd=ROOT,
@@ -112,13 +109,12 @@ def test_a_refused_database_is_one_clear_line(
         timeout=120,
         check=False,
     )
-    elapsed = time.monotonic() - started
     assert result.returncode == 1, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: cannot reach PostgreSQL at 127.0.0.1:"), lines
     assert "Connection refused" in lines[0] and "is the server running" in lines[0]
-    assert elapsed < LONG_TIMEOUT / 3, f"{command} took {elapsed:.1f} s"
+    assert "within" not in lines[0], lines
 
 
 def test_a_store_that_goes_down_after_its_pool_opened_is_down_at_once(
@@ -147,13 +143,11 @@ def test_a_store_that_goes_down_after_its_pool_opened_is_down_at_once(
     try:
         assert ask() == {"default": (1,), "bulk": (1,)}  # both pools open
         proxy.close()  # the server of store bulk goes away: its connections cut, refused
-        started = time.monotonic()
         answers = ask()
-        elapsed = time.monotonic() - started
         assert answers["default"] == (1,)
         assert isinstance(answers["bulk"], DatabaseUnavailableError), answers
         assert "Connection refused" in str(answers["bulk"])
-        assert elapsed < LONG_TIMEOUT / 3, f"waited {elapsed:.1f} s for a store gone down"
+        assert "within" not in str(answers["bulk"])
     finally:
         proxy.close()
 

@@ -34,6 +34,10 @@ TIMING_FLAGS = (
 #: past the lease, the next rescue pass (interval + 10% jitter) returns it to pending, a
 #: worker claims it (1 s slack).
 RESCUE_BOUND = LEASE_TIMEOUT + RESCUE_INTERVAL * 1.1 + 1.0
+#: How long a worker may take to print its start banner: a bound for a machine under heavy
+#: load (a worker with a process pool took 8 s at a load average of 14 on 2 cores, and
+#: more than 15 s above 20), never a promise of a test.
+STARTED_BOUND = 60.0
 #: The start banner of a worker.
 BANNER = re.compile(r"worker (?P<id>\d+) \((?P<name>[^)]+)\) started: (?P<rest>.*)")
 
@@ -86,7 +90,7 @@ class ChildProcess:
         found: re.Match[str] = wait_until(seen, timeout=timeout, message=pattern.pattern)
         return found
 
-    def worker_id(self, timeout: float = 15.0) -> int:
+    def worker_id(self, timeout: float = STARTED_BOUND) -> int:
         """The registration id from a worker's start banner."""
         match = BANNER.search(self.wait_for_log(" started: ", timeout=timeout))
         assert match is not None
@@ -143,7 +147,7 @@ class Processes:
         schema: str,
         *arguments: str,
         wait_started: bool = True,
-        started_timeout: float = 15.0,
+        started_timeout: float = STARTED_BOUND,
         timing: Sequence[str] = TIMING_FLAGS,
         new_session: bool = False,
         app_path: str | None = None,

@@ -2,6 +2,8 @@
 
 - :func:`pg_ctl` runs the embedded wheel's pg_ctl on a data directory (as the server's
   own user when the tests run as root).
+- :func:`embedded_test_dsn`: the embedded server of the tests, without fsync
+  (:func:`spare_durability`).
 - :class:`PrivateServer`: an embedded PostgreSQL of one test that may be restarted,
   stopped, or put on TCP (and so behind :class:`tests.support.proxy.Proxy`).
 - :func:`terminate_backends`, :func:`set_read_only`: faults through SQL.
@@ -69,6 +71,37 @@ def replica_dsn() -> str:
     return value
 
 
+#: What the tests' own embedded servers do without: they hold nothing that must outlive a
+#: crash of the machine, and every commit, schema create and drop, and checkpoint (DROP
+#: DATABASE makes one) waited for the disk, which the machine's other processes share.
+#: Visibility, locking and crash recovery of the server process are unchanged.
+SPARED = {"fsync": "off", "full_page_writes": "off"}
+
+
+def spare_durability(dsn: str) -> None:
+    """``ALTER SYSTEM`` :data:`SPARED` on ``dsn``'s server (an embedded server of the
+    tests only) and reload its configuration, unless it has them already."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        current = {
+            name: conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
+            for name in SPARED
+        }
+        if current == {name: (value,) for name, value in SPARED.items()}:
+            return
+        for name, value in SPARED.items():
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def embedded_test_dsn(data_dir: Path) -> str:
+    """The embedded server of ``data_dir`` (started if it is not running), without fsync."""
+    dsn = embedded_dsn(data_dir)
+    spare_durability(dsn)
+    return dsn
+
+
 def pg_ctl(arguments: list[str], pgdata: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
@@ -109,7 +142,7 @@ class PrivateServer:
     def __init__(self, *, tcp: bool = False, prefix: str = "pgtasks-faults-") -> None:
         self.data_dir = Path(tempfile.mkdtemp(prefix=prefix))
         self.pgdata = self.data_dir / "pgdata"
-        self.dsn = embedded_dsn(self.data_dir)
+        self.dsn = embedded_test_dsn(self.data_dir)
         self.port: int | None = None
         self._options: list[str] = []
         if tcp:

@@ -336,3 +336,13 @@ def test_comment_lines_inside_strings_quoted_names_and_dollar_quotes_are_kept() 
         "    indented inside dollar quotes $f$  ",
         "WHERE x = '--' -- '",
     ]
+
+
+def test_each_statement_is_stripped_once_whatever_the_number_of_schemas() -> None:
+    """An App per schema, a view per store: the comment scan is not paid again each time."""
+    Queries("test_strip_first")
+    before = without_inner_comments.cache_info()
+    Queries("test_strip_second")
+    after = without_inner_comments.cache_info()
+    assert after.misses == before.misses
+    assert after.hits - before.hits == len(load_queries())

@@ -15,11 +15,18 @@ from tests.support.web import LOOPBACK, Client, Served
 
 
 @pytest.fixture
-def make_client(app: App) -> Callable[..., Client]:
-    def factory(*, client: tuple[str, int] = LOOPBACK, **options: Any) -> Client:
-        return Client(asgi(app, **options), client)
+def make_client(app: App) -> Iterator[Callable[..., Client]]:
+    """Clients of dashboards of ``app``; each dashboard's own pool is closed after the
+    test (before the App's schema is dropped), not left open to the end of the process."""
+    made: list[Client] = []
 
-    return factory
+    def factory(*, client: tuple[str, int] = LOOPBACK, **options: Any) -> Client:
+        made.append(Client(asgi(app, **options), client))
+        return made[-1]
+
+    yield factory
+    for client in made:
+        client.dashboard.close()
 
 
 @pytest.fixture
