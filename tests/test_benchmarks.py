@@ -419,3 +419,14 @@ def test_job_logs_benchmark_runs_end_to_end(own_database: str) -> None:
         on, off, ratio = row[len(task) :].split()
         assert float(on.replace(",", "")) > 0 and float(off.replace(",", "")) > 0
         assert float(ratio) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_flow_benchmark_drains_every_variant(own_database: str) -> None:
+    stdout = run_benchmark("benchmarks --flow --jobs 300 --rounds 1", dsn=own_database, timeout=230)
+    lines = stdout.splitlines()
+    for variant in ("plain", "debounce", "expires", "batch"):
+        [row] = [line for line in lines if line.startswith(f"{variant} ")]
+        assert float(row.split()[1]) > 0, stdout
