@@ -12,6 +12,8 @@
     python -m benchmarks --scaleout [...]   (1, 2, 3 stores on CPU-capped servers: scaleout.py)
     python -m benchmarks --failover [...]   (a replica promoted under load: failover.py)
     python -m benchmarks --big-group [...]   (a group of 1,000,000 members: big_group.py)
+    python -m benchmarks --limit-changes [...]   (a limit changed at runtime reaching the
+                                                  workers: limit_changes.py)
     python -m benchmarks --flow [...]   (debounce, expires, batches against plain: flow.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
@@ -338,6 +340,7 @@ SUBCOMMANDS = {
     "--scaleout": "scaleout",  # 1, 2, 3 stores on as many CPU-capped PostgreSQL servers
     "--failover": "failover",  # a replica promoted under load: lost and doubled jobs
     "--big-group": "big_group",  # a group of up to 1,000,000 members: enqueue, page, CLI
+    "--limit-changes": "limit_changes",  # a limit changed at runtime reaching the workers
     "--flow": "flow",  # drains with debounce keys, expires= and a batch handler vs plain
 }
 

@@ -40,3 +40,18 @@ def durable(ctx: JobContext, steps: int) -> int:
     for _ in range(steps):
         ctx.step("noop", _nothing)
     return steps
+
+
+@app.task
+def tenant_noop(tenant: int) -> None:
+    """A no-op of a tenant, without a fair key (benchmarks/fairness.py's "before")."""
+
+
+@app.task(fair_key=lambda tenant: tenant)
+def fair_noop(tenant: int) -> None:
+    """A no-op whose tenant is its fair key (benchmarks/fairness.py)."""
+
+
+@app.task(sequence_key=lambda key: key)
+def sequence_noop(key: int) -> None:
+    """A no-op of sequence ``key`` (benchmarks/fairness.py)."""

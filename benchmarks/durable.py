@@ -86,6 +86,7 @@ def checkpoint_cost(dsn: str) -> tuple[float, float]:
     reset_schema(dsn)
     from benchmarks.app import app, durable
     from pgtasks._leases import ClaimRequest
+    from pgtasks._store.durable import StepRecord
 
     durable.delay(steps=0)
     store = app.queries
@@ -95,19 +96,19 @@ def checkpoint_cost(dsn: str) -> tuple[float, float]:
         before = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
         started = time.perf_counter()
         for position in range(CHECKPOINTS):
-            row = store.record_job_step(
-                conn,
-                job_id=job.id,
-                worker_id=worker_id,
-                attempt=job.attempt,
-                name="noop",
-                occurrence=position + 1,
-                position=position,
-                status="done",
-                result_json="null",
-                error=None,
-                seconds=0.0,
+            step = StepRecord(
+                job.id,
+                worker_id,
+                job.attempt,
+                "noop",
+                position + 1,
+                position,
+                "done",
+                "null",
+                None,
+                0.0,
             )
+            row = store.record_job_step(conn, step)
             assert row["written"]
         elapsed = time.perf_counter() - started
         wal = conn.execute(

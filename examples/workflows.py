@@ -14,10 +14,10 @@ crash between two steps loses nothing.
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
-from pgtasks import App, Worker, WorkflowFailed, chain, chord, group
+from examples.running import running
+from pgtasks import App, WorkflowFailed, chain, chord, group
 
 # A schema of its own: this example never meets the jobs of your own workers (nor
 # they its jobs). PGTASKS_EXAMPLE_SCHEMA moves it (the test suite does).
@@ -60,11 +60,7 @@ def alert(failure: dict[str, Any], channel: str) -> str:
 
 
 def main() -> int:
-    app.migrate()
-    worker = Worker(app, concurrency=4, poll_interval=0.2)
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
+    with running(app, concurrency=4):
         invoice = chain(
             fetch_order.s(42), price.s(tax=0.2), send_invoice.s(to="ada@example.com")
         ).delay()
@@ -83,10 +79,6 @@ def main() -> int:
         handler = next(job for job in jobs if job["workflow_step"] == "on_error")
         print(f"on_error: {app.get_job(handler['id']).get(timeout=30)}")
         print(f"workflow status: {handle.status}")
-    finally:
-        worker.stop()
-        thread.join()
-        app.close()
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._app.app import App
 from ._app.debounce import Debounce
 from ._app.handle import JobHandle
+from ._app.keyed_admin import flow_state, release_sequence
 from ._app.layout import Store
 from ._app.tasks import Task, TaskOptions
 from ._app.workflows import (
@@ -36,7 +37,9 @@ from ._errors import (
     EmbeddedUnavailableError,
     JobCancelled,
     JobNotFoundError,
+    JobNotPendingError,
     LeaseLostError,
+    LimitChangeError,
     LimitKeyError,
     MigrationLockError,
     NaiveDatetimeError,
@@ -45,6 +48,7 @@ from ._errors import (
     PayloadTooDeepError,
     PayloadTooLargeError,
     PgTasksError,
+    PoolChangeError,
     PoolExhaustedError,
     ReservedMetaKeyError,
     SchemaError,
@@ -96,11 +100,13 @@ __all__ = [
     "JobContext",
     "JobHandle",
     "JobNotFoundError",
+    "JobNotPendingError",
     "JobRow",
     "JobSpec",
     "JobStatus",
     "JsonFormatter",
     "LeaseLostError",
+    "LimitChangeError",
     "LimitKeyError",
     "MigrationLockError",
     "NaiveDatetimeError",
@@ -110,6 +116,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PeriodicOptions",
     "PgTasksError",
+    "PoolChangeError",
     "PoolExhaustedError",
     "Progress",
     "ReservedMetaKeyError",
@@ -145,5 +152,7 @@ __all__ = [
     "__version__",
     "chain",
     "chord",
+    "flow_state",
     "group",
+    "release_sequence",
 ]

@@ -9,6 +9,10 @@ in place. See docs/howto/durable.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import functools
 import inspect
 import math
 from collections.abc import Callable
@@ -99,31 +103,28 @@ def check_step_name(name: object, *, internal: bool = False) -> str:
     return name
 
 
+@dataclasses.dataclass(frozen=True)
+class StepCall:
+    """One call of a step: ``function(*args, **kwargs)`` as step ``name``."""
+
+    name: str
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    retries: int = 0
+    #: The function takes the step's connection as its first argument.
+    connection: bool = False
+
+
 class DurableEngine(Protocol):
     """What the context delegates to in a worker (one per attempt)."""
 
     @property
     def step_token(self) -> str | None: ...
-    def step(
-        self,
-        name: str,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        retries: int,
-        connection: bool,
-    ) -> Any: ...
-    async def astep(
-        self,
-        name: str,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        retries: int,
-        connection: bool,
-    ) -> Any: ...
+    def step(self, call: StepCall) -> Any: ...
+    async def astep(self, call: StepCall) -> Any: ...
+    def transaction(self) -> contextlib.AbstractContextManager[Any]: ...
+    def atransaction(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
     def sleep(self, seconds: float) -> None: ...
     def wait_for_event(self, key: str, timeout: float | None) -> Any: ...
     def version(self, name: str) -> bool: ...
@@ -146,6 +147,14 @@ class DurableContext:
         same on every attempt of the job (pass it to external APIs). None otherwise."""
         return self._durable.step_token if self._durable is not None else None
 
+    def _engine(self, name: str, retries: object, connection: bool) -> DurableEngine | None:
+        """Check a step's arguments; the engine (None: the step runs in place)."""
+        check_step_name(name)
+        _check_retries(retries)
+        if self._durable is None and connection:
+            raise RuntimeError(f"step {name!r}: connection=True needs a job run by a worker")
+        return self._durable
+
     def step(
         self,
         name: str,
@@ -161,16 +170,12 @@ class DurableContext:
         job's code reaches this step on a later attempt. ``retries``: tries again this many
         times on an exception, backing off as the task's retry policy does.
         ``connection=True``: ``function`` gets a connection as its first argument whose
-        transaction commits the checkpoint with its writes (exactly once)."""
-        check_step_name(name)
-        retries = _check_retries(retries)
-        if self._durable is None:
-            if connection:
-                raise RuntimeError(f"step {name!r}: connection=True needs a job run by a worker")
+        transaction commits the checkpoint with its writes (exactly once); the same as
+        ``with ctx.transaction() as conn`` inside ``function``."""
+        engine = self._engine(name, retries, connection)
+        if engine is None:
             return function(*args, **kwargs)
-        return self._durable.step(
-            name, function, args, kwargs, retries=retries, connection=connection
-        )
+        return engine.step(StepCall(name, function, args, kwargs, retries, connection))
 
     async def astep(
         self,
@@ -182,15 +187,30 @@ class DurableContext:
         connection: bool = False,
         **kwargs: Any,
     ) -> Any:
-        """:meth:`step` for ``async def`` tasks: ``function`` may be a coroutine function."""
-        check_step_name(name)
-        retries = _check_retries(retries)
-        if self._durable is None:
+        """:meth:`step` for ``async def`` tasks: ``function`` may be a coroutine function
+        (with ``connection=True`` it then gets an ``AsyncConnection``)."""
+        engine = self._engine(name, retries, connection)
+        if engine is None:
             value = function(*args, **kwargs)
             return await value if inspect.isawaitable(value) else value
-        return await self._durable.astep(
-            name, function, args, kwargs, retries=retries, connection=connection
-        )
+        return await engine.astep(StepCall(name, function, args, kwargs, retries, connection))
+
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """Inside a step's function: ``with ctx.transaction() as conn`` gives the step's
+        connection, in a transaction that holds the job under this attempt's lease; the
+        step's checkpoint is written in it and it commits when the step returns (its
+        writes and its checkpoint: exactly once), or rolls back when it raises. Each
+        block is a savepoint. Outside a step: StepError; outside a worker: RuntimeError."""
+        if self._durable is None:
+            raise RuntimeError("ctx.transaction() needs a job run by a worker")
+        return self._durable.transaction()
+
+    def atransaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """:meth:`transaction` for the coroutine function of an ``astep``: ``async with
+        ctx.atransaction() as conn`` (an ``AsyncConnection``)."""
+        if self._durable is None:
+            raise RuntimeError("ctx.atransaction() needs a job run by a worker")
+        return self._durable.atransaction()
 
     def sleep(self, duration: float | timedelta) -> None:
         """Sleep durably: the job is parked until the wake time (no slot, no lease, no
@@ -233,3 +253,71 @@ class DurableContext:
         if self._durable is None:
             return True
         return self._durable.version(name)
+
+
+class CurrentContext:
+    """The context of the attempt running in this thread or asyncio task (what an
+    ``@app.step`` function checkpoints into), made on first use for an unbound task."""
+
+    __slots__ = ("_context", "_make")
+
+    def __init__(self, make: Callable[[], DurableContext]) -> None:
+        self._make = make
+        self._context: DurableContext | None = None
+
+    @classmethod
+    def of(cls, context: DurableContext) -> CurrentContext:
+        made = cls(lambda: context)
+        made._context = context
+        return made
+
+    def get(self) -> DurableContext:
+        if self._context is None:
+            self._context = self._make()
+        return self._context
+
+
+#: Set by the worker at the start of each attempt, in the thread or task that runs it
+#: (for an unbound task only once a step function exists: nothing else reads it).
+CURRENT: contextvars.ContextVar[CurrentContext | None] = contextvars.ContextVar(
+    "pgtasks_current_attempt", default=None
+)
+#: Whether this process made a step function (``@app.step``).
+step_functions = [False]
+
+
+def step_function(
+    function: Callable[..., Any], *, name: str | None = None, retries: int = 0
+) -> Callable[..., Any]:
+    """``function`` as a durable step (``@app.step``): called inside a job run by a
+    worker, it is ``ctx.step(name, function, *args, **kwargs)`` of that job (named by
+    the function, occurrences counted); called anywhere else, it runs plainly."""
+    if not callable(function):
+        raise TypeError(f"@app.step decorates a function, got {function!r:.80}")
+    step_name = check_step_name(name if name is not None else function.__name__)
+    _check_retries(retries)
+    step_functions[0] = True
+
+    def engine() -> DurableEngine | None:
+        current = CURRENT.get()
+        return None if current is None else current.get()._durable
+
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def arun(*args: Any, **kwargs: Any) -> Any:
+            durable = engine()
+            if durable is None:
+                return await function(*args, **kwargs)
+            return await durable.astep(StepCall(step_name, function, args, kwargs, retries))
+
+        return arun
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        durable = engine()
+        if durable is None:
+            return function(*args, **kwargs)
+        return durable.step(StepCall(step_name, function, args, kwargs, retries))
+
+    return run

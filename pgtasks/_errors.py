@@ -30,6 +30,9 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     ├── UniquenessError (+ ValueError)                 bad unique_while/unique_for/key
     ├── UniqueKeyTakenError                            retry refused: an active job holds the key
     ├── JobNotFoundError (+ LookupError)               no job with that id
+    ├── JobNotPendingError            run now/snooze/edit refused: the job started or finished
+    ├── LimitChangeError (+ ValueError)                a runtime limit change refused
+    ├── PoolChangeError (+ ValueError)                 a worker pool resize refused
     ├── LeaseLostError                ctx.update_meta()/set_progress(): the attempt lost the job
     ├── WorkerLostError               recorded (never raised): an attempt's worker was lost
     ├── WorkflowError (+ ValueError)                   a chain/group/chord built wrongly
@@ -251,3 +254,17 @@ class SoftTimeLimitExceeded(Exception):
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or "the task ran past its soft time limit (soft_timeout=)")
+
+
+class LimitChangeError(PgTasksError, ValueError):
+    """A runtime change of a limit that cannot be made (bad name, bad value, nothing set)."""
+
+
+class JobNotPendingError(PgTasksError):
+    """An action for pending jobs met a job that is not pending (already started, or
+    finished): nothing was changed."""
+
+
+class PoolChangeError(PgTasksError, ValueError):
+    """A worker's pool cannot be resized as asked (no such worker, beyond its bounds, a
+    worker that takes no resize): nothing was changed."""

@@ -100,7 +100,8 @@ class ClaimRequest:
     out (paused ones; None: none); ``task_names``: only jobs of these tasks (None: any);
     ``after``: read on from this position (None: from the start of claim order);
     ``limited``: claim jobs that limits apply to first (some limit is stored), then plain
-    ones for the rest.
+    ones for the rest; ``aging``: seconds per level a due plain job's priority rises
+    (``App(priority_aging=)``; None: claim order as stored).
     """
 
     worker_id: int
@@ -110,6 +111,7 @@ class ClaimRequest:
     task_names: tuple[str, ...] | None = None
     after: ClaimPosition | None = None
     limited: bool = False
+    aging: float | None = None
 
     def for_worker(self, worker_id: int) -> ClaimRequest:
         """This request for another lease owner (the worker registered again)."""

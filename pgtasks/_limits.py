@@ -199,6 +199,15 @@ class LimitState:
     top_keys: tuple[KeyUsage, ...] = ()
     stored: bool = True
     updated_at: datetime | None = None
+    #: Whether the app declares it (False: an operator set it on an undeclared target).
+    declared: bool = True
+    #: What the app declares (``concurrency=3 rate=10/s``), when an operator changed it.
+    declared_text: str | None = None
+    #: Who changed it at runtime, and when (None: the app's declaration applies).
+    overridden_by: str | None = None
+    overridden_at: datetime | None = None
+    #: Paused by an operator: no job under it starts.
+    paused: bool = False
 
     def as_json(self) -> dict[str, Any]:
         document = dataclasses.asdict(self)
@@ -206,8 +215,16 @@ class LimitState:
         return document
 
 
+#: The limit the first fair job of a schema stores (migration 0023; no concurrency, no
+#: rate): while any limit is stored, workers run the limited claim, which claims fair jobs.
+FAIR_LIMIT = "fair:"
+
+
 def limit_kind(name: str) -> tuple[str, str]:
-    """``(kind, target)`` of a limit name: ``queue:reports`` is ("queue", "reports")."""
+    """``(kind, target)`` of a limit name: ``queue:reports`` is ("queue", "reports");
+    FAIR_LIMIT is ("fair", "")."""
+    if name == FAIR_LIMIT:
+        return "fair", ""
     kind, _, target = name.partition(":")
     return (kind, target) if kind in ("queue", "task", "key") and target else ("other", name)
 
@@ -269,7 +286,45 @@ def _state(
         top_keys=tuple(top_keys),
         stored=definition is not None,
         updated_at=definition["updated_at"] if definition else None,
+        **_runtime(definition),
     )
+
+
+def _runtime(definition: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The fields of a runtime change (migration runtime_controls) of a get_limits row."""
+    if definition is None or "overridden_at" not in definition:
+        return {}
+    overridden = definition["overridden_at"] is not None
+    declared = definition["declared"] is not False
+    declared_text = None
+    if overridden and declared:
+        declared_text = describe_limit(
+            {
+                "concurrency": definition["declared_concurrency"],
+                "rate_count": definition["declared_rate_count"],
+                "rate_period": definition["declared_rate_period"],
+            }
+        )
+    return {
+        "declared": declared,
+        "declared_text": declared_text,
+        "overridden_by": definition["overridden_by"] if overridden else None,
+        "overridden_at": definition["overridden_at"],
+        "paused": bool(definition["paused"]),
+    }
+
+
+def _label(state: LimitState) -> str:
+    if not state.stored:
+        return f"{state.name} (not stored)"
+    marks = []
+    if state.paused:
+        marks.append("paused")
+    if not state.declared:
+        marks.append("set at runtime")
+    elif state.overridden_at is not None:
+        marks.append(f"changed at runtime; declared {state.declared_text}")
+    return f"{state.name} ({', '.join(marks)})" if marks else state.name
 
 
 def format_limits(states: Sequence[LimitState]) -> str:
@@ -277,7 +332,7 @@ def format_limits(states: Sequence[LimitState]) -> str:
         return "no limits are stored (a worker stores its app's limits when it starts)"
     rows = [
         [
-            state.name if state.stored else f"{state.name} (not stored)",
+            _label(state),
             state.concurrency if state.concurrency is not None else "-",
             state.rate,
             f"{state.tokens:.2f}" if state.tokens is not None else "-",

@@ -203,6 +203,9 @@ class Stats:
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Pending jobs parked by a durable call, by queue: {"sleeping": n, "waiting": n, …}.
     parked: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    #: Fair keys and sequences (migration 0023): fair_keys, sequences,
+    #: sequence_jobs_waiting, sequences_held.
+    flow: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def total(self) -> QueueStats:
@@ -224,6 +227,7 @@ class Stats:
             ],
             "counters": every_counter(self.counters),
             "parked": self.parked,
+            "flow": self.flow,
         }
 
 
@@ -274,15 +278,24 @@ def format_stats(stats: Stats) -> str:
             " no live worker knows: they wait for a worker whose app registers it"
         )
     legend = (
-        "WAITING: workflow steps waiting for earlier steps; DUE: pending and due now;"
-        " OLDEST DUE: wait of the oldest due job;"
+        "WAITING: workflow steps waiting for earlier steps, sequence jobs for their turn;"
+        " DUE: pending and due now; OLDEST DUE: wait of the oldest due job;"
         " FINISHED 1M/1H: done, failed or cancelled in the last minute/hour"
     )
     counters = "guarantees exercised (since the schema was created): " + ", ".join(
         f"{name.replace('_', ' ')} {value}" for name, value in every_counter(stats.counters).items()
     )
     parked = _parked_text(stats.parked)
-    return "\n".join([f"at {_timestamp(stats.now)}", table, workers, parked, counters, legend])
+    lines = [f"at {_timestamp(stats.now)}", table, workers, parked, counters, legend]
+    flow = stats.flow
+    if any(flow.values()):
+        lines.insert(
+            4,
+            f"fair keys with jobs: {flow.get('fair_keys', 0)}; sequences:"
+            f" {flow.get('sequences', 0)} ({flow.get('sequence_jobs_waiting', 0)} jobs"
+            f" waiting their turn, {flow.get('sequences_held', 0)} held by a failed job)",
+        )
+    return "\n".join(lines)
 
 
 def _parked_text(parked: dict[str, dict[str, int]]) -> str:

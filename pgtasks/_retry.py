@@ -106,6 +106,9 @@ class Outcome:
     delay: float = 0.0
     #: The qualified class path of the exception that ended the attempt, when known.
     exception_type: str | None = None
+    #: Counters (pgtasks._counters) the attempt counted where the worker could not see
+    #: them: a process-pool child's durable steps, as (name, amount) pairs.
+    counted: tuple[tuple[str, int], ...] = ()
     #: The attempt's captured log lines (pgtasks._execution.joblogs), JSON; None: none.
     logs_json: str | None = None
 

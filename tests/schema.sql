@@ -32,6 +32,13 @@ column all_jobs.next_ids bigint[]
 column all_jobs.prev_ids bigint[]
 column all_jobs.waiting_for integer
 column all_jobs.input_mode text
+column audit_log.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
+column audit_log.at timestamp with time zone NOT NULL DEFAULT now()
+column audit_log.actor text NOT NULL
+column audit_log.action text NOT NULL
+column audit_log.target text NOT NULL
+column audit_log.before jsonb
+column audit_log.after jsonb
 column counters.name text NOT NULL
 column counters.value bigint NOT NULL
 column instance.singleton boolean NOT NULL DEFAULT true
@@ -262,6 +269,15 @@ column limits.burst double precision NOT NULL DEFAULT 1
 column limits.tokens double precision NOT NULL DEFAULT 1
 column limits.refilled_at timestamp with time zone NOT NULL DEFAULT now()
 column limits.updated_at timestamp with time zone NOT NULL DEFAULT now()
+column limits.declared boolean NOT NULL DEFAULT true
+column limits.declared_concurrency integer
+column limits.declared_rate_count integer
+column limits.declared_rate_period double precision
+column limits.declared_burst double precision
+column limits.overridden_by text
+column limits.overridden_at timestamp with time zone
+column limits.paused_concurrency integer
+column limits.paused boolean NOT NULL DEFAULT false
 column migration_steps.version integer NOT NULL
 column migration_steps.step integer NOT NULL
 column migration_steps.applied_at timestamp with time zone NOT NULL DEFAULT now()
@@ -276,6 +292,9 @@ column periodic.created_at timestamp with time zone NOT NULL DEFAULT now()
 column periodic.updated_at timestamp with time zone NOT NULL DEFAULT now()
 column queue_pauses.queue text NOT NULL
 column queue_pauses.paused_at timestamp with time zone NOT NULL DEFAULT now()
+column sequence_holds.sequence_key text NOT NULL
+column sequence_holds.job_id bigint NOT NULL
+column sequence_holds.held_at timestamp with time zone NOT NULL DEFAULT now()
 column worker_history.worker_id bigint NOT NULL
 column worker_history.hostname text NOT NULL
 column worker_history.pid integer NOT NULL
@@ -292,6 +311,9 @@ column workers.concurrency integer NOT NULL
 column workers.started_at timestamp with time zone NOT NULL DEFAULT now()
 column workers.heartbeat_at timestamp with time zone NOT NULL DEFAULT now()
 column workers.task_names text[]
+column workers.concurrency_min integer
+column workers.concurrency_max integer
+column workers.concurrency_wanted integer
 column workflow_incidents.id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
 column workflow_incidents.kind text NOT NULL
 column workflow_incidents.workflow_id bigint
@@ -308,6 +330,7 @@ column workflows.created_at timestamp with time zone NOT NULL DEFAULT now()
 column workflows.on_error jsonb
 column workflows.error_job_id bigint
 column workflows.shape text
+constraint audit_log.audit_log_pkey PRIMARY KEY (id)
 constraint instance.instance_pkey PRIMARY KEY (singleton)
 constraint instance.instance_singleton_check CHECK (singleton)
 constraint instance.instance_store_no_check CHECK (((store_no >= 0) AND (store_no <= 32766)))
@@ -321,6 +344,7 @@ constraint jobs.jobs_limit_groups_check CHECK (((limit_groups IS NULL) OR (cardi
 constraint jobs.jobs_max_attempts_check CHECK ((max_attempts >= 1))
 constraint jobs.jobs_meta_check CHECK ((jsonb_typeof(meta) = 'object'::text))
 constraint jobs.jobs_pkey PRIMARY KEY (id)
+constraint jobs.jobs_sequence_job_inserted TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint jobs.jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text])))
 constraint jobs.jobs_unique_window_check CHECK (((unique_window IS NULL) OR ((unique_key IS NOT NULL) AND (NOT isempty(unique_window)))))
 constraint jobs_history.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
@@ -330,7 +354,7 @@ constraint jobs_history_failed.jobs_history_forget_key TRIGGER DEFERRABLE INITIA
 constraint jobs_history_failed_default.jobs_history_forget_key TRIGGER DEFERRABLE INITIALLY DEFERRED
 constraint limits.limits_burst_check CHECK ((burst >= (1)::double precision))
 constraint limits.limits_burst_range_check CHECK (((burst >= (1)::double precision) AND (burst <= ('1000000000'::numeric)::double precision)))
-constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 1)))
+constraint limits.limits_concurrency_check CHECK (((concurrency IS NULL) OR (concurrency >= 0)))
 constraint limits.limits_pkey PRIMARY KEY (name)
 constraint limits.limits_rate_count_check CHECK (((rate_count IS NULL) OR (rate_count >= 1)))
 constraint limits.limits_rate_period_check CHECK (((rate_period IS NULL) OR (rate_period > (0)::double precision)))
@@ -342,6 +366,7 @@ constraint migration_steps.migration_steps_pkey PRIMARY KEY (version, step)
 constraint migrations.migrations_pkey PRIMARY KEY (version)
 constraint periodic.periodic_pkey PRIMARY KEY (name)
 constraint queue_pauses.queue_pauses_pkey PRIMARY KEY (queue)
+constraint sequence_holds.sequence_holds_pkey PRIMARY KEY (sequence_key)
 constraint worker_history.worker_history_pkey PRIMARY KEY (worker_id)
 constraint workers.workers_pkey PRIMARY KEY (id)
 constraint workflow_incidents.workflow_incidents_job_kind_key UNIQUE (job_id, kind)
@@ -349,6 +374,8 @@ constraint workflow_incidents.workflow_incidents_kind_check CHECK ((kind = ANY (
 constraint workflow_incidents.workflow_incidents_pkey PRIMARY KEY (id)
 constraint workflows.workflows_kind_check CHECK ((kind = ANY (ARRAY['chain'::text, 'group'::text, 'chord'::text])))
 constraint workflows.workflows_pkey PRIMARY KEY (id)
+index CREATE UNIQUE INDEX audit_log_pkey ON {schema}.audit_log USING btree (id)
+index CREATE INDEX audit_log_target_idx ON {schema}.audit_log USING btree (target, id)
 index CREATE UNIQUE INDEX instance_pkey ON {schema}.instance USING btree (singleton)
 index CREATE INDEX job_events_created_idx ON {schema}.job_events USING btree (created_at)
 index CREATE INDEX job_events_key_idx ON {schema}.job_events USING btree (key, id)
@@ -362,6 +389,8 @@ index CREATE UNIQUE INDEX job_waits_pkey ON {schema}.job_waits USING btree (job_
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
 index CREATE INDEX jobs_debounce_idx ON {schema}.jobs USING btree (task_name, (((meta -> 'pgtasks.debounce'::text) ->> 'key'::text))) WHERE ((status = 'pending'::text) AND (attempts = 0) AND (meta ? 'pgtasks.debounce'::text))
 index CREATE INDEX jobs_expiry_idx ON {schema}.jobs USING btree (run_at) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.expires'::text))
+index CREATE INDEX jobs_fair_claim_idx ON {schema}.jobs USING btree (priority DESC, {schema}.fair_rank(meta) NULLS FIRST, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
+index CREATE INDEX jobs_fair_key_idx ON {schema}.jobs USING btree (((meta ->> 'pgtasks.fair_key'::text)), {schema}.fair_rank(meta) DESC) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.fair_key'::text))
 index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))
 index CREATE INDEX jobs_history_done_default_finished_at_idx ON {schema}.jobs_history_done_default USING btree (finished_at)
 index CREATE INDEX jobs_history_done_default_id_idx ON {schema}.jobs_history_done_default USING btree (id)
@@ -386,9 +415,11 @@ index CREATE INDEX jobs_history_workflow_idx ON ONLY {schema}.jobs_history USING
 index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)
 index CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_limited_running_idx ON {schema}.jobs USING btree (id) WHERE ((status = 'running'::text) AND (limit_groups IS NOT NULL))
+index CREATE INDEX jobs_parked_idx ON {schema}.jobs USING btree (queue, (((meta -> 'pgtasks.parked'::text) ->> 'kind'::text))) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.parked'::text))
 index CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND (attempts >= 0))
 index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
+index CREATE INDEX jobs_sequence_idx ON {schema}.jobs USING btree ({schema}.sequence_key(meta), id) WHERE ((meta ? 'pgtasks.sequence'::text) AND (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text])))
 index CREATE UNIQUE INDEX jobs_unique_active_idx ON {schema}.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (unique_window IS NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text])))
 index CREATE UNIQUE INDEX jobs_unique_window_idx ON {schema}.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)
 index CREATE INDEX jobs_waiting_idx ON {schema}.jobs USING btree (queue) WHERE (status = 'waiting'::text)
@@ -399,6 +430,7 @@ index CREATE UNIQUE INDEX migration_steps_pkey ON {schema}.migration_steps USING
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
 index CREATE UNIQUE INDEX queue_pauses_pkey ON {schema}.queue_pauses USING btree (queue)
+index CREATE UNIQUE INDEX sequence_holds_pkey ON {schema}.sequence_holds USING btree (sequence_key)
 index CREATE UNIQUE INDEX worker_history_pkey ON {schema}.worker_history USING btree (worker_id)
 index CREATE INDEX worker_history_removed_at_idx ON {schema}.worker_history USING btree (removed_at)
 index CREATE UNIQUE INDEX workers_pkey ON {schema}.workers USING btree (id)
@@ -410,28 +442,38 @@ storage jobs fillfactor=80, autovacuum_vacuum_scale_factor=0.02, autovacuum_anal
 storage periodic fillfactor=50
 trigger CREATE TRIGGER jobs_count_deduplicated AFTER UPDATE OF idempotency_key, unique_key ON {schema}.jobs FOR EACH ROW WHEN (((NOT (old.idempotency_key IS DISTINCT FROM new.idempotency_key)) AND (NOT (old.unique_key IS DISTINCT FROM new.unique_key)))) EXECUTE FUNCTION {schema}.count_deduplicated_enqueue()
 trigger CREATE CONSTRAINT TRIGGER jobs_forget_key AFTER DELETE ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_keyed_job_inserted AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.meta ? 'pgtasks.fair_key'::text) OR (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.keyed_job_inserted()
 trigger CREATE TRIGGER jobs_move_finished AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))) EXECUTE FUNCTION {schema}.move_finished_job()
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_register_key AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.idempotency_key IS NOT NULL) OR (new.unique_window IS NOT NULL))) EXECUTE FUNCTION {schema}.register_job_key()
 trigger CREATE TRIGGER jobs_relative_deadline BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN ((new.meta ? 'pgtasks.expires_in'::text)) EXECUTE FUNCTION {schema}.relative_deadline()
+trigger CREATE TRIGGER jobs_runtime_limits BEFORE INSERT ON {schema}.jobs FOR EACH ROW EXECUTE FUNCTION {schema}.stamp_runtime_limits()
+trigger CREATE CONSTRAINT TRIGGER jobs_sequence_job_inserted AFTER INSERT ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.workflow_id IS NULL) AND (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.sequence_job_inserted()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
-function claim_limited() 0a6c36aba2ac38cd57ac6cb2c5541425
+function claim_limited() abcee21ef07a6af17c8446718edc39bf
 function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
+function fair_rank() 12c0b71dac3a0a2d54ee497fd173084e
 function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5
+function job_steps_of_meta() 4e0d8e26a67b8d5c2736f35f6f283e8a
 function job_steps_taken() 79190a2dec5df29f562a70324d755cf3
 function jobs_delete_finished() fba10730102f9ad3208aef84ea4ca94a
 function jobs_history_create_days() dedd22508bc53bb4644570e7ec532f5c
@@ -441,11 +483,18 @@ function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
 function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
 function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
 function jobs_retry() da10da6b6a693cc35beca84746db0b03
+function keyed_job_inserted() 85feb279da538b650379614197d73471
 function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadline() a2b47d73acba0a98cce270a75055775a
+function sequence_advance() 760b3e1a78d639cd1972ac92e458ae13
+function sequence_job_ended() e64b8afa7efba33ad5dee6e9189e11d9
+function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
+function sequence_key() d34fef9334c02f42ea144b52b02de7c4
+function sequence_sweep() f5321159ff14746e9ad4201a16d2f4f0
+function stamp_runtime_limits() df703acac8ae7a08c195b964ae0564f8
 function workflow_abort_reason() 208b90ca51774d27d8b9af0a7740220e
 function workflow_cancel_downstream() b21651f2eda9aac40c1faceaa0347870
 function workflow_heal_step() ddd7208eb042acc4598e899aca93e7f8

@@ -424,6 +424,29 @@ def test_job_logs_benchmark_runs_end_to_end(own_database: str) -> None:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
+def test_limit_changes_benchmark_prints_the_propagation_and_its_reference(
+    own_database: str,
+) -> None:
+    stdout = run_benchmark("benchmarks --limit-changes --quick", dsn=own_database, timeout=230)
+    lines = stdout.splitlines()
+    for figure in ("limit raised 1 -> 4", "reference: a plain job's enqueue to its claim"):
+        line = next((line for line in lines if line.startswith(figure)), None)
+        assert line is not None and "median" in line and "3 rounds" in line, stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(300)
+def test_fairness_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -> None:
+    output = tmp_path / "fairness.json"
+    run_benchmark("benchmarks.fairness --quick", dsn=own_database, output=output, timeout=280)
+    report: dict[str, Any] = json.loads(output.read_text())
+    assert set(report["medians"]) == {"plain", "fair", "sequence"}
+    assert all(rate > 0 for rate in report["medians"].values())
+    before, after = report["starvation"]
+    assert after <= before
+
+
 def test_flow_benchmark_drains_every_variant(own_database: str) -> None:
     stdout = run_benchmark("benchmarks --flow --jobs 300 --rounds 1", dsn=own_database, timeout=230)
     lines = stdout.splitlines()

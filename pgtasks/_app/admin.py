@@ -142,6 +142,7 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         unknown_tasks=app.queries.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
         counters=every_counter(app.queries.get_counters(conn)),
         parked=parked_by_queue(app.queries.count_parked_jobs(conn)),
+        flow=app.queries.count_keyed(conn),
     )
 
 
@@ -243,6 +244,8 @@ class RetryResult:
     max_attempts: int | None
     #: What the job is now: pending, or waiting (a workflow step waiting for its input).
     status: str = "pending"
+    #: Durable checkpoints kept (``keep_steps=True``): replayed when it runs again.
+    steps_kept: int = 0
 
     @property
     def refusal(self) -> str:
@@ -252,16 +255,22 @@ class RetryResult:
         )
 
 
-def retry_job(app: App, job_id: int) -> RetryResult:
+def retry_job(app: App, job_id: int, *, keep_steps: bool = False) -> RetryResult:
     """Retry one failed or cancelled job (RETRY_RULE) and wake its queue's workers;
-    JobNotFoundError when it does not exist.
+    JobNotFoundError when it does not exist. A durable job runs again from the top
+    without its checkpoints, or with ``keep_steps`` those before its first failed step
+    (they replay; that step runs again), as a fork keeps them.
     """
     app = for_id(app, job_id)  # the store that issued the id
+    kept = [0]
 
     def retry(conn: psycopg.Connection[Any]) -> Any:
-        row = app.queries.retry_job(conn, job_id)
-        if row is not None and row["retried"]:
-            app.queries.notify_queue(conn, row["queue"])
+        with conn.transaction():
+            row = app.queries.retry_job(conn, job_id)
+            if row is not None and row["retried"]:
+                if keep_steps:
+                    kept[0] = app.queries.restore_job_steps(conn, job_id)
+                app.queries.notify_queue(conn, row["queue"])
         return row
 
     try:
@@ -278,6 +287,7 @@ def retry_job(app: App, job_id: int) -> RetryResult:
         previous_status=row["previous_status"],
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
+        steps_kept=kept[0],
     )
 
 

@@ -19,10 +19,7 @@ from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP03
 
 from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
-from .._errors import (
-    ConfigurationError,
-    UnknownTaskError,
-)
+from .._errors import ConfigurationError, UnknownTaskError
 from .._instrumentation import Instrumentation
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._limits import LimitDefinition
@@ -41,7 +38,8 @@ from .results import ResultListener
 from .schedules import add_schedule, build_schedule
 from .settings import AppSettings, DeprecatedAlias, FromSettings
 from .store_router import StoreRouter
-from .tasks import Task, TaskSettings, register_task
+from .task_registry import register_task
+from .tasks import Task, TaskSettings
 from .workflow_admin import describe_workflow
 from .workflows import Signature
 
@@ -139,6 +137,7 @@ class App(DurableApp):
         prune_failed_after: float | None = 7 * 86400.0,
         prune_interval: float = 60.0,
         heal_interval: float = 30.0,
+        priority_aging: float | None = None,
         eager: bool = False,
         stores: Mapping[str, str | Store] | None = None,
         routes: Mapping[str, str] | None = None,
@@ -173,6 +172,7 @@ class App(DurableApp):
             prune_failed_after=prune_failed_after,
             prune_interval=prune_interval,
             heal_interval=heal_interval,
+            priority_aging=priority_aging,
             eager=eager,
         )
         self.tasks: dict[str, Task[Any, Any]] = {}

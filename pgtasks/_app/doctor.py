@@ -17,7 +17,14 @@ from .._dsn import describe_dsn
 from .._errors import SchemaNotMigratedError
 from .._payload import MAX_DECODE_DEPTH, MAX_JSON_DEPTH
 from .._text import printable
-from .doctor_jobs import check_deep_payloads, check_main_module_tasks, check_unknown_tasks
+from .doctor_jobs import (
+    DEEP_HISTORY_SCAN,
+    check_deep_history_payloads,
+    check_deep_payloads,
+    check_held_sequences,
+    check_main_module_tasks,
+    check_unknown_tasks,
+)
 from .findings import LEVELS, Finding
 
 if TYPE_CHECKING:
@@ -518,8 +525,15 @@ def diagnose(
         check_isolation(app, store.get_isolation(conn), default_isolation(app)),
         check_unknown_tasks(store.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout)),
         check_main_module_tasks(store.get_main_module_jobs(conn)),
+        check_held_sequences(store.get_sequence_holds(conn)),
         check_deep_payloads(
             store.get_deep_payloads(conn, depth=MAX_JSON_DEPTH, decode_depth=MAX_DECODE_DEPTH)
+        ),
+        check_deep_history_payloads(
+            store.get_deep_history_payloads(
+                conn, depth=MAX_JSON_DEPTH, decode_depth=MAX_DECODE_DEPTH, scan=DEEP_HISTORY_SCAN
+            ),
+            DEEP_HISTORY_SCAN,
         ),
         check_workflows(
             store.get_workflow_health(conn, since=WORKFLOW_INCIDENT_WINDOW),

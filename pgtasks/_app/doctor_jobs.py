@@ -9,6 +9,10 @@ from .._payload import MAX_DECODE_DEPTH, MAX_JSON_DEPTH
 from .._text import printable
 from .findings import Finding, Row
 
+#: How many of jobs_history's newest rows the deep payloads check reads (a bounded check:
+#: the table keeps every finished job for its retention).
+DEEP_HISTORY_SCAN = 100_000
+
 
 def check_unknown_tasks(rows: Sequence[Row]) -> Finding:
     if not rows:
@@ -76,4 +80,53 @@ def check_deep_payloads(rows: Sequence[Row]) -> Finding:
         f" {MAX_DECODE_DEPTH} without running it): {shown}",
         "rows written by SQL or another tool: fix the writer, then delete or cancel these"
         " jobs (pgtasks jobs cancel ID / pgtasks jobs delete ID)",
+    )
+
+
+def check_deep_history_payloads(rows: Sequence[Row], scan: int) -> Finding:
+    """Finished jobs in jobs_history (its newest ``scan`` rows: the check is bounded) whose
+    args, kwargs, meta or result nest past MAX_JSON_DEPTH: their results cannot be read
+    back, and a retry of one past MAX_DECODE_DEPTH fails without running."""
+    if not rows:
+        return Finding(
+            "deep payloads (jobs_history)",
+            "ok",
+            f"no payload of the newest {scan:,} finished jobs (jobs_history) nests more than"
+            f" {MAX_JSON_DEPTH} levels deep",
+        )
+    total = int(rows[0]["total"])
+    scanned = int(rows[0]["scanned"])
+    shown = "; ".join(
+        f"job {row['id']} (task `{printable(row['task_name'])}`, queue"
+        f" {printable(row['queue'])}, {row['status']}: {', '.join(row['columns'])}"
+        f"{', past ' + str(MAX_DECODE_DEPTH) if row['undecodable'] else ''})"
+        for row in rows[:5]
+    )
+    return Finding(
+        "deep payloads (jobs_history)",
+        "warning",
+        f"{total} of the newest {scanned:,} finished jobs (jobs_history; older rows are not"
+        f" checked) hold JSON nested more than {MAX_JSON_DEPTH} levels deep (pgtasks refuses"
+        f" such values: their results cannot be read back, and a retried job whose payload"
+        f" nests past {MAX_DECODE_DEPTH} fails without running): {shown}",
+        "rows written by SQL or another tool: fix the writer, then delete these jobs"
+        " (pgtasks jobs delete ID) rather than retrying them",
+    )
+
+
+def check_held_sequences(rows: Sequence[Row]) -> Finding:
+    """Sequences held by a failed job (``sequence_on_failure="hold"``, migration 0023):
+    their next jobs wait until it is retried and done, or the sequence is released."""
+    if not rows:
+        return Finding("sequences", "ok", "no sequence is held by a failed job")
+    shown = "; ".join(
+        f"sequence {printable(row['key'])!r} is held by failed job {row['job_id']}"
+        for row in rows[:5]
+    )
+    return Finding(
+        "sequences",
+        "warning",
+        f"{len(rows)} sequence(s) run nothing until their failed job is dealt with: {shown}",
+        "retry the failed job (pgtasks jobs retry ID: the sequence goes on once it is done),"
+        " or release the sequence (pgtasks sequences release KEY: its next job starts)",
     )

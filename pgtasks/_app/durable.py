@@ -4,14 +4,16 @@ of parked jobs (docs/howto/durable.md). The steps themselves run in the worker
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._durable import step_function
 from .._durable_text import PARKED_STATES
-from .._errors import PayloadNotSerializableError, PayloadTooLargeError
+from .._errors import ConfigurationError, PayloadNotSerializableError, PayloadTooLargeError
 from .._jobs import JobSpec
 from . import routing
 
@@ -58,8 +60,50 @@ def parked_by_queue(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return counts
 
 
+def event_stores(app: App, queue: str | None, joined: bool) -> list[App]:
+    """The Apps of the stores an event goes to: the store of ``queue``, the one store
+    of an App of one, else every store (one transaction each: not with connection=)."""
+    if queue is not None:
+        return [routing.for_queue(app, queue)]
+    if app.store_router.single or app.settings.store is not None:
+        return [app]
+    if joined:
+        raise ConfigurationError(
+            "emit_event(connection=...) on an App of several stores: name the queue whose"
+            " jobs wait for the event (queue=...), or emit on app.for_store(name); the"
+            " event joins the transaction of a connection to that store"
+        )
+    return routing.serving(app)
+
+
+def _emit(owner: App, conn: psycopg.Connection[Any], key: str, payload_json: str) -> int:
+    return int(owner.queries.emit_event(conn, key=key, payload_json=payload_json)["id"])
+
+
+def _emit_alone(owner: App, conn: psycopg.Connection[Any], *, key: str, payload: str) -> int:
+    with conn.transaction():  # the key's lock lasts to the end of the transaction
+        return _emit(owner, conn, key, payload)
+
+
 class DurableApp:
     """App methods of durable execution (mixed into App)."""
+
+    def step(
+        self,
+        function: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        retries: int = 0,
+    ) -> Any:
+        """Decorate a function as a durable step: called inside a job run by a worker it
+        is ``ctx.step(name, function, *args, retries=retries, **kwargs)`` of that job
+        (``name``: the function's ``__name__``; occurrences counted), its result
+        checkpointed and replayed; called anywhere else (a script, a direct call of the
+        task, eager mode) it runs plainly. ``async def`` functions become ``astep``."""
+        if function is None:
+            return lambda decorated: step_function(decorated, name=name, retries=retries)
+        return step_function(function, name=name, retries=retries)
 
     def emit_event(
         self: Any,
@@ -67,34 +111,69 @@ class DurableApp:
         payload: Any = None,
         *,
         connection: psycopg.Connection[Any] | None = None,
+        queue: str | None = None,
     ) -> int:
         """Record an event of ``key`` with a JSON ``payload`` and wake the jobs waiting for
         it (``ctx.wait_for_event``); its id. With ``connection`` it is written in that
         connection's transaction: visible, and waking anyone, only if it commits. A wait
-        that starts later finds it (events are kept as long as finished jobs)."""
+        that starts later finds it (events are kept as long as finished jobs).
+
+        Events live in the store of the jobs that wait for them: ``queue`` names it (the
+        store that queue routes to), as does an App of one store
+        (``app.for_store(name)``). On an App of several stores without ``queue`` the
+        event is written to every store (each in a transaction of its own; the default
+        store's id is returned); ``connection=`` then needs ``queue``."""
         app: App = self
         key = check_event_key(key)
         payload_json = encode_event_payload(app, key, payload)
-
-        def emit(conn: psycopg.Connection[Any]) -> int:
-            return int(app.queries.emit_event(conn, key=key, payload_json=payload_json)["id"])
-
-        def emit_in_transaction(conn: psycopg.Connection[Any]) -> int:
-            # The key's lock lasts to the end of the transaction: an autocommit connection
-            # gets one of its own.
-            with conn.transaction():
-                return emit(conn)
-
-        if connection is not None and not connection.autocommit:
-            return emit(connection)  # in the caller's transaction, which it commits or not
+        owners = event_stores(app, queue, connection is not None)
         if connection is not None:
-            return emit_in_transaction(connection)
-        return app.database.run(emit_in_transaction)
+            owner = owners[0]
+            if not app.store_router.single:
+                app.store_router.check_connection(connection, owner.store_name, queue or "-")
+            if not connection.autocommit:  # the caller's transaction, which it commits or not
+                return _emit(owner, connection, key, payload_json)
+            with connection.transaction():  # the key's lock lasts to the end of one
+                return _emit(owner, connection, key, payload_json)
+        ids: list[int] = []
+        for owner in owners:
+            ids.append(
+                owner.database.run(partial(_emit_alone, owner, key=key, payload=payload_json))
+            )
+        return ids[0]
 
-    async def aemit_event(self: Any, key: str, payload: Any = None) -> int:
-        """:meth:`emit_event` from an asyncio program (in a transaction of its own, on a
-        thread; an ``AsyncConnection``'s transaction is not supported)."""
-        return int(await asyncio.to_thread(self.emit_event, key, payload))
+    async def aemit_event(
+        self: Any,
+        key: str,
+        payload: Any = None,
+        *,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+        queue: str | None = None,
+    ) -> int:
+        """:meth:`emit_event` for asyncio programs: with ``connection`` (an
+        ``AsyncConnection``) in its transaction, else in one of its own per store."""
+        app: App = self
+        key = check_event_key(key)
+        payload_json = encode_event_payload(app, key, payload)
+        owners = event_stores(app, queue, connection is not None)
+
+        async def emit(owner: App, conn: psycopg.AsyncConnection[Any]) -> int:
+            if not conn.autocommit:
+                row = await owner.queries.aemit_event(conn, key=key, payload_json=payload_json)
+                return int(row["id"])
+            async with conn.transaction():
+                row = await owner.queries.aemit_event(conn, key=key, payload_json=payload_json)
+                return int(row["id"])
+
+        if connection is not None:
+            owner = owners[0]
+            if not app.store_router.single:
+                await app.store_router.acheck_connection(connection, owner.store_name, queue or "-")
+            return await emit(owner, connection)
+        ids = []
+        for owner in owners:
+            ids.append(await owner.database.arun(partial(emit, owner)))
+        return ids[0]
 
     def get_job_steps(self: Any, job_id: int) -> list[dict[str, Any]]:
         """A job's durable steps in the order its code reached them (position, name,

@@ -86,17 +86,21 @@ def meta_with_expiry(
     *,
     max_bytes: int,
     relative: float | None = None,
+    reserved: Mapping[str, Any] | None = None,
 ) -> str | None:
     """The job's meta as JSON text, with the deadline under its reserved key (and, for a
     relative one, its seconds, which the insert turns into the deadline on the database's
-    clock); the caller's keys are checked as any meta's are (no ``pgtasks.`` key)."""
+    clock) and the other ``reserved`` entries (fair and sequence keys); the caller's keys
+    are checked as any meta's are (no ``pgtasks.`` key)."""
     encoded = encode_meta("meta", meta, max_bytes=max_bytes)
-    if deadline is None:
+    if deadline is None and not reserved:
         return encoded
     values = json.loads(encoded) if encoded is not None else {}
-    values[EXPIRES_KEY] = deadline
-    if relative is not None:
-        values[EXPIRES_IN_KEY] = relative
+    if deadline is not None:
+        values[EXPIRES_KEY] = deadline
+        if relative is not None:
+            values[EXPIRES_IN_KEY] = relative
+    values.update(reserved or {})
     return encode_meta("meta", values, max_bytes=max_bytes, internal=True)
 
 
@@ -122,7 +126,15 @@ def enqueue_linked(
 
     unsupported = [
         name
-        for name in ("idempotency_key", "unique_while", "unique_for", "debounce")
+        for name in (
+            "idempotency_key",
+            "unique_while",
+            "unique_for",
+            "fair_key",
+            "sequence_key",
+            "sequence_on_failure",
+            "debounce",
+        )
         if call.get(name) is not None
     ]
     if unsupported:

@@ -61,6 +61,8 @@ class AppSettings:
     prune_failed_after: float | None = 7 * 86400.0
     prune_interval: float = 60.0
     heal_interval: float = 30.0
+    #: Seconds a due job waits per level its priority rises in the claim (None: no aging).
+    priority_aging: float | None = None
     eager: bool = False
     layout: StoreLayout | None = None
     #: The store an App of one of its stores serves (app.for_store(name)); None: all.
@@ -88,6 +90,8 @@ class AppSettings:
                 raise ConfigurationError(f"{name}= must be an int >= 1024, got {cap!r}")
         for name in _INTERVALS:
             self._set(name, positive_seconds(f"{name}=", getattr(self, name)))
+        if self.priority_aging is not None:
+            self._set("priority_aging", positive_seconds("priority_aging=", self.priority_aging))
         for name in ("prune_done_after", "prune_failed_after"):
             self._set(name, retention_seconds(name, getattr(self, name)))
         if self.heartbeat_interval >= self.lease_timeout:

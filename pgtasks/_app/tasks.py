@@ -33,6 +33,7 @@ from .._validation import (
 )
 from .debounce import Debounce, DebounceKey, check_debounce, debounced_spec, task_debounce
 from .handle import JobHandle
+from .keyed import KeyedOptions, KeySource, SequenceOnFailure
 from .limits import TaskLimits, job_limits
 from .links import Expires, enqueue_linked, expires_at, meta_with_expiry, relative_expiry
 from .task_checks import (
@@ -116,6 +117,12 @@ class TaskSettings(TypedDict, total=False):
     debounce_max: timedelta | None
     #: Batch execution: the function takes a list of BatchJob (docs/howto/flow-control.md).
     batch: Batch | None
+    #: Claims take turns across keys (a str, int or function of the arguments giving one).
+    fair_key: KeySource | None
+    #: Jobs of one key run one at a time, in enqueue order (docs/howto/flow-control.md).
+    sequence_key: KeySource | None
+    #: After a failed job of a sequence: "hold" (default), "continue" or "cancel".
+    sequence_on_failure: SequenceOnFailure
 
 
 class TaskOptions(TaskSettings, total=False):
@@ -193,6 +200,7 @@ class Task(Generic[P, R]):
         self.uniqueness: Uniqueness | None = task_uniqueness(self.name, options)
         self.debounce: Debounce | None = task_debounce(self.name, options)
         self.batch: Batch | None = check_batch(self, options.get("batch"))
+        self.keyed = KeyedOptions.from_options(self.name, options)
         # A batch task's jobs take any JSON arguments: its function takes their list.
         self.signature = ANY_ARGUMENTS if self.batch else inspect.signature(function)
         parameters = list(self.signature.parameters.values())
@@ -298,6 +306,9 @@ class Task(Generic[P, R]):
         tick_key: str | None = None,
         expires: Expires | None = None,
         debounce: Debounce | None = None,
+        fair_key: KeySource | None = None,
+        sequence_key: KeySource | None = None,
+        sequence_on_failure: SequenceOnFailure | None = None,
     ) -> JobSpec:
         """Validate and encode one job; raises before anything is written.
 
@@ -319,6 +330,7 @@ class Task(Generic[P, R]):
             refuse_limited_batch(self, limit_groups)
         else:
             limit_groups, limit_key = None, None
+        keyed = self.keyed.meta(args, kwargs, fair_key, sequence_key, sequence_on_failure)
         spec = new_job_spec(
             task_name=self.name,
             queue=queue,
@@ -332,7 +344,7 @@ class Task(Generic[P, R]):
             delay_seconds=delay,
             idempotency_key=idempotency_key,
             # None (nothing sent) for no meta or an empty one.
-            meta_json=self._meta_json(meta, expires),
+            meta_json=self._meta_json(meta, expires, keyed),
             limit_groups=None if limit_groups is None else tuple(limit_groups),
             limit_key=limit_key,
         )
@@ -364,16 +376,20 @@ class Task(Generic[P, R]):
             tick_key=tick_key,
         )
 
-    def _meta_json(self, meta: Mapping[str, Any] | None, expires: Expires | None) -> str | None:
-        """The job's meta as JSON text, with its start deadline when it has one."""
+    def _meta_json(
+        self,
+        meta: Mapping[str, Any] | None,
+        expires: Expires | None,
+        reserved: Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """The job's meta as JSON text, with its start deadline and fair/sequence keys."""
         chosen = expires if expires is not None else self.expires
-        deadline = expires_at(chosen)
-        if deadline is None:
-            if meta is None:
-                return None
-            return encode_meta("meta", meta, max_bytes=self.app.max_payload_bytes)
         return meta_with_expiry(
-            meta, deadline, max_bytes=self.app.max_payload_bytes, relative=relative_expiry(chosen)
+            meta,
+            expires_at(chosen),
+            max_bytes=self.app.max_payload_bytes,
+            relative=relative_expiry(chosen),
+            reserved=reserved,
         )
 
     @staticmethod
@@ -401,6 +417,7 @@ class Task(Generic[P, R]):
         if (
             self.limits is not None
             or self.uniqueness is not None
+            or self.keyed.declared
             or self.app.queue_limits.get(self.queue) is not None
         ):
             specs = [self.build_spec(*arguments_of(item)) for item in items]
@@ -466,6 +483,9 @@ class Task(Generic[P, R]):
         debounce_max: timedelta | None = None,
         link: Signature | Sequence[Signature] | None = None,
         link_error: Signature | None = None,
+        fair_key: KeySource | None = None,
+        sequence_key: KeySource | None = None,
+        sequence_on_failure: SequenceOnFailure | None = None,
     ) -> JobHandle[R]:
         """Enqueue with every option; with ``connection=`` the row joins its transaction.
 
@@ -494,6 +514,9 @@ class Task(Generic[P, R]):
             unique_for=unique_for,
             expires=expires,
             debounce=check_debounce(debounce, debounce_key, debounce_max, ValueError),
+            fair_key=fair_key,
+            sequence_key=sequence_key,
+            sequence_on_failure=sequence_on_failure,
         )
         return self.app.enqueue(spec, connection=connection)
 
@@ -539,6 +562,9 @@ class Task(Generic[P, R]):
         debounce: timedelta | None = None,
         debounce_key: DebounceKey | None = None,
         debounce_max: timedelta | None = None,
+        fair_key: KeySource | None = None,
+        sequence_key: KeySource | None = None,
+        sequence_on_failure: SequenceOnFailure | None = None,
     ) -> JobHandle[R]:
         spec = self.build_spec(
             args,
@@ -554,6 +580,9 @@ class Task(Generic[P, R]):
             unique_for=unique_for,
             expires=expires,
             debounce=check_debounce(debounce, debounce_key, debounce_max, ValueError),
+            fair_key=fair_key,
+            sequence_key=sequence_key,
+            sequence_on_failure=sequence_on_failure,
         )
         return await self.app.aenqueue(spec, connection=connection)
 
@@ -565,24 +594,3 @@ class Task(Generic[P, R]):
         meta: Mapping[str, Any] | None = None,
     ) -> list[JobHandle[R]]:
         return await self.app.aenqueue_many(self._many_specs(items, meta), connection=connection)
-
-
-def register_task(
-    app: App, function: Callable[..., Any], *, bind: bool, options: dict[str, Any]
-) -> Task[Any, Any]:
-    """Make ``function`` a task of ``app`` (``@app.task``); a second task of one name is
-    a TaskRegistrationError."""
-    if isinstance(function, Task):
-        raise TaskRegistrationError(f"{function!r} is already a task")
-    task: Task[Any, Any] = Task(app, function, bind=bind, **options)
-    with app._lock:
-        for name in (task.name, *task.aliases):
-            if name in app.tasks:
-                raise TaskRegistrationError(
-                    f"a task named {name!r} is already registered; pass name= to"
-                    " register another function under a different name"
-                )
-        app.tasks[task.name] = task
-        for alias in task.aliases:  # a worker claims and runs the jobs of its old names
-            app.tasks[alias] = task
-    return task

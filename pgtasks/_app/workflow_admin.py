@@ -76,19 +76,26 @@ def list_workflows(
     before: int | None = None,
     limit: int = 50,
     run: Runner[Any] | None = None,
+    steps_cap: int | None = None,
 ) -> list[WorkflowSummary]:
     """Workflows newest first: all, those in one state (``WORKFLOW_STATES``), the one
     with id ``workflow_id`` (a search), those with ids below ``before`` (the next page).
     Of ``app``'s store (an App of several stores: its default one), or of the store that
     issued ``workflow_id``; with ``run``, of the store its connections are (the caller's
-    store: a dashboard's)."""
+    store: a dashboard's). ``steps_cap``: count at most that many jobs of each workflow,
+    plus one (None: all; see the store's list_workflows)."""
     if status is not None and status not in WORKFLOW_STATES:
         raise ValueError(f"status: {status!r} is not one of {', '.join(WORKFLOW_STATES)}")
     if workflow_id is not None and run is None:
         app = for_id(app, workflow_id)
     rows: list[dict[str, Any]] = (run or app.database.run)(
         lambda conn: app.queries.list_workflows(
-            conn, status=status, workflow_id=workflow_id, before=before, limit=limit
+            conn,
+            status=status,
+            workflow_id=workflow_id,
+            before=before,
+            limit=limit,
+            steps_cap=steps_cap,
         )
     )
     return [WorkflowSummary.from_row(row) for row in rows]

@@ -13,6 +13,9 @@ from .._payload import encode_arguments
 from .._validation import validate_max_attempts, validate_priority, validate_queue
 from .limits import job_limits
 
+#: The keyword names of arguments without keywords.
+_NO_NAMES: frozenset[str] = frozenset()
+
 if TYPE_CHECKING:
     from .app import App
     from .workflows import Signature
@@ -26,13 +29,21 @@ def encode_step(app: App, signature: Signature, receives_input: int, label: str)
         raise WorkflowError(f"task {task.name!r} of {signature!r} is not registered with this app")
     # A step that receives an input gets it as its first positional argument.
     placeholder = (None,) * int(receives_input)
-    try:
-        task.signature.bind(*placeholder, *signature.args, **signature.kwargs)
-    except TypeError as error:
-        received = " (after the input it receives first)" if receives_input else ""
-        raise WorkflowError(
-            f"arguments of {label} {signature!r}{received} do not match task {task.name!r}: {error}"
-        ) from None
+    # Whether arguments bind depends only on their count and keyword names: each shape is
+    # checked once per task (a group repeats one shape a million times), as enqueues do.
+    kwargs = signature.kwargs
+    shape = (len(placeholder) + len(signature.args), frozenset(kwargs) if kwargs else _NO_NAMES)
+    if shape not in task._valid_shapes:
+        try:
+            task.signature.bind(*placeholder, *signature.args, **kwargs)
+        except TypeError as error:
+            received = " (after the input it receives first)" if receives_input else ""
+            raise WorkflowError(
+                f"arguments of {label} {signature!r}{received} do not match task"
+                f" {task.name!r}: {error}"
+            ) from None
+        if len(task._valid_shapes) < 1024:
+            task._valid_shapes.add(shape)
     args_json, kwargs_json = encode_arguments(
         task.name,
         signature.args,

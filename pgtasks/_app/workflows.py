@@ -431,7 +431,9 @@ class _Prepared:
     shape: str
 
     def handle(self, workflow_id: int, ids: Sequence[int]) -> WorkflowResult:
-        terminals = [JobHandle[Any](self.app, ids[index]) for index in self.plan.terminals]
+        # JobHandle, not JobHandle[Any]: a subscripted class costs a typing call per handle.
+        app = self.app
+        terminals: list[JobHandle[Any]] = [JobHandle(app, ids[i]) for i in self.plan.terminals]
         handle_type = GroupResult if self.plan.terminal_kind == "list" else WorkflowResult
         result = handle_type(self.app, workflow_id, terminals, kind=self.kind)
         result.job_ids = list(ids)

@@ -37,9 +37,10 @@ from .._app.loading import load_app
 from .._app.tasks import Task
 from .._errors import ConfigurationError, SoftTimeLimitExceeded
 from .._instrumentation import AttemptTrace, outcome_name, start_attempt_trace
+from .._jobs import JobContext
 from .._retry import Outcome
 from .outcomes import outcome_of_return, unknown_task_outcome
-from .steps import attempt_context, ending_of_error
+from .steps import attempt_arguments, attempt_context, ending_of_error, settled
 
 #: Seconds between checks that the parent is still alive.
 PARENT_CHECK_INTERVAL = 1.0
@@ -263,18 +264,28 @@ def run_job(
         return unknown_task_outcome(message.task_name, app)
     # The child writes meta and checkpoints itself, on a connection of its own (opened on
     # first use), fenced by the lease like the worker's writes: the parent is not involved.
-    context = attempt_context(task, message, cancel_event.is_set)
-    arguments = [context, *message.args] if task.bind else list(message.args)
+    # It counts its steps and tells them with the outcome.
+    counts: dict[str, int] = {}
+    parked: list[bool] = []
+
+    def counted(name: str, amount: int) -> None:
+        counts[name] = counts.get(name, 0) + amount
+
+    def context() -> JobContext:
+        cancelled, park = cancel_event.is_set, lambda: parked.append(True)
+        return attempt_context(task, message, cancelled, None, None, counted, park)
+
+    arguments = attempt_arguments(task, message.args, context)
     trace = start_attempt_trace(app.instrumentation, message)
     if trace is None:
-        return _call(task, message, arguments, soft)
+        return settled(_call(task, message, arguments, soft), counts, bool(parked))
     # The attempt's span lives here, in the child: it ends with the outcome decided here
     # (a write the parent finds fenced out is not reflected in it).
     outcome: Outcome | None = None
     try:
         with trace.activate():
             outcome = _call(task, message, arguments, soft, trace)
-        return outcome
+        return settled(outcome, counts, bool(parked))
     finally:
         name = outcome_name(outcome) if outcome is not None else "failed"
         try:

@@ -33,7 +33,7 @@ from .. import _retry
 from .._dsn import dsn_secrets
 from .._durable import Snooze
 from .._instrumentation import start_attempt_trace
-from .._jobs import ExecutorName
+from .._jobs import ExecutorName, JobContext
 from .._leases import ClaimedJob
 from .._retry import Outcome
 from .child import JobMessage
@@ -53,7 +53,7 @@ from .outcomes import (
 from .process_pool import Ending, PoolJob, ProcessPool, start_pool
 from .running import Running, describe_async_jobs
 from .settings import ExecutorSettings
-from .steps import attempt_context, ending_of_error
+from .steps import attempt_arguments, attempt_context, ending_of_error
 from .threads import JobThreads
 from .watchdogs import SoftLimit, ThreadSoftLimits
 
@@ -78,10 +78,8 @@ class Executor:
     ) -> None:
         self.app = app
         self.settings = settings or ExecutorSettings()
-        #: Called when the lease fence refuses a meta update of a running attempt (on the
-        #: job's thread or the event loop).
-        self.on_refused = on_refused
-        self.on_counted = on_counted  # counts durable steps' checkpoints written, replayed
+        #: Told of a lease fence's refusal of a running attempt's write; of counted steps.
+        self.on_refused, self.on_counted = on_refused, on_counted
         self.concurrency = self.settings.concurrency
         self.on_finished = on_finished
         self._threads = JobThreads(self.concurrency, name="pgtasks-job")
@@ -400,6 +398,9 @@ class Executor:
         if running is None or running.task is None or ending.kind == "released":
             return  # released: the worker puts the job back itself
         outcome = attach(running.log, outcome_of_ending(running.task, running.job, ending))
+        counted = self.on_counted
+        for name, amount in outcome.counted if counted else ():  # a child's durable steps
+            counted(name, amount)  # type: ignore[misc]
         self.on_finished(running, outcome)
 
     def expire(self, running: Running) -> Outcome:
@@ -412,12 +413,13 @@ class Executor:
         return None if on_refused is None else lambda: on_refused(running)
 
     def _call_arguments(self, running: Running, task: Task[Any, Any]) -> list[Any]:
-        job = running.job
-        if not task.bind:
-            return list(job.args)
-        cancelled, refused = running.is_cancel_requested, self._refusals(running)
-        context = attempt_context(task, job, cancelled, job.claimed_at, refused, self.on_counted)
-        return [context, *job.args]
+        job, cancelled, refused = running.job, running.is_cancel_requested, self._refusals(running)
+
+        def context() -> JobContext:
+            counted, parked = self.on_counted, running.park
+            return attempt_context(task, job, cancelled, job.claimed_at, refused, counted, parked)
+
+        return attempt_arguments(task, job.args, context)
 
     def cancel(self, running: Running) -> None:
         """Ask a running attempt to stop: the flag for sync tasks, cancel() for coroutines."""

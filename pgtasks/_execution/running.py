@@ -42,6 +42,7 @@ class Running:
     _abandoned: bool = dataclasses.field(default=False, init=False, repr=False)
     _cancel_requested: bool = dataclasses.field(default=False, init=False, repr=False)
     _lease_lost: bool = dataclasses.field(default=False, init=False, repr=False)
+    _parked: bool = dataclasses.field(default=False, init=False, repr=False)
     _terminate_requested: bool = dataclasses.field(default=False, init=False, repr=False)
 
     @property
@@ -90,6 +91,16 @@ class Running:
         first = not self._lease_lost
         self._lease_lost = True
         return first
+
+    @property
+    def parked(self) -> bool:
+        """The attempt parked its job (a durable sleep or wait): whatever its code does
+        next, the worker writes nothing more for it (the job may already run again, under
+        the same worker and attempt number)."""
+        return self._parked
+
+    def park(self) -> None:
+        self._parked = True
 
 
 def describe_async_jobs(candidates: list[Running], current: asyncio.Task[object] | None) -> str:

@@ -24,21 +24,27 @@ from .. import _retry
 from .._app import routing
 from .._counters import STEPS_CHECKPOINTED, STEPS_REPLAYED
 from .._durable import (
+    CURRENT,
+    CurrentContext,
     EventTimeout,
     Parked,
     Snooze,
+    StepCall,
     StepError,
     StepFailed,
     StepMismatchError,
     check_step_name,
+    step_functions,
 )
 from .._errors import LeaseLostError
 from .._jobs import JobContext
 from .._payload import encode_result
 from .._retry import Discard, Outcome
+from .._store.durable import StepRecord
 from .._text import storable, truncate
 from .meta import meta_writer
 from .outcomes import outcome_of_error, policy_of
+from .step_transactions import StepTransactions
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -63,12 +69,27 @@ class Checkpoint:
     error: str | None
 
 
+@dataclasses.dataclass
+class _Step:
+    """A step reached by the code: its checkpoint, or how its run goes."""
+
+    name: str
+    occurrence: int
+    position: int
+    checkpoint: Checkpoint | None
+    started: float
+    tries: int = 0
+
+    def token(self, job_id: int) -> str:
+        return f"pgtasks:{job_id}:{self.name}:{self.occurrence}"
+
+
 def _ordinal(number: int) -> str:
     suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10)
     return f"{number}{suffix or 'th'}"
 
 
-class DurableRun:
+class DurableRun(StepTransactions):
     """One attempt's durable calls (pgtasks._durable.DurableEngine). Made per attempt at
     no cost: nothing is read until the code reaches its first durable call."""
 
@@ -80,8 +101,10 @@ class DurableRun:
         claimed_at: datetime | None = None,
         on_refused: Callable[[], None] | None = None,
         on_counted: Callable[[str, int], None] | None = None,
+        on_parked: Callable[[], None] | None = None,
     ) -> None:
         self._task = task
+        self._on_parked = on_parked
         self._attempt = attempt
         self._claimed_at = claimed_at
         self._on_refused = on_refused
@@ -177,7 +200,7 @@ class DurableRun:
         self._position = position + 1
         return occurrence, position, checkpoint
 
-    def _record(
+    def _checkpoint(
         self,
         name: str,
         occurrence: int,
@@ -186,28 +209,34 @@ class DurableRun:
         result_json: str | None,
         error: str | None,
         seconds: float,
-        conn: Any = None,
-    ) -> None:
-        owner = self._owner()
+    ) -> StepRecord:
+        attempt = self._attempt
+        return StepRecord(
+            attempt.job_id,
+            attempt.worker_id,
+            attempt.attempt,
+            name,
+            occurrence,
+            position,
+            status,
+            result_json,
+            error,
+            seconds,
+        )
 
-        def write(connection: Any) -> dict[str, Any]:
-            return owner.queries.record_job_step(
-                connection,
-                **self._lease(),
-                name=name,
-                occurrence=occurrence,
-                position=position,
-                status=status,
-                result_json=result_json,
-                error=error,
-                seconds=seconds,
-            )
-
-        row = write(conn) if conn is not None else owner.database.run(write)
+    def _recorded(self, step: StepRecord, row: dict[str, Any]) -> None:
         if not row["held"]:
-            raise self._refused(f"the checkpoint of step {name!r}")
+            raise self._refused(f"the checkpoint of step {step.name!r}")
         if row["written"]:
             self._count(STEPS_CHECKPOINTED)
+
+    def _record(self, *fields: Any, conn: Any = None) -> None:
+        """Write a checkpoint (in ``conn``'s transaction, the step's, or one of its own)."""
+        step = self._checkpoint(*fields)
+        if conn is not None:
+            self._recorded(step, self._owner().queries.record_job_step(conn, step))
+        else:
+            self._recorded(step, self._write_checkpoint(step))
 
     def _replay(self, checkpoint: Checkpoint) -> Any:
         self._count(STEPS_REPLAYED)
@@ -240,150 +269,106 @@ class DurableRun:
             return True
         return attempt.attempt >= attempt.max_attempts
 
-    # -- steps --
+    # -- steps: one body for step() and astep(), its waits and writes done by each --
     @property
     def step_token(self) -> str | None:
         return self._token
 
-    def _begin(self, name: str) -> tuple[int, int, Checkpoint | None]:
+    def _begin(self, name: str) -> _Step:
+        """The step reached now: its checkpoint to replay, or a step to run."""
         check_step_name(name)
-        return self._next(name)
+        occurrence, position, checkpoint = self._next(name)
+        return _Step(name, occurrence, position, checkpoint, time.monotonic())
 
-    def _failed(
-        self, name: str, occurrence: int, position: int, error: Exception, took: float
-    ) -> None:
-        """After the step's last try: record a final error (the job ends), then raise."""
+    def _ran(self, step: _Step, value: Any) -> tuple[StepRecord, Any]:
+        """The checkpoint of a step that returned ``value``, and the value as replayed."""
+        result_json = self._encode(step.name, value)
+        took = time.monotonic() - step.started
+        record = self._checkpoint(
+            step.name, step.occurrence, step.position, "done", result_json, None, took
+        )
+        return record, json.loads(result_json)
+
+    def _retry_after(self, step: _Step, error: Exception, retries: int) -> float:
+        """The wait before the step's next try; else its error is recorded if final
+        (the job ends) and raised."""
+        if step.tries < retries and not isinstance(error, (Discard, LeaseLostError, StepError)):
+            step.tries += 1
+            return _retry.backoff(step.tries, policy_of(self._task))
+        self._token = None
         if isinstance(error, (StepError, LeaseLostError)) or not self._final(error):
             raise error
         text = truncate(storable(_retry.describe_error(error)), self._task.app.max_error_bytes)
-        self._record(name, occurrence, position, "failed", None, text, took)
-        raise StepFailed(f"step {name!r} failed: {type(error).__name__}: {error}", name) from error
+        took = time.monotonic() - step.started
+        self._record(step.name, step.occurrence, step.position, "failed", None, text, took)
+        raise StepFailed(
+            f"step {step.name!r} failed: {type(error).__name__}: {error}", step.name
+        ) from error
 
-    def _retry_wait(self, tries: int) -> float:
-        return _retry.backoff(tries, policy_of(self._task))
-
-    def step(
-        self,
-        name: str,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        retries: int,
-        connection: bool,
-    ) -> Any:
-        occurrence, position, checkpoint = self._begin(name)
-        if checkpoint is not None:
-            return self._replay(checkpoint)
-        started = time.monotonic()
-        tries = 0
-        self._token = f"pgtasks:{self._attempt.job_id}:{name}:{occurrence}"
+    def step(self, request: StepCall) -> Any:
+        name, function, args, kwargs = request.name, request.function, request.args, request.kwargs
+        step = self._begin(name)
+        if step.checkpoint is not None:
+            return self._replay(step.checkpoint)
+        call = self._with_connection(function) if request.connection else function
+        self._token = step.token(self._attempt.job_id)
         try:
             while True:
                 try:
-                    if connection:
-                        return self._in_transaction(
-                            name, occurrence, position, function, args, kwargs, started
-                        )
-                    value = function(*args, **kwargs)
-                    break
+                    record, value = self._ran(step, call(*args, **kwargs))
+                    self._recorded(record, self._write_checkpoint(record))
+                    self._end_transaction(None)
+                    return value
                 except Exception as error:
-                    if tries < retries and not isinstance(error, (Discard, LeaseLostError)):
-                        tries += 1
-                        time.sleep(self._retry_wait(tries))
-                        continue
-                    self._token = None
-                    self._failed(name, occurrence, position, error, time.monotonic() - started)
+                    self._end_transaction(error)
+                    time.sleep(self._retry_after(step, error, request.retries))
         finally:
             self._token = None
-        result_json = self._encode(name, value)
-        self._record(
-            name, occurrence, position, "done", result_json, None, time.monotonic() - started
-        )
-        return json.loads(result_json)
+            if self._tx is not None:
+                self._end_transaction(StepError(f"step {name!r} did not end"))
 
-    def _in_transaction(
-        self,
-        name: str,
-        occurrence: int,
-        position: int,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        started: float,
-    ) -> Any:
-        """The step's function and its checkpoint in one transaction: exactly once."""
-        owner = self._owner()
-
-        def run(conn: Any) -> Any:
-            with conn.transaction():
-                if owner.queries.hold_job(conn, **self._lease()) is None:
-                    raise self._refused(f"step {name!r}")
-                value = function(conn, *args, **kwargs)
-                result_json = self._encode(name, value)
-                self._record(
-                    name,
-                    occurrence,
-                    position,
-                    "done",
-                    result_json,
-                    None,
-                    time.monotonic() - started,
-                    conn,
-                )
-            return json.loads(result_json)
-
-        return owner.database.run(run)
-
-    async def astep(
-        self,
-        name: str,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        retries: int,
-        connection: bool,
-    ) -> Any:
-        if connection or not inspect.iscoroutinefunction(function):
-            return await asyncio.to_thread(
-                self.step, name, function, args, kwargs, retries=retries, connection=connection
-            )
-        occurrence, position, checkpoint = await asyncio.to_thread(self._begin, name)
-        if checkpoint is not None:
-            return self._replay(checkpoint)
-        started = time.monotonic()
-        tries = 0
-        self._token = f"pgtasks:{self._attempt.job_id}:{name}:{occurrence}"
+    async def astep(self, request: StepCall) -> Any:
+        name, function, args, kwargs = request.name, request.function, request.args, request.kwargs
+        if not inspect.iscoroutinefunction(function):  # a sync function: on a thread
+            return await asyncio.to_thread(self.step, request)
+        step = await asyncio.to_thread(self._begin, name)
+        if step.checkpoint is not None:
+            return self._replay(step.checkpoint)
+        call = self._with_aconnection(function) if request.connection else function
+        self._token = step.token(self._attempt.job_id)
         try:
             while True:
                 try:
-                    value = await function(*args, **kwargs)
-                    break
+                    record, value = self._ran(step, await call(*args, **kwargs))
+                    row = await self._awrite_checkpoint(record)
+                    if row is None:  # no async transaction: a write of its own, on a thread
+                        row = await asyncio.to_thread(self._write_checkpoint, record)
+                    self._recorded(record, row)
+                    await self._aend_transaction(None)
+                    return value
                 except Exception as error:
-                    if tries < retries and not isinstance(error, (Discard, LeaseLostError)):
-                        tries += 1
-                        await asyncio.sleep(self._retry_wait(tries))
-                        continue
-                    self._token = None
-                    took = time.monotonic() - started
-                    await asyncio.to_thread(self._failed, name, occurrence, position, error, took)
+                    await self._aend_transaction(error)
+                    wait = await asyncio.to_thread(self._retry_after, step, error, request.retries)
+                    await asyncio.sleep(wait)
         finally:
             self._token = None
-        result_json = self._encode(name, value)
-        took = time.monotonic() - started
-        await asyncio.to_thread(
-            self._record, name, occurrence, position, "done", result_json, None, took
-        )
-        return json.loads(result_json)
+            if self._tx is not None or self._atx is not None:
+                await self._aend_transaction(StepError(f"step {name!r} did not end"))
 
     # -- parking: sleeps, waits, snoozes --
+    @property
+    def parked(self) -> bool:
+        """This attempt parked its job."""
+        return self._parked
+
     def _park(self, row: dict[str, Any], kind: str) -> Parked:
         if not row["held"]:
             raise self._refused(f"the {kind}")
         if not row["parked"]:
             raise StepError(f"the job's cancellation was requested: its {kind} ends the attempt")
         self._parked = True
+        if self._on_parked is not None:
+            self._on_parked()
         return Parked(float(row["seconds"]), kind)
 
     def park(
@@ -463,7 +448,7 @@ class DurableRun:
                         json.dumps(result),
                         None,
                         0.0,
-                        conn,
+                        conn=conn,
                     )
                     store.end_wait(conn, self._attempt.job_id)
                     return ("event", event)
@@ -473,7 +458,14 @@ class DurableRun:
                 if started["passed"]:
                     result_json = json.dumps({"key": key})
                     self._record(
-                        EVENT_STEP, occurrence, position, "timeout", result_json, None, 0.0, conn
+                        EVENT_STEP,
+                        occurrence,
+                        position,
+                        "timeout",
+                        result_json,
+                        None,
+                        0.0,
+                        conn=conn,
                     )
                     store.end_wait(conn, self._attempt.job_id)
                     return ("timeout", None)
@@ -515,19 +507,45 @@ def attempt_context(
     claimed_at: datetime | None = None,
     on_refused: Callable[[], None] | None = None,
     on_counted: Callable[[str, int], None] | None = None,
+    on_parked: Callable[[], None] | None = None,
 ) -> JobContext:
-    """The context of a bound task's attempt: its meta writes and durable calls fenced by
-    its lease (``on_refused`` told of each refused write)."""
-    return JobContext.of_attempt(
+    """The context of an attempt: its meta writes and durable calls fenced by its lease
+    (``on_refused`` told of each refused write, ``on_parked`` of a park). Once the
+    attempt parked its job, it writes no meta (the job may be claimed again meanwhile,
+    by this worker under the same attempt number: see docs/howto/durable.md)."""
+    run = DurableRun(
+        task,
         attempt,
-        cancelled=cancelled,
-        write_meta=meta_writer(
-            task.app, attempt.job_id, attempt.worker_id, attempt.attempt, on_refused
-        ),
-        durable=DurableRun(
-            task, attempt, claimed_at=claimed_at, on_refused=on_refused, on_counted=on_counted
-        ),
+        claimed_at=claimed_at,
+        on_refused=on_refused,
+        on_counted=on_counted,
+        on_parked=on_parked,
     )
+    writer = meta_writer(task.app, attempt.job_id, attempt.worker_id, attempt.attempt, on_refused)
+
+    def write_meta(patch: dict[str, Any]) -> None:
+        if run.parked:
+            raise StepError("this attempt parked its job: it writes nothing more")
+        if writer is not None:
+            writer(patch)
+
+    return JobContext.of_attempt(attempt, cancelled=cancelled, write_meta=write_meta, durable=run)
+
+
+def attempt_arguments(
+    task: Task[Any, Any], args: list[Any], make: Callable[[], JobContext]
+) -> list[Any]:
+    """The positional arguments of an attempt's call (its context first for a bound
+    task), its context made current (CURRENT, for ``@app.step`` functions; an unbound
+    task's is made on its first use). Called in the thread or asyncio task that runs
+    the attempt: each attempt sets it there, so it is never another's."""
+    if task.bind:
+        context = make()
+        CURRENT.set(CurrentContext.of(context))
+        return [context, *args]
+    if step_functions[0]:  # no step function: nothing reads it
+        CURRENT.set(CurrentContext(make))
+    return list(args)
 
 
 def ending_of_error(
@@ -551,3 +569,13 @@ def ending_of_error(
         except Exception as failure:
             return outcome_of_error(task, attempt.attempt, attempt.max_attempts, failure)
     return outcome_of_error(task, attempt.attempt, attempt.max_attempts, error)
+
+
+def settled(outcome: Outcome, counts: dict[str, int], parked: bool) -> Outcome:
+    """A process-pool child's outcome with the counters it counted; a parked one's
+    whatever its code did after the park (the worker writes nothing for it)."""
+    if parked and outcome.kind != "parked":
+        outcome = Outcome.parked(0.0, "parked, then went on")
+    if counts:
+        outcome = dataclasses.replace(outcome, counted=tuple(counts.items()))
+    return outcome

@@ -249,7 +249,13 @@ def own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
 
 #: Claims that, run in a round trip that writes no outcome, announce themselves (see
 #: QueriesBase._announced): ``<name>_announced`` is the same claim plus one notification.
-ANNOUNCED_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_limited_jobs", "claim_limited")
+ANNOUNCED_CLAIMS = (
+    "claim_jobs",
+    "claim_jobs_after",
+    "claim_jobs_aged",
+    "claim_limited_jobs",
+    "claim_limited",
+)
 
 
 class QueriesBase:

@@ -136,6 +136,10 @@ def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
     }
     if claim.limited:
         return "claim_limited", params
+    if claim.aging is not None:
+        # Priority aging (sql/aging.sql): effective priorities, read per priority level.
+        params["aging"] = claim.aging
+        return "claim_jobs_aged", params
     after = claim.after
     if after is None:
         return "claim_jobs", params
@@ -271,6 +275,13 @@ class ClaimQueries(QueriesBase):
         previous claim took (jobs of its priority sorting before it are not read)."""
         return self._claimed(conn, "claim_jobs_after", claim, announced=announced)
 
+    def claim_jobs_aged(
+        self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
+    ) -> list[ClaimedJob]:
+        """``claim_jobs`` by effective priority (priority aging, ``claim.aging`` seconds a
+        level; sql/aging.sql)."""
+        return self._claimed(conn, "claim_jobs_aged", claim, announced=announced)
+
     def claim_limited_jobs(
         self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
     ) -> list[ClaimedJob]:
@@ -391,6 +402,8 @@ class ClaimQueries(QueriesBase):
         if claim.limited:
             jobs, report = self.claim_limited(conn, claim, announced=True)
             return RoundTrip({}, jobs, report)
+        if claim.aging is not None:
+            return RoundTrip({}, self.claim_jobs_aged(conn, claim, announced=True))
         if claim.after is None:
             return RoundTrip({}, self.claim_jobs(conn, claim, announced=True))
         return RoundTrip({}, self.claim_jobs_after(conn, claim, announced=True))

@@ -69,6 +69,19 @@ class DoctorQueries(QueriesBase):
         }
         return self._rows(conn, "get_deep_payloads", params)
 
+    def get_deep_history_payloads(
+        self, conn: psycopg.Connection[Any], *, depth: int, decode_depth: int, scan: int
+    ) -> list[Row]:
+        """get_deep_payloads of jobs_history, reading its newest ``scan`` rows only (each
+        row found also carries ``scanned``: how many rows were read)."""
+        params = {
+            "depth": depth,
+            "past": _deeper_than(depth),
+            "undecodable": _deeper_than(decode_depth),
+            "scan": scan,
+        }
+        return self._rows(conn, "get_deep_history_payloads", params)
+
     def get_main_module_jobs(self, conn: psycopg.Connection[Any]) -> list[Row]:
         return self._rows(conn, "get_main_module_jobs", None)
 

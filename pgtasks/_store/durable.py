@@ -4,6 +4,7 @@ its lease: the job's row is locked under the finish's condition."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,33 @@ ADVISORY_LOCK_CLASS_EVENTS = 0x70677465
 
 def _lease(job_id: int, worker_id: int, attempt: int) -> dict[str, Any]:
     return {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+    """One checkpoint to write under a lease (job_id, worker_id, attempt)."""
+
+    job_id: int
+    worker_id: int
+    attempt: int
+    name: str
+    occurrence: int
+    position: int
+    status: str
+    result_json: str | None
+    error: str | None
+    seconds: float
+
+    def params(self) -> dict[str, Any]:
+        return _lease(self.job_id, self.worker_id, self.attempt) | {
+            "name": self.name,
+            "occurrence": self.occurrence,
+            "position": self.position,
+            "status": self.status,
+            "result": self.result_json,
+            "error": self.error,
+            "seconds": max(0.0, self.seconds),
+        }
 
 
 class DurableQueries(QueriesBase):
@@ -33,32 +61,20 @@ class DurableQueries(QueriesBase):
         rows = self._rows(conn, "hold_job", _lease(job_id, worker_id, attempt))
         return rows[0] if rows else None
 
-    def record_job_step(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        job_id: int,
-        worker_id: int,
-        attempt: int,
-        name: str,
-        occurrence: int,
-        position: int,
-        status: str,
-        result_json: str | None,
-        error: str | None,
-        seconds: float,
-    ) -> Row:
+    async def ahold_job(
+        self, conn: psycopg.AsyncConnection[Any], *, job_id: int, worker_id: int, attempt: int
+    ) -> Row | None:
+        """:meth:`hold_job` on an async connection."""
+        rows = await self._arows(conn, "hold_job", _lease(job_id, worker_id, attempt))
+        return rows[0] if rows else None
+
+    def record_job_step(self, conn: psycopg.Connection[Any], step: StepRecord) -> Row:
         """Write one checkpoint, fenced: ``held`` (the lease held), ``written``."""
-        params = _lease(job_id, worker_id, attempt) | {
-            "name": name,
-            "occurrence": occurrence,
-            "position": position,
-            "status": status,
-            "result": result_json,
-            "error": error,
-            "seconds": max(0.0, seconds),
-        }
-        return self._rows(conn, "record_job_step", params)[0]
+        return self._rows(conn, "record_job_step", step.params())[0]
+
+    async def arecord_job_step(self, conn: psycopg.AsyncConnection[Any], step: StepRecord) -> Row:
+        """:meth:`record_job_step` on an async connection."""
+        return (await self._arows(conn, "record_job_step", step.params()))[0]
 
     def park_job(
         self,
@@ -94,6 +110,10 @@ class DurableQueries(QueriesBase):
     def lock_event_key(self, conn: psycopg.Connection[Any], key: str) -> None:
         self._rows(conn, "lock_event_key", {"lock_class": ADVISORY_LOCK_CLASS_EVENTS, "key": key})
 
+    async def alock_event_key(self, conn: psycopg.AsyncConnection[Any], key: str) -> None:
+        params = {"lock_class": ADVISORY_LOCK_CLASS_EVENTS, "key": key}
+        await self._arows(conn, "lock_event_key", params)
+
     def find_event(self, conn: psycopg.Connection[Any], *, key: str, after_id: int) -> Row | None:
         rows = self._rows(conn, "find_event", {"key": key, "after_id": after_id})
         return rows[0] if rows else None
@@ -119,6 +139,13 @@ class DurableQueries(QueriesBase):
         self.lock_event_key(conn, key)
         return self._rows(conn, "emit_event", {"key": key, "payload": payload_json})[0]
 
+    async def aemit_event(
+        self, conn: psycopg.AsyncConnection[Any], *, key: str, payload_json: str
+    ) -> Row:
+        """:meth:`emit_event` on an async connection."""
+        await self.alock_event_key(conn, key)
+        return (await self._arows(conn, "emit_event", {"key": key, "payload": payload_json}))[0]
+
     def wake_event_waiters(self, conn: psycopg.Connection[Any]) -> list[Row]:
         return self._rows(conn, "wake_event_waiters", None)
 
@@ -136,6 +163,10 @@ class DurableQueries(QueriesBase):
     ) -> int:
         params = {"source_id": source_id, "job_id": job_id, "before": before}
         return int(self._rows(conn, "copy_job_steps", params)[0]["copied"])
+
+    def restore_job_steps(self, conn: psycopg.Connection[Any], job_id: int) -> int:
+        """A retried job's checkpoints back from its meta, before its first failed step."""
+        return int(self._rows(conn, "restore_job_steps", {"job_id": job_id})[0]["copied"])
 
     def count_parked_jobs(self, conn: psycopg.Connection[Any]) -> list[Row]:
         return self._rows(conn, "count_parked_jobs", None)

@@ -57,7 +57,7 @@ _RETRIED = (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected)
 
 
 def head_version() -> int:
-    return len(load_migrations())
+    return load_migrations()[-1].version
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,11 +27,13 @@ from .base import ADVISORY_LOCK_CLASS_MIGRATE as ADVISORY_LOCK_CLASS_MIGRATE
 from .base import QueriesBase, Row
 from .base import notification_channel as notification_channel
 from .claims import ClaimQueries
+from .controls import ControlQueries
 from .doctor import DoctorQueries
 from .durable import DurableQueries
 from .history import HistoryQueries
 from .identity import IdentityQueries
 from .inserts import InsertQueries
+from .keyed import KeyedQueries
 from .metrics import MetricsQueries
 from .migrations import MigrationQueries
 from .operations import OperationsQueries
@@ -43,6 +45,8 @@ from .workflows import WorkflowQueries
 class Queries(
     InsertQueries,
     ClaimQueries,
+    ControlQueries,
+    KeyedQueries,
     DoctorQueries,
     DurableQueries,
     HistoryQueries,

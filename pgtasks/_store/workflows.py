@@ -4,18 +4,75 @@ query."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import PipelineStatus
 
 from .._jobs import StepJob
 from .base import QueriesBase, Row, T
+from .inserts import COPY_MIN_JOBS
+from .params import COPY_CHUNK_ROWS, _copy_field
 
 #: First key of the healer lock (a session lock on the healing worker's connection): "pgth".
 ADVISORY_LOCK_CLASS_HEAL = 0x70677468
+
+
+def _ids(joined: str | None) -> list[int]:
+    """The ids reserve_job_ids joined by commas (None: none asked for)."""
+    return [int(text) for text in joined.split(",")] if joined else []
+
+
+def _copyable(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], steps: Sequence[StepJob]
+) -> bool:
+    """Whether a workflow's jobs go by COPY (copy_workflow_jobs): enough of them, none
+    with limits (a column COPY does not write), the connection not in pipeline mode."""
+    return (
+        len(steps) >= COPY_MIN_JOBS
+        and conn.pgconn.pipeline_status == PipelineStatus.OFF
+        and all(step.spec.limit_groups is None and step.spec.limit_key is None for step in steps)
+    )
+
+
+def _copy_rows(
+    workflow_id: int, ids: Sequence[int], steps: Sequence[StepJob], rows: int = COPY_CHUNK_ROWS
+) -> Iterator[str]:
+    """The rows of copy_workflow_jobs (COPY's text format, its column order), as
+    insert_workflow_jobs writes them, in pieces of ``rows`` lines."""
+    if len(ids) != len(steps):
+        raise ValueError(f"{len(steps)} workflow steps need as many ids, got {len(ids)}")
+    shared: dict[tuple[str, str, int, int, str | None], tuple[str, str]] = {}
+    lines: list[str] = []
+    for job_id, step in zip(ids, steps, strict=True):
+        spec = step.spec
+        key = (spec.task_name, spec.queue, spec.priority, spec.max_attempts, step.input_mode)
+        found = shared.get(key)
+        if found is None:
+            found = shared[key] = (
+                f"{_copy_field(spec.task_name)}\t{_copy_field(spec.queue)}"
+                f"\t{spec.priority:d}\t{spec.max_attempts:d}",
+                "\\N" if step.input_mode is None else _copy_field(step.input_mode),
+            )
+        fields, mode = found
+        args, kwargs, meta = spec.args_json, spec.kwargs_json, spec.meta_json
+        following = "{" + ",".join([str(ids[i]) for i in step.next]) + "}" if step.next else "\\N"
+        previous = "{" + ",".join([str(ids[i]) for i in step.prev]) + "}" if step.prev else "\\N"
+        lines.append(
+            f"{job_id:d}\t{args if args == '[]' else _copy_field(args)}"
+            f"\t{kwargs if kwargs == '{}' else _copy_field(kwargs)}"
+            f"\t{'{}' if meta is None else _copy_field(meta)}\t{fields}"
+            f"\t{'waiting' if step.prev else 'pending'}\t{workflow_id:d}"
+            f"\t{_copy_field(step.step)}\t{following}\t{previous}\t{len(step.prev):d}\t{mode}\n"
+        )
+        if len(lines) >= rows:
+            yield "".join(lines)
+            lines = []
+    if lines:
+        yield "".join(lines)
 
 
 class WorkflowQueries(QueriesBase):
@@ -48,19 +105,20 @@ class WorkflowQueries(QueriesBase):
 
     def reserve_job_ids(self, conn: psycopg.Connection[Any], count: int) -> list[int]:
         """``count`` new job ids (in increasing order)."""
-        rows = self._rows(conn, "reserve_job_ids", self._reserve_params(count))
-        return sorted(int(row["id"]) for row in rows)
+        rows = self._rows(conn, "reserve_job_ids", self._reserve_params(count), tuples=True)
+        return _ids(rows[0][0])
 
     async def areserve_job_ids(self, conn: psycopg.AsyncConnection[Any], count: int) -> list[int]:
-        rows = await self._arows(conn, "reserve_job_ids", self._reserve_params(count))
-        return sorted(int(row["id"]) for row in rows)
+        rows = await self._arows(conn, "reserve_job_ids", self._reserve_params(count), tuples=True)
+        return _ids(rows[0][0])
 
     @staticmethod
     def _workflow_jobs_params(
         workflow_id: int, ids: Sequence[int], steps: Sequence[StepJob]
     ) -> dict[str, Any]:
-        """The parameters of insert_workflow_jobs: one array per column, the steps' links
-        (positions in ``steps``) as the ids reserved for them (``ids``, in order)."""
+        """The parameters of insert_workflow_jobs: one JSON array per column (texts the
+        client joins: nothing per job is adapted), the steps' links (positions in
+        ``steps``) as the ids reserved for them (``ids``, in order; null: none)."""
         if len(ids) != len(steps):
             raise ValueError(f"{len(steps)} workflow steps need as many ids, got {len(ids)}")
         specs = [step.spec for step in steps]
@@ -68,24 +126,23 @@ class WorkflowQueries(QueriesBase):
         limited = any(spec.limit_groups is not None for spec in specs)
         # Meta (trace context) of the steps: NULL when no step has any.
         traced = any(spec.meta_json is not None for spec in specs)
+        dumps = json.dumps
         return {
             "workflow_id": workflow_id,
-            "id": list(ids),
-            "task_name": [spec.task_name for spec in specs],
-            "queue": [spec.queue for spec in specs],
-            "priority": [spec.priority for spec in specs],
-            "max_attempts": [spec.max_attempts for spec in specs],
-            "step": [step.step for step in steps],
-            "waiting_for": [len(step.prev) for step in steps],
-            "input_mode": [step.input_mode for step in steps],
+            "id": dumps(list(ids)),
+            "task_name": dumps([spec.task_name for spec in specs]),
+            "queue": dumps([spec.queue for spec in specs]),
+            "priority": dumps([spec.priority for spec in specs]),
+            "max_attempts": dumps([spec.max_attempts for spec in specs]),
+            "step": dumps([step.step for step in steps]),
+            "waiting_for": dumps([len(step.prev) for step in steps]),
+            "input_mode": dumps([step.input_mode for step in steps]),
             "args": "[" + ",".join([spec.args_json for spec in specs]) + "]",
             "kwargs": "[" + ",".join([spec.kwargs_json for spec in specs]) + "]",
-            "next": json.dumps([[ids[index] for index in step.next] for step in steps]),
-            "prev": json.dumps([[ids[index] for index in step.prev] for step in steps]),
-            "limit_groups": (
-                json.dumps([spec.limit_groups for spec in specs]) if limited else None
-            ),
-            "limit_key": [spec.limit_key for spec in specs],
+            "next": dumps([[ids[i] for i in step.next] if step.next else None for step in steps]),
+            "prev": dumps([[ids[i] for i in step.prev] if step.prev else None for step in steps]),
+            "limit_groups": (dumps([spec.limit_groups for spec in specs]) if limited else None),
+            "limit_key": dumps([spec.limit_key for spec in specs]),
             "meta": (
                 "[" + ",".join([spec.meta_json or "{}" for spec in specs]) + "]" if traced else None
             ),
@@ -99,7 +156,11 @@ class WorkflowQueries(QueriesBase):
         ids: Sequence[int],
         steps: Sequence[StepJob],
     ) -> None:
-        """Insert a workflow's jobs (``steps``) with the ids reserved for them."""
+        """Insert a workflow's jobs (``steps``) with the ids reserved for them (by COPY
+        when there are many and none has limits)."""
+        if _copyable(conn, steps):
+            self._copy(conn, "copy_workflow_jobs", _copy_rows(workflow_id, ids, steps))
+            return
         params = self._workflow_jobs_params(workflow_id, ids, steps)
         self._rows(conn, "insert_workflow_jobs", params)
 
@@ -123,6 +184,9 @@ class WorkflowQueries(QueriesBase):
         ids: Sequence[int],
         steps: Sequence[StepJob],
     ) -> None:
+        if _copyable(conn, steps):
+            await self._acopy(conn, "copy_workflow_jobs", _copy_rows(workflow_id, ids, steps))
+            return
         params = self._workflow_jobs_params(workflow_id, ids, steps)
         await self._arows(conn, "insert_workflow_jobs", params)
 
@@ -168,28 +232,41 @@ class WorkflowQueries(QueriesBase):
         workflow_id: int | None = None,
         before: int | None = None,
         limit: int = 50,
+        steps_cap: int | None = None,
     ) -> list[Row]:
         """Workflows newest first: ``id, kind, shape, created_at, steps, steps_done,
         started_at, state, finished_at``. Running workflows are found from their partial
         index, failed and cancelled ones from their jobs of that status, done ones by
-        probing each workflow (see workflows.sql)."""
+        probing each workflow (see workflows.sql). ``steps_cap``: read at most that many
+        jobs of each workflow, plus one (None: all); a workflow with more has ``steps``
+        above the cap (the jobs read), ``steps_done`` of those, and no times."""
         params = {
             "status": status,
             "id": workflow_id,
             "before": before,
             "limit": limit,
+            "steps_cap": steps_cap,
         }
         if workflow_id is None and status == "running":
-            return self.list_running_workflows(conn, before=before, limit=limit)
+            return self.list_running_workflows(
+                conn, before=before, limit=limit, steps_cap=steps_cap
+            )
         if workflow_id is None and status in ("failed", "cancelled"):
-            return self.list_ended_workflows(conn, status=status, before=before, limit=limit)
+            return self.list_ended_workflows(
+                conn, status=status, before=before, limit=limit, steps_cap=steps_cap
+            )
         return self._rows(conn, "list_workflows", params)
 
     def list_running_workflows(
-        self, conn: psycopg.Connection[Any], *, before: int | None = None, limit: int = 50
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        before: int | None = None,
+        limit: int = 50,
+        steps_cap: int | None = None,
     ) -> list[Row]:
         """list_workflows of the running workflows, found from jobs_workflow_unfinished_idx."""
-        params = {"before": before, "limit": limit}
+        params = {"before": before, "limit": limit, "steps_cap": steps_cap}
         return self._rows(conn, "list_running_workflows", params)
 
     def list_ended_workflows(
@@ -199,10 +276,11 @@ class WorkflowQueries(QueriesBase):
         status: str,
         before: int | None = None,
         limit: int = 50,
+        steps_cap: int | None = None,
     ) -> list[Row]:
         """list_workflows of the workflows in state ``status`` ('failed' or 'cancelled'),
         found from their jobs of that status."""
-        params = {"status": status, "before": before, "limit": limit}
+        params = {"status": status, "before": before, "limit": limit, "steps_cap": steps_cap}
         return self._rows(conn, "list_ended_workflows", params)
 
     def list_workflows_scan(
@@ -213,12 +291,19 @@ class WorkflowQueries(QueriesBase):
         before: int | None = None,
         limit: int = 50,
         scan: int,
+        steps_cap: int | None = None,
     ) -> tuple[list[Row], int | None, int]:
         """The workflows in finished state ``status`` (as list_workflows) among those whose
         jobs the newest ``scan`` workflow jobs (below ``before``) are, the oldest workflow
         id reached (older ones were not searched; None: no workflow) and how many jobs
         were read (fewer than ``scan``: every older workflow was searched)."""
-        params = {"status": status, "before": before, "limit": limit, "scan": scan}
+        params = {
+            "status": status,
+            "before": before,
+            "limit": limit,
+            "scan": scan,
+            "steps_cap": steps_cap,
+        }
         rows = self._rows(conn, "list_workflows_scan", params)
         floor, scanned = rows[0]["floor"], int(rows[0]["scanned"] or 0)
         return [row for row in rows if row["id"] is not None], floor, scanned

@@ -106,6 +106,7 @@ class Exchanges:
         self.reporter = parts.reporter
         self.errors = parts.errors
         self.queues = settings.queues
+        self.aging = settings.priority_aging
         self.prefetch = prefetch
         self.tasks = tasks
         poll_interval = settings.poll_interval
@@ -222,6 +223,27 @@ class Exchanges:
         True when this worker waits for one of them (it should claim now)."""
         return self._limits.freed(names)
 
+    def limits_notified(self, payload: str, worker_id: int | None) -> bool:
+        """A notification on the limits channel (the listener's thread): True when the
+        loop should claim now. "changed:<name>": an operator changed a limit, so claims
+        ask for limited jobs from the next one on (a worker that started with none
+        stored, too); "<worker id>:<names>": slots freed by another worker."""
+        owner, _, names = payload.partition(":")
+        if owner == "changed":
+            self._limits.changed()
+            return True
+        if owner == str(worker_id):
+            return False
+        return self._limits.freed(names.split(","))
+
+    def limits_changed(self) -> None:
+        """Some limit is stored now (the poll that stands in for a missed notification)."""
+        self._limits.changed()
+
+    def limits_stored(self) -> bool:
+        """Whether claims ask for limited jobs (some limit was stored)."""
+        return self._limits.stored
+
     def limited_due(self, now: float) -> bool:
         """A rate token this worker waits for is due, or a failed limited claim is to be
         tried again: claim even if nothing else calls for it."""
@@ -314,6 +336,7 @@ class Exchanges:
             task_names=self._known_task_names(),
             after=self.cursor.claim_from(),
             limited=self._limits.asking(now),
+            aging=self.aging,
         )
 
     def run(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:

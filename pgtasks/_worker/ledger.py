@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._retry import Outcome
+
 if TYPE_CHECKING:
     from .._execution.executor import Executor
     from .._execution.running import Running
-    from .._retry import Outcome
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -84,7 +85,9 @@ class JobLedger:
                     "job %d: abandoned attempt %d returned", running.job.id, running.job.attempt
                 )
                 continue
-            if outcome.kind == "parked":
+            if outcome.kind == "parked" or running.parked:  # a parked job: nothing to write
+                if outcome.kind != "parked":  # its code went on past the park (it caught it)
+                    outcome = Outcome.parked(0.0, "parked, then went on")
                 if self._on_parked is not None:
                     self._on_parked(running, outcome)
                 continue

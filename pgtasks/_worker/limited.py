@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 
 from .._leases import LimitedClaimReport
+from .._limits import FAIR_LIMIT
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -94,9 +95,26 @@ class LimitedClaims:
         self._reset_at = time.monotonic()
         self.retry_at = 0.0
 
+    def changed(self) -> None:
+        """An operator changed, paused or reset a limit: some limit is stored now, and
+        the next claim asks for limited jobs at once (a raised limit is used without
+        waiting for a poll interval). Any thread."""
+        self.stored = True
+        if self.failures:
+            return  # a failing claim keeps its backoff
+        self._reset_at = time.monotonic()
+        self.retry_at = 0.0
+        self.wake_at = time.monotonic()
+
     def freed(self, names: Iterable[str]) -> bool:
         """A notification: slots of the limits ``names`` were freed by another worker.
         True when this worker waits for one of them (it should claim now). Any thread."""
+        names = tuple(names)
+        if not self.stored and FAIR_LIMIT in names:
+            # The first fair job of the schema stored its limit: claim fair jobs from now on.
+            self.stored = True
+            self.retry_at, self.wake_at = 0.0, time.monotonic()
+            return True
         if self.failures or not self.stored:
             return False
         now = time.monotonic()

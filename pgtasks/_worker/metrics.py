@@ -24,6 +24,10 @@ Series (``task`` and ``queue`` labels come from the job)::
     pgtasks_queue_depth{store,queue}            pending jobs that are due (sampled)
     pgtasks_queue_running_jobs{store,queue}     running jobs, all workers (sampled)
     pgtasks_queue_waiting_jobs{store,queue}     workflow steps waiting (sampled)
+    pgtasks_queue_parked_jobs{store,queue,state}
+                                                jobs parked by a durable sleep, a wait for
+                                                an event or a snooze (sampled, through
+                                                jobs_parked_idx)
     pgtasks_queue_oldest_due_age_seconds{store,queue}
                                                 wait of the oldest due job (sampled)
     pgtasks_queue_depth_sampled_timestamp_seconds{store}

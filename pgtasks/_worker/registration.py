@@ -17,6 +17,7 @@ import psycopg
 
 if TYPE_CHECKING:
     from .._store.queries import Queries
+    from .pool import PoolSize
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -35,8 +36,11 @@ class Registration:
         concurrency: int,
         lease_timeout: float,
         task_names: Callable[[], Sequence[str]] = list,
+        pool: PoolSize | None = None,
     ) -> None:
         self.queries = store
+        #: The pool's size at runtime (pool.py): bounds stored, requests read per beat.
+        self.pool = pool
         #: The tasks the worker knows when it registers (its row shows them).
         self.task_names = task_names
         self.name = name
@@ -65,6 +69,8 @@ class Registration:
         )
         with self._id_lock:
             self.worker_id = worker_id
+        if self.pool is not None:
+            self.pool.registered(self.queries, conn, worker_id)
         return worker_id
 
     def heartbeat(self, conn: psycopg.Connection[Any]) -> None:
@@ -73,6 +79,8 @@ class Registration:
         if worker_id is None or self.ended.is_set():
             return
         if self.queries.heartbeat_worker(conn, worker_id):
+            if self.pool is not None:
+                self.pool.poll(self.queries, conn, worker_id)
             return
         with self._reregister_lock:
             # The heartbeat and the rescuer both get here: only the first re-registers.

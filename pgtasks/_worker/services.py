@@ -213,6 +213,8 @@ class Rescuer(Service):
         # The poll fallback of events' wake-ups: jobs waiting for a key with an event
         # they have not seen (an emit's notification missed) are made due.
         queues.update(row["queue"] for row in store.wake_event_waiters(conn))
+        # Sequences whose turn a contended lock missed move on (they notify themselves).
+        store.sequence_sweep(conn)
         for queue_name in queues:
             store.notify_queue(conn, queue_name)
         store.notify_done(conn, [row["id"] for row in rescued if row["status"] != "pending"])
@@ -250,6 +252,9 @@ class ListenerCalls:
     paused: Callable[[frozenset[str]], None]
     poll_cancellations: Callable[[psycopg.Connection[Any]], None]
     limits_freed: Callable[[str], None] | None = None
+    #: Whether the worker claims limited jobs; while it does not, the listener looks for
+    #: a stored limit at each read of the paused queues (a missed "changed" notification).
+    limits_stored: Callable[[], bool] | None = None
 
 
 class Listener(Service):
@@ -297,6 +302,14 @@ class Listener(Service):
         rows = self.queries.get_paused_queues(conn, socket.gethostname())  # the worker's
         self.paused = frozenset(row["queue"] for row in rows)
         self.calls.paused(self.paused)
+        calls = self.calls
+        if (
+            calls.limits_stored is not None
+            and calls.limits_freed is not None
+            and not calls.limits_stored()
+            and self.queries.count_limits(conn)
+        ):
+            calls.limits_freed("changed:")  # a limit was set since the worker started
         return time.monotonic() + self.paused_refresh
 
     def _next_wait(self) -> float:

@@ -47,6 +47,11 @@ class WorkerSettings:
     heal_interval: float = 30.0
     max_error_bytes: int = 64 * 1024
     store: str | None = None
+    #: The bounds of the pool's size at runtime (pool.py; None: 1 and ``concurrency``).
+    min_concurrency: int | None = None
+    max_concurrency: int | None = None
+    #: The App's priority_aging: seconds per level a due job's priority rises (None: none).
+    priority_aging: float | None = None
 
     def __post_init__(self) -> None:
         if self.queues is not None:
@@ -72,6 +77,21 @@ class WorkerSettings:
             )
         if self.prefetch is not None:
             whole_number("prefetch=", self.prefetch, minimum=0)
+        low, high = self.pool_bounds
+        whole_number("min_concurrency=", low, minimum=1)
+        whole_number("max_concurrency=", high, minimum=1)
+        if not low <= self.concurrency <= high:
+            raise ConfigurationError(
+                f"the pool's bounds must hold its concurrency: min_concurrency={low} <="
+                f" concurrency={self.concurrency} <= max_concurrency={high}"
+            )
+
+    @property
+    def pool_bounds(self) -> tuple[int, int]:
+        """The least and most local slots a resize at runtime may give the pool."""
+        low = self.min_concurrency if self.min_concurrency is not None else 1
+        high = self.max_concurrency if self.max_concurrency is not None else self.concurrency
+        return low, high
 
     @classmethod
     def derive(
@@ -96,6 +116,8 @@ class WorkerSettings:
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
         store: str | None = None,
+        min_concurrency: int | None = None,
+        max_concurrency: int | None = None,
         job_logs: bool = True,
     ) -> WorkerSettings:
         """The settings of ``Worker(app, ...)``'s keywords: an interval not given is the
@@ -129,9 +151,12 @@ class WorkerSettings:
             prune_failed_after=app.prune_failed_after,
             heal_interval=app.heal_interval,
             max_error_bytes=app.max_error_bytes,
+            priority_aging=app.priority_aging,
             store=app.store_layout.store_of_queues(
                 store if store is not None else app.store, queues
             ),
+            min_concurrency=min_concurrency,
+            max_concurrency=max_concurrency,
         )
 
     @property

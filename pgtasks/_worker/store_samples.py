@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._app.durable import parked_by_queue
 from .._counters import every_counter
 from .._errors import PgTasksError
 from .connection import OwnConnection
@@ -52,6 +53,8 @@ class QueueDepthCollector:
         self._up: dict[str, bool] = {}
         self._errors: dict[str, int] = {}
         self._workers: dict[str, tuple[int, int]] = {}
+        #: Parked jobs by (store, queue, state): sleeping, waiting, snoozed.
+        self._parked: dict[tuple[str, str, str], int] = {}
 
     def update(
         self, depths: Iterable[DepthRow], expected: Iterable[str] = (), store: str = "default"
@@ -81,6 +84,16 @@ class QueueDepthCollector:
             self._sampled_at[store] = time.time()
             self._up[store] = True
 
+    def update_parked(self, store: str, parked: Mapping[str, Mapping[str, int]]) -> None:
+        """Replace ``store``'s parked counts (``{queue: {state: jobs}}``); a count seen
+        before and absent now reports 0."""
+        with self._lock:
+            for key in [key for key in self._parked if key[0] == store]:
+                self._parked[key] = 0
+            for queue, states in parked.items():
+                for state, jobs in states.items():
+                    self._parked[(store, queue, state)] = jobs
+
     def update_workers(self, store: str, live: int, silent: int) -> None:
         with self._lock:
             self._workers[store] = (live, silent)
@@ -99,7 +112,7 @@ class QueueDepthCollector:
             waiting, sampled_at = dict(self._waiting), dict(self._sampled_at)
             oldest = dict(self._oldest)
             up, errors = dict(self._up), dict(self._errors)
-            workers = dict(self._workers)
+            workers, parked = dict(self._workers), dict(self._parked)
         labels = ["store", "queue"]
         depth = GaugeMetricFamily(
             "pgtasks_queue_depth",
@@ -131,6 +144,15 @@ class QueueDepthCollector:
         yield busy
         yield steps
         yield age
+        asleep = GaugeMetricFamily(
+            "pgtasks_queue_parked_jobs",
+            "Pending jobs parked by a durable sleep, a wait for an event or a snooze, per"
+            " store, queue and state: sleeping, waiting, snoozed (sampled).",
+            labels=["store", "queue", "state"],
+        )
+        for parked_key in sorted(parked):
+            asleep.add_metric(list(parked_key), parked[parked_key])
+        yield asleep
         stamp = GaugeMetricFamily(
             "pgtasks_queue_depth_sampled_timestamp_seconds",
             "Unix time of the last successful sample of each store.",
@@ -175,16 +197,38 @@ class SchemaCountersCollector:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._totals: dict[str, dict[str, int]] = {}
+        self._flow: dict[str, dict[str, int]] = {}
 
     def update(self, totals: Mapping[str, int], store: str = "default") -> None:
         with self._lock:
             self._totals[store] = every_counter(totals)
+
+    def update_flow(self, flow: Mapping[str, int], store: str = "default") -> None:
+        """The fair keys and sequences of ``store`` now (KeyedQueries.count_keyed)."""
+        with self._lock:
+            self._flow[store] = dict(flow)
 
     def collect(self) -> Iterable[Metric]:
         from prometheus_client.core import CounterMetricFamily
 
         with self._lock:
             totals = dict(self._totals)
+            flow = dict(self._flow)
+        if flow:
+            from prometheus_client.core import GaugeMetricFamily
+
+            gauges = GaugeMetricFamily(
+                "pgtasks_flow",
+                "Fair keys with pending or running jobs (fair_keys), sequences with unfinished"
+                " jobs (sequences), sequence jobs waiting for their turn"
+                " (sequence_jobs_waiting), sequences held by a failed job (sequences_held);"
+                " sampled with the queue depths.",
+                labels=["store", "what"],
+            )
+            for store in sorted(flow):
+                for what, value in sorted(flow[store].items()):
+                    gauges.add_metric([store, what], value)
+            yield gauges
         if not totals:
             return
         family = CounterMetricFamily(
@@ -248,14 +292,21 @@ class QueueDepthSampler:
             store.limit_statement_time(conn, QUEUE_DEPTH_STATEMENT_TIMEOUT_MS / 1000)
             depths = store.get_queue_depths(conn, self.queues)
             live, silent = store.count_workers(conn, self.app.lease_timeout)
+            parked = parked_by_queue(store.count_parked_jobs(conn))  # jobs_parked_idx
         self.collector.update(
             ((d.queue, d.pending, d.running, d.waiting, d.oldest_due_age or 0.0) for d in depths),
             expected=self.queues or (),
             store=self.store_name,
         )
         self.collector.update_workers(self.store_name, live, silent)
+        wanted = self.queues
+        self.collector.update_parked(
+            self.store_name,
+            {queue: states for queue, states in parked.items() if not wanted or queue in wanted},
+        )
         if self.counters is not None:
             self.counters.update(store.get_counters(conn), store=self.store_name)
+            self.counters.update_flow(store.count_keyed(conn), store=self.store_name)
 
     def _run(self) -> None:
         while not self.stopping.is_set():

@@ -48,6 +48,7 @@ from .healer import Healer
 from .ledger import JobLedger
 from .loop_failures import LoopFailures
 from .parts import LoopParts
+from .pool import PoolSize
 from .pruner import Pruner
 from .registration import Registration
 from .reporter import Reporter
@@ -152,6 +153,7 @@ class Worker(SettingsAttributes):
             concurrency=settings.concurrency,
             lease_timeout=settings.lease_timeout,
             task_names=lambda: sorted(self.app.tasks),
+            pool=PoolSize(settings, lambda: getattr(self, "_executor", None)),
         )
         self._reporter = Reporter(observers)
         #: Counters since start (read by tests and the demo).
@@ -252,14 +254,9 @@ class Worker(SettingsAttributes):
             self.wake(notified=True)
 
     def _limits_freed(self, payload: str) -> None:
-        """Another worker freed slots of limits (the listener's thread; the payload is
-        "<worker id>:<limit names>", any text a role may send): claim now when this worker
-        waits for one of them. Its own ends are claimed for in the round trip that wrote
-        them."""
-        owner, _, names = payload.partition(":")
-        if owner == str(self.worker_id):
-            return
-        if self._exchanges.limits_freed(names.split(",")):
+        """A notification on the limits channel (the listener's thread; any text a role
+        may send): claim now when it calls for it (exchange.limits_notified)."""
+        if self._exchanges.limits_notified(payload, self.worker_id):
             self._wake_event.set()
 
     def cancel_jobs(self, job_ids: set[int]) -> None:
@@ -349,6 +346,7 @@ class Worker(SettingsAttributes):
             paused=self._set_paused,
             poll_cancellations=self.poll_cancel_requests,
             limits_freed=self._limits_freed,
+            limits_stored=lambda: self._exchanges.limits_stored(),
         )
         return [
             Heartbeat(

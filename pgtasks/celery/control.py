@@ -4,15 +4,13 @@ even one that is busy, and nothing is lost when one is down."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .._app.limits import TaskLimits
 from .._jobs import JobRow
-from .._limits import parse_rate_limit
 from .._operations import WorkerInfo
+from .._payload import check_name
 from .._running import RunningJob
 from .exceptions import ImproperlyConfigured
 from .result import revoke
@@ -46,25 +44,30 @@ class Control:
     def rate_limit(
         self, task_name: str, rate_limit: str | int, destination: Any = None, **kwargs: Any
     ) -> str:
-        """Change the stored rate of a task declared with ``rate_limit=``: every worker
-        applies it at its next claims, until a worker starts with the declared one.
-        A task declared without one has no limit to change (ImproperlyConfigured)."""
+        """Change the rate of any task at runtime (``10/s``, ``100/m``; an int is per
+        second; ``None`` or ``"0"`` removes the rate): stored in the database, so every
+        worker obeys from its next claim, and kept until ``pgtasks limits reset
+        task:<name>`` (a task declared with ``rate_limit=`` returns to it then)."""
+        from .._app import controls
+        from .._errors import LimitChangeError
+
         native = self.app.native
-        task = native.tasks.get(task_name)
-        if task is None or task.limits is None or task.limits.rate is None:
-            raise ImproperlyConfigured(
-                f"rate_limit {task_name!r}: pgtasks limits the rate of tasks declared with"
-                " rate_limit= (its jobs carry the limit from their enqueue); declare one on"
-                " the task, then change it here"
-            )
-        text = f"{rate_limit}/s" if isinstance(rate_limit, int) else str(rate_limit)
+        text = str(rate_limit).strip()
+        if isinstance(rate_limit, int) and not isinstance(rate_limit, bool):
+            text = f"{rate_limit}/s"
+        rate: Any = None if text in ("0", "0/s", "None", "none", "") else text
         try:
-            rate = parse_rate_limit("rate_limit", text)
-        except ValueError as error:
-            raise ImproperlyConfigured(str(error)) from None
-        limits: TaskLimits = dataclasses.replace(task.limits, rate=rate)
-        definitions = [item for item in limits.definitions() if item.rate is not None]
-        native.database.run(lambda conn: native.queries.upsert_limits(conn, definitions))
+            check_name("task name", task_name)
+            actor = controls.actor_here("control")
+            name = f"task:{task_name}"
+            try:
+                controls.set_limit(native, name, rate=rate, actor=actor)
+            except LimitChangeError:
+                if rate is not None:
+                    raise
+                controls.reset_limit(native, name, actor=actor)  # nothing else was limited
+        except (LimitChangeError, ValueError) as error:
+            raise ImproperlyConfigured(f"rate_limit {task_name!r}: {error}") from None
         return f"new rate limit set successfully: {task_name} {text}"
 
     def cancel_consumer(self, queue: str, destination: Any = None, **kwargs: Any) -> bool:

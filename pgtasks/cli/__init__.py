@@ -14,7 +14,7 @@ from .celery_ops import control, inspect, result
 from .doctor import doctor
 from .durable import events, fork_command
 from .embedded import embedded
-from .limits import limits
+from .limits import limits, sequences
 from .operations import jobs, prune_command, stats, workers
 from .queues import queues
 from .schema import migrate
@@ -49,6 +49,7 @@ for command in (
     jobs,
     queues,
     limits,
+    sequences,
     workers,
     prune_command,
     doctor,

@@ -69,7 +69,8 @@ def inspect(app_path: str, view: str, as_json: bool) -> None:
 
 @click.group()
 def control() -> None:
-    """Celery's remote control: revoke, rate limits, consumers (queue pause/resume)."""
+    """Celery's remote control: revoke, rate limits, consumers (queue pause/resume), pool
+    sizes."""
 
 
 @control.command("revoke")
@@ -103,7 +104,9 @@ def terminate(app_path: str, signal: str | None, task_ids: tuple[str, ...]) -> N
 @click.argument("task_name")
 @click.argument("rate")
 def rate_limit(app_path: str, task_name: str, rate: str) -> None:
-    """Change the stored rate of a task declared with rate_limit= (e.g. 10/s)."""
+    """Change the rate of any task at runtime (10/s, 100/m; 0 removes it): every worker
+    obeys from its next claim; `pgtasks limits reset task:<name>` returns to the declared
+    rate (see `pgtasks limits set`)."""
     from ..celery.control import Control
     from ..celery.exceptions import ImproperlyConfigured
 
@@ -112,6 +115,42 @@ def rate_limit(app_path: str, task_name: str, rate: str) -> None:
     except (ImproperlyConfigured, PgTasksError) as error:
         click.echo(f"error: {error}", err=True)
         raise SystemExit(1) from None
+
+
+def _resize(app_path: str, worker: str, slots: int) -> None:
+    from .._app import controls
+
+    native = _front(app_path).native
+    try:
+        worker_id = controls.parse_worker(worker)
+        with native:
+            change = controls.resize_pool(
+                native, worker_id, slots, actor=controls.actor_here("control")
+            )
+    except PgTasksError as error:
+        click.echo(f"error: {error}", err=True)
+        raise SystemExit(1) from None
+    click.echo(change.describe())
+
+
+@control.command("pool_grow")
+@app_option
+@click.argument("worker")
+@click.argument("n", type=click.IntRange(min=1), default=1)
+def pool_grow(app_path: str, worker: str, n: int) -> None:
+    """Give WORKER (its id, or pgtasks@host:pid:id) N more job slots (threads and event
+    loop), up to the --max-concurrency it started with; waits for it to apply them."""
+    _resize(app_path, worker, n)
+
+
+@control.command("pool_shrink")
+@app_option
+@click.argument("worker")
+@click.argument("n", type=click.IntRange(min=1), default=1)
+def pool_shrink(app_path: str, worker: str, n: int) -> None:
+    """Take N job slots from WORKER, down to the --min-concurrency it started with: its
+    running jobs finish, and no new one starts while it runs as many as its new size."""
+    _resize(app_path, worker, -n)
 
 
 @control.command("cancel_consumer")

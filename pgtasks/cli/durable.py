@@ -41,14 +41,21 @@ def events() -> None:
     metavar="JSON",
     help="The event's payload, a JSON document (default: null).",
 )
+@click.option(
+    "--queue",
+    default=None,
+    metavar="NAME",
+    help="The queue whose jobs wait: the event goes to its store (default: every store).",
+)
 @json_option
-def emit_command(app_path: str, key: str, payload: Any, as_json: bool) -> None:
-    """Record an event of KEY and wake the jobs waiting for it (in the app's default
-    store). A job that starts waiting for KEY later finds it too."""
+def emit_command(app_path: str, key: str, payload: Any, queue: str | None, as_json: bool) -> None:
+    """Record an event of KEY and wake the jobs waiting for it (in the store of --queue,
+    else in every store of the app). A job that starts waiting for KEY later finds it
+    too."""
     app = load_app(app_path)
     with app:
         try:
-            event_id = guard(lambda: app.emit_event(key, payload))
+            event_id = guard(lambda: app.emit_event(key, payload, queue=queue))
         except (ValueError, PgTasksError) as error:
             raise click.ClickException(str(error)) from None
     if as_json:

@@ -238,6 +238,12 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
 @click.argument("job_id", type=JOB_ID, required=False)
 @click.option("--all-failed", is_flag=True, help="Retry every failed job (see --task).")
 @click.option(
+    "--keep-steps",
+    is_flag=True,
+    help="A durable job keeps its checkpoints before its first failed step (they replay,"
+    " as a fork's do); default: it runs from the top without them.",
+)
+@click.option(
     "--task",
     "task_name",
     default=None,
@@ -246,23 +252,30 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
 )
 @json_option
 def retry_command(
-    app_path: str, job_id: int | None, all_failed: bool, task_name: str | None, as_json: bool
+    app_path: str,
+    job_id: int | None,
+    all_failed: bool,
+    keep_steps: bool,
+    task_name: str | None,
+    as_json: bool,
 ) -> None:
     if (job_id is None) == (not all_failed):
         raise click.UsageError("give either a job ID or --all-failed")
+    if keep_steps and all_failed:
+        raise click.UsageError("--keep-steps retries one job (an ID), not --all-failed")
     if task_name is not None and not all_failed:
         raise click.UsageError("--task filters --all-failed; it cannot be used with a job ID")
     app = load_app(app_path)
     with app:
         if job_id is not None:
-            _retry_one(app, job_id, as_json)
+            _retry_one(app, job_id, as_json, keep_steps)
         else:
             _retry_all_failed(app, task_name, as_json)
 
 
-def _retry_one(app: App, job_id: int, as_json: bool) -> None:
+def _retry_one(app: App, job_id: int, as_json: bool, keep_steps: bool) -> None:
     # A missing job is a one-line error (JobNotFoundError) from guard.
-    result: admin.RetryResult = guard(lambda: admin.retry_job(app, job_id))
+    result: admin.RetryResult = guard(lambda: admin.retry_job(app, job_id, keep_steps=keep_steps))
     if not result.retried:
         _fail(result.refusal)
     if as_json:
@@ -274,6 +287,8 @@ def _retry_one(app: App, job_id: int, as_json: bool) -> None:
             "attempts": result.attempts,
             "max_attempts": result.max_attempts,
         }
+        if keep_steps:
+            document["steps_kept"] = result.steps_kept
         click.echo(to_json(document))
     elif result.status == "waiting":
         click.echo(
@@ -289,6 +304,7 @@ def _retry_one(app: App, job_id: int, as_json: bool) -> None:
         click.echo(
             f"job {job_id} retried: {result.previous_status} -> pending, due now"
             f" ({result.attempts} attempt(s) so far, max_attempts {result.max_attempts})"
+            + (f", {result.steps_kept} checkpoint(s) kept" if keep_steps else "")
         )
 
 

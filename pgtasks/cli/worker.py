@@ -48,6 +48,20 @@ if TYPE_CHECKING:
     metavar="N",
     help="Jobs run at once.",
 )
+@click.option(
+    "--min-concurrency",
+    default=None,
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="The fewest jobs at once `pgtasks control pool_shrink` may leave [default: 1].",
+)
+@click.option(
+    "--max-concurrency",
+    default=None,
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="The most jobs at once `pgtasks control pool_grow` may allow [default: --concurrency].",
+)
 @seconds_option(
     "--shutdown-timeout",
     default=30.0,
@@ -122,6 +136,8 @@ def worker(
     queues: str | None,
     store: str | None,
     concurrency: int,
+    min_concurrency: int | None,
+    max_concurrency: int | None,
     shutdown_timeout: float,
     lease_timeout: float | None,
     heartbeat_interval: float | None,
@@ -171,6 +187,8 @@ def worker(
             ignore_unknown=ignore_unknown,
             prefetch=prefetch,
             store=store,
+            min_concurrency=min_concurrency,
+            max_concurrency=max_concurrency,
             **worker_executor_options(app_path, app, executor_flags),
         )
         app.store_router.check()  # two stores of one number or uid: refused, naming both

@@ -199,6 +199,47 @@ WHERE cardinality(columns) > 0
 ORDER BY undecodable DESC, id
 LIMIT 20;
 
+-- name: get_deep_history_payloads :many
+-- get_deep_payloads of jobs_history (finished jobs moved out of jobs), bounded: the
+-- newest %(scan)s rows by id only (jobs_history_id_idx), then the same size filter and
+-- jsonpath checks; scanned: how many rows were read (fewer than %(scan)s: all of them).
+WITH newest AS (
+    SELECT id, task_name, queue, status, args, kwargs, meta, result
+    FROM {schema}.jobs_history
+    ORDER BY id DESC
+    LIMIT %(scan)s::int
+), candidates AS (
+    SELECT * FROM newest
+    WHERE pg_column_size(args) >= 8 * %(depth)s::int
+       OR pg_column_compression(args) IS NOT NULL
+       OR pg_column_size(kwargs) >= 8 * %(depth)s::int
+       OR pg_column_compression(kwargs) IS NOT NULL
+       OR pg_column_size(meta) >= 8 * %(depth)s::int
+       OR pg_column_compression(meta) IS NOT NULL
+       OR pg_column_size(result) >= 8 * %(depth)s::int
+       OR pg_column_compression(result) IS NOT NULL
+), deep AS (
+    SELECT id, task_name, queue, status,
+           array_remove(ARRAY[
+               CASE WHEN jsonb_path_exists(args, %(past)s::jsonpath) THEN 'args' END,
+               CASE WHEN jsonb_path_exists(kwargs, %(past)s::jsonpath) THEN 'kwargs' END,
+               CASE WHEN jsonb_path_exists(meta, %(past)s::jsonpath) THEN 'meta' END,
+               CASE WHEN jsonb_path_exists(result, %(past)s::jsonpath) THEN 'result' END
+           ], NULL) AS columns,
+           (jsonb_path_exists(args, %(undecodable)s::jsonpath)
+            OR jsonb_path_exists(kwargs, %(undecodable)s::jsonpath)
+            OR jsonb_path_exists(meta, %(undecodable)s::jsonpath)
+            OR coalesce(jsonb_path_exists(result, %(undecodable)s::jsonpath), false))
+               AS undecodable
+    FROM candidates
+)
+SELECT deep.id, deep.task_name, deep.queue, deep.status, deep.columns, deep.undecodable,
+       count(*) OVER () AS total, (SELECT count(*) FROM newest)::int AS scanned
+FROM deep
+WHERE cardinality(deep.columns) > 0
+ORDER BY deep.undecodable DESC, deep.id DESC
+LIMIT 20;
+
 -- name: get_main_module_jobs :many
 -- Unfinished jobs of tasks registered in a module run as a script (``__main__.name``): a
 -- worker imports the app's module under its real name, so no worker knows these tasks.

@@ -204,34 +204,22 @@ SELECT position, name, occurrence, status, result, error, attempt, worker_id,
 FROM {schema}.job_steps
 WHERE job_id = %(job_id)s
 UNION ALL
-SELECT steps.position, steps.name, steps.occurrence, steps.status, steps.result,
-       steps.error, steps.attempt, steps.worker_id, steps.started_at, steps.finished_at
-FROM {schema}.jobs_history AS jobs,
-     jsonb_to_recordset(CASE WHEN jsonb_typeof(jobs.meta -> 'pgtasks.steps') = 'array'
-                             THEN jobs.meta -> 'pgtasks.steps' ELSE '[]'::jsonb END)
-         AS steps(position integer, name text, occurrence integer, status text,
-                  result jsonb, error text, attempt integer, worker_id bigint,
-                  started_at timestamptz, finished_at timestamptz)
+SELECT steps.*
+FROM {schema}.jobs_history AS jobs, {schema}.job_steps_of_meta(jobs.meta) AS steps
 WHERE jobs.id = %(job_id)s
 ORDER BY position;
 
 -- name: copy_job_steps :one
--- A fork's checkpoints: the done steps of job %(source_id)s before position %(before)s
--- (NULL: all), copied to the new job %(job_id)s (pending, not yet claimed), its meta
--- marked durable.
+-- A fork's checkpoints: those of job %(source_id)s before position %(before)s (NULL:
+-- all) and before its first failed step (that one runs again), copied to the new job
+-- %(job_id)s (pending, not yet claimed), its meta marked durable.
 WITH source AS (
     SELECT position, name, occurrence, status, result, error, attempt, worker_id,
            started_at, finished_at
     FROM {schema}.job_steps WHERE job_id = %(source_id)s
     UNION ALL
-    SELECT steps.position, steps.name, steps.occurrence, steps.status, steps.result,
-           steps.error, steps.attempt, steps.worker_id, steps.started_at, steps.finished_at
-    FROM {schema}.jobs_history AS jobs,
-         jsonb_to_recordset(CASE WHEN jsonb_typeof(jobs.meta -> 'pgtasks.steps') = 'array'
-                                 THEN jobs.meta -> 'pgtasks.steps' ELSE '[]'::jsonb END)
-             AS steps(position integer, name text, occurrence integer, status text,
-                      result jsonb, error text, attempt integer, worker_id bigint,
-                      started_at timestamptz, finished_at timestamptz)
+    SELECT steps.*
+    FROM {schema}.jobs_history AS jobs, {schema}.job_steps_of_meta(jobs.meta) AS steps
     WHERE jobs.id = %(source_id)s
 ),
 copied AS (
@@ -241,7 +229,9 @@ copied AS (
     SELECT %(job_id)s, name, occurrence, position, status, result, error, 0, worker_id,
            started_at, finished_at
     FROM source
-    WHERE %(before)s::integer IS NULL OR position < %(before)s::integer
+    WHERE (%(before)s::integer IS NULL OR position < %(before)s::integer)
+      AND position < coalesce((SELECT min(position) FROM source WHERE status = 'failed'),
+                              2147483647)
     ON CONFLICT DO NOTHING
     RETURNING position
 ),
@@ -251,6 +241,29 @@ marked AS (
     RETURNING id
 )
 SELECT (SELECT count(*) FROM copied) AS copied, (SELECT count(*) FROM marked) AS marked;
+
+-- name: restore_job_steps :one
+-- A retried job (pending again, back from jobs_history) keeps its checkpoints: those
+-- its meta holds ('pgtasks.steps') before its first failed step (that one runs again)
+-- go back into job_steps, as a fork's would.
+WITH source AS (
+    SELECT steps.*
+    FROM {schema}.jobs AS jobs, {schema}.job_steps_of_meta(jobs.meta) AS steps
+    WHERE jobs.id = %(job_id)s AND jobs.status = 'pending'
+),
+copied AS (
+    INSERT INTO {schema}.job_steps
+        (job_id, name, occurrence, position, status, result, error, attempt, worker_id,
+         started_at, finished_at)
+    SELECT %(job_id)s, name, occurrence, position, status, result, error, attempt,
+           worker_id, started_at, finished_at
+    FROM source
+    WHERE position < coalesce((SELECT min(position) FROM source WHERE status = 'failed'),
+                              2147483647)
+    ON CONFLICT DO NOTHING
+    RETURNING position
+)
+SELECT count(*) AS copied FROM copied;
 
 -- name: count_parked_jobs :many
 -- Jobs parked by a durable sleep or a wait for an event, by queue and kind.

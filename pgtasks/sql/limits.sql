@@ -118,7 +118,9 @@ FROM {schema}.claim_limited(
 
 -- name: upsert_limits :one
 -- Store the limit definitions of a worker's app (a changed definition replaces the stored
--- one; rate tokens are kept, capped at the new burst). Returns how many are stored in all.
+-- one; rate tokens are kept, capped at the new burst). A limit an operator changed
+-- (migration runtime_controls: overridden_at set) keeps what applies: only what the app
+-- declares is recorded, for `pgtasks limits reset`. Returns how many are stored in all.
 WITH input AS (
     SELECT *
     FROM unnest(%(name)s::text[], %(concurrency)s::int[], %(rate_count)s::int[],
@@ -126,18 +128,37 @@ WITH input AS (
          AS t(name, concurrency, rate_count, rate_period, burst)
 ), upserted AS (
     INSERT INTO {schema}.limits AS limits
-        (name, concurrency, rate_count, rate_period, burst, tokens)
-    SELECT name, concurrency, rate_count, rate_period, burst, burst FROM input
+        (name, concurrency, rate_count, rate_period, burst, tokens, declared,
+         declared_concurrency, declared_rate_count, declared_rate_period, declared_burst)
+    SELECT name, concurrency, rate_count, rate_period, burst, burst, true,
+           concurrency, rate_count, rate_period, burst
+    FROM input
     ON CONFLICT (name) DO UPDATE
-    SET concurrency = EXCLUDED.concurrency,
-        rate_count = EXCLUDED.rate_count,
-        rate_period = EXCLUDED.rate_period,
-        burst = EXCLUDED.burst,
-        tokens = least(limits.tokens, EXCLUDED.burst),
-        updated_at = now()
-    WHERE (limits.concurrency, limits.rate_count, limits.rate_period, limits.burst)
-          IS DISTINCT FROM (EXCLUDED.concurrency, EXCLUDED.rate_count, EXCLUDED.rate_period,
-                            EXCLUDED.burst)
+    SET concurrency = CASE WHEN limits.overridden_at IS NULL THEN EXCLUDED.concurrency
+                           ELSE limits.concurrency END,
+        rate_count = CASE WHEN limits.overridden_at IS NULL THEN EXCLUDED.rate_count
+                          ELSE limits.rate_count END,
+        rate_period = CASE WHEN limits.overridden_at IS NULL THEN EXCLUDED.rate_period
+                           ELSE limits.rate_period END,
+        burst = CASE WHEN limits.overridden_at IS NULL THEN EXCLUDED.burst
+                     ELSE limits.burst END,
+        tokens = CASE WHEN limits.overridden_at IS NULL
+                      THEN least(limits.tokens, EXCLUDED.burst) ELSE limits.tokens END,
+        declared = true,
+        declared_concurrency = EXCLUDED.concurrency,
+        declared_rate_count = EXCLUDED.rate_count,
+        declared_rate_period = EXCLUDED.rate_period,
+        declared_burst = EXCLUDED.burst,
+        updated_at = CASE WHEN limits.overridden_at IS NULL THEN now()
+                          ELSE limits.updated_at END
+    WHERE (limits.declared, limits.declared_concurrency, limits.declared_rate_count,
+           limits.declared_rate_period, limits.declared_burst)
+          IS DISTINCT FROM (true, EXCLUDED.concurrency, EXCLUDED.rate_count,
+                            EXCLUDED.rate_period, EXCLUDED.burst)
+       OR (limits.overridden_at IS NULL
+           AND (limits.concurrency, limits.rate_count, limits.rate_period, limits.burst)
+               IS DISTINCT FROM (EXCLUDED.concurrency, EXCLUDED.rate_count,
+                                 EXCLUDED.rate_period, EXCLUDED.burst))
     RETURNING limits.name
 )
 SELECT (SELECT count(*) FROM {schema}.limits)
@@ -157,7 +178,9 @@ WITH clamped AS (
            CASE WHEN isfinite(refilled_at)
                 THEN greatest(0, least(1e9, extract(epoch FROM clock_timestamp() - refilled_at)))
                 ELSE 1e9 END AS elapsed,
-           CASE WHEN isfinite(updated_at) THEN updated_at END AS updated_at
+           CASE WHEN isfinite(updated_at) THEN updated_at END AS updated_at,
+           declared, declared_concurrency, declared_rate_count, declared_rate_period,
+           overridden_by, overridden_at, paused
     FROM {schema}.limits
 ), state AS (
     SELECT *, CASE WHEN per_sec IS NOT NULL
@@ -169,7 +192,8 @@ SELECT name, concurrency, rate_count, rate_period,
        tokens_now AS tokens,
        CASE WHEN tokens_now IS NOT NULL
             THEN greatest(0, 1 - tokens_now) / per_sec END AS next_token_in,
-       updated_at
+       updated_at, declared, declared_concurrency, declared_rate_count,
+       declared_rate_period, overridden_by, overridden_at, paused
 FROM state
 ORDER BY name;
 
@@ -253,7 +277,7 @@ ORDER BY name, rank;
 -- the claim and get_limits clamp them), by name: what a limits page marks.
 SELECT coalesce(array_agg(name ORDER BY name), ARRAY[]::text[]) AS names
 FROM {schema}.limits
-WHERE NOT coalesce(concurrency >= 1, true)
+WHERE NOT coalesce(concurrency >= 0, true)
    OR NOT coalesce(rate_count >= 1, true)
    OR NOT (rate_period IS NULL OR (rate_period >= 0.001 AND rate_period <= 1e10))
    OR NOT (burst >= 1 AND burst <= 1e9)

@@ -11,23 +11,34 @@ RETURNING id;
 
 -- name: reserve_job_ids :many
 -- %(count)s ids from the jobs' identity sequence, so that rows can name each other.
-SELECT nextval(pg_get_serial_sequence(%(jobs_table)s, 'id')) AS id
-FROM generate_series(1, %(count)s::int);
+-- One row: the ids as text, increasing, joined by commas (one value to read, not a row
+-- per id); the sequence is looked up once, not once per id.
+WITH sequence AS MATERIALIZED (
+    SELECT pg_get_serial_sequence(%(jobs_table)s, 'id')::regclass AS id
+)
+SELECT string_agg(reserved.id::text, ',' ORDER BY reserved.id) AS ids
+FROM (SELECT nextval(sequence.id) AS id
+      FROM sequence, generate_series(1, %(count)s::int)) AS reserved;
 
 -- name: insert_workflow_jobs :exec
 -- A workflow's jobs with their reserved ids: 'pending' with no predecessor, else
 -- 'waiting' for waiting_for predecessors (prev_ids). The notify trigger wakes workers.
+-- Every column comes as one JSON array (the client joins texts: nothing per job is
+-- adapted), next and prev null for a job without successors or predecessors.
 INSERT INTO {schema}.jobs
     (id, task_name, queue, priority, args, kwargs, max_attempts, status, workflow_id,
      workflow_step, next_ids, prev_ids, waiting_for, input_mode, limit_groups, limit_key,
      meta)
 OVERRIDING SYSTEM VALUE
-SELECT t.id, t.task_name, t.queue, t.priority, t.args, t.kwargs, t.max_attempts,
-       CASE WHEN t.waiting_for > 0 THEN 'waiting' ELSE 'pending' END,
+SELECT t.id::bigint, t.task_name, t.queue, t.priority::int, t.args, t.kwargs,
+       t.max_attempts::int,
+       CASE WHEN t.waiting_for::int > 0 THEN 'waiting' ELSE 'pending' END,
        %(workflow_id)s, t.step,
-       (SELECT array_agg(value::bigint) FROM jsonb_array_elements_text(t.next) AS value),
-       (SELECT array_agg(value::bigint) FROM jsonb_array_elements_text(t.prev) AS value),
-       t.waiting_for, t.input_mode,
+       CASE WHEN jsonb_typeof(t.next) = 'array'
+            THEN ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(t.next) AS value) END,
+       CASE WHEN jsonb_typeof(t.prev) = 'array'
+            THEN ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(t.prev) AS value) END,
+       t.waiting_for::int, t.input_mode,
        -- Concurrency and rate limits (migration 0009), as insert_limited_jobs writes them.
        CASE WHEN jsonb_typeof(t.limit_groups) = 'array'
             THEN ARRAY(SELECT jsonb_array_elements_text(t.limit_groups)) END,
@@ -35,15 +46,27 @@ SELECT t.id, t.task_name, t.queue, t.priority, t.args, t.kwargs, t.max_attempts,
        -- Trace context (pgtasks.contrib.otel; migration 0008): NULL when no step has meta.
        coalesce(t.meta, jsonb_build_object())
 FROM ROWS FROM (
-    unnest(%(id)s::bigint[]), unnest(%(task_name)s::text[]), unnest(%(queue)s::text[]),
-    unnest(%(priority)s::int[]), jsonb_array_elements(%(args)s::jsonb),
-    jsonb_array_elements(%(kwargs)s::jsonb), unnest(%(max_attempts)s::int[]),
-    unnest(%(step)s::text[]), jsonb_array_elements(%(next)s::jsonb),
-    jsonb_array_elements(%(prev)s::jsonb), unnest(%(waiting_for)s::int[]),
-    unnest(%(input_mode)s::text[]), jsonb_array_elements(%(limit_groups)s::jsonb),
-    unnest(%(limit_key)s::text[]), jsonb_array_elements(%(meta)s::jsonb)
+    jsonb_array_elements_text(%(id)s::jsonb), jsonb_array_elements_text(%(task_name)s::jsonb),
+    jsonb_array_elements_text(%(queue)s::jsonb),
+    jsonb_array_elements_text(%(priority)s::jsonb), jsonb_array_elements(%(args)s::jsonb),
+    jsonb_array_elements(%(kwargs)s::jsonb),
+    jsonb_array_elements_text(%(max_attempts)s::jsonb),
+    jsonb_array_elements_text(%(step)s::jsonb), jsonb_array_elements(%(next)s::jsonb),
+    jsonb_array_elements(%(prev)s::jsonb), jsonb_array_elements_text(%(waiting_for)s::jsonb),
+    jsonb_array_elements_text(%(input_mode)s::jsonb),
+    jsonb_array_elements(%(limit_groups)s::jsonb),
+    jsonb_array_elements_text(%(limit_key)s::jsonb), jsonb_array_elements(%(meta)s::jsonb)
 ) AS t(id, task_name, queue, priority, args, kwargs, max_attempts, step, next, prev,
        waiting_for, input_mode, limit_groups, limit_key, meta);
+
+-- name: copy_workflow_jobs :exec
+-- insert_workflow_jobs by COPY, for a large workflow without limits (its rows in COPY's
+-- text format, built by WorkflowQueries.copy_workflow_jobs): the server parses far less
+-- than the JSON arrays. Run at the database's now(); the notify trigger wakes workers.
+COPY {schema}.jobs (id, args, kwargs, meta, task_name, queue, priority, max_attempts,
+                    status, workflow_id, workflow_step, next_ids, prev_ids, waiting_for,
+                    input_mode)
+FROM STDIN;
 
 -- name: schedule_workflow_job :exec
 -- A workflow's first job, inserted pending in this transaction, due later: at %(run_at)s,
@@ -186,31 +209,52 @@ SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
        CASE WHEN picked.state <> 'running' THEN progress.finished_at END AS finished_at
 FROM picked
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+    -- At most %(steps_cap)s + 1 jobs read (NULL: all): past the cap, steps is the
+    -- number read (more than the cap), and the times are not known (NULL).
+    SELECT CASE WHEN count(*) > %(steps_cap)s::int THEN count(*)::int
+                ELSE count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
+           END AS steps,
            count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                               AND jobs.status = 'done')::int AS steps_done,
-           min(jobs.started_at) AS started_at,
-           max(jobs.finished_at) AS finished_at
-    FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+           CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                ELSE min(jobs.started_at) END AS started_at,
+           CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                ELSE max(jobs.finished_at) END AS finished_at
+    FROM (SELECT jobs.workflow_step, jobs.status, jobs.started_at, jobs.finished_at
+          FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+          LIMIT %(steps_cap)s::int + 1) AS jobs
 ) AS progress
 ORDER BY picked.id DESC;
 
 -- name: list_running_workflows :many
 -- list_workflows of the running workflows (any job waiting, pending or running), found
--- newest first from jobs_workflow_unfinished_idx (such jobs are in jobs only): reads the
--- index entries of the workflows listed, not the workflows before them; their steps are
--- counted through workflow_jobs (the finished ones are in jobs_history).
-WITH picked AS (
+-- newest first from jobs_workflow_unfinished_idx (such jobs are in jobs only) by a skip
+-- scan (running: each the next workflow id below the previous one, one index probe
+-- each), not a DISTINCT of its entries: a running group of a million members costs one
+-- probe, not a million entries read. Their steps are counted through workflow_jobs (the
+-- finished ones are in jobs_history), up to %(steps_cap)s + 1 each.
+WITH RECURSIVE running(workflow_id) AS (
+    SELECT (SELECT jobs.workflow_id
+            FROM {schema}.jobs AS jobs
+            WHERE jobs.workflow_id IS NOT NULL
+              AND jobs.status IN ('waiting', 'pending', 'running')
+              AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
+            ORDER BY jobs.workflow_id DESC
+            LIMIT 1)
+    UNION ALL
+    SELECT (SELECT jobs.workflow_id
+            FROM {schema}.jobs AS jobs
+            WHERE jobs.workflow_id IS NOT NULL
+              AND jobs.status IN ('waiting', 'pending', 'running')
+              AND jobs.workflow_id < running.workflow_id
+            ORDER BY jobs.workflow_id DESC
+            LIMIT 1)
+    FROM running
+    WHERE running.workflow_id IS NOT NULL
+), picked AS (
     SELECT workflows.id, workflows.kind, workflows.shape, workflows.created_at,
            'running'::text AS state
-    FROM (
-        SELECT DISTINCT jobs.workflow_id
-        FROM {schema}.jobs AS jobs
-        WHERE jobs.workflow_id IS NOT NULL
-          AND jobs.status IN ('waiting', 'pending', 'running')
-          AND (%(before)s::bigint IS NULL OR jobs.workflow_id < %(before)s::bigint)
-        ORDER BY jobs.workflow_id DESC
-    ) AS running
+    FROM running
     JOIN {schema}.workflows AS workflows ON workflows.id = running.workflow_id
     ORDER BY workflows.id DESC
     LIMIT %(limit)s::int
@@ -219,11 +263,18 @@ SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
        progress.steps_done, progress.started_at, picked.state, NULL::timestamptz AS finished_at
 FROM picked
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+    -- At most %(steps_cap)s + 1 jobs read (NULL: all): past the cap, steps is the
+    -- number read (more than the cap), and the times are not known (NULL).
+    SELECT CASE WHEN count(*) > %(steps_cap)s::int THEN count(*)::int
+                ELSE count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
+           END AS steps,
            count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                               AND jobs.status = 'done')::int AS steps_done,
-           min(jobs.started_at) AS started_at
-    FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+           CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                ELSE min(jobs.started_at) END AS started_at
+    FROM (SELECT jobs.workflow_step, jobs.status, jobs.started_at, jobs.finished_at
+          FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+          LIMIT %(steps_cap)s::int + 1) AS jobs
 ) AS progress
 ORDER BY picked.id DESC;
 
@@ -270,12 +321,20 @@ SELECT picked.id, picked.kind, picked.shape, picked.created_at, progress.steps,
        progress.steps_done, progress.started_at, picked.state, progress.finished_at
 FROM picked
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int AS steps,
+    -- At most %(steps_cap)s + 1 jobs read (NULL: all): past the cap, steps is the
+    -- number read (more than the cap), and the times are not known (NULL).
+    SELECT CASE WHEN count(*) > %(steps_cap)s::int THEN count(*)::int
+                ELSE count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
+           END AS steps,
            count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                               AND jobs.status = 'done')::int AS steps_done,
-           min(jobs.started_at) AS started_at,
-           max(jobs.finished_at) AS finished_at
-    FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+           CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                ELSE min(jobs.started_at) END AS started_at,
+           CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                ELSE max(jobs.finished_at) END AS finished_at
+    FROM (SELECT jobs.workflow_step, jobs.status, jobs.started_at, jobs.finished_at
+          FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+          LIMIT %(steps_cap)s::int + 1) AS jobs
 ) AS progress
 ORDER BY picked.id DESC;
 
@@ -343,13 +402,20 @@ WITH scanned AS (
            progress.steps_done, progress.started_at, picked.state, progress.finished_at
     FROM picked
     CROSS JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
-                   AS steps,
+        -- At most %(steps_cap)s + 1 jobs read (NULL: all): past the cap, steps is the
+        -- number read (more than the cap), and the times are not known (NULL).
+        SELECT CASE WHEN count(*) > %(steps_cap)s::int THEN count(*)::int
+                    ELSE count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error')::int
+               END AS steps,
                count(*) FILTER (WHERE jobs.workflow_step IS DISTINCT FROM 'on_error'
                                   AND jobs.status = 'done')::int AS steps_done,
-               min(jobs.started_at) AS started_at,
-               max(jobs.finished_at) AS finished_at
-        FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+               CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                    ELSE min(jobs.started_at) END AS started_at,
+               CASE WHEN count(*) > %(steps_cap)s::int THEN NULL
+                    ELSE max(jobs.finished_at) END AS finished_at
+        FROM (SELECT jobs.workflow_step, jobs.status, jobs.started_at, jobs.finished_at
+              FROM {schema}.workflow_jobs(picked.id, picked.created_at) AS jobs
+              LIMIT %(steps_cap)s::int + 1) AS jobs
     ) AS progress
 )
 SELECT bounds.floor, bounds.scanned, found.*
@@ -362,12 +428,26 @@ ORDER BY found.id DESC NULLS LAST;
 -- from jobs_workflow_unfinished_idx), each counted up to %(cap)s.
 SELECT (SELECT count(*) FROM (SELECT FROM {schema}.workflows LIMIT %(cap)s::int) AS capped)::int
            AS total,
-       (SELECT count(*) FROM (
-            SELECT DISTINCT jobs.workflow_id
-            FROM {schema}.jobs AS jobs
-            WHERE jobs.workflow_id IS NOT NULL
-              AND jobs.status IN ('waiting', 'pending', 'running')
-            LIMIT %(cap)s::int) AS capped)::int AS running;
+       (WITH RECURSIVE running(workflow_id, found) AS (
+            -- A skip scan of the index (as list_running_workflows): one probe a workflow.
+            SELECT (SELECT jobs.workflow_id
+                    FROM {schema}.jobs AS jobs
+                    WHERE jobs.workflow_id IS NOT NULL
+                      AND jobs.status IN ('waiting', 'pending', 'running')
+                    ORDER BY jobs.workflow_id DESC
+                    LIMIT 1), 1
+            UNION ALL
+            SELECT (SELECT jobs.workflow_id
+                    FROM {schema}.jobs AS jobs
+                    WHERE jobs.workflow_id IS NOT NULL
+                      AND jobs.status IN ('waiting', 'pending', 'running')
+                      AND jobs.workflow_id < running.workflow_id
+                    ORDER BY jobs.workflow_id DESC
+                    LIMIT 1), running.found + 1
+            FROM running
+            WHERE running.workflow_id IS NOT NULL AND running.found < %(cap)s::int
+        )
+        SELECT count(*) FROM running WHERE running.workflow_id IS NOT NULL)::int AS running;
 
 -- name: get_workflow_steps :many
 -- A workflow's jobs for its page (graph), the first %(limit)s by id (workflow_jobs: the
@@ -404,10 +484,12 @@ LIMIT %(limit)s::int;
 -- name: find_stuck_steps :many
 -- Waiting steps to heal: none of their predecessors is unfinished (each is done, failed,
 -- cancelled or gone). At most %(limit)s, oldest first, ids above %(after)s. A healthy
--- step is passed over at its first unfinished predecessor.
+-- step is passed over at its first unfinished predecessor. (A job of a sequence waits
+-- too, for its turn, outside any workflow: migration 0023 moves it on.)
 SELECT steps.id
 FROM {schema}.jobs AS steps
 WHERE steps.status = 'waiting'
+  AND steps.workflow_id IS NOT NULL
   AND steps.id > %(after)s::bigint
   AND NOT EXISTS (SELECT 1
                   FROM unnest(steps.prev_ids) AS p(id)
@@ -431,6 +513,7 @@ SELECT outcome, detail, queue FROM {schema}.workflow_retry_step(%(id)s::bigint);
 SELECT (SELECT count(*)::int
         FROM {schema}.jobs AS steps
         WHERE steps.status = 'waiting'
+          AND steps.workflow_id IS NOT NULL
           AND NOT EXISTS (SELECT 1
                           FROM unnest(steps.prev_ids) AS p(id)
                           JOIN {schema}.jobs AS preds ON preds.id = p.id

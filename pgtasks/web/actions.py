@@ -64,6 +64,7 @@ class Actions:
                 result = await run_in_threadpool(admin.retry_job, self.app, job_id)
                 if not result.retried:
                     raise HTTPException(409, result.refusal)
+                await self.dashboard.controls.audit(request, "retry", [f"job:{job_id}"])
                 done = "retried"
             elif action in ("cancel", "terminate"):
                 terminate = action == "terminate"
@@ -95,27 +96,34 @@ class Actions:
         fields = await self.form(request)
         form = dict(fields)
         action = form.get("action")
+        if action in ("run_now", "snooze"):  # runtime controls (controls.py)
+            return await self.dashboard.controls.selected(request, fields, action)
         if action not in ("retry", "cancel", "delete"):
-            raise HTTPException(400, "choose an action: retry, cancel or delete")
+            raise HTTPException(400, "choose an action: retry, cancel, delete, run now or snooze")
         ids = sorted({form_id(value) for name, value in fields if name == "id"})
         if not ids:
             raise HTTPException(400, "no job selected: tick the jobs to act on")
         if len(ids) > MAX_SELECTED:
             raise HTTPException(400, f"at most {MAX_SELECTED} jobs at once, got {len(ids)}")
-        outcome = await run_in_threadpool(self._act_on, action, ids)
+        acted: list[int] = []
+        outcome = await run_in_threadpool(self._act_on, action, ids, acted)
+        if action == "retry":
+            await self.dashboard.controls.audit(request, "retry", [f"job:{i}" for i in acted])
         back = {name: value for name, value in fields if name in FILTER_FIELDS}
         done = {"retry": "selected-retried", "cancel": "selected-cancelled"}.get(
             action, "selected-deleted"
         )
         return self.back(request, "/jobs", **back, done=done, **outcome)
 
-    def _act_on(self, action: str, ids: list[int]) -> dict[str, int]:
+    def _act_on(self, action: str, ids: list[int], acted: list[int]) -> dict[str, int]:
         done = requested = refused = 0
         for job_id in ids:
             try:
                 if action == "retry":
                     retried = admin.retry_job(self.app, job_id).retried
                     done, refused = done + retried, refused + (not retried)
+                    if retried:
+                        acted.append(job_id)
                 elif action == "cancel":
                     outcome = self.app.cancel(job_id).outcome
                     done += outcome == "cancelled"
@@ -161,11 +169,16 @@ class Actions:
                 400, "a bulk action needs a filter (e.g. status=failed): refusing every job"
             )
         query = job_filter.as_query()
+        if request.path_params["action"] == "run_now":  # runtime controls (controls.py)
+            count = await self.dashboard.controls.run_now_matching(request, job_filter)
+            return self.back(request, "/jobs", **query, done="bulk-run-now", count=count)
         if request.path_params["action"] == "retry":
             try:
                 ids = await run_in_threadpool(admin.retry_matching, self.app, job_filter)
             except (UniqueKeyTakenError, WorkflowProtectedError) as error:
                 raise HTTPException(409, str(error)) from None
+            target = f"jobs:{query_string(query)}"
+            await self.dashboard.controls.audit(request, "retry", [target], {"jobs": len(ids)})
             return self.back(request, "/jobs", **query, done="bulk-retried", count=len(ids))
         outcome = await run_in_threadpool(admin.cancel_matching, self.app, job_filter)
         return self.back(

@@ -48,6 +48,7 @@ from .._job_filter import JobFilter
 from .._operations import RETRYABLE
 from .actions import Actions
 from .charts import Charts, charts
+from .controls import SNOOZES, ControlActions
 from .gate import DashboardApp, error_page
 from .job_reads import job_page as read_job_page
 from .limit_pages import LimitPages
@@ -155,6 +156,7 @@ class Dashboard:
         self.mounted: list[DashboardApp] = []
         #: The POST routes (actions.py) and the workflow pages (workflow_pages.py).
         self.actions = Actions(self)
+        self.controls = ControlActions(self)
         self.workflow_pages = WorkflowPages(self)
         self.limit_pages = LimitPages(self)
 
@@ -263,6 +265,7 @@ class Dashboard:
             "job": job,
             "timeline": timeline(job),
             "retryable": job.status.value in RETRYABLE,
+            "snoozes": SNOOZES,
         }
 
     def workers_context(self, db: DashboardDatabase | None = None) -> dict[str, Any]:
@@ -322,7 +325,13 @@ class Dashboard:
 
     async def workers(self, request: Request) -> Response:
         context = await run_in_threadpool(self.workers_context, self.reads(request))
-        return self.page(request, "workers.html", live=live_url(request, "/workers"), **context)
+        return self.page(
+            request,
+            "workers.html",
+            live=live_url(request, "/workers"),
+            message=message(request),
+            **context,
+        )
 
     async def schedules(self, request: Request) -> Response:
         now, statuses = await run_in_threadpool(read_schedules, self.app, self.reads(request))
@@ -462,13 +471,16 @@ def asgi(
         Route("/jobs/selected", actions.selected, methods=["POST"]),
         Route(
             "/jobs/bulk/{action:str}",
-            _only(("retry", "cancel"), actions.bulk),
+            _only(("retry", "cancel", "run_now"), actions.bulk),
             methods=["POST"],
         ),
         Route("/jobs/{job_id:str}", dashboard.job, name="job"),
         Route(
             "/jobs/{job_id:str}/{action:str}",
-            _only(("retry", "cancel", "delete", "terminate"), actions.job),
+            _either(
+                _only(("retry", "cancel", "delete", "terminate"), actions.job),
+                _only(("run_now", "snooze", "edit"), dashboard.controls.job),
+            ),
             methods=["POST"],
         ),
         Route(
@@ -484,7 +496,17 @@ def asgi(
             methods=["POST"],
         ),
         Route("/limits", dashboard.limit_pages.limits, name="limits"),
+        Route(
+            "/limits/{action:str}",
+            _only(("set", "pause", "resume", "reset"), dashboard.controls.limit),
+            methods=["POST"],
+        ),
         Route("/workers", dashboard.workers, name="workers"),
+        Route(
+            "/workers/{worker_id:str}/{action:str}",
+            _only(("pool_grow", "pool_shrink"), dashboard.controls.pool),
+            methods=["POST"],
+        ),
         Route("/hosts/{action:str}", _only(("pause", "resume"), actions.host), methods=["POST"]),
         Route("/schedules", dashboard.schedules, name="schedules"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
@@ -514,3 +536,20 @@ def _only(
         return await endpoint(request)
 
     return guarded
+
+
+def _either(
+    first: Callable[[Request], Awaitable[Response]],
+    second: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """``first``, or ``second`` for the actions ``first`` does not know (a 404 from it)."""
+
+    async def either(request: Request) -> Response:
+        try:
+            return await first(request)
+        except HTTPException as error:
+            if error.status_code != 404 or not error.detail.startswith("no such action"):
+                raise
+        return await second(request)
+
+    return either

@@ -17,9 +17,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .controls import audit_rows
 from .limit_reads import KINDS, LIMIT_ROWS, MAX_TOP_KEYS, TOP_KEYS, limits_page
 from .reads import DashboardDatabase
-from .requests import live_url, query_string
+from .requests import live_url, message, query_string
 
 if TYPE_CHECKING:
     from .app import Dashboard
@@ -123,10 +124,18 @@ class LimitPages:
         query = LimitsQuery.from_params(request.query_params)
         dashboard = self.dashboard
         context = await run_in_threadpool(self.limits_context, query, dashboard.reads(request))
+        audit = await run_in_threadpool(audit_rows, dashboard, query.name)
+        chosen = next(
+            (view.state for view in context["page"].limits if view.state.name == query.name),
+            None,
+        )
         return dashboard.page(
             request,
             "limits.html",
             live=live_url(request, "/limits", query_string(query.as_query())),
+            message=message(request),
+            audit=audit,
+            chosen=chosen,
             **context,
         )
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._app.flow_stats import FlowStats, read_flow
+from .._app.keyed_admin import KeyedState, keyed_state
 from .._limits import SEPARATOR, LimitDefinition, LimitState, describe_rate, limit_states
 from .reads import DashboardDatabase
 
@@ -135,6 +136,8 @@ class LimitsPage:
     first_overlimited: int | None = None
     #: Debounced jobs and batch tasks (flow_stats.py).
     flow: FlowStats | None = None
+    #: The busiest and starved fair keys and the sequences (migration 0023).
+    keyed: KeyedState | None = None
 
     @property
     def hidden(self) -> int:
@@ -149,6 +152,8 @@ class LimitsPage:
 def _kinds(state: LimitState) -> tuple[str, ...]:
     if state.kind == "other":
         return ("unknown kind",)
+    if state.kind == "fair":
+        return ("fair queuing",)
     kinds = []
     if state.concurrency is not None:
         kinds.append("keyed concurrency" if state.kind == "key" else f"{state.kind} concurrency")
@@ -172,11 +177,11 @@ def _problems(state: LimitState, bad_values: set[str], declared: bool | None) ->
     numbers = (state.rate_per_second, state.burst, state.tokens, state.next_token_in)
     if any(value is not None and not math.isfinite(value) for value in numbers):
         problems.append("a value is not a finite number")
-    if state.concurrency is not None and state.concurrency < 1:
+    if state.concurrency is not None and state.concurrency < 1 and not state.paused:
         problems.append("a concurrency below 1")
     if state.kind == "other":
         problems.append("not a name pgtasks writes (queue:…, task:… or key:…)")
-    if declared is False and state.stored:
+    if declared is False and state.stored and state.declared and state.kind != "fair":
         problems.append("not declared by this app's tasks or queues (another app stored it)")
     return problems
 
@@ -294,10 +299,12 @@ def limits_page(
         definitions = store.get_limits(conn)
         instances = store.get_limit_instances(conn, cap=LIMITED_SCAN)
         bad_values = store.get_limit_bad_values(conn)
+        keyed = keyed_state(store, conn, limit=top_keys)
         flow = read_flow(store, conn, app.tasks.values())
-        return store.get_database_time(conn), definitions, instances, bad_values, flow
+        time = store.get_database_time(conn)
+        return time, definitions, instances, bad_values, keyed, flow
 
-    now, definitions, instances, bad_values, flow = database.run(read)
+    now, definitions, instances, bad_values, keyed, flow = database.run(read)
     usage, keys = instance_usage(definitions, instances, top_keys)
     states = limit_states(definitions, usage, keys)
     views = limit_views(states, app.limit_definitions(), bad_values)
@@ -316,4 +323,5 @@ def limits_page(
         overlimited=int(summary.get("overlimited") or 0),
         first_overlimited=summary.get("first_overlimited"),
         flow=flow,
+        keyed=keyed,
     )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 
 from .._app import admin
+from .._app.durable import parked_by_queue
 from .._app.schedules import ScheduleStatus, schedule_statuses
 from .._counters import every_counter
 from .._job_filter import JobFilter
@@ -55,6 +56,10 @@ LIST_ERROR_CHARS = 200
 BULK_COUNT_CAP = 100_000
 #: Workflows the overview lists (the newest).
 OVERVIEW_WORKFLOWS = 5
+#: Jobs of each workflow the dashboard's lists (overview, workflows) count at most (plus
+#: one): a workflow with more shows "more than" this many steps and no progress, and a
+#: list costs the same whatever the size of its workflows (its page counts them all).
+WORKFLOW_STEPS_CAP = 10_000
 #: Jobs a page of a filter no index serves reads at most (newest first): a page of a
 #: rare value costs what a page of a common one does, and says where it stopped.
 SCAN_ROWS = 10_000
@@ -250,6 +255,8 @@ class Overview:
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
     #: The newest workflows (OVERVIEW_WORKFLOWS of them).
     workflows: list[WorkflowSummary] = dataclasses.field(default_factory=list)
+    #: Jobs parked by a durable call, ``{queue: {"sleeping": n, "waiting": n, …}}``.
+    parked: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def queues(self) -> list[QueueStats]:
@@ -318,8 +325,11 @@ def overview(
             counters=every_counter(store.get_counters(conn)),
             workflows=[
                 WorkflowSummary.from_row(row)
-                for row in store.list_workflows(conn, limit=OVERVIEW_WORKFLOWS)
+                for row in store.list_workflows(
+                    conn, limit=OVERVIEW_WORKFLOWS, steps_cap=WORKFLOW_STEPS_CAP
+                )
             ],
+            parked=parked_by_queue(store.count_parked_jobs(conn)),  # through jobs_parked_idx
         )
 
     return database.run(read)

@@ -14,7 +14,7 @@ from .. import _text
 from .._operations import STATUSES, format_duration
 from .._workflows_text import WORKFLOW_STATES
 from .graph import dots_markup, format_took
-from .reads import format_bytes
+from .reads import WORKFLOW_STEPS_CAP, format_bytes
 from .requests import TAB_STATUSES
 
 
@@ -38,6 +38,7 @@ def environment() -> Environment:
     env.globals["STATUSES"] = STATUSES
     env.globals["TAB_STATUSES"] = TAB_STATUSES
     env.globals["WORKFLOW_STATES"] = WORKFLOW_STATES
+    env.globals["WORKFLOW_STEPS_CAP"] = WORKFLOW_STEPS_CAP
     env.globals["dots_markup"] = dots_markup
     return env
 

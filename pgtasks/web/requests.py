@@ -48,6 +48,19 @@ MESSAGES = {
         "Cancelled the workflow: {count} job(s) cancelled or asked to stop (running ones end"
         " cancelled when their workers stop them)."
     ),
+    "limit-set": "Limit changed: every worker applies it from its next claim.",
+    "limit-pause": "Limit paused: no job under it starts until it is resumed.",
+    "limit-resume": "Limit resumed.",
+    "limit-reset": "Limit reset: what the app declares applies again.",
+    "run-now": "The job is due now.",
+    "snooze": "Snoozed: the job starts later (no attempt spent).",
+    "edited": "Arguments saved: the job runs with them.",
+    "selected-run-now": "Made {count} selected job(s) due now; {refused} were not pending later.",
+    "selected-snooze": "Snoozed {count} selected job(s); {refused} were not pending.",
+    "bulk-run-now": "Made {count} pending job(s) scheduled later due now.",
+    "pool-resized": (
+        "Pool size asked: the worker applies it at its next heartbeat (Busy shows its size)."
+    ),
 }
 #: Which job statuses a page about the jobs list links to, in life-cycle order.
 TAB_STATUSES = STATUSES

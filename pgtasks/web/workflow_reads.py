@@ -17,7 +17,7 @@ import psycopg
 
 from .._app.workflow_admin import list_workflows, workflow_detail
 from .._workflows_text import WorkflowDetail, WorkflowSummary
-from .reads import DashboardDatabase
+from .reads import WORKFLOW_STEPS_CAP, DashboardDatabase
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -113,7 +113,12 @@ def workflows_page(
         def scan(conn: psycopg.Connection[Any]) -> list[WorkflowSummary]:
             nonlocal searched_to
             rows, floor, scanned = database.queries.list_workflows_scan(
-                conn, status=status, before=before, limit=limit + 1, scan=WORKFLOW_SCAN_JOBS
+                conn,
+                status=status,
+                before=before,
+                limit=limit + 1,
+                scan=WORKFLOW_SCAN_JOBS,
+                steps_cap=WORKFLOW_STEPS_CAP,
             )
             if len(rows) <= limit and scanned >= WORKFLOW_SCAN_JOBS and floor is not None:
                 searched_to = int(floor)
@@ -122,7 +127,13 @@ def workflows_page(
         found = run(scan)
     else:
         found = list_workflows(
-            app, status=status, workflow_id=workflow_id, before=before, limit=limit + 1, run=run
+            app,
+            status=status,
+            workflow_id=workflow_id,
+            before=before,
+            limit=limit + 1,
+            run=run,
+            steps_cap=WORKFLOW_STEPS_CAP,
         )
     counts = run(lambda conn: database.queries.count_workflows(conn, cap=WORKFLOW_COUNT_CAP))
     return WorkflowsPage(

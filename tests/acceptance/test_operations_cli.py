@@ -255,6 +255,7 @@ def test_jobs_retry_of_a_job_that_did_not_fail_exits_1_with_one_line(
         ("jobs", "retry"),
         ("jobs", "retry", "1", "--all-failed"),
         ("jobs", "retry", "1", "--task", "x"),
+        ("jobs", "retry", "--all-failed", "--keep-steps"),
     ],
 )
 def test_jobs_retry_needs_an_id_or_all_failed(cli: Cli, arguments: tuple[str, ...]) -> None:

@@ -34,6 +34,8 @@ class LimitTasks:
     fast_rated: Any
     solo: Any
     plain: Any
+    #: Declares no limit (an operator limits it at runtime).
+    free: Any = None
 
 
 def register_limit_tasks(app: App) -> LimitTasks:
@@ -78,7 +80,11 @@ def register_limit_tasks(app: App) -> LimitTasks:
     def plain(context: JobContext) -> None:
         recorder.instant(context)
 
-    return LimitTasks(per_task, per_key, in_queue, rated, fast_rated, solo, plain)
+    @app.task(bind=True, name="limits_app.free")
+    def free(context: JobContext, seconds: float) -> None:
+        run(context, seconds)
+
+    return LimitTasks(per_task, per_key, in_queue, rated, fast_rated, solo, plain, free)
 
 
 def build_app() -> App:

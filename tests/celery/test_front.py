@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobNotFoundError, TaskFailed
+from pgtasks._app import admin
 from pgtasks.celery import Celery, CeleryCompatibilityWarning, Task, chain, group, states
 from pgtasks.celery import _state as celery_state
 from pgtasks.celery.exceptions import (
@@ -237,8 +238,16 @@ def test_control_and_inspect_answer_from_the_database(capp: Celery) -> None:
     assert capp.native.paused_queues() == ["celery"]
     assert control.add_consumer("celery") is True
     assert "held 20/m" in control.rate_limit(held.name, "20/m")
-    with pytest.raises(ImproperlyConfigured, match="declared with rate_limit="):
-        control.rate_limit(plain.name, "10/s")
+    # Any task, declared with a rate or not: its waiting job now counts in the new limit.
+    assert "10/s" in control.rate_limit(plain.name, "10/s")
+    limits = {state.name: state for state in admin.limits(capp.native)}
+    assert limits[f"task:{held.name}"].rate == "20/m"
+    assert limits[f"task:{plain.name}"].rate == "10/s"
+    assert limits[f"task:{plain.name}"].pending == 1  # the scheduled job carries it
+    with pytest.raises(ImproperlyConfigured, match="must look like"):
+        control.rate_limit(plain.name, "ten a second")
+    control.rate_limit(plain.name, 0)  # no rate left: the limit is removed
+    assert f"task:{plain.name}" not in {state.name for state in admin.limits(capp.native)}
     assert control.purge() == 1
 
 

@@ -141,6 +141,17 @@ def test_otel_example_traces_the_enqueue_and_both_attempts(example_env: dict[str
     ]
 
 
+def test_tenants_example_shares_turns_keeps_order_and_holds_on_failure(
+    example_env: dict[str, str],
+) -> None:
+    out = run_example("examples.tenants", example_env)
+    before = int(out.split("tiny's 5 rows all started after ")[1].split()[0])
+    assert before < 100, out
+    assert "ann's entries applied in order: [0, 1, 2, 3]" in out
+    assert "held by a failed entry: [('bob', 1)] (bob's entry 3 waits)" in out
+    assert "bob's entries applied: [0, 1, 3]" in out
+
+
 def test_batches_example_debounces_a_burst_and_runs_pushes_in_batches(
     example_env: dict[str, str],
 ) -> None:

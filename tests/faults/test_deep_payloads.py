@@ -204,3 +204,49 @@ def test_doctor_names_rows_nested_past_the_bound(env: FaultEnv, depth: int) -> N
     finding = findings["deep payloads"]
     assert finding.level in ("warning", "critical"), finding
     assert str(job_id) in finding.summary and "hostile.show_args" in finding.summary
+
+
+def write_history_row(env: FaultEnv, task_name: str, **values: str) -> int:
+    """A finished job row written by SQL straight into jobs_history."""
+    columns = {"args": "[]", "kwargs": "{}", **values}
+    names = ["task_name", "queue", "max_attempts", "status", "finished_at", *columns]
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        id_query = sql.SQL("SELECT nextval(pg_get_serial_sequence({}, 'id'))").format(
+            sql.Literal(f'"{env.schema}".jobs')
+        )
+        id_row = conn.execute(id_query).fetchone()
+        assert id_row is not None
+        query = sql.SQL(
+            "INSERT INTO {}.jobs_history (id, {}) VALUES (%s, {}, now(), {}) RETURNING id"
+        ).format(
+            sql.Identifier(env.schema),
+            sql.SQL(", ").join(map(sql.Identifier, names)),
+            sql.SQL(", ").join(sql.Placeholder() * 4),
+            sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+        )
+        row = conn.execute(
+            query, [id_row[0], task_name, "default", 3, "done", *columns.values()]
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_doctor_names_finished_rows_nested_past_the_bound_in_jobs_history(env: FaultEnv) -> None:
+    from pgtasks._app.doctor import diagnose
+
+    deep_id = write_history_row(env, "hostile.history", result=nested_text(MAX_JSON_DEPTH + 1))
+    with env.app.connection() as conn:
+        findings = {finding.check: finding for finding in diagnose(env.app, conn)}
+        finding = findings["deep payloads (jobs_history)"]
+        assert finding.level == "warning", finding
+        assert str(deep_id) in finding.summary and "hostile.history" in finding.summary
+        assert "result" in finding.summary and "jobs_history" in finding.summary
+        # Bounded: only the newest rows are read; a newer shallow row hides the deep one
+        # from a scan of one row.
+        shallow_id = write_history_row(env, "hostile.history", result="[1]")
+        assert shallow_id > deep_id
+        store = env.app.queries
+        one = store.get_deep_history_payloads(conn, depth=MAX_JSON_DEPTH, decode_depth=3000, scan=1)
+        two = store.get_deep_history_payloads(conn, depth=MAX_JSON_DEPTH, decode_depth=3000, scan=2)
+    assert one == []
+    assert [row["id"] for row in two] == [deep_id] and two[0]["scanned"] == 2

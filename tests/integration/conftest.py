@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,3 +29,16 @@ def notifications(admin: psycopg.Connection[Any], app: App) -> Iterator[Callable
 
     yield collect_until
     admin.execute("UNLISTEN *")
+
+
+@pytest.fixture
+def other_database(dsn: str) -> Iterator[str]:
+    """A database of its own on the test server (a store elsewhere than the business data)."""
+    name = f"pgtasks_store_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    info["dbname"] = name
+    yield psycopg.conninfo.make_conninfo(**info)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))

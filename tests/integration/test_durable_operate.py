@@ -106,3 +106,18 @@ def test_workflows_take_durable_tasks_unchanged(
 ) -> None:
     workflow = chain(tasks.five_steps.s(), tasks.waiter.si("never", timeout=0.2)).delay()
     assert workflow.get(timeout=30) == "timed out"
+
+
+def test_cli_retry_keeps_the_checkpoints_before_the_failed_step(
+    app: App, dsn: str, tasks: Tasks, processes: Processes
+) -> None:
+    cli = cli_runner(app, APP_PATH)
+    failed = tasks.failing_step.delay()
+    wait_until(lambda: failed.status() == "failed", timeout=30, message="the step's final error")
+    assert [step["status"] for step in app.get_job_steps(failed.id)] == ["failed"]
+    retried = cli("jobs", "retry", str(failed.id), "--keep-steps", "--json")
+    assert retried.returncode == 0, retried.stderr
+    document = json.loads(retried.stdout)
+    assert document["retried"] and document["steps_kept"] == 0  # the failed step runs again
+    wait_until(lambda: failed.status() == "failed", timeout=30, message="failed again")
+    assert [step for step, _ in effects(dsn, app.schema, failed.id)].count("boom") == 3

@@ -4,10 +4,9 @@ name their store, one worker per store, and the refusals of what would cross sto
 from __future__ import annotations
 
 import asyncio
-import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -165,19 +164,6 @@ def test_a_limited_task_is_held_to_its_queue_store(stores_app: App) -> None:
         stores_app.enqueue_many(
             [tasks["work"].build_spec((1,), {}), tasks["mail"].build_spec((1,), {})]
         )
-
-
-@pytest.fixture
-def other_database(dsn: str) -> Iterator[str]:
-    """A database of its own on the test server (a store elsewhere than the business data)."""
-    name = f"pgtasks_store_{secrets.token_hex(4)}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    info["dbname"] = name
-    yield psycopg.conninfo.make_conninfo(**info)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def test_connection_of_another_store_is_refused(

@@ -94,7 +94,8 @@ def test_migrate_from_empty_creates_the_documented_tables_indexes_and_constraint
 
     applied = app.migrate()
 
-    assert [migration.version for migration in applied] == list(range(1, head_version() + 1))
+    assert [migration.version for migration in applied] == [m.version for m in load_migrations()]
+    assert applied[-1].version == head_version()
     tables = {
         name
         for (name,) in rows(
@@ -302,7 +303,7 @@ def test_cli_migrate_applies_then_reports_up_to_date(
     assert first.stdout == f"schema {schema!r} migrated: applied {names}\n"
     assert second.returncode == 0, second.stderr
     assert second.stdout == f"schema {schema!r} is up to date\n"
-    assert len(applied_versions(admin, schema)) == head_version()
+    assert len(applied_versions(admin, schema)) == len(load_migrations())
 
 
 @pytest.fixture(scope="module")

@@ -80,7 +80,7 @@ def steps_recorded(admin: Connection, schema: str) -> list[tuple[int, int]]:
 
 
 #: The version of the last shipped migration.
-LATEST = len(load_migrations())
+LATEST = load_migrations()[-1].version
 
 
 def with_extra(*texts: str, base: int = 12) -> list[Migration]:
@@ -102,7 +102,7 @@ def test_upgrading_a_populated_schema_online_ends_at_the_committed_snapshot(
     with psycopg.connect(dsn, autocommit=True) as conn:
         applied = Migrator(Queries(schema)).migrate(conn)
 
-    assert [m.version for m in applied] == list(range(start + 1, len(load_migrations()) + 1))
+    assert [m.version for m in applied] == [m.version for m in load_migrations()[start:]]
     assert describe_schema(admin, schema) == (ROOT / "tests" / "schema.sql").read_text()
     assert steps_recorded(admin, schema) == []
     invalid = admin.execute(
@@ -117,17 +117,28 @@ def test_upgrading_a_populated_schema_online_ends_at_the_committed_snapshot(
 # -- the plan against pg_locks ---------------------------------------------------------------------
 def held_locks(conn: Connection, schema: str) -> dict[str, tuple[str, str]]:
     """(relkind, strongest mode) of each relation of ``schema`` this session holds a lock on."""
+    return {
+        relation: (kind, mode) for relation, (kind, mode, _) in held_locks_of(conn, schema).items()
+    }
+
+
+def held_locks_of(conn: Connection, schema: str) -> dict[str, tuple[str, str, str | None]]:
+    """(relkind, strongest mode, root partitioned table or None) of each locked relation."""
     rows = conn.execute(
-        "SELECT c.relname, c.relkind, l.mode FROM pg_locks l"
+        "SELECT c.relname, c.relkind, l.mode,"
+        # The partitioned table at the top of a partition's tree (None: not a partition).
+        " (SELECT p.relname FROM pg_partition_ancestors(c.oid) AS a"
+        "  JOIN pg_class AS p ON p.oid = a.relid WHERE NOT p.relispartition)"
+        " FROM pg_locks l"
         " JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE l.pid = pg_backend_pid() AND l.granted AND n.nspname = %s",
         (schema,),
     ).fetchall()
-    held: dict[str, tuple[str, str]] = {}
-    for relation, kind, pg_mode in rows:
+    held: dict[str, tuple[str, str, str | None]] = {}
+    for relation, kind, pg_mode, parent in rows:
         mode = PG_LOCK_MODES[pg_mode]
         if relation not in held or LOCK_MODES.index(mode) > LOCK_MODES.index(held[relation][1]):
-            held[relation] = (kind, mode)
+            held[relation] = (kind, mode, parent)
     return held
 
 
@@ -152,7 +163,7 @@ def test_each_transactional_step_takes_the_locks_the_plan_names(
                 continue
             expected: dict[str, str] = {}
             with conn.transaction():
-                planned_statements = plan[(version, step.number)]
+                planned_statements = plan[(migration.version, step.number)]
                 for text, planned in zip(step.statements, planned_statements, strict=True):
                     store.run_migration_sql(conn, text)
                     for lock in planned.locks:
@@ -160,10 +171,15 @@ def test_each_transactional_step_takes_the_locks_the_plan_names(
                             so_far = expected.get(lock.relation, "ACCESS SHARE")
                             expected[lock.relation] = max(so_far, lock.mode, key=LOCK_MODES.index)
                     where = f"{migration.label} step {step.number}: {planned.summary}"
-                    for relation, (kind, mode) in held_locks(conn, schema).items():
+                    for relation, (kind, mode, parent) in held_locks_of(conn, schema).items():
                         if relation not in existing:
                             continue  # created by this migration: nobody else uses it
-                        if relation in expected:
+                        if relation not in expected and parent in expected:
+                            # A partition (of jobs_history, say): a trigger or an index made
+                            # on the partitioned table locks each partition as the plan names
+                            # the table.
+                            assert mode == expected[parent], f"{where}: {relation} ({parent})"
+                        elif relation in expected:
                             assert mode == expected[relation], f"{where}: {relation}"
                         elif kind == "r":
                             assert LOCK_MODES.index(mode) <= 2, f"{where}: {relation} {mode}"
@@ -360,7 +376,7 @@ def test_inside_a_transaction_each_migration_is_applied_whole_with_a_warning_whe
         applied = Migrator(Queries(schema)).migrate(conn)
         conn.commit()
 
-    assert [m.version for m in applied] == list(range(12, LATEST + 1))
+    assert [m.version for m in applied] == [m.version for m in load_migrations()[11:]]
     assert version_of(admin, schema) == LATEST
     assert any(
         "0012_partial_idempotency_index runs inside the caller's transaction" in r.getMessage()
@@ -392,7 +408,7 @@ def test_migrate_plan_prints_each_step_and_its_locks_and_changes_nothing(
     out = result.stdout
     assert (
         f"schema {schema!r} is at version 11, this code's is {LATEST}:"
-        f" {LATEST - 11} migration(s) to apply"
+        f" {len(load_migrations()) - 11} migration(s) to apply"
     ) in out
     assert "step 1 of 2: concurrently, outside a transaction" in out
     assert (

@@ -125,10 +125,13 @@ def test_producer_store_methods_have_async_twins_with_the_same_parameters(name: 
     assert sync_signature.return_annotation == async_signature.return_annotation
 
 
-def test_migrations_are_numbered_one_to_n_without_gaps() -> None:
+def test_migrations_are_numbered_from_one_each_number_once() -> None:
+    """Numbers are taken by separate changes in parallel: one may be missing for a while
+    (load_migrations refuses a repeated one)."""
     migrations = load_migrations()
+    versions = [migration.version for migration in migrations]
 
-    assert [migration.version for migration in migrations] == list(range(1, len(migrations) + 1))
+    assert versions[0] == 1 and versions == sorted(set(versions))
     assert migrations[0].name == "initial"
 
 

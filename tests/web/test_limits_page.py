@@ -14,7 +14,8 @@ import psycopg
 import pytest
 
 from pgtasks import App
-from pgtasks._leases import ClaimedJob, ClaimRequest
+from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
+from pgtasks._retry import Outcome
 from tests.support.inprocess import execute
 from tests.support.web import Client
 
@@ -341,3 +342,37 @@ def test_a_long_backlog_is_counted_up_to_the_next_jobs_in_claim_order_and_says_s
     page = web.get("/limits").text
     assert 'id="capped"' not in page
     assert limit_row(page, "key:sync.user")["pending"] == "3"
+
+
+def test_fair_keys_and_sequences_with_a_held_one(app: App, web: Client) -> None:
+    @app.task(fair_key=lambda tenant, n: tenant)
+    def tenant_job(tenant: str, n: int) -> None: ...
+
+    @app.task(sequence_key=lambda account: account, max_attempts=1)
+    def apply(account: str) -> None: ...
+
+    tenant_job.delay_many([{"tenant": "big<co>", "n": n} for n in range(4)])
+    tenant_job.delay("small", 0)
+    held = [apply.delay("acct").id for _ in range(3)]
+    apply.delay("free")
+    with app.connection() as conn:
+        worker = app.queries.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
+        request = ClaimRequest(worker, 10, task_names=(apply.name,))
+        claimed = app.queries.finish_and_claim_jobs(conn, (), request).claimed
+        head = [job for job in claimed if job.id == held[0]]
+        app.queries.finish_jobs(conn, [Finish.of(job, Outcome.failed("boom")) for job in head])
+    page = web.get("/limits").text
+    # The limit the first fair job stored is shown as fair queuing, with no mark.
+    row = limit_row(page, "fair:")
+    assert "fair queuing" in row["row"] and "⚠" not in row["row"]
+    fair = re.search(r'<table class="grid fair-keys">(.*?)</table>', page, re.S)
+    assert fair is not None
+    assert 'data-fair-key="big&lt;co&gt;" data-list="busiest"' in fair[1]
+    assert "<co>" not in fair[1]
+    assert 'data-fair-key="small" data-list="starved"' in fair[1]
+    assert 'id="held-sequences"' in page
+    acct = re.search(r'<tr data-sequence="acct" class="marked">(.*?)</tr>', page, re.S)
+    assert acct is not None and f"failed job {held[0]}" in text(acct[1])
+    assert text(acct[1]).startswith("acct 2 -")
+    free = re.search(r'<tr data-sequence="free">(.*?)</tr>', page, re.S)
+    assert free is not None and "running" in text(free[1])
