@@ -1,15 +1,15 @@
 """Worker: the claim loop, slots, wake-ups, fenced completions and graceful shutdown.
 
 One thread runs the loop below on its own connection; jobs run on the Executor;
-Heartbeat, Rescuer, Listener and Pruner run beside it (services.py, pruner.py). The
-Worker composes the parts that hold the state: the Registration (its row and lease
-owner id), the JobLedger (jobs from claim to written outcome), the Exchanges (the round
-trips that write outcomes and claim jobs, and the claim position), the Reporter (logs,
-counters, observers), Cancellations (cancellations.py), LoopFailures (how a failed step
-is met, loop_failures.py) and, when stopping, GracefulStop (shutdown.py); a process's
+Heartbeat, Rescuer, Listener, Pruner and BatchService run beside it (services.py,
+pruner.py, batches.py). The Worker composes the parts that hold the state: the
+Registration (its row and lease owner id), the JobLedger (jobs from claim to written
+outcome), the Exchanges (the round trips that write outcomes and claim jobs, and the
+claim position), the Reporter (logs, counters, observers), Cancellations, LoopFailures
+(how a failed step is met) and, when stopping, GracefulStop (shutdown.py); a process's
 SIGTERM/SIGINT go through StopSignals (signals.py), whose watchdog reads stop_status()
-and calls release_held() (stuck.py) when the stop is stuck.
-Each gets the WorkerSettings (settings.py) or the part of them it uses.
+and calls release_held() (stuck.py) when the stop is stuck. Each gets the
+WorkerSettings (settings.py) or the part of them it uses.
 
     loop:  write finished outcomes (one fenced statement per batch)
            time out sync attempts past their deadline
@@ -36,6 +36,7 @@ from .._execution.outcomes import storable_outcome
 from .._execution.running import Running
 from .._retry import Outcome
 from .arun import run_on_a_thread
+from .batches import batch_services
 from .cancellations import Cancellations
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
 from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
@@ -72,8 +73,7 @@ class Worker(SettingsAttributes):
     ``run()`` blocks; ``await arun()`` runs it from an asyncio program; ``stop()``
     (thread-safe) stops claiming, lets running jobs finish for up to ``shutdown_timeout``
     seconds, releases the rest to pending without using up their attempt, and
-    deregisters. The keywords make a WorkerSettings (pgtasks/_worker/settings.py);
-    :meth:`from_settings` takes one made already (``pgtasks worker`` does).
+    deregisters. The keywords make a WorkerSettings; :meth:`from_settings` takes one.
     ``job_logs=False``: the attempts' log lines are not captured (docs/howto/operations.md)."""
 
     def __init__(
@@ -323,11 +323,10 @@ class Worker(SettingsAttributes):
         )
 
     def _new_services(self) -> list[Service]:
-        """Heartbeat, rescuer (which runs the healer), listener and pruner, each given only
-        what it uses. The listener and the pruner's session lock need a server session of
-        their own: the session DSN. A pooled dsn without one: the listener polls, the
-        pruner runs without its lock (docs/howto/deployment.md). The healer runs on the
-        rescuer's connection: through a pooler, without its session lock."""
+        """Heartbeat, rescuer (running the healer), listener, pruner, batch service, each given
+        what it uses. The listener and the pruner's session lock need the session DSN; a
+        pooled dsn without one: the listener polls, the pruner runs without its lock
+        (docs/howto/deployment.md). The healer runs on the rescuer's connection."""
         app, settings, owner, connect = self.app, self.settings, self.name, self._connect
         store, registration = app.queries, self.registration
         sessions = app.database.has_session
@@ -369,6 +368,7 @@ class Worker(SettingsAttributes):
             ),
             Listener(owner, session, settings, store, calls, listen=sessions),
             Pruner(owner, session, settings, store=store, use_lock=sessions),
+            *batch_services(app, connect, settings, self._parts(), self._exchanges, self._secrets),
         ]
 
     # -- the loop --
