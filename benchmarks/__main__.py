@@ -14,6 +14,7 @@
     python -m benchmarks --big-group [...]   (a group of 1,000,000 members: big_group.py)
     python -m benchmarks --limit-changes [...]   (a limit changed at runtime reaching the
                                                   workers: limit_changes.py)
+    python -m benchmarks --flow [...]   (debounce, expires, batches against plain: flow.py)
 
 Each figure is the median of R runs (min and max shown). Processing runs a real
 `pgtasks worker` process over N pre-enqueued no-op jobs and computes throughput from
@@ -340,6 +341,7 @@ SUBCOMMANDS = {
     "--failover": "failover",  # a replica promoted under load: lost and doubled jobs
     "--big-group": "big_group",  # a group of up to 1,000,000 members: enqueue, page, CLI
     "--limit-changes": "limit_changes",  # a limit changed at runtime reaching the workers
+    "--flow": "flow",  # drains with debounce keys, expires= and a batch handler vs plain
 }
 
 

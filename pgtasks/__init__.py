@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._app.app import App
+from ._app.debounce import Debounce
 from ._app.handle import JobHandle
 from ._app.keyed_admin import flow_state, release_sequence
 from ._app.layout import Store
@@ -18,6 +19,7 @@ from ._app.workflows import (
     chord,
     group,
 )
+from ._batches import Batch, BatchJob
 from ._cron import PeriodicOptions, Schedule
 from ._durable import (
     EventTimeout,
@@ -78,6 +80,8 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "AttemptError",
+    "Batch",
+    "BatchJob",
     "Beat",
     "CancelResult",
     "Chain",
@@ -86,6 +90,7 @@ __all__ = [
     "CrossStoreError",
     "DatabaseError",
     "DatabaseUnavailableError",
+    "Debounce",
     "Discard",
     "EmbeddedUnavailableError",
     "EventTimeout",

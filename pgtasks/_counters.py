@@ -40,6 +40,12 @@ EXPIRED = "expired"
 #: step again (docs/howto/durable.md). Counted by the worker for its thread and async jobs.
 STEPS_CHECKPOINTED = "steps_checkpointed"
 STEPS_REPLAYED = "steps_replayed"
+#: Enqueues that replaced the pending job of their debounce key instead of adding one
+#: (counted by the enqueue statement), and batches of batch tasks run (each handler call)
+#: with the jobs they held (docs/howto/flow-control.md).
+ENQUEUES_DEBOUNCED = "enqueues_debounced"
+BATCHES_RUN = "batches_run"
+BATCH_JOBS = "batch_jobs"
 
 COUNTER_NAMES = (
     LEASE_LOST,
@@ -51,6 +57,9 @@ COUNTER_NAMES = (
     EXPIRED,
     STEPS_CHECKPOINTED,
     STEPS_REPLAYED,
+    ENQUEUES_DEBOUNCED,
+    BATCHES_RUN,
+    BATCH_JOBS,
 )
 
 

@@ -182,6 +182,20 @@ class ScopedJobSpec(JobSpec):
 
 
 @dataclasses.dataclass(frozen=True)
+class DebouncedJobSpec(JobSpec):
+    """A debounced job (docs/howto/flow-control.md, Debounce): while a job of the same
+    task and ``debounce_key`` is pending and has never started, an enqueue replaces its
+    arguments and pushes its run_at to ``debounce_seconds`` from now, never past
+    ``debounce_max_seconds`` after the first enqueue (None: no bound), instead of adding a
+    job. Plain jobs are JobSpec, so the plain enqueue paths never look at these fields.
+    """
+
+    debounce_key: str = ""
+    debounce_seconds: float = 0.0
+    debounce_max_seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class StepJob:
     """A workflow step to insert: its job (``spec``: arguments encoded once, ``meta_json``
     from the instrumentation), its place (``step``, e.g. ``"1.0"``), what it receives

@@ -387,6 +387,7 @@ index CREATE UNIQUE INDEX job_steps_pkey ON {schema}.job_steps USING btree (job_
 index CREATE INDEX job_waits_key_idx ON {schema}.job_waits USING btree (key)
 index CREATE UNIQUE INDEX job_waits_pkey ON {schema}.job_waits USING btree (job_id)
 index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
+index CREATE INDEX jobs_debounce_idx ON {schema}.jobs USING btree (task_name, (((meta -> 'pgtasks.debounce'::text) ->> 'key'::text))) WHERE ((status = 'pending'::text) AND (attempts = 0) AND (meta ? 'pgtasks.debounce'::text))
 index CREATE INDEX jobs_expiry_idx ON {schema}.jobs USING btree (run_at) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.expires'::text))
 index CREATE INDEX jobs_fair_claim_idx ON {schema}.jobs USING btree (priority DESC, {schema}.fair_rank(meta) NULLS FIRST, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_fair_key_idx ON {schema}.jobs USING btree (((meta ->> 'pgtasks.fair_key'::text)), {schema}.fair_rank(meta) DESC) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.fair_key'::text))

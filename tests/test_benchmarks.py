@@ -445,3 +445,11 @@ def test_fairness_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -
     assert all(rate > 0 for rate in report["medians"].values())
     before, after = report["starvation"]
     assert after <= before
+
+
+def test_flow_benchmark_drains_every_variant(own_database: str) -> None:
+    stdout = run_benchmark("benchmarks --flow --jobs 300 --rounds 1", dsn=own_database, timeout=230)
+    lines = stdout.splitlines()
+    for variant in ("plain", "debounce", "expires", "batch"):
+        [row] = [line for line in lines if line.startswith(f"{variant} ")]
+        assert float(row.split()[1]) > 0, stdout

@@ -38,7 +38,8 @@ from .results import ResultListener
 from .schedules import add_schedule, build_schedule
 from .settings import AppSettings, DeprecatedAlias, FromSettings
 from .store_router import StoreRouter
-from .tasks import Task, TaskSettings, register_task
+from .task_registry import register_task
+from .tasks import Task, TaskSettings
 from .workflow_admin import describe_workflow
 from .workflows import Signature
 

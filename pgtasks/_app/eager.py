@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .. import _retry
+from .._batches import BatchJob
 from .._errors import TaskFailed
 from .._jobs import CancelResult, JobContext, JobRow, JobSpec, JobStatus
 from .._payload import encode_result
@@ -99,6 +100,8 @@ def _call(app: App, spec: JobSpec) -> tuple[Any, Any]:
     task = app.get_task(spec.task_name)
     args = json.loads(spec.args_json)
     kwargs = json.loads(spec.kwargs_json)
+    if task.batch is not None:
+        return task, _call_batch(task, spec, args, kwargs)
     if task.bind:
         context = JobContext.direct(
             task.name,
@@ -108,6 +111,23 @@ def _call(app: App, spec: JobSpec) -> tuple[Any, Any]:
         )
         args = [context, *args]
     return task, task.function(*args, **kwargs)
+
+
+def _call_batch(task: Any, spec: JobSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """A batch task's handler called with this one job (eager mode: one attempt); its
+    decision is the job's result or error."""
+    meta = json.loads(spec.meta_json) if spec.meta_json else {}
+    job = BatchJob(
+        0, args, kwargs, attempt=1, max_attempts=spec.max_attempts, queue=spec.queue, meta=meta
+    )
+    task.function([job])
+    if job.decision == "error":
+        raise job.value
+    if job.decision == "fail":
+        raise RuntimeError(job.value)
+    if job.decision == "retry":
+        raise RuntimeError("the batch handler asked for a retry (eager mode runs one attempt)")
+    return job.value
 
 
 def _finish(app: App, spec: JobSpec, task: Any, value: Any) -> EagerJobHandle:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._counters import ENQUEUES_DEDUPLICATED
-from .._jobs import InsertedJob, JobSpec
+from .._jobs import DebouncedJobSpec, InsertedJob, JobSpec
 from . import routing
 from .eager import arun_eagerly, run_eagerly
 from .handle import JobHandle
@@ -19,9 +19,18 @@ if TYPE_CHECKING:
     from .app import App
 
 
-def handles(app: App, inserted: list[InsertedJob]) -> list[JobHandle[Any]]:
-    """A handle per inserted job; those an existing idempotency key answered are counted."""
-    deduplicated = sum(1 for _, existed in inserted if existed)
+def handles(
+    app: App, inserted: list[InsertedJob], specs: Sequence[JobSpec] = ()
+) -> list[JobHandle[Any]]:
+    """A handle per inserted job; those an existing idempotency key answered are counted
+    (a debounced enqueue that replaced its key's job is counted by its statement, as
+    enqueues_debounced)."""
+    if specs and any(isinstance(spec, DebouncedJobSpec) for spec in specs):
+        debounced = {i for i, spec in enumerate(specs) if isinstance(spec, DebouncedJobSpec)}
+        inserted_counted = [job for i, job in enumerate(inserted) if i not in debounced]
+    else:
+        inserted_counted = inserted
+    deduplicated = sum(1 for _, existed in inserted_counted if existed)
     if deduplicated:
         app.counters.add(ENQUEUES_DEDUPLICATED, deduplicated, store=False)
     return [JobHandle(app, job_id, existed=existed) for job_id, existed in inserted]
@@ -38,8 +47,8 @@ def enqueue_many(
         app = routing.for_specs(app, specs, connection)
     if connection is not None:
         app.database.check_schema(connection)
-        return handles(app, app.insert_specs(connection, specs))
-    return handles(app, app.database.run(lambda conn: app.insert_specs(conn, specs)))
+        return handles(app, app.insert_specs(connection, specs), specs)
+    return handles(app, app.database.run(lambda conn: app.insert_specs(conn, specs)), specs)
 
 
 def enqueue(app: App, spec: JobSpec, connection: psycopg.Connection[Any] | None) -> JobHandle[Any]:
@@ -54,7 +63,7 @@ def enqueue(app: App, spec: JobSpec, connection: psycopg.Connection[Any] | None)
         job = app.queries.insert_job(connection, spec)
     else:
         job = app.database.run(lambda conn: app.queries.insert_job(conn, spec))
-    return handles(app, [job])[0]
+    return handles(app, [job], [spec])[0]
 
 
 async def aenqueue_many(
@@ -68,8 +77,8 @@ async def aenqueue_many(
         app = await routing.afor_specs(app, specs, connection)
     if connection is not None:
         await app.database.acheck_schema(connection)
-        return handles(app, await app.ainsert_specs(connection, specs))
-    return handles(app, await app.database.arun(lambda conn: app.ainsert_specs(conn, specs)))
+        return handles(app, await app.ainsert_specs(connection, specs), specs)
+    return handles(app, await app.database.arun(lambda conn: app.ainsert_specs(conn, specs)), specs)
 
 
 async def aenqueue(
@@ -86,4 +95,4 @@ async def aenqueue(
         job = await app.queries.ainsert_job(connection, spec)
     else:
         job = await app.database.arun(lambda conn: app.queries.ainsert_job(conn, spec))
-    return handles(app, [job])[0]
+    return handles(app, [job], [spec])[0]

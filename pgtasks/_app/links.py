@@ -133,6 +133,7 @@ def enqueue_linked(
             "fair_key",
             "sequence_key",
             "sequence_on_failure",
+            "debounce",
         )
         if call.get(name) is not None
     ]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 import psycopg
 from typing_extensions import ParamSpec, Unpack
 
+from .._batches import Batch
 from .._errors import TaskRegistrationError
 from .._jobs import (
     EXECUTOR_NAMES,
@@ -24,17 +25,25 @@ from .._jobs import (
 from .._payload import check_name, encode_arguments, encode_meta
 from .._validation import (
     aware,
-    positive_number,
     schedule_of,
     validate_max_attempts,
     validate_priority,
     validate_queue,
     validate_text,
 )
+from .debounce import Debounce, DebounceKey, check_debounce, debounced_spec, task_debounce
 from .handle import JobHandle
 from .keyed import KeyedOptions, KeySource, SequenceOnFailure
 from .limits import TaskLimits, job_limits
 from .links import Expires, enqueue_linked, expires_at, meta_with_expiry, relative_expiry
+from .task_checks import (
+    ANY_ARGUMENTS,
+    arguments_of,
+    check_batch,
+    positive_option,
+    refuse_limited_batch,
+    task_aliases,
+)
 from .task_names import MainModuleTaskWarning, default_task_name, main_module_warning
 from .uniqueness import Uniqueness, UniqueWhile, scoped_spec, task_uniqueness
 from .workflows import Signature
@@ -99,6 +108,15 @@ class TaskSettings(TypedDict, total=False):
     #: Start deadline of each job, in seconds (or a timedelta) after its enqueue: a job
     #: not started by then never runs and ends cancelled ("expired").
     expires: float | timedelta | None
+    #: Debounce (docs/howto/flow-control.md): a job runs this long after the last enqueue
+    #: of its key; an enqueue while it is pending replaces its arguments instead of adding one.
+    debounce: timedelta | None
+    #: The debounce key: a str, or a callable of the arguments (default: their identity).
+    debounce_key: str | Callable[..., Any] | None
+    #: The latest a debounced job runs, after the first enqueue of its key.
+    debounce_max: timedelta | None
+    #: Batch execution: the function takes a list of BatchJob (docs/howto/flow-control.md).
+    batch: Batch | None
     #: Claims take turns across keys (a str, int or function of the arguments giving one).
     fair_key: KeySource | None
     #: Jobs of one key run one at a time, in enqueue order (docs/howto/flow-control.md).
@@ -112,33 +130,6 @@ class TaskOptions(TaskSettings, total=False):
 
     #: Pass a JobContext as the first argument.
     bind: bool
-
-
-def _aliases(name: str, aliases: object) -> tuple[str, ...]:  # former names: valid names
-    if isinstance(aliases, str) or not isinstance(aliases, (list, tuple)):
-        raise TaskRegistrationError(f"task {name!r}: aliases= must be a list of names")
-    try:
-        return tuple(check_name("task alias", alias) for alias in aliases)
-    except ValueError as error:
-        raise TaskRegistrationError(f"task {name!r}: {error}") from None
-
-
-def _positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    positive_number(f"task option {name}=", value, error=TaskRegistrationError)
-
-
-def _arguments_of(item: Any) -> tuple[Sequence[Any], Mapping[str, Any]]:
-    """``(args, kwargs)`` of a ``delay_many`` item: a kwargs mapping or an (args, kwargs)
-    pair (kwargs None: none)."""
-    if type(item) is dict or isinstance(item, Mapping):
-        return (), item
-    if isinstance(item, tuple) and len(item) == 2:
-        return item[0], {} if item[1] is None else item[1]
-    raise TypeError(
-        f"delay_many items must be a kwargs dict or an (args, kwargs) pair, got {item!r}"
-    )
 
 
 class Task(Generic[P, R]):
@@ -178,7 +169,7 @@ class Task(Generic[P, R]):
         except (TypeError, ValueError) as error:
             raise TaskRegistrationError(f"task {self.name!r}: {error}") from error
         self.bind: bool = bool(options.get("bind", False))
-        self.aliases = _aliases(self.name, options.get("aliases", ()))
+        self.aliases = task_aliases(self.name, options.get("aliases", ()))
         self.retry_backoff: float = options.get("retry_backoff", 1.0)
         self.retry_backoff_max: float = options.get("retry_backoff_max", 600.0)
         self.retry_jitter: bool = bool(options.get("retry_jitter", True))
@@ -191,9 +182,9 @@ class Task(Generic[P, R]):
                 expires_at(self.expires, "task option expires=")
             except (TypeError, ValueError) as error:
                 raise TaskRegistrationError(f"task {self.name!r}: {error}") from None
-        _positive("retry_backoff", self.retry_backoff)
-        _positive("retry_backoff_max", self.retry_backoff_max)
-        _positive("timeout", self.timeout, allow_none=True)
+        positive_option("retry_backoff", self.retry_backoff)
+        positive_option("retry_backoff_max", self.retry_backoff_max)
+        positive_option("timeout", self.timeout, allow_none=True)
         for exception_type in self.dont_retry:
             if not (isinstance(exception_type, type) and issubclass(exception_type, BaseException)):
                 raise TaskRegistrationError(
@@ -201,14 +192,17 @@ class Task(Generic[P, R]):
                 )
         self.is_async = inspect.iscoroutinefunction(function)
         self.soft_timeout: float | None = options.get("soft_timeout")
-        _positive("soft_timeout", self.soft_timeout, allow_none=True)
+        positive_option("soft_timeout", self.soft_timeout, allow_none=True)
         self.executor: ExecutorName | None = options.get("executor")
         self._check_executor()
         #: Concurrency and rate limits (None: none; see limits.py).
         self.limits: TaskLimits | None = TaskLimits.from_options(self.name, options)
         self.uniqueness: Uniqueness | None = task_uniqueness(self.name, options)
+        self.debounce: Debounce | None = task_debounce(self.name, options)
+        self.batch: Batch | None = check_batch(self, options.get("batch"))
         self.keyed = KeyedOptions.from_options(self.name, options)
-        self.signature = inspect.signature(function)
+        # A batch task's jobs take any JSON arguments: its function takes their list.
+        self.signature = ANY_ARGUMENTS if self.batch else inspect.signature(function)
         parameters = list(self.signature.parameters.values())
         if self.bind:
             if not parameters:
@@ -311,6 +305,7 @@ class Task(Generic[P, R]):
         unique_for: timedelta | None = None,
         tick_key: str | None = None,
         expires: Expires | None = None,
+        debounce: Debounce | None = None,
         fair_key: KeySource | None = None,
         sequence_key: KeySource | None = None,
         sequence_on_failure: SequenceOnFailure | None = None,
@@ -332,6 +327,7 @@ class Task(Generic[P, R]):
             limit_groups, limit_key = job_limits(
                 self.limits, self.app.queue_limits.get(queue), args, kwargs
             )
+            refuse_limited_batch(self, limit_groups)
         else:
             limit_groups, limit_key = None, None
         keyed = self.keyed.meta(args, kwargs, fair_key, sequence_key, sequence_on_failure)
@@ -358,7 +354,18 @@ class Task(Generic[P, R]):
             and unique_for is None
             and tick_key is None
         ):
-            return spec
+            if debounce is None and self.debounce is None:
+                return spec
+            return debounced_spec(
+                self,
+                spec,
+                args,
+                kwargs,
+                debounce,
+                scheduled=delay is not None or run_at is not None,
+            )
+        if debounce is not None or self.debounce is not None:
+            raise ValueError(f"task {self.name!r}: debounce= cannot be combined with unique keys")
         return scoped_spec(
             self,
             spec,
@@ -413,7 +420,7 @@ class Task(Generic[P, R]):
             or self.keyed.declared
             or self.app.queue_limits.get(self.queue) is not None
         ):
-            specs = [self.build_spec(*_arguments_of(item)) for item in items]
+            specs = [self.build_spec(*arguments_of(item)) for item in items]
             if meta_json is None:
                 return specs
             return [dataclasses.replace(spec, meta_json=meta_json) for spec in specs]
@@ -432,7 +439,7 @@ class Task(Generic[P, R]):
             limit_groups=None,
             limit_key=None,
         )
-        return JobBatch(shared, [arguments(*_arguments_of(item)) for item in items])
+        return JobBatch(shared, [arguments(*arguments_of(item)) for item in items])
 
     # -- workflow steps --
     def s(self, *args: Any, **kwargs: Any) -> Signature:
@@ -471,6 +478,9 @@ class Task(Generic[P, R]):
         connection: psycopg.Connection[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         expires: Expires | None = None,
+        debounce: timedelta | None = None,
+        debounce_key: DebounceKey | None = None,
+        debounce_max: timedelta | None = None,
         link: Signature | Sequence[Signature] | None = None,
         link_error: Signature | None = None,
         fair_key: KeySource | None = None,
@@ -482,9 +492,11 @@ class Task(Generic[P, R]):
         ``meta``: a JSON object stored with the job (``job.meta``, ``ctx.meta``); keys
         starting with ``pgtasks.`` are reserved. ``expires``: a start deadline (aware
         datetime, or seconds/timedelta from now): not started by then, the job ends
-        cancelled and never runs. ``link``: signatures enqueued when the job succeeds (a
-        mutable one receives its result first); ``link_error``: a signature enqueued when
-        it fails for good (a mutable one receives a dict describing the failure first).
+        cancelled and never runs. ``debounce``, ``debounce_key``, ``debounce_max``: as the
+        task options (docs/howto/flow-control.md, Debounce), replacing them. ``link``:
+        signatures enqueued when the job succeeds (a mutable one receives its result
+        first); ``link_error``: a signature enqueued when it fails for good (a mutable one
+        receives a dict describing the failure first).
         """
         if link is not None or link_error is not None:
             return enqueue_linked(self, args, kwargs, locals())
@@ -501,6 +513,7 @@ class Task(Generic[P, R]):
             unique_while=unique_while,
             unique_for=unique_for,
             expires=expires,
+            debounce=check_debounce(debounce, debounce_key, debounce_max, ValueError),
             fair_key=fair_key,
             sequence_key=sequence_key,
             sequence_on_failure=sequence_on_failure,
@@ -546,6 +559,9 @@ class Task(Generic[P, R]):
         connection: psycopg.AsyncConnection[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         expires: Expires | None = None,
+        debounce: timedelta | None = None,
+        debounce_key: DebounceKey | None = None,
+        debounce_max: timedelta | None = None,
         fair_key: KeySource | None = None,
         sequence_key: KeySource | None = None,
         sequence_on_failure: SequenceOnFailure | None = None,
@@ -563,6 +579,7 @@ class Task(Generic[P, R]):
             unique_while=unique_while,
             unique_for=unique_for,
             expires=expires,
+            debounce=check_debounce(debounce, debounce_key, debounce_max, ValueError),
             fair_key=fair_key,
             sequence_key=sequence_key,
             sequence_on_failure=sequence_on_failure,
@@ -577,24 +594,3 @@ class Task(Generic[P, R]):
         meta: Mapping[str, Any] | None = None,
     ) -> list[JobHandle[R]]:
         return await self.app.aenqueue_many(self._many_specs(items, meta), connection=connection)
-
-
-def register_task(
-    app: App, function: Callable[..., Any], *, bind: bool, options: dict[str, Any]
-) -> Task[Any, Any]:
-    """Make ``function`` a task of ``app`` (``@app.task``); a second task of one name is
-    a TaskRegistrationError."""
-    if isinstance(function, Task):
-        raise TaskRegistrationError(f"{function!r} is already a task")
-    task: Task[Any, Any] = Task(app, function, bind=bind, **options)
-    with app._lock:
-        for name in (task.name, *task.aliases):
-            if name in app.tasks:
-                raise TaskRegistrationError(
-                    f"a task named {name!r} is already registered; pass name= to"
-                    " register another function under a different name"
-                )
-        app.tasks[task.name] = task
-        for alias in task.aliases:  # a worker claims and runs the jobs of its old names
-            app.tasks[alias] = task
-    return task

@@ -476,6 +476,23 @@ class ClaimQueries(QueriesBase):
             released.update(row["id"] for row in self._rows(conn, "release_jobs", params))
         return released
 
+    def release_orphaned_batch_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        worker_id: int,
+        task_names: Sequence[str],
+        known_ids: Sequence[int],
+    ) -> set[int]:
+        """Release the jobs of ``task_names`` held by ``worker_id`` that are not in
+        ``known_ids`` (a batch claim whose reply was lost with the connection)."""
+        params = {
+            "worker_id": worker_id,
+            "task_names": list(task_names),
+            "known_ids": list(known_ids),
+        }
+        return {row["id"] for row in self._rows(conn, "release_orphaned_batch_jobs", params)}
+
     def release_orphaned_jobs(
         self, conn: psycopg.Connection[Any], *, worker_id: int, known_ids: Sequence[int]
     ) -> set[int]:

@@ -12,8 +12,9 @@ import psycopg
 from psycopg.errors import UniqueViolation
 from psycopg.pq import PipelineStatus
 
-from .._jobs import InsertedJob, JobBatch, JobSpec, ScopedJobSpec
+from .._jobs import DebouncedJobSpec, InsertedJob, JobBatch, JobSpec, ScopedJobSpec
 from .base import Params, own_transaction
+from .debounce import DebounceQueries, is_debounced
 from .limits import LimitQueries
 from .params import batch_params, copy_chunks, job_params, jobs_columns
 from .unique import UniqueQueries, aatomic, atomic, is_life_key_conflict
@@ -39,7 +40,7 @@ def _copyable(
     )
 
 
-class InsertQueries(LimitQueries, UniqueQueries):
+class InsertQueries(DebounceQueries, LimitQueries, UniqueQueries):
     """Insert jobs: one, a batch, delay_many's batch; an existing idempotency key answers
     with its job."""
 
@@ -50,6 +51,8 @@ class InsertQueries(LimitQueries, UniqueQueries):
 
     def insert_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> InsertedJob:
         """Insert one job; an existing idempotency key answers with its job."""
+        if isinstance(spec, DebouncedJobSpec):
+            return self.insert_debounced_job(conn, spec)
         if isinstance(spec, ScopedJobSpec):
             return self.insert_scoped_jobs(conn, [spec])[0]
         if spec.limit_groups is not None:
@@ -71,6 +74,8 @@ class InsertQueries(LimitQueries, UniqueQueries):
         return InsertedJob(row[0], row[1])
 
     async def ainsert_job(self, conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> InsertedJob:
+        if isinstance(spec, DebouncedJobSpec):
+            return await self.ainsert_debounced_job(conn, spec)
         if isinstance(spec, ScopedJobSpec):
             return (await self.ainsert_scoped_jobs(conn, [spec]))[0]
         if spec.limit_groups is not None:
@@ -188,6 +193,9 @@ class InsertQueries(LimitQueries, UniqueQueries):
             return [self.insert_job(conn, specs[0])]
         if type(specs) is JobBatch:
             return self.insert_batch_jobs(conn, specs)
+        if is_debounced(specs):  # one by one (each takes its key's lock), in one transaction
+            with atomic(conn):
+                return [self.insert_job(conn, spec) for spec in specs]
         if any(isinstance(spec, ScopedJobSpec) for spec in specs):
             return self.insert_mixed_jobs(conn, specs)  # one statement per scope
         if any(spec.limit_groups is not None for spec in specs):
@@ -215,6 +223,9 @@ class InsertQueries(LimitQueries, UniqueQueries):
             return [await self.ainsert_job(conn, specs[0])]
         if type(specs) is JobBatch:
             return await self.ainsert_batch_jobs(conn, specs)
+        if is_debounced(specs):
+            async with aatomic(conn):
+                return [await self.ainsert_job(conn, spec) for spec in specs]
         if any(isinstance(spec, ScopedJobSpec) for spec in specs):
             return await self.ainsert_mixed_jobs(conn, specs)
         if any(spec.limit_groups is not None for spec in specs):

@@ -159,10 +159,31 @@ class WorkflowQueries(QueriesBase):
         """Insert a workflow's jobs (``steps``) with the ids reserved for them (by COPY
         when there are many and none has limits)."""
         if _copyable(conn, steps):
-            self._copy(conn, "copy_workflow_jobs", _copy_rows(workflow_id, ids, steps))
+            self.copy_workflow_jobs(conn, workflow_id=workflow_id, ids=ids, steps=steps)
             return
         params = self._workflow_jobs_params(workflow_id, ids, steps)
         self._rows(conn, "insert_workflow_jobs", params)
+
+    def copy_workflow_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        workflow_id: int,
+        ids: Sequence[int],
+        steps: Sequence[StepJob],
+    ) -> None:
+        """Write a workflow's jobs by COPY (many, none with limits: see ``_copyable``)."""
+        self._copy(conn, "copy_workflow_jobs", _copy_rows(workflow_id, ids, steps))
+
+    async def acopy_workflow_jobs(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        *,
+        workflow_id: int,
+        ids: Sequence[int],
+        steps: Sequence[StepJob],
+    ) -> None:
+        await self._acopy(conn, "copy_workflow_jobs", _copy_rows(workflow_id, ids, steps))
 
     def schedule_workflow_job(
         self,
@@ -185,7 +206,7 @@ class WorkflowQueries(QueriesBase):
         steps: Sequence[StepJob],
     ) -> None:
         if _copyable(conn, steps):
-            await self._acopy(conn, "copy_workflow_jobs", _copy_rows(workflow_id, ids, steps))
+            await self.acopy_workflow_jobs(conn, workflow_id=workflow_id, ids=ids, steps=steps)
             return
         params = self._workflow_jobs_params(workflow_id, ids, steps)
         await self._arows(conn, "insert_workflow_jobs", params)

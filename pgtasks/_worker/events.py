@@ -34,5 +34,10 @@ class WorkerEvents:
         thread that counted it (the rescuer's for rescues, a job's for a refused meta
         update), not only the claim loop's."""
 
+    def batch_finished(self, task_name: str, size: int, duration: float) -> None:
+        """A batch of a batch task ran and its outcomes were written: ``size`` jobs, in
+        ``duration`` seconds (each job's end is a ``job_finished`` too). Called on the
+        worker's batch thread."""
+
     def worker_stopped(self, worker: Worker) -> None:
         """The worker deregistered."""

@@ -124,6 +124,7 @@ class Exchanges:
         #: of every claim. Replaced whole by the listener thread, read by the loop.
         self._paused: frozenset[str] = frozenset()
         self._task_names: tuple[str, ...] | None = None
+        self._task_count = 0
         #: When claims ask for jobs under limits first, and what they
         #: wait for in between (limited.py). Whether some limit is stored is set at start.
         self._limits = LimitedClaims(self.name, poll_interval)
@@ -540,9 +541,14 @@ class Exchanges:
             )
 
     def _known_task_names(self) -> tuple[str, ...]:
-        """The app's task names, which claims are limited to, sorted once per change."""
-        if self._task_names is None or len(self._task_names) != len(self.tasks):
-            self._task_names = tuple(sorted(self.tasks))
+        """The app's task names, which claims are limited to, sorted once per change (batch
+        tasks' jobs are the batch service's, batches.py)."""
+        if self._task_names is None or self._task_count != len(self.tasks):
+            self._task_count = len(self.tasks)
+            tasks = self.tasks.items()
+            self._task_names = tuple(
+                sorted(name for name, task in tasks if getattr(task, "batch", None) is None)
+            )
         return self._task_names
 
 

@@ -44,6 +44,18 @@ class JobLedger:
         #: has a round trip in flight): endings then do not wake it; the first round
         #: trip back does, and the loop collects them all at once.
         self._quiet = False
+        #: Jobs held by this worker's batch service (batches.py; any thread).
+        self._elsewhere: set[int] = set()
+        self._elsewhere_lock = threading.Lock()
+
+    def hold_elsewhere(self, ids: list[int]) -> None:
+        """Jobs claimed under this worker's lease outside the loop (a batch)."""
+        with self._elsewhere_lock:
+            self._elsewhere.update(ids)
+
+    def release_elsewhere(self, ids: list[int]) -> None:
+        with self._elsewhere_lock:
+            self._elsewhere.difference_update(ids)
 
     def set_quiet(self, quiet: bool) -> None:
         """Whether a job's end wakes the loop (see ``_quiet``)."""
@@ -105,7 +117,12 @@ class JobLedger:
         self.unwritten = batch + self.unwritten
 
     def known_ids(self) -> list[int]:
-        """Jobs still running here, and finished ones whose outcome is not written yet."""
-        return [running.job.id for running in self.in_flight.values()] + [
-            running.job.id for running, _ in self.unwritten
-        ]
+        """Jobs still running here (a batch's too), and finished ones whose outcome is not
+        written yet."""
+        with self._elsewhere_lock:
+            elsewhere = list(self._elsewhere)
+        return (
+            [running.job.id for running in self.in_flight.values()]
+            + [running.job.id for running, _ in self.unwritten]
+            + elsewhere
+        )

@@ -54,6 +54,7 @@ worker counted them::
                                                 existing job
     pgtasks_jobs_expired_total                  pending jobs this worker's expiry pass ended
                                                 cancelled (start deadline passed)
+    pgtasks_batch_size{task}                    jobs per batch of batch tasks (a histogram)
 
 and every process's totals, stored in the database (sampled with the queue depths)::
 
@@ -153,6 +154,9 @@ def start_latency(job: ClaimedJob) -> float:
     return max(0.0, (job.claimed_at - due).total_seconds())
 
 
+#: Buckets of pgtasks_batch_size (jobs per batch).
+BATCH_SIZE_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
 #: The Prometheus counters of the worker's own counts (pgtasks._counters' names).
 EXERCISED_SERIES = {
     LEASE_LOST: (
@@ -251,6 +255,13 @@ class WorkerMetrics(WorkerEvents):
             JOB_LABELS,
             registry=registry,
             buckets=DURATION_BUCKETS,
+        )
+        self.batch_size = Histogram(
+            "pgtasks_batch_size",
+            "Jobs per batch of batch tasks this worker ran (docs/howto/flow-control.md).",
+            ["task"],
+            registry=registry,
+            buckets=BATCH_SIZE_BUCKETS,
         )
         self.job_start_latency = Histogram(
             "pgtasks_job_start_latency_seconds",
@@ -388,6 +399,9 @@ class WorkerMetrics(WorkerEvents):
         counter = self.exercised.get(name)
         if counter is not None:
             counter.inc(amount)
+
+    def batch_finished(self, task_name: str, size: int, duration: float) -> None:
+        self.batch_size.labels(task_name).observe(size)
 
     def job_finished(self, job: ClaimedJob, outcome: str, duration: float) -> None:
         self.job_duration.labels(job.task_name, job.queue).observe(max(0.0, duration))

@@ -1,5 +1,6 @@
 """The worker's services wired to it: Heartbeat, Rescuer (which runs the Healer),
-Listener and Pruner, each given only what it uses of the Worker (worker.py)."""
+Listener, Pruner and the batch services (batches.py), each given only what it uses of
+the Worker (worker.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from .._counters import EXPIRED
+from .batches import batch_services
 from .connection import connector
 from .healer import Healer
 from .pruner import Pruner
@@ -17,7 +19,8 @@ if TYPE_CHECKING:
 
 
 def worker_services(worker: Worker) -> list[Service]:
-    """Heartbeat, rescuer (which runs the healer), listener and pruner of ``worker``.
+    """Heartbeat, rescuer (which runs the healer), listener, pruner and batch services of
+    ``worker``.
 
     The listener and the pruner's session lock need a server session of their own: the
     session DSN. A pooled dsn without one: the listener polls, the pruner runs without its
@@ -65,4 +68,5 @@ def worker_services(worker: Worker) -> list[Service]:
         ),
         Listener(owner, session, settings, store, calls, listen=sessions),
         Pruner(owner, session, settings, store=store, use_lock=sessions),
+        *batch_services(app, connect, settings, worker._parts(), exchanges, worker._secrets),
     ]

@@ -1,15 +1,15 @@
 """Worker: the claim loop, slots, wake-ups, fenced completions and graceful shutdown.
 
 One thread runs the loop below on its own connection; jobs run on the Executor;
-Heartbeat, Rescuer, Listener and Pruner run beside it (wiring.py). The
-Worker composes the parts that hold the state: the Registration (its row and lease
-owner id), the JobLedger (jobs from claim to written outcome), the Exchanges (the round
-trips that write outcomes and claim jobs, and the claim position), the Reporter (logs,
-counters, observers), Cancellations (cancellations.py), LoopFailures (how a failed step
-is met, loop_failures.py) and, when stopping, GracefulStop (shutdown.py); a process's
+Heartbeat, Rescuer, Listener, Pruner and BatchService run beside it (wired in
+wiring.py). The Worker composes the parts that hold the state: the
+Registration (its row and lease owner id), the JobLedger (jobs from claim to written
+outcome), the Exchanges (the round trips that write outcomes and claim jobs, and the
+claim position), the Reporter (logs, counters, observers), Cancellations, LoopFailures
+(how a failed step is met) and, when stopping, GracefulStop (shutdown.py); a process's
 SIGTERM/SIGINT go through StopSignals (signals.py), whose watchdog reads stop_status()
-and calls release_held() (stuck.py) when the stop is stuck.
-Each gets the WorkerSettings (settings.py) or the part of them it uses.
+and calls release_held() (stuck.py) when the stop is stuck. Each gets the
+WorkerSettings (settings.py) or the part of them it uses.
 
     loop:  write finished outcomes (one fenced statement per batch)
            time out sync attempts past their deadline

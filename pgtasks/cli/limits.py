@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from .._app import controls
+from .._app.flow_stats import FlowStats, flow_stats
 from .._app.keyed_admin import LimitsView, format_keyed, limits_view, release_sequence
 from .._limits import format_limits
 from .._operations import format_table, to_json
@@ -39,9 +40,10 @@ def limits(ctx: click.Context, app_path: str | None, store: str | None, as_json:
         raise click.UsageError("Missing option '-A' / '--app'.")
     app = load_app(app_path)
     with app:
-        results = each_store(app, limits_view, store)
+        results = each_store(app, lambda one: (limits_view(one), flow_stats(one)), store)
 
-    def document(view: LimitsView) -> dict[str, Any]:
+    def document(read: tuple[LimitsView, FlowStats]) -> dict[str, Any]:
+        view, flow = read
         states = view.limits
         return {
             "limits": [state.as_json() for state in states],
@@ -49,11 +51,13 @@ def limits(ctx: click.Context, app_path: str | None, store: str | None, as_json:
                 {"name": state.name, **key.as_json()} for state in states for key in state.top_keys
             ],
             **view.keyed.as_dict(),
+            **flow.as_json(),  # debounce and batches (docs/howto/flow-control.md)
         }
 
-    def text(view: LimitsView) -> str:
-        keyed = format_keyed(view.keyed)
-        return format_limits(view.limits) + (f"\n\n{keyed}" if keyed else "")
+    def text(read: tuple[LimitsView, FlowStats]) -> str:
+        view, flow = read
+        parts = [format_limits(view.limits), format_keyed(view.keyed), flow.text()]
+        return "\n\n".join(part for part in parts if part)
 
     echo_each(app, results, as_json=as_json, document=document, text=text)
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._app.flow_stats import FlowStats, read_flow
 from .._app.keyed_admin import KeyedState, keyed_state
 from .._limits import SEPARATOR, LimitDefinition, LimitState, describe_rate, limit_states
 from .reads import DashboardDatabase
@@ -133,6 +134,8 @@ class LimitsPage:
     #: Those under more than 8 limit instances (counted in no limit), and the first.
     overlimited: int = 0
     first_overlimited: int | None = None
+    #: Debounced jobs and batch tasks (flow_stats.py).
+    flow: FlowStats | None = None
     #: The busiest and starved fair keys and the sequences (migration 0023).
     keyed: KeyedState | None = None
 
@@ -297,9 +300,11 @@ def limits_page(
         instances = store.get_limit_instances(conn, cap=LIMITED_SCAN)
         bad_values = store.get_limit_bad_values(conn)
         keyed = keyed_state(store, conn, limit=top_keys)
-        return store.get_database_time(conn), definitions, instances, bad_values, keyed
+        flow = read_flow(store, conn, app.tasks.values())
+        time = store.get_database_time(conn)
+        return time, definitions, instances, bad_values, keyed, flow
 
-    now, definitions, instances, bad_values, keyed = database.run(read)
+    now, definitions, instances, bad_values, keyed, flow = database.run(read)
     usage, keys = instance_usage(definitions, instances, top_keys)
     states = limit_states(definitions, usage, keys)
     views = limit_views(states, app.limit_definitions(), bad_values)
@@ -317,5 +322,6 @@ def limits_page(
         pending_read=int(summary.get("pending_read") or 0),
         overlimited=int(summary.get("overlimited") or 0),
         first_overlimited=summary.get("first_overlimited"),
+        flow=flow,
         keyed=keyed,
     )

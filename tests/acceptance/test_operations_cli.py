@@ -95,7 +95,8 @@ def test_stats_prints_counts_per_queue_the_oldest_wait_recent_finishes_and_worke
     assert (
         "guarantees exercised (since the schema was created): lease lost 0, rescued 0,"
         " fenced writes refused 0, enqueues deduplicated 0, released at shutdown 0,"
-        " unknown task jobs 0, expired 0, steps checkpointed 0, steps replayed 0"
+        " unknown task jobs 0, expired 0, steps checkpointed 0, steps replayed 0,"
+        " enqueues debounced 0, batches run 0, batch jobs 0"
     ) in lines
     assert "parked (pending, no slot or attempt held): none" in lines
 
@@ -133,6 +134,9 @@ def test_stats_json_counts_a_row_another_transaction_holds_locked(
         "expired": 0,
         "steps_checkpointed": 0,
         "steps_replayed": 0,
+        "enqueues_debounced": 0,
+        "batches_run": 0,
+        "batch_jobs": 0,
     }
     assert document["parked"] == {}
 

@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from pgtasks import App, JobContext
+from pgtasks import App, Batch, BatchJob, JobContext
 from tests.apps import lazy_app
 from tests.apps._environment import environment_app
 from tests.apps.worker_app import Recorder, register_tasks
@@ -37,12 +37,51 @@ class FaultTasks:
     enqueue_noop: Any
     tick: Any
     collect: Any
+    batch_until_file: Any
+    batch_one_fails: Any
+
+
+def register_batch_tasks(app: App, recorder: Recorder) -> tuple[Any, Any]:
+    """Two batch tasks: ``fault_app.batch_until_file`` (records every job's run and waits
+    for the file its jobs name) and ``fault_app.batch_one_fails``."""
+
+    @app.task(
+        name="fault_app.batch_until_file",
+        batch=Batch(max_size=500, max_wait=timedelta(seconds=0.5)),
+    )
+    def batch_until_file(jobs: list[BatchJob]) -> None:
+        """Record every job's run, wait for the file its jobs name, then end them all."""
+        runs = [recorder.started_lease(job.id, job.attempt, job.worker_id) for job in jobs]
+        path = Path(jobs[0].kwargs["path"])
+        deadline = time.monotonic() + 30.0
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for execution_id in runs:
+            recorder.finished(execution_id)
+
+    @app.task(
+        name="fault_app.batch_one_fails",
+        batch=Batch(max_size=500, max_wait=timedelta(seconds=1)),
+        retry_backoff=0.1,
+        retry_jitter=False,
+    )
+    def batch_one_fails(jobs: list[BatchJob]) -> None:
+        """Every job's run recorded; the job with fail=True raises at its first attempt."""
+        for job in jobs:
+            execution_id = recorder.started_lease(job.id, job.attempt, job.worker_id)
+            with job.outcome():
+                if job.kwargs.get("fail") and job.attempt == 1:
+                    raise ConnectionError(f"gateway refused job {job.id}")
+            recorder.finished(execution_id)
+
+    return batch_until_file, batch_one_fails
 
 
 def register_fault_tasks(app: App) -> FaultTasks:
     """Register every task under fixed names (``worker_app.*`` and ``fault_app.*``)."""
     base = register_tasks(app)
     recorder = Recorder(app)
+    batches = register_batch_tasks(app, recorder)
 
     @app.task(bind=True, name="fault_app.poison", max_attempts=3)
     def poison(context: JobContext) -> None:
@@ -105,6 +144,8 @@ def register_fault_tasks(app: App) -> FaultTasks:
         enqueue_noop=enqueue_noop,
         tick=tick,
         collect=collect,
+        batch_until_file=batches[0],
+        batch_one_fails=batches[1],
     )
 
 

@@ -106,6 +106,10 @@ class Recorder:
     def started(self, context: JobContext) -> int:
         return self._execute(self._insert, self._key(context))
 
+    def started_lease(self, job_id: int, attempt: int, worker_id: int) -> int:
+        """``started`` of a job run without a JobContext (a batch task's job)."""
+        return self._execute(self._insert, (uuid.uuid4(), job_id, attempt, worker_id, os.getpid()))
+
     def finished(self, execution_id: int) -> None:
         self._execute(self._finish, (execution_id,))
 

@@ -150,3 +150,15 @@ def test_tenants_example_shares_turns_keeps_order_and_holds_on_failure(
     assert "ann's entries applied in order: [0, 1, 2, 3]" in out
     assert "held by a failed entry: [('bob', 1)] (bob's entry 3 waits)" in out
     assert "bob's entries applied: [0, 1, 3]" in out
+
+
+def test_batches_example_debounces_a_burst_and_runs_pushes_in_batches(
+    example_env: dict[str, str],
+) -> None:
+    out = run_example("examples.batches", example_env)
+    assert "50 enqueues, distinct jobs: 1" in out
+    assert "reindex: products reindexed once, for request 49" in out
+    assert "pushes done: 250; user 13 notified on attempt 2; user 14 notified on attempt 1" in out
+    assert "largest batch: 100" in out
+    assert "user 13 attempts: 2, first error: ConnectionError: push gateway timed out" in out
+    assert "handler calls: 3," in out or "handler calls: 4," in out  # not one call per job

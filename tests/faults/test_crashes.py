@@ -132,3 +132,47 @@ def test_a_long_job_of_a_heartbeating_worker_is_never_rescued(env: FaultEnv) -> 
     for worker in workers:
         assert "rescued job" not in worker.log()
     assert_invariants(env.probe, [job.id])
+
+
+def test_a_batch_of_a_sigkilled_worker_is_rescued_whole_and_each_job_finished_once(
+    env: FaultEnv, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    victim = env.worker("--concurrency=2")
+    jobs = env.tasks.batch_until_file.delay_many([{"path": str(release)} for _ in range(300)])
+    ids = [job.id for job in jobs]
+    wait_until(
+        lambda: len(env.probe.rows("SELECT id FROM {schema}.executions WHERE attempt = 1")) == 300,
+        message="the batch of 300 to start",
+    )
+    running = env.probe.rows("SELECT count(*) AS n FROM {schema}.jobs WHERE status = 'running'")
+    assert running[0]["n"] == 300  # one batch holds every job, each under its own lease
+
+    victim.send(signal.SIGKILL)
+    assert victim.wait_exit(5) == -signal.SIGKILL
+    release.touch()
+    env.worker("--concurrency=2")
+    for job_id in ids:
+        wait_status(env.probe, job_id, "done", timeout=RESCUE_BOUND + 20)
+    attempts = env.probe.rows("SELECT DISTINCT attempts FROM {schema}.all_jobs")
+    assert [row["attempts"] for row in attempts] == [2]  # rescued once, run once more
+    assert_invariants(env.probe, ids)
+
+
+def test_a_batch_handler_that_raises_for_one_job_of_500_retries_that_job_alone(
+    env: FaultEnv,
+) -> None:
+    jobs = env.tasks.batch_one_fails.delay_many([{"fail": n == 250} for n in range(500)])
+    ids = [job.id for job in jobs]
+    env.worker("--concurrency=2")
+    for job_id in (ids[250], ids[0], ids[-1]):
+        wait_status(env.probe, job_id, "done", timeout=30)
+    wait_until(
+        lambda: env.probe.rows("SELECT count(*) AS n FROM {schema}.jobs")[0]["n"] == 0,
+        message="every job to end",
+    )
+    retried = env.probe.rows("SELECT id, attempts FROM {schema}.all_jobs WHERE attempts > 1")
+    assert [(row["id"], row["attempts"]) for row in retried] == [(ids[250], 2)]
+    runs = env.probe.rows("SELECT count(*) AS n FROM {schema}.executions")[0]["n"]
+    assert runs == 501  # every job once, the failed one once more
+    assert_invariants(env.probe, ids)

@@ -88,10 +88,11 @@ def test_steps_are_frozen_records_whose_links_become_the_reserved_ids(tasks: Any
     with pytest.raises(dataclasses.FrozenInstanceError):
         steps[0].step = "9"  # type: ignore[misc]
     params = WorkflowQueries._workflow_jobs_params(5, [40, 41, 42, 43], steps)
-    assert params["id"] == [40, 41, 42, 43] and params["workflow_id"] == 5
-    assert json.loads(params["next"]) == [[41, 42], [43], [43], []]
-    assert json.loads(params["prev"]) == [[], [40], [40], [41, 42]]
-    assert params["waiting_for"] == [0, 1, 1, 2]
+    assert json.loads(params["id"]) == [40, 41, 42, 43] and params["workflow_id"] == 5
+    # No link: null (next_ids or prev_ids NULL, as the COPY path writes it).
+    assert json.loads(params["next"]) == [[41, 42], [43], [43], None]
+    assert json.loads(params["prev"]) == [None, [40], [40], [41, 42]]
+    assert json.loads(params["waiting_for"]) == [0, 1, 1, 2]
     assert json.loads(params["args"]) == [[], [1], [7], []]
     assert params["meta"] is None and params["limit_groups"] is None
     traced = with_meta(steps, [dataclasses.replace(s.spec, meta_json='{"t":1}') for s in steps])

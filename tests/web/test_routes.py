@@ -548,4 +548,7 @@ def test_overview_shows_how_often_the_guarantees_were_exercised(web: Client, app
         "expired": "0",
         "steps_checkpointed": "0",
         "steps_replayed": "0",
+        "enqueues_debounced": "0",
+        "batches_run": "0",
+        "batch_jobs": "0",
     }
