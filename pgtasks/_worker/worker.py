@@ -1,8 +1,8 @@
 """Worker: the claim loop, slots, wake-ups, fenced completions and graceful shutdown.
 
 One thread runs the loop below on its own connection; jobs run on the Executor;
-Heartbeat, Rescuer, Listener, Pruner and BatchService run beside it (services.py,
-pruner.py, batches.py). The Worker composes the parts that hold the state: the
+Heartbeat, Rescuer, Listener, Pruner and BatchService run beside it (wired in
+wiring.py). The Worker composes the parts that hold the state: the
 Registration (its row and lease owner id), the JobLedger (jobs from claim to written
 outcome), the Exchanges (the round trips that write outcomes and claim jobs, and the
 claim position), the Reporter (logs, counters, observers), Cancellations, LoopFailures
@@ -29,14 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._counters import EXPIRED, RESCUED
+from .._counters import RESCUED
 from .._dsn import dsn_secrets
 from .._execution.executor import Executor
 from .._execution.outcomes import storable_outcome
 from .._execution.running import Running
 from .._retry import Outcome
 from .arun import run_on_a_thread
-from .batches import batch_services
 from .cancellations import Cancellations
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
 from .claims import MAX_FULL_CLAIM_SPACING as MAX_FULL_CLAIM_SPACING
@@ -44,19 +43,18 @@ from .claims import Prefetch
 from .connection import OwnConnection, connector
 from .events import WorkerEvents
 from .exchange import Exchanges
-from .healer import Healer
 from .ledger import JobLedger
 from .loop_failures import LoopFailures
 from .parts import LoopParts
 from .pool import PoolSize
-from .pruner import Pruner
 from .registration import Registration
 from .reporter import Reporter
-from .services import ErrorLog, Heartbeat, Listener, ListenerCalls, Rescuer, Service
+from .services import ErrorLog, Service
 from .settings import SettingsAttributes, WorkerSettings
 from .shutdown import SHUTDOWN_WRITE_BOUND, GracefulStop
 from .signals import StopSignals
 from .stuck import release_held, stop_status
+from .wiring import worker_services
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -73,8 +71,11 @@ class Worker(SettingsAttributes):
     ``run()`` blocks; ``await arun()`` runs it from an asyncio program; ``stop()``
     (thread-safe) stops claiming, lets running jobs finish for up to ``shutdown_timeout``
     seconds, releases the rest to pending without using up their attempt, and
-    deregisters. The keywords make a WorkerSettings; :meth:`from_settings` takes one.
-    ``job_logs=False``: the attempts' log lines are not captured (docs/howto/operations.md)."""
+    deregisters. The keywords make a WorkerSettings (pgtasks/_worker/settings.py);
+    :meth:`from_settings` takes one made already (``pgtasks worker`` does).
+    ``job_logs=False``: the attempts' log lines are not captured (docs/howto/operations.md).
+    ``min_concurrency``/``max_concurrency``: the bounds ``pool_grow``/``pool_shrink``
+    resize the pool within (default 1 and ``concurrency``)."""
 
     def __init__(
         self,
@@ -100,6 +101,8 @@ class Worker(SettingsAttributes):
         loop_lag_threshold: float | None = 0.5,
         store: str | None = None,
         job_logs: bool = True,
+        min_concurrency: int | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
         settings = WorkerSettings.derive(
             app.settings,
@@ -122,6 +125,8 @@ class Worker(SettingsAttributes):
             loop_lag_threshold=loop_lag_threshold,
             store=store,
             job_logs=job_logs,
+            min_concurrency=min_concurrency,
+            max_concurrency=max_concurrency,
         )
         self._configure(app, settings, observers)
 
@@ -323,53 +328,7 @@ class Worker(SettingsAttributes):
         )
 
     def _new_services(self) -> list[Service]:
-        """Heartbeat, rescuer (running the healer), listener, pruner, batch service, each given
-        what it uses. The listener and the pruner's session lock need the session DSN; a
-        pooled dsn without one: the listener polls, the pruner runs without its lock
-        (docs/howto/deployment.md). The healer runs on the rescuer's connection."""
-        app, settings, owner, connect = self.app, self.settings, self.name, self._connect
-        store, registration = app.queries, self.registration
-        sessions = app.database.has_session
-        session = connector(app.database, owner=owner, session=True) if sessions else connect
-        # A healing pass stops between steps when the worker does.
-        stopping = threading.Event()
-        healer = Healer(
-            owner,
-            settings.heal_interval,
-            store=store,
-            use_lock=not app.database.pooled,
-            stopping=stopping,
-        )
-        calls = ListenerCalls(
-            wake=lambda: self.wake(notified=True),
-            cancel=self.cancel_jobs,
-            paused=self._set_paused,
-            poll_cancellations=self.poll_cancel_requests,
-            limits_freed=self._limits_freed,
-            limits_stored=lambda: self._exchanges.limits_stored(),
-        )
-        return [
-            Heartbeat(
-                connect,
-                settings,
-                registration,
-                poll_cancellations=self.poll_cancel_requests,
-                store_counters=self.store_counters,
-            ),
-            Rescuer(
-                connect,
-                settings,
-                registration,
-                store,
-                on_rescued=self._rescued,
-                on_expired=lambda count: self._reporter.exercised(EXPIRED, count, store=False),
-                maintain=healer.run_if_due,
-                stopping=stopping,
-            ),
-            Listener(owner, session, settings, store, calls, listen=sessions),
-            Pruner(owner, session, settings, store=store, use_lock=sessions),
-            *batch_services(app, connect, settings, self._parts(), self._exchanges, self._secrets),
-        ]
+        return worker_services(self)
 
     # -- the loop --
     def run(self, *, install_signal_handlers: bool = False) -> None:

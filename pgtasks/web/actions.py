@@ -96,10 +96,12 @@ class Actions:
         fields = await self.form(request)
         form = dict(fields)
         action = form.get("action")
-        if action in ("run_now", "snooze"):  # runtime controls (controls.py)
+        if action in ("run_now", "snooze", "edit"):  # runtime controls (controls.py)
             return await self.dashboard.controls.selected(request, fields, action)
         if action not in ("retry", "cancel", "delete"):
-            raise HTTPException(400, "choose an action: retry, cancel, delete, run now or snooze")
+            raise HTTPException(
+                400, "choose an action: retry, cancel, delete, run now, snooze or edit"
+            )
         ids = sorted({form_id(value) for name, value in fields if name == "id"})
         if not ids:
             raise HTTPException(400, "no job selected: tick the jobs to act on")

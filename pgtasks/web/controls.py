@@ -1,9 +1,9 @@
 """The dashboard's runtime controls (docs/howto/dashboard.md): change, pause, resume or
 reset a limit (the limits page, and the queues of the overview through it); run a pending
-job now, snooze it, edit its arguments (its page); run now or snooze the jobs ticked on
-the jobs list. Each POST passes the read-only and CSRF checks of Actions.form, runs the
-functions the CLI runs (``_app/controls.py``: audited, race-safe against claims) in
-Starlette's thread pool, and redirects back with ``done=``.
+job now, snooze it, edit its arguments (its page); run now, snooze or edit the arguments
+of the jobs ticked on the jobs list. Each POST passes the read-only and CSRF checks of
+Actions.form, runs the functions the CLI runs (``_app/controls.py``: audited, race-safe
+against claims) in Starlette's thread pool, and redirects back with ``done=``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._app import controls
+from .._app.bulk_edits import edit_arguments_many
 from .._errors import (
     JobNotFoundError,
     JobNotPendingError,
@@ -192,12 +193,20 @@ class ControlActions:
     ) -> controls.JobsAction:
         if operation == "run_now":
             return controls.run_now(self.app, ids, actor=who)
+        if operation == "edit":
+            args = _json_field(form, "edit_args", list, "[]")
+            kwargs = _json_field(form, "edit_kwargs", dict, "{}")
+            try:
+                return edit_arguments_many(self.app, ids, args, kwargs, actor=who)
+            except (PayloadError, LimitKeyError, TypeError, ValueError) as error:
+                raise HTTPException(400, f"arguments refused: {error}") from None
         return controls.snooze(self.app, ids, _seconds(form), actor=who)
 
     async def selected(
         self, request: Request, fields: list[tuple[str, str]], operation: str
     ) -> Response:
-        """Run now or snooze the jobs ticked on the jobs list (the others are counted)."""
+        """Run now, snooze or edit the arguments of the jobs ticked on the jobs list (the
+        others are counted)."""
         form = dict(fields)
         ids = sorted({form_id(value) for name, value in fields if name == "id"})
         if not ids:

@@ -57,6 +57,10 @@ MESSAGES = {
     "edited": "Arguments saved: the job runs with them.",
     "selected-run-now": "Made {count} selected job(s) due now; {refused} were not pending later.",
     "selected-snooze": "Snoozed {count} selected job(s); {refused} were not pending.",
+    "selected-edit": (
+        "Arguments saved on {count} selected job(s); {refused} were not pending (started"
+        " meanwhile, or finished): left as they were."
+    ),
     "bulk-run-now": "Made {count} pending job(s) scheduled later due now.",
     "pool-resized": (
         "Pool size asked: the worker applies it at its next heartbeat (Busy shows its size)."

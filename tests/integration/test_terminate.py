@@ -7,6 +7,7 @@ Tasks come from ``tests.apps.executor_app`` (spawned children import its ``app``
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from pgtasks import App, JobStatus
 from tests.apps.executor_app import Tasks, register_tasks
 from tests.apps.worker_app import create_executions_table
 from tests.support.inprocess import execute, finished, recorded_runs, running_worker, select
-from tests.support.processes import is_alive
+from tests.support.processes import RESCUE_BOUND, Processes, is_alive
 from tests.support.waiting import wait_until
 
 APP_PATH = "tests.apps.executor_app:app"
@@ -198,3 +199,71 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(
     assert row.last_error.startswith(f"Terminated: worker child {child} ")
     assert "signal 9 (SIGKILL)" in row.last_error
     assert follower != child
+
+
+def test_terminate_of_a_stalled_workers_attempt_after_a_real_rescue_kills_nothing(
+    app: App, tasks: Tasks, admin: psycopg.Connection[Any], dsn: str, tmp_path: Path
+) -> None:
+    """Worker A (a ``pgtasks worker`` process, process pool) runs attempt 1 and is
+    SIGSTOPped past its lease; worker B rescues the job and runs attempt 2 in its own
+    child. The termination request then names A's attempt, as a request made while A
+    held the job names it (the rescue of a job whose cancellation is requested would
+    cancel it, so the request is written as of A's moment once B runs the job): B only
+    flags its run and never kills it; A, resumed with SIGCONT, loses its lease and kills
+    nothing of B's. The job ends with B's outcome."""
+    release = tmp_path / "release"
+    processes = Processes(tmp_path, APP_PATH)
+    try:
+        stalled = processes.worker(dsn, app.schema, "--processes=1", "--concurrency=1")
+        stalled_id = stalled.worker_id()
+        job = tasks.hold.delay(str(release))
+        first_child = _started(admin, app, job.id)
+        stalled.send(signal.SIGSTOP)
+        with running_worker(
+            app, app_path=APP_PATH, processes=2, heartbeat_interval=0.3, rescue_interval=0.3
+        ) as rescuer:
+            wait_until(
+                lambda: len(recorded_runs(admin, app, job.id)) == 2,
+                timeout=RESCUE_BOUND + 10,
+                message="worker B to rescue and run the job",
+            )
+            runs = recorded_runs(admin, app, job.id)
+            assert [attempt for attempt, _ in runs] == [1, 2]
+            second_child = runs[1][1]
+            [(owner, attempts)] = select(
+                admin, app, "SELECT locked_by, attempts FROM {schema}.jobs WHERE id = %s", [job.id]
+            )
+            assert (owner, attempts) == (rescuer.worker_id, 2)
+            execute(
+                admin,
+                app,
+                "UPDATE {schema}.jobs SET cancel_requested = true, meta = meta ||"
+                " jsonb_build_object('pgtasks.terminate', jsonb_build_object('attempt', 1,"
+                " 'worker_id', %s::bigint, 'requested_at', now())) WHERE id = %s",
+                [stalled_id, job.id],
+            )
+            # B reads every cancel request of its jobs at once: the termination of
+            # another job of B's ending shows that it has read the stale one too.
+            witness = tasks.hold.delay(str(tmp_path / "never"))
+            _started(admin, app, witness.id)
+            app.cancel(witness.id, terminate=True)
+            assert finished(witness).status is JobStatus.CANCELLED
+            stalled.send(signal.SIGCONT)
+            stalled.wait_for_log("re-registered")
+            assert is_alive(second_child), "worker B's run was killed"
+            release.touch()
+            row = finished(job)
+            stalled.wait_for_log(f"job {job.id} executor_app.hold attempt 1: lease lost")
+            rescuer_id = rescuer.worker_id
+    finally:
+        processes.close()
+    # B's outcome: its run returned, and the flag it honoured made it a cancellation (a
+    # cooperative one: no child was terminated).
+    assert row.status is JobStatus.CANCELLED
+    assert not (row.last_error or "").startswith("Terminated"), row.last_error
+    assert row.attempts == 2
+    assert first_child != second_child
+    [(owner,)] = select(
+        admin, app, "SELECT locked_by FROM {schema}.all_jobs WHERE id = %s", [job.id]
+    )
+    assert owner == rescuer_id, "the outcome written is not worker B's"
