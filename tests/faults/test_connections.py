@@ -21,8 +21,9 @@ StartPrivate = Callable[..., tuple[FaultEnv, PrivateServer]]
 
 
 #: The last query of a worker's listener connection: its LISTEN, or the read of the
-#: paused queues it runs every half poll interval after it.
-LISTENER_QUERIES = ["LISTEN%", "%queue_pauses%"]
+#: paused queues it runs every half poll interval after it, or (a worker that stored no
+#: limit) the count of stored limits that follows that read.
+LISTENER_QUERIES = ["LISTEN%", "%queue_pauses%", "%count(*) AS stored FROM %.limits;"]
 
 
 def listening(env: FaultEnv, pid: int) -> bool:

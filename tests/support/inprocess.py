@@ -127,13 +127,15 @@ def running_job_count(conn: psycopg.Connection[Any], app: App) -> int:
 
 def is_listening(conn: psycopg.Connection[Any], app: App) -> bool:
     """True once some session has run LISTEN on the app's channels: its last statement is
-    a LISTEN, or the read of the paused queues a worker's listener runs after it."""
+    a LISTEN, or the read of the paused queues a worker's listener runs after it (and,
+    for a worker started without limits, the count of stored limits that follows)."""
     statements = [
         sql.SQL("LISTEN {}").format(sql.Identifier(channel)).as_string(conn)
         for channel in (app.queries.channel, app.queries.cancel_channel)
     ]
     # The read of the paused queues has a parameter (the worker's host): the server shows
     # it with $1 where the statement has a placeholder, so it is matched by its header.
+    statements.append(app.queries._statements["count_limits"].decode())
     paused = app.queries._statements["get_paused_queues"].decode().splitlines()[0]
     rows = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE query = ANY(%s) OR starts_with(query, %s)",
