@@ -572,7 +572,9 @@ def test_a_job_that_finishes_while_the_connection_is_down_is_recorded_and_not_ru
             lambda: admin.execute(kill, [application_name]).fetchall(),
             message="the claim loop's connection",
         )
-        assert killed == [(True,)]
+        # One connection, or both when the loop's second round trip (its own connection,
+        # taken while a job runs) last claimed too: each was ended.
+        assert killed in ([(True,)], [(True,), (True,)])
         release.set()
         row = finished(handle)
 
