@@ -52,7 +52,9 @@ def test_a_barrage_of_stop_signals_stops_beat_with_status_0(
             sender.join(10)
         log = beat.log()
         assert code == 0, log
-        assert log.count("received, stopping") == 1, log
+        # At most one stop message: the stop is set before the message is logged (logging
+        # may be what a stuck process is in), so a beat that ends at once can exit first.
+        assert log.count("received, stopping") <= 1, log
         assert "beat stopped" in log
         # Its session (and leader lock) ended with it.
         wait_until(lambda: not _sessions_of(admin, beat.pid), message="the beat's session")
