@@ -441,3 +441,27 @@ def test_every_page_fits_a_phone_screen(
     finally:
         context.close()
     assert all(width <= PHONE["width"] for width in widths.values()), widths
+
+
+def test_a_delete_clicked_while_the_script_still_loads_is_asked_first(
+    app: App, admin: Connection, serve: Callable[..., Served], page: Any
+) -> None:
+    """The question before a destructive action comes from the dashboard's script: the
+    script is loaded before the page's body, so no button can be clicked before its
+    question is in place (a deferred script left a window where the click went through)."""
+    from playwright.sync_api import expect
+
+    job = insert_job(admin, app, status="failed", task="shop.charge_card", finished_ago=60)
+    served = serve(asgi(app))
+    questions: list[str] = []
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.dismiss()))
+
+    def slow_script(route: Any) -> None:
+        time.sleep(1.0)  # a slow network for the script only: the page is parsed meanwhile
+        route.continue_()
+
+    page.route("**/static/app.js", slow_script)
+    page.goto(f"{served.url}/jobs/{job}", wait_until="commit")
+    page.click("text=Delete")
+    expect(page.locator("#job-status")).to_have_text("failed")
+    assert questions == [f"Delete job {job}? This cannot be undone."]
