@@ -61,10 +61,16 @@ def writable(what: str) -> Iterator[None]:
 def seconds_of(by: timedelta | float) -> float:
     """A snooze as seconds: a timedelta or a number of seconds (ValueError otherwise)."""
     if isinstance(by, timedelta):
-        return by.total_seconds()
-    if isinstance(by, bool) or not isinstance(by, (int, float)):
+        seconds = by.total_seconds()
+    elif isinstance(by, bool) or not isinstance(by, (int, float)):
         raise ValueError(f"snooze by a timedelta or a number of seconds, got {by!r:.80}")
-    return float(by)
+    else:
+        seconds = float(by)
+    if not 0 < seconds <= controls.MAX_SNOOZE:  # NaN too
+        raise ValueError(
+            f"snooze seconds must be above 0 and at most {controls.MAX_SNOOZE:g}, got {by!r:.80}"
+        )
+    return seconds
 
 
 def _by_store(app: App, ids: Iterable[int]) -> list[tuple[App, list[int]]]:
@@ -134,7 +140,6 @@ def snooze_jobs(
     """Pending jobs of ``ids`` start ``by`` (a timedelta or seconds) later than they would
     (from now when due already); no attempt is spent. The others are left, with why."""
     seconds = seconds_of(by)
-    controls.snooze(app, [], seconds)  # ValueError for a bad duration, before any write
     who = actor or controls.actor_here("api")
     return _each_store(
         app,
