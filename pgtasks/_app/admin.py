@@ -39,7 +39,6 @@ from .._payload import check_name
 from .._queues import QueueState, queue_states
 from .._running import (
     ARGUMENT_CHARS,
-    HISTORY_WINDOW,
     LAST_JOBS,
     RUNNING_SHOWN,
     FinishedJob,
@@ -96,10 +95,8 @@ def read_running(app: App, conn: psycopg.Connection[Any]) -> list[RunningJob]:
 def read_last_jobs(
     app: App, conn: psycopg.Connection[Any], worker_ids: Sequence[int]
 ) -> list[FinishedJob]:
-    """The last jobs each of ``worker_ids`` ran (see _running.py: a bounded read)."""
-    rows = app.queries.list_recent_worker_jobs(
-        conn, worker_ids, per_worker=LAST_JOBS, window=HISTORY_WINDOW
-    )
+    """The last jobs each of ``worker_ids`` ran (an index probe per worker)."""
+    rows = app.queries.list_recent_worker_jobs(conn, worker_ids, per_worker=LAST_JOBS)
     return [FinishedJob.from_row(row) for row in rows]
 
 

@@ -71,6 +71,22 @@ class MigrationQueries(QueriesBase):
         params = {"schema": self.schema, "relations": list(relations)}
         return self._rows(conn, "get_lock_holders", params)
 
+    def get_partitions(self, conn: psycopg.Connection[Any], table: str) -> list[Row]:
+        """The partitions under ``table``, parents first (name, parent, leaf)."""
+        return self._rows(conn, "get_partitions", {"schema": self.schema, "table": table})
+
+    def get_table_indexes(self, conn: psycopg.Connection[Any], table: str) -> list[Row]:
+        """The indexes of ``table`` (name, valid, definition, attached_to)."""
+        return self._rows(conn, "get_table_indexes", {"schema": self.schema, "table": table})
+
+    def run_index_sql(self, conn: psycopg.Connection[Any], template: str, **names: str) -> None:
+        """A statement of a partitioned index build: ``template`` (a migration's text) with
+        ``{schema}`` and the relations of ``names`` as identifiers."""
+        identifiers = {key: sql.Identifier(value) for key, value in names.items()}
+        statement = sql.SQL(template).format(schema=self._identifier, **identifiers)
+        with translate_errors(self.schema):
+            conn.execute(statement)
+
     # -- composed statements (a migration's own text, a table named by a batched step) --
     def run_migration_sql(
         self, conn: psycopg.Connection[Any], text: str, params: Params | None = None

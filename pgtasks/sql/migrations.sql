@@ -71,3 +71,29 @@ WHERE l.granted
                      FROM unnest(%(relations)s::text[]) AS name)
 ORDER BY a.xact_start NULLS LAST
 LIMIT 5;
+
+-- name: get_partitions :many
+-- The partitions under the table %(table)s of the schema, parents before their
+-- partitions (empty: the table is not partitioned).
+SELECT c.relname AS name, p.relname AS parent, t.isleaf AS leaf
+FROM pg_partition_tree(format('%%I.%%I', %(schema)s::text, %(table)s::text)::regclass) AS t
+JOIN pg_class AS c ON c.oid = t.relid
+JOIN pg_class AS p ON p.oid = t.parentrelid
+WHERE t.level > 0
+ORDER BY t.level, c.relname;
+
+-- name: get_table_indexes :many
+-- The indexes of the table %(table)s of the schema: whether each is valid, its
+-- definition without its name and table (what two partitions' indexes share), and the
+-- index of the parent table it is attached to, if any.
+SELECT ci.relname AS name, i.indisvalid AS valid,
+       regexp_replace(pg_get_indexdef(i.indexrelid), '^CREATE (UNIQUE )?INDEX \S+ ON (ONLY )?\S+ ',
+                      '\1') AS definition,
+       (SELECT pc.relname FROM pg_inherits AS h JOIN pg_class AS pc ON pc.oid = h.inhparent
+        WHERE h.inhrelid = i.indexrelid) AS attached_to
+FROM pg_index AS i
+JOIN pg_class AS ci ON ci.oid = i.indexrelid
+JOIN pg_class AS t ON t.oid = i.indrelid
+JOIN pg_namespace AS n ON n.oid = t.relnamespace
+WHERE n.nspname = %(schema)s AND t.relname = %(table)s
+ORDER BY ci.relname;

@@ -88,25 +88,22 @@ ORDER BY jobs.locked_by, jobs.locked_at, jobs.id
 LIMIT %(limit)s::int;
 
 -- name: list_recent_worker_jobs :many
--- The last %(per_worker)s jobs each of the workers %(worker_ids)s ran to their end, among
--- the newest %(window)s finished jobs: read through jobs_history_finished_idx (a merge of
--- the partitions' indexes, newest first), a bounded read (no index names the lease owner).
-SELECT id, task_name, status, attempts, locked_by, finished_at, took
-FROM (
+-- The last %(per_worker)s jobs each of the workers %(worker_ids)s ran to their end, newest
+-- first: per worker, one probe of jobs_history_worker_idx (locked_by, finished_at;
+-- migration 0029) in each partition, so the read is exact and costs the same at any
+-- history size.
+SELECT last.id, last.task_name, last.status, last.attempts, last.locked_by,
+       last.finished_at, last.took
+FROM unnest(%(worker_ids)s::bigint[]) AS worker(id)
+CROSS JOIN LATERAL (
     SELECT id, task_name, status, attempts, locked_by, finished_at,
-           extract(epoch FROM finished_at - locked_at)::float8 AS took,
-           row_number() OVER (PARTITION BY locked_by ORDER BY finished_at DESC, id DESC)
-               AS position
-    FROM (
-        SELECT id, task_name, status, attempts, locked_by, locked_at, finished_at
-        FROM {schema}.jobs_history
-        ORDER BY finished_at DESC
-        LIMIT %(window)s::int
-    ) AS newest
-    WHERE locked_by = ANY(%(worker_ids)s::bigint[])
-) AS ranked
-WHERE position <= %(per_worker)s::int
-ORDER BY locked_by, finished_at DESC, id DESC;
+           extract(epoch FROM finished_at - locked_at)::float8 AS took
+    FROM {schema}.jobs_history
+    WHERE locked_by = worker.id
+    ORDER BY finished_at DESC
+    LIMIT %(per_worker)s::int
+) AS last
+ORDER BY last.locked_by, last.finished_at DESC, last.id DESC;
 
 -- name: retry_job :one
 -- A failed or cancelled job back to pending, due now, allowed one more attempt (moved
