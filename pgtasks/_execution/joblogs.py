@@ -225,12 +225,13 @@ _lowered: _Lowered | None = None
 
 
 def _takes_root_level(logger: logging.Logger) -> bool:
+    """Whether ``logger``'s level is the root's (no logger on its way up has one)."""
     node: logging.Logger | None = logger
     while node is not None and node.parent is not None:
         if node.level:
             return False
-        node = node.parent if node.propagate else None
-    return node is not None
+        node = node.parent
+    return True
 
 
 def _lower(level: int) -> _Lowered | None:

@@ -57,14 +57,27 @@ def test_info_lines_are_captured_under_a_warning_root_and_printed_as_before(
         logger.debug("a debug line")
         logger.info("an info line")
         logger.warning("a warning line")
+        alone.info("an info line of a logger that does not propagate")
 
-    with running_worker(app):
-        assert logging.getLogger().level == logging.INFO
-        row = finished(task.delay())
-        logging.getLogger("elsewhere").info("outside any job")
+    # Handlers of loggers that take the root's level: one on the way up, one apart.
+    above, apart = Collect(), Collect()
+    logging.getLogger("shop").addHandler(above)
+    alone = logging.getLogger("audit.alone")
+    alone.propagate = False
+    alone.addHandler(apart)
+    try:
+        with running_worker(app):
+            assert logging.getLogger().level == logging.INFO
+            row = finished(task.delay())
+            logging.getLogger("elsewhere").info("outside any job")
+    finally:
+        logging.getLogger("shop").removeHandler(above)
+        alone.removeHandler(apart)
     assert texts(row.meta) == [("INFO", "an info line"), ("WARNING", "a warning line")]
     assert "an info line" not in printed.messages and "outside any job" not in printed.messages
     assert "a warning line" in printed.messages
+    assert above.messages == ["a warning line"] and apart.messages == []
+    assert above.filters == [] and apart.filters == []
     assert logging.getLogger().level == logging.WARNING
     assert logging.getLogger("pgtasks").level == logging.NOTSET
     assert printed.filters == []
