@@ -1,6 +1,7 @@
 """Enqueue at the driver's speed: pgtasks beside a bare psycopg loop, in one run (``--enqueue``).
 
     python -m benchmarks --enqueue [--dsn DSN] [--jobs N] [--runs R] [--quick]
+                                   [--synchronous-commit off]
 
 Each pgtasks figure is printed with its reference, measured in the same run (median of R
 rounds; the ratio is median / median, the per-round ratios' range beside it):
@@ -30,6 +31,11 @@ blocks. Rounds reverse the order of the groups too. Validation, JSON encoding,
 idempotency and the instrumentation hook stay on the pgtasks path as they are by default
 (no instrumentation installed). The machine's load average is printed before and after:
 compare within one run only.
+
+``--synchronous-commit off`` runs every connection of the run (pgtasks' pool and the bare
+loops) with ``synchronous_commit=off``: a one-by-one commit then waits for no WAL flush,
+so the figures show the work of the statement and the client, which a slow disk's flush
+(milliseconds on a shared VM) otherwise hides. pgtasks never runs so by default.
 """
 
 from __future__ import annotations
@@ -63,6 +69,10 @@ BLOCK = 50
 #: Jobs per bulk batch.
 BATCH = 1000
 
+#: What every connection of the run is opened with besides the pool's settings (the
+#: bare loops' and, through the App's connection options, pgtasks' own).
+CONNECT: dict[str, Any] = {}
+
 #: A system of a group: its name, and one turn (returns the seconds it took).
 Turn = Callable[[], float]
 ATurn = Callable[[], Awaitable[float]]
@@ -74,6 +84,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per bulk figure")
     parser.add_argument("--runs", type=int, default=3, help="rounds (median)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
+    parser.add_argument(
+        "--synchronous-commit",
+        choices=("on", "off"),
+        default="on",
+        help="every connection's synchronous_commit (off: no commit waits for its flush)",
+    )
     parser.add_argument(
         "--json", default=str(ROOT / "benchmarks" / "results" / "enqueue.json"), help="output"
     )
@@ -212,7 +228,7 @@ def pgtasks_bodies() -> dict[str, Callable[[], None]]:
 def one_by_one(dsn: str, calls: int) -> dict[str, float]:
     """Sync one-by-one enqueues and their bare loops: jobs/s of each."""
     turns = max(1, calls // BLOCK)
-    with psycopg.connect(dsn, **pool_kwargs()) as conn:
+    with psycopg.connect(dsn, **pool_kwargs(), **CONNECT) as conn:
         bodies = {**pgtasks_bodies(), **bare_bodies(conn)}
         for body in bodies.values():  # connections, prepared statements: not counted
             body()
@@ -231,7 +247,7 @@ def one_by_one_async(dsn: str, calls: int) -> dict[str, float]:
     minimal, minimal_row = minimal_insert()
 
     async def run() -> dict[str, float]:
-        async with await psycopg.AsyncConnection.connect(dsn, **pool_kwargs()) as conn:
+        async with await psycopg.AsyncConnection.connect(dsn, **pool_kwargs(), **CONNECT) as conn:
 
             async def bare() -> float:
                 started = time.perf_counter()
@@ -271,14 +287,12 @@ def bulk(dsn: str, jobs: int) -> dict[str, float]:
 
     columns = sql.SQL(", ").join(map(sql.Identifier, COPY_COLUMNS))
     statements = {
-        table: sql.SQL("COPY {} ({}) FROM STDIN").format(
-            sql.Identifier(app.schema, table), columns
-        )
+        table: sql.SQL("COPY {} ({}) FROM STDIN").format(sql.Identifier(app.schema, table), columns)
         for table in ("jobs", MINIMAL_TABLE)
     }
     counter = iter(range(10**9))
 
-    with psycopg.connect(dsn, **pool_kwargs()) as conn:
+    with psycopg.connect(dsn, **pool_kwargs(), **CONNECT) as conn:
 
         def bare_copy(arguments: bool, table: str = "jobs") -> None:
             task = record if arguments else noop
@@ -325,7 +339,11 @@ COMPARISONS = (
     ),
     ("delay() one by one", "bare loop, minimal table (sync)", None),
     ("apply_async() one by one", "bare loop, the same INSERT (sync)", None),
-    ("adelay() one by one", "bare loop, the same INSERT (async)", "bare loop, minimal table (async)"),
+    (
+        "adelay() one by one",
+        "bare loop, the same INSERT (async)",
+        "bare loop, minimal table (async)",
+    ),
     ("delay_many() x1000", "bare COPY, 1,000 per transaction", None),
     ("delay_many() x1000", "bare COPY into a minimal table, 1,000 per transaction", None),
     ("delay(user=, n=) one by one", "bare loop, the same INSERT, JSON per row", None),
@@ -383,6 +401,15 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     dsn = runner.resolve_dsn(args.dsn)
     facts = runner.print_setting(dsn)
+    if args.synchronous_commit == "off":
+        # The benchmark's App reads its schema and DSN from the environment at import.
+        os.environ["PGTASKS_SCHEMA"], os.environ["PGTASKS_DSN"] = runner.SCHEMA, dsn
+        from benchmarks.app import app
+
+        CONNECT["options"] = "-c synchronous_commit=off"
+        app.database.extra_kwargs["options"] = CONNECT["options"]
+        facts["synchronous_commit"] = "off (every connection of this run)"
+        print("synchronous_commit=off on every connection of this run")
     small = max(500, args.jobs // 4)
     load_before = os.getloadavg()
     print(
