@@ -64,9 +64,8 @@ def test_a_batch_past_its_timeout_at_the_last_attempt_fails(app: App) -> None:
 
     handle = stuck_batch.apply_async(kwargs={"n": 1}, max_attempts=1)
     try:
-        with running_worker(app):
-            with pytest.raises(TaskFailed, match="TimeoutError"):
-                handle.get(timeout=30)
+        with running_worker(app), pytest.raises(TaskFailed, match="TimeoutError"):
+            handle.get(timeout=30)
     finally:
         release.set()
 

@@ -53,9 +53,7 @@ def test_a_queues_own_interval_ages_its_jobs_only(
     assert {job.id for job in _claim(app, 1, queue_aging=aging)} == {high[1]}
 
 
-def test_a_queues_interval_replaces_the_apps(
-    make_app: Any, admin: psycopg.Connection[Any]
-) -> None:
+def test_a_queues_interval_replaces_the_apps(make_app: Any, admin: psycopg.Connection[Any]) -> None:
     app = make_app(priority_aging=10)
     app.queue("patient", priority_aging=1000)
 
@@ -169,9 +167,7 @@ def test_a_low_priority_job_starts_under_a_stream_of_higher_priority_work(
 
     stop = threading.Event()
     failures: list[BaseException] = []
-    pending = (
-        f"SELECT count(*) FROM {app.schema}.jobs WHERE task_name = %s AND status = 'pending'"
-    )
+    pending = f"SELECT count(*) FROM {app.schema}.jobs WHERE task_name = %s AND status = 'pending'"
 
     def feed() -> None:
         try:
