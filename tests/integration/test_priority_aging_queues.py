@@ -205,3 +205,24 @@ def test_a_low_priority_job_starts_under_a_stream_of_higher_priority_work(
         ).fetchone()
     # Higher-priority jobs due before it started were still waiting when it did.
     assert row is not None and row[0] > 0
+
+
+def test_a_hand_written_run_at_of_minus_infinity_ages_without_error(
+    make_app: Any, admin: psycopg.Connection[Any]
+) -> None:
+    app = make_app(priority_aging=10)
+
+    @app.task(fair_key=lambda key, n: key)
+    def work(key: str, n: int) -> None: ...
+
+    odd = work.apply_async(("b", 0), priority=-5).id
+    high = work.apply_async(("a", 1), priority=5).id
+    admin.execute(f"UPDATE {app.schema}.jobs SET run_at = '-infinity' WHERE id = %s", (odd,))
+    with app.connection() as conn:
+        worker = app.queries.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
+        claim = ClaimRequest(worker, 1, limited=True, aging=10.0)
+        trip = app.queries.finish_and_claim_jobs(conn, (), claim)
+    # Waited "for ever": the highest effective priority, and no error in the report.
+    assert [job.id for job in trip.claimed] == [odd]
+    assert trip.report.error is None
+    assert [job.id for job in _claim(app, 1, limited=True, aging=10.0)] == [high]
