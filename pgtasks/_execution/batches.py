@@ -85,17 +85,17 @@ def run_batch(
     policy = policy_of(task)
     for index, job, item in items:
         if finished:
-            outcomes[index] = _outcome(task, job, item, raised)
+            outcome = _outcome(task, job, item, raised)
         else:
             # Past its timeout: every job of the batch ends with TimeoutError, retried per
             # the task's policy (retry_timeouts=), whatever the handler decided so far.
-            outcomes[index] = _retry.after_timeout(
+            outcome = _retry.after_timeout(
                 task.timeout or 0.0,
                 attempt=job.attempt,
                 max_attempts=job.max_attempts,
                 policy=policy,
             )
-        outcomes[index] = attach(log, outcomes[index])  # type: ignore[arg-type]
+        outcomes[index] = attach(log, outcome)
     return [outcome for outcome in outcomes if outcome is not None]
 
 
