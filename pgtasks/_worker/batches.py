@@ -73,7 +73,9 @@ class BatchService(Service):
         self.reporter = parts.reporter
         self.secrets = list(secrets)
         #: The capture of the handlers' log lines (attached to each job of the batch).
-        self._logs = JobLogs() if settings.executor.job_logs else None
+        self._logs = (
+            JobLogs(level=settings.executor.job_log_level) if settings.executor.job_logs else None
+        )
         self._busy = False
         #: A claim failed (its reply may have been lost after it committed), and the jobs
         #: this service holds (a batch gathering or running).
