@@ -1,4 +1,4 @@
-"""The SQL pgtasks runs: named queries (queries.sql) and numbered migrations, each made
+"""The SQL pgtasks runs: named queries (``<area>.sql``) and numbered migrations, each made
 of steps (steps.py).
 
 Pure module: reads the package's own files, composes nothing.
@@ -86,7 +86,8 @@ def parse_queries(source: str) -> dict[str, Query]:
 
 @functools.cache
 def load_queries() -> dict[str, Query]:
-    """Every named query of the package: ``queries.sql`` and the other ``*.sql`` files here."""
+    """Every named query of the package: those of each ``*.sql`` file here (``queries.sql``
+    first)."""
     queries: dict[str, Query] = {}
     files = sorted(
         (entry for entry in resources.files(__package__).iterdir() if entry.name.endswith(".sql")),
