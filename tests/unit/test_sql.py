@@ -23,14 +23,22 @@ def store_query_usages() -> list[tuple[str, str]]:
     """(method name, query name) for every ``self._rows(conn, "<name>", …)`` (or ``_made``,
     …) in Queries.
 
-    Queries's methods live in ``pgtasks/_store/``: ``store.py`` and its per-area mixins.
+    Queries's methods live in ``pgtasks/_store/``: ``queries.py`` and its per-area mixins.
     """
+    return [
+        usage
+        for source in sorted(STORE_SOURCE.parent.glob("*.py"))
+        for usage in module_query_usages(source)
+    ]
+
+
+def module_query_usages(source: Path) -> list[tuple[str, str]]:
+    """(method name, query name) for every query the classes of module ``source`` run."""
     methods = []
-    for source in sorted(STORE_SOURCE.parent.glob("*.py")):
-        tree = ast.parse(source.read_text())
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef):
-                methods.extend(node.body)
+    tree = ast.parse(source.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            methods.extend(node.body)
     usages = []
     for method in methods:
         if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -95,6 +103,60 @@ def test_every_query_in_the_file_is_used_by_store_and_store_uses_no_other() -> N
     used = {query for _, query in store_query_usages()}
 
     assert used == set(load_queries())
+
+
+#: Statements of queries.sql are Queries' own: queries.py's, and QueriesBase's (base.py:
+#: the shared root every mixin may call).
+QUERIES_OWN = ("queries.py", "base.py")
+
+
+def test_each_sql_file_pairs_with_the_store_module_that_runs_its_statements() -> None:
+    sql_files = {
+        entry.name.removesuffix(".sql"): parse_queries(entry.read_text("utf-8"))
+        for entry in resources.files("pgtasks.sql").iterdir()
+        if entry.name.endswith(".sql")
+    }
+    run_by = {
+        source.name: {query for _, query in module_query_usages(source)}
+        for source in sorted(STORE_SOURCE.parent.glob("*.py"))
+    }
+
+    misplaced = {}
+    for area, queries in sql_files.items():
+        modules = QUERIES_OWN if area == "queries" else (f"{area}.py",)
+        assert set(modules) <= set(run_by), f"sql/{area}.sql has no _store/{area}.py"
+        runs = set().union(*(run_by[module] for module in modules))
+        if stray := sorted(set(queries) - runs):
+            misplaced[f"sql/{area}.sql"] = {
+                name: [module for module, names in run_by.items() if name in names]
+                for name in stray
+            }
+    assert not misplaced, (
+        "move each statement to sql/<area>.sql of the _store/<area>.py that runs it"
+        f" (statement: the modules that run it): {misplaced}"
+    )
+    without_sql = sorted(
+        module
+        for module, names in run_by.items()
+        if names and module.removesuffix(".py") not in sql_files and module not in QUERIES_OWN
+    )
+    assert not without_sql, (
+        f"these store modules run statements but have no sql file: {without_sql}"
+    )
+
+
+def test_the_pairing_check_sees_the_statements_a_module_runs(tmp_path: Path) -> None:
+    source = (
+        "class Mixin:\n"
+        "    def claim_jobs(self, conn):\n"
+        "        return self._rows(conn, 'claim_jobs', None)\n"
+        "    async def aget_job(self, conn):\n"
+        "        return await self._arows(conn, 'get_job', None)\n"
+    )
+    module = tmp_path / "probe.py"
+    module.write_text(source)
+
+    assert module_query_usages(module) == [("claim_jobs", "claim_jobs"), ("aget_job", "get_job")]
 
 
 def test_every_query_has_a_store_method_of_its_name() -> None:
