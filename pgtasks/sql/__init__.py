@@ -112,9 +112,24 @@ def load_migrations() -> tuple[Migration, ...]:
                 Migration(int(match["version"]), match["name"], entry.read_text("utf-8"))
             )
     migrations.sort(key=lambda migration: migration.version)
-    versions = [migration.version for migration in migrations]
-    # Versions are taken in parallel by separate changes: a number may be missing for a
-    # while, never repeated.
-    if len(set(versions)) != len(versions) or (versions and versions[0] != 1):
-        raise RuntimeError(f"migration versions must be unique, from 1 on, got {versions}")
+    check_versions([migration.version for migration in migrations])
     return tuple(migrations)
+
+
+def check_versions(versions: list[int]) -> None:
+    """Refuse migration versions that are not 1..N, each once (sorted): a repeated number
+    or a gap (a file missing, or numbered past the next free number) names itself."""
+    repeated = sorted({version for version in versions if versions.count(version) > 1})
+    if repeated:
+        raise RuntimeError(
+            f"migration versions must be unique: {', '.join(f'{v:04d}' for v in repeated)}"
+            " appear more than once"
+        )
+    missing = sorted(set(range(1, max(versions, default=0) + 1)) - set(versions))
+    if missing:
+        raise RuntimeError(
+            "migration versions must be contiguous from 0001: missing"
+            f" {', '.join(f'{v:04d}' for v in missing)} (before"
+            f" {min(v for v in versions if v > missing[0]):04d}); number a new migration"
+            " with the next free version"
+        )

@@ -12,7 +12,7 @@ import pytest
 
 from pgtasks._store.base import HEADER_LINES, PARSE_CACHED_LENGTH, without_inner_comments
 from pgtasks._store.queries import Queries, notification_channel
-from pgtasks.sql import load_migrations, load_queries, parse_queries
+from pgtasks.sql import check_versions, load_migrations, load_queries, parse_queries
 
 STORE_SOURCE = Path(inspect.getfile(Queries))
 PRODUCER_METHODS = ("insert_jobs", "get_job", "get_job_status", "get_schema_version")
@@ -188,13 +188,27 @@ def test_producer_store_methods_have_async_twins_with_the_same_parameters(name: 
 
 
 def test_migrations_are_numbered_from_one_each_number_once() -> None:
-    """Numbers are taken by separate changes in parallel: one may be missing for a while
-    (load_migrations refuses a repeated one)."""
     migrations = load_migrations()
     versions = [migration.version for migration in migrations]
 
-    assert versions[0] == 1 and versions == sorted(set(versions))
+    assert versions == list(range(1, len(versions) + 1))
     assert migrations[0].name == "initial"
+
+
+@pytest.mark.parametrize(
+    ("versions", "message"),
+    [
+        ([1, 2, 4, 5], "missing 0003 (before 0004)"),
+        ([2, 3], "missing 0001 (before 0002)"),
+        ([1, 4, 7], "missing 0002, 0003, 0005, 0006 (before 0004)"),
+        ([1, 2, 2, 3], "0002 appear more than once"),
+    ],
+)
+def test_migration_versions_with_a_gap_or_a_repeat_are_refused_by_name(
+    versions: list[int], message: str
+) -> None:
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        check_versions(versions)
 
 
 def test_every_file_in_the_migrations_folder_is_a_numbered_migration() -> None:
