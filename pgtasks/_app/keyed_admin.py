@@ -13,7 +13,7 @@ import psycopg
 from .._payload import MAX_KEY_BYTES, check_name
 
 if TYPE_CHECKING:
-    from .._store.ports import AdminPort, FlowReadsPort
+    from .._store.ports import AdminPort, OperatorsPort
     from .app import App
 
 
@@ -82,7 +82,7 @@ def read_keyed(app: App, conn: psycopg.Connection[Any], *, limit: int = 10) -> K
 
 
 def keyed_state(
-    store: FlowReadsPort, conn: psycopg.Connection[Any], *, limit: int = 10
+    store: OperatorsPort, conn: psycopg.Connection[Any], *, limit: int = 10
 ) -> KeyedState:
     """:func:`read_keyed` with the queries of ``store`` (the dashboard's own)."""
     busiest: list[FairKey] = []

@@ -9,7 +9,7 @@ compares the signatures and scans the consumers).
 - WorkerPort: the worker's claim loop (``_worker/``);
 - StepPort: a running attempt's durable steps (the executors, ``_execution/``);
 - EnqueuePort: the enqueue path (``_app/enqueue.py``, ``_app/workflows.py``);
-- FlowReadsPort: the flow reads both of the next two show;
+- OperatorsPort: what both of the next two run;
 - AdminPort: the operators' functions of App (``_app/admin.py`` and its kin);
 - DashboardPort: the dashboard (``web/``).
 
@@ -232,10 +232,13 @@ class EnqueuePort(Protocol):
     ) -> None: ...
 
 
-class FlowReadsPort(Protocol):
-    """The flow reads that both the operators' functions and the dashboard show: fair keys,
-    sequences, debounced keys and the counters of exercised guarantees
-    (``_app/keyed_admin.py``, ``_app/flow_stats.py``)."""
+class OperatorsPort(Protocol):
+    """What both operators' surfaces run, App's admin functions and the dashboard: the flow
+    reads (fair keys, sequences, debounced keys, the counters of exercised guarantees:
+    ``_app/keyed_admin.py``, ``_app/flow_stats.py``), the unfinished jobs per queue, paused
+    queues and hosts, limits, workflows, and the audit row of an operator's action."""
+
+    def get_database_time(self, conn: psycopg.Connection[Any]) -> datetime: ...
 
     def get_fair_keys(self, conn: psycopg.Connection[Any], limit: int = 10) -> list[Row]: ...
 
@@ -245,16 +248,48 @@ class FlowReadsPort(Protocol):
 
     def get_counters(self, conn: psycopg.Connection[Any]) -> dict[str, int]: ...
 
+    def get_unfinished_stats(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
 
-class AdminPort(FlowReadsPort, Protocol):
+    def count_parked_jobs(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
+
+    def get_paused_queues(
+        self, conn: psycopg.Connection[Any], hostname: str | None = None
+    ) -> list[Row]: ...
+
+    def get_paused_hosts(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
+
+    def get_limits(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
+
+    def list_workflows(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        status: str | None = None,
+        workflow_id: int | None = None,
+        before: int | None = None,
+        limit: int = 50,
+        steps_cap: int | None = None,
+    ) -> list[Row]: ...
+
+    def insert_audit(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        actor: str,
+        action: str,
+        target: str,
+        before: Any,
+        after: Any,
+    ) -> int: ...
+
+
+class AdminPort(OperatorsPort, Protocol):
     """The operators' functions of App (``_app/admin.py``, ``bulk_edits.py``,
     ``keyed_admin.py``, ``workflow_admin.py``): jobs retried, cancelled, purged, edited;
     queues and hosts paused; the reads that ``pgtasks stats|workers`` and ``app.inspect()``
     show."""
 
     def list_workers(self, conn: psycopg.Connection[Any], *, since: float) -> list[Row]: ...
-
-    def get_database_time(self, conn: psycopg.Connection[Any]) -> datetime: ...
 
     def list_running_jobs(
         self, conn: psycopg.Connection[Any], *, limit: int, chars: int
@@ -275,25 +310,13 @@ class AdminPort(FlowReadsPort, Protocol):
         self, conn: psycopg.Connection[Any], *, lease_timeout: float
     ) -> list[Row]: ...
 
-    def count_parked_jobs(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
-
     def count_keyed(self, conn: psycopg.Connection[Any]) -> dict[str, int]: ...
 
     def count_stranded_jobs(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
 
-    def get_unfinished_stats(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
-
-    def get_paused_queues(
-        self, conn: psycopg.Connection[Any], hostname: str | None = None
-    ) -> list[Row]: ...
-
-    def get_paused_hosts(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
-
     def pause_host(self, conn: psycopg.Connection[Any], hostname: str) -> bool: ...
 
     def resume_host(self, conn: psycopg.Connection[Any], hostname: str) -> bool: ...
-
-    def get_limits(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
 
     def get_limit_usage(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
 
@@ -356,17 +379,6 @@ class AdminPort(FlowReadsPort, Protocol):
         limit_key: str | None,
     ) -> bool: ...
 
-    def insert_audit(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        actor: str,
-        action: str,
-        target: str,
-        before: Any,
-        after: Any,
-    ) -> int: ...
-
     def advance_sequence(self, conn: psycopg.Connection[Any], key: str) -> int | None: ...
 
     def release_sequence_hold(self, conn: psycopg.Connection[Any], key: str) -> int | None: ...
@@ -392,17 +404,6 @@ class AdminPort(FlowReadsPort, Protocol):
         limit: int | None = None,
     ) -> list[T]: ...
 
-    def list_workflows(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        status: str | None = None,
-        workflow_id: int | None = None,
-        before: int | None = None,
-        limit: int = 50,
-        steps_cap: int | None = None,
-    ) -> list[Row]: ...
-
     def list_workflow_incidents(
         self,
         conn: psycopg.Connection[Any],
@@ -413,7 +414,7 @@ class AdminPort(FlowReadsPort, Protocol):
     ) -> list[Row]: ...
 
 
-class DashboardPort(FlowReadsPort, Protocol):
+class DashboardPort(OperatorsPort, Protocol):
     """The dashboard's reads (``web/``): pages of jobs, workflows and limits, the overview's
     counts, a job's page and steps, the audit log it shows and writes, the activity it
     listens to."""
@@ -426,10 +427,6 @@ class DashboardPort(FlowReadsPort, Protocol):
     def begin_read_committed(self, conn: psycopg.Connection[Any]) -> None: ...
 
     def limit_statement_time(self, conn: psycopg.Connection[Any], seconds: float) -> None: ...
-
-    def get_database_time(self, conn: psycopg.Connection[Any]) -> datetime: ...
-
-    def get_unfinished_stats(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
 
     def get_jobs_table_size(self, conn: psycopg.Connection[Any]) -> float: ...
 
@@ -489,30 +486,9 @@ class DashboardPort(FlowReadsPort, Protocol):
         self, conn: psycopg.Connection[Any], workflow_id: int, job_ids: list[int]
     ) -> list[Row]: ...
 
-    def get_paused_queues(
-        self, conn: psycopg.Connection[Any], hostname: str | None = None
-    ) -> list[Row]: ...
-
-    def get_paused_hosts(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
-
-    def count_parked_jobs(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
-
-    def get_limits(self, conn: psycopg.Connection[Any]) -> list[Row]: ...
-
     def get_limit_instances(self, conn: psycopg.Connection[Any], *, cap: int) -> list[Row]: ...
 
     def get_limit_bad_values(self, conn: psycopg.Connection[Any]) -> list[str]: ...
-
-    def list_workflows(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        status: str | None = None,
-        workflow_id: int | None = None,
-        before: int | None = None,
-        limit: int = 50,
-        steps_cap: int | None = None,
-    ) -> list[Row]: ...
 
     def list_workflows_scan(
         self,
@@ -536,17 +512,6 @@ class DashboardPort(FlowReadsPort, Protocol):
         limit: int = 50,
     ) -> list[Row]: ...
 
-    def insert_audit(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        actor: str,
-        action: str,
-        target: str,
-        before: Any,
-        after: Any,
-    ) -> int: ...
-
     def listen(self, conn: psycopg.Connection[Any], *channels: str) -> None: ...
 
 
@@ -555,6 +520,6 @@ if TYPE_CHECKING:
 
     def _queries_satisfy_every_port(queries: Queries) -> None:
         """mypy checks that the catalog has each port's methods, signatures compatible."""
-        ports: tuple[WorkerPort, StepPort, EnqueuePort, FlowReadsPort, AdminPort, DashboardPort]
+        ports: tuple[WorkerPort, StepPort, EnqueuePort, OperatorsPort, AdminPort, DashboardPort]
         ports = (queries, queries, queries, queries, queries, queries)
         del ports

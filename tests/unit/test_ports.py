@@ -23,7 +23,7 @@ PORTS: dict[str, type[Any]] = {
     "WorkerPort": ports.WorkerPort,
     "StepPort": ports.StepPort,
     "EnqueuePort": ports.EnqueuePort,
-    "FlowReadsPort": ports.FlowReadsPort,
+    "OperatorsPort": ports.OperatorsPort,
     "AdminPort": ports.AdminPort,
     "DashboardPort": ports.DashboardPort,
 }
@@ -44,7 +44,7 @@ CONSUMERS = {
     ],
     "StepPort": ["_execution/steps.py", "_execution/step_transactions.py"],
     "EnqueuePort": ["_app/enqueue.py", "_app/workflows.py"],
-    "FlowReadsPort": ["_app/flow_stats.py"],
+    "OperatorsPort": ["_app/flow_stats.py"],
     "AdminPort": [
         "_app/admin.py",
         "_app/bulk_edits.py",
