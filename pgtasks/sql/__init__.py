@@ -17,6 +17,8 @@ from .steps import Step, parse_steps
 Cardinality = Literal["one", "many", "exec", "execrows"]
 
 _HEADER = re.compile(r"^-- name: (?P<name>\w+) :(?P<cardinality>one|many|exec|execrows)\s*$")
+#: A fragment: text several statements of the package share, written ``{<name>}`` in them.
+_FRAGMENT = re.compile(r"^-- fragment: (?P<name>\w+)\s*$")
 _MIGRATION_FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>\w+)\.sql$")
 
 
@@ -78,10 +80,32 @@ def parse_queries(source: str) -> dict[str, Query]:
                 raise ValueError(f"query {name!r} is defined twice")
             current = (name, cast(Cardinality, match["cardinality"]))
             lines = []
+        elif _FRAGMENT.match(line):  # a fragment ends the query before it
+            flush()
+            current = None
         elif current is not None:
             lines.append(line)
     flush()
     return queries
+
+
+def parse_fragments(source: str) -> dict[str, str]:
+    """The fragments of a queries file: each ``-- fragment: <name>`` header up to the next
+    header, without its comment lines (the first is its description)."""
+    fragments: dict[str, str] = {}
+    current: str | None = None
+    for line in source.splitlines():
+        fragment = _FRAGMENT.match(line)
+        if fragment:
+            current = fragment["name"]
+            if current in fragments:
+                raise ValueError(f"fragment {current!r} is defined twice")
+            fragments[current] = ""
+        elif _HEADER.match(line):
+            current = None
+        elif current is not None and line.strip() and not line.lstrip().startswith("--"):
+            fragments[current] += line + "\n"
+    return {name: text.strip() for name, text in fragments.items()}
 
 
 @functools.cache
@@ -99,6 +123,19 @@ def load_queries() -> dict[str, Query]:
                 raise ValueError(f"query {name!r} is defined twice ({entry.name})")
             queries[name] = query
     return queries
+
+
+@functools.cache
+def load_fragments() -> dict[str, str]:
+    """Every fragment of the package's ``*.sql`` files, by name."""
+    fragments: dict[str, str] = {}
+    for entry in sorted(resources.files(__package__).iterdir(), key=lambda entry: entry.name):
+        if entry.name.endswith(".sql"):
+            for name, text in parse_fragments(entry.read_text("utf-8")).items():
+                if name in fragments:
+                    raise ValueError(f"fragment {name!r} is defined twice ({entry.name})")
+                fragments[name] = text
+    return fragments
 
 
 @functools.cache

@@ -2,12 +2,27 @@
 -- filtered writes of its bulk actions. Headers, placeholders and parameters as in
 -- queries.sql. Reads never use SKIP LOCKED: a row a worker holds is still counted.
 --
--- The job filter (list_jobs_page, count_filtered_jobs, retry_filtered_jobs,
--- cancel_filtered_jobs): every parameter NULL means "any"; %(args)s is a JSON document the
+-- The job filter (the fragment job_filter: list_jobs_page and its variants,
+-- count_filtered_jobs, retry_filtered_jobs, cancel_filtered_jobs): every parameter NULL
+-- means "any"; %(args)s is a JSON document the
 -- job's args contain (@>); %(log)s an ILIKE pattern over its captured log lines (meta
 -- "pgtasks.logs", as JSON text: no index serves it); %(due)s: pending and due now (true) or scheduled later (false);
 -- %(workflow_id)s: the jobs of one workflow (through jobs_workflow_idx and
 -- jobs_history_workflow_idx).
+
+-- fragment: job_filter
+-- The job filter itself, written {job_filter} in the statements below.
+(%(status)s::text IS NULL OR status = %(status)s::text)
+AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
+AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
+AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+-- due: pending and due now (true), or pending and scheduled later (false).
+AND (%(due)s::boolean IS NULL
+     OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
 
 -- name: get_unfinished_stats :many
 -- Per queue: pending, due, running and the oldest due job's wait, from indexes only:
@@ -126,17 +141,7 @@ SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, l
        now() AS now
 FROM {schema}.all_jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-  -- due: pending and due now (true), or pending and scheduled later (false).
-  AND (%(due)s::boolean IS NULL
-       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+  AND {job_filter}
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
@@ -165,17 +170,7 @@ FROM (
     WHERE status IN ('done', 'failed', 'cancelled')
 ) AS jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-  -- due: pending and due now (true), or pending and scheduled later (false).
-  AND (%(due)s::boolean IS NULL
-       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+  AND {job_filter}
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
@@ -198,17 +193,7 @@ SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, l
        now() AS now
 FROM {schema}.jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-  -- due: pending and due now (true), or pending and scheduled later (false).
-  AND (%(due)s::boolean IS NULL
-       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+  AND {job_filter}
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
@@ -234,15 +219,7 @@ FROM (
         AS steps
 ) AS jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-  AND (%(due)s::boolean IS NULL
-       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+  AND {job_filter}
 ORDER BY workflow_id DESC, id DESC
 LIMIT %(limit)s::int;
 
@@ -266,17 +243,7 @@ FROM (
     ORDER BY id DESC
     LIMIT %(scan)s::int
 ) AS jobs
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-  -- due: pending and due now (true), or pending and scheduled later (false).
-  AND (%(due)s::boolean IS NULL
-       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+WHERE {job_filter}
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
@@ -300,32 +267,12 @@ SELECT
     (SELECT count(*) FROM (
         SELECT 1 FROM {schema}.all_jobs
         WHERE status IN ('failed', 'cancelled')
-          AND (%(status)s::text IS NULL OR status = %(status)s::text)
-          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-          AND (%(created_from)s::timestamptz IS NULL
-               OR created_at >= %(created_from)s::timestamptz)
-          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-          AND (%(due)s::boolean IS NULL
-               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          AND {job_filter}
         LIMIT %(cap)s::int) AS matching) AS retryable,
     (SELECT count(*) FROM (
         SELECT 1 FROM {schema}.jobs
         WHERE (status IN ('pending', 'waiting') OR (status = 'running' AND NOT cancel_requested))
-          AND (%(status)s::text IS NULL OR status = %(status)s::text)
-          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-          AND (%(created_from)s::timestamptz IS NULL
-               OR created_at >= %(created_from)s::timestamptz)
-          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-          AND (%(due)s::boolean IS NULL
-               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          AND {job_filter}
         LIMIT %(cap)s::int) AS matching) AS cancellable;
 
 -- name: get_job_page :one
@@ -468,19 +415,10 @@ WITH picked AS (
         SELECT id
         FROM {schema}.jobs_history AS jobs
         WHERE status IN ('failed', 'cancelled')
-          AND (%(status)s::text IS NULL OR status = %(status)s::text)
           -- A workflow step that never received its input: retry_filtered_steps.
           AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
                            AND cardinality(prev_ids) > 0, false)
-          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-          AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-          AND (%(due)s::boolean IS NULL
-               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          AND {job_filter}
           -- A job unique while active (migration 0010) whose key an active job holds
           -- stays as it is: retrying it would make a second active job of the key.
           AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
@@ -498,19 +436,10 @@ WITH picked AS (
         SELECT id
         FROM {schema}.jobs AS jobs
         WHERE status IN ('failed', 'cancelled')
-          AND (%(status)s::text IS NULL OR status = %(status)s::text)
           -- A workflow step that never received its input: retry_filtered_steps.
           AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
                            AND cardinality(prev_ids) > 0, false)
-          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-          AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-          AND (%(due)s::boolean IS NULL
-               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          AND {job_filter}
           -- A job unique while active (migration 0010) whose key an active job holds
           -- stays as it is: retrying it would make a second active job of the key.
           AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
@@ -561,16 +490,7 @@ WITH picked AS (
     SELECT id, status
     FROM {schema}.jobs
     WHERE (status IN ('pending', 'waiting') OR (status = 'running' AND NOT cancel_requested))
-      AND (%(status)s::text IS NULL OR status = %(status)s::text)
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-      AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-      AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-      AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-      AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-      AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-      AND (%(due)s::boolean IS NULL
-           OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+      AND {job_filter}
     ORDER BY id
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED

@@ -12,7 +12,14 @@ import pytest
 
 from pgtasks._store.base import HEADER_LINES, PARSE_CACHED_LENGTH, without_inner_comments
 from pgtasks._store.queries import Queries, notification_channel
-from pgtasks.sql import check_versions, load_migrations, load_queries, parse_queries
+from pgtasks.sql import (
+    check_versions,
+    load_fragments,
+    load_migrations,
+    load_queries,
+    parse_fragments,
+    parse_queries,
+)
 
 STORE_SOURCE = Path(inspect.getfile(Queries))
 PRODUCER_METHODS = ("insert_jobs", "get_job", "get_job_status", "get_schema_version")
@@ -89,6 +96,61 @@ def test_query_parser_keeps_text_between_headers_only() -> None:
     assert queries["first_query"].description == "Read one."
     assert queries["first_query"].text == "-- Read one.\nSELECT 1;"
     assert queries["second_query"].cardinality == "exec"
+
+
+def test_a_fragment_ends_the_query_before_it_and_is_no_query_itself() -> None:
+    source = (
+        "-- fragment: some_filter\n-- What it keeps.\n(a = 1)\n  AND (b = 2)\n\n"
+        "-- name: first_query :many\n-- Read.\nSELECT 1 WHERE {some_filter};\n\n"
+        "-- fragment: other_filter\n-- Another.\n(c = 3)\n"
+    )
+
+    assert list(parse_queries(source)) == ["first_query"]
+    assert parse_queries(source)["first_query"].text == "-- Read.\nSELECT 1 WHERE {some_filter};"
+    assert parse_fragments(source) == {
+        "some_filter": "(a = 1)\n  AND (b = 2)",
+        "other_filter": "(c = 3)",
+    }
+
+
+def test_a_fragment_defined_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="fragment 'f' is defined twice"):
+        parse_fragments("-- fragment: f\n(a)\n-- fragment: f\n(b)\n")
+
+
+#: The statements that filter jobs with the dashboard's job filter, written once.
+JOB_FILTERED = (
+    "list_jobs_page",
+    "list_finished_jobs_page",
+    "list_unfinished_jobs_page",
+    "list_workflow_jobs_page",
+    "list_jobs_scan",
+    "count_filtered_jobs",
+    "retry_filtered_jobs",
+    "cancel_filtered_jobs",
+)
+
+
+def test_the_job_filter_is_written_once_and_composed_into_each_filtered_statement() -> None:
+    fragment = load_fragments()["job_filter"]
+    queries = load_queries()
+    store = Queries("pgtasks")
+    rendered_filter = without_inner_comments(fragment)
+
+    assert "%(due)s::boolean" in fragment and "--" not in fragment
+    for name in JOB_FILTERED:
+        assert "{job_filter}" in queries[name].text, name
+        assert "%(queue)s::text IS NULL" not in queries[name].text, f"{name} spells the filter"
+        assert rendered_filter in store._statements[name].decode(), name
+    spelled = [name for name, query in queries.items() if "ILIKE %(log)s::text" in query.text]
+    assert spelled == ["retry_filtered_steps"]  # no due condition: its own block
+
+
+def test_no_statement_keeps_a_placeholder_unrendered() -> None:
+    store = Queries("pgtasks")
+
+    for name, statement in store._statements.items():
+        assert not re.search(rb"\{\w+\}", statement), name
 
 
 def test_every_store_usage_of_a_query_is_in_a_method_of_the_same_name() -> None:
@@ -235,7 +297,8 @@ def test_every_statement_quotes_an_unusual_schema_name(schema: str) -> None:
         code = re.sub(r"'[^']*'", "''", re.sub(r"--[^\n]*", "", rendered))
         unquoted = re.findall(rf'(?<!")\b{re.escape(schema)}\b(?!")\.', code)
         assert not unquoted, f"{name}: schema not quoted in {rendered}"
-        parameters = set(re.findall(r"%\((\w+)\)s", query.text))
+        composed = [load_fragments().get(part, "") for part in re.findall(r"\{(\w+)\}", query.text)]
+        parameters = set(re.findall(r"%\((\w+)\)s", "\n".join([query.text, *composed])))
         assert parameters == set(re.findall(r"%\((\w+)\)s", rendered)), name
 
 
@@ -424,4 +487,4 @@ def test_each_statement_is_stripped_once_whatever_the_number_of_schemas() -> Non
     Queries("test_strip_second")
     after = without_inner_comments.cache_info()
     assert after.misses == before.misses
-    assert after.hits - before.hits == len(load_queries())
+    assert after.hits - before.hits == len(load_queries()) + len(load_fragments())
