@@ -24,6 +24,20 @@ AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timesta
 AND (%(due)s::boolean IS NULL
      OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
 
+-- fragment: job_list_columns
+-- What a list of jobs shows, cut on the server: the head of the args (when their stored
+-- size is small: a large document is not rendered at all), the last line of the last
+-- error, the progress of meta (when meta is not large), never result or kwargs.
+id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
+created_at, finished_at, workflow_id, workflow_step,
+CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
+     THEN left(args::text, %(args_chars)s::int) END AS args_head,
+pg_column_size(args) AS args_size,
+left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
+     %(error_chars)s::int) AS error_line,
+CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
+now() AS now
+
 -- name: get_unfinished_stats :many
 -- Per queue: pending, due, running and the oldest due job's wait, from indexes only:
 -- jobs_pending_queue_idx (migration 0006; an index-only scan) and jobs_running_idx.
@@ -130,15 +144,7 @@ GROUP BY 1, 2, 3;
 -- Only what the list shows is read, cut on the server: the head of the args (when their
 -- stored size is small: a large document is not rendered at all), the last line of the
 -- last error, the progress of meta (when meta is not large), never result or kwargs.
-SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id, workflow_step,
-       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
-            THEN left(args::text, %(args_chars)s::int) END AS args_head,
-       pg_column_size(args) AS args_size,
-       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
-            %(error_chars)s::int) AS error_line,
-       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
-       now() AS now
+SELECT {job_list_columns}
 FROM {schema}.all_jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND {job_filter}
@@ -154,15 +160,7 @@ LIMIT %(limit)s::int;
 -- Only what the list shows is read, cut on the server: the head of the args (when their
 -- stored size is small: a large document is not rendered at all), the last line of the
 -- last error, the progress of meta (when meta is not large), never result or kwargs.
-SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id, workflow_step,
-       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
-            THEN left(args::text, %(args_chars)s::int) END AS args_head,
-       pg_column_size(args) AS args_size,
-       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
-            %(error_chars)s::int) AS error_line,
-       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
-       now() AS now
+SELECT {job_list_columns}
 FROM (
     SELECT * FROM {schema}.jobs_history
     UNION ALL
@@ -182,15 +180,7 @@ LIMIT %(limit)s::int;
 -- Only what the list shows is read, cut on the server: the head of the args (when their
 -- stored size is small: a large document is not rendered at all), the last line of the
 -- last error, the progress of meta (when meta is not large), never result or kwargs.
-SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id, workflow_step,
-       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
-            THEN left(args::text, %(args_chars)s::int) END AS args_head,
-       pg_column_size(args) AS args_size,
-       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
-            %(error_chars)s::int) AS error_line,
-       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
-       now() AS now
+SELECT {job_list_columns}
 FROM {schema}.jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND {job_filter}
@@ -202,15 +192,7 @@ LIMIT %(limit)s::int;
 -- workflow_jobs backwards from %(before)s (jobs_workflow_idx merged with the
 -- jobs_history_workflow_idx of the days since the workflow was made), whatever else the
 -- filter names, so that a generic plan of the statement still uses those indexes.
-SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id, workflow_step,
-       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
-            THEN left(args::text, %(args_chars)s::int) END AS args_head,
-       pg_column_size(args) AS args_size,
-       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
-            %(error_chars)s::int) AS error_line,
-       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
-       now() AS now
+SELECT {job_list_columns}
 FROM (
     SELECT steps.*
     FROM (SELECT %(workflow_id)s::bigint AS id) AS wanted
@@ -227,15 +209,7 @@ LIMIT %(limit)s::int;
 -- list_jobs_page reading at most %(scan)s jobs (newest first, older than %(before)s):
 -- filters no index serves (args, task, creation times, a queue) cost what one page of
 -- them costs, whatever the table holds; get_scan_floor tells where the scan stopped.
-SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id, workflow_step,
-       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
-            THEN left(args::text, %(args_chars)s::int) END AS args_head,
-       pg_column_size(args) AS args_size,
-       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
-            %(error_chars)s::int) AS error_line,
-       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
-       now() AS now
+SELECT {job_list_columns}
 FROM (
     SELECT *
     FROM {schema}.all_jobs

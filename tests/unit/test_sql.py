@@ -146,6 +146,15 @@ def test_the_job_filter_is_written_once_and_composed_into_each_filtered_statemen
     assert spelled == ["retry_filtered_steps"]  # no due condition: its own block
 
 
+def test_every_fragment_is_composed_into_a_statement_and_holds_no_comment() -> None:
+    texts = "\n".join(query.text for query in load_queries().values())
+
+    assert set(load_fragments()) >= {"job_filter", "job_list_columns", "deep_payload_checks"}
+    for name, fragment in load_fragments().items():
+        assert f"{{{name}}}" in texts, f"fragment {name} is used by no statement"
+        assert fragment and "--" not in fragment, name
+
+
 def test_no_statement_keeps_a_placeholder_unrendered() -> None:
     store = Queries("pgtasks")
 
