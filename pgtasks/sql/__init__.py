@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Callable
 from importlib import resources
-from typing import Literal, cast
+from typing import Literal, TypeVar, cast
 
 from .steps import Step, parse_steps
 
+T = TypeVar("T")
 Cardinality = Literal["one", "many", "exec", "execrows"]
 
 _HEADER = re.compile(r"^-- name: (?P<name>\w+) :(?P<cardinality>one|many|exec|execrows)\s*$")
@@ -110,32 +112,30 @@ def parse_fragments(source: str) -> dict[str, str]:
 
 @functools.cache
 def load_queries() -> dict[str, Query]:
-    """Every named query of the package: those of each ``*.sql`` file here (``queries.sql``
-    first)."""
-    queries: dict[str, Query] = {}
-    files = sorted(
-        (entry for entry in resources.files(__package__).iterdir() if entry.name.endswith(".sql")),
-        key=lambda entry: (entry.name != "queries.sql", entry.name),
-    )
-    for entry in files:
-        for name, query in parse_queries(entry.read_text("utf-8")).items():
-            if name in queries:
-                raise ValueError(f"query {name!r} is defined twice ({entry.name})")
-            queries[name] = query
-    return queries
+    """Every named query of the package: ``queries.sql`` and the other ``*.sql`` files here."""
+    return _merged(parse_queries, "query")
 
 
 @functools.cache
 def load_fragments() -> dict[str, str]:
     """Every fragment of the package's ``*.sql`` files, by name."""
-    fragments: dict[str, str] = {}
-    for entry in sorted(resources.files(__package__).iterdir(), key=lambda entry: entry.name):
-        if entry.name.endswith(".sql"):
-            for name, text in parse_fragments(entry.read_text("utf-8")).items():
-                if name in fragments:
-                    raise ValueError(f"fragment {name!r} is defined twice ({entry.name})")
-                fragments[name] = text
-    return fragments
+    return _merged(parse_fragments, "fragment")
+
+
+def _merged(parse: Callable[[str], dict[str, T]], kind: str) -> dict[str, T]:
+    """What ``parse`` finds in each ``*.sql`` file here (``queries.sql`` first), by name;
+    a name defined twice is refused."""
+    merged: dict[str, T] = {}
+    files = sorted(
+        (entry for entry in resources.files(__package__).iterdir() if entry.name.endswith(".sql")),
+        key=lambda entry: (entry.name != "queries.sql", entry.name),
+    )
+    for entry in files:
+        for name, item in parse(entry.read_text("utf-8")).items():
+            if name in merged:
+                raise ValueError(f"{kind} {name!r} is defined twice ({entry.name})")
+            merged[name] = item
+    return merged
 
 
 @functools.cache
