@@ -1,5 +1,6 @@
 -- A worker's claims and finishes: the plain claim, the claim after a finish, the aged
--- claim (App(priority_aging=)), the limited claims (sql/limits.sql holds the limits
+-- claim (App(priority_aging=), app.queue(name, priority_aging=);
+-- docs/howto/flow-control.md), the limited claim (sql/limits.sql holds the limits
 -- themselves), the finish, an attempt's log lines, and the transaction block a round
 -- trip through a pooler runs them in (_store/claims.py). Headers, placeholders and
 -- parameters as in queries.sql.
@@ -154,14 +155,16 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
           clock_timestamp() AS claimed_at;
 
 -- name: claim_jobs_aged :many
--- claim_jobs where a due job's priority rises by one level per %(aging)s seconds it has
--- waited since it was due: it claims by effective priority (then run_at, id), so a
--- low-priority job's wait is bounded under any stream of higher-priority work. Within
--- one stored priority the oldest due job has the highest effective priority, so each
--- level is read in claim order through jobs_claim_idx, at most %(limit)s rows a level
--- (the levels found by a skip scan of that index, at most 100 of them, highest first),
--- and the rows of every level are merged by effective priority. Rows read but not
--- taken stay locked by this transaction only until it ends (other claimers skip them).
+-- claim_jobs where a due job's priority rises by one level per interval it has waited
+-- since it was due: %(aging)s seconds (NULL: no aging), or its queue's own interval
+-- (%(aged_queues)s, %(aged_seconds)s; NULL: none for that queue). It claims by effective
+-- priority (then run_at, id), so a low-priority job's wait is bounded under any stream
+-- of higher-priority work. Within one stored priority and one interval the oldest due
+-- job has the highest effective priority, so each level of each interval is read in
+-- claim order through jobs_claim_idx, at most %(limit)s rows (the levels found by a skip
+-- scan of that index, at most 100 of them, highest first), and the rows of every level
+-- are merged by effective priority. Rows read but not taken stay locked by this
+-- transaction only until it ends (other claimers skip them).
 WITH RECURSIVE levels(priority) AS (
     (SELECT j.priority FROM {schema}.jobs AS j
      WHERE j.status = 'pending'
@@ -172,19 +175,31 @@ WITH RECURSIVE levels(priority) AS (
             ORDER BY j.priority DESC LIMIT 1)
     FROM levels
     WHERE levels.priority IS NOT NULL
+), classes(seconds, queues) AS (
+    -- Queues by their own interval; the last class (queues NULL) is every other queue.
+    SELECT q.seconds, array_agg(q.queue)
+    FROM unnest(%(aged_queues)s::text[], %(aged_seconds)s::float8[]) AS q(queue, seconds)
+    WHERE q.queue IS NOT NULL
+    GROUP BY q.seconds
+    UNION ALL
+    SELECT %(aging)s::float8, NULL::text[]
 ), candidates AS (
     SELECT due.id, due.run_at,
            -- Seconds waited from the job's due time; a run_at written by hand as
            -- '-infinity' counts as very long, never as an error.
-           least(level.priority + floor(greatest(
+           least(level.priority + coalesce(floor(greatest(
                extract(epoch FROM now()) - extract(epoch FROM due.run_at), 0)
-               / %(aging)s::float8), 1e9) AS effective
+               / class.seconds), 0), 1e9) AS effective
     FROM (SELECT priority FROM levels WHERE priority IS NOT NULL LIMIT 100) AS level
+    CROSS JOIN classes AS class
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at
         FROM {schema}.jobs AS j
         WHERE j.status = 'pending'
           AND j.priority = level.priority
+          AND CASE WHEN class.queues IS NULL
+                   THEN j.queue <> ALL(coalesce(%(aged_queues)s::text[], ARRAY[]::text[]))
+                   ELSE j.queue = ANY(class.queues) END
           AND j.run_at <= now()
           AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
           AND (%(excluded_queues)s::text[] IS NULL
@@ -218,26 +233,13 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
               AS created_at,
           clock_timestamp() AS claimed_at;
 
--- name: claim_limited_jobs :many
--- Claim up to %(limit)s due jobs that limits apply to, never past a limit (see the
--- function in migration 0009); filters as in claim_jobs.
-SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts, meta,
-       greatest(run_at, '0002-01-01 00:00:00+00') AS run_at,
-       least(greatest(created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
-           AS created_at,
-       clock_timestamp() AS claimed_at,
-       true AS limited
-FROM {schema}.claim_limited_jobs(
-    %(worker_id)s, %(queues)s::text[], %(excluded_queues)s::text[], %(task_names)s::text[],
-    %(limit)s
-);
-
 -- name: claim_limited :many
 -- Claim up to %(limit)s due jobs that limits apply to, never past a limit (the function of
 -- migration flow_control); filters as in claim_jobs. The claimed jobs have the columns of
 -- claim_jobs; the last row is a report (id NULL) whose meta holds the seconds until the
 -- next rate token that held a job back (wait), the limits that held jobs back (blocked)
--- and the error that ended the claim (error; nothing was claimed then).
+-- and the error that ended the claim (error; nothing was claimed then). Priority aging
+-- (migration 0028): parameters as in claim_jobs_aged.
 SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts,
        CASE WHEN id IS NULL
             THEN jsonb_build_object('wait', wait, 'blocked', blocked, 'error', error)
@@ -245,7 +247,7 @@ SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts,
        run_at, created_at, claimed_at, true AS limited
 FROM {schema}.claim_limited(
     %(worker_id)s, %(queues)s::text[], %(excluded_queues)s::text[], %(task_names)s::text[],
-    %(limit)s
+    %(limit)s, %(aging)s::float8, %(aged_queues)s::text[], %(aged_seconds)s::float8[]
 );
 
 -- name: finish_jobs :many

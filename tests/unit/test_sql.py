@@ -13,6 +13,7 @@ import pytest
 from pgtasks._store.base import HEADER_LINES, PARSE_CACHED_LENGTH, without_inner_comments
 from pgtasks._store.queries import Queries, notification_channel
 from pgtasks.sql import (
+    IN_FLIGHT,
     check_versions,
     load_fragments,
     load_migrations,
@@ -262,8 +263,21 @@ def test_migrations_are_numbered_from_one_each_number_once() -> None:
     migrations = load_migrations()
     versions = [migration.version for migration in migrations]
 
-    assert versions == list(range(1, len(versions) + 1))
+    assert sorted([*versions, *IN_FLIGHT]) == list(range(1, len(versions) + len(IN_FLIGHT) + 1))
     assert migrations[0].name == "initial"
+
+
+def test_versions_in_flight_are_still_missing() -> None:
+    landed = sorted(IN_FLIGHT & {migration.version for migration in load_migrations()})
+
+    assert not landed, f"remove {landed} from IN_FLIGHT (pgtasks/sql/__init__.py): they landed"
+
+
+def test_a_version_in_flight_is_no_gap_and_any_other_missing_one_is() -> None:
+    check_versions([1, 2, 4], frozenset({3}))
+
+    with pytest.raises(RuntimeError, match=re.escape("missing 0002 (before 0003)")):
+        check_versions([1, 3, 5], frozenset({4}))
 
 
 @pytest.mark.parametrize(
