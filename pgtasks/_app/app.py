@@ -416,7 +416,7 @@ class App(DurableApp, JobActions):
     ) -> list[InsertedJob]:
         """Insert specs on ``conn``: the one insert path every enqueue and beat share (the
         instrumentation, when set, wraps it)."""
-        insert = self.queries.insert_jobs_in_chunks
+        insert = enqueue.enqueuer(self).insert_jobs_in_chunks
         if self.instrumentation is None:
             return insert(conn, specs)
         return self.instrumentation.insert(specs, lambda traced: insert(conn, traced))
@@ -424,7 +424,7 @@ class App(DurableApp, JobActions):
     async def ainsert_specs(
         self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
-        insert = self.queries.ainsert_jobs_in_chunks
+        insert = enqueue.enqueuer(self).ainsert_jobs_in_chunks
         if self.instrumentation is None:
             return await insert(conn, specs)
         return await self.instrumentation.ainsert(specs, lambda traced: insert(conn, traced))

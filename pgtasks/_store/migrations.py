@@ -1,4 +1,4 @@
-"""MigrationQueries: what the migrator runs besides the version table (sql/migrations.sql)."""
+"""MigrationQueries: the migrations table and what the migrator runs (sql/migrations.sql)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,23 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ..sql import Migration
 from .base import ADVISORY_LOCK_CLASS_MIGRATE, Params, QueriesBase, Row, translate_errors
 
 
 class MigrationQueries(QueriesBase):
+    # -- the migrations table --
+    def create_migrations_table(self, conn: psycopg.Connection[Any]) -> None:
+        self._rows(conn, "create_migrations_table", None)
+
+    def get_applied_migrations(self, conn: psycopg.Connection[Any]) -> set[int]:
+        return {row["version"] for row in self._rows(conn, "get_applied_migrations", None)}
+
+    def record_migration(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
+        params = {"version": migration.version, "name": migration.name}
+        self._rows(conn, "record_migration", params)
+
+    # -- the migrator's session --
     def lock_migrations_session(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's migration lock for ``conn``'s session."""
         rows = self._rows(

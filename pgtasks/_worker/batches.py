@@ -31,7 +31,7 @@ from .services import Service
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
-    from .._store.queries import Queries
+    from .._store.ports import WorkerPort
     from .exchange import Exchanges
     from .parts import LoopParts
     from .settings import WorkerSettings
@@ -56,7 +56,7 @@ class BatchService(Service):
         self,
         connect: Connect,
         settings: WorkerSettings,
-        store: Queries,
+        store: WorkerPort,
         tasks: Sequence[Task[Any, Any]],
         parts: LoopParts,
         *,

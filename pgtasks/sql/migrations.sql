@@ -1,4 +1,4 @@
--- The migrator's statements besides those in queries.sql (pgtasks/_store/migrator.py).
+-- The migrator's statements (pgtasks/_store/migrator.py) and the migrations table's.
 -- Placeholders: {schema} (identifier). Parameters are named (%(name)s).
 
 -- name: lock_migrations_session :one
@@ -97,3 +97,26 @@ JOIN pg_class AS t ON t.oid = i.indrelid
 JOIN pg_namespace AS n ON n.oid = t.relnamespace
 WHERE n.nspname = %(schema)s AND t.relname = %(table)s
 ORDER BY ci.relname;
+-- name: create_migrations_table :exec
+-- Create the schema, the migration version table and the table of the steps done of an
+-- unfinished migration, if they are missing.
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.migration_steps (
+    version    integer     NOT NULL,
+    step       integer     NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (version, step)
+);
+
+-- name: get_applied_migrations :many
+-- Versions applied so far.
+SELECT version FROM {schema}.migrations ORDER BY version;
+
+-- name: record_migration :exec
+-- Record a version, in the transaction of its last step (or of the whole migration).
+INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s, %(name)s);
