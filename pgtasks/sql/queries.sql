@@ -284,27 +284,21 @@ DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
 -- Claim up to %(limit)s due jobs of the given queues (NULL: all queues) for one worker,
 -- leaving out %(excluded_queues)s (paused queues, for a worker of all queues).
 WITH RECURSIVE levels AS (
-    -- The priorities of pending jobs, highest first: one descent of jobs_claim_idx each
-    -- (a loose index scan), read only as far as the claim needs them. Each level is then
-    -- read with its priority fixed, so "run_at <= now()" bounds the scan: jobs due later
-    -- (however many) are never read. Without the levels, a scan of (priority DESC,
-    -- run_at, id) could only filter run_at, and walked every future job's entry whenever
-    -- fewer than %(limit)s jobs were due (an idle worker's every poll) before
-    -- PostgreSQL 18's skip scan.
-    (SELECT priority FROM {schema}.jobs
-     WHERE status = 'pending' ORDER BY priority DESC LIMIT 1)
+    -- The priorities of pending jobs, highest first: one descent of jobs_claim_idx each,
+    -- as far as the claim needs them. Each level is read with its priority fixed, where
+    -- "run_at <= now()" ends the scan: jobs due later are never read (a scan with no fixed
+    -- priority walked all their entries whenever fewer jobs were due, before PG 18).
+    (SELECT priority FROM {schema}.jobs WHERE status = 'pending' ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT jobs.priority FROM {schema}.jobs AS jobs
             WHERE jobs.status = 'pending' AND jobs.priority < levels.priority
             ORDER BY jobs.priority DESC LIMIT 1)
-    FROM levels
-    WHERE levels.priority IS NOT NULL
+    FROM levels WHERE levels.priority IS NOT NULL
 ), picked AS MATERIALIZED (
     SELECT due.id
     FROM levels, LATERAL (
-        -- Due pending jobs of one priority in claim order, read through jobs_claim_idx.
-        -- Rows another claimer has locked are skipped, so claimers never wait for or
-        -- share a row.
+        -- Due pending jobs of one priority in claim order, read through jobs_claim_idx;
+        -- rows another claimer has locked are skipped (claimers never wait for a row).
         SELECT id
         FROM {schema}.jobs
         WHERE status = 'pending'
@@ -317,8 +311,7 @@ WITH RECURSIVE levels AS (
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           -- Jobs that limits apply to (migration 0009) are claimed by claim_limited (migration flow_control).
           AND limit_groups IS NULL
-          -- A row whose next attempt number would not fit (written by hand) is left pending
-          -- rather than fail every claim.
+          -- A row whose next attempt number would not fit (by hand) is left pending.
           AND attempts < 2147483647
           -- Past its start deadline (expires=, meta "pgtasks.expires"): never started; the
           -- rescuer ends it cancelled. A hand-written non-number sorts below any number.
@@ -328,8 +321,7 @@ WITH RECURSIVE levels AS (
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS due
-    -- The levels come in order and each locks only the rows pulled from it: the limit
-    -- stops the scan (and the locking) as soon as it is reached.
+    -- Levels in order, each locking only the rows pulled from it: the limit stops both.
     LIMIT %(limit)s
 )
 -- The CTE is a fence: the UPDATE touches exactly the rows locked above. The new
@@ -362,31 +354,26 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
 -- cannot remove while an old snapshot pins the xmin horizon). Higher priorities are read
 -- from their start; lower ones only when this priority has no more due jobs. A job that
 -- sorts before the position (run_at in the past, a job released meanwhile) is claimed by
--- the worker's next claim_jobs, at most one poll interval later. Other priorities are
--- read level by level, as in claim_jobs, so jobs due later are never read.
+-- the worker's next claim_jobs, at most one poll interval later. Other priorities: level
+-- by level, as in claim_jobs.
 WITH RECURSIVE higher AS (
-    -- The priorities above the position's, lowest first (found from its side of the
-    -- index, so the claimed entries at the head of a level are not walked).
+    -- The priorities above the position's, lowest first (found from its side of the index).
     (SELECT priority FROM {schema}.jobs
-     WHERE status = 'pending' AND priority > %(after_priority)s
-     ORDER BY priority LIMIT 1)
+     WHERE status = 'pending' AND priority > %(after_priority)s ORDER BY priority LIMIT 1)
     UNION ALL
     SELECT (SELECT jobs.priority FROM {schema}.jobs AS jobs
             WHERE jobs.status = 'pending' AND jobs.priority > higher.priority
             ORDER BY jobs.priority LIMIT 1)
-    FROM higher
-    WHERE higher.priority IS NOT NULL
+    FROM higher WHERE higher.priority IS NOT NULL
 ), lower AS (
     -- The priorities below the position's, highest first, read as far as needed.
     (SELECT priority FROM {schema}.jobs
-     WHERE status = 'pending' AND priority < %(after_priority)s
-     ORDER BY priority DESC LIMIT 1)
+     WHERE status = 'pending' AND priority < %(after_priority)s ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT jobs.priority FROM {schema}.jobs AS jobs
             WHERE jobs.status = 'pending' AND jobs.priority < lower.priority
             ORDER BY jobs.priority DESC LIMIT 1)
-    FROM lower
-    WHERE lower.priority IS NOT NULL
+    FROM lower WHERE lower.priority IS NOT NULL
 ), picked AS MATERIALIZED (
     SELECT id FROM (
         SELECT due.id
@@ -397,13 +384,10 @@ WITH RECURSIVE higher AS (
             FROM {schema}.jobs
             WHERE status = 'pending'
               AND priority = levels.priority
-              AND run_at <= now()
+              AND run_at <= now() AND limit_groups IS NULL AND attempts < 2147483647
               AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-              AND (%(excluded_queues)s::text[] IS NULL
-                   OR queue <> ALL(%(excluded_queues)s::text[]))
+              AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
               AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-              AND limit_groups IS NULL
-              AND attempts < 2147483647
               AND (NOT meta ? 'pgtasks.expires'
                    OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
             ORDER BY run_at, id
@@ -418,13 +402,10 @@ WITH RECURSIVE higher AS (
         WHERE status = 'pending'
           AND priority = %(after_priority)s
           AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)
-          AND run_at <= now()
+          AND run_at <= now() AND limit_groups IS NULL AND attempts < 2147483647
           AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          AND (%(excluded_queues)s::text[] IS NULL
-               OR queue <> ALL(%(excluded_queues)s::text[]))
+          AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-          AND limit_groups IS NULL
-          AND attempts < 2147483647
           AND (NOT meta ? 'pgtasks.expires'
                OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
         ORDER BY run_at, id
@@ -439,13 +420,10 @@ WITH RECURSIVE higher AS (
             FROM {schema}.jobs
             WHERE status = 'pending'
               AND priority = levels.priority
-              AND run_at <= now()
+              AND run_at <= now() AND limit_groups IS NULL AND attempts < 2147483647
               AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-              AND (%(excluded_queues)s::text[] IS NULL
-                   OR queue <> ALL(%(excluded_queues)s::text[]))
+              AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
               AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-              AND limit_groups IS NULL
-              AND attempts < 2147483647
               AND (NOT meta ? 'pgtasks.expires'
                    OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
             ORDER BY run_at, id
