@@ -284,19 +284,19 @@ DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
 -- Claim up to %(limit)s due jobs of the given queues (NULL: all queues) for one worker,
 -- leaving out %(excluded_queues)s (paused queues, for a worker of all queues).
 WITH RECURSIVE levels AS (
-    -- The priorities of pending jobs, highest first: one descent of jobs_claim_idx each,
-    -- as far as the claim needs them. Each level is read with its priority fixed, where
-    -- "run_at <= now()" ends the scan: jobs due later are never read (a scan with no fixed
-    -- priority walked all their entries whenever fewer jobs were due, before PG 18).
-    (SELECT priority FROM {schema}.jobs WHERE status = 'pending' ORDER BY priority DESC LIMIT 1)
+    -- The priorities of pending jobs, one index descent each from a level's end (not its
+    -- head of claimed entries). Each level is read with its priority fixed: "run_at <=
+    -- now()" ends its scan, so jobs due later are never read (before PG 18 they were).
+    (SELECT priority FROM {schema}.jobs WHERE status = 'pending' ORDER BY priority LIMIT 1)
     UNION ALL
     SELECT (SELECT jobs.priority FROM {schema}.jobs AS jobs
-            WHERE jobs.status = 'pending' AND jobs.priority < levels.priority
-            ORDER BY jobs.priority DESC LIMIT 1)
+            WHERE jobs.status = 'pending' AND jobs.priority > levels.priority
+            ORDER BY jobs.priority LIMIT 1)
     FROM levels WHERE levels.priority IS NOT NULL
 ), picked AS MATERIALIZED (
     SELECT due.id
-    FROM levels, LATERAL (
+    FROM (SELECT priority FROM levels WHERE priority IS NOT NULL ORDER BY priority DESC) AS levels,
+    LATERAL (
         -- Due pending jobs of one priority in claim order, read through jobs_claim_idx;
         -- rows another claimer has locked are skipped (claimers never wait for a row).
         SELECT id
@@ -305,9 +305,8 @@ WITH RECURSIVE levels AS (
           AND priority = levels.priority
           AND run_at <= now()
           AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          -- Paused queues (migration 0007) of a worker of every queue; NULL while none is.
+          -- Paused queues (migration 0007); a worker claims only the tasks it knows.
           AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
-          -- A worker claims only the tasks it knows (NULL: any).
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
           -- Jobs that limits apply to (migration 0009) are claimed by claim_limited (migration flow_control).
           AND limit_groups IS NULL
@@ -366,13 +365,13 @@ WITH RECURSIVE higher AS (
             ORDER BY jobs.priority LIMIT 1)
     FROM higher WHERE higher.priority IS NOT NULL
 ), lower AS (
-    -- The priorities below the position's, highest first, read as far as needed.
+    -- The priorities below the position's, lowest first.
     (SELECT priority FROM {schema}.jobs
-     WHERE status = 'pending' AND priority < %(after_priority)s ORDER BY priority DESC LIMIT 1)
+     WHERE status = 'pending' AND priority < %(after_priority)s ORDER BY priority LIMIT 1)
     UNION ALL
     SELECT (SELECT jobs.priority FROM {schema}.jobs AS jobs
-            WHERE jobs.status = 'pending' AND jobs.priority < lower.priority
-            ORDER BY jobs.priority DESC LIMIT 1)
+            WHERE jobs.status = 'pending' AND jobs.priority > lower.priority AND jobs.priority < %(after_priority)s
+            ORDER BY jobs.priority LIMIT 1)
     FROM lower WHERE lower.priority IS NOT NULL
 ), picked AS MATERIALIZED (
     SELECT id FROM (
@@ -414,7 +413,8 @@ WITH RECURSIVE higher AS (
     UNION ALL
     SELECT id FROM (
         SELECT due.id
-        FROM lower AS levels,
+        FROM (SELECT priority FROM lower WHERE priority IS NOT NULL
+              ORDER BY priority DESC) AS levels,
         LATERAL (
             SELECT id
             FROM {schema}.jobs

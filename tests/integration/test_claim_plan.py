@@ -44,7 +44,8 @@ def test_claim_walks_the_pending_index_in_order_even_with_stale_statistics(
     ):
         plan = explain_claim(app, dsn, queues, excluded=excluded, task_names=task_names)
         assert "Index Scan using jobs_claim_idx" in plan, plan
-        assert "Sort" not in plan, plan
+        # Sorted: only the priority levels (found lowest first), never jobs.
+        assert re.findall(r"Sort Key: (.*)", plan) == ["levels_1.priority DESC"], plan
         assert "Bitmap" not in plan, plan
 
         plan = explain_claim(
@@ -55,7 +56,10 @@ def test_claim_walks_the_pending_index_in_order_even_with_stale_statistics(
         # position's (found lowest first), never of jobs.
         assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
         assert "ROW(run_at, id) > ROW(" in plan, plan
-        assert re.findall(r"Sort Key: (.*)", plan) == ["higher_1.priority DESC"], plan
+        assert re.findall(r"Sort Key: (.*)", plan) == [
+            "higher_1.priority DESC",
+            "lower_1.priority DESC",
+        ], plan
         assert "Bitmap" not in plan, plan
 
 
@@ -255,7 +259,8 @@ def test_worker_connections_plan_the_claims_and_the_finish_once_with_the_same_sh
             name, params = claim_statement(ClaimRequest(WORKER, 50, queues, excluded))
             plan = generic_plan(app, dsn, name + announced, params)
             assert plan.count("Index Scan using jobs_claim_idx") == 1, plan
-            assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
+            assert re.findall(r"Sort Key: (.*)", plan) == ["levels_1.priority DESC"], plan
+            assert "Bitmap" not in plan and "Seq Scan" not in plan, plan
 
             claim = ClaimRequest(WORKER, 50, queues, excluded, after=position)
             name, params = claim_statement(claim)
@@ -263,7 +268,10 @@ def test_worker_connections_plan_the_claims_and_the_finish_once_with_the_same_sh
             assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
             assert "ROW(run_at, id) > ROW(" in plan, plan
             # Sorted: only the priorities above the position's, never jobs.
-            assert re.findall(r"Sort Key: (.*)", plan) == ["higher_1.priority DESC"], plan
+            assert re.findall(r"Sort Key: (.*)", plan) == [
+                "higher_1.priority DESC",
+                "lower_1.priority DESC",
+            ], plan
             assert "Bitmap" not in plan and "Seq Scan" not in plan, plan
 
     (params,) = finish_params([Finish(1, WORKER, 1, "done", result_json="null")])
