@@ -19,7 +19,7 @@ from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP03
 
 from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
-from .._errors import ConfigurationError, UnknownTaskError
+from .._errors import UnknownTaskError
 from .._instrumentation import Instrumentation
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._limits import LimitDefinition
@@ -521,19 +521,19 @@ class App(DurableApp):
 
     # -- queues --
     def queue(
-        self, name: str, *, concurrency: int | None = None, rate_limit: str | None = None
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        rate_limit: str | None = None,
+        priority_aging: float | None = None,
     ) -> str:
-        """Declare a queue's limits across all workers: at most ``concurrency`` of its jobs
-        running at once, at most ``rate_limit`` ("100/m", "5/s", "1000/h") started per
-        period. They apply to jobs enqueued from then on (declare queues where the tasks
-        are declared); workers store them when they start. Returns the name.
-        """
-        try:
-            queue = check_name("queue", name)
-        except ValueError as error:
-            raise ConfigurationError(str(error)) from None
-        self.queue_limits[queue] = QueueLimits.declare(queue, concurrency, rate_limit)
-        return queue
+        """Declare a queue's settings for its workers: at most ``concurrency`` jobs running,
+        at most ``rate_limit`` ("100/m", "5/s") started per period (jobs enqueued from then
+        on), a priority rising one level per ``priority_aging`` s waited (None: the App's)."""
+        declared = QueueLimits.declare(name, concurrency, rate_limit, priority_aging)
+        self.queue_limits[declared.queue] = declared
+        return declared.queue
 
     def limit_definitions(self) -> list[LimitDefinition]:
         """Every concurrency and rate limit this app declares (tasks and queues); the App

@@ -253,7 +253,6 @@ ANNOUNCED_CLAIMS = (
     "claim_jobs",
     "claim_jobs_after",
     "claim_jobs_aged",
-    "claim_limited_jobs",
     "claim_limited",
 )
 

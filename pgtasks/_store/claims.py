@@ -134,11 +134,16 @@ def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
         "limit": claim.limit,
         "task_names": list(claim.task_names) if claim.task_names is not None else None,
     }
+    aged = claim.aging is not None or bool(claim.queue_aging)
+    if aged or claim.limited:
+        # Priority aging (sql/aging.sql, migration 0028): the intervals, app-wide and per queue.
+        params["aging"] = claim.aging
+        params["aged_queues"] = [queue for queue, _ in claim.queue_aging] or None
+        params["aged_seconds"] = [seconds for _, seconds in claim.queue_aging] or None
     if claim.limited:
         return "claim_limited", params
-    if claim.aging is not None:
-        # Priority aging (sql/aging.sql): effective priorities, read per priority level.
-        params["aging"] = claim.aging
+    if aged:
+        # Effective priorities, read per priority level.
         return "claim_jobs_aged", params
     after = claim.after
     if after is None:
@@ -282,13 +287,6 @@ class ClaimQueries(QueriesBase):
         level; sql/aging.sql)."""
         return self._claimed(conn, "claim_jobs_aged", claim, announced=announced)
 
-    def claim_limited_jobs(
-        self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
-    ) -> list[ClaimedJob]:
-        """The limited claim of the previous release, kept for its
-        workers during a rolling upgrade; this release claims with :meth:`claim_limited`."""
-        return self._claimed(conn, "claim_limited_jobs", claim, announced=announced)
-
     def claim_limited(
         self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
     ) -> tuple[list[ClaimedJob], LimitedClaimReport]:
@@ -402,7 +400,7 @@ class ClaimQueries(QueriesBase):
         if claim.limited:
             jobs, report = self.claim_limited(conn, claim, announced=True)
             return RoundTrip({}, jobs, report)
-        if claim.aging is not None:
+        if claim.aging is not None or claim.queue_aging:
             return RoundTrip({}, self.claim_jobs_aged(conn, claim, announced=True))
         if claim.after is None:
             return RoundTrip({}, self.claim_jobs(conn, claim, announced=True))

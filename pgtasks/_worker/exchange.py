@@ -107,6 +107,7 @@ class Exchanges:
         self.errors = parts.errors
         self.queues = settings.queues
         self.aging = settings.priority_aging
+        self.queue_aging = settings.queue_aging
         self.prefetch = prefetch
         self.tasks = tasks
         poll_interval = settings.poll_interval
@@ -337,6 +338,7 @@ class Exchanges:
             after=self.cursor.claim_from(),
             limited=self._limits.asking(now),
             aging=self.aging,
+            queue_aging=self.queue_aging,
         )
 
     def run(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:

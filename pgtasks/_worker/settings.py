@@ -52,6 +52,8 @@ class WorkerSettings:
     max_concurrency: int | None = None
     #: The App's priority_aging: seconds per level a due job's priority rises (None: none).
     priority_aging: float | None = None
+    #: The queues with an aging interval of their own (app.queue(name, priority_aging=)).
+    queue_aging: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.queues is not None:

@@ -19,6 +19,7 @@ WorkerSettings (settings.py) or the part of them it uses.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -142,6 +143,10 @@ class Worker(SettingsAttributes):
     def _configure(
         self, app: App, settings: WorkerSettings, observers: Sequence[WorkerEvents]
     ) -> None:
+        if not settings.queue_aging:  # the queues' own intervals (app.queue(priority_aging=))
+            aged = ((q.queue, q.priority_aging) for q in app.queue_limits.values())
+            queue_aging = tuple((name, s) for name, s in aged if s is not None)
+            settings = dataclasses.replace(settings, queue_aging=queue_aging)
         self.app = app = app.for_store(settings.store or app.store_name)  # its one store
         #: What this worker runs with, checked once (see WorkerSettings).
         self.settings = settings

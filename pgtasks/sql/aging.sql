@@ -1,15 +1,17 @@
--- Priority aging (App(priority_aging=); docs/howto/flow-control.md). Headers,
--- placeholders and parameters as in queries.sql.
+-- Priority aging (App(priority_aging=), app.queue(name, priority_aging=);
+-- docs/howto/flow-control.md). Headers, placeholders and parameters as in queries.sql.
 
 -- name: claim_jobs_aged :many
--- claim_jobs where a due job's priority rises by one level per %(aging)s seconds it has
--- waited since it was due: it claims by effective priority (then run_at, id), so a
--- low-priority job's wait is bounded under any stream of higher-priority work. Within
--- one stored priority the oldest due job has the highest effective priority, so each
--- level is read in claim order through jobs_claim_idx, at most %(limit)s rows a level
--- (the levels found by a skip scan of that index, at most 100 of them, highest first),
--- and the rows of every level are merged by effective priority. Rows read but not
--- taken stay locked by this transaction only until it ends (other claimers skip them).
+-- claim_jobs where a due job's priority rises by one level per interval it has waited
+-- since it was due: %(aging)s seconds (NULL: no aging), or its queue's own interval
+-- (%(aged_queues)s, %(aged_seconds)s; NULL: none for that queue). It claims by effective
+-- priority (then run_at, id), so a low-priority job's wait is bounded under any stream
+-- of higher-priority work. Within one stored priority and one interval the oldest due
+-- job has the highest effective priority, so each level of each interval is read in
+-- claim order through jobs_claim_idx, at most %(limit)s rows (the levels found by a skip
+-- scan of that index, at most 100 of them, highest first), and the rows of every level
+-- are merged by effective priority. Rows read but not taken stay locked by this
+-- transaction only until it ends (other claimers skip them).
 WITH RECURSIVE levels(priority) AS (
     (SELECT j.priority FROM {schema}.jobs AS j
      WHERE j.status = 'pending'
@@ -20,19 +22,31 @@ WITH RECURSIVE levels(priority) AS (
             ORDER BY j.priority DESC LIMIT 1)
     FROM levels
     WHERE levels.priority IS NOT NULL
+), classes(seconds, queues) AS (
+    -- Queues by their own interval; the last class (queues NULL) is every other queue.
+    SELECT q.seconds, array_agg(q.queue)
+    FROM unnest(%(aged_queues)s::text[], %(aged_seconds)s::float8[]) AS q(queue, seconds)
+    WHERE q.queue IS NOT NULL
+    GROUP BY q.seconds
+    UNION ALL
+    SELECT %(aging)s::float8, NULL::text[]
 ), candidates AS (
     SELECT due.id, due.run_at,
            -- Seconds waited from the job's due time; a run_at written by hand as
            -- '-infinity' counts as very long, never as an error.
-           least(level.priority + floor(greatest(
+           least(level.priority + coalesce(floor(greatest(
                extract(epoch FROM now()) - extract(epoch FROM due.run_at), 0)
-               / %(aging)s::float8), 1e9) AS effective
+               / class.seconds), 0), 1e9) AS effective
     FROM (SELECT priority FROM levels WHERE priority IS NOT NULL LIMIT 100) AS level
+    CROSS JOIN classes AS class
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at
         FROM {schema}.jobs AS j
         WHERE j.status = 'pending'
           AND j.priority = level.priority
+          AND CASE WHEN class.queues IS NULL
+                   THEN j.queue <> ALL(coalesce(%(aged_queues)s::text[], ARRAY[]::text[]))
+                   ELSE j.queue = ANY(class.queues) END
           AND j.run_at <= now()
           AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
           AND (%(excluded_queues)s::text[] IS NULL
