@@ -10,9 +10,9 @@ Each state is a schema of its own on the same server, measured against an empty 
 - ``history N``: N finished jobs in jobs_history (done, finished over the last days).
 
 Rows are filled with one ``INSERT … SELECT generate_series`` per million (triggers off
-when the role may: they are plain jobs), then ``VACUUM ANALYZE``. A filled schema is kept
-and used again by the next run while it holds the size asked (``--refill`` fills it anew),
-so the 10M fill is paid once.
+when the role may: they are plain jobs), then ``VACUUM ANALYZE``. Each state's schema
+(``pgtasks_growth_<kind>_<size>``) is kept and used again by the next run (``--refill``
+fills it anew), so the 10M fills are paid once; drop the schemas to free their space.
 
 Each round, in each schema: ``--jobs`` jobs enqueued one by one (``delay()``, autocommit),
 claimed by the worker's own claim statements ``--batch`` at a time in a bare loop (from
@@ -173,26 +173,20 @@ def vacuum(conn: psycopg.Connection[Any], schema: str) -> None:
 
 
 def prepare(dsn: str, kind: str, size: int, refill: bool) -> str:
-    """The schema of a state, filled to ``size`` (kept from an earlier run when it holds it;
-    a future schema grows from a smaller fill)."""
-    schema = f"{PREFIX}{kind}"
+    """The schema of a state (one per kind and size), filled to ``size``; kept from an
+    earlier run when it holds that already."""
+    schema = f"{PREFIX}{kind}_{size}"
     label = f"{kind} {size}"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        said = None if refill else filled(conn, schema)
-        if said == label:
+        if not refill and filled(conn, schema) == label:
             print(f"{schema}: kept ({label})")
             make_app(dsn, schema).close()  # migrated to this checkout's schema
             return schema
-        start = 0
-        if kind == "future" and said and said.startswith("future ") and int(said[7:]) < size:
-            start = int(said[7:])
-            print(f"{schema}: growing from {start:,} to {size:,}")
-        else:
-            drop(conn, schema)
-            print(f"{schema}: filling {label}")
+        drop(conn, schema)
+        print(f"{schema}: filling {label}")
         make_app(dsn, schema).close()
         if kind == "future":
-            fill_future(conn, schema, start, size)
+            fill_future(conn, schema, 0, size)
         elif kind == "history":
             fill_history(conn, schema, size)
         vacuum(conn, schema)
