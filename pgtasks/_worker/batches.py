@@ -31,7 +31,7 @@ from .services import Service
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
-    from .._store.queries import Queries
+    from .._store.ports import WorkerPort
     from .exchange import Exchanges
     from .parts import LoopParts
     from .settings import WorkerSettings
@@ -56,7 +56,7 @@ class BatchService(Service):
         self,
         connect: Connect,
         settings: WorkerSettings,
-        store: Queries,
+        store: WorkerPort,
         tasks: Sequence[Task[Any, Any]],
         parts: LoopParts,
         *,
@@ -73,7 +73,9 @@ class BatchService(Service):
         self.reporter = parts.reporter
         self.secrets = list(secrets)
         #: The capture of the handlers' log lines (attached to each job of the batch).
-        self._logs = JobLogs() if settings.executor.job_logs else None
+        self._logs = (
+            JobLogs(level=settings.executor.job_log_level) if settings.executor.job_logs else None
+        )
         self._busy = False
         #: A claim failed (its reply may have been lost after it committed), and the jobs
         #: this service holds (a batch gathering or running).

@@ -32,7 +32,7 @@ from .services import ErrorLog
 
 if TYPE_CHECKING:
     from .._execution.running import Running
-    from .._store.queries import Queries
+    from .._store.ports import WorkerPort
     from .parts import LoopParts
     from .settings import WorkerSettings
 
@@ -93,7 +93,7 @@ class Exchanges:
         settings: WorkerSettings,
         parts: LoopParts,
         *,
-        store: Queries,
+        store: WorkerPort,
         prefetch: Prefetch,
         tasks: Mapping[str, object],
     ) -> None:

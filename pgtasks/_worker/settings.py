@@ -120,7 +120,7 @@ class WorkerSettings:
         store: str | None = None,
         min_concurrency: int | None = None,
         max_concurrency: int | None = None,
-        job_logs: bool = True,
+        job_logs: bool | str | int = True,
     ) -> WorkerSettings:
         """The settings of ``Worker(app, ...)``'s keywords: an interval not given is the
         App's; queue names are stripped, blank ones dropped."""
