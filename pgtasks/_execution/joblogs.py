@@ -199,14 +199,18 @@ _handler = CaptureHandler()
 
 
 class _Below(logging.Filter):
-    """Keeps a handler's output as it was before the root's level was lowered."""
+    """Keeps a handler's output as it was before the root's level was lowered: a record
+    below the old root level is dropped only when its logger takes the root's level (a
+    logger with a level of its own, or under one, made its records before too)."""
 
     def __init__(self, level: int) -> None:
         super().__init__()
         self.level = level
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= self.level
+        if record.levelno >= self.level:
+            return True
+        return not _takes_root_level(logging.getLogger(record.name))
 
 
 @dataclasses.dataclass

@@ -83,6 +83,30 @@ def test_info_lines_are_captured_under_a_warning_root_and_printed_as_before(
     assert printed.filters == []
 
 
+def test_a_logger_with_a_level_of_its_own_prints_as_before_while_a_worker_captures(
+    app: App, printed: Collect
+) -> None:
+    """A logger set to INFO under a WARNING root reached the root's handlers with its INFO
+    lines before a worker lowered the root: it still does (the worker's own too)."""
+    chatty = logging.getLogger("shop.chatty")
+    chatty.setLevel(logging.INFO)
+    worker_logger = logging.getLogger("pgtasks.worker")
+    worker_level = worker_logger.level
+    worker_logger.setLevel(logging.INFO)
+    try:
+        with running_worker(app):
+            chatty.info("an info line of a logger at INFO")
+            logging.getLogger("shop.chatty.child").info("and of one under it")
+            logging.getLogger("shop.other").info("but not of one at the root's level")
+    finally:
+        chatty.setLevel(logging.NOTSET)
+        worker_logger.setLevel(worker_level)
+    assert "an info line of a logger at INFO" in printed.messages
+    assert "and of one under it" in printed.messages
+    assert "but not of one at the root's level" not in printed.messages
+    assert any(message.startswith("worker ") for message in printed.messages)
+
+
 def test_debug_lines_are_captured_when_the_level_says_so(app: App, printed: Collect) -> None:
     @app.task(name="levels.debug")
     def task() -> None:
