@@ -13,7 +13,7 @@ import psycopg
 from .._payload import MAX_KEY_BYTES, check_name
 
 if TYPE_CHECKING:
-    from .._store.queries import Queries
+    from .._store.ports import AdminPort, OperatorsPort
     from .app import App
 
 
@@ -81,7 +81,9 @@ def read_keyed(app: App, conn: psycopg.Connection[Any], *, limit: int = 10) -> K
     return keyed_state(app.queries, conn, limit=limit)
 
 
-def keyed_state(store: Queries, conn: psycopg.Connection[Any], *, limit: int = 10) -> KeyedState:
+def keyed_state(
+    store: OperatorsPort, conn: psycopg.Connection[Any], *, limit: int = 10
+) -> KeyedState:
     """:func:`read_keyed` with the queries of ``store`` (the dashboard's own)."""
     busiest: list[FairKey] = []
     starved: list[FairKey] = []
@@ -113,11 +115,12 @@ def release_sequence(app: App, key: str) -> int | None:
     starts. Returns that job's id (None: nothing waits, or a job of it is pending or
     running). The failed job stays failed (retry it to run it again, in its turn)."""
     name = check_name("sequence key", key, MAX_KEY_BYTES)
+    queries: AdminPort = app.queries
 
     def release(conn: psycopg.Connection[Any]) -> int | None:
         with conn.transaction():
-            app.queries.release_sequence_hold(conn, name)
-        return app.queries.advance_sequence(conn, name)
+            queries.release_sequence_hold(conn, name)
+        return queries.advance_sequence(conn, name)
 
     return app.database.run(release)
 
