@@ -36,12 +36,13 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter
-
 from ._errors import TaskRegistrationError
+
+if TYPE_CHECKING:
+    from croniter import croniter
 
 UTC = timezone.utc
 
@@ -297,7 +298,7 @@ class CronTrigger(Trigger):
     def __init__(self, expression: str, zone: tzinfo = UTC) -> None:
         self.expression = validate_cron(expression)
         self.zone = zone
-        hour_field = croniter(self.expression).expanded[1]
+        hour_field = _croniter(self.expression).expanded[1]
         #: Every-hour schedules follow elapsed time through DST changes.
         self.follows_elapsed_time = hour_field == ["*"]
 
@@ -319,13 +320,13 @@ class CronTrigger(Trigger):
 
     def _walls_forward(self, start: datetime) -> Iterator[datetime]:
         """Matching wall times at or after ``start`` (naive), oldest first."""
-        iterator = croniter(self.expression, _floor_second(start) - _SECOND)
+        iterator = _croniter(self.expression, _floor_second(start) - _SECOND)
         while True:
             yield iterator.get_next(datetime)
 
     def _walls_backward(self, end: datetime) -> Iterator[datetime]:
         """Matching wall times at or before ``end`` (naive), newest first."""
-        iterator = croniter(self.expression, _ceil_second(end) + _SECOND)
+        iterator = _croniter(self.expression, _ceil_second(end) + _SECOND)
         while True:
             yield iterator.get_prev(datetime)
 
@@ -404,6 +405,15 @@ class CronTrigger(Trigger):
                 return
 
 
+def _croniter(expression: str, start: datetime | None = None) -> croniter:
+    """croniter's iterator, imported on first use: croniter's import runs
+    ``platform.architecture()``, which starts the ``file`` command, so processes that
+    never read a cron expression (CLI commands, most workers) do not pay for it."""
+    from croniter import croniter
+
+    return croniter(expression, start)
+
+
 def validate_cron(expression: object) -> str:
     """Check a cron expression (5 or 6 fields, or an @alias); returns it normalised."""
     if not isinstance(expression, str) or not expression.strip():
@@ -416,8 +426,10 @@ def validate_cron(expression: object) -> str:
             " (minute hour day month weekday) or 6 with seconds last, got"
             f" {len(fields)}"
         )
+    from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError
+
     try:
-        croniter(normalised, _REFERENCE).get_next(datetime)
+        _croniter(normalised, _REFERENCE).get_next(datetime)
     except CroniterBadDateError:
         raise TaskRegistrationError(
             f"cron expression {expression!r} never matches a date"

@@ -14,8 +14,6 @@ import traceback
 from datetime import timedelta
 from typing import Literal
 
-import tenacity
-
 from ._errors import PayloadNotSerializableError
 
 #: Longest explicit retry delay: about 31 years.
@@ -79,6 +77,8 @@ class RetryPolicy:
 
 def backoff(attempt: int, policy: RetryPolicy, rng: random.Random | None = None) -> float:
     """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+    import tenacity  # on first use: a process that never retries does not import it
+
     state = tenacity.RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
     state.attempt_number = max(1, attempt)
     nominal = float(tenacity.wait_exponential(multiplier=policy.base, max=policy.cap)(state))

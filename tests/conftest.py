@@ -102,15 +102,21 @@ def make_app(
 
     def factory(*, migrate: bool = True, **options: Any) -> App:
         premigrated = migrate and premigrated_schemas and "schema" not in options
+        if premigrated:
+            options["schema"] = schema_admin.take_migrated()
         options.setdefault("schema", new_schema_name())
         options.setdefault("connect_timeout", 3.0)
         app_dsn, connections = app_connection_options(dsn)
         for name, value in connections.items():
             options.setdefault(name, value)
-        app = App(options.pop("dsn", app_dsn), **options)
+        try:
+            app = App(options.pop("dsn", app_dsn), **options)
+        except BaseException:
+            if premigrated:
+                schema_admin.drop_later(options["schema"])
+            raise
         apps.append(app)
         if premigrated:
-            schema_admin.create_migrated(app.schema)
             app.check_schema()
         elif migrate:
             app.migrate()
@@ -119,7 +125,7 @@ def make_app(
     yield factory
     for app in apps:
         app.close()
-        schema_admin.drop(app.schema)
+        schema_admin.drop_later(app.schema)
 
 
 @pytest.fixture
@@ -144,12 +150,13 @@ def make_stores_app(dsn: str, schema_admin: SchemaAdmin) -> Iterator[Callable[..
         migrate: bool = True,
         **options: Any,
     ) -> App:
-        schemas = {name: new_schema_name() for name in names}
+        schemas = {}
         stores = {}
-        for name, schema in schemas.items():
+        for name in names:
             store_dsn = (dsns or {}).get(name, dsn)
-            if store_dsn == dsn and migrate:
-                schema_admin.create_migrated(schema)
+            premigrated = store_dsn == dsn and migrate
+            schema = schema_admin.take_migrated() if premigrated else new_schema_name()
+            schemas[name] = schema
             stores[name] = Store(store_dsn, schema=schema, number=(numbers or {}).get(name))
         options.setdefault("connect_timeout", 3.0)
         app = App(stores=stores, routes=routes or {}, **options)
@@ -164,7 +171,7 @@ def make_stores_app(dsn: str, schema_admin: SchemaAdmin) -> Iterator[Callable[..
         app.close()
         for name, schema in app.schemas.items():  # type: ignore[attr-defined]
             if dsns[name] == dsn:
-                schema_admin.drop(schema)
+                schema_admin.drop_later(schema)
             else:  # elsewhere: gone with its database, or dropped here
                 try:
                     with psycopg.connect(dsns[name], autocommit=True) as conn:

@@ -116,3 +116,29 @@ def test_importing_pgtasks_main_runs_nothing() -> None:
         timeout=60,
     )
     assert run.returncode == 0 and "Usage" in run.stdout
+
+
+def test_the_command_line_imports_croniter_and_tenacity_on_first_use() -> None:
+    """``pgtasks`` and its commands start without croniter (whose import runs the ``file``
+    command) and tenacity; a cron expression and a retry's backoff import them."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, pgtasks.cli\n"
+        "print(sorted(m for m in ('croniter', 'tenacity') if m in sys.modules))\n"
+        "from pgtasks._cron import validate_cron\n"
+        "from pgtasks._retry import RetryPolicy, backoff\n"
+        "assert validate_cron('*/5 * * * *') == '*/5 * * * *'\n"
+        "assert 1.0 <= backoff(2, RetryPolicy(base=1.0)) <= 2.0\n"
+        "print(sorted(m for m in ('croniter', 'tenacity') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", "['croniter', 'tenacity']"]

@@ -28,10 +28,9 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
-import tenacity
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from .._dsn import describe_dsn, redact_for
@@ -343,14 +342,16 @@ class Database:
             await connection_context.__aexit__(None, None, None)
 
     # -- retried operations --
-    def _retrying(self) -> dict[str, Any]:
+    def _retrying(self, asynchronous: bool = False) -> Any:
         """Retries after the first failed try: connect_attempts - 1 more, backing off."""
-        return {
-            "stop": tenacity.stop_after_attempt(self.pools.connect_attempts - 1),
-            "wait": tenacity.wait_exponential(multiplier=0.1, max=2.0),
-            "retry": tenacity.retry_if_exception(is_connection_failure),
-            "reraise": True,
-        }
+        import tenacity  # on the first broken connection, not at every process's start
+
+        return (tenacity.AsyncRetrying if asynchronous else tenacity.Retrying)(
+            stop=tenacity.stop_after_attempt(self.pools.connect_attempts - 1),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+            retry=tenacity.retry_if_exception(is_connection_failure),
+            reraise=True,
+        )
 
     def _first_try_failed(self, error: psycopg.OperationalError) -> None:
         """Re-raise ``error`` unless it is worth retrying on a fresh connection."""
@@ -394,7 +395,7 @@ class Database:
         except psycopg.OperationalError as error:
             self._first_try_failed(error)
         try:
-            return tenacity.Retrying(**self._retrying())(attempt)
+            return cast(T, self._retrying()(attempt))
         except psycopg.OperationalError as error:
             if is_connection_failure(error):
                 raise self.unavailable(error) from None
@@ -449,7 +450,7 @@ class Database:
         except psycopg.OperationalError as error:
             self._first_try_failed(error)
         try:
-            return await tenacity.AsyncRetrying(**self._retrying())(attempt)
+            return cast(T, await self._retrying(asynchronous=True)(attempt))
         except psycopg.OperationalError as error:
             if is_connection_failure(error):
                 raise self.unavailable(error) from None

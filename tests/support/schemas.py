@@ -12,6 +12,7 @@ compares the two, and tests in tests/migration keep using the real Migrator.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import secrets
@@ -96,12 +97,36 @@ class SchemaAdmin:
 
     Its commits do not wait for the WAL flush (``synchronous_commit=off``): a test server
     can spare durability, and visibility to other sessions is unchanged.
+
+    Off the tests' path, a thread of its own (:class:`_Stock`, its own connection) keeps
+    :data:`STOCK` migrated schemas of new names ready (:meth:`take_migrated`) and drops
+    the schemas of ended tests (:meth:`drop_later`): a test no longer waits for either
+    (about 0.1 s of the server's CPU to create, 0.03 s to drop), and they run while tests
+    wait on processes and conditions. :meth:`close` waits for both, then drops the stock.
     """
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, settings: str = "-c synchronous_commit=off") -> None:
         self.dsn = dsn
+        self._settings = settings
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
+        self._stock: _Stock | None = None
+
+    def take_migrated(self) -> str:
+        """The name of a migrated schema at the head version made for this caller alone
+        (from the stock; made here if the stock's thread has stopped)."""
+        if self._stock is None:
+            # A drop that waits on a lock (a session a test left open) gives up, not
+            # the stock: the schema stays behind instead.
+            self._stock = _Stock(SchemaAdmin(self.dsn, f"{self._settings} -c lock_timeout=20s"))
+        return self._stock.take() or self.create_migrated()
+
+    def drop_later(self, schema: str) -> None:
+        """:meth:`drop` in the stock's thread (at the latest by :meth:`close`)."""
+        if self._stock is None:
+            self.drop(schema)
+        else:
+            self._stock.drop_later(schema)
 
     def create_migrated(self, schema: str | None = None) -> str:
         """Create ``schema`` (a new name by default) at the head version; return its name."""
@@ -125,9 +150,7 @@ class SchemaAdmin:
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self.dsn, autocommit=True, options="-c synchronous_commit=off"
-            )
+            self._conn = psycopg.connect(self.dsn, autocommit=True, options=self._settings)
         return self._conn
 
     def _discard(self) -> None:
@@ -136,5 +159,89 @@ class SchemaAdmin:
             conn.close()
 
     def close(self) -> None:
+        stock, self._stock = self._stock, None
+        for schema in stock.close() if stock is not None else ():
+            self.drop(schema)
         with self._lock:
             self._discard()
+
+
+#: Migrated schemas :class:`SchemaAdmin` keeps ready for :meth:`SchemaAdmin.take_migrated`.
+STOCK = 2
+
+
+class _Stock:
+    """A thread that keeps :data:`STOCK` migrated schemas ready and drops the schemas
+    handed to it, on ``admin`` (a :class:`SchemaAdmin` of its own): an empty stock first,
+    then the drops, then the rest of the stock. Should the server fail it, the thread
+    stops and takers make their schemas themselves."""
+
+    def __init__(self, admin: SchemaAdmin) -> None:
+        self._admin = admin
+        self._ready: list[str] = []
+        self._to_drop: list[str] = []
+        self._closing = False
+        self._stopped = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="schema-stock", daemon=True)
+        self._thread.start()
+
+    def take(self) -> str | None:
+        """A ready schema (waiting for the one being made); None when the thread stopped."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._ready or self._stopped, timeout=60)
+            if not self._ready:
+                return None
+            schema = self._ready.pop(0)
+            self._changed.notify_all()
+            return schema
+
+    def drop_later(self, schema: str) -> None:
+        with self._changed:
+            self._to_drop.append(schema)
+            self._changed.notify_all()
+
+    def _next(self) -> tuple[str, str] | None:
+        """What to do next (("drop", name) or ("create", "")); None when done."""
+        with self._changed:
+            while True:
+                if not self._ready and not self._closing:
+                    return "create", ""
+                if self._to_drop:
+                    return "drop", self._to_drop.pop(0)
+                if self._closing:
+                    return None
+                if len(self._ready) < STOCK:
+                    return "create", ""
+                self._changed.wait()
+
+    def _run(self) -> None:
+        try:
+            while (task := self._next()) is not None:
+                action, schema = task
+                if action == "drop":
+                    with contextlib.suppress(psycopg.errors.LockNotAvailable):
+                        self._admin.drop(schema)
+                else:
+                    made = self._admin.create_migrated()
+                    with self._changed:
+                        self._ready.append(made)
+                        self._changed.notify_all()
+        except psycopg.Error:
+            pass  # the server failed: tests that need it fail on their own
+        finally:
+            with self._changed:
+                self._stopped = True
+                self._changed.notify_all()
+
+    def close(self) -> list[str]:
+        """Wait for the drops handed over; return what is left to drop (the stock, and
+        drops the thread could not make)."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._thread.join(120)
+        with self._changed:
+            left, self._ready, self._to_drop = [*self._ready, *self._to_drop], [], []
+        self._admin.close()
+        return left
