@@ -136,24 +136,26 @@ def flow_state(
     (the root App of several stores: each store's, merged, each row naming its store)."""
     owners = _owners(app, store, queue)
     if len(owners) == 1:
-        owner = owners[0]
-        return owner.database.read(lambda conn: read_keyed(owner, conn, limit=limit))
-    states = {
-        owner.store_name: owner.database.read(
-            lambda conn, owner=owner: read_keyed(owner, conn, limit=limit)
-        )
-        for owner in owners
-    }
+        return _read_one(owners[0], limit)
+    states = {owner.store_name: _read_one(owner, limit) for owner in owners}
     return _merged(states, limit)
+
+
+def _read_one(owner: App, limit: int) -> KeyedState:
+    return owner.database.read(lambda conn: read_keyed(owner, conn, limit=limit))
 
 
 def _merged(states: dict[str, KeyedState], limit: int) -> KeyedState:
     """The states of several stores as one, in each list's order, each row tagged."""
     busiest = [
-        dataclasses.replace(key, store=name) for name, state in states.items() for key in state.busiest
+        dataclasses.replace(key, store=name)
+        for name, state in states.items()
+        for key in state.busiest
     ]
     starved = [
-        dataclasses.replace(key, store=name) for name, state in states.items() for key in state.starved
+        dataclasses.replace(key, store=name)
+        for name, state in states.items()
+        for key in state.starved
     ]
     sequences = [
         dataclasses.replace(sequence, store=name)

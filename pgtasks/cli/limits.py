@@ -17,7 +17,7 @@ from .._app import controls
 from .._app.flow_stats import FlowStats, flow_stats
 from .._app.keyed_admin import LimitsView, format_keyed, limits_view, release_sequence
 from .._limits import format_limits
-from .._operations import format_table, to_json
+from .._operations import format_table
 from ._common import app_option, checked_name, guard, json_option, load_app, optional_app_option
 from ._stores import each_store, echo_each, store_option
 

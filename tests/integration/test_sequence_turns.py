@@ -23,7 +23,9 @@ def _worker(app: App) -> int:
 
 def _claim(app: App, worker_id: int, limit: int = 50) -> list[ClaimedJob]:
     with app.connection() as conn:
-        return list(app.queries.finish_and_claim_jobs(conn, (), ClaimRequest(worker_id, limit)).claimed)
+        return list(
+            app.queries.finish_and_claim_jobs(conn, (), ClaimRequest(worker_id, limit)).claimed
+        )
 
 
 def _end(app: App, jobs: list[ClaimedJob], outcome: Outcome | None = None) -> None:
