@@ -491,13 +491,13 @@ function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadline() a2b47d73acba0a98cce270a75055775a
-function sequence_advance() 760b3e1a78d639cd1972ac92e458ae13
-function sequence_advance_many() 4c6c9de9879bab6cc49c6f03d4d3e21f
+function sequence_advance() 56160402aea9f0c585b53138993d630c
+function sequence_advance_many() 1d991620df3e643df6592eaccd804d40
 function sequence_job_ended() b7bb4276ab0fc6bb26eb9407e2a42952
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
 function sequence_jobs_ended() 7636722d7c3d444ae3e30cba4be2bd16
 function sequence_key() d34fef9334c02f42ea144b52b02de7c4
-function sequence_sweep() f5321159ff14746e9ad4201a16d2f4f0
+function sequence_sweep() d1a254b5b369d7697093c69bb8bf2a35
 function stamp_runtime_limits() df703acac8ae7a08c195b964ae0564f8
 function workflow_abort_reason() 208b90ca51774d27d8b9af0a7740220e
 function workflow_cancel_downstream() b21651f2eda9aac40c1faceaa0347870
