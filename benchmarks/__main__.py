@@ -7,6 +7,8 @@
     python -m benchmarks --workflow-races [...]   (stuck and doubled chord callbacks:
                                                    workflow_races.py)
     python -m benchmarks --enqueue [...]   (enqueue beside bare psycopg loops: enqueue.py)
+    python -m benchmarks --insert-costs [...]   (what each trigger and index of jobs costs
+                                                 an insert: insert_costs.py)
     python -m benchmarks --counters [...]   (the counters' cost, with and without: counters.py)
     python -m benchmarks --migrations [...]   (stalls while migrating a live table: migrations.py)
     python -m benchmarks --scaleout [...]   (1, 2, 3 stores on CPU-capped servers: scaleout.py)
@@ -336,6 +338,7 @@ SUBCOMMANDS = {
     "--workflow-races": "workflow_races",  # chord races: stuck and doubled callbacks
     "--counters": "counters",  # what the counters of exercised guarantees cost
     "--enqueue": "enqueue",  # enqueue paths beside bare psycopg loops
+    "--insert-costs": "insert_costs",  # what each trigger and index costs an insert
     "--in-process": "inprocess",  # the worker inside an asyncio program
     "--scaleout": "scaleout",  # 1, 2, 3 stores on as many CPU-capped PostgreSQL servers
     "--failover": "failover",  # a replica promoted under load: lost and doubled jobs

@@ -31,8 +31,18 @@ SCHEMA = "pgtasks_big_group"
 APP_PATH = "benchmarks.big_group:app"
 
 
+def schema() -> str:
+    """The benchmark's own schema (``PGTASKS_BIG_GROUP_SCHEMA``), dropped before and after."""
+    return os.environ.get("PGTASKS_BIG_GROUP_SCHEMA", SCHEMA)
+
+
+def drop_schema(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema())))
+
+
 def build(dsn: str) -> App:
-    app = App(dsn, schema=os.environ.get("PGTASKS_BIG_GROUP_SCHEMA", SCHEMA))
+    app = App(dsn, schema=schema())
 
     @app.task(name="big.member")
     def member(n: int) -> int:
@@ -57,8 +67,7 @@ def timed(call: object, rounds: int = 3) -> tuple[float, object]:
 
 
 def measure(dsn: str, members: int) -> dict[str, float]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
+    drop_schema(dsn)
     app = build(dsn)
     app.migrate()
     member = app.tasks["big.member"]
@@ -83,8 +92,7 @@ def measure(dsn: str, members: int) -> dict[str, float]:
         )
     finally:
         app.close()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
+        drop_schema(dsn)
     return {
         "members": members,
         "enqueue_s": enqueue,

@@ -6,8 +6,8 @@
 One process, one connection (the worker's settings), one schema: N pre-enqueued no-op
 jobs are drained by round trips that alternate between this checkout's statements and the
 baseline's (``claim_jobs``, ``claim_jobs_after``, ``finish_jobs`` read from its
-``pgtasks/sql/queries.sql``), so both meet the same table, the same server and the same
-load at the same moments: the steadiest comparison a shared machine allows. Two shapes
+``pgtasks/sql/*.sql``), so both meet the same table, the same server and the same load at
+the same moments: the steadiest comparison a shared machine allows. Two shapes
 of round trip: ``pipeline`` (a busy worker: the outcomes of the last batch and the next
 claim in one transaction) and ``claim only`` (an idle worker claiming new jobs: a claim
 alone, autocommit; the finish that follows is not timed). Prints the median and mean
@@ -44,7 +44,11 @@ STATEMENTS = ("claim_jobs", "claim_jobs_after", "finish_jobs")
 
 def baseline_store(checkout: Path) -> Queries:
     """A Queries whose claim and finish statements are the baseline checkout's."""
-    queries = parse_queries((checkout / "pgtasks" / "sql" / "queries.sql").read_text("utf-8"))
+    queries = {
+        name: query
+        for path in sorted((checkout / "pgtasks" / "sql").glob("*.sql"))
+        for name, query in parse_queries(path.read_text("utf-8")).items()
+    }
     store = Queries(SCHEMA)
     for name in STATEMENTS:
         text = store._render(queries[name].text)

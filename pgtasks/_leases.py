@@ -100,8 +100,9 @@ class ClaimRequest:
     out (paused ones; None: none); ``task_names``: only jobs of these tasks (None: any);
     ``after``: read on from this position (None: from the start of claim order);
     ``limited``: claim jobs that limits apply to first (some limit is stored), then plain
-    ones for the rest; ``aging``: seconds per level a due plain job's priority rises
-    (``App(priority_aging=)``; None: claim order as stored).
+    ones for the rest; ``aging``: seconds per level a due job's priority rises
+    (``App(priority_aging=)``; None: claim order as stored); ``queue_aging``: the queues
+    with an interval of their own (``app.queue(name, priority_aging=)``), as pairs.
     """
 
     worker_id: int
@@ -112,6 +113,7 @@ class ClaimRequest:
     after: ClaimPosition | None = None
     limited: bool = False
     aging: float | None = None
+    queue_aging: tuple[tuple[str, float], ...] = ()
 
     def for_worker(self, worker_id: int) -> ClaimRequest:
         """This request for another lease owner (the worker registered again)."""

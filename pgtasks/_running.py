@@ -20,10 +20,8 @@ from ._text import printable
 ARGUMENT_CHARS = 200
 #: Running jobs read at most (the oldest claims first, per worker).
 RUNNING_SHOWN = 500
-#: The last jobs listed per worker, found among the newest finished jobs (HISTORY_WINDOW):
-#: jobs_history has no index on the lease owner, so the read is bounded.
+#: The last jobs listed per worker (read through jobs_history_worker_idx, migration 0029).
 LAST_JOBS = 10
-HISTORY_WINDOW = 5000
 
 
 def shown_json(text: str | None, length: int | None, limit: int = ARGUMENT_CHARS) -> str:

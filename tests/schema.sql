@@ -395,22 +395,27 @@ index CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (finished_at) 
 index CREATE INDEX jobs_history_done_default_finished_at_idx ON {schema}.jobs_history_done_default USING btree (finished_at)
 index CREATE INDEX jobs_history_done_default_id_idx ON {schema}.jobs_history_done_default USING btree (id)
 index CREATE INDEX jobs_history_done_default_id_idx1 ON {schema}.jobs_history_done_default USING btree (id) WHERE ((idempotency_key IS NOT NULL) OR (unique_window IS NOT NULL))
+index CREATE INDEX jobs_history_done_default_locked_by_finished_at_idx ON {schema}.jobs_history_done_default USING btree (locked_by, finished_at)
 index CREATE INDEX jobs_history_done_default_workflow_id_id_idx ON {schema}.jobs_history_done_default USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
 index CREATE INDEX jobs_history_done_finished_at_idx ON ONLY {schema}.jobs_history_done USING btree (finished_at)
 index CREATE INDEX jobs_history_done_id_idx ON ONLY {schema}.jobs_history_done USING btree (id)
 index CREATE INDEX jobs_history_done_id_idx1 ON ONLY {schema}.jobs_history_done USING btree (id) WHERE ((idempotency_key IS NOT NULL) OR (unique_window IS NOT NULL))
+index CREATE INDEX jobs_history_done_locked_by_finished_at_idx ON ONLY {schema}.jobs_history_done USING btree (locked_by, finished_at)
 index CREATE INDEX jobs_history_done_workflow_id_id_idx ON ONLY {schema}.jobs_history_done USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
 index CREATE INDEX jobs_history_failed_default_finished_at_idx ON {schema}.jobs_history_failed_default USING btree (finished_at)
 index CREATE INDEX jobs_history_failed_default_id_idx ON {schema}.jobs_history_failed_default USING btree (id)
 index CREATE INDEX jobs_history_failed_default_id_idx1 ON {schema}.jobs_history_failed_default USING btree (id) WHERE ((idempotency_key IS NOT NULL) OR (unique_window IS NOT NULL))
+index CREATE INDEX jobs_history_failed_default_locked_by_finished_at_idx ON {schema}.jobs_history_failed_default USING btree (locked_by, finished_at)
 index CREATE INDEX jobs_history_failed_default_workflow_id_id_idx ON {schema}.jobs_history_failed_default USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
 index CREATE INDEX jobs_history_failed_finished_at_idx ON ONLY {schema}.jobs_history_failed USING btree (finished_at)
 index CREATE INDEX jobs_history_failed_id_idx ON ONLY {schema}.jobs_history_failed USING btree (id)
 index CREATE INDEX jobs_history_failed_id_idx1 ON ONLY {schema}.jobs_history_failed USING btree (id) WHERE ((idempotency_key IS NOT NULL) OR (unique_window IS NOT NULL))
+index CREATE INDEX jobs_history_failed_locked_by_finished_at_idx ON ONLY {schema}.jobs_history_failed USING btree (locked_by, finished_at)
 index CREATE INDEX jobs_history_failed_workflow_id_id_idx ON ONLY {schema}.jobs_history_failed USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
 index CREATE INDEX jobs_history_finished_idx ON ONLY {schema}.jobs_history USING btree (finished_at)
 index CREATE INDEX jobs_history_id_idx ON ONLY {schema}.jobs_history USING btree (id)
 index CREATE INDEX jobs_history_keyed_idx ON ONLY {schema}.jobs_history USING btree (id) WHERE ((idempotency_key IS NOT NULL) OR (unique_window IS NOT NULL))
+index CREATE INDEX jobs_history_worker_idx ON ONLY {schema}.jobs_history USING btree (locked_by, finished_at)
 index CREATE INDEX jobs_history_workflow_idx ON ONLY {schema}.jobs_history USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
 index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)
 index CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
@@ -470,8 +475,7 @@ trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
-function claim_limited() abcee21ef07a6af17c8446718edc39bf
-function claim_limited_jobs() 47feec3114fd275a4935e4cbaecd5489
+function claim_limited() 1aca547abab5d65c519cae2e301ed8dc
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function fair_rank() 12c0b71dac3a0a2d54ee497fd173084e
 function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5

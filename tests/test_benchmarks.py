@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from benchmarks.peers import PEERS, Peer
@@ -204,9 +205,12 @@ def test_enqueue_benchmark_prints_each_ratio_with_its_reference(
     assert set(ratios) == {
         ("delay() one by one", "bare loop, the same INSERT (sync)"),
         ("delay() one by one", "bare loop, plain INSERT … RETURNING id"),
+        ("delay() one by one", "bare loop, minimal table (sync)"),
         ("apply_async() one by one", "bare loop, the same INSERT (sync)"),
         ("adelay() one by one", "bare loop, the same INSERT (async)"),
+        ("adelay() one by one", "bare loop, minimal table (async)"),
         ("delay_many() x1000", "bare COPY, 1,000 per transaction"),
+        ("delay_many() x1000", "bare COPY into a minimal table, 1,000 per transaction"),
         ("delay(user=, n=) one by one", "bare loop, the same INSERT, JSON per row"),
         ("delay_many(user=, n=) x1000", "bare COPY, 1,000 per transaction, JSON per row"),
     }
@@ -215,6 +219,55 @@ def test_enqueue_benchmark_prints_each_ratio_with_its_reference(
         assert row["ratio"] > 0, row
     assert all(len(rates) == 1 and rates[0] > 0 for rates in report["rates"].values())
     assert "ratios (pgtasks / its reference in the same run" in stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_enqueue_benchmark_runs_without_synchronous_commits(
+    own_database: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "enqueue.json"
+    stdout = run_benchmark(
+        "benchmarks --enqueue --quick --synchronous-commit off",
+        dsn=own_database,
+        output=output,
+        timeout=220,
+    )
+
+    report: dict[str, Any] = json.loads(output.read_text())
+    assert report["postgres"]["synchronous_commit"].startswith("off")
+    assert all(rates[0] > 0 for rates in report["rates"].values())
+    assert "synchronous_commit=off on every connection of this run" in stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_insert_costs_benchmark_takes_the_jobs_table_apart(own_database: str) -> None:
+    stdout = run_benchmark("benchmarks --insert-costs --quick", dsn=own_database, timeout=220)
+
+    lines = stdout[stdout.index("configuration") :].splitlines()[1:8]
+    names = [
+        "jobs, as migrated",
+        "- the notify trigger",
+        "- every insert trigger",
+        "- partial indexes a plain job skips",
+        "- jobs_pending_queue_idx (dashboard)",
+        "- jobs_claim_idx (primary key only)",
+        "minimal table",
+    ]
+    assert [line[:40].strip() for line in lines] == names, stdout
+    wal = {line[:40].strip(): float(line[40:].split()[1]) for line in lines}
+    # Each index a row enters writes WAL of its own; triggers write none.
+    assert wal["jobs, as migrated"] > wal["- jobs_pending_queue_idx (dashboard)"]
+    assert wal["- jobs_pending_queue_idx (dashboard)"] > wal["- jobs_claim_idx (primary key only)"]
+    assert wal["- jobs_claim_idx (primary key only)"] > wal["minimal table"]
+    with psycopg.connect(own_database) as conn:  # the scratch schemas are dropped
+        left = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'bench\\_insert\\_costs\\_%'"
+        ).fetchone()
+    assert left == (0,)
 
 
 @pytest.mark.slow

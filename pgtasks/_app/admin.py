@@ -39,7 +39,6 @@ from .._payload import check_name
 from .._queues import QueueState, queue_states
 from .._running import (
     ARGUMENT_CHARS,
-    HISTORY_WINDOW,
     LAST_JOBS,
     RUNNING_SHOWN,
     FinishedJob,
@@ -49,7 +48,14 @@ from .durable import parked_by_queue
 from .routing import for_id, for_queue, serving
 
 if TYPE_CHECKING:
+    from .._store.ports import AdminPort
     from .app import App
+
+
+def _admin(app: App) -> AdminPort:
+    """The statements the operators' functions run: ``app``'s catalog seen through its port."""
+    return app.queries
+
 
 T = TypeVar("T")
 
@@ -81,25 +87,23 @@ def read_workers(
     app: App, conn: psycopg.Connection[Any], *, since: float
 ) -> tuple[datetime, list[WorkerInfo]]:
     """The database's now and the workers ``pgtasks workers --since`` lists."""
-    rows = app.queries.list_workers(conn, since=since)
-    now = rows[0]["now"] if rows else app.queries.get_database_time(conn)
+    rows = _admin(app).list_workers(conn, since=since)
+    now = rows[0]["now"] if rows else _admin(app).get_database_time(conn)
     return now, [WorkerInfo.from_row(row, lease_timeout=app.lease_timeout) for row in rows]
 
 
 def read_running(app: App, conn: psycopg.Connection[Any]) -> list[RunningJob]:
     """What runs where: the running jobs with their task, arguments (cut, escaped),
     attempt, runtime and host."""
-    rows = app.queries.list_running_jobs(conn, limit=RUNNING_SHOWN, chars=ARGUMENT_CHARS)
+    rows = _admin(app).list_running_jobs(conn, limit=RUNNING_SHOWN, chars=ARGUMENT_CHARS)
     return [RunningJob.from_row(row) for row in rows]
 
 
 def read_last_jobs(
     app: App, conn: psycopg.Connection[Any], worker_ids: Sequence[int]
 ) -> list[FinishedJob]:
-    """The last jobs each of ``worker_ids`` ran (see _running.py: a bounded read)."""
-    rows = app.queries.list_recent_worker_jobs(
-        conn, worker_ids, per_worker=LAST_JOBS, window=HISTORY_WINDOW
-    )
+    """The last jobs each of ``worker_ids`` ran (an index probe per worker)."""
+    rows = _admin(app).list_recent_worker_jobs(conn, worker_ids, per_worker=LAST_JOBS)
     return [FinishedJob.from_row(row) for row in rows]
 
 
@@ -110,8 +114,9 @@ def pause_host(app: App, hostname: str, *, pause: bool = True) -> bool:
     check_name("hostname", hostname)
     changed = False
     for owner in serving(app):
+        store = _admin(owner)
 
-        def switch(conn: psycopg.Connection[Any], store: Any = owner.queries) -> bool:
+        def switch(conn: psycopg.Connection[Any], store: AdminPort = store) -> bool:
             return bool(
                 store.pause_host(conn, hostname) if pause else store.resume_host(conn, hostname)
             )
@@ -124,14 +129,14 @@ def paused_hosts(app: App) -> list[str]:
     """The hosts whose workers are paused (in any store the App serves)."""
     names: set[str] = set()
     for owner in serving(app):
-        rows = owner.database.run(owner.queries.get_paused_hosts)
+        rows = owner.database.run(_admin(owner).get_paused_hosts)
         names.update(row["hostname"] for row in rows)
     return sorted(names)
 
 
 def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
     """What ``pgtasks stats`` shows (exact counts: it reads every row)."""
-    queues = [QueueStats.from_row(row) for row in app.queries.get_queue_stats(conn)]
+    queues = [QueueStats.from_row(row) for row in _admin(app).get_queue_stats(conn)]
     now, workers = read_workers(app, conn, since=0.0)
     return Stats(
         now=now,
@@ -139,10 +144,10 @@ def collect_stats(app: App, conn: psycopg.Connection[Any]) -> Stats:
         live_workers=sum(worker.state == "live" for worker in workers),
         silent_workers=sum(worker.state == "silent" for worker in workers),
         lease_timeout=app.lease_timeout,
-        unknown_tasks=app.queries.get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
-        counters=every_counter(app.queries.get_counters(conn)),
-        parked=parked_by_queue(app.queries.count_parked_jobs(conn)),
-        flow=app.queries.count_keyed(conn),
+        unknown_tasks=_admin(app).get_unknown_task_jobs(conn, lease_timeout=app.lease_timeout),
+        counters=every_counter(_admin(app).get_counters(conn)),
+        parked=parked_by_queue(_admin(app).count_parked_jobs(conn)),
+        flow=_admin(app).count_keyed(conn),
     )
 
 
@@ -157,7 +162,7 @@ def queue_in_use(app: App, queue: str) -> bool:
     owner = for_queue(app, queue)
 
     def read(conn: psycopg.Connection[Any]) -> bool:
-        if any(row["queue"] == queue for row in owner.queries.get_unfinished_stats(conn)):
+        if any(row["queue"] == queue for row in _admin(owner).get_unfinished_stats(conn)):
             return True
         _, workers = read_workers(owner, conn, since=0.0)
         return any(
@@ -171,7 +176,7 @@ def queue_in_use(app: App, queue: str) -> bool:
 def counters(app: App) -> dict[str, int]:
     """How often the guarantees were exercised since the schema was created, every
     process (pgtasks._counters): every counter's total, by name (0 when never counted)."""
-    return every_counter(app.database.run(app.queries.get_counters))
+    return every_counter(app.database.run(_admin(app).get_counters))
 
 
 def queues(app: App) -> list[QueueState]:
@@ -181,7 +186,7 @@ def queues(app: App) -> list[QueueState]:
     declared = {task.queue for task in app.tasks.values()}
 
     def read(conn: psycopg.Connection[Any]) -> list[QueueState]:
-        store = app.queries
+        store = _admin(app)
         limits = {
             row["name"].removeprefix("queue:"): describe_limit(row)
             for row in store.get_limits(conn)
@@ -203,7 +208,7 @@ def read_limits(app: App, conn: psycopg.Connection[Any], *, top_keys: int = 10) 
     ``top_keys`` busiest (running, pending, due and held per key); then the limits jobs
     name that are not stored (``stored`` False). Counts are read without SKIP LOCKED.
     Raises the driver's error (see :func:`limits` for the one a CLI shows)."""
-    store = app.queries
+    store = _admin(app)
     return limit_states(
         store.get_limits(conn),
         store.get_limit_usage(conn),
@@ -266,11 +271,11 @@ def retry_job(app: App, job_id: int, *, keep_steps: bool = False) -> RetryResult
 
     def retry(conn: psycopg.Connection[Any]) -> Any:
         with conn.transaction():
-            row = app.queries.retry_job(conn, job_id)
+            row = _admin(app).retry_job(conn, job_id)
             if row is not None and row["retried"]:
                 if keep_steps:
-                    kept[0] = app.queries.restore_job_steps(conn, job_id)
-                app.queries.notify_queue(conn, row["queue"])
+                    kept[0] = _admin(app).restore_job_steps(conn, job_id)
+                _admin(app).notify_queue(conn, row["queue"])
         return row
 
     try:
@@ -295,9 +300,9 @@ def _retry_step(app: App, job_id: int, previous_status: str) -> RetryResult:
     """Retry a workflow step cancelled before it received its input (RETRY_RULE)."""
 
     def retry(conn: psycopg.Connection[Any]) -> Any:
-        row = app.queries.retry_workflow_step(conn, job_id)
+        row = _admin(app).retry_workflow_step(conn, job_id)
         if row["outcome"] == "pending":
-            app.queries.notify_queue(conn, row["queue"])
+            _admin(app).notify_queue(conn, row["queue"])
         return row
 
     row = app.database.run(retry)
@@ -321,7 +326,7 @@ def _key_taken(app: App, job_id: int, error: UniqueViolation) -> UniqueKeyTakenE
     """Why a retry of job ``job_id`` was refused: the job it would duplicate."""
     if error.diag.constraint_name != ACTIVE_KEY_INDEX:
         raise error
-    holder = app.database.run(lambda conn: app.queries.get_active_key_holder(conn, job_id))
+    holder = app.database.run(lambda conn: _admin(app).get_active_key_holder(conn, job_id))
     if holder is None:  # the holder finished meanwhile: the retry may be tried again
         return UniqueKeyTakenError(
             f"job {job_id} was not retried: another job held its unique key (unique while"
@@ -349,7 +354,7 @@ def _in_batches(
             if len(done) < BATCH_SIZE:
                 break
         for queue in sorted({row["queue"] for row in rows if "queue" in row}):
-            app.queries.notify_queue(conn, queue)
+            _admin(app).notify_queue(conn, queue)
         return rows
 
     return app.database.run(run)
@@ -373,7 +378,7 @@ def retry_failed_jobs(app: App, task_name: str | None = None) -> list[int]:
     try:
         rows = _in_batches(
             app,
-            lambda conn: app.queries.retry_failed_jobs(conn, task_name=task_name, limit=BATCH_SIZE),
+            lambda conn: _admin(app).retry_failed_jobs(conn, task_name=task_name, limit=BATCH_SIZE),
         )
     except UniqueViolation as error:
         raise _batch_key_taken(error) from None
@@ -401,7 +406,7 @@ def retry_matching_steps(app: App, job_filter: JobFilter) -> BulkRetry:
     try:
         rows = _in_batches(
             app,
-            lambda conn: app.queries.retry_filtered_jobs(conn, job_filter, limit=BATCH_SIZE),
+            lambda conn: _admin(app).retry_filtered_jobs(conn, job_filter, limit=BATCH_SIZE),
         )
     except UniqueViolation as error:
         raise _batch_key_taken(error) from None
@@ -411,7 +416,7 @@ def retry_matching_steps(app: App, job_filter: JobFilter) -> BulkRetry:
     def steps(conn: psycopg.Connection[Any]) -> None:
         after = 0
         while True:
-            batch = app.queries.retry_filtered_steps(
+            batch = _admin(app).retry_filtered_steps(
                 conn, job_filter, after=after, limit=BATCH_SIZE
             )
             for row in batch:
@@ -420,7 +425,7 @@ def retry_matching_steps(app: App, job_filter: JobFilter) -> BulkRetry:
                 elif row["outcome"] in ("pending", "waiting"):
                     retried.append(row["id"])
                     if row["outcome"] == "pending":
-                        app.queries.notify_queue(conn, row["queue"])
+                        _admin(app).notify_queue(conn, row["queue"])
             if len(batch) < BATCH_SIZE:
                 return
             after = batch[-1]["id"]
@@ -435,7 +440,7 @@ def cancel_matching(app: App, job_filter: JobFilter) -> dict[str, list[int]]:
     """
     rows = _in_batches(
         app,
-        lambda conn: app.queries.cancel_filtered_jobs(conn, job_filter, limit=BATCH_SIZE),
+        lambda conn: _admin(app).cancel_filtered_jobs(conn, job_filter, limit=BATCH_SIZE),
     )
     return {
         "cancelled": sorted(row["id"] for row in rows if row["status"] == "cancelled"),
@@ -450,7 +455,7 @@ def delete_finished_job(app: App, job_id: int) -> tuple[bool, str]:
     read this job's result, its handle returns it).
     """
     app = for_id(app, job_id)  # the store that issued the id
-    row = app.database.run(lambda conn: app.queries.delete_finished_job(conn, job_id))
+    row = app.database.run(lambda conn: _admin(app).delete_finished_job(conn, job_id))
     if row is None:
         raise _missing(job_id)
     if row["workflow_unfinished"] and row["status"] in ("done", "failed", "cancelled"):
@@ -476,7 +481,7 @@ class PurgeCount:
 
 def count_purgeable(app: App, queue: str | None, task_name: str | None) -> PurgeCount:
     row = app.database.run(
-        lambda conn: app.queries.count_purgeable_jobs(conn, queue=queue, task_name=task_name)
+        lambda conn: _admin(app).count_purgeable_jobs(conn, queue=queue, task_name=task_name)
     )
     return PurgeCount(int(row["jobs"]), int(row["max_id"] or 0), int(row["workflow_jobs"]))
 
@@ -487,7 +492,7 @@ def purge_jobs(app: App, queue: str | None, task_name: str | None, max_id: int) 
     deleted."""
     rows = _in_batches(
         app,
-        lambda conn: app.queries.purge_jobs(
+        lambda conn: _admin(app).purge_jobs(
             conn, queue=queue, task_name=task_name, max_id=max_id, limit=BATCH_SIZE
         ),
     )
@@ -511,7 +516,7 @@ class QueueMove:
 
 def unfinished_in(app: App, queue: str) -> int:
     """Waiting, pending and running jobs of ``queue`` in ``app``'s store."""
-    rows = app.database.run(app.queries.count_stranded_jobs)
+    rows = app.database.run(_admin(app).count_stranded_jobs)
     return sum(int(row["jobs"]) for row in rows if row["queue"] == queue)
 
 

@@ -19,7 +19,7 @@ from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP03
 
 from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
-from .._errors import ConfigurationError, UnknownTaskError
+from .._errors import UnknownTaskError
 from .._instrumentation import Instrumentation
 from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
 from .._limits import LimitDefinition
@@ -32,6 +32,7 @@ from ..sql import Migration
 from . import enqueue, routing
 from .durable import DurableApp
 from .handle import JobHandle
+from .job_actions import JobActions
 from .layout import DEFAULT_STORE, Store
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
@@ -50,8 +51,7 @@ R = TypeVar("R")
 T = TypeVar("T")
 TaskT = TypeVar("TaskT", bound="Task[Any, Any]")
 
-#: Every App of this process, so that a forked child can let go of what it inherited.
-_apps: weakref.WeakSet[App] = weakref.WeakSet()
+_apps: weakref.WeakSet[App] = weakref.WeakSet()  # every App: a forked child lets go of them
 #: In a forked child: the parent's result listeners, kept (never used or closed).
 _inherited: list[object] = []
 
@@ -70,7 +70,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_listeners)
 
 
-class App(DurableApp):
+class App(DurableApp, JobActions):
     """A pgtasks application: tasks, configuration and the database connection.
 
     ``dsn`` resolution: ``App(dsn=...)`` > ``PGTASKS_DSN`` > ``DATABASE_URL`` > the
@@ -416,7 +416,7 @@ class App(DurableApp):
     ) -> list[InsertedJob]:
         """Insert specs on ``conn``: the one insert path every enqueue and beat share (the
         instrumentation, when set, wraps it)."""
-        insert = self.queries.insert_jobs_in_chunks
+        insert = enqueue.enqueuer(self).insert_jobs_in_chunks
         if self.instrumentation is None:
             return insert(conn, specs)
         return self.instrumentation.insert(specs, lambda traced: insert(conn, traced))
@@ -424,7 +424,7 @@ class App(DurableApp):
     async def ainsert_specs(
         self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
-        insert = self.queries.ainsert_jobs_in_chunks
+        insert = enqueue.enqueuer(self).ainsert_jobs_in_chunks
         if self.instrumentation is None:
             return await insert(conn, specs)
         return await self.instrumentation.ainsert(specs, lambda traced: insert(conn, traced))
@@ -521,19 +521,19 @@ class App(DurableApp):
 
     # -- queues --
     def queue(
-        self, name: str, *, concurrency: int | None = None, rate_limit: str | None = None
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        rate_limit: str | None = None,
+        priority_aging: float | None = None,
     ) -> str:
-        """Declare a queue's limits across all workers: at most ``concurrency`` of its jobs
-        running at once, at most ``rate_limit`` ("100/m", "5/s", "1000/h") started per
-        period. They apply to jobs enqueued from then on (declare queues where the tasks
-        are declared); workers store them when they start. Returns the name.
-        """
-        try:
-            queue = check_name("queue", name)
-        except ValueError as error:
-            raise ConfigurationError(str(error)) from None
-        self.queue_limits[queue] = QueueLimits.declare(queue, concurrency, rate_limit)
-        return queue
+        """Declare a queue's settings for its workers: at most ``concurrency`` jobs running,
+        at most ``rate_limit`` ("100/m", "5/s") started per period (jobs enqueued from then
+        on), a priority rising one level per ``priority_aging`` s waited (None: the App's)."""
+        declared = QueueLimits.declare(name, concurrency, rate_limit, priority_aging)
+        self.queue_limits[declared.queue] = declared
+        return declared.queue
 
     def limit_definitions(self) -> list[LimitDefinition]:
         """Every concurrency and rate limit this app declares (tasks and queues); the App

@@ -14,6 +14,7 @@ import psycopg
 from .controls import JobsAction, _encoded, _job_ids, _limit_instances, actor_here
 
 if TYPE_CHECKING:
+    from .._store.ports import AdminPort
     from .app import App
 
 
@@ -34,7 +35,7 @@ def edit_arguments_many(
     audited (``edit_arguments``, before and after)."""
     found = _job_ids(ids)
     who = actor or actor_here("api")
-    queries = app.queries
+    queries: AdminPort = app.queries
 
     def operation(conn: psycopg.Connection[Any]) -> JobsAction:
         with conn.transaction():

@@ -49,12 +49,10 @@ if TYPE_CHECKING:
 LOCK_TIMEOUT = 5.0
 #: Longest snooze (seconds): ten years.
 MAX_SNOOZE = 10 * 365 * 86400.0
-#: Jobs one call of run_now or snooze acts on.
-MAX_JOBS = 10_000
+MAX_JOBS = 10_000  # jobs one call of run_now or snooze acts on
 
 
-#: A value left as it is.
-UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
+UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()  # a value left as it is
 
 
 def actor_here(via: str) -> str:
@@ -435,13 +433,13 @@ def snooze(app: App, ids: Iterable[int], seconds: float, *, actor: str | None = 
 def edit_arguments(
     app: App,
     job_id: int,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
+    args: Sequence[Any] | None,
+    kwargs: dict[str, Any] | None,
     *,
     actor: str | None = None,
 ) -> None:
-    """New arguments for the pending job ``job_id``, checked as an enqueue checks them
-    (the task's signature when this app knows the task, JSON, size and depth).
+    """New arguments for the pending job ``job_id`` (None: its own kept), checked as an
+    enqueue checks them (the task's signature when this app knows it, JSON, size, depth).
     JobNotPendingError when it started meanwhile (nothing changed), JobNotFoundError."""
     app = for_id(app, job_id)
     queries = app.queries
@@ -458,8 +456,10 @@ def edit_arguments(
                     f"job {job_id} is {status} (already started): only a pending job's"
                     " arguments can be edited; nothing was changed"
                 )
-            args_json, kwargs_json = _encoded(app, row["task_name"], args, kwargs)
-            groups, key = _limit_instances(app, row, args, kwargs)
+            new_args = row["args"] if args is None else args
+            new_kwargs = row["kwargs"] if kwargs is None else kwargs
+            args_json, kwargs_json = _encoded(app, row["task_name"], new_args, new_kwargs)
+            groups, key = _limit_instances(app, row, new_args, new_kwargs)
             queries.edit_job_arguments(
                 conn,
                 job_id,

@@ -16,7 +16,13 @@ from .eager import arun_eagerly, run_eagerly
 from .handle import JobHandle
 
 if TYPE_CHECKING:
+    from .._store.ports import EnqueuePort
     from .app import App
+
+
+def enqueuer(app: App) -> EnqueuePort:
+    """The statements of the enqueue path: ``app``'s catalog seen through its port."""
+    return app.queries
 
 
 def handles(
@@ -60,9 +66,9 @@ def enqueue(app: App, spec: JobSpec, connection: psycopg.Connection[Any] | None)
         app = routing.for_specs(app, [spec], connection)
     if connection is not None:
         app.database.check_schema(connection)
-        job = app.queries.insert_job(connection, spec)
+        job = enqueuer(app).insert_job(connection, spec)
     else:
-        job = app.database.run(lambda conn: app.queries.insert_job(conn, spec))
+        job = app.database.run(lambda conn: enqueuer(app).insert_job(conn, spec))
     return handles(app, [job], [spec])[0]
 
 
@@ -92,7 +98,7 @@ async def aenqueue(
         app = await routing.afor_specs(app, [spec], connection)
     if connection is not None:
         await app.database.acheck_schema(connection)
-        job = await app.queries.ainsert_job(connection, spec)
+        job = await enqueuer(app).ainsert_job(connection, spec)
     else:
-        job = await app.database.arun(lambda conn: app.queries.ainsert_job(conn, spec))
+        job = await app.database.arun(lambda conn: enqueuer(app).ainsert_job(conn, spec))
     return handles(app, [job], [spec])[0]

@@ -14,7 +14,7 @@ from .._counters import BATCH_JOBS, BATCHES_RUN, ENQUEUES_DEBOUNCED
 from .._operations import format_table
 
 if TYPE_CHECKING:
-    from .._store.queries import Queries
+    from .._store.ports import OperatorsPort
     from .app import App
     from .tasks import Task
 
@@ -93,7 +93,7 @@ def batch_tasks(tasks: Iterable[Task[Any, Any]]) -> tuple[BatchTask, ...]:
 
 
 def read_flow(
-    queries: Queries, conn: psycopg.Connection[Any], tasks: Iterable[Task[Any, Any]]
+    queries: OperatorsPort, conn: psycopg.Connection[Any], tasks: Iterable[Task[Any, Any]]
 ) -> FlowStats:
     debounced = tuple(
         DebouncedTask(row["task_name"], row["jobs"], row["replaced"], row["most_replaced"])

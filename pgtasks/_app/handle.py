@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._errors import JobNotFoundError
+from .._errors import JobNotFoundError, JobNotPendingError
 from .._jobs import AttemptError, CancelResult, JobRow, JobStatus
 from .._progress import Progress
 from .results import await_result, wait_for_result
@@ -88,6 +89,47 @@ class JobHandle(Generic[R]):
 
     async def acancel(self, *, terminate: bool = False) -> CancelResult:
         return await self.app.acancel(self.id, terminate=terminate)
+
+    # -- job actions (pgtasks._app.job_actions) --
+    def run_now(self, *, actor: str | None = None) -> bool:
+        """A pending job scheduled later (a countdown, an eta, a retry's delay) becomes due
+        now; no attempt is spent. False when it was due already; JobNotPendingError when it
+        is not pending (it started meanwhile, or ended), JobNotFoundError. Audited."""
+        outcome = self.app.run_jobs_now([self.id], actor=actor)
+        return self._acted(bool(outcome.done), outcome.left, "run now")
+
+    def snooze(self, by: timedelta | float, *, actor: str | None = None) -> None:
+        """The pending job starts ``by`` (a timedelta or seconds) later than it would (from
+        now when due already); no attempt is spent. JobNotPendingError when it is not
+        pending, JobNotFoundError. Audited."""
+        outcome = self.app.snooze_jobs([self.id], by, actor=actor)
+        self._acted(bool(outcome.done), outcome.left, "snoozed")
+
+    def edit(
+        self,
+        *,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        actor: str | None = None,
+    ) -> None:
+        """New ``args`` and/or ``kwargs`` of the pending job (the one not given is kept),
+        checked as an enqueue checks them; JobNotPendingError when it started first.
+        Audited."""
+        self.app.edit_job_arguments(self.id, args=args, kwargs=kwargs, actor=actor)
+
+    def _acted(self, done: bool, left: Mapping[int, str], action: str) -> bool:
+        """True when the job changed, False when run now met a job due already;
+        JobNotFoundError or JobNotPendingError for the others."""
+        if done:
+            return True
+        reason = left.get(self.id, "not changed")
+        if reason.startswith("does not exist"):
+            raise self._missing()
+        if reason == "is due already":
+            return False
+        raise JobNotPendingError(
+            f"job {self.id} {reason}: only a pending job can be {action}; nothing was changed"
+        )
 
     # -- snapshot --
     def refresh(self) -> JobHandle[R]:

@@ -13,7 +13,7 @@ import psycopg
 from .._payload import MAX_KEY_BYTES, check_name
 
 if TYPE_CHECKING:
-    from .._store.queries import Queries
+    from .._store.ports import AdminPort, OperatorsPort
     from .app import App
 
 
@@ -92,7 +92,9 @@ def read_keyed(app: App, conn: psycopg.Connection[Any], *, limit: int = 10) -> K
     return keyed_state(app.queries, conn, limit=limit)
 
 
-def keyed_state(store: Queries, conn: psycopg.Connection[Any], *, limit: int = 10) -> KeyedState:
+def keyed_state(
+    store: OperatorsPort, conn: psycopg.Connection[Any], *, limit: int = 10
+) -> KeyedState:
     """:func:`read_keyed` with the queries of ``store`` (the dashboard's own)."""
     busiest: list[FairKey] = []
     starved: list[FairKey] = []
@@ -189,11 +191,12 @@ def release_sequence_each(
     name = check_name("sequence key", key, MAX_KEY_BYTES)
     started: dict[str, int | None] = {}
     for owner in _owners(app, store, queue):
+        queries: AdminPort = owner.queries
 
-        def release(conn: psycopg.Connection[Any], owner: App = owner) -> int | None:
+        def release(conn: psycopg.Connection[Any], queries: AdminPort = queries) -> int | None:
             with conn.transaction():
-                owner.queries.release_sequence_hold(conn, name)
-            return owner.queries.advance_sequence(conn, name)
+                queries.release_sequence_hold(conn, name)
+            return queries.advance_sequence(conn, name)
 
         started[owner.store_name] = owner.database.run(release)
     return started

@@ -21,6 +21,7 @@ from .._limits import (
     task_limit_name,
 )
 from .._payload import MAX_KEY_BYTES, check_name
+from .._validation import positive_seconds
 
 #: The value of a concurrency key: a str or an int (bool excluded).
 KeyFunction = Callable[..., Any]
@@ -108,14 +109,22 @@ class TaskLimits:
 
 @dataclasses.dataclass(frozen=True)
 class QueueLimits:
-    """The limits of one queue, declared with ``app.queue()``."""
+    """The settings of one queue, declared with ``app.queue()``: its limits, and its own
+    priority aging interval in seconds (None: the App's ``priority_aging``)."""
 
     queue: str
     concurrency: int | None = None
     rate: RateLimit | None = None
+    priority_aging: float | None = None
 
     @classmethod
-    def declare(cls, queue: str, concurrency: object, rate_limit: object) -> QueueLimits:
+    def declare(
+        cls, queue: str, concurrency: object, rate_limit: object, priority_aging: object = None
+    ) -> QueueLimits:
+        try:
+            queue = check_name("queue", queue)
+        except ValueError as error:
+            raise ConfigurationError(str(error)) from None
         try:
             check_limit_target("a queue under a limit: name", queue)
             if concurrency is not None:
@@ -125,9 +134,14 @@ class QueueLimits:
                 if rate_limit is not None
                 else None
             )
+            aging = (
+                positive_seconds("priority_aging=", priority_aging, error=ValueError)
+                if priority_aging is not None
+                else None
+            )
         except ValueError as error:
             raise ConfigurationError(f"queue {queue!r}: {error}") from None
-        return cls(queue, concurrency, rate)  # type: ignore[arg-type]
+        return cls(queue, concurrency, rate, aging)  # type: ignore[arg-type]
 
     @property
     def limited(self) -> bool:

@@ -39,6 +39,11 @@ def check_batch(task: Task[Any, Any], value: object) -> Batch | None:
             f"{prefix} needs a plain def taking the list of jobs (no bind=, no async def, no"
             " executor='process' or 'async'): the worker's batch service calls it on its thread"
         )
+    if task.soft_timeout is not None:
+        raise TaskRegistrationError(
+            f"{prefix} cannot be combined with soft_timeout=: the handler runs a whole batch"
+            " (timeout= is its hard limit: past it, every job of the batch is retried)"
+        )
     if task.limits is not None:
         raise TaskRegistrationError(
             f"{prefix} cannot be combined with concurrency= or rate_limit=: a batch is"

@@ -26,6 +26,7 @@ from .._workflows_text import (
 from .routing import for_id
 
 if TYPE_CHECKING:
+    from .._store.ports import AdminPort
     from .app import App
 
 #: Characters of a step's result (as JSON text) a workflow page reads.
@@ -49,7 +50,7 @@ def describe_workflow(app: App, workflow_id: int, *, limit: int | None = None) -
     ``limit`` jobs by id, and when it has more, ``jobs_by_status`` (every job counted by
     status: a group of a million members is not read whole)."""
     app = for_id(app, workflow_id)  # the store that issued the id
-    queries = app.queries
+    queries: AdminPort = app.queries
 
     def read(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
         row = queries.get_workflow(conn, workflow_id)
@@ -88,8 +89,9 @@ def list_workflows(
         raise ValueError(f"status: {status!r} is not one of {', '.join(WORKFLOW_STATES)}")
     if workflow_id is not None and run is None:
         app = for_id(app, workflow_id)
+    queries: AdminPort = app.queries
     rows: list[dict[str, Any]] = (run or app.database.run)(
-        lambda conn: app.queries.list_workflows(
+        lambda conn: queries.list_workflows(
             conn,
             status=status,
             workflow_id=workflow_id,
@@ -119,7 +121,7 @@ def workflow_detail(
         app = for_id(app, workflow_id)  # the store that issued the id
 
     def read(conn: psycopg.Connection[Any]) -> WorkflowDetail | None:
-        store = app.queries
+        store: AdminPort = app.queries
         rows = store.list_workflows(conn, workflow_id=workflow_id, limit=1)
         if not rows:
             return None
@@ -155,8 +157,9 @@ def workflow_incidents(
         raise ValueError(f"kind: {kind!r} is not one of {', '.join(INCIDENT_KINDS)}")
     if workflow_id is not None:
         app = for_id(app, workflow_id)
+    queries: AdminPort = app.queries
     rows = app.database.run(
-        lambda conn: app.queries.list_workflow_incidents(
+        lambda conn: queries.list_workflow_incidents(
             conn, workflow_id=workflow_id, kind=kind, limit=limit
         )
     )

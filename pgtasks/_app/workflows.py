@@ -18,6 +18,7 @@ import psycopg
 
 from .._errors import CrossStoreError, WorkflowError
 from .._jobs import InsertedJob, JobSpec, StepJob
+from .enqueue import enqueuer
 from .handle import JobHandle
 from .workflow_results import GroupResult as GroupResult
 from .workflow_results import WorkflowResult as WorkflowResult
@@ -511,7 +512,7 @@ def enqueue_workflow(
     its (run_at, delay), as :func:`pgtasks._validation.schedule_of` gives them; the first
     step must then be the only one without predecessors)."""
     prepared = _prepare(root, on_error, first_meta)
-    app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, prepared.app.queries
+    app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, enqueuer(prepared.app)
 
     def write(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
         workflow_id = store.insert_workflow(
@@ -559,7 +560,7 @@ async def aenqueue_workflow(
 ) -> WorkflowResult:
     """The async twin of :func:`enqueue_workflow`."""
     prepared = _prepare(root, on_error)
-    app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, prepared.app.queries
+    app, plan, steps, store = prepared.app, prepared.plan, prepared.steps, enqueuer(prepared.app)
 
     async def write(conn: psycopg.AsyncConnection[Any]) -> tuple[int, list[int]]:
         workflow_id = await store.ainsert_workflow(

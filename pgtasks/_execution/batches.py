@@ -8,12 +8,14 @@ writes the outcomes, each fenced by its own lease.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _retry
 from .._batches import BatchJob
 from .._retry import Outcome
+from .joblogs import CURRENT, AttemptLog, JobLogs, attach
 from .outcomes import (
     malformed_arguments_outcome,
     outcome_of_error,
@@ -50,9 +52,12 @@ def _outcome(
     return Outcome.retry(float(delay), error, "pgtasks.Retry")
 
 
-def run_batch(task: Task[Any, Any], jobs: Sequence[ClaimedJob]) -> list[Outcome]:
+def run_batch(
+    task: Task[Any, Any], jobs: Sequence[ClaimedJob], logs: JobLogs | None = None
+) -> list[Outcome]:
     """Call ``task``'s handler once with the jobs it can run; an Outcome per job, in
-    order. A job whose arguments cannot be read fails alone, without reaching the handler."""
+    order. A job whose arguments cannot be read fails alone, without reaching the handler.
+    ``logs`` (capturing): what the handler logs is attached to each job it was handed."""
     outcomes: list[Outcome | None] = []
     items: list[tuple[int, ClaimedJob, BatchJob]] = []
     for index, job in enumerate(jobs):
@@ -70,18 +75,75 @@ def run_batch(task: Task[Any, Any], jobs: Sequence[ClaimedJob]) -> list[Outcome]
                 worker_id=job.worker_id,
             )
             items.append((index, job, item))
-    raised: BaseException | None = None
-    if items:
-        try:
-            task.function([item for _, _, item in items])
-        except Exception as error:
-            raised = error
-            logger.warning(
-                "batch of task %s (%d jobs) raised %s; its undecided jobs end with it",
-                task.name,
-                len(items),
-                type(error).__name__,
-            )
+    if not items:
+        return [outcome for outcome in outcomes if outcome is not None]
+    log = AttemptLog(logs.limits, logs.secrets) if logs is not None and logs.started else None
+    if task.timeout is None:
+        finished, raised = True, _call(task, items, log)
+    else:
+        finished, raised = _call_within(task, items, task.timeout, log)
+    policy = policy_of(task)
     for index, job, item in items:
-        outcomes[index] = _outcome(task, job, item, raised)
+        if finished:
+            outcome = _outcome(task, job, item, raised)
+        else:
+            # Past its timeout: every job of the batch ends with TimeoutError, retried per
+            # the task's policy (retry_timeouts=), whatever the handler decided so far.
+            outcome = _retry.after_timeout(
+                task.timeout or 0.0,
+                attempt=job.attempt,
+                max_attempts=job.max_attempts,
+                policy=policy,
+            )
+        outcomes[index] = attach(log, outcome)
     return [outcome for outcome in outcomes if outcome is not None]
+
+
+#: The jobs a batch hands its handler: (position in the batch, claimed job, BatchJob).
+Items = Sequence[tuple[int, "ClaimedJob", BatchJob]]
+
+
+def _call(task: Task[Any, Any], items: Items, log: AttemptLog | None) -> Exception | None:
+    """Call the handler with the jobs, capturing its log lines in ``log`` (on this
+    thread); the exception it raised, if any."""
+    token = CURRENT.set(log)
+    try:
+        task.function([item for _, _, item in items])
+    except Exception as error:
+        logger.warning(
+            "batch of task %s (%d jobs) raised %s; its undecided jobs end with it",
+            task.name,
+            len(items),
+            type(error).__name__,
+        )
+        return error
+    finally:
+        CURRENT.reset(token)
+    return None
+
+
+def _call_within(
+    task: Task[Any, Any], items: Items, timeout: float, log: AttemptLog | None
+) -> tuple[bool, Exception | None]:
+    """Call the handler on a thread of its own, waiting up to ``timeout`` seconds for it:
+    whether it returned by then, and the exception it raised. A handler past its timeout
+    is abandoned (Python cannot stop a thread: it runs on, its decisions ignored), as the
+    thread executor abandons a job past its timeout."""
+    raised: list[Exception | None] = []
+    thread = threading.Thread(
+        target=lambda: raised.append(_call(task, items, log)),
+        name=f"pgtasks-batch-{task.name}",
+        daemon=True,
+    )
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive() or not raised:
+        logger.warning(
+            "batch of task %s (%d jobs) passed its timeout of %g s: abandoned, its jobs"
+            " end with TimeoutError",
+            task.name,
+            len(items),
+            timeout,
+        )
+        return False, None
+    return True, raised[0]

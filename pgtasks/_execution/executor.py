@@ -110,7 +110,7 @@ class Executor:
         self._async_jobs: set[Running] = set()
         self.uses_local = True
         self.uses_processes = False
-        self._logs = JobLogs() if self.settings.job_logs else None
+        self._logs = JobLogs(level=self.settings.job_log_level) if self.settings.job_logs else None
 
     # -- routing and capacity --
     def route(self, task: Task[Any, Any], queue: str) -> ExecutorName:

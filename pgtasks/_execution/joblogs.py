@@ -9,6 +9,18 @@ attempt). An attempt keeps at most ``max_records`` lines and ``max_bytes`` of te
 does not fit is counted (``dropped``), and a line cut to fit says so. The password of the
 connection string is scrubbed from each line when it is captured, as error texts are.
 
+Records from the capture level up (``Worker(job_logs="DEBUG")``; INFO by default) are
+captured whatever the root logger's level: while capture is installed, a root level above
+it is lowered to it, and the handlers that were there (on the root, and on loggers that
+take their level from it) get a filter that keeps their output as it was; the ``pgtasks``
+logger keeps the old level, so the worker's own records cost what they did.
+
+Threads a task starts follow it (``Thread.start`` while capture is installed hands the
+starting thread's attempt to the new thread), and so does work it submits to any
+``ThreadPoolExecutor`` (``submit`` runs the function under the submitter's attempt;
+the executor's own threads are not tied to one). A record that comes after its attempt
+ended is not kept.
+
 The lines reach the database in the round trip that writes the attempt's outcome, just
 before it in the same transaction (update_job_logs, for the attempts that logged only), in
 meta key ``pgtasks.logs``: ``{"<attempt>": {"lines": [[seconds since the epoch, level,
@@ -19,6 +31,8 @@ since its last beat (the job page shows them live). No I/O here.
 
 from __future__ import annotations
 
+import concurrent.futures
+import concurrent.futures.thread
 import contextvars
 import dataclasses
 import json
@@ -29,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._dsn import redact
+from .._errors import ConfigurationError
 from .._retry import Outcome
 from .._text import storable
 
@@ -44,6 +59,28 @@ CURRENT: contextvars.ContextVar[AttemptLog | None] = contextvars.ContextVar(
 )
 
 
+#: Capture from this level by default (``Worker(job_logs=True)``).
+DEFAULT_LEVEL = logging.INFO
+_LEVEL_NAMES = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def capture_level(value: object) -> int | None:
+    """``Worker(job_logs=...)`` as the lowest level captured: True (INFO), a level's
+    name (``"debug"``) or number; None for False (no capture)."""
+    if value is True:
+        return DEFAULT_LEVEL
+    if value is False or value is None:
+        return None
+    if isinstance(value, str) and value.strip().upper() in _LEVEL_NAMES:
+        return int(logging.getLevelName(value.strip().upper()))
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 50:
+        return value
+    raise ConfigurationError(
+        f"job_logs= must be True, False or a level ({', '.join(_LEVEL_NAMES)} or 1..50),"
+        f" got {value!r:.80}"
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class LogLimits:
     """How much of an attempt's log is kept."""
@@ -55,11 +92,26 @@ class LogLimits:
 class AttemptLog:
     """The lines of one attempt, capped; any thread may add (a lock guards them)."""
 
-    __slots__ = ("_lock", "bytes", "dropped", "flushed", "limits", "lines", "secrets")
+    __slots__ = (
+        "_lock",
+        "bytes",
+        "closed",
+        "dropped",
+        "flushed",
+        "level",
+        "limits",
+        "lines",
+        "secrets",
+    )
 
-    def __init__(self, limits: LogLimits, secrets: tuple[str, ...]) -> None:
+    def __init__(
+        self, limits: LogLimits, secrets: tuple[str, ...], level: int = DEFAULT_LEVEL
+    ) -> None:
         self.limits = limits
         self.secrets = secrets
+        #: The lowest level kept; closed: the attempt ended (later records are not kept).
+        self.level = level
+        self.closed = False
         self.lines: list[list[Any]] = []
         self.bytes = 0
         self.dropped = 0
@@ -110,7 +162,6 @@ class AttemptLog:
 
 #: Attempts running in pool children of this process, by (worker id, job id, attempt).
 _children: dict[tuple[int, int, int], AttemptLog] = {}
-_installed = 0
 _install_lock = threading.Lock()
 
 
@@ -127,6 +178,8 @@ class CaptureHandler(logging.Handler):
             log = _children.get(key)  # type: ignore[arg-type]
             if log is None:
                 return False
+        if record.levelno < log.level or log.closed:
+            return False
         try:
             text = record.getMessage()
             if record.exc_info and not record.exc_text:
@@ -145,28 +198,161 @@ class CaptureHandler(logging.Handler):
 _handler = CaptureHandler()
 
 
-def install() -> None:
-    """Capture from now on (counted: each worker of the process installs once)."""
-    global _installed
-    with _install_lock:
-        _installed += 1
-        if _installed == 1:
-            logging.getLogger().addHandler(_handler)
+class _Below(logging.Filter):
+    """Keeps a handler's output as it was before the root's level was lowered."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level
 
 
-def uninstall() -> None:
-    global _installed
+@dataclasses.dataclass
+class _Lowered:
+    """What lowering the root's level changed, to undo it."""
+
+    root_before: int
+    root_after: int
+    pinned: bool
+    filtered: list[tuple[logging.Handler, _Below]]
+
+
+#: The capture levels of the installed captures (one per worker of the process).
+_levels: list[int] = []
+_lowered: _Lowered | None = None
+
+
+def _takes_root_level(logger: logging.Logger) -> bool:
+    """Whether ``logger``'s level is the root's (no logger on its way up has one)."""
+    node: logging.Logger | None = logger
+    while node is not None and node.parent is not None:
+        if node.level:
+            return False
+        node = node.parent
+    return True
+
+
+def _lower(level: int) -> _Lowered | None:
+    """Records from ``level`` up reach the root's handlers (see the module docstring)."""
+    root = logging.getLogger()
+    before = root.level
+    if not before or level >= before:
+        return None
+    ours = logging.getLogger("pgtasks")
+    pinned = not ours.level
+    if pinned:
+        ours.setLevel(before)
+    loggers = [root] + [
+        each
+        for each in list(logging.Logger.manager.loggerDict.values())
+        if isinstance(each, logging.Logger) and each.handlers and _takes_root_level(each)
+    ]
+    filtered = []
+    for logger in loggers:
+        for handler in list(logger.handlers):
+            if handler is not _handler:
+                below = _Below(before)
+                handler.addFilter(below)
+                filtered.append((handler, below))
+    root.setLevel(level)
+    return _Lowered(before, level, pinned, filtered)
+
+
+def _restore(lowered: _Lowered) -> None:
+    root = logging.getLogger()
+    if root.level == lowered.root_after:  # else configured since: left as it is
+        root.setLevel(lowered.root_before)
+    ours = logging.getLogger("pgtasks")
+    if lowered.pinned and ours.level == lowered.root_before:
+        ours.setLevel(logging.NOTSET)
+    for handler, below in lowered.filtered:
+        handler.removeFilter(below)
+
+
+def _start_in_attempt(thread: threading.Thread) -> None:
+    """``Thread.start`` while capture is installed: a thread started under an attempt
+    (not a ThreadPoolExecutor's own: ``submit`` carries those) runs under it too."""
+    log = CURRENT.get()
+    if log is not None and getattr(thread, "_target", None) is not _pool_worker:
+        run = thread.run
+
+        def run_in_attempt() -> None:
+            CURRENT.set(log)
+            run()
+
+        thread.run = run_in_attempt  # type: ignore[method-assign]
+    _thread_start(thread)
+
+
+def _in_attempt(log: AttemptLog, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    token = CURRENT.set(log)
+    try:
+        return function(*args, **kwargs)
+    finally:
+        CURRENT.reset(token)
+
+
+def _submit_in_attempt(
+    executor: concurrent.futures.ThreadPoolExecutor,
+    function: Callable[..., Any],
+    /,
+    *args: Any,
+    **kwargs: Any,
+) -> concurrent.futures.Future[Any]:
+    """``ThreadPoolExecutor.submit`` while capture is installed: the function runs under
+    the submitter's attempt."""
+    log = CURRENT.get()
+    if log is None:
+        return _pool_submit(executor, function, *args, **kwargs)
+    return _pool_submit(executor, _in_attempt, log, function, *args, **kwargs)
+
+
+_thread_start = threading.Thread.start
+_pool_submit = concurrent.futures.ThreadPoolExecutor.submit
+_pool_worker = getattr(concurrent.futures.thread, "_worker", None)
+
+
+def _apply() -> None:
+    """Install, change or remove the capture for the levels of ``_levels`` (lock held)."""
+    global _lowered
+    if _lowered is not None:
+        _restore(_lowered)
+        _lowered = None
+    if not _levels:
+        logging.getLogger().removeHandler(_handler)
+        if threading.Thread.start is _start_in_attempt:  # else patched since: left as it is
+            threading.Thread.start = _thread_start  # type: ignore[method-assign]
+        if concurrent.futures.ThreadPoolExecutor.submit is _submit_in_attempt:
+            concurrent.futures.ThreadPoolExecutor.submit = _pool_submit  # type: ignore[method-assign]
+        return
+    logging.getLogger().addHandler(_handler)  # once: a handler is added at most once
+    threading.Thread.start = _start_in_attempt  # type: ignore[method-assign,assignment]
+    concurrent.futures.ThreadPoolExecutor.submit = _submit_in_attempt  # type: ignore[method-assign,assignment]
+    _lowered = _lower(min(_levels))
+
+
+def install(level: int = DEFAULT_LEVEL) -> None:
+    """Capture from ``level`` on from now on (counted: each worker installs once)."""
     with _install_lock:
-        _installed = max(0, _installed - 1)
-        if _installed == 0:
-            logging.getLogger().removeHandler(_handler)
+        _levels.append(level)
+        _apply()
+
+
+def uninstall(level: int = DEFAULT_LEVEL) -> None:
+    with _install_lock:
+        if level in _levels:
+            _levels.remove(level)
+        _apply()
 
 
 class JobLogs:
     """An executor's capture: a log per attempt it runs, attached to its outcome."""
 
-    def __init__(self, limits: LogLimits | None = None) -> None:
+    def __init__(self, limits: LogLimits | None = None, level: int = DEFAULT_LEVEL) -> None:
         self.limits = limits or LogLimits()
+        self.level = level
         self.secrets: tuple[str, ...] = ()
         self.started = False
 
@@ -175,39 +361,41 @@ class JobLogs:
         self.secrets = secrets
         if not self.started:
             self.started = True
-            install()
+            install(self.level)
 
     def stop(self) -> None:
         if self.started:
             self.started = False
-            uninstall()
+            uninstall(self.level)
 
     def call(self, running: Running, function: Callable[..., Outcome], *args: Any) -> Outcome:
         """Run ``function`` with a new log as the current attempt's; its outcome with the
         lines."""
-        log = running.log = AttemptLog(self.limits, self.secrets)
+        log = running.log = AttemptLog(self.limits, self.secrets, self.level)
         token = CURRENT.set(log)
         try:
             outcome = function(*args)
         finally:
             CURRENT.reset(token)
+            log.closed = True
         return attach(log, outcome)
 
     async def acall(
         self, running: Running, function: Callable[..., Awaitable[Outcome]], *args: Any
     ) -> Outcome:
         """:meth:`call` for a coroutine (on the runner's task: set, then reset)."""
-        log = running.log = AttemptLog(self.limits, self.secrets)
+        log = running.log = AttemptLog(self.limits, self.secrets, self.level)
         token = CURRENT.set(log)
         try:
             outcome = await function(*args)
         finally:
             CURRENT.reset(token)
+            log.closed = True
         return attach(log, outcome)
 
     def register_child(self, running: Running) -> None:
         """A log for an attempt a pool child runs (the records it forwards name it)."""
-        running.log = AttemptLog(self.limits, self.secrets)
+        running.log = AttemptLog(self.limits, self.secrets, self.level)
         _children[_child_key(running)] = running.log
 
     @staticmethod

@@ -12,6 +12,7 @@ from typing import Literal
 
 from .._errors import ConfigurationError
 from .._validation import positive_number, whole_number
+from .joblogs import DEFAULT_LEVEL, capture_level
 
 StartMethod = Literal["spawn", "fork"]
 START_METHODS: tuple[StartMethod, ...] = ("spawn", "fork")
@@ -40,11 +41,17 @@ class ExecutorSettings:
     max_memory_per_child: float | None = None
     #: Seconds of event-loop silence that log a blocking-call warning (None: off).
     loop_lag_threshold: float | None = 0.5
-    #: Capture each attempt's log lines and store them with the job (see joblogs.py).
-    job_logs: bool = True
+    #: Capture each attempt's log lines and store them with the job (see joblogs.py):
+    #: True (from INFO), a level (``"DEBUG"``, ``logging.WARNING``) or False.
+    job_logs: bool | str | int = True
+    #: The lowest level captured (from ``job_logs``).
+    job_log_level: int = dataclasses.field(default=DEFAULT_LEVEL, init=False)
 
     def __post_init__(self) -> None:
         whole_number("concurrency=", self.concurrency)
+        level = capture_level(self.job_logs)
+        object.__setattr__(self, "job_logs", level is not None)
+        object.__setattr__(self, "job_log_level", level or DEFAULT_LEVEL)
         # A copy: the caller's dict may change later; 0 turns the lag warning off.
         object.__setattr__(self, "queue_executors", dict(self.queue_executors or {}))
         object.__setattr__(self, "loop_lag_threshold", self.loop_lag_threshold or None)

@@ -18,6 +18,7 @@ import psycopg
 
 from .._durable import StepError
 from .._store.durable import StepRecord
+from .._store.ports import StepPort
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -39,6 +40,10 @@ class StepTransactions:
     def _owner(self) -> App:
         raise NotImplementedError
 
+    def _steps(self) -> StepPort:
+        """The statements a running attempt may run (each write fenced by its lease)."""
+        return self._owner().queries
+
     def _lease(self) -> dict[str, int]:
         raise NotImplementedError
 
@@ -59,7 +64,7 @@ class StepTransactions:
             with contextlib.ExitStack() as stack:
                 conn = stack.enter_context(owner.database.connection())
                 stack.enter_context(conn.transaction())
-                if owner.queries.hold_job(conn, **self._lease()) is None:
+                if self._steps().hold_job(conn, **self._lease()) is None:
                     raise self._refused("a step's transaction")
                 self._tx = (stack.pop_all(), conn)
         with self._tx[1].transaction():  # a savepoint: a failed block undoes itself only
@@ -73,7 +78,7 @@ class StepTransactions:
             async with contextlib.AsyncExitStack() as stack:
                 conn = await stack.enter_async_context(owner.database.aconnection())
                 await stack.enter_async_context(conn.transaction())
-                if await owner.queries.ahold_job(conn, **self._lease()) is None:
+                if await self._steps().ahold_job(conn, **self._lease()) is None:
                     raise self._refused("a step's transaction")
                 self._atx = (stack.pop_all(), conn)
         async with self._atx[1].transaction():
@@ -117,11 +122,11 @@ class StepTransactions:
         """Write ``step`` in the step's transaction (committed with it), else on its own."""
         owner = self._owner()
         if self._tx is not None:
-            return owner.queries.record_job_step(self._tx[1], step)
-        return owner.database.run(lambda conn: owner.queries.record_job_step(conn, step))
+            return self._steps().record_job_step(self._tx[1], step)
+        return owner.database.run(lambda conn: self._steps().record_job_step(conn, step))
 
     async def _awrite_checkpoint(self, step: StepRecord) -> dict[str, Any] | None:
         """Write ``step`` in the step's async transaction; None: it has none."""
         if self._atx is None:
             return None
-        return await self._owner().queries.arecord_job_step(self._atx[1], step)
+        return await self._steps().arecord_job_step(self._atx[1], step)

@@ -153,8 +153,8 @@ class DurableRun(StepTransactions):
 
         def load(conn: Any) -> list[dict[str, Any]]:
             if parked:  # running again: no longer parked
-                owner.queries.unpark_job(conn, **self._lease())
-            return owner.queries.load_job_steps(conn, job_id)
+                self._steps().unpark_job(conn, **self._lease())
+            return self._steps().load_job_steps(conn, job_id)
 
         rows = owner.database.run(load)
         self._loaded = [
@@ -234,7 +234,7 @@ class DurableRun(StepTransactions):
         """Write a checkpoint (in ``conn``'s transaction, the step's, or one of its own)."""
         step = self._checkpoint(*fields)
         if conn is not None:
-            self._recorded(step, self._owner().queries.record_job_step(conn, step))
+            self._recorded(step, self._steps().record_job_step(conn, step))
         else:
             self._recorded(step, self._write_checkpoint(step))
 
@@ -386,7 +386,7 @@ class DurableRun(StepTransactions):
         marker = json.dumps({"kind": kind, **(extra or {})})
 
         def write(connection: Any) -> dict[str, Any]:
-            return owner.queries.park_job(
+            return self._steps().park_job(
                 connection,
                 **self._lease(),
                 marker_json=marker,
@@ -429,7 +429,7 @@ class DurableRun(StepTransactions):
             if checkpoint.status == "timeout":
                 raise EventTimeout(f"no event {key!r} came before the wait's timeout")
             return result.get("payload")
-        owner, store = self._owner(), self._owner().queries
+        owner, store = self._owner(), self._steps()
         after_id = self._consumed.get(key, 0)
 
         def wait(conn: Any) -> tuple[str, Any]:

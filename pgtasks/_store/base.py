@@ -24,7 +24,7 @@ from psycopg.types.json import JsonbLoader
 
 from .._errors import SchemaNotMigratedError
 from .._payload import Unreadable, decode_stored
-from ..sql import load_queries
+from ..sql import load_fragments, load_queries
 
 Params = Mapping[str, Any]
 Row = dict[str, Any]
@@ -253,7 +253,6 @@ ANNOUNCED_CLAIMS = (
     "claim_jobs",
     "claim_jobs_after",
     "claim_jobs_aged",
-    "claim_limited_jobs",
     "claim_limited",
 )
 
@@ -279,6 +278,12 @@ class QueriesBase:
         self._identifier = sql.Identifier(schema)
         #: The jobs table's qualified name, as text (for pg_get_serial_sequence).
         self.jobs_table = self._identifier.as_string(None) + ".jobs"
+        #: The fragments statements share (``{job_filter}``), each rendered once.
+        self._fragments: dict[str, sql.Composable] = {}
+        self._fragments = {
+            name: sql.SQL(self._render(without_inner_comments(text)).decode())
+            for name, text in load_fragments().items()
+        }
         #: The named queries (comment lines past their header left out: without_inner_comments).
         self._statements: dict[str, bytes] = {
             name: self._render(without_inner_comments(query.text))
@@ -300,6 +305,7 @@ class QueriesBase:
             cancel_channel=sql.Literal(self.cancel_channel),
             activity_channel=sql.Literal(self.activity_channel),
             limits_channel=sql.Literal(self.limits_channel),
+            **self._fragments,
         )
         return composed.as_string(None).encode()
 

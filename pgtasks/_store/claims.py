@@ -1,5 +1,5 @@
-"""ClaimQueries: claims and finishes (``sql/queries.sql``, ``sql/limits.sql``,
-``sql/rescues.sql``), and the round trip that runs both at once.
+"""ClaimQueries: claims and finishes (``sql/claims.sql``), and the round trip that runs
+both at once.
 
 The worker hands over records (``pgtasks._leases``): a ClaimRequest becomes the claim
 statement's parameters, Finishes the finish statement's, and claimed rows come back as
@@ -134,11 +134,16 @@ def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
         "limit": claim.limit,
         "task_names": list(claim.task_names) if claim.task_names is not None else None,
     }
+    aged = claim.aging is not None or bool(claim.queue_aging)
+    if aged or claim.limited:
+        # Priority aging (claim_jobs_aged, migration 0028): the intervals, app-wide and per queue.
+        params["aging"] = claim.aging
+        params["aged_queues"] = [queue for queue, _ in claim.queue_aging] or None
+        params["aged_seconds"] = [seconds for _, seconds in claim.queue_aging] or None
     if claim.limited:
         return "claim_limited", params
-    if claim.aging is not None:
-        # Priority aging (sql/aging.sql): effective priorities, read per priority level.
-        params["aging"] = claim.aging
+    if aged:
+        # Effective priorities, read per priority level.
         return "claim_jobs_aged", params
     after = claim.after
     if after is None:
@@ -279,15 +284,8 @@ class ClaimQueries(QueriesBase):
         self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
     ) -> list[ClaimedJob]:
         """``claim_jobs`` by effective priority (priority aging, ``claim.aging`` seconds a
-        level; sql/aging.sql)."""
+        level)."""
         return self._claimed(conn, "claim_jobs_aged", claim, announced=announced)
-
-    def claim_limited_jobs(
-        self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
-    ) -> list[ClaimedJob]:
-        """The limited claim of the previous release, kept for its
-        workers during a rolling upgrade; this release claims with :meth:`claim_limited`."""
-        return self._claimed(conn, "claim_limited_jobs", claim, announced=announced)
 
     def claim_limited(
         self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
@@ -402,7 +400,7 @@ class ClaimQueries(QueriesBase):
         if claim.limited:
             jobs, report = self.claim_limited(conn, claim, announced=True)
             return RoundTrip({}, jobs, report)
-        if claim.aging is not None:
+        if claim.aging is not None or claim.queue_aging:
             return RoundTrip({}, self.claim_jobs_aged(conn, claim, announced=True))
         if claim.after is None:
             return RoundTrip({}, self.claim_jobs(conn, claim, announced=True))
@@ -460,43 +458,10 @@ class ClaimQueries(QueriesBase):
             claimed.sort(key=claim_order)
         return _trip(written, claim, claimed)
 
-    def release_jobs(self, conn: psycopg.Connection[Any], jobs: Sequence[ClaimedJob]) -> set[int]:
-        """Give the leases of ``jobs`` back: pending again, without using up the attempt
-        (fenced: a lease lost meanwhile is not released). Returns the ids released."""
-        by_owner: dict[int, list[ClaimedJob]] = {}
-        for job in jobs:
-            by_owner.setdefault(job.worker_id, []).append(job)
-        released: set[int] = set()
-        for owner, held in by_owner.items():
-            params = {
-                "worker_id": owner,
-                "id": [job.id for job in held],
-                "attempt": [job.attempt for job in held],
-            }
-            released.update(row["id"] for row in self._rows(conn, "release_jobs", params))
-        return released
+    def begin_read_committed_block(self, conn: psycopg.Connection[Any]) -> None:
+        """Begin a transaction block, READ COMMITTED whatever the server's default (on an
+        autocommit connection; a pipelined round trip sends the same statement)."""
+        self._rows(conn, "begin_read_committed_block", None)
 
-    def release_orphaned_batch_jobs(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        worker_id: int,
-        task_names: Sequence[str],
-        known_ids: Sequence[int],
-    ) -> set[int]:
-        """Release the jobs of ``task_names`` held by ``worker_id`` that are not in
-        ``known_ids`` (a batch claim whose reply was lost with the connection)."""
-        params = {
-            "worker_id": worker_id,
-            "task_names": list(task_names),
-            "known_ids": list(known_ids),
-        }
-        return {row["id"] for row in self._rows(conn, "release_orphaned_batch_jobs", params)}
-
-    def release_orphaned_jobs(
-        self, conn: psycopg.Connection[Any], *, worker_id: int, known_ids: Sequence[int]
-    ) -> set[int]:
-        """Release the jobs held by ``worker_id`` that are not in ``known_ids`` (claimed by
-        a round trip whose reply was lost with the connection)."""
-        params = {"worker_id": worker_id, "known_ids": list(known_ids)}
-        return {row["id"] for row in self._rows(conn, "release_orphaned_jobs", params)}
+    def commit_block(self, conn: psycopg.Connection[Any]) -> None:
+        self._rows(conn, "commit_block", None)

@@ -1,7 +1,7 @@
 """HistoryQueries: statements for jobs_history:
 its day partitions created ahead and dropped once expired, rows past retention deleted
 where no whole day can be dropped, and finished jobs left in jobs by older versions moved
-over in batches (``sql/operations.sql``)."""
+over in batches (``sql/history.sql``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""InsertQueries: enqueue paths (``sql/queries.sql``): one job, a batch by
+"""InsertQueries: enqueue paths (``sql/inserts.sql``): one job, a batch by
 arrays, delay_many's batch, a large batch by COPY; limited and scoped jobs go to their own
 queries (limits.py, unique.py)."""
 

@@ -1,4 +1,4 @@
-"""MigrationQueries: what the migrator runs besides the version table (sql/migrations.sql)."""
+"""MigrationQueries: the migrations table and what the migrator runs (sql/migrations.sql)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,23 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ..sql import Migration
 from .base import ADVISORY_LOCK_CLASS_MIGRATE, Params, QueriesBase, Row, translate_errors
 
 
 class MigrationQueries(QueriesBase):
+    # -- the migrations table --
+    def create_migrations_table(self, conn: psycopg.Connection[Any]) -> None:
+        self._rows(conn, "create_migrations_table", None)
+
+    def get_applied_migrations(self, conn: psycopg.Connection[Any]) -> set[int]:
+        return {row["version"] for row in self._rows(conn, "get_applied_migrations", None)}
+
+    def record_migration(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
+        params = {"version": migration.version, "name": migration.name}
+        self._rows(conn, "record_migration", params)
+
+    # -- the migrator's session --
     def lock_migrations_session(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to take the schema's migration lock for ``conn``'s session."""
         rows = self._rows(
@@ -70,6 +83,22 @@ class MigrationQueries(QueriesBase):
     ) -> list[Row]:
         params = {"schema": self.schema, "relations": list(relations)}
         return self._rows(conn, "get_lock_holders", params)
+
+    def get_partitions(self, conn: psycopg.Connection[Any], table: str) -> list[Row]:
+        """The partitions under ``table``, parents first (name, parent, leaf)."""
+        return self._rows(conn, "get_partitions", {"schema": self.schema, "table": table})
+
+    def get_table_indexes(self, conn: psycopg.Connection[Any], table: str) -> list[Row]:
+        """The indexes of ``table`` (name, valid, definition, attached_to)."""
+        return self._rows(conn, "get_table_indexes", {"schema": self.schema, "table": table})
+
+    def run_index_sql(self, conn: psycopg.Connection[Any], template: str, **names: str) -> None:
+        """A statement of a partitioned index build: ``template`` (a migration's text) with
+        ``{schema}`` and the relations of ``names`` as identifiers."""
+        identifiers = {key: sql.Identifier(value) for key, value in names.items()}
+        statement = sql.SQL(template).format(schema=self._identifier, **identifiers)
+        with translate_errors(self.schema):
+            conn.execute(statement)
 
     # -- composed statements (a migration's own text, a table named by a batched step) --
     def run_migration_sql(

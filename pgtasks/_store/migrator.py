@@ -41,6 +41,7 @@ from .._errors import MigrationLockError, SchemaNotMigratedError, SchemaTooNewEr
 from .._validation import positive_seconds
 from ..sql import Migration, load_migrations
 from ..sql.steps import EFFECTS, StatementLocks, Step, step_locks
+from . import partition_indexes
 from .queries import Queries
 
 logger = logging.getLogger("pgtasks.migrate")
@@ -411,6 +412,19 @@ class Migrator:
 
         self._retrying(conn, migration, step, attempt)
 
+    def _retried(
+        self, conn: psycopg.Connection[Any], migration: Migration, step: Step, body: Any
+    ) -> None:
+        """``body`` in a transaction under lock_timeout (and the migration lock), retried."""
+
+        def attempt() -> None:
+            with conn.transaction():
+                self.queries.set_step_lock_timeout(conn, self.lock_timeout)
+                self.queries.lock_migrations(conn)
+                body()
+
+        self._retrying(conn, migration, step, attempt)
+
     def _retrying(
         self,
         conn: psycopg.Connection[Any],
@@ -493,6 +507,12 @@ class Migrator:
         store = self.queries
         name = step.index_name()
         state = store.get_index_state(conn, name)
+        if step.builds_index and partition_indexes.partitioned_table(store, conn, step.text):
+            if state is not True:  # built partition by partition (partition_indexes.py)
+                partition_indexes.build(
+                    store, conn, step.text, lambda body: self._retried(conn, migration, step, body)
+                )
+            return
         if step.builds_index:
             if state is True:
                 logger.info(

@@ -57,18 +57,12 @@ class OperationsQueries(QueriesBase):
         return self._rows(conn, "list_running_jobs", {"limit": limit, "chars": chars})
 
     def list_recent_worker_jobs(
-        self,
-        conn: psycopg.Connection[Any],
-        worker_ids: Sequence[int],
-        *,
-        per_worker: int,
-        window: int,
+        self, conn: psycopg.Connection[Any], worker_ids: Sequence[int], *, per_worker: int
     ) -> list[Row]:
-        """The last ``per_worker`` finished jobs of each worker, among the newest
-        ``window`` finished jobs."""
+        """The last ``per_worker`` finished jobs of each worker (an index probe each)."""
         if not worker_ids:
             return []
-        params = {"worker_ids": list(worker_ids), "per_worker": per_worker, "window": window}
+        params = {"worker_ids": list(worker_ids), "per_worker": per_worker}
         return self._rows(conn, "list_recent_worker_jobs", params)
 
     def retry_job(self, conn: psycopg.Connection[Any], job_id: int) -> Row | None:

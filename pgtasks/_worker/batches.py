@@ -21,6 +21,7 @@ import psycopg
 
 from .._counters import BATCH_JOBS, BATCHES_RUN, FENCED_WRITES_REFUSED
 from .._execution.batches import run_batch
+from .._execution.joblogs import JobLogs
 from .._execution.outcomes import storable_outcome
 from .._leases import ClaimedJob, ClaimRequest, Finish
 from .._retry import Outcome, reconnect_delay
@@ -30,7 +31,7 @@ from .services import Service
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
-    from .._store.queries import Queries
+    from .._store.ports import WorkerPort
     from .exchange import Exchanges
     from .parts import LoopParts
     from .settings import WorkerSettings
@@ -55,7 +56,7 @@ class BatchService(Service):
         self,
         connect: Connect,
         settings: WorkerSettings,
-        store: Queries,
+        store: WorkerPort,
         tasks: Sequence[Task[Any, Any]],
         parts: LoopParts,
         *,
@@ -71,6 +72,10 @@ class BatchService(Service):
         self.ledger = parts.ledger
         self.reporter = parts.reporter
         self.secrets = list(secrets)
+        #: The capture of the handlers' log lines (attached to each job of the batch).
+        self._logs = (
+            JobLogs(level=settings.executor.job_log_level) if settings.executor.job_logs else None
+        )
         self._busy = False
         #: A claim failed (its reply may have been lost after it committed), and the jobs
         #: this service holds (a batch gathering or running).
@@ -81,6 +86,8 @@ class BatchService(Service):
         """Stop claiming; a batch running lets its handler end and its outcomes be written,
         for up to the worker's shutdown timeout (its jobs are rescued after that)."""
         super().stop(max(timeout, self.settings.shutdown_timeout))
+        if self._logs is not None:
+            self._logs.stop()
 
     def _next_wait(self) -> float:
         # Straight on after a batch: more jobs are likely due.
@@ -166,8 +173,10 @@ class BatchService(Service):
 
     def _run_batch(self, task: Task[Any, Any], jobs: list[ClaimedJob]) -> None:
         started = time.monotonic()
+        if self._logs is not None and not self._logs.started and not self.stopping.is_set():
+            self._logs.start(tuple(self.secrets))
         try:
-            outcomes = run_batch(task, jobs)
+            outcomes = run_batch(task, jobs, self._logs)
         except BaseException as error:  # the jobs' ends are never lost
             logger.exception("batch of task %s could not run", task.name)
             outcomes = [Outcome.failed(f"pgtasks could not run the batch: {error!r}")] * len(jobs)

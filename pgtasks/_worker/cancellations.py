@@ -20,7 +20,7 @@ from .connection import Connect, OwnConnection
 
 if TYPE_CHECKING:
     from .._execution.executor import Executor
-    from .._store.queries import Queries
+    from .._store.ports import WorkerPort
     from .ledger import JobLedger
     from .registration import Registration
 
@@ -34,7 +34,7 @@ class Cancellations:
         self,
         connect: Connect,
         *,
-        store: Queries,
+        store: WorkerPort,
         registration: Registration,
         ledger: JobLedger,
         executor: Executor,

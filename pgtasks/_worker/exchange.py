@@ -32,7 +32,7 @@ from .services import ErrorLog
 
 if TYPE_CHECKING:
     from .._execution.running import Running
-    from .._store.queries import Queries
+    from .._store.ports import WorkerPort
     from .parts import LoopParts
     from .settings import WorkerSettings
 
@@ -93,7 +93,7 @@ class Exchanges:
         settings: WorkerSettings,
         parts: LoopParts,
         *,
-        store: Queries,
+        store: WorkerPort,
         prefetch: Prefetch,
         tasks: Mapping[str, object],
     ) -> None:
@@ -107,6 +107,7 @@ class Exchanges:
         self.errors = parts.errors
         self.queues = settings.queues
         self.aging = settings.priority_aging
+        self.queue_aging = settings.queue_aging
         self.prefetch = prefetch
         self.tasks = tasks
         poll_interval = settings.poll_interval
@@ -337,6 +338,7 @@ class Exchanges:
             after=self.cursor.claim_from(),
             limited=self._limits.asking(now),
             aging=self.aging,
+            queue_aging=self.queue_aging,
         )
 
     def run(self, conn: psycopg.Connection[Any], exchange: Exchange) -> None:

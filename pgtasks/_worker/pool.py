@@ -20,7 +20,7 @@ import psycopg
 
 if TYPE_CHECKING:
     from .._execution.executor import Executor
-    from .._store.queries import Queries
+    from .._store.ports import WorkerPort
     from .settings import WorkerSettings
 
 logger = logging.getLogger("pgtasks.worker")
@@ -33,13 +33,13 @@ class PoolSize:
         self.low, self.high = settings.pool_bounds
         self._executor = executor
 
-    def registered(self, store: Queries, conn: psycopg.Connection[Any], worker_id: int) -> None:
+    def registered(self, store: WorkerPort, conn: psycopg.Connection[Any], worker_id: int) -> None:
         """Store the bounds with the worker's row (none for a worker without local slots)."""
         executor = self._executor()
         if executor is not None and executor.uses_local:
             store.set_worker_pool_bounds(conn, worker_id, self.low, self.high)
 
-    def poll(self, store: Queries, conn: psycopg.Connection[Any], worker_id: int) -> None:
+    def poll(self, store: WorkerPort, conn: psycopg.Connection[Any], worker_id: int) -> None:
         """Apply a size asked for since the last heartbeat (heartbeat thread)."""
         wanted = store.get_worker_pool_wanted(conn, worker_id)
         executor = self._executor()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 if TYPE_CHECKING:
-    from .._store.queries import Queries
+    from .._store.ports import WorkerPort
     from .pool import PoolSize
 
 logger = logging.getLogger("pgtasks.worker")
@@ -27,7 +27,7 @@ class Registration:
 
     def __init__(
         self,
-        store: Queries,
+        store: WorkerPort,
         *,
         name: str,
         hostname: str,

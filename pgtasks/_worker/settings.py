@@ -52,6 +52,8 @@ class WorkerSettings:
     max_concurrency: int | None = None
     #: The App's priority_aging: seconds per level a due job's priority rises (None: none).
     priority_aging: float | None = None
+    #: The queues with an aging interval of their own (app.queue(name, priority_aging=)).
+    queue_aging: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.queues is not None:
@@ -118,7 +120,7 @@ class WorkerSettings:
         store: str | None = None,
         min_concurrency: int | None = None,
         max_concurrency: int | None = None,
-        job_logs: bool = True,
+        job_logs: bool | str | int = True,
     ) -> WorkerSettings:
         """The settings of ``Worker(app, ...)``'s keywords: an interval not given is the
         App's; queue names are stripped, blank ones dropped."""

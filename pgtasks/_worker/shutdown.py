@@ -23,7 +23,7 @@ from .._retry import reconnect_delay
 
 if TYPE_CHECKING:
     from .._execution.running import Running
-    from .._store.queries import Queries
+    from .._store.ports import WorkerPort
     from .exchange import Exchanges
     from .parts import LoopParts
     from .services import Service
@@ -46,7 +46,7 @@ class GracefulStop:
         self,
         parts: LoopParts,
         *,
-        store: Queries,
+        store: WorkerPort,
         exchanges: Exchanges,
         services: Sequence[Service],
         wake_event: threading.Event,

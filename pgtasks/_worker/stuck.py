@@ -17,7 +17,7 @@ import psycopg
 
 if TYPE_CHECKING:
     from .._leases import ClaimedJob
-    from .._store.queries import Queries
+    from .._store.ports import WorkerPort
     from .ledger import JobLedger
     from .registration import Registration
     from .services import Service
@@ -83,7 +83,7 @@ def stop_status(
 
 def release_held(
     connect: Callable[[], psycopg.Connection[Any]],
-    queries: Queries,
+    queries: WorkerPort,
     registration: Registration,
     ledger: JobLedger,
     seconds: float,

@@ -19,6 +19,7 @@ WorkerSettings (settings.py) or the part of them it uses.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -73,7 +74,8 @@ class Worker(SettingsAttributes):
     seconds, releases the rest to pending without using up their attempt, and
     deregisters. The keywords make a WorkerSettings (pgtasks/_worker/settings.py);
     :meth:`from_settings` takes one made already (``pgtasks worker`` does).
-    ``job_logs=False``: the attempts' log lines are not captured (docs/howto/operations.md).
+    ``job_logs``: capture the attempts' log lines from INFO (True), from a level
+    (``"DEBUG"``), or not (False) (docs/howto/operations.md).
     ``min_concurrency``/``max_concurrency``: the bounds ``pool_grow``/``pool_shrink``
     resize the pool within (default 1 and ``concurrency``)."""
 
@@ -100,7 +102,7 @@ class Worker(SettingsAttributes):
         max_memory_per_child: float | None = None,
         loop_lag_threshold: float | None = 0.5,
         store: str | None = None,
-        job_logs: bool = True,
+        job_logs: bool | str | int = True,
         min_concurrency: int | None = None,
         max_concurrency: int | None = None,
     ) -> None:
@@ -142,6 +144,10 @@ class Worker(SettingsAttributes):
     def _configure(
         self, app: App, settings: WorkerSettings, observers: Sequence[WorkerEvents]
     ) -> None:
+        if not settings.queue_aging:  # the queues' own intervals (app.queue(priority_aging=))
+            aged = ((q.queue, q.priority_aging) for q in app.queue_limits.values())
+            queue_aging = tuple((name, s) for name, s in aged if s is not None)
+            settings = dataclasses.replace(settings, queue_aging=queue_aging)
         self.app = app = app.for_store(settings.store or app.store_name)  # its one store
         #: What this worker runs with, checked once (see WorkerSettings).
         self.settings = settings

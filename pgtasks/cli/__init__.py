@@ -14,6 +14,7 @@ from .celery_ops import control, inspect, result
 from .doctor import doctor
 from .durable import events, fork_command
 from .embedded import embedded
+from .job_actions import edit_command, run_now_command, snooze_command
 from .limits import limits, sequences
 from .operations import jobs, prune_command, stats, workers
 from .queues import queues
@@ -61,6 +62,7 @@ for command in (
     events,
 ):
     main.add_command(command)
-jobs.add_command(fork_command)
+for command in (fork_command, run_now_command, snooze_command, edit_command):
+    jobs.add_command(command)
 
 install_global_options(main)

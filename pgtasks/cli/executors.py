@@ -73,6 +73,13 @@ _OPTIONS = [
         show_default=True,
         help="Capture the log lines each attempt writes and store them with the job.",
     ),
+    click.option(
+        "--job-logs-level",
+        type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+        default="info",
+        show_default=True,
+        help="The lowest level of the lines captured, whatever --loglevel prints.",
+    ),
 ]
 
 
@@ -117,5 +124,5 @@ def worker_executor_options(app_path: str, app: App, flags: dict[str, Any]) -> d
         "max_tasks_per_child": flags["max_tasks_per_child"],
         "max_memory_per_child": flags["max_memory_per_child"],
         "loop_lag_threshold": flags["loop_lag_threshold"] or None,
-        "job_logs": flags["job_logs"],
+        "job_logs": flags["job_logs_level"].upper() if flags["job_logs"] else False,
     }

@@ -84,29 +84,3 @@ counted AS (
     SELECT 'expired', count(*) FROM expired HAVING count(*) > 0
 )
 SELECT id, pg_notify({done_channel}, id::text) IS NULL AS notified FROM expired;
-
--- name: update_job_logs :many
--- The log lines of running attempts, each fenced by its lease; meta key "pgtasks.logs"
--- under the attempt number (see pgtasks/_execution/joblogs.py). The heartbeat writes the
--- lines so far; the round trip that writes outcomes writes an attempt's lines just before
--- its finish_jobs, in its transaction (only for attempts that logged: finish_jobs itself
--- is unchanged). The dashboard hears of them (payload: job ids).
-WITH flushed AS (
-    SELECT * FROM unnest(%(id)s::bigint[], %(attempt)s::int[], %(logs)s::jsonb[])
-        AS flushed(id, attempt, logs)
-),
-updated AS (
-    UPDATE {schema}.jobs AS jobs
-    SET meta = jobs.meta || jsonb_build_object('pgtasks.logs',
-            CASE WHEN jsonb_typeof(jobs.meta -> 'pgtasks.logs') = 'object'
-                 THEN jobs.meta -> 'pgtasks.logs' ELSE jsonb_build_object() END
-            || jsonb_build_object(flushed.attempt::text, flushed.logs))
-    FROM flushed
-    WHERE jobs.id = flushed.id
-      AND jobs.status = 'running'
-      AND jobs.locked_by = %(worker_id)s
-      AND jobs.attempts = flushed.attempt
-    RETURNING jobs.id
-)
-SELECT pg_notify({activity_channel}, string_agg(id::text, ',')) IS NULL AS notified
-FROM updated HAVING count(*) > 0;

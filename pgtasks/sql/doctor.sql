@@ -1,5 +1,32 @@
 -- Queries of `pgtasks doctor`: read-only facts about the server and the schema's tables.
 
+-- fragment: deep_payload_candidate
+-- A row that may nest deeper than %(depth)s levels (get_deep_payloads and
+-- get_deep_history_payloads): each level takes 8 bytes of jsonb at least, so a smaller
+-- value that is not compressed cannot, and is not walked.
+pg_column_size(args) >= 8 * %(depth)s::int
+OR pg_column_compression(args) IS NOT NULL
+OR pg_column_size(kwargs) >= 8 * %(depth)s::int
+OR pg_column_compression(kwargs) IS NOT NULL
+OR pg_column_size(meta) >= 8 * %(depth)s::int
+OR pg_column_compression(meta) IS NOT NULL
+OR pg_column_size(result) >= 8 * %(depth)s::int
+OR pg_column_compression(result) IS NOT NULL
+
+-- fragment: deep_payload_checks
+-- A candidate's columns nesting past %(past)s, and whether one nests as deep as
+-- %(undecodable)s (the jsonpaths walk down to the level asked for only).
+array_remove(ARRAY[
+    CASE WHEN jsonb_path_exists(args, %(past)s::jsonpath) THEN 'args' END,
+    CASE WHEN jsonb_path_exists(kwargs, %(past)s::jsonpath) THEN 'kwargs' END,
+    CASE WHEN jsonb_path_exists(meta, %(past)s::jsonpath) THEN 'meta' END,
+    CASE WHEN jsonb_path_exists(result, %(past)s::jsonpath) THEN 'result' END
+], NULL) AS columns,
+(jsonb_path_exists(args, %(undecodable)s::jsonpath)
+ OR jsonb_path_exists(kwargs, %(undecodable)s::jsonpath)
+ OR jsonb_path_exists(meta, %(undecodable)s::jsonpath)
+ OR coalesce(jsonb_path_exists(result, %(undecodable)s::jsonpath), false)) AS undecodable
+
 -- name: get_oldest_snapshot :one
 -- The session whose snapshot (backend_xmin) is oldest, pinning the xmin horizon.
 SELECT pid, application_name, state, backend_xmin::text AS backend_xmin,
@@ -170,27 +197,9 @@ LIMIT 50;
 WITH candidates AS (
     SELECT id, task_name, queue, status, args, kwargs, meta, result
     FROM {schema}.jobs
-    WHERE pg_column_size(args) >= 8 * %(depth)s::int
-       OR pg_column_compression(args) IS NOT NULL
-       OR pg_column_size(kwargs) >= 8 * %(depth)s::int
-       OR pg_column_compression(kwargs) IS NOT NULL
-       OR pg_column_size(meta) >= 8 * %(depth)s::int
-       OR pg_column_compression(meta) IS NOT NULL
-       OR pg_column_size(result) >= 8 * %(depth)s::int
-       OR pg_column_compression(result) IS NOT NULL
+    WHERE {deep_payload_candidate}
 ), deep AS (
-    SELECT id, task_name, queue, status,
-           array_remove(ARRAY[
-               CASE WHEN jsonb_path_exists(args, %(past)s::jsonpath) THEN 'args' END,
-               CASE WHEN jsonb_path_exists(kwargs, %(past)s::jsonpath) THEN 'kwargs' END,
-               CASE WHEN jsonb_path_exists(meta, %(past)s::jsonpath) THEN 'meta' END,
-               CASE WHEN jsonb_path_exists(result, %(past)s::jsonpath) THEN 'result' END
-           ], NULL) AS columns,
-           (jsonb_path_exists(args, %(undecodable)s::jsonpath)
-            OR jsonb_path_exists(kwargs, %(undecodable)s::jsonpath)
-            OR jsonb_path_exists(meta, %(undecodable)s::jsonpath)
-            OR coalesce(jsonb_path_exists(result, %(undecodable)s::jsonpath), false))
-               AS undecodable
+    SELECT id, task_name, queue, status, {deep_payload_checks}
     FROM candidates
 )
 SELECT id, task_name, queue, status, columns, undecodable, count(*) OVER () AS total
@@ -210,27 +219,9 @@ WITH newest AS (
     LIMIT %(scan)s::int
 ), candidates AS (
     SELECT * FROM newest
-    WHERE pg_column_size(args) >= 8 * %(depth)s::int
-       OR pg_column_compression(args) IS NOT NULL
-       OR pg_column_size(kwargs) >= 8 * %(depth)s::int
-       OR pg_column_compression(kwargs) IS NOT NULL
-       OR pg_column_size(meta) >= 8 * %(depth)s::int
-       OR pg_column_compression(meta) IS NOT NULL
-       OR pg_column_size(result) >= 8 * %(depth)s::int
-       OR pg_column_compression(result) IS NOT NULL
+    WHERE {deep_payload_candidate}
 ), deep AS (
-    SELECT id, task_name, queue, status,
-           array_remove(ARRAY[
-               CASE WHEN jsonb_path_exists(args, %(past)s::jsonpath) THEN 'args' END,
-               CASE WHEN jsonb_path_exists(kwargs, %(past)s::jsonpath) THEN 'kwargs' END,
-               CASE WHEN jsonb_path_exists(meta, %(past)s::jsonpath) THEN 'meta' END,
-               CASE WHEN jsonb_path_exists(result, %(past)s::jsonpath) THEN 'result' END
-           ], NULL) AS columns,
-           (jsonb_path_exists(args, %(undecodable)s::jsonpath)
-            OR jsonb_path_exists(kwargs, %(undecodable)s::jsonpath)
-            OR jsonb_path_exists(meta, %(undecodable)s::jsonpath)
-            OR coalesce(jsonb_path_exists(result, %(undecodable)s::jsonpath), false))
-               AS undecodable
+    SELECT id, task_name, queue, status, {deep_payload_checks}
     FROM candidates
 )
 SELECT deep.id, deep.task_name, deep.queue, deep.status, deep.columns, deep.undecodable,

@@ -86,36 +86,6 @@ LEFT JOIN fresh USING (ord)
 LEFT JOIN numbered USING (n)
 ORDER BY input.ord;
 
--- name: claim_limited_jobs :many
--- Claim up to %(limit)s due jobs that limits apply to, never past a limit (see the
--- function in migration 0009); filters as in claim_jobs.
-SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts, meta,
-       greatest(run_at, '0002-01-01 00:00:00+00') AS run_at,
-       least(greatest(created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
-           AS created_at,
-       clock_timestamp() AS claimed_at,
-       true AS limited
-FROM {schema}.claim_limited_jobs(
-    %(worker_id)s, %(queues)s::text[], %(excluded_queues)s::text[], %(task_names)s::text[],
-    %(limit)s
-);
-
--- name: claim_limited :many
--- Claim up to %(limit)s due jobs that limits apply to, never past a limit (the function of
--- migration flow_control); filters as in claim_jobs. The claimed jobs have the columns of
--- claim_jobs; the last row is a report (id NULL) whose meta holds the seconds until the
--- next rate token that held a job back (wait), the limits that held jobs back (blocked)
--- and the error that ended the claim (error; nothing was claimed then).
-SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts,
-       CASE WHEN id IS NULL
-            THEN jsonb_build_object('wait', wait, 'blocked', blocked, 'error', error)
-            ELSE meta END AS meta,
-       run_at, created_at, claimed_at, true AS limited
-FROM {schema}.claim_limited(
-    %(worker_id)s, %(queues)s::text[], %(excluded_queues)s::text[], %(task_names)s::text[],
-    %(limit)s
-);
-
 -- name: upsert_limits :one
 -- Store the limit definitions of a worker's app (a changed definition replaces the stored
 -- one; rate tokens are kept, capped at the new burst). A limit an operator changed

@@ -1,4 +1,4 @@
--- The migrator's statements besides those in queries.sql (pgtasks/_store/migrator.py).
+-- The migrator's statements (pgtasks/_store/migrator.py) and the migrations table's.
 -- Placeholders: {schema} (identifier). Parameters are named (%(name)s).
 
 -- name: lock_migrations_session :one
@@ -71,3 +71,52 @@ WHERE l.granted
                      FROM unnest(%(relations)s::text[]) AS name)
 ORDER BY a.xact_start NULLS LAST
 LIMIT 5;
+
+-- name: get_partitions :many
+-- The partitions under the table %(table)s of the schema, parents before their
+-- partitions (empty: the table is not partitioned).
+SELECT c.relname AS name, p.relname AS parent, t.isleaf AS leaf
+FROM pg_partition_tree(format('%%I.%%I', %(schema)s::text, %(table)s::text)::regclass) AS t
+JOIN pg_class AS c ON c.oid = t.relid
+JOIN pg_class AS p ON p.oid = t.parentrelid
+WHERE t.level > 0
+ORDER BY t.level, c.relname;
+
+-- name: get_table_indexes :many
+-- The indexes of the table %(table)s of the schema: whether each is valid, its
+-- definition without its name and table (what two partitions' indexes share), and the
+-- index of the parent table it is attached to, if any.
+SELECT ci.relname AS name, i.indisvalid AS valid,
+       regexp_replace(pg_get_indexdef(i.indexrelid), '^CREATE (UNIQUE )?INDEX \S+ ON (ONLY )?\S+ ',
+                      '\1') AS definition,
+       (SELECT pc.relname FROM pg_inherits AS h JOIN pg_class AS pc ON pc.oid = h.inhparent
+        WHERE h.inhrelid = i.indexrelid) AS attached_to
+FROM pg_index AS i
+JOIN pg_class AS ci ON ci.oid = i.indexrelid
+JOIN pg_class AS t ON t.oid = i.indrelid
+JOIN pg_namespace AS n ON n.oid = t.relnamespace
+WHERE n.nspname = %(schema)s AND t.relname = %(table)s
+ORDER BY ci.relname;
+-- name: create_migrations_table :exec
+-- Create the schema, the migration version table and the table of the steps done of an
+-- unfinished migration, if they are missing.
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.migration_steps (
+    version    integer     NOT NULL,
+    step       integer     NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (version, step)
+);
+
+-- name: get_applied_migrations :many
+-- Versions applied so far.
+SELECT version FROM {schema}.migrations ORDER BY version;
+
+-- name: record_migration :exec
+-- Record a version, in the transaction of its last step (or of the whole migration).
+INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s, %(name)s);

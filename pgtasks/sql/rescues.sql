@@ -2,7 +2,8 @@
 -- orphans, rescued from workers whose lease expired, and those workers' registrations
 -- removed. Headers, placeholders and parameters as in queries.sql. A job that ends here
 -- (cancelled, failed) leaves jobs for jobs_history by the jobs_move_finished trigger
--- (migration jobs_history); a limited job frees its slots (limits channel).
+-- (migration jobs_history); a limited job frees its slots (limits channel). The batch
+-- service's orphans are released here too (its claims are claim_jobs, claims.sql).
 
 -- name: release_jobs :many
 -- Put the unfinished jobs of a stopping worker back to pending without using up an attempt.
@@ -116,3 +117,19 @@ LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 DELETE FROM {schema}.workers
 WHERE heartbeat_at < now() - make_interval(secs => %(lease_timeout)s)
 RETURNING id, hostname, pid;
+
+-- name: release_orphaned_batch_jobs :many
+-- After a batch claim failed with the connection: jobs of these (batch) tasks running
+-- under this worker that its batch service does not hold (the claim committed, its reply
+-- was lost) go back to pending with their attempt returned; they never started. The
+-- claim loop never holds a batch task's job, so nothing of it is touched.
+UPDATE {schema}.jobs AS jobs
+SET status = 'pending',
+    attempts = jobs.attempts - 1,
+    run_at = now(),
+    updated_at = now()
+WHERE jobs.status = 'running'
+  AND jobs.locked_by = %(worker_id)s
+  AND jobs.task_name = ANY(%(task_names)s::text[])
+  AND jobs.id <> ALL(%(known_ids)s::bigint[])
+RETURNING jobs.id;

@@ -2,12 +2,41 @@
 -- filtered writes of its bulk actions. Headers, placeholders and parameters as in
 -- queries.sql. Reads never use SKIP LOCKED: a row a worker holds is still counted.
 --
--- The job filter (list_jobs_page, count_filtered_jobs, retry_filtered_jobs,
--- cancel_filtered_jobs): every parameter NULL means "any"; %(args)s is a JSON document the
+-- The job filter (the fragment job_filter: list_jobs_page and its variants,
+-- count_filtered_jobs, retry_filtered_jobs, cancel_filtered_jobs): every parameter NULL
+-- means "any"; %(args)s is a JSON document the
 -- job's args contain (@>); %(log)s an ILIKE pattern over its captured log lines (meta
 -- "pgtasks.logs", as JSON text: no index serves it); %(due)s: pending and due now (true) or scheduled later (false);
 -- %(workflow_id)s: the jobs of one workflow (through jobs_workflow_idx and
 -- jobs_history_workflow_idx).
+
+-- fragment: job_filter
+-- The job filter itself, written {job_filter} in the statements below.
+(%(status)s::text IS NULL OR status = %(status)s::text)
+AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
+AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
+AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
+AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+-- due: pending and due now (true), or pending and scheduled later (false).
+AND (%(due)s::boolean IS NULL
+     OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+
+-- fragment: job_list_columns
+-- What a list of jobs shows, cut on the server: the head of the args (when their stored
+-- size is small: a large document is not rendered at all), the last line of the last
+-- error, the progress of meta (when meta is not large), never result or kwargs.
+id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
+created_at, finished_at, workflow_id, workflow_step,
+CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
+     THEN left(args::text, %(args_chars)s::int) END AS args_head,
+pg_column_size(args) AS args_size,
+left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
+     %(error_chars)s::int) AS error_line,
+CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
+now() AS now
 
 -- name: get_unfinished_stats :many
 -- Per queue: pending, due, running and the oldest due job's wait, from indexes only:
@@ -115,28 +144,10 @@ GROUP BY 1, 2, 3;
 -- Only what the list shows is read, cut on the server: the head of the args (when their
 -- stored size is small: a large document is not rendered at all), the last line of the
 -- last error, the progress of meta (when meta is not large), never result or kwargs.
-SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id, workflow_step,
-       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
-            THEN left(args::text, %(args_chars)s::int) END AS args_head,
-       pg_column_size(args) AS args_size,
-       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
-            %(error_chars)s::int) AS error_line,
-       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
-       now() AS now
+SELECT {job_list_columns}
 FROM {schema}.all_jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-  -- due: pending and due now (true), or pending and scheduled later (false).
-  AND (%(due)s::boolean IS NULL
-       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+  AND {job_filter}
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
@@ -149,15 +160,7 @@ LIMIT %(limit)s::int;
 -- Only what the list shows is read, cut on the server: the head of the args (when their
 -- stored size is small: a large document is not rendered at all), the last line of the
 -- last error, the progress of meta (when meta is not large), never result or kwargs.
-SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id, workflow_step,
-       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
-            THEN left(args::text, %(args_chars)s::int) END AS args_head,
-       pg_column_size(args) AS args_size,
-       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
-            %(error_chars)s::int) AS error_line,
-       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
-       now() AS now
+SELECT {job_list_columns}
 FROM (
     SELECT * FROM {schema}.jobs_history
     UNION ALL
@@ -165,17 +168,7 @@ FROM (
     WHERE status IN ('done', 'failed', 'cancelled')
 ) AS jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-  -- due: pending and due now (true), or pending and scheduled later (false).
-  AND (%(due)s::boolean IS NULL
-       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+  AND {job_filter}
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
@@ -187,28 +180,10 @@ LIMIT %(limit)s::int;
 -- Only what the list shows is read, cut on the server: the head of the args (when their
 -- stored size is small: a large document is not rendered at all), the last line of the
 -- last error, the progress of meta (when meta is not large), never result or kwargs.
-SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id, workflow_step,
-       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
-            THEN left(args::text, %(args_chars)s::int) END AS args_head,
-       pg_column_size(args) AS args_size,
-       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
-            %(error_chars)s::int) AS error_line,
-       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
-       now() AS now
+SELECT {job_list_columns}
 FROM {schema}.jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-  -- due: pending and due now (true), or pending and scheduled later (false).
-  AND (%(due)s::boolean IS NULL
-       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+  AND {job_filter}
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
@@ -217,15 +192,7 @@ LIMIT %(limit)s::int;
 -- workflow_jobs backwards from %(before)s (jobs_workflow_idx merged with the
 -- jobs_history_workflow_idx of the days since the workflow was made), whatever else the
 -- filter names, so that a generic plan of the statement still uses those indexes.
-SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id, workflow_step,
-       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
-            THEN left(args::text, %(args_chars)s::int) END AS args_head,
-       pg_column_size(args) AS args_size,
-       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
-            %(error_chars)s::int) AS error_line,
-       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
-       now() AS now
+SELECT {job_list_columns}
 FROM (
     SELECT steps.*
     FROM (SELECT %(workflow_id)s::bigint AS id) AS wanted
@@ -234,15 +201,7 @@ FROM (
         AS steps
 ) AS jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-  AND (%(due)s::boolean IS NULL
-       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+  AND {job_filter}
 ORDER BY workflow_id DESC, id DESC
 LIMIT %(limit)s::int;
 
@@ -250,15 +209,7 @@ LIMIT %(limit)s::int;
 -- list_jobs_page reading at most %(scan)s jobs (newest first, older than %(before)s):
 -- filters no index serves (args, task, creation times, a queue) cost what one page of
 -- them costs, whatever the table holds; get_scan_floor tells where the scan stopped.
-SELECT id, task_name, queue, priority, status, attempts, max_attempts, run_at, locked_at,
-       created_at, finished_at, workflow_id, workflow_step,
-       CASE WHEN pg_column_size(args) <= %(args_bytes)s::int
-            THEN left(args::text, %(args_chars)s::int) END AS args_head,
-       pg_column_size(args) AS args_size,
-       left(reverse(split_part(reverse(rtrim(right(last_error, 1000), E' \t\r\n')), E'\n', 1)),
-            %(error_chars)s::int) AS error_line,
-       CASE WHEN pg_column_size(meta) <= 262144 THEN meta -> 'pgtasks.progress' END AS progress,
-       now() AS now
+SELECT {job_list_columns}
 FROM (
     SELECT *
     FROM {schema}.all_jobs
@@ -266,17 +217,7 @@ FROM (
     ORDER BY id DESC
     LIMIT %(scan)s::int
 ) AS jobs
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-  AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-  AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-  -- due: pending and due now (true), or pending and scheduled later (false).
-  AND (%(due)s::boolean IS NULL
-       OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+WHERE {job_filter}
 ORDER BY id DESC
 LIMIT %(limit)s::int;
 
@@ -300,32 +241,12 @@ SELECT
     (SELECT count(*) FROM (
         SELECT 1 FROM {schema}.all_jobs
         WHERE status IN ('failed', 'cancelled')
-          AND (%(status)s::text IS NULL OR status = %(status)s::text)
-          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-          AND (%(created_from)s::timestamptz IS NULL
-               OR created_at >= %(created_from)s::timestamptz)
-          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-          AND (%(due)s::boolean IS NULL
-               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          AND {job_filter}
         LIMIT %(cap)s::int) AS matching) AS retryable,
     (SELECT count(*) FROM (
         SELECT 1 FROM {schema}.jobs
         WHERE (status IN ('pending', 'waiting') OR (status = 'running' AND NOT cancel_requested))
-          AND (%(status)s::text IS NULL OR status = %(status)s::text)
-          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-          AND (%(created_from)s::timestamptz IS NULL
-               OR created_at >= %(created_from)s::timestamptz)
-          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-          AND (%(due)s::boolean IS NULL
-               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          AND {job_filter}
         LIMIT %(cap)s::int) AS matching) AS cancellable;
 
 -- name: get_job_page :one
@@ -468,19 +389,10 @@ WITH picked AS (
         SELECT id
         FROM {schema}.jobs_history AS jobs
         WHERE status IN ('failed', 'cancelled')
-          AND (%(status)s::text IS NULL OR status = %(status)s::text)
           -- A workflow step that never received its input: retry_filtered_steps.
           AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
                            AND cardinality(prev_ids) > 0, false)
-          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-          AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-          AND (%(due)s::boolean IS NULL
-               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          AND {job_filter}
           -- A job unique while active (migration 0010) whose key an active job holds
           -- stays as it is: retrying it would make a second active job of the key.
           AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
@@ -498,19 +410,10 @@ WITH picked AS (
         SELECT id
         FROM {schema}.jobs AS jobs
         WHERE status IN ('failed', 'cancelled')
-          AND (%(status)s::text IS NULL OR status = %(status)s::text)
           -- A workflow step that never received its input: retry_filtered_steps.
           AND NOT coalesce(workflow_id IS NOT NULL AND waiting_for > 0
                            AND cardinality(prev_ids) > 0, false)
-          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-          AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-          AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-          AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-          AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-          AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-          AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-          AND (%(due)s::boolean IS NULL
-               OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+          AND {job_filter}
           -- A job unique while active (migration 0010) whose key an active job holds
           -- stays as it is: retrying it would make a second active job of the key.
           AND (unique_key IS NULL OR unique_window IS NOT NULL OR NOT EXISTS (
@@ -561,16 +464,7 @@ WITH picked AS (
     SELECT id, status
     FROM {schema}.jobs
     WHERE (status IN ('pending', 'waiting') OR (status = 'running' AND NOT cancel_requested))
-      AND (%(status)s::text IS NULL OR status = %(status)s::text)
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s::text)
-      AND (%(workflow_id)s::bigint IS NULL OR workflow_id = %(workflow_id)s::bigint)
-      AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
-      AND (%(log)s::text IS NULL OR (meta -> 'pgtasks.logs')::text ILIKE %(log)s::text)
-      AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-      AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
-      AND (%(due)s::boolean IS NULL
-           OR (status = 'pending' AND (run_at <= now()) = %(due)s::boolean))
+      AND {job_filter}
     ORDER BY id
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED

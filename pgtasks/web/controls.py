@@ -31,6 +31,7 @@ from .requests import form_id, is_id, path_id
 from .security import credentials
 
 if TYPE_CHECKING:
+    from .._store.ports import DashboardPort
     from .app import Dashboard
 
 #: The snoozes the job page and the jobs list offer (seconds).
@@ -169,7 +170,7 @@ class ControlActions:
         """Record an action of the older buttons (retry) in the audit log, one row per
         target (a job, or ``jobs:<filter>`` for a bulk action)."""
         who = actor(request, self.dashboard)
-        queries = self.app.queries
+        queries: DashboardPort = self.app.queries
 
         def write(conn: Any) -> None:
             with conn.transaction():

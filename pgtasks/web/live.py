@@ -43,6 +43,7 @@ from starlette.responses import StreamingResponse
 
 if TYPE_CHECKING:
     from .._app.app import App
+    from .._store.ports import DashboardPort
 
 logger = logging.getLogger("pgtasks.web")
 
@@ -233,7 +234,7 @@ class LiveHub:
 
     # -- the listener thread --
     def _listen(self, stop: threading.Event) -> None:
-        store = self.app.queries
+        store: DashboardPort = self.app.queries
         failures = 0
         while not stop.is_set():
             try:

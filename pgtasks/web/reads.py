@@ -32,7 +32,7 @@ from .._operations import (
 )
 from .._progress import PROGRESS_KEY, Progress
 from .._store.database import Database
-from .._store.queries import Queries
+from .._store.ports import DashboardPort
 from .._workflows_text import WorkflowSummary
 
 if TYPE_CHECKING:
@@ -135,7 +135,8 @@ class DashboardDatabase:
         return shared.database
 
     @property
-    def queries(self) -> Queries:
+    def queries(self) -> DashboardPort:
+        """The statements the dashboard runs (its catalog seen through its port)."""
         return self.database.queries
 
     def run(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
@@ -276,7 +277,7 @@ class Overview:
 
 
 def read_status_counts(
-    store: Queries, conn: psycopg.Connection[Any], *, paused: bool = True
+    store: DashboardPort, conn: psycopg.Connection[Any], *, paused: bool = True
 ) -> StatusCounts:
     """Per queue counts without reading finished rows one by one: waiting, pending and
     running through their partial indexes, finished jobs exactly on small tables and
@@ -300,7 +301,7 @@ def read_status_counts(
     return StatusCounts(queues, estimated, unanalyzed, paused_queues)
 
 
-def read_finished_minutes(store: Queries, conn: psycopg.Connection[Any]) -> FinishedMinutes:
+def read_finished_minutes(store: DashboardPort, conn: psycopg.Connection[Any]) -> FinishedMinutes:
     rows = store.get_finished_minutes(conn, cap=CHART_ROW_CAP)
     return FinishedMinutes.from_rows(store.get_database_time(conn), rows, CHART_ROW_CAP)
 

@@ -16,6 +16,7 @@ from .._running import FinishedJob, RunningJob, by_worker
 
 if TYPE_CHECKING:
     from .._app.app import App
+    from .._store.ports import DashboardPort
     from .reads import DashboardDatabase
 
 
@@ -59,7 +60,8 @@ def workers_page(app: App, database: DashboardDatabase) -> dict[str, Any]:
         now, workers = admin.read_workers(app, conn, since=admin.WORKER_HISTORY)
         running = admin.read_running(app, conn)
         live = [worker.id for worker in workers if worker.state == "live"]
-        paused = {row["hostname"] for row in app.queries.get_paused_hosts(conn)}
+        queries: DashboardPort = app.queries
+        paused = {row["hostname"] for row in queries.get_paused_hosts(conn)}
         return now, workers, running, admin.read_last_jobs(app, conn, live), paused
 
     now, workers, running, last, paused = database.run(read)

@@ -112,6 +112,38 @@ def test_in_the_callers_transaction_later_raw_inserts_still_notify(
     assert sorted(notifications("marker")) == ["echo", "marker", "raw-after"]
 
 
+def test_a_transaction_of_many_enqueues_sends_one_notification_per_queue(
+    app: App, dsn: str, echo: Task[..., Any], notifications: Callable[[str], list[str]]
+) -> None:
+    # Every inserting statement notifies its due jobs' queues (the trigger, or the one-job
+    # statement's own pg_notify); PostgreSQL folds the same queue's notifications of one
+    # transaction into one, which is all a listener needs to wake.
+    with psycopg.connect(dsn) as conn:  # not autocommit: one transaction
+        for index in range(5):
+            echo.apply_async((index,), connection=conn)
+        echo.delay_many([((index,), {}) for index in range(100)], connection=conn)
+        echo.apply_async(queue="other", connection=conn)
+        raw_insert(conn, app, "echo")
+        echo.apply_async(countdown=3600, queue="later", connection=conn)  # not due: silent
+        conn.commit()
+    echo.apply_async(queue="marker")
+
+    assert notifications("marker") == ["echo", "other", "marker"]
+    assert count_jobs_of(dsn, app, "echo") == 106
+
+
+def count_jobs_of(dsn: str, app: App, queue: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.jobs WHERE queue = %s").format(
+                sql.Identifier(app.schema)
+            ),
+            (queue,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def test_an_autocommit_connection_of_the_caller_gets_the_self_notifying_insert(
     app: App, admin: Connection, dsn: str, echo: Task[..., Any], notifications: Any
 ) -> None:

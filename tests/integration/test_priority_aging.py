@@ -66,6 +66,8 @@ def test_the_aged_claim_reads_the_claim_index(
         .replace("%(excluded_queues)s", "NULL")
         .replace("%(task_names)s", "NULL")
         .replace("%(aging)s", "5")
+        .replace("%(aged_queues)s", "ARRAY['slow']")
+        .replace("%(aged_seconds)s", "ARRAY[60]")
         .replace("%(limit)s", "10")
         + " SELECT id FROM picked"
     )

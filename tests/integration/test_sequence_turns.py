@@ -175,38 +175,3 @@ def test_the_sweep_moves_on_missed_turns_and_locks_only_those_keys(
     statuses = _statuses(admin, app.schema)
     assert statuses[missed[1]] == "pending"
     assert [statuses[i] for i in busy] == ["pending", "waiting"] * 3
-
-
-def test_the_fair_claim_reads_its_index_in_order_before_any_analyze(
-    app: App, admin: psycopg.Connection[Any]
-) -> None:
-    @app.task(fair_key=lambda tenant: tenant)
-    def work(tenant: int) -> None: ...
-
-    work.delay_many([{"tenant": n % 50} for n in range(2000)])
-    config = admin.execute(
-        f"SELECT proconfig FROM pg_proc WHERE oid = '{app.schema}.claim_limited'::regproc"
-    ).fetchone()
-    assert config is not None and "enable_sort=off" in config[0]
-    # The candidates' read of claim_limited, planned as the function plans it (its
-    # setting, the table never analyzed): an index scan in claim order, no sort of every
-    # pending fair job.
-    with admin.transaction():
-        admin.execute("SET LOCAL enable_sort = off")
-        plan = admin.execute(
-            f"EXPLAIN SELECT j.id FROM {app.schema}.jobs AS j"
-            " WHERE j.status = 'pending' AND j.limit_groups IS NOT NULL AND j.run_at <= now()"
-            f" ORDER BY j.priority DESC, {app.schema}.fair_rank(j.meta) NULLS FIRST,"
-            " j.run_at, j.id LIMIT 30 FOR UPDATE OF j SKIP LOCKED"
-        ).fetchall()
-    text = "\n".join(row[0] for row in plan)
-    assert "Index Scan using jobs_fair_claim_idx" in text and "Sort" not in text
-    with app.connection() as conn:
-        claimed = _claim_limited(app, conn)
-    assert len(claimed) == 30
-
-
-def _claim_limited(app: App, conn: psycopg.Connection[Any]) -> list[ClaimedJob]:
-    worker = app.queries.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
-    claim = ClaimRequest(worker, 30, limited=True)
-    return list(app.queries.finish_and_claim_jobs(conn, (), claim).claimed)

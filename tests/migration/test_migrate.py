@@ -231,9 +231,10 @@ def test_a_reserved_word_or_mixed_case_schema_migrates_and_every_query_is_valid(
     assert rows(admin, "SELECT nspname FROM pg_namespace WHERE nspname = %s", name) == [(name,)]
     # Every runtime statement parses and plans against the schema (EXPLAIN runs nothing).
     with psycopg.connect(dsn, cursor_factory=psycopg.ClientCursor) as conn:
-        for query_name, query in load_queries().items():
+        for query_name in load_queries():
             statement = app.queries._statements[query_name]
-            params = {param: None for param in re.findall(r"%\((\w+)\)s", query.text)}
+            # The rendered statement: its fragments' parameters too.
+            params = {param: None for param in re.findall(r"%\((\w+)\)s", statement.decode())}
             code = "\n".join(
                 line for line in statement.decode().splitlines() if not line.startswith("--")
             )

@@ -12,7 +12,15 @@ import pytest
 
 from pgtasks._store.base import HEADER_LINES, PARSE_CACHED_LENGTH, without_inner_comments
 from pgtasks._store.queries import Queries, notification_channel
-from pgtasks.sql import load_migrations, load_queries, parse_queries
+from pgtasks.sql import (
+    IN_FLIGHT,
+    check_versions,
+    load_fragments,
+    load_migrations,
+    load_queries,
+    parse_fragments,
+    parse_queries,
+)
 
 STORE_SOURCE = Path(inspect.getfile(Queries))
 PRODUCER_METHODS = ("insert_jobs", "get_job", "get_job_status", "get_schema_version")
@@ -23,14 +31,22 @@ def store_query_usages() -> list[tuple[str, str]]:
     """(method name, query name) for every ``self._rows(conn, "<name>", …)`` (or ``_made``,
     …) in Queries.
 
-    Queries's methods live in ``pgtasks/_store/``: ``store.py`` and its per-area mixins.
+    Queries's methods live in ``pgtasks/_store/``: ``queries.py`` and its per-area mixins.
     """
+    return [
+        usage
+        for source in sorted(STORE_SOURCE.parent.glob("*.py"))
+        for usage in module_query_usages(source)
+    ]
+
+
+def module_query_usages(source: Path) -> list[tuple[str, str]]:
+    """(method name, query name) for every query the classes of module ``source`` run."""
     methods = []
-    for source in sorted(STORE_SOURCE.parent.glob("*.py")):
-        tree = ast.parse(source.read_text())
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef):
-                methods.extend(node.body)
+    tree = ast.parse(source.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            methods.extend(node.body)
     usages = []
     for method in methods:
         if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -83,6 +99,70 @@ def test_query_parser_keeps_text_between_headers_only() -> None:
     assert queries["second_query"].cardinality == "exec"
 
 
+def test_a_fragment_ends_the_query_before_it_and_is_no_query_itself() -> None:
+    source = (
+        "-- fragment: some_filter\n-- What it keeps.\n(a = 1)\n  AND (b = 2)\n\n"
+        "-- name: first_query :many\n-- Read.\nSELECT 1 WHERE {some_filter};\n\n"
+        "-- fragment: other_filter\n-- Another.\n(c = 3)\n"
+    )
+
+    assert list(parse_queries(source)) == ["first_query"]
+    assert parse_queries(source)["first_query"].text == "-- Read.\nSELECT 1 WHERE {some_filter};"
+    assert parse_fragments(source) == {
+        "some_filter": "(a = 1)\n  AND (b = 2)",
+        "other_filter": "(c = 3)",
+    }
+
+
+def test_a_fragment_defined_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="fragment 'f' is defined twice"):
+        parse_fragments("-- fragment: f\n(a)\n-- fragment: f\n(b)\n")
+
+
+#: The statements that filter jobs with the dashboard's job filter, written once.
+JOB_FILTERED = (
+    "list_jobs_page",
+    "list_finished_jobs_page",
+    "list_unfinished_jobs_page",
+    "list_workflow_jobs_page",
+    "list_jobs_scan",
+    "count_filtered_jobs",
+    "retry_filtered_jobs",
+    "cancel_filtered_jobs",
+)
+
+
+def test_the_job_filter_is_written_once_and_composed_into_each_filtered_statement() -> None:
+    fragment = load_fragments()["job_filter"]
+    queries = load_queries()
+    store = Queries("pgtasks")
+    rendered_filter = without_inner_comments(fragment)
+
+    assert "%(due)s::boolean" in fragment and "--" not in fragment
+    for name in JOB_FILTERED:
+        assert "{job_filter}" in queries[name].text, name
+        assert "%(queue)s::text IS NULL" not in queries[name].text, f"{name} spells the filter"
+        assert rendered_filter in store._statements[name].decode(), name
+    spelled = [name for name, query in queries.items() if "ILIKE %(log)s::text" in query.text]
+    assert spelled == ["retry_filtered_steps"]  # no due condition: its own block
+
+
+def test_every_fragment_is_composed_into_a_statement_and_holds_no_comment() -> None:
+    texts = "\n".join(query.text for query in load_queries().values())
+
+    assert set(load_fragments()) >= {"job_filter", "job_list_columns", "deep_payload_checks"}
+    for name, fragment in load_fragments().items():
+        assert f"{{{name}}}" in texts, f"fragment {name} is used by no statement"
+        assert fragment and "--" not in fragment, name
+
+
+def test_no_statement_keeps_a_placeholder_unrendered() -> None:
+    store = Queries("pgtasks")
+
+    for name, statement in store._statements.items():
+        assert not re.search(rb"\{\w+\}", statement), name
+
+
 def test_every_store_usage_of_a_query_is_in_a_method_of_the_same_name() -> None:
     usages = store_query_usages()
 
@@ -95,6 +175,60 @@ def test_every_query_in_the_file_is_used_by_store_and_store_uses_no_other() -> N
     used = {query for _, query in store_query_usages()}
 
     assert used == set(load_queries())
+
+
+#: Statements of queries.sql are Queries' own: queries.py's, and QueriesBase's (base.py:
+#: the shared root every mixin may call).
+QUERIES_OWN = ("queries.py", "base.py")
+
+
+def test_each_sql_file_pairs_with_the_store_module_that_runs_its_statements() -> None:
+    sql_files = {
+        entry.name.removesuffix(".sql"): parse_queries(entry.read_text("utf-8"))
+        for entry in resources.files("pgtasks.sql").iterdir()
+        if entry.name.endswith(".sql")
+    }
+    run_by = {
+        source.name: {query for _, query in module_query_usages(source)}
+        for source in sorted(STORE_SOURCE.parent.glob("*.py"))
+    }
+
+    misplaced = {}
+    for area, queries in sql_files.items():
+        modules = QUERIES_OWN if area == "queries" else (f"{area}.py",)
+        assert set(modules) <= set(run_by), f"sql/{area}.sql has no _store/{area}.py"
+        runs = set().union(*(run_by[module] for module in modules))
+        if stray := sorted(set(queries) - runs):
+            misplaced[f"sql/{area}.sql"] = {
+                name: [module for module, names in run_by.items() if name in names]
+                for name in stray
+            }
+    assert not misplaced, (
+        "move each statement to sql/<area>.sql of the _store/<area>.py that runs it"
+        f" (statement: the modules that run it): {misplaced}"
+    )
+    without_sql = sorted(
+        module
+        for module, names in run_by.items()
+        if names and module.removesuffix(".py") not in sql_files and module not in QUERIES_OWN
+    )
+    assert not without_sql, (
+        f"these store modules run statements but have no sql file: {without_sql}"
+    )
+
+
+def test_the_pairing_check_sees_the_statements_a_module_runs(tmp_path: Path) -> None:
+    source = (
+        "class Mixin:\n"
+        "    def claim_jobs(self, conn):\n"
+        "        return self._rows(conn, 'claim_jobs', None)\n"
+        "    async def aget_job(self, conn):\n"
+        "        return await self._arows(conn, 'get_job', None)\n"
+    )
+    module = tmp_path / "probe.py"
+    module.write_text(source)
+
+    assert module_query_usages(module) == [("claim_jobs", "claim_jobs"), ("aget_job", "get_job")]
 
 
 def test_every_query_has_a_store_method_of_its_name() -> None:
@@ -126,13 +260,40 @@ def test_producer_store_methods_have_async_twins_with_the_same_parameters(name: 
 
 
 def test_migrations_are_numbered_from_one_each_number_once() -> None:
-    """Numbers are taken by separate changes in parallel: one may be missing for a while
-    (load_migrations refuses a repeated one)."""
     migrations = load_migrations()
     versions = [migration.version for migration in migrations]
 
-    assert versions[0] == 1 and versions == sorted(set(versions))
+    assert sorted([*versions, *IN_FLIGHT]) == list(range(1, len(versions) + len(IN_FLIGHT) + 1))
     assert migrations[0].name == "initial"
+
+
+def test_versions_in_flight_are_still_missing() -> None:
+    landed = sorted(IN_FLIGHT & {migration.version for migration in load_migrations()})
+
+    assert not landed, f"remove {landed} from IN_FLIGHT (pgtasks/sql/__init__.py): they landed"
+
+
+def test_a_version_in_flight_is_no_gap_and_any_other_missing_one_is() -> None:
+    check_versions([1, 2, 4], frozenset({3}))
+
+    with pytest.raises(RuntimeError, match=re.escape("missing 0002 (before 0003)")):
+        check_versions([1, 3, 5], frozenset({4}))
+
+
+@pytest.mark.parametrize(
+    ("versions", "message"),
+    [
+        ([1, 2, 4, 5], "missing 0003 (before 0004)"),
+        ([2, 3], "missing 0001 (before 0002)"),
+        ([1, 4, 7], "missing 0002, 0003, 0005, 0006 (before 0004)"),
+        ([1, 2, 2, 3], "0002 appear more than once"),
+    ],
+)
+def test_migration_versions_with_a_gap_or_a_repeat_are_refused_by_name(
+    versions: list[int], message: str
+) -> None:
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        check_versions(versions)
 
 
 def test_every_file_in_the_migrations_folder_is_a_numbered_migration() -> None:
@@ -159,7 +320,8 @@ def test_every_statement_quotes_an_unusual_schema_name(schema: str) -> None:
         code = re.sub(r"'[^']*'", "''", re.sub(r"--[^\n]*", "", rendered))
         unquoted = re.findall(rf'(?<!")\b{re.escape(schema)}\b(?!")\.', code)
         assert not unquoted, f"{name}: schema not quoted in {rendered}"
-        parameters = set(re.findall(r"%\((\w+)\)s", query.text))
+        composed = [load_fragments().get(part, "") for part in re.findall(r"\{(\w+)\}", query.text)]
+        parameters = set(re.findall(r"%\((\w+)\)s", "\n".join([query.text, *composed])))
         assert parameters == set(re.findall(r"%\((\w+)\)s", rendered)), name
 
 
@@ -348,4 +510,4 @@ def test_each_statement_is_stripped_once_whatever_the_number_of_schemas() -> Non
     Queries("test_strip_second")
     after = without_inner_comments.cache_info()
     assert after.misses == before.misses
-    assert after.hits - before.hits == len(load_queries())
+    assert after.hits - before.hits == len(load_queries()) + len(load_fragments())

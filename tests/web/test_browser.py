@@ -7,60 +7,26 @@ a test here takes them into a temporary directory, so that the script keeps work
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from pgtasks import App, chain, chord
 from pgtasks.web import asgi
+from tests.support.browser import browser, needs_chromium, page
 from tests.support.dashboard_demo import SHOTS, build_scene, demo_data, take_screenshots
 from tests.support.inprocess import DEFAULT_SETTINGS, Gates, running_worker
 from tests.support.population import insert_job
 from tests.support.waiting import wait_until
 from tests.support.web import Served
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM),
-    reason="chromium is not installed (apt-get install -y chromium): browser tests skipped",
-)
+__all__ = ["browser", "page"]
+pytestmark = needs_chromium
 
 Connection = psycopg.Connection[Any]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    from playwright.sync_api import expect
-
-    # Live pages render at least every 5 s without a notification: wait past that, and
-    # past a loaded machine's delays.
-    expect.set_options(timeout=15_000)
-    context = browser.new_context(viewport={"width": 1100, "height": 720})
-    opened = context.new_page()
-    opened.set_default_timeout(15_000)
-    try:
-        yield opened
-    finally:
-        context.close()
 
 
 def test_overview_updates_live_and_a_failed_job_is_retried_and_runs(

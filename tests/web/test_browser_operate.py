@@ -6,52 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from pgtasks import App, JobStatus
 from pgtasks.web import asgi
+from tests.support.browser import browser, needs_chromium, page
 from tests.support.inprocess import finished, running_worker
 from tests.support.waiting import wait_until
 from tests.support.web import Served
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM),
-    reason="chromium is not installed (apt-get install -y chromium): browser tests skipped",
-)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    from playwright.sync_api import expect
-
-    expect.set_options(timeout=15_000)
-    context = browser.new_context(viewport={"width": 1100, "height": 720})
-    opened = context.new_page()
-    opened.set_default_timeout(15_000)
-    try:
-        yield opened
-    finally:
-        context.close()
+__all__ = ["browser", "page"]
+pytestmark = needs_chromium
 
 
 def test_the_terminate_button_asks_then_stops_a_running_job(

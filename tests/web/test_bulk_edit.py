@@ -1,11 +1,15 @@
 """Bulk edit of arguments from the jobs list: one JSON arguments document written to the
 ticked pending jobs of one task (checked as an enqueue of it), the others counted;
 CSRF-checked, refused read-only, audited; in a real browser, after the question that
-says how many jobs are ticked."""
+says how many jobs are ticked. The screenshot of the form in docs/howto/dashboard.md is
+taken here: into a temporary directory, or into ``PGTASKS_SCREENSHOTS`` (``docs/img`` to
+refresh it)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -85,7 +89,7 @@ def test_ticked_pending_jobs_get_one_arguments_document_and_the_rest_are_counted
 
 @needs_chromium
 def test_ticked_jobs_arguments_are_edited_after_the_question_with_the_count(
-    app: App, admin: Connection, serve: Callable[..., Served], page: Any
+    app: App, admin: Connection, serve: Callable[..., Served], page: Any, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
@@ -101,6 +105,8 @@ def test_ticked_jobs_arguments_are_edited_after_the_question_with_the_count(
         page.check(f'input[name="id"][value="{job.id}"]')
     page.click("#bulk-edit summary")
     page.fill('textarea[name="edit_args"]', "[42]")
+    shots = Path(os.environ.get("PGTASKS_SCREENSHOTS") or tmp_path)
+    page.screenshot(path=str(shots / "dashboard-bulk-edit.png"))
     page.click("#edit-selected")
     expect(page.locator(".message")).to_have_text(
         "Arguments saved on 2 selected job(s); 0 were not pending (started meanwhile, or"

@@ -280,25 +280,3 @@ $$;
 CREATE INDEX CONCURRENTLY jobs_sequence_head_idx
     ON {schema}.jobs ({schema}.sequence_key(meta))
     WHERE meta ? 'pgtasks.sequence' AND status IN ('pending', 'running');
-
--- The limited claim (fair jobs' claim) reads its candidates in claim order through
--- jobs_fair_claim_idx. Before jobs is first analyzed after a bulk enqueue, the planner
--- takes the index's partial predicate for a handful of rows and sorts every pending fair
--- job instead (150-250 ms a claim for 20,000 jobs, 2 ms once autovacuum has analyzed the
--- table: a fair drain's rate depended on when that happened). Without a sort to choose,
--- the claim reads the index in its order whatever the statistics; its other sorts (the
--- names a report lists) have no alternative and stay. Every definition of the function
--- in the schema (a later CREATE OR REPLACE of it resets the setting: keep it there).
--- pgtasks:step transaction
-DO $$
-DECLARE
-    v_function regprocedure;
-BEGIN
-    FOR v_function IN
-        SELECT p.oid::regprocedure FROM pg_proc AS p
-        WHERE p.pronamespace = '{schema}'::regnamespace AND p.proname = 'claim_limited'
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s SET enable_sort = off', v_function);
-    END LOOP;
-END;
-$$;

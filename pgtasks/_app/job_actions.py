@@ -1,0 +1,202 @@
+"""Job actions from Python and the command line: run pending jobs now, snooze them, edit
+the arguments of a pending job (``App.run_jobs_now``, ``App.snooze_jobs``,
+``App.edit_job_arguments``; ``job.run_now()``, ``job.snooze(by)``, ``job.edit(...)``;
+``pgtasks jobs run-now|snooze|edit``).
+
+They are the dashboard's job actions (``controls.py``): the same statements, so each is
+race-safe against a claim in progress (the rows are locked and their status read again
+after the claim commits: a job that started meanwhile is left alone) and audited (who:
+``actor``, by default ``api:<OS user>@<host>``). The ids of an app of several stores are
+acted on in the store that issued each. A database that takes no writes (a hot standby,
+``default_transaction_read_only``) is refused with a DatabaseError that says so, and an
+unmigrated schema with SchemaNotMigratedError, before anything is changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+import psycopg
+
+from .._errors import DatabaseError
+from .._job_filter import JobFilter
+from . import controls
+from .routing import for_id, serving
+
+if TYPE_CHECKING:
+    from .app import App
+
+#: Jobs whose reason for being left is read back (the others are counted).
+EXPLAINED = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class JobsChanged:
+    """What a job action did: the jobs it changed (``done``), and those it left with why
+    (``left``: id → ``"does not exist"``, ``"is running"``, ``"is due already"``…; the
+    first EXPLAINED of them, the others as ``"not changed"``)."""
+
+    action: str
+    done: tuple[int, ...]
+    left: Mapping[int, str]
+
+
+@contextlib.contextmanager
+def writable(what: str) -> Iterator[None]:
+    """A write refused by a read-only database becomes one clear DatabaseError."""
+    try:
+        yield
+    except psycopg.errors.ReadOnlySqlTransaction as error:
+        raise DatabaseError(
+            f"{what}: the database is read-only ({error.diag.message_primary or error}):"
+            " job actions write to the jobs table, run them against the primary;"
+            " nothing was changed"
+        ) from None
+
+
+def seconds_of(by: timedelta | float) -> float:
+    """A snooze as seconds: a timedelta or a number of seconds (ValueError otherwise)."""
+    if isinstance(by, timedelta):
+        seconds = by.total_seconds()
+    elif isinstance(by, bool) or not isinstance(by, (int, float)):
+        raise ValueError(f"snooze by a timedelta or a number of seconds, got {by!r:.80}")
+    else:
+        seconds = float(by)
+    if not 0 < seconds <= controls.MAX_SNOOZE:  # NaN too
+        raise ValueError(
+            f"snooze seconds must be above 0 and at most {controls.MAX_SNOOZE:g}, got {by!r:.80}"
+        )
+    return seconds
+
+
+def _by_store(app: App, ids: Iterable[int]) -> list[tuple[App, list[int]]]:
+    found = controls._job_ids(ids)
+    if app.store_router.single:
+        return [(app, found)] if found else []
+    groups: dict[str, tuple[App, list[int]]] = {}
+    for job_id in found:
+        owner = for_id(app, job_id)
+        groups.setdefault(owner.store_name, (owner, []))[1].append(job_id)
+    return list(groups.values())
+
+
+def _why(owner: App, job_ids: Sequence[int], action: str) -> dict[int, str]:
+    """Why each of ``job_ids`` was left (read after the action: the status now)."""
+    shown = list(job_ids[:EXPLAINED])
+
+    def read(conn: psycopg.Connection[Any]) -> dict[int, str]:
+        reasons = {}
+        for job_id in shown:
+            status = owner.queries.get_job_status(conn, job_id)
+            if status is None:
+                reasons[job_id] = "does not exist (it may have been pruned)"
+            elif status.value == "pending" and action == "run_now":
+                reasons[job_id] = "is due already"
+            else:
+                reasons[job_id] = f"is {status.value}"
+        return reasons
+
+    reasons = owner.database.run(read) if shown else {}
+    return {job_id: reasons.get(job_id, "not changed") for job_id in job_ids}
+
+
+def _each_store(app: App, ids: Iterable[int], action: str, act: Any) -> JobsChanged:
+    done: list[int] = []
+    left: dict[int, str] = {}
+    with writable(action.replace("_", " ")):
+        for owner, job_ids in _by_store(app, ids):
+            outcome: controls.JobsAction = act(owner, job_ids)
+            done += outcome.done
+            left.update(_why(owner, outcome.refused, action))
+    return JobsChanged(action, tuple(sorted(done)), left)
+
+
+def run_jobs_now(app: App, ids: Iterable[int], *, actor: str | None = None) -> JobsChanged:
+    """Pending jobs of ``ids`` scheduled later (a countdown, an eta, a retry's delay)
+    become due now; no attempt is spent. The others are left, with why."""
+    who = actor or controls.actor_here("api")
+    return _each_store(
+        app, ids, "run_now", lambda owner, job_ids: controls.run_now(owner, job_ids, actor=who)
+    )
+
+
+def run_matching_now(app: App, job_filter: JobFilter, *, actor: str | None = None) -> int:
+    """Every pending job scheduled later that ``job_filter`` selects becomes due now, in
+    every store the app serves (committed batches); how many."""
+    who = actor or controls.actor_here("api")
+    with writable("run now"):
+        return sum(
+            controls.run_now_matching(owner, job_filter, actor=who) for owner in serving(app)
+        )
+
+
+def snooze_jobs(
+    app: App, ids: Iterable[int], by: timedelta | float, *, actor: str | None = None
+) -> JobsChanged:
+    """Pending jobs of ``ids`` start ``by`` (a timedelta or seconds) later than they would
+    (from now when due already); no attempt is spent. The others are left, with why."""
+    seconds = seconds_of(by)
+    who = actor or controls.actor_here("api")
+    return _each_store(
+        app,
+        ids,
+        "snooze",
+        lambda owner, job_ids: controls.snooze(owner, job_ids, seconds, actor=who),
+    )
+
+
+def edit_job_arguments(
+    app: App,
+    job_id: int,
+    *,
+    args: Sequence[Any] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    actor: str | None = None,
+) -> None:
+    """New ``args`` and/or ``kwargs`` of the pending job ``job_id`` (the one not given is
+    kept), checked as an enqueue of its task checks them (TypeError naming the task when
+    they do not match its signature, PayloadError...). JobNotPendingError when it started
+    meanwhile or ended, JobNotFoundError when there is none; nothing is changed then."""
+    if args is None and kwargs is None:
+        raise ValueError("give the new args, the new kwargs, or both")
+    with writable("edit arguments"):
+        controls.edit_arguments(
+            app,
+            job_id,
+            None if args is None else list(args),
+            None if kwargs is None else dict(kwargs),
+            actor=actor or controls.actor_here("api"),
+        )
+
+
+class JobActions:
+    """The App's job actions (a base of App; see the module docstring)."""
+
+    def run_jobs_now(self, ids: Iterable[int], *, actor: str | None = None) -> JobsChanged:
+        """Pending jobs of ``ids`` scheduled later become due now (no attempt spent);
+        race-safe against a claim, audited. See docs/howto/operations.md."""
+        return run_jobs_now(cast("App", self), ids, actor=actor)
+
+    def snooze_jobs(
+        self, ids: Iterable[int], by: timedelta | float, *, actor: str | None = None
+    ) -> JobsChanged:
+        """Pending jobs of ``ids`` start ``by`` (a timedelta or seconds) later (from now
+        when due already); no attempt spent; race-safe against a claim, audited."""
+        return snooze_jobs(cast("App", self), ids, by, actor=actor)
+
+    def edit_job_arguments(
+        self,
+        job_id: int,
+        *,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        actor: str | None = None,
+    ) -> None:
+        """New ``args`` and/or ``kwargs`` of a pending job, checked as an enqueue checks
+        them; race-safe against a claim (JobNotPendingError when it started first),
+        audited."""
+        edit_job_arguments(cast("App", self), job_id, args=args, kwargs=kwargs, actor=actor)
