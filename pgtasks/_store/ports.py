@@ -301,7 +301,6 @@ class AdminPort(OperatorsPort, Protocol):
         worker_ids: Sequence[int],
         *,
         per_worker: int,
-        window: int,
     ) -> list[Row]: ...
 
     def get_queue_stats(self, conn: psycopg.Connection[Any]) -> list[Row]: ...

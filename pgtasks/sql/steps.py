@@ -303,6 +303,8 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
     for pattern, mode, kind in (
         (r"^CREATE\s+SCHEMA\b", "", "none"),
         (r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\b", "", "none"),
+        # A function's own lock only: no table waits for it.
+        (r"^DROP\s+FUNCTION\b", "", "none"),
         (r"^CREATE\s+(?:UNLOGGED\s+)?TABLE\b", "", "none"),
         (r"^CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\b", "", "none"),
         (r"^CREATE\s+TYPE\b", "", "none"),
