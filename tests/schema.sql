@@ -488,7 +488,7 @@ function jobs_history_expired_days() 45249fefc222df9532d287e1d09c14de
 function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
 function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
 function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
-function jobs_retry() 00f8f6635b0d53c78e9305baf0c529c1
+function jobs_retry() 68997493a6b27ff0c67041d14a2b7b7d
 function keyed_job_inserted() 85feb279da538b650379614197d73471
 function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
@@ -497,7 +497,7 @@ function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadline() a2b47d73acba0a98cce270a75055775a
 function sequence_advance() 56160402aea9f0c585b53138993d630c
 function sequence_advance_many() 1d991620df3e643df6592eaccd804d40
-function sequence_job_ended() b7bb4276ab0fc6bb26eb9407e2a42952
+function sequence_job_ended() 960c077a43f68138194a69e6af5a2ad9
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
 function sequence_jobs_ended() 7636722d7c3d444ae3e30cba4be2bd16
 function sequence_key() d34fef9334c02f42ea144b52b02de7c4

@@ -227,8 +227,8 @@ def test_sequences_release_of_every_store_or_one(
         def mail(n: int) -> int:
             return n + 1
 
-        # In each store: sequence "k" held (by hand) while its first job ended, its
-        # second job waiting.
+        # In each store: sequence "k" held (written by hand, naming a failed job no longer
+        # kept: id 0) while its first job ends cancelled, its second job waiting.
         for name, task in (("default", double), ("bulk", mail)):
             head, second = task.delay(1).id, task.delay(2).id
             with psycopg.connect(dsn, autocommit=True) as conn:
@@ -236,7 +236,7 @@ def test_sequences_release_of_every_store_or_one(
                     sql.SQL(
                         "INSERT INTO {}.sequence_holds (sequence_key, job_id) VALUES ('k', %s)"
                     ).format(sql.Identifier(schemas[name])),
-                    (head,),
+                    (0,),
                 )
             assert app.cancel(head).outcome == "cancelled"
             waiting[name] = second

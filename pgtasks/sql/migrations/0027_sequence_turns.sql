@@ -1,22 +1,22 @@
--- pgtasks migration sequence_turns (numbered by its file name): a sequence's turn handed
+-- pgtasks migration sequence_turns (numbered by its file name): a sequence’s turn handed
 -- over once per statement that ended jobs, and a retried sequence job back in its
 -- sequence (docs/howto/flow-control.md, "Sequences"). Placeholders: {schema} (quoted
 -- identifier), {channel} and {done_channel} (literals).
 --
--- Before, each sequence job that entered jobs_history ran the row trigger's turn
--- handover (sequence_advance): a try of the key's advisory lock, two probes and the
+-- Before, each sequence job that entered jobs_history ran the row trigger’s turn
+-- handover (sequence_advance): a try of the key’s advisory lock, two probes and the
 -- UPDATE of the next job, each statement planned again at every call (plpgsql replans a
 -- statement whose generic plan it has not chosen yet), and a NOTIFY per job. Now the row
 -- trigger only notes the key (a transaction-local list, as the workflow triggers do)
 -- and a statement trigger of jobs_history hands the turns of all the keys one statement
 -- ended over in three statements (sequence_advance_many): the same lock tries, one set
--- UPDATE, one NOTIFY per queue. Plain jobs' finishes pay one plpgsql call per statement
+-- UPDATE, one NOTIFY per queue. Plain jobs’ finishes pay one plpgsql call per statement
 -- that reads a setting (no query). The guarantees are those of migration 0023: each
--- key's turn is serialised by the advisory lock both sides only try, and a turn a
--- contended try missed is moved on by the rescuer's pass (sequence_sweep).
+-- key’s turn is serialised by the advisory lock both sides only try, and a turn a
+-- contended try missed is moved on by the rescuer’s pass (sequence_sweep).
 --
 -- jobs_retry: a retried sequence job waits for its turn ('waiting': it runs after its
--- key's head, before the jobs enqueued after it), unless it is the failed job holding
+-- key’s head, before the jobs enqueued after it), unless it is the failed job holding
 -- its sequence (then it is the head: pending at once, as before).
 --
 -- Online: functions and a trigger in one transaction, then an index built concurrently.
@@ -24,11 +24,11 @@
 -- pgtasks:step transaction
 -- Make the oldest waiting job of each of p_keys pending when the key has no pending or
 -- running job and is not held (sequence_advance for a set of keys); the jobs it made
--- pending. Only tries each key's lock: a key another transaction holds is left to it (or
+-- pending. Only tries each key’s lock: a key another transaction holds is left to it (or
 -- the sweep).
 CREATE FUNCTION {schema}.sequence_advance_many(p_keys text[]) RETURNS bigint[]
 LANGUAGE plpgsql
--- The probes below read one key's index entries whatever the keys: a generic plan,
+-- The probes below read one key’s index entries whatever the keys: a generic plan,
 -- planned once per session (a custom plan would be planned again at every call).
 SET plan_cache_mode = force_generic_plan
 AS $$
@@ -80,18 +80,18 @@ BEGIN
 END;
 $$;
 
--- One key (migration 0023's function, now the same statements as a set of keys): the
--- job it made pending (NULL: none). The enqueue's commit, a release and the cancel mode
+-- One key (migration 0023’s function, now the same statements as a set of keys): the
+-- job it made pending (NULL: none). The enqueue’s commit, a release and the cancel mode
 -- call it.
 CREATE OR REPLACE FUNCTION {schema}.sequence_advance(p_key text) RETURNS bigint
 LANGUAGE sql AS $$
     SELECT ({schema}.sequence_advance_many(ARRAY[p_key]))[1]
 $$;
 
--- The rescuer's pass: every key with waiting jobs and neither a head nor a hold (a turn a
+-- The rescuer’s pass: every key with waiting jobs and neither a head nor a hold (a turn a
 -- contended lock missed, a head deleted by hand) moves on. The keys are read by a loose
 -- scan (one index entry per key, never a backlog), each checked by one probe of
--- jobs_sequence_head_idx; only the keys without a head are locked (0023's pass tried the
+-- jobs_sequence_head_idx; only the keys without a head are locked (0023’s pass tried the
 -- lock of every key and held them all to its end: the finishes meanwhile missed their
 -- turns, which then waited for the next pass).
 CREATE OR REPLACE FUNCTION {schema}.sequence_sweep() RETURNS integer
@@ -131,7 +131,7 @@ END;
 $$;
 
 -- A sequence job ended (it entered jobs_history): its key is noted for the statement
--- trigger below (the next job's turn), or the failure holds the sequence ('hold') or
+-- trigger below (the next job’s turn), or the failure holds the sequence ('hold') or
 -- cancels its waiting jobs ('cancel'), as in 0023.
 CREATE OR REPLACE FUNCTION {schema}.sequence_job_ended() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -151,7 +151,7 @@ BEGIN
             DELETE FROM {schema}.sequence_holds AS holds
             WHERE holds.sequence_key = v_key AND holds.job_id = NEW.id;
         END IF;
-        -- The next job's turn, at the end of the statement (a JSON text per key: any
+        -- The next job’s turn, at the end of the statement (a JSON text per key: any
         -- character a key may hold). Assignments, not queries: no statement to plan.
         v_noted := current_setting('pgtasks.sequence_ended', true);
         v_noted := set_config('pgtasks.sequence_ended',
@@ -195,9 +195,9 @@ BEGIN
 END;
 $$;
 
--- Statement trigger: the turns of the keys the statement's ended jobs noted. The common
--- path runs without a subtransaction (as 0023's row trigger did): it reads and writes
--- only rows of pgtasks' making, and the keys are text by construction.
+-- Statement trigger: the turns of the keys the statement’s ended jobs noted. The common
+-- path runs without a subtransaction (as 0023’s row trigger did): it reads and writes
+-- only rows of pgtasks’ making, and the keys are text by construction.
 CREATE FUNCTION {schema}.sequence_jobs_ended() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -219,8 +219,8 @@ CREATE TRIGGER jobs_history_sequence_jobs_ended
     FOR EACH STATEMENT
     EXECUTE FUNCTION {schema}.sequence_jobs_ended();
 
--- Put failed or cancelled jobs back (migration start_deadlines' function): a sequence
--- job waits for its turn behind its key's head (enqueue order: the oldest waiting job
+-- Put failed or cancelled jobs back (migration start_deadlines’ function): a sequence
+-- job waits for its turn behind its key’s head (enqueue order: the oldest waiting job
 -- of a key goes next), unless it is the failed job holding its sequence, which is the
 -- head again at once.
 CREATE OR REPLACE FUNCTION {schema}.jobs_retry(ids bigint[])
@@ -249,9 +249,9 @@ BEGIN
             locked_at = NULL,
             result = NULL,
             finished_at = NULL,
-            -- A cancelled job's flag would cancel the new attempt too.
+            -- A cancelled job’s flag would cancel the new attempt too.
             cancel_requested = false,
-            -- A retry is an operator's "run it now": a start deadline (expires=) that
+            -- A retry is an operator’s "run it now": a start deadline (expires=) that
             -- passed would only end the job cancelled again.
             meta = jobs.meta - 'pgtasks.expires',
             updated_at = now()
@@ -265,7 +265,7 @@ BEGIN
     INTO v_ids, v_queues, v_attempts, v_max, v_keys
     FROM retried;
     IF v_keys IS NOT NULL THEN
-        -- A new statement: it sees the rows made waiting above. The key's turn moves on
+        -- A new statement: it sees the rows made waiting above. The key’s turn moves on
         -- when nothing runs or holds it (the oldest waiting job, maybe this one, starts).
         PERFORM {schema}.sequence_advance_many(v_keys);
     END IF;
@@ -273,8 +273,8 @@ BEGIN
 END;
 $$;
 
--- A sequence's head (its pending or running job: at most one a key), so that the turn
--- handover's "does the key have a head" is one index probe, however long its backlog
+-- A sequence’s head (its pending or running job: at most one a key), so that the turn
+-- handover’s "does the key have a head" is one index probe, however long its backlog
 -- (jobs_sequence_idx holds the waiting jobs too: that check read them all).
 -- pgtasks:step concurrently
 CREATE INDEX CONCURRENTLY jobs_sequence_head_idx
