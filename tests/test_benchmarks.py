@@ -506,3 +506,54 @@ def test_flow_benchmark_drains_every_variant(own_database: str) -> None:
     for variant in ("plain", "debounce", "expires", "batch"):
         [row] = [line for line in lines if line.startswith(f"{variant} ")]
         assert float(row.split()[1]) > 0, stdout
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_growth_benchmark_compares_each_state_with_the_empty_schema_and_writes_the_plans(
+    own_database: str, tmp_path: Path
+) -> None:
+    output, plans = tmp_path / "growth.json", tmp_path / "plans.txt"
+    run_benchmark(
+        "benchmarks.growth --quick",
+        "--plans",
+        str(plans),
+        dsn=own_database,
+        output=output,
+        timeout=220,
+    )
+
+    report: dict[str, Any] = json.loads(output.read_text())
+    assert [state["state"] for state in report["states"]] == ["future 20,000", "history 20,000"]
+    for state in report["states"]:
+        assert set(state["figures"]) == {"enqueue", "claim", "finish", "idle claim"}
+        assert all(figure["ratio"] > 0 for figure in state["figures"].values())
+    text = plans.read_text()
+    for label in ("empty", "future 20,000", "history 20,000"):
+        assert f"=== {label}: claim_jobs, nothing due" in text, text
+        assert f"=== {label}: finish_jobs, 10 jobs" in text, text
+    assert "Execution Time" in text
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+@pytest.mark.timeout(240)
+def test_finish_profile_prints_each_figure_beside_the_finish_before_history(
+    own_database: str,
+) -> None:
+    stdout = run_benchmark(
+        "benchmarks.finish_profile",
+        "--jobs",
+        "200",
+        "--runs",
+        "1",
+        "--batch",
+        "10",
+        dsn=own_database,
+        timeout=220,
+    )
+
+    for row in ("batch 10: finish + move to history", "batch 10: finish before history"):
+        line = next(line for line in stdout.splitlines() if line.startswith(row))
+        assert len(line.split()) == len(row.split()) + 5, line  # wall, Python, server, WAL, jobs/s

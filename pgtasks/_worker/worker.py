@@ -147,7 +147,8 @@ class Worker(SettingsAttributes):
         if not settings.queue_aging:  # the queues' own intervals (app.queue(priority_aging=))
             aged = ((q.queue, q.priority_aging) for q in app.queue_limits.values())
             queue_aging = tuple((name, s) for name, s in aged if s is not None)
-            settings = dataclasses.replace(settings, queue_aging=queue_aging)
+            if queue_aging:
+                settings = dataclasses.replace(settings, queue_aging=queue_aging)
         self.app = app = app.for_store(settings.store or app.store_name)  # its one store
         #: What this worker runs with, checked once (see WorkerSettings).
         self.settings = settings

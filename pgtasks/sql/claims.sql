@@ -18,30 +18,45 @@ COMMIT;
 -- name: claim_jobs :many
 -- Claim up to %(limit)s due jobs of the given queues (NULL: all queues) for one worker,
 -- leaving out %(excluded_queues)s (paused queues, for a worker of all queues).
-WITH picked AS (
-    -- Due pending jobs in claim order, read through jobs_claim_idx. Rows another
-    -- claimer has locked are skipped, so claimers never wait for or share a row.
-    SELECT id
-    FROM {schema}.jobs
-    WHERE status = 'pending'
-      AND run_at <= now()
-      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-      -- Paused queues (migration 0007) of a worker of every queue; NULL while none is.
-      AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
-      -- A worker claims only the tasks it knows (NULL: any).
-      AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-      -- Jobs that limits apply to (migration 0009) are claimed by claim_limited (migration flow_control).
-      AND limit_groups IS NULL
-      -- A row whose next attempt number would not fit (written by hand) is left pending
-      -- rather than fail every claim.
-      AND attempts < 2147483647
-      -- Past its start deadline (expires=, meta "pgtasks.expires"): never started; the
-      -- rescuer ends it cancelled. A hand-written non-number sorts below any number.
-      AND (NOT meta ? 'pgtasks.expires'
-           OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
-    ORDER BY priority DESC, run_at, id
+WITH RECURSIVE levels AS (
+    -- The priorities of pending jobs, one index descent each from a level's end (not its
+    -- head of claimed entries). Each level is read with its priority fixed: "run_at <=
+    -- now()" ends its scan, so jobs due later are never read (before PG 18 they were).
+    (SELECT priority FROM {schema}.jobs WHERE status = 'pending' ORDER BY priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT jobs.priority FROM {schema}.jobs AS jobs
+            WHERE jobs.status = 'pending' AND jobs.priority > levels.priority
+            ORDER BY jobs.priority LIMIT 1)
+    FROM levels WHERE levels.priority IS NOT NULL
+), picked AS MATERIALIZED (
+    SELECT due.id
+    FROM (SELECT priority FROM levels WHERE priority IS NOT NULL ORDER BY priority DESC) AS levels,
+    LATERAL (
+        -- Due pending jobs of one priority in claim order, read through jobs_claim_idx;
+        -- rows another claimer has locked are skipped (claimers never wait for a row).
+        SELECT id
+        FROM {schema}.jobs
+        WHERE status = 'pending'
+          AND priority = levels.priority
+          AND run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          -- Paused queues (migration 0007); a worker claims only the tasks it knows.
+          AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
+          AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+          -- Jobs that limits apply to (migration 0009) are claimed by claim_limited (migration flow_control).
+          AND limit_groups IS NULL
+          -- A row whose next attempt number would not fit (by hand) is left pending.
+          AND attempts < 2147483647
+          -- Past its start deadline (expires=, meta "pgtasks.expires"): never started; the
+          -- rescuer ends it cancelled. A hand-written non-number sorts below any number.
+          AND (NOT meta ? 'pgtasks.expires'
+               OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
+        ORDER BY run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS due
+    -- Levels in order, each locking only the rows pulled from it: the limit stops both.
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 )
 -- The CTE is a fence: the UPDATE touches exactly the rows locked above. The new
 -- lease is (locked_by, attempts); every finishing write is conditional on it.
@@ -73,24 +88,46 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
 -- cannot remove while an old snapshot pins the xmin horizon). Higher priorities are read
 -- from their start; lower ones only when this priority has no more due jobs. A job that
 -- sorts before the position (run_at in the past, a job released meanwhile) is claimed by
--- the worker's next claim_jobs, at most one poll interval later.
-WITH picked AS (
+-- the worker's next claim_jobs, at most one poll interval later. Other priorities: level
+-- by level, as in claim_jobs.
+WITH RECURSIVE higher AS (
+    -- The priorities above the position's, lowest first (found from its side of the index).
+    (SELECT priority FROM {schema}.jobs
+     WHERE status = 'pending' AND priority > %(after_priority)s ORDER BY priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT jobs.priority FROM {schema}.jobs AS jobs
+            WHERE jobs.status = 'pending' AND jobs.priority > higher.priority
+            ORDER BY jobs.priority LIMIT 1)
+    FROM higher WHERE higher.priority IS NOT NULL
+), lower AS (
+    -- The priorities below the position's, lowest first.
+    (SELECT priority FROM {schema}.jobs
+     WHERE status = 'pending' AND priority < %(after_priority)s ORDER BY priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT jobs.priority FROM {schema}.jobs AS jobs
+            WHERE jobs.status = 'pending' AND jobs.priority > lower.priority AND jobs.priority < %(after_priority)s
+            ORDER BY jobs.priority LIMIT 1)
+    FROM lower WHERE lower.priority IS NOT NULL
+), picked AS MATERIALIZED (
     SELECT id FROM (
-        SELECT id
-        FROM {schema}.jobs
-        WHERE status = 'pending'
-          AND priority > %(after_priority)s
-          AND run_at <= now()
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          AND (%(excluded_queues)s::text[] IS NULL
-               OR queue <> ALL(%(excluded_queues)s::text[]))
-          AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-          AND limit_groups IS NULL
-          AND attempts < 2147483647
-          AND (NOT meta ? 'pgtasks.expires'
-               OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
-        ORDER BY priority DESC, run_at, id
-        FOR UPDATE SKIP LOCKED
+        SELECT due.id
+        FROM (SELECT priority FROM higher WHERE priority IS NOT NULL
+              ORDER BY priority DESC) AS levels,
+        LATERAL (
+            SELECT id
+            FROM {schema}.jobs
+            WHERE status = 'pending'
+              AND priority = levels.priority
+              AND run_at <= now() AND limit_groups IS NULL AND attempts < 2147483647
+              AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+              AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
+              AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+              AND (NOT meta ? 'pgtasks.expires'
+                   OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
+            ORDER BY run_at, id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS due
     ) AS higher_priority
     UNION ALL
     SELECT id FROM (
@@ -99,35 +136,35 @@ WITH picked AS (
         WHERE status = 'pending'
           AND priority = %(after_priority)s
           AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)
-          AND run_at <= now()
+          AND run_at <= now() AND limit_groups IS NULL AND attempts < 2147483647
           AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          AND (%(excluded_queues)s::text[] IS NULL
-               OR queue <> ALL(%(excluded_queues)s::text[]))
+          AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
           AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-          AND limit_groups IS NULL
-          AND attempts < 2147483647
           AND (NOT meta ? 'pgtasks.expires'
                OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
-        ORDER BY priority DESC, run_at, id
+        ORDER BY run_at, id
         FOR UPDATE SKIP LOCKED
     ) AS same_priority
     UNION ALL
     SELECT id FROM (
-        SELECT id
-        FROM {schema}.jobs
-        WHERE status = 'pending'
-          AND priority < %(after_priority)s
-          AND run_at <= now()
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          AND (%(excluded_queues)s::text[] IS NULL
-               OR queue <> ALL(%(excluded_queues)s::text[]))
-          AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
-          AND limit_groups IS NULL
-          AND attempts < 2147483647
-          AND (NOT meta ? 'pgtasks.expires'
-               OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
-        ORDER BY priority DESC, run_at, id
-        FOR UPDATE SKIP LOCKED
+        SELECT due.id
+        FROM (SELECT priority FROM lower WHERE priority IS NOT NULL
+              ORDER BY priority DESC) AS levels,
+        LATERAL (
+            SELECT id
+            FROM {schema}.jobs
+            WHERE status = 'pending'
+              AND priority = levels.priority
+              AND run_at <= now() AND limit_groups IS NULL AND attempts < 2147483647
+              AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+              AND (%(excluded_queues)s::text[] IS NULL OR queue <> ALL(%(excluded_queues)s::text[]))
+              AND (%(task_names)s::text[] IS NULL OR task_name = ANY(%(task_names)s::text[]))
+              AND (NOT meta ? 'pgtasks.expires'
+                   OR meta -> 'pgtasks.expires' > to_jsonb(extract(epoch FROM now())))
+            ORDER BY run_at, id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS due
     ) AS lower_priority
     -- The branches run in order and each locks only the rows pulled from it: the limit
     -- stops the scan (and the locking) as soon as it is reached.

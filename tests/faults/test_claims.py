@@ -111,12 +111,24 @@ def test_claim_among_200000_finished_jobs_touches_only_what_it_returns(
     conn.rollback()
     print(f"\n[fault 3] claim of 50 among 200,000 finished and 1,000 pending:\n{plan}")
     assert "Index Scan using jobs_claim_idx" in plan, plan
-    assert "Seq Scan" not in plan and "Sort" not in plan and "Bitmap" not in plan, plan
+    assert "Seq Scan" not in plan and "Bitmap" not in plan, plan
+    # Sorted: only the priority levels (found lowest first), never jobs.
+    assert re.findall(r"Sort Key: (.*)", plan) == ["levels_1.priority DESC"], plan
     # The index walk stops after the 50 rows it returns: it reads no finished row (they
-    # are not in the partial index) and no pending row beyond the limit.
-    scan = next(line for line in plan.splitlines() if "jobs_claim_idx" in line)
+    # are not in the partial index) and no pending row beyond the limit. (The priority
+    # levels are found by an index-only scan of their own, one entry each.)
+    scan = next(line for line in plan.splitlines() if "Index Scan using jobs_claim_idx" in line)
     assert re.search(r"rows=50(\.00)? loops=1", scan), scan
-    assert "Rows Removed by Filter" not in plan, plan
+    # No job read and filtered out by the scan (the levels' list ends with a NULL it drops).
+    lines = plan.splitlines()
+    at = lines.index(scan)
+    depth = len(scan) - len(scan.lstrip())
+    details = []
+    for line in lines[at + 1 :]:
+        if line.strip().startswith("->") and len(line) - len(line.lstrip()) <= depth + 2:
+            break
+        details.append(line)
+    assert not any("Rows Removed by Filter" in line for line in details), plan
 
     # Claim everything, 50 at a time, as a worker would; finish each batch.
     claimed: list[int] = []

@@ -44,17 +44,22 @@ def test_claim_walks_the_pending_index_in_order_even_with_stale_statistics(
     ):
         plan = explain_claim(app, dsn, queues, excluded=excluded, task_names=task_names)
         assert "Index Scan using jobs_claim_idx" in plan, plan
-        assert "Sort" not in plan, plan
+        # Sorted: only the priority levels (found lowest first), never jobs.
+        assert re.findall(r"Sort Key: (.*)", plan) == ["levels_1.priority DESC"], plan
         assert "Bitmap" not in plan, plan
 
         plan = explain_claim(
             app, dsn, queues, after=position, excluded=excluded, task_names=task_names
         )
         # Three ordered walks (higher, same, lower priority); the same-priority one starts
-        # at the position inside the index.
+        # at the position inside the index. The only sort is of the priorities above the
+        # position's (found lowest first), never of jobs.
         assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
         assert "ROW(run_at, id) > ROW(" in plan, plan
-        assert "Sort" not in plan, plan
+        assert re.findall(r"Sort Key: (.*)", plan) == [
+            "higher_1.priority DESC",
+            "lower_1.priority DESC",
+        ], plan
         assert "Bitmap" not in plan, plan
 
 
@@ -93,6 +98,47 @@ def test_a_claim_from_the_position_does_not_read_the_entries_of_claimed_jobs(
     assert from_start > 100, from_start
     assert from_position < 40, from_position
     assert from_position * 5 < from_start
+
+
+def test_claims_do_not_read_the_entries_of_jobs_due_later(
+    app: App, dsn: str, admin: psycopg.Connection[Any]
+) -> None:
+    """Jobs due far ahead sort after the due ones of their priority in jobs_claim_idx:
+    every claim reads each priority level up to its first job due later and stops, so
+    30,000 future jobs cost an idle claim (nothing due) a few pages, not a walk of their
+    entries (which a scan that can only filter run_at makes: before PostgreSQL 18's
+    skip scan, on every poll of every idle worker)."""
+
+    @app.task
+    def noop() -> None:
+        return None
+
+    admin.execute(
+        f'INSERT INTO "{app.schema}".jobs (task_name, queue, priority, args, kwargs,'
+        " max_attempts, run_at, meta)"
+        " SELECT %s, 'default', (g %% 3 - 1) * 5, '[]', '{}', 3,"
+        " now() + interval '365 days' + g * interval '1 second', '{}'"
+        " FROM generate_series(1, 30000) AS g",
+        (noop.name,),
+    )
+    admin.execute(f'VACUUM ANALYZE "{app.schema}".jobs')
+    position = ClaimPosition(0, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1), 0)
+    for after in (None, position):
+        plan = explain_claim(app, dsn, None, after=after)
+        assert "rows=0" in plan.splitlines()[0], plan  # nothing claimed
+        # Each level's scan stops at its first future entry: a page or two per level.
+        assert index_buffers(plan) < 20, plan
+
+    # Due jobs among them are claimed in claim order (priority first), and only they.
+    due = [(priority, noop.apply_async(priority=priority).id) for priority in (-5, 0, 5, 0, -5, 5)]
+    with psycopg.connect(dsn, autocommit=True, options=WORKER_CONNECTION_OPTIONS) as conn:
+        claimed = app.queries.claim_jobs(conn, ClaimRequest(WORKER, 4))
+        rest = app.queries.claim_jobs_after(
+            conn, ClaimRequest(WORKER, 50, after=claimed[-1].position)
+        )
+    assert [job.id for job in claimed + rest] == [
+        job_id for _, job_id in sorted(due, key=lambda job: (-job[0], job[1]))
+    ]
 
 
 def explain_claim(
@@ -213,14 +259,20 @@ def test_worker_connections_plan_the_claims_and_the_finish_once_with_the_same_sh
             name, params = claim_statement(ClaimRequest(WORKER, 50, queues, excluded))
             plan = generic_plan(app, dsn, name + announced, params)
             assert plan.count("Index Scan using jobs_claim_idx") == 1, plan
-            assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
+            assert re.findall(r"Sort Key: (.*)", plan) == ["levels_1.priority DESC"], plan
+            assert "Bitmap" not in plan and "Seq Scan" not in plan, plan
 
             claim = ClaimRequest(WORKER, 50, queues, excluded, after=position)
             name, params = claim_statement(claim)
             plan = generic_plan(app, dsn, name + announced, params)
             assert plan.count("Index Scan using jobs_claim_idx") == 3, plan
             assert "ROW(run_at, id) > ROW(" in plan, plan
-            assert "Sort" not in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
+            # Sorted: only the priorities above the position's, never jobs.
+            assert re.findall(r"Sort Key: (.*)", plan) == [
+                "higher_1.priority DESC",
+                "lower_1.priority DESC",
+            ], plan
+            assert "Bitmap" not in plan and "Seq Scan" not in plan, plan
 
     (params,) = finish_params([Finish(1, WORKER, 1, "done", result_json="null")])
     plan = generic_plan(app, dsn, "finish_jobs", params)
