@@ -424,6 +424,7 @@ index CREATE INDEX jobs_parked_idx ON {schema}.jobs USING btree (queue, (((meta 
 index CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND (attempts >= 0))
 index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
+index CREATE INDEX jobs_sequence_head_idx ON {schema}.jobs USING btree ({schema}.sequence_key(meta)) WHERE ((meta ? 'pgtasks.sequence'::text) AND (status = ANY (ARRAY['pending'::text, 'running'::text])))
 index CREATE INDEX jobs_sequence_idx ON {schema}.jobs USING btree ({schema}.sequence_key(meta), id) WHERE ((meta ? 'pgtasks.sequence'::text) AND (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text])))
 index CREATE UNIQUE INDEX jobs_unique_active_idx ON {schema}.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (unique_window IS NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text])))
 index CREATE UNIQUE INDEX jobs_unique_window_idx ON {schema}.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)
@@ -456,6 +457,7 @@ trigger CREATE TRIGGER jobs_runtime_limits BEFORE INSERT ON {schema}.jobs FOR EA
 trigger CREATE CONSTRAINT TRIGGER jobs_sequence_job_inserted AFTER INSERT ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.workflow_id IS NULL) AND (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.sequence_job_inserted()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
+trigger CREATE TRIGGER jobs_history_sequence_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT EXECUTE FUNCTION {schema}.sequence_jobs_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT EXECUTE FUNCTION {schema}.workflow_jobs_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
@@ -486,18 +488,20 @@ function jobs_history_expired_days() 45249fefc222df9532d287e1d09c14de
 function jobs_history_forget_day_keys() 37a69316c83aaaa2b304cfa301d69547
 function jobs_refinish() 78cd0ac739987c9e7ef5d45b887c8d07
 function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
-function jobs_retry() da10da6b6a693cc35beca84746db0b03
+function jobs_retry() 68997493a6b27ff0c67041d14a2b7b7d
 function keyed_job_inserted() 85feb279da538b650379614197d73471
 function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadline() a2b47d73acba0a98cce270a75055775a
-function sequence_advance() 760b3e1a78d639cd1972ac92e458ae13
-function sequence_job_ended() e64b8afa7efba33ad5dee6e9189e11d9
+function sequence_advance() 56160402aea9f0c585b53138993d630c
+function sequence_advance_many() 1d991620df3e643df6592eaccd804d40
+function sequence_job_ended() 960c077a43f68138194a69e6af5a2ad9
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
+function sequence_jobs_ended() 7636722d7c3d444ae3e30cba4be2bd16
 function sequence_key() d34fef9334c02f42ea144b52b02de7c4
-function sequence_sweep() f5321159ff14746e9ad4201a16d2f4f0
+function sequence_sweep() d1a254b5b369d7697093c69bb8bf2a35
 function stamp_runtime_limits() df703acac8ae7a08c195b964ae0564f8
 function workflow_abort_reason() 208b90ca51774d27d8b9af0a7740220e
 function workflow_cancel_downstream() b21651f2eda9aac40c1faceaa0347870

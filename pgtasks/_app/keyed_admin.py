@@ -26,6 +26,8 @@ class FairKey:
     pending: int
     running: int
     waited: float | None
+    #: The store it was read from, when read from several (``flow_state`` of a root App).
+    store: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +42,8 @@ class SequenceState:
     task_name: str | None
     held_by: int | None
     held_at: datetime | None
+    #: The store it was read from, when read from several (``flow_state`` of a root App).
+    store: str | None = None
 
     @property
     def length(self) -> int:
@@ -60,19 +64,26 @@ class KeyedState:
 
     def as_dict(self) -> dict[str, Any]:
         def fair(rows: list[FairKey]) -> list[dict[str, Any]]:
-            return [dataclasses.asdict(row) for row in rows]
+            return [_without_store(dataclasses.asdict(row)) for row in rows]
 
         return {
             "fair_keys": {"busiest": fair(self.busiest), "starved": fair(self.starved)},
             "sequences": [
                 {
-                    **dataclasses.asdict(sequence),
+                    **_without_store(dataclasses.asdict(sequence)),
                     "length": sequence.length,
                     "held_at": None if sequence.held_at is None else sequence.held_at.isoformat(),
                 }
                 for sequence in self.sequences
             ],
         }
+
+
+def _without_store(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as JSON shows it: its store only when it was read from several."""
+    if row.get("store") is None:
+        row.pop("store", None)
+    return row
 
 
 def read_keyed(app: App, conn: psycopg.Connection[Any], *, limit: int = 10) -> KeyedState:
@@ -105,24 +116,90 @@ def keyed_state(
     return KeyedState(busiest, starved, sequences)
 
 
-def flow_state(app: App, *, limit: int = 10) -> KeyedState:
-    """:func:`read_keyed` on the app's connections (the replica when there is one)."""
-    return app.database.read(lambda conn: read_keyed(app, conn, limit=limit))
+def _owners(app: App, store: str | None, queue: str | None) -> list[App]:
+    """The Apps of the stores an operation covers: ``store``'s, the store ``queue`` routes
+    to, else every store the App serves (the root App of several: each of them)."""
+    from .routing import for_queue, for_store, serving
+
+    if store is not None and queue is not None:
+        raise ValueError("store= and queue= name the same thing: give one of them")
+    if store is not None:
+        return [for_store(app, store)]
+    if queue is not None:
+        return [for_queue(app, check_name("queue", queue))]
+    return serving(app)
 
 
-def release_sequence(app: App, key: str) -> int | None:
+def flow_state(
+    app: App, *, limit: int = 10, store: str | None = None, queue: str | None = None
+) -> KeyedState:
+    """:func:`read_keyed` on the app's connections (the replica when there is one): of
+    store ``store``, of the store ``queue`` routes to, else of every store the App serves
+    (the root App of several stores: each store's, merged, each row naming its store)."""
+    owners = _owners(app, store, queue)
+    if len(owners) == 1:
+        return _read_one(owners[0], limit)
+    states = {owner.store_name: _read_one(owner, limit) for owner in owners}
+    return _merged(states, limit)
+
+
+def _read_one(owner: App, limit: int) -> KeyedState:
+    return owner.database.read(lambda conn: read_keyed(owner, conn, limit=limit))
+
+
+def _merged(states: dict[str, KeyedState], limit: int) -> KeyedState:
+    """The states of several stores as one, in each list's order, each row tagged."""
+    busiest = [
+        dataclasses.replace(key, store=name)
+        for name, state in states.items()
+        for key in state.busiest
+    ]
+    starved = [
+        dataclasses.replace(key, store=name)
+        for name, state in states.items()
+        for key in state.starved
+    ]
+    sequences = [
+        dataclasses.replace(sequence, store=name)
+        for name, state in states.items()
+        for sequence in state.sequences
+    ]
+    busiest.sort(key=lambda key: (-key.pending, key.key))
+    starved.sort(key=lambda key: (-(key.waited or 0.0), key.key))
+    sequences.sort(key=lambda sequence: (sequence.held_by is None, -sequence.waiting, sequence.key))
+    return KeyedState(busiest[:limit], starved[:limit], sequences[: 5 * limit])
+
+
+def release_sequence(
+    app: App, key: str, *, store: str | None = None, queue: str | None = None
+) -> int | None:
     """Release sequence ``key`` from the failed job holding it: its next waiting job
     starts. Returns that job's id (None: nothing waits, or a job of it is pending or
-    running). The failed job stays failed (retry it to run it again, in its turn)."""
+    running). The failed job stays failed (retry it to run it again, in its turn).
+
+    Of store ``store``, of the store ``queue`` routes to, else of every store the App
+    serves (a root App of several stores releases the key in each; the id returned is
+    the first job started, in the App's order of stores)."""
+    started = release_sequence_each(app, key, store=store, queue=queue)
+    return next((job_id for job_id in started.values() if job_id is not None), None)
+
+
+def release_sequence_each(
+    app: App, key: str, *, store: str | None = None, queue: str | None = None
+) -> dict[str, int | None]:
+    """:func:`release_sequence` store by store: the job each store started, by store name."""
     name = check_name("sequence key", key, MAX_KEY_BYTES)
-    queries: AdminPort = app.queries
+    started: dict[str, int | None] = {}
+    for owner in _owners(app, store, queue):
+        queries: AdminPort = owner.queries
 
-    def release(conn: psycopg.Connection[Any]) -> int | None:
-        with conn.transaction():
-            queries.release_sequence_hold(conn, name)
-        return queries.advance_sequence(conn, name)
+        def release(conn: psycopg.Connection[Any], queries: AdminPort = queries) -> int | None:
+            with conn.transaction():
+                queries.release_sequence_hold(conn, name)
+            return queries.advance_sequence(conn, name)
 
-    return app.database.run(release)
+        started[owner.store_name] = owner.database.run(release)
+    return started
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ from .._app import controls
 from .._app.flow_stats import FlowStats, flow_stats
 from .._app.keyed_admin import LimitsView, format_keyed, limits_view, release_sequence
 from .._limits import format_limits
-from .._operations import format_table, to_json
+from .._operations import format_table
 from ._common import app_option, checked_name, guard, json_option, load_app, optional_app_option
 from ._stores import each_store, echo_each, store_option
 
@@ -208,17 +208,25 @@ def sequences() -> None:
 
 @sequences.command()
 @app_option
+@store_option
 @json_option
 @click.argument("key", callback=checked_name("sequence key"))
-def release(app_path: str, as_json: bool, key: str) -> None:
+def release(app_path: str, store: str | None, as_json: bool, key: str) -> None:
     """Release sequence KEY from the failed job holding it: its next job starts (the
-    failed job stays failed)."""
+    failed job stays failed). Of every store of an app of several, or of --store."""
     app = load_app(app_path)
     with app:
-        started = guard(lambda: release_sequence(app, key))
-    if as_json:
-        click.echo(to_json({"sequence": key, "started": started}))
-    elif started is None:
-        click.echo(f"sequence {key}: released; no job started (none waits, or one runs)")
-    else:
-        click.echo(f"sequence {key}: released; job {started} started")
+        results = each_store(app, lambda one: release_sequence(one, key), store)
+
+    def text(started: int | None) -> str:
+        if started is None:
+            return f"sequence {key}: released; no job started (none waits, or one runs)"
+        return f"sequence {key}: released; job {started} started"
+
+    echo_each(
+        app,
+        results,
+        as_json=as_json,
+        document=lambda started: {"sequence": key, "started": started},
+        text=text,
+    )

@@ -205,3 +205,55 @@ def listed_ids(text: str) -> list[int]:
     """The ids a table of ``workflows list`` shows (the first column of its rows)."""
     firsts = [line.split()[0] for line in text.splitlines() if line.strip()]
     return [int(first) for first in firsts if first.isdigit()]
+
+
+def test_sequences_release_of_every_store_or_one(
+    env: dict[str, str], schemas: dict[str, str], dsn: str
+) -> None:
+    migrated = run(env, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    app = App(
+        stores={name: Store(dsn, schema=schema) for name, schema in schemas.items()},
+        routes={"emails": "bulk"},
+    )
+    waiting = {}
+    try:
+
+        @app.task(name="stores_app.double", sequence_key="k")
+        def double(n: int) -> int:
+            return n * 2
+
+        @app.task(name="stores_app.mail", queue="emails", sequence_key="k")
+        def mail(n: int) -> int:
+            return n + 1
+
+        # In each store: sequence "k" held (written by hand, naming a failed job no longer
+        # kept: id 0) while its first job ends cancelled, its second job waiting.
+        for name, task in (("default", double), ("bulk", mail)):
+            head, second = task.delay(1).id, task.delay(2).id
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {}.sequence_holds (sequence_key, job_id) VALUES ('k', %s)"
+                    ).format(sql.Identifier(schemas[name])),
+                    (0,),
+                )
+            assert app.cancel(head).outcome == "cancelled"
+            waiting[name] = second
+    finally:
+        app.close()
+
+    def status(name: str) -> str:
+        return next(s for job_id, _, s in jobs_in(dsn, schemas[name]) if job_id == waiting[name])
+
+    assert status("default") == status("bulk") == "waiting"
+    one = run(env, "sequences", "release", "k", "--store", "bulk", "--json")
+    assert one.returncode == 0, one.stderr
+    assert json.loads(one.stdout) == {
+        "stores": {"bulk": {"sequence": "k", "started": waiting["bulk"]}}
+    }
+    assert status("bulk") == "pending" and status("default") == "waiting"
+    every = run(env, "sequences", "release", "k")
+    assert every.returncode == 0, every.stderr
+    assert f"sequence k: released; job {waiting['default']} started" in every.stdout
+    assert "== store bulk" in every.stdout and status("default") == "pending"
