@@ -136,7 +136,7 @@ def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
     }
     aged = claim.aging is not None or bool(claim.queue_aging)
     if aged or claim.limited:
-        # Priority aging (claim_jobs_aged, migration 0028): the intervals, app-wide and per queue.
+        # Priority aging (claim_jobs_aged, migration 0026): the intervals, app-wide and per queue.
         params["aging"] = claim.aging
         params["aged_queues"] = [queue for queue, _ in claim.queue_aging] or None
         params["aged_seconds"] = [seconds for _, seconds in claim.queue_aging] or None

@@ -276,7 +276,7 @@ RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kw
 -- claim_jobs; the last row is a report (id NULL) whose meta holds the seconds until the
 -- next rate token that held a job back (wait), the limits that held jobs back (blocked)
 -- and the error that ended the claim (error; nothing was claimed then). Priority aging
--- (migration 0028): parameters as in claim_jobs_aged.
+-- (migration 0026): parameters as in claim_jobs_aged.
 SELECT id, task_name, queue, priority, args, kwargs, attempts, max_attempts,
        CASE WHEN id IS NULL
             THEN jsonb_build_object('wait', wait, 'blocked', blocked, 'error', error)

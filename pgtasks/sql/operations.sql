@@ -90,7 +90,7 @@ LIMIT %(limit)s::int;
 -- name: list_recent_worker_jobs :many
 -- The last %(per_worker)s jobs each of the workers %(worker_ids)s ran to their end, newest
 -- first: per worker, one probe of jobs_history_worker_idx (locked_by, finished_at;
--- migration 0029) in each partition, so the read is exact and costs the same at any
+-- migration 0027) in each partition, so the read is exact and costs the same at any
 -- history size.
 SELECT last.id, last.task_name, last.status, last.attempts, last.locked_by,
        last.finished_at, last.took

@@ -1,5 +1,5 @@
 """Priority aging per queue (``app.queue(name, priority_aging=)``) and for limited and fair
-jobs (the limited claim, migration 0028): the claim orders by effective priority, reads
+jobs (the limited claim, migration 0026): the claim orders by effective priority, reads
 the claim index (auto_explain of the function's statements), and a real worker starts a
 low-priority job under a continuous stream of higher-priority work."""
 

@@ -1,4 +1,4 @@
-"""Migration 0029 on a populated jobs_history (partitioned by class and day): the index of
+"""Migration 0027 on a populated jobs_history (partitioned by class and day): the index of
 the workers' last jobs is built online partition by partition (pgtasks/_store/
 partition_indexes.py), resumes what an earlier run left, ends valid with every partition's
 index attached and named as a new schema names them; the workers page's read is then an
@@ -26,7 +26,7 @@ INDEX = "jobs_history_worker_idx"
 
 @pytest.fixture
 def schema(dsn: str) -> Iterator[str]:
-    """A schema at the migration before 0029, with day partitions and finished jobs."""
+    """A schema at the migration before 0027, with day partitions and finished jobs."""
     name = f"test_{secrets.token_hex(4)}"
     before = [m for m in load_migrations() if m.version < VERSION]
     with psycopg.connect(dsn, autocommit=True) as conn:

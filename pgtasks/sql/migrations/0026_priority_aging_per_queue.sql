@@ -1,4 +1,4 @@
--- pgtasks 0028: priority aging per queue and for limited and fair jobs; the limited claim
+-- pgtasks 0026: priority aging per queue and for limited and fair jobs; the limited claim
 -- of migration 0009 goes (docs/howto/flow-control.md, "Priority aging").
 -- Placeholders: {schema} (quoted identifier).
 --
@@ -73,7 +73,7 @@ DECLARE
     v_new_rated boolean;
     v_demand    bigint[];
     v_report    {schema}.limited_claim;
-    -- Priority aging: an interval for every queue or for some (migration 0028).
+    -- Priority aging: an interval for every queue or for some (migration 0026).
     v_aged      constant boolean := p_aging IS NOT NULL
                                     OR coalesce(cardinality(p_aged_queues), 0) > 0;
 BEGIN
@@ -90,7 +90,7 @@ BEGIN
         -- reads); the instances met for the first time, locked unless another claim
         -- holds them.
         WITH RECURSIVE levels(priority) AS (
-            -- Priority aging only (migration 0028): the stored priorities of the pending
+            -- Priority aging only (migration 0026): the stored priorities of the pending
             -- limited jobs, highest first, by a skip scan of the claim index.
             (SELECT j.priority FROM {schema}.jobs AS j
              WHERE j.status = 'pending' AND j.limit_groups IS NOT NULL
