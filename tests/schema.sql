@@ -496,7 +496,7 @@ function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadline() a2b47d73acba0a98cce270a75055775a
 function sequence_advance() 56160402aea9f0c585b53138993d630c
-function sequence_advance_many() 1d991620df3e643df6592eaccd804d40
+function sequence_advance_many() 7d76074265fda43535dac071987d2d5f
 function sequence_job_ended() 960c077a43f68138194a69e6af5a2ad9
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
 function sequence_jobs_ended() 7636722d7c3d444ae3e30cba4be2bd16

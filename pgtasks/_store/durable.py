@@ -107,12 +107,15 @@ class DurableQueries(QueriesBase):
     ) -> None:
         self._rows(conn, "unpark_job", _lease(job_id, worker_id, attempt))
 
+    def _event_lock(self, key: str) -> dict[str, Any]:
+        """The key's lock in this schema (another schema's same key is another lock)."""
+        return {"lock_class": ADVISORY_LOCK_CLASS_EVENTS, "key": f"{self.schema}\x1f{key}"}
+
     def lock_event_key(self, conn: psycopg.Connection[Any], key: str) -> None:
-        self._rows(conn, "lock_event_key", {"lock_class": ADVISORY_LOCK_CLASS_EVENTS, "key": key})
+        self._rows(conn, "lock_event_key", self._event_lock(key))
 
     async def alock_event_key(self, conn: psycopg.AsyncConnection[Any], key: str) -> None:
-        params = {"lock_class": ADVISORY_LOCK_CLASS_EVENTS, "key": key}
-        await self._arows(conn, "lock_event_key", params)
+        await self._arows(conn, "lock_event_key", self._event_lock(key))
 
     def find_event(self, conn: psycopg.Connection[Any], *, key: str, after_id: int) -> Row | None:
         rows = self._rows(conn, "find_event", {"key": key, "after_id": after_id})

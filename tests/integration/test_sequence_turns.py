@@ -175,3 +175,25 @@ def test_the_sweep_moves_on_missed_turns_and_locks_only_those_keys(
     statuses = _statuses(admin, app.schema)
     assert statuses[missed[1]] == "pending"
     assert [statuses[i] for i in busy] == ["pending", "waiting"] * 3
+
+
+def test_a_keys_turn_in_one_schema_never_waits_for_the_same_key_in_another(
+    make_app: Callable[..., App], admin: psycopg.Connection[Any]
+) -> None:
+    """Two stores' schemas in one database, one sequence key: a transaction of the first
+    holding the key's lock (an enqueue or a finish handing its turn over) does not make
+    the second's turn miss (it would wait for the rescuer's pass)."""
+    here, there = make_app(), make_app()
+
+    @here.task(name="seq.here", sequence_key="k")
+    def first(n: int) -> None: ...
+
+    @there.task(name="seq.there", sequence_key="k")
+    def second(n: int) -> None: ...
+
+    with here.connection() as conn, conn.transaction():
+        conn.execute(f"SELECT {here.schema}.sequence_advance('k')")  # holds "k" of here
+        job = second.delay(1).id  # its turn is handed over at its enqueue's commit
+    assert _statuses(admin, there.schema)[job] == "pending"
+    mine = first.delay(1).id
+    assert _statuses(admin, here.schema) == {mine: "pending"}, (here.schema, there.schema)

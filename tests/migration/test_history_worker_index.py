@@ -20,7 +20,7 @@ from pgtasks.sql import load_migrations
 from tests.support.schemas import drop_schema
 
 Connection = psycopg.Connection[Any]
-VERSION = 29
+VERSION = 27
 INDEX = "jobs_history_worker_idx"
 
 
@@ -52,14 +52,18 @@ def schema(dsn: str) -> Iterator[str]:
 def indexes(admin: Connection, schema: str) -> dict[str, tuple[str, bool, str | None]]:
     """Each index of jobs_history's tree on (locked_by, finished_at): its table, whether
     valid, the index it is attached to."""
+    # The schema's indexes first (materialized): pg_get_indexdef() of another test's index
+    # dropped meanwhile would fail ("could not open relation").
     rows = admin.execute(
-        "SELECT ci.relname, t.relname, i.indisvalid,"
-        " (SELECT p.relname FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhparent"
-        "  WHERE h.inhrelid = i.indexrelid)"
+        "WITH mine AS MATERIALIZED (SELECT i.indexrelid, ci.relname AS name,"
+        " t.relname AS tab, i.indisvalid AS valid"
         " FROM pg_index i JOIN pg_class ci ON ci.oid = i.indexrelid"
         " JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace"
-        " WHERE n.nspname = %s AND t.relname LIKE 'jobs_history%%'"
-        " AND pg_get_indexdef(i.indexrelid) LIKE '%%(locked_by, finished_at)'",
+        " WHERE n.nspname = %s AND t.relname LIKE 'jobs_history%%')"
+        " SELECT name, tab, valid,"
+        " (SELECT p.relname FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhparent"
+        "  WHERE h.inhrelid = mine.indexrelid)"
+        " FROM mine WHERE pg_get_indexdef(mine.indexrelid) LIKE '%%(locked_by, finished_at)'",
         (schema,),
     ).fetchall()
     return {name: (table, valid, parent) for name, table, valid, parent in rows}

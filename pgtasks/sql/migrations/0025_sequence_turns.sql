@@ -38,9 +38,11 @@ DECLARE
     v_queues text[];
     v_moved  bigint[];
 BEGIN
+    -- Each key’s lock is this schema’s (its channel names it): another store’s schema
+    -- in the same database with the same key takes another lock, never this turn.
     SELECT array_agg(k ORDER BY k) INTO v_locked
     FROM (SELECT DISTINCT k FROM unnest(p_keys) AS keys(k) WHERE k IS NOT NULL) AS keys
-    WHERE pg_try_advisory_xact_lock(1885828224, hashtext(k));
+    WHERE pg_try_advisory_xact_lock(1885828224, hashtext({channel} || chr(31) || k));
     IF v_locked IS NULL THEN
         RETURN ARRAY[]::bigint[];
     END IF;
