@@ -203,10 +203,23 @@ def probe_connection_error(
 PINNED = r"-c default_transaction_isolation=read\ committed"
 
 
-def pinned_options(options: str | None) -> str:
+def pinned_options(options: str | None, dsn: str | None = None) -> str:
     """libpq startup ``options`` with the isolation pin last (it wins over a default
-    given there)."""
-    return f"{options} {PINNED}" if options else PINNED
+    given there), after the options ``dsn`` gives (``?options=`` or ``PGOPTIONS``): a
+    keyword argument replaces those in libpq, so they are carried over here."""
+    return " ".join(part for part in (dsn_options(dsn), options, PINNED) if part)
+
+
+def dsn_options(dsn: str | None) -> str | None:
+    """The startup options ``dsn`` connects with: its own ``options``, else the
+    ``PGOPTIONS`` environment variable's (None: no DSN, or one libpq cannot parse)."""
+    if dsn is None:
+        return None
+    try:
+        options = psycopg.conninfo.conninfo_to_dict(dsn).get("options")
+    except psycopg.Error:
+        return None
+    return str(options) if options else os.environ.get("PGOPTIONS") or None
 
 
 def refuses_startup_options(error: BaseException) -> bool:

@@ -159,7 +159,7 @@ class Database:
         if self.pooled and not session:
             kwargs.pop("options", None)
         else:
-            kwargs["options"] = connecting.pinned_options(kwargs.get("options"))
+            kwargs["options"] = connecting.pinned_options(kwargs.get("options"), self.dsn)
         if not session and not self.prepared_statements:
             kwargs["prepare_threshold"] = None
         return kwargs
@@ -203,13 +203,8 @@ class Database:
             target, direct, extra = target_or_none, True, {}
         else:
             target, direct, extra = self.dsn, not self.pooled, self.connection_kwargs()
-        if direct:
-            # The caller's options replace the App's; the isolation pin goes with either.
-            extra["options"] = (
-                connecting.pinned_options(options)
-                if options
-                else extra.get("options") or connecting.PINNED
-            )
+        if direct and (options or "options" not in extra):  # the caller's replace the App's
+            extra["options"] = connecting.pinned_options(options, target)  # pinned either way
         kwargs.setdefault("autocommit", True)
         kwargs.setdefault("connect_timeout", max(1, round(self.pools.connect_timeout)))
         conn = psycopg.connect(target, **{**extra, **kwargs})
@@ -532,7 +527,9 @@ class Database:
                     **connecting.pool_kwargs(),
                     "application_name": "pgtasks replica reads",
                     **self.extra_kwargs,
-                    "options": connecting.pinned_options(self.extra_kwargs.get("options")),
+                    "options": connecting.pinned_options(
+                        self.extra_kwargs.get("options"), replica_dsn
+                    ),
                 },
                 timeout=self.pools.connect_timeout,
                 name=f"{self.name}-replica",

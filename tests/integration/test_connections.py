@@ -141,3 +141,18 @@ def test_an_unreachable_replica_is_a_doctor_warning(make_app: Callable[..., App]
 
     assert finding.level == "warning"
     assert "cannot be read" in finding.summary
+
+
+def test_the_options_a_dsn_gives_reach_every_connection_with_the_isolation_pin(
+    make_app: Callable[..., App], dsn: str
+) -> None:
+    """``?options=`` in the DSN is kept beside pgtasks' READ COMMITTED pin: pooled
+    connections, connections of their own and session connections run with both."""
+    separator = "&" if "?" in dsn else "?"
+    app = make_app(dsn=f"{dsn}{separator}options=-c%20statement_timeout%3D4321")
+    shown = "SELECT current_setting('statement_timeout'), current_setting('transaction_isolation')"
+    with app.connection() as conn:
+        assert conn.execute(shown).fetchone() == ("4321ms", "read committed")
+    for session in (False, True):
+        with app.database.connect(session=session) as conn:
+            assert conn.execute(shown).fetchone() == ("4321ms", "read committed")

@@ -73,3 +73,19 @@ def test_a_pooled_dsn_gets_no_startup_option_its_session_dsn_the_pin(session: bo
         assert kwargs["options"].endswith(PINNED)
     else:
         assert "options" not in kwargs
+
+
+def test_the_dsns_own_options_are_kept_before_the_pin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keyword ``options`` replaces the DSN's in libpq: the DSN's (or PGOPTIONS) are
+    carried into it, before the App's and the pin."""
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+    dsn = "postgresql://h/x?options=-c%20search_path%3Dshop"
+    assert pinned_options(None, dsn) == f"-c search_path=shop {PINNED}"
+    assert pinned_options("-c work_mem=8MB", dsn) == f"-c search_path=shop -c work_mem=8MB {PINNED}"
+    assert pinned_options(None, "host=h options='-c lock_timeout=1s'") == (
+        f"-c lock_timeout=1s {PINNED}"
+    )
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=9s")
+    assert pinned_options(None, "postgresql://h/x") == f"-c statement_timeout=9s {PINNED}"
+    assert pinned_options(None, dsn) == f"-c search_path=shop {PINNED}"  # the DSN's win
+    assert pinned_options(None, "not a dsn ===") == PINNED
