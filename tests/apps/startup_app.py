@@ -62,8 +62,15 @@ def _send_signals() -> None:
     if _fired.is_set():
         return
     _fired.set()
+    sent: list[signal.Signals] = []
     for name in os.environ.get("STARTUP_SIGNALS", "SIGTERM").split(","):
-        os.kill(os.getpid(), signal.Signals[name.strip()])
+        signum = signal.Signals[name.strip()]
+        if sent and sent[-1] == signum:
+            # The same signal twice at once is one signal (POSIX: a pending signal is not
+            # queued twice): a second SIGTERM comes a moment later, as an operator's does.
+            time.sleep(0.2)
+        os.kill(os.getpid(), signum)
+        sent.append(signum)
 
 
 class StallingHandler(logging.Handler):
@@ -143,8 +150,8 @@ def build_app() -> App:
         """Record the run, signal the worker when the point is the job, sleep ``seconds``."""
         execution_id = recorder.started(context)
         if point is not None and point[1] == "job":
-            if point[0] == "after":
-                time.sleep(seconds / 2)
+            if point[0] == "after":  # a moment into the job (an endless one too)
+                time.sleep(min(seconds / 2, 0.2))
             _send_signals()
         time.sleep(seconds)
         recorder.finished(execution_id)

@@ -261,12 +261,17 @@ def _first_stub(seconds: float) -> float:
     return seconds
 
 
+#: The random scenarios' seed: printed with the results, given back through
+#: PGTASKS_STOP_SIGNALS_SEED to run the same scenarios again.
+SEED = int(os.environ.get("PGTASKS_STOP_SIGNALS_SEED") or random.randrange(2**32))
+
+
 def schedule(lab: Lab) -> Iterator[Scenario]:
     """Every named point once (rotating through the variants), interleaved with timed
     signals and barrages; then random scenarios of every kind."""
     numbers = itertools.count(1)
     points = [f"{when}:{what}" for what in POINTS for when in ("before", "after")]
-    chooser = random.Random()
+    chooser = random.Random(SEED)
 
     def timed(number: int) -> Scenario:
         variant = chooser.choice(VARIANTS)
@@ -376,7 +381,7 @@ def test_a_worker_stopped_at_any_moment_of_its_start_exits_0(lab: Lab) -> None:
     print(
         f"\n{len(results)} stopped starts in {elapsed:.1f} s ({kinds}); {early} timed signal(s)"
         f" came before the signal handling; start to first job {lab.typical_start():.2f} s;"
-        f" {len(failures)} failure(s)"
+        f" {len(failures)} failure(s) (PGTASKS_STOP_SIGNALS_SEED={SEED})"
     )
     for failure in failures:
         print(f"FAILED {failure.scenario.describe()}: {failure.verdict} {failure.detail[-6000:]}")
