@@ -30,12 +30,7 @@ CREATE FUNCTION {schema}.claim_limited(
     p_aged_queues text[] DEFAULT NULL,
     p_aged_seconds double precision[] DEFAULT NULL
 ) RETURNS SETOF {schema}.limited_claim
-LANGUAGE plpgsql
--- The candidates are read in the fair claim index’s order: before the table is analyzed
--- after a bulk enqueue, the planner would rather sort every pending fair job (150–250 ms
--- a claim on 20,000 of them, against 2 ms through the index).
-SET enable_sort = off
-AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     v_limit     constant integer := least(greatest(coalesce(p_limit, 0), 0), 10000);
     v_batch     integer := v_limit;
