@@ -203,7 +203,7 @@ class Stats:
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Pending jobs parked by a durable call, by queue: {"sleeping": n, "waiting": n, …}.
     parked: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
-    #: Fair keys and sequences (migration 0023): fair_keys, sequences,
+    #: Fair keys and sequences: fair_keys, sequences,
     #: sequence_jobs_waiting, sequences_held.
     flow: dict[str, int] = dataclasses.field(default_factory=dict)
 
