@@ -13,6 +13,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.support.environment import ROOT
 
 ALLOWED = ("tests.support", "tests.apps")
@@ -123,3 +125,23 @@ def test_the_architecture_page_has_one_line_for_every_module() -> None:
         f" {sorted(modules - set(rows))}"
     )
     assert not set(rows) - modules, f"these modules are gone: {sorted(set(rows) - modules)}"
+
+
+def test_contributing_gives_the_layers_in_the_order_the_import_contract_enforces() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]
+    layers = next(c for c in contracts["importlinter"]["contracts"] if c["type"] == "layers")
+    names = [
+        name.strip().removeprefix("pgtasks.")
+        for layer in layers["layers"]
+        for name in layer.split(":")
+    ]
+    text = (ROOT / "CONTRIBUTING.md").read_text("utf-8")
+    layout = text[text.index("## Layout") :].split("\n## ")[0]
+
+    missing = [name for name in names if f"`{name}`" not in layout]
+    assert not missing, f"CONTRIBUTING.md's Layout does not name these layers: {missing}"
+    positions = [layout.index(f"`{name}`") for name in names]
+    assert positions == sorted(positions), (
+        f"CONTRIBUTING.md's Layout gives the layers out of the contract's order: {names}"
+    )
