@@ -176,3 +176,28 @@ def test_contributing_gives_the_layers_in_the_order_the_import_contract_enforces
     assert positions == sorted(positions), (
         f"CONTRIBUTING.md's Layout gives the layers out of the contract's order: {names}"
     )
+
+
+def test_the_reading_order_names_classes_methods_and_modules_that_exist() -> None:
+    text = ARCHITECTURE.read_text("utf-8")
+    section = text[text.index("## Reading order") :].split("\n## ")[0]
+    methods: dict[str, set[str]] = {}
+    for path in package_files((".py",)):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                methods.setdefault(node.name, set()).update(
+                    item.name
+                    for item in node.body
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                )
+    named = set(re.findall(r"`([A-Z]\w+)\.(\w+)", section))
+    files = set(re.findall(r"`([\w/]+\.py)`", section))
+    paths = [str(path.relative_to(ROOT / "pgtasks")) for path in package_files((".py",))]
+
+    assert len(named) >= 5 and len(files) >= 10, "the reading order was not found"
+    assert not {(c, m) for c, m in named if m not in methods.get(c, set())}, (
+        f"the reading order names methods the code does not have: {sorted(named)}"
+    )
+    assert not {f for f in files if not any(p == f or p.endswith("/" + f) for p in paths)}
+    for step in ("Worker._step", "exchanges", "executor", "ledger"):
+        assert step.split(".")[-1] in section, step
