@@ -216,11 +216,11 @@ def worker(
     from .._worker.worker import Worker
 
     configure_logging(log_level, log_format)
+    options: dict[str, Any] = {name: flags.pop(name) for name in SETTING_OPTIONS}
+    executor_flags = flags  # the rest: cli/executors.py's
     # Before the app is imported: a stop signal from now on is remembered and applied to
     # the worker once it exists, and the handlers stay until the process ends (a second
     # signal is never met by the default action, however late it comes).
-    options: dict[str, Any] = {name: flags.pop(name) for name in SETTING_OPTIONS}
-    executor_flags = flags  # the rest: cli/executors.py's
     signals = StopSignals(worker_name(), shutdown_timeout=options["shutdown_timeout"])
     signals.install()
     app = load_app(app_path)
