@@ -29,7 +29,38 @@ T = TypeVar("T")
 
 class WorkerOptions(TypedDict, total=False):
     """The keywords of ``Worker(app, queues, ...)`` beside ``observers``, each a field of
-    :class:`WorkerSettings` or of its ``executor`` (see :class:`pgtasks.Worker`)."""
+    :class:`WorkerSettings` or of its ``executor``; one not given is its default:
+
+    - ``concurrency`` = ``10``: jobs run at once (threads and the event loop);
+    - ``lease_timeout`` = ``None``: seconds without heartbeat before a worker's jobs are
+      rescued (None: the App's);
+    - ``heartbeat_interval`` = ``None``: seconds between heartbeats (None: the App's);
+    - ``rescue_interval`` = ``None``: seconds between rescue passes (None: the App's);
+    - ``poll_interval`` = ``None``: seconds between claims when no notification arrives
+      (None: the App's);
+    - ``shutdown_timeout`` = ``30.0``: seconds running jobs get to finish on a stop;
+    - ``ignore_unknown`` = ``True``: kept for compatibility (a worker claims only the
+      tasks it knows);
+    - ``prefetch`` = ``None``: jobs claimed beyond the free slots (None: two per slot
+      while the jobs are short);
+    - ``pool`` = ``'thread'``: the executor of sync tasks that name none (or
+      ``"process"``);
+    - ``processes`` = ``None``: the process pool's size (None: the number of CPUs);
+    - ``queue_executors`` = ``{}``: a queue's executor of sync tasks, e.g.
+      ``{"cpu": "process"}``;
+    - ``process_start_method`` = ``'spawn'``: how pool children start (or ``"fork"``);
+    - ``app_path`` = ``None``: the ``module:attribute`` spawned children import;
+    - ``max_tasks_per_child`` = ``None``: replace a pool child after this many jobs;
+    - ``max_memory_per_child`` = ``None``: megabytes of resident memory after a job above
+      which a child is replaced;
+    - ``loop_lag_threshold`` = ``0.5``: seconds the event loop may be blocked before a
+      warning (None or 0: off);
+    - ``store`` = ``None``: the store served (None: the one its queues route to);
+    - ``job_logs`` = ``True``: capture the attempts' log lines from INFO, from a level
+      (``"DEBUG"``), or not (False);
+    - ``min_concurrency`` = ``None``, ``max_concurrency`` = ``None``: the bounds
+      ``pool_shrink``/``pool_grow`` resize the pool within (None: 1 and ``concurrency``).
+    """
 
     concurrency: int
     #: The four intervals: None (not given) is the App's.
@@ -200,6 +231,8 @@ def option_default(name: str) -> Any:
     ExecutorSettings (``pgtasks worker`` shows it)."""
     owner = ExecutorSettings if name in EXECUTOR_OPTIONS else WorkerSettings
     field = next(field for field in dataclasses.fields(owner) if field.name == name)
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
     return field.default
 
 

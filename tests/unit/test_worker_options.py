@@ -8,6 +8,7 @@ import dataclasses
 import importlib
 import inspect
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -107,3 +108,13 @@ def test_the_worker_shows_its_settings_through_one_kind_of_attribute() -> None:
     assert worker.queues is not worker.queues  # a copy each time
     with pytest.raises(AttributeError):
         worker.poll_interval = 1.0  # type: ignore[misc]
+
+
+def test_the_options_docstring_gives_each_option_once_with_its_default() -> None:
+    listed = re.findall(r"``(\w+)`` = ``([^`]*)``", WorkerOptions.__doc__ or "")
+    names = [name for name, _ in listed]
+
+    assert sorted(names) == sorted(OPTIONS) and len(names) == len(set(names))
+    for name, shown in listed:
+        default = None if name in APP_INTERVALS else option_default(name)
+        assert shown == repr(default), name
