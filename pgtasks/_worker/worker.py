@@ -73,13 +73,10 @@ class Worker:
     ``run()`` blocks; ``await arun()`` runs it from an asyncio program; ``stop()``
     (thread-safe) stops claiming, lets running jobs finish for up to ``shutdown_timeout``
     seconds, releases the rest to pending without using up their attempt, and
-    deregisters. The keywords (``WorkerOptions``, beside ``observers``) make a
-    WorkerSettings (pgtasks/_worker/settings.py);
-    :meth:`from_settings` takes one made already (``pgtasks worker`` does).
-    ``job_logs``: capture the attempts' log lines from INFO (True), from a level
-    (``"DEBUG"``), or not (False) (docs/howto/operations.md).
-    ``min_concurrency``/``max_concurrency``: the bounds ``pool_grow``/``pool_shrink``
-    resize the pool within (default 1 and ``concurrency``)."""
+    deregisters. The keywords beside ``observers`` are :class:`pgtasks.WorkerOptions`
+    (each with its default there); they make a WorkerSettings
+    (pgtasks/_worker/settings.py), and :meth:`from_settings` takes one made already
+    (``pgtasks worker`` does)."""
 
     #: The settings as attributes (``worker.poll_interval``, ...), read from ``settings``.
     queues: Setting[list[str] | None] = Setting(listed)
