@@ -77,6 +77,7 @@ if _typing.TYPE_CHECKING:
     from ._worker.beat import Beat
     from ._worker.events import WorkerEvents
     from ._worker.metrics import WorkerMetrics
+    from ._worker.settings import WorkerOptions
     from ._worker.worker import Worker
 
 #: Where each public name lives: ``import pgtasks`` (and every ``pgtasks`` command, whose
@@ -159,6 +160,7 @@ _PUBLIC: dict[str, str] = {
     "Beat": "._worker.beat",
     "WorkerEvents": "._worker.events",
     "WorkerMetrics": "._worker.metrics",
+    "WorkerOptions": "._worker.settings",
     "Worker": "._worker.worker",
 }
 
@@ -245,6 +247,7 @@ __all__ = [
     "WorkerEvents",
     "WorkerLostError",
     "WorkerMetrics",
+    "WorkerOptions",
     "WorkflowError",
     "WorkflowFailed",
     "WorkflowNotFoundError",
