@@ -14,6 +14,7 @@ from pgtasks._app.admin import limits as admin_limits
 from pgtasks._app.admin import read_limits
 from pgtasks._leases import ClaimedJob, ClaimRequest, Finish, LimitedClaimReport
 from pgtasks._retry import Outcome
+from pgtasks._store.queries import notification_channel
 from tests.support.inprocess import finished, running_worker
 
 
@@ -264,7 +265,8 @@ def test_a_claimer_stuck_inside_its_transaction_holds_up_the_others_briefly(
     (worker,) = _register(app, 1)
     with psycopg.connect(dsn) as stuck:  # a transaction holding the limit's lock, idle
         stuck.execute(
-            "SELECT pg_advisory_xact_lock(1885828204, hashtext(%s))", [f"task:{limited.name}"]
+            "SELECT pg_advisory_xact_lock(1885828204, hashtext(%s || chr(31) || %s))",
+            [notification_channel(app.schema), f"task:{limited.name}"],
         )
         rows = _claim(app, worker, 5)
         assert [row.task_name for row in rows] == [plain.name]
