@@ -13,6 +13,7 @@
 -- * The candidates, their instance counts and their instances are aggregated with an
 --   ORDER BY each (claim order, then each job’s instances by position), so the room walk
 --   pairs each job with its own instances whatever order a plan reads the rows in.
+-- * The jobs taken are returned in claim order, not in the order the UPDATE met them.
 -- * Each limit instance’s advisory lock is its schema’s (hashtext of the channel, chr(31)
 --   and the instance, as the sequence keys’ locks of migration 0025): two stores in one
 --   database no longer skip each other’s limits as held by another claim.
@@ -386,23 +387,32 @@ BEGIN
     END IF;
 
     IF v_error IS NULL AND v_taken > 0 THEN
+        -- The jobs come back in claim order (an UPDATE returns rows in the plan’s order).
         RETURN QUERY
-        UPDATE {schema}.jobs AS jobs
-        SET status = 'running',
-            attempts = jobs.attempts + 1,
-            max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
-            locked_by = p_worker_id,
-            locked_at = clock_timestamp(),
-            started_at = coalesce(jobs.started_at, now()),
-            updated_at = now()
-        WHERE jobs.id = ANY(v_accepted) AND jobs.status = 'pending'
-        -- run_at and created_at within what Python’s datetime holds (as claim_jobs).
-        RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args,
-                  jobs.kwargs, jobs.attempts, jobs.max_attempts, jobs.meta,
-                  greatest(jobs.run_at, '0002-01-01 00:00:00+00'),
-                  least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'),
-                        '9000-01-01 00:00:00+00'),
-                  clock_timestamp(), NULL::double precision, NULL::text[], NULL::text;
+        WITH taken AS (
+            UPDATE {schema}.jobs AS jobs
+            SET status = 'running',
+                attempts = jobs.attempts + 1,
+                max_attempts = greatest(jobs.max_attempts, jobs.attempts + 1),
+                locked_by = p_worker_id,
+                locked_at = clock_timestamp(),
+                started_at = coalesce(jobs.started_at, now()),
+                updated_at = now()
+            WHERE jobs.id = ANY(v_accepted) AND jobs.status = 'pending'
+            -- run_at and created_at within what Python’s datetime holds (as claim_jobs).
+            RETURNING jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args,
+                      jobs.kwargs, jobs.attempts, jobs.max_attempts, jobs.meta,
+                      greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
+                      least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'),
+                            '9000-01-01 00:00:00+00') AS created_at,
+                      clock_timestamp() AS claimed_at
+        )
+        SELECT t.id, t.task_name, t.queue, t.priority, t.args, t.kwargs, t.attempts,
+               t.max_attempts, t.meta, t.run_at, t.created_at, t.claimed_at,
+               NULL::double precision, NULL::text[], NULL::text
+        FROM taken AS t
+        JOIN unnest(v_accepted) WITH ORDINALITY AS a(id, place) ON a.id = t.id
+        ORDER BY a.place;
     END IF;
 
     IF v_error IS NULL AND v_taken < v_limit THEN
