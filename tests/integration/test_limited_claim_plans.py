@@ -15,7 +15,6 @@ from psycopg.conninfo import make_conninfo
 from pgtasks import App
 from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
 from pgtasks._retry import Outcome
-from pgtasks._store.queries import notification_channel
 
 # Planner settings a plan may be chosen under (stale statistics lead to the same choices):
 # each disables one way of reading, joining, grouping or ordering. jit off keeps the
@@ -93,7 +92,9 @@ def _scenario(app: App, admin: psycopg.Connection[Any]) -> list[Any]:
         # Some rounds end every job taken so far (their concurrency slots come free).
         if round_ in (1, 3):
             with app.connection() as conn:
-                app.queries.finish_jobs(conn, [Finish.of(job, Outcome.done("null")) for job in taken])
+                app.queries.finish_jobs(
+                    conn, [Finish.of(job, Outcome.done("null")) for job in taken]
+                )
             taken.clear()
     left = admin.execute(
         f"SELECT task_name, kwargs, status FROM {app.schema}.jobs ORDER BY task_name, id"
@@ -124,3 +125,34 @@ def test_the_limited_claim_gives_the_same_results_under_every_planner_setting(
     assert sum(len(jobs) for jobs, _, _ in reference[:-1]) >= 15
     for settings, outcome in outcomes.items():
         assert outcome == reference, settings
+
+
+def test_two_stores_in_one_database_claim_their_limited_jobs_side_by_side(
+    make_app: Any,
+) -> None:
+    """A limit's lock is its schema's: while one store's claim holds its limit (inside
+    its transaction), the other store's claim of a limit of the same name takes its job
+    (with one lock for both it waited, then skipped the limit as held)."""
+    stores = [make_app(), make_app()]
+    workers: list[int] = []
+    for app in stores:
+
+        @app.task(name="limited", concurrency=2)
+        def limited(n: int) -> None: ...
+
+        with app.connection() as conn:
+            app.queries.upsert_limits(conn, app.limit_definitions())
+            workers.append(
+                app.queries.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
+            )
+        limited.delay_many([{"n": n} for n in range(3)])
+    first, second = stores
+    with first.connection() as held, held.transaction():
+        jobs, _ = first.queries.claim_limited(held, ClaimRequest(workers[0], 1, limited=True))
+        assert [job.kwargs for job in jobs] == [{"n": 0}]
+        with second.connection() as conn:
+            other, other_report = second.queries.claim_limited(
+                conn, ClaimRequest(workers[1], 2, limited=True)
+            )
+        assert [job.kwargs for job in other] == [{"n": 0}, {"n": 1}]
+        assert other_report.wait is None and other_report.error is None
