@@ -156,3 +156,49 @@ def test_two_stores_in_one_database_claim_their_limited_jobs_side_by_side(
             )
         assert [job.kwargs for job in other] == [{"n": 0}, {"n": 1}]
         assert other_report.wait is None and other_report.error is None
+
+
+def test_a_claim_before_any_analyze_reads_the_fair_claim_index_in_order(
+    make_app: Any, admin: psycopg.Connection[Any]
+) -> None:
+    """Right after a bulk enqueue, before autovacuum analyzed jobs, the planner takes the
+    fair index's partial predicate for a few rows and would sort every pending fair job;
+    the claim reads the index in its order instead (auto_explain of its statements)."""
+    app = make_app()
+    admin.execute(f"ALTER TABLE {app.schema}.jobs SET (autovacuum_enabled = false)")
+
+    @app.task(fair_key=lambda key, n: key)
+    def work(key: str, n: int) -> None: ...
+
+    work.delay_many([{"key": f"k{n % 50}", "n": n} for n in range(3000)])
+    never = admin.execute(
+        "SELECT coalesce(last_analyze, last_autoanalyze) IS NULL FROM pg_stat_user_tables"
+        " WHERE schemaname = %s AND relname = 'jobs'",
+        [app.schema],
+    ).fetchone()
+    assert never == (True,)
+    try:
+        admin.execute("LOAD 'auto_explain'")
+    except psycopg.Error as error:
+        pytest.skip(f"auto_explain cannot be loaded on this server: {error}")
+    plans: list[str] = []
+    admin.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    for setting, value in (
+        ("auto_explain.log_min_duration", "0"),
+        ("auto_explain.log_nested_statements", "on"),
+        ("auto_explain.log_level", "notice"),
+    ):
+        admin.execute("SELECT set_config(%s, %s, false)", (setting, value))
+    worker = admin.execute(
+        f"INSERT INTO {app.schema}.workers (hostname, pid, queues, concurrency)"
+        " VALUES ('h', 1, NULL, 8) RETURNING id"
+    ).fetchone()
+    assert worker is not None
+    claimed, _ = app.queries.claim_limited(admin, ClaimRequest(worker[0], 10, limited=True))
+    admin.execute("SELECT set_config('auto_explain.log_min_duration', '-1', false)")
+    assert [job.kwargs["n"] for job in claimed] == list(range(10))
+    candidates = [plan for plan in plans if "WITH RECURSIVE levels" in plan]
+    assert candidates, plans
+    for plan in candidates:
+        assert "Index Scan using jobs_fair_claim_idx" in plan, plan
+        assert "Bitmap Heap Scan" not in plan and "Seq Scan" not in plan, plan
