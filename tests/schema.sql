@@ -429,6 +429,7 @@ index CREATE UNIQUE INDEX jobs_unique_active_idx ON {schema}.jobs USING btree (u
 index CREATE UNIQUE INDEX jobs_unique_window_idx ON {schema}.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL)
 index CREATE INDEX jobs_waiting_idx ON {schema}.jobs USING btree (queue) WHERE (status = 'waiting'::text)
 index CREATE INDEX jobs_workflow_idx ON {schema}.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
+index CREATE INDEX jobs_workflow_unfinished_idx ON {schema}.jobs USING btree (workflow_id) WHERE ((workflow_id IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text])))
 index CREATE UNIQUE INDEX limits_pkey ON {schema}.limits USING btree (name)
 index CREATE UNIQUE INDEX migration_steps_pkey ON {schema}.migration_steps USING btree (version, step)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)

@@ -253,7 +253,7 @@ def test_insert_costs_benchmark_takes_the_jobs_table_apart(own_database: str) ->
         "- the notify trigger",
         "- every insert trigger",
         "- partial indexes a plain job skips",
-        "- jobs_pending_queue_idx (dashboard)",
+        "- the claim index's INCLUDE (queue)",
         "- jobs_claim_idx (primary key only)",
         "minimal table",
     ]

@@ -6,9 +6,11 @@
 --   (get_unfinished_stats: the dashboard, `pgtasks stats`) are an index-only scan of it,
 --   and the dashboard's own index jobs_pending_queue_idx (migration 0006), which every
 --   plain job entered, goes. The claim's key columns and predicate are unchanged.
--- * jobs_workflow_unfinished_idx (migration 0013) indexed the same rows as
---   jobs_workflow_idx since finished jobs leave jobs for jobs_history: its readers (a
---   workflow's state, the running workflows' skip scan) read jobs_workflow_idx.
+-- * jobs_workflow_unfinished_idx (migration 0013) stays, though it indexes the same rows
+--   as jobs_workflow_idx now that finished jobs leave jobs: without it a workflow's state
+--   probe becomes a bitmap scan of all the workflow's entries of jobs_workflow_idx, and
+--   the running workflows' skip scan a sequential scan on a small table; a plain job
+--   enters neither index (both are partial on workflow_id IS NOT NULL).
 -- * The two BEFORE ROW triggers (relative start deadlines, the runtime-limits stamp) become
 --   AFTER INSERT statement triggers that rewrite the rows they concern (as
 --   keyed_job_inserted does): PostgreSQL batches a COPY's rows only into a table without
@@ -28,9 +30,6 @@ DROP INDEX CONCURRENTLY IF EXISTS {schema}.jobs_claim_idx;
 
 -- pgtasks:step concurrently
 DROP INDEX CONCURRENTLY IF EXISTS {schema}.jobs_pending_queue_idx;
-
--- pgtasks:step concurrently
-DROP INDEX CONCURRENTLY IF EXISTS {schema}.jobs_workflow_unfinished_idx;
 
 -- pgtasks:step transaction
 ALTER INDEX {schema}.jobs_claim_queue_idx RENAME TO jobs_claim_idx;
