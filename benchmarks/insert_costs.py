@@ -6,6 +6,10 @@ pgtasks' schema migrated into scratch schemas, each with one more part of the in
 removed than the one before, beside a minimal table (the columns a plain job is given
 and a primary key: the physical reference of ``--enqueue``):
 
+0. ``jobs`` as it was before migration 0031 (rebuilt from today's: the claim index
+   without the queue, the dashboard's ``jobs_pending_queue_idx``, and a disabled
+   ``BEFORE ROW`` insert trigger, as the runtime-limits stamp was: it alone makes a COPY
+   insert row by row);
 1. ``jobs``, as migrated;
 2. without the statement-level notify trigger (its transition table and its query);
 3. without every insert trigger (besides 2: the statement triggers of start deadlines
@@ -138,7 +142,29 @@ def _primary_key_only(conn: psycopg.Connection[object], schema: str) -> None:
     drop_indexes(conn, schema, ["jobs_claim_idx"])
 
 
+def _before_0031(conn: psycopg.Connection[object], schema: str) -> None:
+    table = sql.Identifier(schema, "jobs")
+    drop_indexes(conn, schema, ["jobs_claim_idx"])
+    for statement in (
+        "CREATE INDEX jobs_claim_idx ON {table} (priority DESC, run_at, id)"
+        " WHERE status = 'pending'",
+        "CREATE INDEX jobs_pending_queue_idx ON {table} (queue, run_at)"
+        " WHERE status = 'pending' AND attempts >= 0",
+        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql"
+        " AS 'BEGIN RETURN NEW; END'",
+        "CREATE TRIGGER jobs_before_row BEFORE INSERT ON {table}"
+        " FOR EACH ROW EXECUTE FUNCTION {function}()",
+        "ALTER TABLE {table} DISABLE TRIGGER jobs_before_row",
+    ):
+        conn.execute(
+            sql.SQL(statement).format(
+                table=table, function=sql.Identifier(schema, "before_row_noop")
+            )
+        )
+
+
 CONFIGURATIONS: dict[str, Steps | None] = {
+    "jobs before migration 0031 (rebuilt)": _before_0031,
     "jobs, as migrated": lambda conn, schema: None,
     "- the notify trigger": _no_notify,
     "- every insert trigger": _no_triggers,

@@ -142,6 +142,7 @@ class App(DurableApp, JobActions):
         stores: Mapping[str, str | Store] | None = None,
         routes: Mapping[str, str] | None = None,
         notify_enqueues: bool | None = None,
+        notify: str | None = None,
     ) -> None:
         #: The App's configuration, validated once (every keyword above).
         self.settings = AppSettings.resolve(
@@ -149,6 +150,7 @@ class App(DurableApp, JobActions):
             stores=stores,
             routes=routes,
             notify_enqueues=notify_enqueues,
+            notify=notify,
             session_dsn=session_dsn,
             replica_dsn=replica_dsn,
             pooled=pooled,
