@@ -131,8 +131,7 @@ def _no_claim_queue(conn: psycopg.Connection[object], schema: str) -> None:
     drop_indexes(conn, schema, ["jobs_claim_idx"])
     conn.execute(
         sql.SQL(
-            "CREATE INDEX jobs_claim_idx ON {} (priority DESC, run_at, id)"
-            " WHERE status = 'pending'"
+            "CREATE INDEX jobs_claim_idx ON {} (priority DESC, run_at, id) WHERE status = 'pending'"
         ).format(sql.Identifier(schema, "jobs"))
     )
 
@@ -150,8 +149,7 @@ def _before_0031(conn: psycopg.Connection[object], schema: str) -> None:
         " WHERE status = 'pending'",
         "CREATE INDEX jobs_pending_queue_idx ON {table} (queue, run_at)"
         " WHERE status = 'pending' AND attempts >= 0",
-        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql"
-        " AS 'BEGIN RETURN NEW; END'",
+        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'",
         "CREATE TRIGGER jobs_before_row BEFORE INSERT ON {table}"
         " FOR EACH ROW EXECUTE FUNCTION {function}()",
         "ALTER TABLE {table} DISABLE TRIGGER jobs_before_row",

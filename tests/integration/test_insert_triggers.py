@@ -105,7 +105,9 @@ def test_an_undeclared_limit_is_stamped_on_every_insert_path(
     assert all(groups[handle.id][1] is None for handle in other)
     # A row that already names the limit keeps its groups as they are (sorted, once).
     assert sorted(
-        limit_groups for task, limit_groups in groups.values() if limit_groups and len(limit_groups) > 1
+        limit_groups
+        for task, limit_groups in groups.values()
+        if limit_groups and len(limit_groups) > 1
     ) == [["queue:elsewhere", "task:capped"]]
 
     controls.reset_limit(app, "task:capped")

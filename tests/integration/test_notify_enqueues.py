@@ -111,7 +111,10 @@ def test_notify_and_notify_enqueues_must_agree_and_the_environment_sets_the_mode
 ) -> None:
     with pytest.raises(ConfigurationError, match="disagree"):
         App("postgresql://localhost/x", notify="off", notify_enqueues=True)
-    assert App("postgresql://localhost/x", notify="auto", notify_enqueues=True).queries.notify_mode == "auto"
+    assert (
+        App("postgresql://localhost/x", notify="auto", notify_enqueues=True).queries.notify_mode
+        == "auto"
+    )
     assert App("postgresql://localhost/x", notify_enqueues=False).queries.notify_mode == "off"
     assert App("postgresql://localhost/x").settings.database.notify == "always"
     monkeypatch.setenv("PGTASKS_NOTIFY", "Auto")
