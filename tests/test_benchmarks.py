@@ -442,7 +442,7 @@ def test_durable_benchmark_runs_end_to_end(own_database: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_producers_benchmark_reports_each_kind_with_the_bare_insert(own_database: str) -> None:
-    kinds = "insert+notify,pgtasks,pgtasks-quiet"
+    kinds = "insert+notify,pgtasks,pgtasks-quiet,pgtasks-auto"
     stdout = run_benchmark(
         "benchmarks.producers --producers 2 --seconds 0.5 --rounds 1 --workers 1",
         "--kinds",
