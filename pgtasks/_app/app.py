@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import logging
 import os
 import threading
 import weakref
@@ -44,11 +43,8 @@ from .tasks import Task, TaskSettings
 from .workflow_admin import describe_workflow
 from .workflows import Signature
 
-logger = logging.getLogger("pgtasks")
-
 P = ParamSpec("P")
 R = TypeVar("R")
-T = TypeVar("T")
 TaskT = TypeVar("TaskT", bound="Task[Any, Any]")
 
 _apps: weakref.WeakSet[App] = weakref.WeakSet()  # every App: a forked child lets go of them
