@@ -9,9 +9,12 @@ each notify hit a ceiling of a few hundred commits per second (docs/performance.
   notifies; idle workers pick its job up in milliseconds.
 - ``"off"``: none does; workers find new jobs by polling (with ``notify="off"`` or
   ``"auto"`` on the worker's App, an adaptive interval: see ``ADAPTIVE_POLL_MIN``).
-- ``"auto"``: this process notifies while its one-job enqueues stay at or below
-  ``AUTO_NOTIFY_RATE`` per second (a sparse producer keeps millisecond pickups), and
-  stops above it (a busy producer's workers find jobs by polling, as busy workers do).
+- ``"auto"``: this process notifies a queue at most once per ``AUTO_NOTIFY_SPACING``: a
+  sparse producer (jobs further apart) keeps millisecond pickups; a busy one sends a few
+  notifications a second per queue, and the workers they wake find the jobs enqueued
+  meanwhile by their adaptive polls (a notifying commit is rare, so the others share
+  their WAL flushes again). A rate the process observes would not do: under the lock
+  each of many producers is slow, so none would ever pass a threshold.
 
 Bulk enqueues, enqueues in the caller's transaction and raw inserts notify through the
 trigger in every mode (one notification per statement and queue).
@@ -25,8 +28,8 @@ import time
 from .._errors import ConfigurationError
 
 NOTIFY_MODES = ("always", "off", "auto")
-#: "auto": one-job enqueues per second of this process above which it stops notifying.
-AUTO_NOTIFY_RATE = 50.0
+#: "auto": the least time between two notifications of one queue from one process.
+AUTO_NOTIFY_SPACING = 0.2
 #: The shortest idle wait of a worker whose App does not always notify: after a claim
 #: that found jobs, it polls again this soon, then twice as late after each claim that
 #: found none, up to ``poll_interval``.
@@ -45,25 +48,22 @@ def notify_mode(value: object, where: str = "notify=") -> str:
 class EnqueueNotifications:
     """Decides, per one-job enqueue, whether it notifies (thread-safe)."""
 
-    def __init__(self, mode: str, rate: float = AUTO_NOTIFY_RATE) -> None:
+    def __init__(self, mode: str, spacing: float = AUTO_NOTIFY_SPACING) -> None:
         self.mode = notify_mode(mode)
-        self.rate = rate
+        self.spacing = spacing
         self._lock = threading.Lock()
-        self._second = 0
-        self._count = 0
-        self._previous = 0
+        #: "auto": when this process last notified each queue (time.monotonic()).
+        self._last: dict[str, float] = {}
 
-    def should_notify(self) -> bool:
+    def should_notify(self, queue: str) -> bool:
         if self.mode != "auto":
             return self.mode == "always"
         now = time.monotonic()
-        second = int(now)
         with self._lock:
-            if second != self._second:
-                self._previous = self._count if second == self._second + 1 else 0
-                self._second, self._count = second, 0
-            self._count += 1
-            # The last second's enqueues: this one's, and the share of the one before
-            # that the window still covers.
-            recent = self._count + self._previous * (1.0 - (now - second))
-        return recent <= self.rate
+            last = self._last.get(queue)
+            if last is not None and now - last < self.spacing:
+                return False
+            if len(self._last) > 10_000:  # queue names are few; never let it grow unbounded
+                self._last.clear()
+            self._last[queue] = now
+            return True

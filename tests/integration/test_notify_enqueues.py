@@ -126,27 +126,37 @@ def test_notify_and_notify_enqueues_must_agree_and_the_environment_sets_the_mode
         App("postgresql://localhost/x")
 
 
-def test_auto_notifies_a_sparse_producer_and_stops_past_its_rate(
+def test_auto_notifies_a_queue_at_most_once_per_spacing(
     make_app: Callable[..., App], app: App, notifications: Callable[[str], list[str]]
 ) -> None:
     auto = make_app(schema=app.schema, migrate=False, notify="auto")
-    # Three one-job enqueues a second, so that a short burst passes it.
-    auto.queries.notifications = EnqueueNotifications("auto", rate=3)
+    # A spacing no test run outlasts: one notification per queue, then none.
+    auto.queries.notifications = EnqueueNotifications("auto", spacing=3600.0)
 
     @auto.task(name="echo", queue="burst")
     def echo() -> None: ...
 
-    for _ in range(10):
+    for _ in range(5):
         echo.delay()
+    echo.apply_async(queue="other")
+    asyncio.run(echo.adelay())
+    echo.delay_many([{}, {}])  # bulk: the trigger notifies in every mode
 
     @app.task(name="marker", queue="marker")
     def marker() -> None: ...
 
     marker.delay()
-    received = notifications("marker")
-    # The first three notified; the rest of the burst (within a second) did not.
-    assert received[:3] == ["burst"] * 3 and received[-1] == "marker"
-    assert received.count("burst") < 10
+    assert notifications("marker") == ["burst", "other", "burst", "marker"]
+
+
+def test_auto_notifies_again_once_the_spacing_passed() -> None:
+    decide = EnqueueNotifications("auto", spacing=0.0)
+    assert decide.should_notify("q") and decide.should_notify("q")
+    spaced = EnqueueNotifications("auto", spacing=3600.0)
+    assert spaced.should_notify("q") and not spaced.should_notify("q")
+    assert spaced.should_notify("r")
+    assert EnqueueNotifications("always").should_notify("q")
+    assert not EnqueueNotifications("off").should_notify("q")
 
 
 def test_with_notifications_off_a_worker_polls_soon_after_jobs(
