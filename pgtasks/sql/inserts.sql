@@ -150,7 +150,9 @@ WITH self_notified AS (
            %(max_attempts)s,
            coalesce(%(run_at)s::timestamptz,
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-           {schema}.with_absolute_deadline(coalesce(%(meta)s::jsonb, jsonb_build_object()))
+           CASE WHEN %(meta)s::jsonb ? 'pgtasks.expires_in'
+                THEN {schema}.with_absolute_deadline(%(meta)s::jsonb)
+                ELSE coalesce(%(meta)s::jsonb, jsonb_build_object()) END
     FROM self_notified
     RETURNING jobs.id, jobs.queue, jobs.run_at <= now() AS due
 )
