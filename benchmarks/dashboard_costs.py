@@ -254,7 +254,8 @@ def throughput(dsn: str, jobs: int, runs: int) -> None:
 
 # -- what jobs_pending_queue_idx costs an enqueue ---------------------------------------------
 def index_cost(dsn: str, runs: int, bulk_jobs: int = 50_000, single_jobs: int = 3_000) -> None:
-    """Enqueue with and without migration 0006's jobs_pending_queue_idx (runs alternate)."""
+    """Enqueue with and without migration 0006's jobs_pending_queue_idx (dropped by
+    migration 0031; runs alternate)."""
     import os
 
     os.environ["PGTASKS_SCHEMA"] = THROUGHPUT_SCHEMA
@@ -268,12 +269,13 @@ def index_cost(dsn: str, runs: int, bulk_jobs: int = 50_000, single_jobs: int = 
             app.close()
             app.database.schema_checked = False
             app.migrate()
-            if not with_index:
+            if with_index:  # migration 0031 dropped it: rebuilt as migration 0006 made it
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute(
-                        sql.SQL("DROP INDEX {}.jobs_pending_queue_idx").format(
-                            sql.Identifier(THROUGHPUT_SCHEMA)
-                        )
+                        sql.SQL(
+                            "CREATE INDEX jobs_pending_queue_idx ON {}.jobs (queue, run_at)"
+                            " WHERE status = 'pending' AND attempts >= 0"
+                        ).format(sql.Identifier(THROUGHPUT_SCHEMA))
                     )
             with psycopg.connect(dsn, autocommit=True) as conn:
                 lsn = "SELECT pg_current_wal_insert_lsn()"

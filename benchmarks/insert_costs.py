@@ -6,14 +6,19 @@ pgtasks' schema migrated into scratch schemas, each with one more part of the in
 removed than the one before, beside a minimal table (the columns a plain job is given
 and a primary key: the physical reference of ``--enqueue``):
 
+0. ``jobs`` as it was before migration 0031 (rebuilt from today's: the claim index
+   without the queue, the dashboard's ``jobs_pending_queue_idx``, and a disabled
+   ``BEFORE ROW`` insert trigger, as the runtime-limits stamp was: it alone makes a COPY
+   insert row by row);
 1. ``jobs``, as migrated;
 2. without the statement-level notify trigger (its transition table and its query);
-3. without every insert trigger (besides 2: the BEFORE ROW triggers of start deadlines
+3. without every insert trigger (besides 2: the statement triggers of start deadlines
    and undeclared runtime limits, the AFTER ROW triggers of fair keys, sequences and
    idempotency keys, each with a WHEN clause a plain job fails);
 4. without the partial indexes a plain pending job does not enter (their predicates are
    still evaluated for every inserted row);
-5. without the dashboard's ``jobs_pending_queue_idx``;
+5. without the queue in the claim index (its ``INCLUDE (queue)``, which serves the
+   dashboard's per-queue counts since migration 0031 dropped ``jobs_pending_queue_idx``);
 6. without the claim index: the primary key alone;
 7. the minimal table.
 
@@ -21,7 +26,9 @@ Per configuration and round: an ``INSERT … SELECT`` of N plain jobs (the colum
 ``delay_many()`` sends; the rest take their defaults), five times, each in its own
 transaction; the server's execution time per row (the statement's round trip, without
 its commit) and the WAL bytes per row (``pg_current_wal_insert_lsn`` around the five,
-commits included), then one-row ``INSERT … RETURNING id`` statements, each a transaction
+commits included); a ``COPY`` of the same N rows, five times (``delay_many()``'s bulk
+path: PostgreSQL batches a COPY's rows only into a table without BEFORE ROW triggers),
+the client's time per row; then one-row ``INSERT … RETURNING id`` statements, each a transaction
 of its own with ``synchronous_commit=off`` (no flush wait: the statement's work and
 its commit record). Configurations take turns, the order reversed each round; figures
 are medians of R rounds. The schemas are dropped at the end.
@@ -54,12 +61,12 @@ NOTIFY_TRIGGER = "jobs_notify_inserted"
 OTHER_TRIGGERS = (
     "jobs_keyed_job_inserted",
     "jobs_register_key",
-    "jobs_relative_deadline",
+    "jobs_relative_deadlines",
     "jobs_runtime_limits",
     "jobs_sequence_job_inserted",
 )
 #: The partial indexes a plain pending job enters (besides the primary key).
-ENTERED = ("jobs_claim_idx", "jobs_pending_queue_idx")
+ENTERED = ("jobs_claim_idx",)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -119,22 +126,48 @@ def _no_unentered(conn: psycopg.Connection[object], schema: str) -> None:
     drop_indexes(conn, schema, unentered_indexes(conn, schema))
 
 
-def _no_dashboard_index(conn: psycopg.Connection[object], schema: str) -> None:
+def _no_claim_queue(conn: psycopg.Connection[object], schema: str) -> None:
     _no_unentered(conn, schema)
-    drop_indexes(conn, schema, ["jobs_pending_queue_idx"])
+    drop_indexes(conn, schema, ["jobs_claim_idx"])
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX jobs_claim_idx ON {} (priority DESC, run_at, id) WHERE status = 'pending'"
+        ).format(sql.Identifier(schema, "jobs"))
+    )
 
 
 def _primary_key_only(conn: psycopg.Connection[object], schema: str) -> None:
-    _no_dashboard_index(conn, schema)
+    _no_claim_queue(conn, schema)
     drop_indexes(conn, schema, ["jobs_claim_idx"])
 
 
+def _before_0031(conn: psycopg.Connection[object], schema: str) -> None:
+    table = sql.Identifier(schema, "jobs")
+    drop_indexes(conn, schema, ["jobs_claim_idx"])
+    for statement in (
+        "CREATE INDEX jobs_claim_idx ON {table} (priority DESC, run_at, id)"
+        " WHERE status = 'pending'",
+        "CREATE INDEX jobs_pending_queue_idx ON {table} (queue, run_at)"
+        " WHERE status = 'pending' AND attempts >= 0",
+        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'",
+        "CREATE TRIGGER jobs_before_row BEFORE INSERT ON {table}"
+        " FOR EACH ROW EXECUTE FUNCTION {function}()",
+        "ALTER TABLE {table} DISABLE TRIGGER jobs_before_row",
+    ):
+        conn.execute(
+            sql.SQL(statement).format(
+                table=table, function=sql.Identifier(schema, "before_row_noop")
+            )
+        )
+
+
 CONFIGURATIONS: dict[str, Steps | None] = {
+    "jobs before migration 0031 (rebuilt)": _before_0031,
     "jobs, as migrated": lambda conn, schema: None,
     "- the notify trigger": _no_notify,
     "- every insert trigger": _no_triggers,
     "- partial indexes a plain job skips": _no_unentered,
-    "- jobs_pending_queue_idx (dashboard)": _no_dashboard_index,
+    "- the claim index's INCLUDE (queue)": _no_claim_queue,
     "- jobs_claim_idx (primary key only)": _primary_key_only,
     "minimal table": None,
 }
@@ -177,8 +210,22 @@ def statements(schema: str) -> tuple[sql.Composed, sql.Composed]:
     return bulk, single
 
 
-def measure(conn: psycopg.Connection[object], schema: str, rows: int) -> tuple[float, float, float]:
-    """µs per row in bulk, WAL bytes per row, µs per one-row statement."""
+Figures = tuple[float, float, float, float]
+
+
+def copy_rows(conn: psycopg.Connection[object], schema: str, rows: int) -> None:
+    """COPY ``rows`` plain jobs into the schema's jobs (one transaction)."""
+    columns = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(sql.Identifier(schema, "jobs"), columns)
+    line = ("\t".join(str(value) for value in ROW) + "\n").encode()
+    with conn.cursor().copy(statement) as copy:
+        copy.write(line * rows)
+    conn.commit()
+
+
+def measure(conn: psycopg.Connection[object], schema: str, rows: int) -> Figures:
+    """µs per row in bulk, WAL bytes per row, µs per one-row statement, µs per row of a
+    COPY."""
     bulk, single = statements(schema)
     conn.autocommit = False
     conn.execute(bulk, (*ROW, rows))  # plans and caches: not counted
@@ -195,6 +242,12 @@ def measure(conn: psycopg.Connection[object], schema: str, rows: int) -> tuple[f
         "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)::float8", (before,)
     ).fetchone()[0]  # type: ignore[index]
     conn.commit()
+    copy_rows(conn, schema, rows)  # not counted
+    copied = 0.0
+    for _ in range(5):
+        started = time.perf_counter()
+        copy_rows(conn, schema, rows)
+        copied += time.perf_counter() - started
     conn.autocommit = True
     conn.execute("SET synchronous_commit = off")
     for _ in range(5):
@@ -204,7 +257,12 @@ def measure(conn: psycopg.Connection[object], schema: str, rows: int) -> tuple[f
         conn.execute(single, ROW).fetchone()
     one = (time.perf_counter() - started) / SINGLES
     conn.execute("RESET synchronous_commit")
-    return spent / (5 * rows) * 1e6, float(wal) / (5 * rows), one * 1e6
+    return (
+        spent / (5 * rows) * 1e6,
+        float(wal) / (5 * rows),
+        one * 1e6,
+        copied / (5 * rows) * 1e6,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -217,7 +275,7 @@ def main(argv: list[str]) -> int:
     for name, steps in CONFIGURATIONS.items():
         prepare(dsn, schemas[name], steps)
     load_before = os.getloadavg()
-    figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in CONFIGURATIONS}
+    figures: dict[str, list[Figures]] = {name: [] for name in CONFIGURATIONS}
     try:
         with psycopg.connect(dsn) as conn:
             names = list(CONFIGURATIONS)
@@ -236,13 +294,18 @@ def main(argv: list[str]) -> int:
         + " -> "
         + " ".join(f"{value:.2f}" for value in load_after)
     )
-    print(f"{'configuration':40} {'bulk µs/row':>12} {'WAL B/row':>10} {'one-row µs':>11}")
-    previous: tuple[float, float, float] | None = None
+    print(
+        f"{'configuration':40} {'bulk µs/row':>12} {'WAL B/row':>10} {'one-row µs':>11}"
+        f" {'COPY µs/row':>12}"
+    )
+    previous: float | None = None
     for name in CONFIGURATIONS:
-        bulk, wal, one = (statistics.median(values) for values in zip(*figures[name], strict=True))
-        saved = "" if previous is None else f"   (saves {previous[0] - bulk:+.2f} µs/row)"
-        print(f"{name:40} {bulk:12.2f} {wal:10.0f} {one:11.1f}{saved}")
-        previous = (bulk, wal, one)
+        bulk, wal, one, copied = (
+            statistics.median(values) for values in zip(*figures[name], strict=True)
+        )
+        saved = "" if previous is None else f"   (saves {previous - bulk:+.2f} µs/row)"
+        print(f"{name:40} {bulk:12.2f} {wal:10.0f} {one:11.1f} {copied:12.2f}{saved}")
+        previous = bulk
     return 0
 
 

@@ -17,8 +17,11 @@ second over the same window. Kinds, alternating in order from round to round:
   commits run one at a time and cannot share a flush;
 - ``pgtasks``: ``noop.delay()`` with the default ``notify_enqueues=True``, W ``pgtasks
   worker`` processes draining;
-- ``pgtasks-quiet``: the same with ``notify_enqueues=False`` (idle workers poll,
-  every second by default);
+- ``pgtasks-quiet``: the same with ``notify="off"``, producers and workers (no NOTIFY;
+  the workers poll 50 ms after finding jobs, twice as late after each empty poll, up to
+  ``poll_interval``, 1 s by default);
+- ``pgtasks-auto``: the same with ``notify="auto"`` (each producer notifies a queue at
+  most once per 0.2 s; the workers poll as for ``pgtasks-quiet``);
 - ``pgqueuer``: PgQueuer's ``Queries.enqueue`` one by one (it notifies from a trigger),
   W PgQueuer worker processes draining (when PgQueuer is installed: the ``bench`` extra).
 
@@ -45,7 +48,9 @@ from benchmarks.__main__ import ROOT, resolve_dsn, server_facts
 
 SCHEMA = "bench_producers"
 RAW_TABLE = "bench_producers_raw"
-KINDS = ("insert", "insert+notify", "pgtasks", "pgtasks-quiet", "pgqueuer")
+KINDS = ("insert", "insert+notify", "pgtasks", "pgtasks-quiet", "pgtasks-auto", "pgqueuer")
+#: The notify mode of each pgtasks kind, producers and workers alike (App(notify=...)).
+NOTIFY = {"pgtasks": "always", "pgtasks-quiet": "off", "pgtasks-auto": "auto"}
 Sample = tuple[int, list[float]]
 
 
@@ -85,7 +90,7 @@ def produce(kind: str, dsn: str, start_at: float, seconds: float) -> Sample:
         from benchmarks.app import noop
         from pgtasks import App
 
-        app = App(dsn, schema=SCHEMA, pool_max_size=1, notify_enqueues=kind == "pgtasks")
+        app = App(dsn, schema=SCHEMA, pool_max_size=1, notify=NOTIFY[kind])
         task = app.task(name=noop.name)(lambda: None)
         task.delay()  # connect and check the schema before the clock starts
         try:
@@ -166,6 +171,7 @@ def draining(kind: str, dsn: str, workers: int) -> Iterator[None]:
         return
     environ = {**os.environ, "PGTASKS_DSN": dsn, "PGTASKS_SCHEMA": SCHEMA}
     if kind.startswith("pgtasks"):
+        environ["PGTASKS_NOTIFY"] = NOTIFY[kind]
         command = [sys.executable, "-m", "pgtasks", "worker", "-A", "benchmarks.app:app"]
         command += ["--log-level", "ERROR", "--concurrency", "10"]
     else:

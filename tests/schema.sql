@@ -386,7 +386,7 @@ index CREATE UNIQUE INDEX job_keys_unique_window ON {schema}.job_keys USING btre
 index CREATE UNIQUE INDEX job_steps_pkey ON {schema}.job_steps USING btree (job_id, name, occurrence)
 index CREATE INDEX job_waits_key_idx ON {schema}.job_waits USING btree (key)
 index CREATE UNIQUE INDEX job_waits_pkey ON {schema}.job_waits USING btree (job_id)
-index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE (status = 'pending'::text)
+index CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) INCLUDE (queue) WHERE (status = 'pending'::text)
 index CREATE INDEX jobs_debounce_idx ON {schema}.jobs USING btree (task_name, (((meta -> 'pgtasks.debounce'::text) ->> 'key'::text))) WHERE ((status = 'pending'::text) AND (attempts = 0) AND (meta ? 'pgtasks.debounce'::text))
 index CREATE INDEX jobs_expiry_idx ON {schema}.jobs USING btree (run_at) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.expires'::text))
 index CREATE INDEX jobs_fair_claim_idx ON {schema}.jobs USING btree (priority DESC, {schema}.fair_rank(meta) NULLS FIRST, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
@@ -421,7 +421,6 @@ index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree 
 index CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_limited_running_idx ON {schema}.jobs USING btree (id) WHERE ((status = 'running'::text) AND (limit_groups IS NOT NULL))
 index CREATE INDEX jobs_parked_idx ON {schema}.jobs USING btree (queue, (((meta -> 'pgtasks.parked'::text) ->> 'kind'::text))) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.parked'::text))
-index CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND (attempts >= 0))
 index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
 index CREATE INDEX jobs_sequence_head_idx ON {schema}.jobs USING btree ({schema}.sequence_key(meta)) WHERE ((meta ? 'pgtasks.sequence'::text) AND (status = ANY (ARRAY['pending'::text, 'running'::text])))
@@ -452,8 +451,8 @@ trigger CREATE TRIGGER jobs_keyed_job_inserted AFTER INSERT ON {schema}.jobs FOR
 trigger CREATE TRIGGER jobs_move_finished AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))) EXECUTE FUNCTION {schema}.move_finished_job()
 trigger CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.self_notified'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.notify_jobs_inserted()
 trigger CREATE TRIGGER jobs_register_key AFTER INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.idempotency_key IS NOT NULL) OR (new.unique_window IS NOT NULL))) EXECUTE FUNCTION {schema}.register_job_key()
-trigger CREATE TRIGGER jobs_relative_deadline BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN ((new.meta ? 'pgtasks.expires_in'::text)) EXECUTE FUNCTION {schema}.relative_deadline()
-trigger CREATE TRIGGER jobs_runtime_limits BEFORE INSERT ON {schema}.jobs FOR EACH ROW EXECUTE FUNCTION {schema}.stamp_runtime_limits()
+trigger CREATE TRIGGER jobs_relative_deadlines AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT WHEN ((current_setting('pgtasks.deadlines_stamped'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION {schema}.relative_deadlines_inserted()
+trigger CREATE TRIGGER jobs_runtime_limits AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT EXECUTE FUNCTION {schema}.runtime_limits_inserted()
 trigger CREATE CONSTRAINT TRIGGER jobs_sequence_job_inserted AFTER INSERT ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.workflow_id IS NULL) AND (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.sequence_job_inserted()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
 trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
@@ -494,7 +493,8 @@ function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
-function relative_deadline() a2b47d73acba0a98cce270a75055775a
+function relative_deadlines_inserted() c99ec052c1f502dd9110c0819d895658
+function runtime_limits_inserted() f6ee57906589007d52e1bba0d7f709ec
 function sequence_advance() 56160402aea9f0c585b53138993d630c
 function sequence_advance_many() 7d76074265fda43535dac071987d2d5f
 function sequence_job_ended() 960c077a43f68138194a69e6af5a2ad9
@@ -502,7 +502,7 @@ function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
 function sequence_jobs_ended() 7636722d7c3d444ae3e30cba4be2bd16
 function sequence_key() d34fef9334c02f42ea144b52b02de7c4
 function sequence_sweep() d1a254b5b369d7697093c69bb8bf2a35
-function stamp_runtime_limits() df703acac8ae7a08c195b964ae0564f8
+function with_absolute_deadline() 2cd9aa139189624a985dc14769438fd0
 function workflow_abort_reason() 208b90ca51774d27d8b9af0a7740220e
 function workflow_cancel_downstream() b21651f2eda9aac40c1faceaa0347870
 function workflow_heal_step() ddd7208eb042acc4598e899aca93e7f8

@@ -252,13 +252,14 @@ def test_enqueue_benchmark_runs_without_synchronous_commits(
 def test_insert_costs_benchmark_takes_the_jobs_table_apart(own_database: str) -> None:
     stdout = run_benchmark("benchmarks --insert-costs --quick", dsn=own_database, timeout=220)
 
-    lines = stdout[stdout.index("configuration") :].splitlines()[1:8]
+    lines = stdout[stdout.index("configuration") :].splitlines()[1:9]
     names = [
+        "jobs before migration 0031 (rebuilt)",
         "jobs, as migrated",
         "- the notify trigger",
         "- every insert trigger",
         "- partial indexes a plain job skips",
-        "- jobs_pending_queue_idx (dashboard)",
+        "- the claim index's INCLUDE (queue)",
         "- jobs_claim_idx (primary key only)",
         "minimal table",
     ]
@@ -451,7 +452,7 @@ def test_durable_benchmark_runs_end_to_end(own_database: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_producers_benchmark_reports_each_kind_with_the_bare_insert(own_database: str) -> None:
-    kinds = "insert+notify,pgtasks,pgtasks-quiet"
+    kinds = "insert+notify,pgtasks,pgtasks-quiet,pgtasks-auto"
     stdout = run_benchmark(
         "benchmarks.producers --producers 2 --seconds 0.5 --rounds 1 --workers 1",
         "--kinds",

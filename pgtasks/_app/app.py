@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import logging
 import os
 import threading
 import weakref
@@ -44,11 +43,8 @@ from .tasks import Task, TaskSettings
 from .workflow_admin import describe_workflow
 from .workflows import Signature
 
-logger = logging.getLogger("pgtasks")
-
 P = ParamSpec("P")
 R = TypeVar("R")
-T = TypeVar("T")
 TaskT = TypeVar("TaskT", bound="Task[Any, Any]")
 
 _apps: weakref.WeakSet[App] = weakref.WeakSet()  # every App: a forked child lets go of them
@@ -142,6 +138,7 @@ class App(DurableApp, JobActions):
         stores: Mapping[str, str | Store] | None = None,
         routes: Mapping[str, str] | None = None,
         notify_enqueues: bool | None = None,
+        notify: str | None = None,
     ) -> None:
         #: The App's configuration, validated once (every keyword above).
         self.settings = AppSettings.resolve(
@@ -149,6 +146,7 @@ class App(DurableApp, JobActions):
             stores=stores,
             routes=routes,
             notify_enqueues=notify_enqueues,
+            notify=notify,
             session_dsn=session_dsn,
             replica_dsn=replica_dsn,
             pooled=pooled,

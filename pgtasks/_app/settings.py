@@ -123,6 +123,7 @@ class AppSettings:
         stores: Mapping[str, str | Store] | None = None,
         routes: Mapping[str, str] | None = None,
         notify_enqueues: bool | None = None,
+        notify: str | None = None,
         **options: Any,
     ) -> AppSettings:
         """The settings of ``App(...)``'s keywords (``options``: the fields of the same
@@ -139,6 +140,7 @@ class AppSettings:
             prepared_statements=prepared_statements,
             environ=environ,
             notify_enqueues=notify_enqueues,
+            notify=notify,
         )
         pools = PoolSettings(pool_min_size, pool_max_size, connect_timeout, connect_attempts)
         layout = StoreLayout.resolve(database, stores, routes, dsn_given=bool(dsn), environ=environ)

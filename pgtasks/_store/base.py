@@ -25,6 +25,7 @@ from psycopg.types.json import JsonbLoader
 from .._errors import SchemaNotMigratedError
 from .._payload import Unreadable, decode_stored
 from ..sql import load_fragments, load_queries
+from .notify_mode import EnqueueNotifications
 
 Params = Mapping[str, Any]
 Row = dict[str, Any]
@@ -260,10 +261,17 @@ ANNOUNCED_CLAIMS = (
 class QueriesBase:
     """Rendered statements of one schema, and how to run them."""
 
-    def __init__(self, schema: str, *, notify_enqueues: bool = True) -> None:
+    def __init__(
+        self, schema: str, *, notify_enqueues: bool = True, notify: str | None = None
+    ) -> None:
         self.schema = schema
-        #: A one-job enqueue notifies its queue's workers (DatabaseSettings.notify_enqueues).
-        self.notify_enqueues = notify_enqueues
+        #: Whether a one-job enqueue notifies its queue's workers: "always", "off" or
+        #: "auto" (DatabaseSettings.notify; None: notify_enqueues' "always" or "off").
+        self.notifications = EnqueueNotifications(
+            notify if notify is not None else ("always" if notify_enqueues else "off")
+        )
+        self.notify_mode = self.notifications.mode
+        self.notify_enqueues = self.notify_mode != "off"
         self.channel = notification_channel(schema)
         #: Finished jobs (payload "id,id,…"): result waiters listen here.
         self.done_channel = f"{self.channel}.done"

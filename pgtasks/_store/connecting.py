@@ -16,6 +16,7 @@ import psycopg
 from .._dsn import describe_dsn, redact_for
 from .._errors import ConfigurationError, DatabaseUnavailableError
 from .._validation import positive_seconds, schema_name, whole_number
+from .notify_mode import notify_mode
 
 logger = logging.getLogger("pgtasks.db")
 
@@ -24,6 +25,7 @@ DSN_ENVIRONMENT = ("PGTASKS_DSN", "DATABASE_URL")
 #: The session DSN and the replica DSN when App(session_dsn=..., replica_dsn=...) are not given.
 SESSION_DSN_ENVIRONMENT = "PGTASKS_SESSION_DSN"
 NOTIFY_ENQUEUES_ENVIRONMENT = "PGTASKS_NOTIFY_ENQUEUES"
+NOTIFY_ENVIRONMENT = "PGTASKS_NOTIFY"
 REPLICA_DSN_ENVIRONMENT = "PGTASKS_REPLICA_DSN"
 
 
@@ -47,6 +49,9 @@ class DatabaseSettings:
     #: (docs/performance.md "Many producers": NOTIFY serializes the commits of every
     #: notifying transaction of the server).
     notify_enqueues: bool = True
+    #: "always", "off" or "auto" (pgtasks/_store/notify_mode.py); None: notify_enqueues'
+    #: ("always" when true, "off" when false).
+    notify: str | None = None
 
     def __post_init__(self) -> None:
         schema_name(self.schema)
@@ -54,6 +59,13 @@ class DatabaseSettings:
             raise ConfigurationError(
                 f"notify_enqueues= must be True or False, got {self.notify_enqueues!r}"
             )
+        if self.notify is None:
+            object.__setattr__(self, "notify", "always" if self.notify_enqueues else "off")
+        else:
+            mode = notify_mode(self.notify)
+            if mode == "off" and self.notify_enqueues is not False:
+                object.__setattr__(self, "notify_enqueues", False)
+            object.__setattr__(self, "notify", mode)
         for name in ("pooled", "prepared_statements"):
             flag = getattr(self, name)
             if flag is not None and not isinstance(flag, bool):
@@ -77,12 +89,15 @@ class DatabaseSettings:
         prepared_statements: bool | None = None,
         environ: Mapping[str, str] | None = None,
         notify_enqueues: bool | None = None,
+        notify: str | None = None,
     ) -> DatabaseSettings:
         """Explicit values, else the environment: PGTASKS_DSN or DATABASE_URL,
         PGTASKS_SCHEMA (default "pgtasks"), PGTASKS_SESSION_DSN, PGTASKS_REPLICA_DSN,
-        PGTASKS_EMBEDDED_DIR (default ./.pgtasks), PGTASKS_NOTIFY_ENQUEUES (true/false,
-        default true)."""
+        PGTASKS_EMBEDDED_DIR (default ./.pgtasks), PGTASKS_NOTIFY (always/off/auto) or
+        PGTASKS_NOTIFY_ENQUEUES (true/false; default: always). notify= wins over
+        notify_enqueues=; both given, they must agree."""
         environ = os.environ if environ is None else environ
+        mode = _notify_setting(notify, notify_enqueues, environ)
         for name, value in (("session_dsn", session_dsn), ("replica_dsn", replica_dsn)):
             if value is not None and not isinstance(value, str):
                 raise ConfigurationError(
@@ -97,12 +112,33 @@ class DatabaseSettings:
             replica_dsn=replica_dsn or environ.get(REPLICA_DSN_ENVIRONMENT) or None,
             pooled=pooled,
             prepared_statements=prepared_statements,
-            notify_enqueues=(
-                notify_enqueues
-                if notify_enqueues is not None
-                else _flag(NOTIFY_ENQUEUES_ENVIRONMENT, environ.get(NOTIFY_ENQUEUES_ENVIRONMENT))
-            ),
+            notify_enqueues=mode != "off",
+            notify=mode,
         )
+
+
+def _notify_setting(
+    notify: str | None, notify_enqueues: bool | None, environ: Mapping[str, str]
+) -> str:
+    """The notify mode: explicit keywords, else the environment, else "always"."""
+    if notify is not None:
+        mode = notify_mode(notify)
+        if notify_enqueues is not None and notify_enqueues != (mode != "off"):
+            raise ConfigurationError(
+                f"notify={mode!r} and notify_enqueues={notify_enqueues!r} disagree: give one"
+            )
+        return mode
+    if notify_enqueues is not None:
+        if not isinstance(notify_enqueues, bool):
+            raise ConfigurationError(
+                f"notify_enqueues= must be True or False, got {notify_enqueues!r}"
+            )
+        return "always" if notify_enqueues else "off"
+    text = environ.get(NOTIFY_ENVIRONMENT)
+    if text:
+        return notify_mode(text, NOTIFY_ENVIRONMENT)
+    flag = _flag(NOTIFY_ENQUEUES_ENVIRONMENT, environ.get(NOTIFY_ENQUEUES_ENVIRONMENT))
+    return "always" if flag else "off"
 
 
 def _flag(name: str, text: str | None) -> bool:

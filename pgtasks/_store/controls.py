@@ -60,6 +60,25 @@ class ControlQueries(QueriesBase):
     def disable_runtime_limits_trigger(self, conn: psycopg.Connection[Any]) -> None:
         self._rows(conn, "disable_runtime_limits_trigger", None)
 
+    def settle_runtime_limits_trigger(self, conn: psycopg.Connection[Any]) -> bool:
+        """Disable the runtime-limits trigger when no limit the app does not declare is
+        stored (migration lighter_inserts creates it enabled); True when this call did.
+
+        The trigger is disabled first (its lock on jobs), then the limits are counted: a
+        limit stored meanwhile keeps it enabled (rolled back). A lock not granted within
+        the session's lock_timeout leaves it enabled: correct, only slower."""
+        if not self.get_runtime_limits_trigger(conn):
+            return False
+        try:
+            with conn.transaction():
+                self.disable_runtime_limits_trigger(conn)
+                if self.count_runtime_limits(conn):
+                    raise psycopg.Rollback()
+                return True
+        except psycopg.errors.LockNotAvailable:
+            return False
+        return False
+
     def notify_limits_changed(self, conn: psycopg.Connection[Any], name: str) -> None:
         self._rows(conn, "notify_limits_changed", {"name": name})
 

@@ -88,7 +88,7 @@ class Database:
     ) -> None:
         self.settings = settings
         self.pools = pools
-        self.queries = queries or Queries(settings.schema, notify_enqueues=settings.notify_enqueues)
+        self.queries = queries or Queries(settings.schema, notify=settings.notify)
         self.extra_kwargs = dict(connection_kwargs or {})
         self.name = name or f"pgtasks-{settings.schema}"
         self.configured_dsn = settings.dsn
@@ -491,6 +491,7 @@ class Database:
         def at_head(conn: psycopg.Connection[Any]) -> None:  # online, the migration lock held
             check_version(self.queries.schema, self.queries.get_schema_version(conn))
             self.queries.prepare_history_days(conn)  # jobs_history's first days (and the pruner)
+            self.queries.settle_runtime_limits_trigger(conn)  # off while no such limit
 
         with self._migration_connection() as conn:
             applied = migrator.migrate(conn, while_locked=at_head)

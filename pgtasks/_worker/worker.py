@@ -37,6 +37,7 @@ from .._execution.executor import Executor
 from .._execution.outcomes import storable_outcome
 from .._execution.running import Running
 from .._retry import Outcome
+from .._store.notify_mode import ADAPTIVE_POLL_MIN
 from .arun import run_on_a_thread
 from .cancellations import Cancellations
 from .claims import FULL_CLAIM_SHARE as FULL_CLAIM_SHARE
@@ -144,6 +145,9 @@ class Worker:
         self._connection = OwnConnection(self._connect)
         self._wake_event = threading.Event()
         self._notified = True  # claim at once on start
+        # An App whose producers may not notify (notify="off"/"auto"): idle waits adapt.
+        self._adaptive_poll = app.queries.notify_mode != "always"
+        self._idle_wait = self.poll_interval
         self._ledger = JobLedger(self._wake_event, on_parked=self._reporter.parked)
         # Shared with the registration: a stopping worker keeps its heartbeat but never
         # registers again; a stopped one beats no more.
@@ -465,7 +469,22 @@ class Worker:
             self._wake_event.set()
         elif claim:
             exchanges.claimed(claimed, limit)
-        return time.monotonic() + self.poll_interval if claim else next_poll
+        return time.monotonic() + self._after_claim(claimed) if claim else next_poll
+
+    def _after_claim(self, claimed: int | None) -> float:
+        """The wait before the next poll after a claim: ``poll_interval``; with an App that
+        does not always notify, ADAPTIVE_POLL_MIN after a claim that found jobs (or is still
+        out, or with jobs running), twice the last wait after one that found none, up to
+        ``poll_interval``: a job enqueued without a notification waits about as long as
+        the gaps between jobs, and an idle worker polls once per ``poll_interval``."""
+        if not self._adaptive_poll:
+            return self.poll_interval
+        if claimed is None or claimed > 0 or self._ledger.in_flight:
+            self._idle_wait = ADAPTIVE_POLL_MIN
+        else:
+            self._idle_wait *= 2
+        self._idle_wait = min(self._idle_wait, self.poll_interval)
+        return self._idle_wait
 
     def _on_finished(self, running: Running, outcome: Outcome) -> None:
         """An attempt ended (on its thread, the event loop or the pool's supervisor): make

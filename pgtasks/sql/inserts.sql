@@ -137,8 +137,11 @@ SELECT job_id, true FROM known;
 -- only: see migration 0005). The statement wakes the workers of a due job itself, and
 -- the transaction-local setting tells the notify trigger to skip it: pg_notify is cheaper
 -- than the trigger's transition table. The notification is sent at commit, as ever.
+-- Its relative deadline (meta "pgtasks.expires_in") is made absolute here too, and the
+-- second setting tells the deadlines trigger to skip it (migration lighter_inserts).
 WITH self_notified AS (
-    SELECT set_config('pgtasks.self_notified', 'on', true)
+    SELECT set_config('pgtasks.self_notified', 'on', true),
+           set_config('pgtasks.deadlines_stamped', 'on', true)
 ), inserted AS (
     INSERT INTO {schema}.jobs AS jobs
         (task_name, queue, priority, args, kwargs, max_attempts, run_at, meta)
@@ -147,7 +150,9 @@ WITH self_notified AS (
            %(max_attempts)s,
            coalesce(%(run_at)s::timestamptz,
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-           coalesce(%(meta)s::jsonb, jsonb_build_object())
+           CASE WHEN %(meta)s::jsonb ? 'pgtasks.expires_in'
+                THEN {schema}.with_absolute_deadline(%(meta)s::jsonb)
+                ELSE coalesce(%(meta)s::jsonb, jsonb_build_object()) END
     FROM self_notified
     RETURNING jobs.id, jobs.queue, jobs.run_at <= now() AS due
 )

@@ -40,7 +40,8 @@ now() AS now
 
 -- name: get_unfinished_stats :many
 -- Per queue: pending, due, running and the oldest due job's wait, from indexes only:
--- jobs_pending_queue_idx (migration 0006; an index-only scan) and jobs_running_idx.
+-- jobs_claim_idx (its INCLUDE (queue), migration lighter_inserts; an index-only scan)
+-- and jobs_running_idx.
 -- Finished rows are never read.
 WITH pending AS (
     SELECT queue,
@@ -48,8 +49,7 @@ WITH pending AS (
            count(*) FILTER (WHERE run_at <= now()) AS due,
            min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due
     FROM {schema}.jobs
-    -- attempts >= 0 is always true (jobs_attempts_check): it names the index predicate.
-    WHERE status = 'pending' AND attempts >= 0
+    WHERE status = 'pending'
     GROUP BY queue
 ), running AS (
     SELECT queue, count(*) AS running

@@ -17,6 +17,7 @@ import pytest
 from psycopg import sql
 
 from pgtasks import App, ConfigurationError, JobStatus
+from pgtasks._store.notify_mode import EnqueueNotifications
 from tests.support.inprocess import running_worker
 
 Connection = psycopg.Connection[Any]
@@ -94,3 +95,84 @@ def test_the_environment_sets_it_and_a_bad_value_is_refused(
     monkeypatch.setenv("PGTASKS_NOTIFY_ENQUEUES", "maybe")
     with pytest.raises(ConfigurationError, match="PGTASKS_NOTIFY_ENQUEUES must be true or"):
         App("postgresql://localhost/x")
+
+
+# -- notify="always" | "off" | "auto" ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["sometimes", "", 1, True])
+def test_the_notify_mode_is_validated(value: Any) -> None:
+    with pytest.raises(ConfigurationError, match="notify= must be one of 'always', 'off', 'auto'"):
+        App("postgresql://localhost/x", notify=value)
+
+
+def test_notify_and_notify_enqueues_must_agree_and_the_environment_sets_the_mode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ConfigurationError, match="disagree"):
+        App("postgresql://localhost/x", notify="off", notify_enqueues=True)
+    assert (
+        App("postgresql://localhost/x", notify="auto", notify_enqueues=True).queries.notify_mode
+        == "auto"
+    )
+    assert App("postgresql://localhost/x", notify_enqueues=False).queries.notify_mode == "off"
+    assert App("postgresql://localhost/x").settings.database.notify == "always"
+    monkeypatch.setenv("PGTASKS_NOTIFY", "Auto")
+    monkeypatch.setenv("PGTASKS_NOTIFY_ENQUEUES", "false")  # PGTASKS_NOTIFY wins
+    assert App("postgresql://localhost/x").settings.database.notify == "auto"
+    assert App("postgresql://localhost/x", notify="off").queries.notify_enqueues is False
+    monkeypatch.setenv("PGTASKS_NOTIFY", "never")
+    with pytest.raises(ConfigurationError, match="PGTASKS_NOTIFY must be one of"):
+        App("postgresql://localhost/x")
+
+
+def test_auto_notifies_a_queue_at_most_once_per_spacing(
+    make_app: Callable[..., App], app: App, notifications: Callable[[str], list[str]]
+) -> None:
+    auto = make_app(schema=app.schema, migrate=False, notify="auto")
+    # A spacing no test run outlasts: one notification per queue, then none.
+    auto.queries.notifications = EnqueueNotifications("auto", spacing=3600.0)
+
+    @auto.task(name="echo", queue="burst")
+    def echo() -> None: ...
+
+    for _ in range(5):
+        echo.delay()
+    echo.apply_async(queue="other")
+    asyncio.run(echo.adelay())
+    echo.delay_many([{}, {}])  # bulk: the trigger notifies in every mode
+
+    @app.task(name="marker", queue="marker")
+    def marker() -> None: ...
+
+    marker.delay()
+    assert notifications("marker") == ["burst", "other", "burst", "marker"]
+
+
+def test_auto_notifies_again_once_the_spacing_passed() -> None:
+    decide = EnqueueNotifications("auto", spacing=0.0)
+    assert decide.should_notify("q") and decide.should_notify("q")
+    spaced = EnqueueNotifications("auto", spacing=3600.0)
+    assert spaced.should_notify("q") and not spaced.should_notify("q")
+    assert spaced.should_notify("r")
+    assert EnqueueNotifications("always").should_notify("q")
+    assert not EnqueueNotifications("off").should_notify("q")
+
+
+def test_with_notifications_off_a_worker_polls_soon_after_jobs(
+    make_app: Callable[..., App], app: App
+) -> None:
+    off = make_app(schema=app.schema, migrate=False, notify="off")
+
+    @off.task(name="mark")
+    def mark(n: int) -> int:
+        return n
+
+    first = mark.delay(1)
+    # A poll interval far longer than the wait below: once it found a job, the worker
+    # polls again after ADAPTIVE_POLL_MIN, then twice as late each empty poll, so a job
+    # enqueued without a notification soon after is found long before poll_interval.
+    with running_worker(off, poll_interval=120.0):
+        assert first.get(timeout=30) == 1
+        second = mark.delay(2)
+        assert second.get(timeout=30) == 2

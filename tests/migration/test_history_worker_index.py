@@ -100,7 +100,8 @@ def test_the_index_is_built_online_per_partition_and_resumes_a_stopped_run(
     with psycopg.connect(dsn, autocommit=True) as conn:
         applied = Migrator(Queries(schema)).migrate(conn)
 
-    assert [m.version for m in applied] == [VERSION]
+    # This migration, then any later ones.
+    assert [m.version for m in applied if m.version <= VERSION] == [VERSION]
     found = indexes(admin, schema)
     assert found[INDEX] == ("jobs_history", True, None)
     attached = {table: (name, valid, parent) for name, (table, valid, parent) in found.items()}

@@ -107,7 +107,8 @@ def test_migrate_from_empty_creates_the_documented_tables_indexes_and_constraint
         rows(admin, "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", app.schema)
     )
     assert (
-        "(priority DESC, run_at, id) WHERE (status = 'pending'::text)" in indexes["jobs_claim_idx"]
+        "(priority DESC, run_at, id) INCLUDE (queue) WHERE (status = 'pending'::text)"
+        in indexes["jobs_claim_idx"]
     )
     constraints = dict(
         rows(

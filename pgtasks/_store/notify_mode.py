@@ -1,0 +1,69 @@
+"""Whether a one-job enqueue notifies its queue's workers (``App(notify=...)``).
+
+PostgreSQL serializes the commits of every transaction that sent a NOTIFY (a lock on the
+notification queue, held through the commit's WAL flush): many concurrent producers that
+each notify hit a ceiling of a few hundred commits per second (docs/performance.md,
+"Many producers"). The modes:
+
+- ``"always"`` (the default): every one-job enqueue that is a transaction of its own
+  notifies; idle workers pick its job up in milliseconds.
+- ``"off"``: none does; workers find new jobs by polling (with ``notify="off"`` or
+  ``"auto"`` on the worker's App, an adaptive interval: see ``ADAPTIVE_POLL_MIN``).
+- ``"auto"``: this process notifies a queue at most once per ``AUTO_NOTIFY_SPACING``: a
+  sparse producer (jobs further apart) keeps millisecond pickups; a busy one sends a few
+  notifications a second per queue, and the workers they wake find the jobs enqueued
+  meanwhile by their adaptive polls (a notifying commit is rare, so the others share
+  their WAL flushes again). A rate the process observes would not do: under the lock
+  each of many producers is slow, so none would ever pass a threshold.
+
+Bulk enqueues, enqueues in the caller's transaction and raw inserts notify through the
+trigger in every mode (one notification per statement and queue).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from .._errors import ConfigurationError
+
+NOTIFY_MODES = ("always", "off", "auto")
+#: "auto": the least time between two notifications of one queue from one process.
+AUTO_NOTIFY_SPACING = 0.2
+#: The shortest idle wait of a worker whose App does not always notify: after a claim
+#: that found jobs, it polls again this soon, then twice as late after each claim that
+#: found none, up to ``poll_interval``.
+ADAPTIVE_POLL_MIN = 0.05
+
+
+def notify_mode(value: object, where: str = "notify=") -> str:
+    """``value`` as a mode, or a clear error."""
+    if isinstance(value, str) and value.strip().lower() in NOTIFY_MODES:
+        return value.strip().lower()
+    raise ConfigurationError(
+        f"{where} must be one of {', '.join(repr(mode) for mode in NOTIFY_MODES)}, got {value!r}"
+    )
+
+
+class EnqueueNotifications:
+    """Decides, per one-job enqueue, whether it notifies (thread-safe)."""
+
+    def __init__(self, mode: str, spacing: float = AUTO_NOTIFY_SPACING) -> None:
+        self.mode = notify_mode(mode)
+        self.spacing = spacing
+        self._lock = threading.Lock()
+        #: "auto": when this process last notified each queue (time.monotonic()).
+        self._last: dict[str, float] = {}
+
+    def should_notify(self, queue: str) -> bool:
+        if self.mode != "auto":
+            return self.mode == "always"
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(queue)
+            if last is not None and now - last < self.spacing:
+                return False
+            if len(self._last) > 10_000:  # queue names are few; never let it grow unbounded
+                self._last.clear()
+            self._last[queue] = now
+            return True
