@@ -418,6 +418,27 @@ FROM finished
 LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true
 LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
 
+-- name: sequence_taker :exec
+-- A round trip that finishes sequence jobs and claims names its worker and claim filter
+-- (%(taker)s: JSON worker, queues, excluded, tasks) before its finish: the next job of a
+-- key whose head it ended goes to it running, in one write (migration sequence_handover).
+SELECT set_config('pgtasks.sequence_taker', %(taker)s, true);
+
+-- name: sequence_handed :many
+-- The jobs the round trip's finish handed to this worker (running under its lease), as a
+-- claim returns them; after the finish, in its transaction.
+SELECT jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kwargs,
+       jobs.attempts, jobs.max_attempts, jobs.meta,
+       greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
+       least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
+           AS created_at,
+       clock_timestamp() AS claimed_at
+FROM {schema}.jobs AS jobs
+WHERE jobs.id = ANY(string_to_array(
+          nullif(current_setting('pgtasks.sequence_handed', true), ''), ',')::bigint[])
+  AND jobs.status = 'running' AND jobs.locked_by = %(worker_id)s
+ORDER BY jobs.id;
+
 -- name: update_job_logs :many
 -- The log lines of running attempts, each fenced by its lease; meta key "pgtasks.logs"
 -- under the attempt number (see pgtasks/_execution/joblogs.py). The heartbeat writes the
