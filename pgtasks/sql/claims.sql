@@ -1,9 +1,9 @@
 -- A worker's claims and finishes: the plain claim, the claim after a finish, the aged
 -- claim (App(priority_aging=), app.queue(name, priority_aging=);
 -- docs/howto/flow-control.md), the limited claim (sql/limits.sql holds the limits
--- themselves), the finish, an attempt's log lines, and the transaction block a round
--- trip through a pooler runs them in (_store/claims.py). Headers, placeholders and
--- parameters as in queries.sql.
+-- themselves), the finish, the next jobs of sequences a finish hands to its worker, an
+-- attempt's log lines, and the transaction block a round trip through a pooler runs them
+-- in (_store/claims.py). Headers, placeholders and parameters as in queries.sql.
 
 -- name: begin_read_committed_block :exec
 -- A transaction block READ COMMITTED whatever the server's default: a worker's round trip

@@ -273,8 +273,6 @@ def test_a_retried_head_hands_nothing_over(app: App, admin: psycopg.Connection[A
     ids = [step.delay(n).id for n in range(2)]
     worker = _worker(app)
     claimed = _claim(app, worker)
-    handed, _ = _round_trip(
-        app, claimed, ClaimRequest(worker, 10), Outcome.retry(60.0, "boom")
-    )
+    handed, _ = _round_trip(app, claimed, ClaimRequest(worker, 10), Outcome.retry(60.0, "boom"))
     assert handed == []
     assert _statuses(admin, app.schema) == {ids[0]: "pending", ids[1]: "waiting"}
