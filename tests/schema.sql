@@ -496,11 +496,11 @@ function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadline() a2b47d73acba0a98cce270a75055775a
 function sequence_advance() 56160402aea9f0c585b53138993d630c
-function sequence_advance_many() fadeaf07eeea59cc85cd12760da61f7e
-function sequence_advance_many() 42a76f07e7417deb62b58fd012f3db1c
+function sequence_advance_many() c5198c9ea6da3ab42059864b9f63b2ce
+function sequence_hand_over() fadeaf07eeea59cc85cd12760da61f7e
 function sequence_job_ended() 960c077a43f68138194a69e6af5a2ad9
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
-function sequence_jobs_ended() bacd3ed2360ca05b8c0eea7adc9daaee
+function sequence_jobs_ended() 0a0e59e795bc6be19a8b1ea751c1761a
 function sequence_key() d34fef9334c02f42ea144b52b02de7c4
 function sequence_sweep() d1a254b5b369d7697093c69bb8bf2a35
 function stamp_runtime_limits() df703acac8ae7a08c195b964ae0564f8

@@ -21,9 +21,9 @@
 -- Online: functions replaced in one transaction.
 
 -- pgtasks:step transaction
--- Migration 0025’s function with a taker (NULL: none, as before): the jobs it made
--- pending or handed to the taker.
-CREATE FUNCTION {schema}.sequence_advance_many(p_keys text[], p_taker jsonb) RETURNS bigint[]
+-- Migration 0025’s sequence_advance_many with a taker (NULL: none, as before): the jobs
+-- it made pending or handed to the taker.
+CREATE FUNCTION {schema}.sequence_hand_over(p_keys text[], p_taker jsonb) RETURNS bigint[]
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 AS $$
@@ -123,7 +123,7 @@ $$;
 -- Without a taker: migration 0025’s statements, now those of the function above.
 CREATE OR REPLACE FUNCTION {schema}.sequence_advance_many(p_keys text[]) RETURNS bigint[]
 LANGUAGE sql AS $$
-    SELECT {schema}.sequence_advance_many(p_keys, NULL::jsonb)
+    SELECT {schema}.sequence_hand_over(p_keys, NULL::jsonb)
 $$;
 
 -- Migration 0025’s statement trigger, handing the turns to the taker when the
@@ -140,7 +140,7 @@ BEGIN
     END IF;
     v_cleared := set_config('pgtasks.sequence_ended', '', true);
     v_taker := current_setting('pgtasks.sequence_taker', true);
-    PERFORM {schema}.sequence_advance_many(
+    PERFORM {schema}.sequence_hand_over(
         ARRAY(SELECT jsonb_array_elements_text(('[' || v_noted || ']')::jsonb)),
         CASE WHEN v_taker IS NULL OR v_taker = '' THEN NULL ELSE v_taker::jsonb END);
     RETURN NULL;
