@@ -181,9 +181,10 @@ def _trip(
 
 def _sequence_taker(finishes: Sequence[Finish], claim: ClaimRequest | None) -> str | None:
     """The taker a round trip names (migration sequence_handover: JSON of the worker and
-    its claim's filter), when it ends jobs of sequences and makes a plain claim: the next
-    job of each key goes to this worker running, in one write. None otherwise."""
-    if claim is None or claim.limited:
+    its claim's filter), when it ends jobs of sequences and claims: the next job of each
+    key goes to this worker running, in one write. None otherwise. (A handed job is a
+    plain one: one that limits apply to goes pending, for the limited claim.)"""
+    if claim is None:
         return None
     if not any(finish.sequence and finish.status != "pending" for finish in finishes):
         return None
@@ -415,8 +416,8 @@ class ClaimQueries(QueriesBase):
             report = dataclasses.replace(
                 trip.report, plain_error=f"{type(error).__name__}: {str(error).strip()}"
             )
-            return RoundTrip(trip.written, trip.claimed, report)
-        return RoundTrip(trip.written, [*trip.claimed, *plain.claimed], trip.report)
+            return dataclasses.replace(trip, report=report)
+        return dataclasses.replace(trip, claimed=[*trip.claimed, *plain.claimed])
 
     def _claim_alone(self, conn: psycopg.Connection[Any], claim: ClaimRequest) -> RoundTrip:
         """The round trip of a claim with nothing to write: the claim statement alone,

@@ -276,3 +276,23 @@ def test_a_retried_head_hands_nothing_over(app: App, admin: psycopg.Connection[A
     handed, _ = _round_trip(app, claimed, ClaimRequest(worker, 10), Outcome.retry(60.0, "boom"))
     assert handed == []
     assert _statuses(admin, app.schema) == {ids[0]: "pending", ids[1]: "waiting"}
+
+
+def test_a_round_trip_with_a_limited_claim_takes_the_next_job_too(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task(sequence_key="k")
+    def step(n: int) -> None: ...
+
+    @app.task(concurrency=1)
+    def capped() -> None: ...
+
+    ids = [step.delay(n).id for n in range(2)]
+    capped_id = capped.delay().id
+    worker = _worker(app)
+    head = [job for job in _claim(app, worker) if job.id == ids[0]]
+    assert head
+    handed, claimed = _round_trip(app, head, ClaimRequest(worker, 10, limited=True))
+    assert [job.id for job in handed] == [ids[1]]
+    assert capped_id in {job.id for job in claimed}
+    assert _statuses(admin, app.schema)[ids[1]] == "running"
