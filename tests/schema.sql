@@ -497,7 +497,7 @@ function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadline() a2b47d73acba0a98cce270a75055775a
 function sequence_advance() 56160402aea9f0c585b53138993d630c
 function sequence_advance_many() c5198c9ea6da3ab42059864b9f63b2ce
-function sequence_hand_over() fadeaf07eeea59cc85cd12760da61f7e
+function sequence_hand_over() eab8556eb548ca01c5ac167398b11414
 function sequence_job_ended() 960c077a43f68138194a69e6af5a2ad9
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
 function sequence_jobs_ended() 0a0e59e795bc6be19a8b1ea751c1761a

@@ -107,6 +107,9 @@ BEGIN
                                   true);
         END IF;
     END IF;
+    IF cardinality(v_handed) = cardinality(v_next) THEN
+        RETURN v_handed;  -- every next job went to the taker: nothing to notify
+    END IF;
     -- The others: due from their turn (their own run_at when that is later), as in 0023.
     WITH moved AS (
         UPDATE {schema}.jobs AS jobs
