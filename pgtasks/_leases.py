@@ -142,6 +142,8 @@ class Finish:
     exception_type: str | None = None
     #: The attempt's log lines, JSON (stored in meta "pgtasks.logs" under its number).
     logs_json: str | None = None
+    #: The job is one of a sequence (sequence_key=): its end may hand the key's turn over.
+    sequence: bool = False
 
     @classmethod
     def of(cls, job: ClaimedJob, outcome: Outcome) -> Finish:
@@ -158,6 +160,8 @@ class Finish:
             delay=outcome.delay,
             exception_type=outcome.exception_type if outcome.error is not None else None,
             logs_json=outcome.logs_json,
+            # A hand-written meta may be any JSON (or NULL): only an object names a key.
+            sequence=type(job.meta) is dict and "pgtasks.sequence" in job.meta,
         )
         return finish
 
@@ -204,8 +208,12 @@ class RoundTrip:
     """What one round trip did: the status written per finished job whose lease held (a
     job missing from ``written`` had lost its lease: nothing was written), and the jobs
     it claimed, those of the limited claim first, then plain ones in claim order; for a
-    limited claim, what held limited jobs back or the error that ended it (``report``)."""
+    limited claim, what held limited jobs back or the error that ended it (``report``);
+    the jobs its finish handed over (``handed``)."""
 
     written: Mapping[int, str]
     claimed: Sequence[ClaimedJob]
     report: LimitedClaimReport = NO_REPORT
+    #: Jobs of sequences whose heads this round trip ended, handed to the worker running
+    #: (a claim's lease each) by the finish itself, besides the claim (no claim order).
+    handed: Sequence[ClaimedJob] = ()

@@ -496,10 +496,11 @@ function register_job_key() 8dd5689cc36503eb5160f1c335004362
 function relative_deadlines_inserted() c99ec052c1f502dd9110c0819d895658
 function runtime_limits_inserted() f6ee57906589007d52e1bba0d7f709ec
 function sequence_advance() 56160402aea9f0c585b53138993d630c
-function sequence_advance_many() 7d76074265fda43535dac071987d2d5f
+function sequence_advance_many() c5198c9ea6da3ab42059864b9f63b2ce
+function sequence_hand_over() eab8556eb548ca01c5ac167398b11414
 function sequence_job_ended() 960c077a43f68138194a69e6af5a2ad9
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
-function sequence_jobs_ended() 7636722d7c3d444ae3e30cba4be2bd16
+function sequence_jobs_ended() 0a0e59e795bc6be19a8b1ea751c1761a
 function sequence_key() d34fef9334c02f42ea144b52b02de7c4
 function sequence_sweep() d1a254b5b369d7697093c69bb8bf2a35
 function with_absolute_deadline() 2cd9aa139189624a985dc14769438fd0

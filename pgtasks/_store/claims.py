@@ -180,6 +180,31 @@ def _trip(
     return RoundTrip(written, claimed)
 
 
+def _sequence_taker(finishes: Sequence[Finish], claim: ClaimRequest | None) -> str | None:
+    """The taker a round trip names (migration sequence_handover: JSON of the worker and
+    its claim's filter), when it ends jobs of sequences and claims: the next job of each
+    key goes to this worker running, in one write. None otherwise. (A handed job is a
+    plain one: one that limits apply to goes pending, for the limited claim.)"""
+    if claim is None:
+        return None
+    if not any(finish.sequence and finish.status != "pending" for finish in finishes):
+        return None
+    return json.dumps(
+        {
+            "worker": claim.worker_id,
+            "queues": list(claim.queues) if claim.queues is not None else None,
+            "excluded": list(claim.excluded_queues) if claim.excluded_queues else None,
+            "tasks": list(claim.task_names) if claim.task_names is not None else None,
+        }
+    )
+
+
+def _with_handed(trip: RoundTrip, cursor: psycopg.Cursor[ClaimedJob] | None) -> RoundTrip:
+    """``trip`` with the jobs the finish handed over (``cursor``: their statement's)."""
+    handed = cursor.fetchall() if cursor is not None else None
+    return dataclasses.replace(trip, handed=handed) if handed else trip
+
+
 def _pinned_per_transaction(conn: psycopg.Connection[Any]) -> bool:
     """``conn`` goes through a transaction pooler (Database.pin_isolation set its
     isolation level) and runs each statement as a transaction of its own: a round trip
@@ -392,8 +417,8 @@ class ClaimQueries(QueriesBase):
             report = dataclasses.replace(
                 trip.report, plain_error=f"{type(error).__name__}: {str(error).strip()}"
             )
-            return RoundTrip(trip.written, trip.claimed, report)
-        return RoundTrip(trip.written, [*trip.claimed, *plain.claimed], trip.report)
+            return dataclasses.replace(trip, report=report)
+        return dataclasses.replace(trip, claimed=[*trip.claimed, *plain.claimed])
 
     def _claim_alone(self, conn: psycopg.Connection[Any], claim: ClaimRequest) -> RoundTrip:
         """The round trip of a claim with nothing to write: the claim statement alone,
@@ -423,6 +448,7 @@ class ClaimQueries(QueriesBase):
         owners = finish_params(finishes)
         cursors = []
         claim_cursor = None
+        taker = _sequence_taker(finishes, claim)
         # On an autocommit connection the statements of a pipeline up to its sync run as
         # one implicit transaction (an error in one rolls them all back): no BEGIN and
         # COMMIT, which psycopg's transaction() in a pipeline sends with a sync (and a
@@ -435,10 +461,12 @@ class ClaimQueries(QueriesBase):
                 if pinned:
                     conn.cursor().execute(self._statements["begin_read_committed_block"])
                 self._send_logs(conn, finishes)  # the attempts' log lines, before their finish
+                self.sequence_taker(conn, taker)
                 for params in owners:
                     cursor = conn.cursor(row_factory=tuple_row)
                     cursor.execute(self._binary_statements["finish_jobs"], params)
                     cursors.append(cursor)
+                handed_cursor = self.sequence_handed(conn, taker, claim)
                 if claim is not None:
                     name, params = claim_statement(claim)
                     if not owners:  # nothing finished in this transaction: announce it
@@ -457,7 +485,24 @@ class ClaimQueries(QueriesBase):
         claimed = claim_cursor.fetchall() if claim_cursor is not None else []
         if claim is not None and not claim.limited:
             claimed.sort(key=claim_order)
-        return _trip(written, claim, claimed)
+        return _with_handed(_trip(written, claim, claimed), handed_cursor)
+
+    def sequence_taker(self, conn: psycopg.Connection[Any], taker: str | None) -> None:
+        """Before the finish: the round trip takes the next jobs of the sequences it ends
+        (``_sequence_taker``)."""
+        if taker is not None:
+            conn.cursor().execute(self._statements["sequence_taker"], {"taker": taker})
+
+    def sequence_handed(
+        self, conn: psycopg.Connection[Any], taker: str | None, claim: ClaimRequest | None
+    ) -> psycopg.Cursor[ClaimedJob] | None:
+        """After the finish: the jobs it handed to the taker (their cursor), if any."""
+        if taker is None or claim is None:
+            return None
+        cursor = conn.cursor(row_factory=claimed_jobs(claim.worker_id))
+        cursor.adapters.register_loader("jsonb", JsonbUndecodedLoader)
+        cursor.execute(self._statements["sequence_handed"], {"worker_id": claim.worker_id})
+        return cursor
 
     def begin_read_committed_block(self, conn: psycopg.Connection[Any]) -> None:
         """Begin a transaction block, READ COMMITTED whatever the server's default (on an

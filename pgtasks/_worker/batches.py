@@ -4,7 +4,10 @@ its ``max_wait`` for more to fill a batch, calls the handler once per batch
 (``pgtasks/_execution/batches.py``) and writes each job's outcome fenced by its own lease.
 
 It runs on a thread and connection of its own, beside the claim loop (whose claims leave
-batch tasks out, exchange.py): a batch takes no slot of the worker's concurrency. The
+batch tasks out, exchange.py): a batch takes no slot of the worker's concurrency. A
+batch's outcomes are written by a writer thread on a second connection while the service
+claims (and runs) the next batch: one batch's write at a time, the next batch's write
+waits for it, and a stopping service waits for the last one. The
 jobs it holds run under the worker's registration, so the heartbeat keeps them and, if
 the worker dies, the rescuers return every one of them to pending; the ledger counts
 them as held, so a lost claim reply never releases them.
@@ -13,6 +16,7 @@ them as held, so a lost claim reply never releases them.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,7 +29,7 @@ from .._execution.joblogs import JobLogs
 from .._execution.outcomes import storable_outcome
 from .._leases import ClaimedJob, ClaimRequest, Finish
 from .._retry import Outcome, reconnect_delay
-from .connection import Connect
+from .connection import Connect, OwnConnection
 from .services import Service
 
 if TYPE_CHECKING:
@@ -80,14 +84,29 @@ class BatchService(Service):
         #: A claim failed (its reply may have been lost after it committed), and the jobs
         #: this service holds (a batch gathering or running).
         self._claim_failed = False
-        self._held: list[int] = []
+        self._held: set[int] = set()
+        self._held_lock = threading.Lock()
+        #: The writer of the batches' outcomes: its connection, and the thread writing the
+        #: last batch's (None: none is being written).
+        self._writer_connection = OwnConnection(connect)
+        self._writing: threading.Thread | None = None
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop claiming; a batch running lets its handler end and its outcomes be written,
         for up to the worker's shutdown timeout (its jobs are rescued after that)."""
-        super().stop(max(timeout, self.settings.shutdown_timeout))
+        timeout = max(timeout, self.settings.shutdown_timeout)
+        ends = time.monotonic() + timeout
+        super().stop(timeout)
+        self._wait_for_write(max(0.0, ends - time.monotonic()))
+        self._writer_connection.drop()
         if self._logs is not None:
             self._logs.stop()
+
+    def _wait_for_write(self, timeout: float | None = None) -> None:
+        """Wait for the outcomes of the last batch to be written (or given up)."""
+        writing = self._writing
+        if writing is not None and threading.current_thread() is not writing:
+            writing.join(timeout)
 
     def _next_wait(self) -> float:
         # Straight on after a batch: more jobs are likely due.
@@ -104,6 +123,8 @@ class BatchService(Service):
             if jobs:
                 self._busy = True
                 self._run_batch(task, jobs)
+        if self.stopping.is_set():
+            self._wait_for_write()
 
     def _claim(
         self, conn: psycopg.Connection[Any], task: Task[Any, Any], limit: int
@@ -126,7 +147,8 @@ class BatchService(Service):
             self._claim_failed = True  # it may have committed: see _release_orphans
             raise
         self.ledger.hold_elsewhere([job.id for job in jobs])
-        self._held.extend(job.id for job in jobs)
+        with self._held_lock:
+            self._held.update(job.id for job in jobs)
         return jobs
 
     def _release_orphans(self, conn: psycopg.Connection[Any]) -> None:
@@ -136,8 +158,10 @@ class BatchService(Service):
         if worker_id is None:
             return
         names = [name for task in self.tasks for name in (task.name, *task.aliases)]
+        with self._held_lock:  # a batch being written holds its jobs until it is written
+            known = sorted(self._held)
         released = self.store.release_orphaned_batch_jobs(
-            conn, worker_id=worker_id, task_names=names, known_ids=self._held
+            conn, worker_id=worker_id, task_names=names, known_ids=known
         )
         self._claim_failed = False
         if released:
@@ -184,9 +208,34 @@ class BatchService(Service):
             Finish.of(job, self._storable(outcome))
             for job, outcome in zip(jobs, outcomes, strict=True)
         ]
-        written = self._write(finishes)
+        # The previous batch's write ends first (one write at a time, in batch order);
+        # this one's overlaps the claim of the next batch.
+        self._wait_for_write()
+        self._writing = threading.Thread(
+            target=self._finish_batch,
+            args=(task, jobs, outcomes, finishes, started),
+            name="pgtasks-batch-writer",
+            daemon=True,
+        )
+        self._writing.start()
+
+    def _finish_batch(
+        self,
+        task: Task[Any, Any],
+        jobs: list[ClaimedJob],
+        outcomes: list[Outcome],
+        finishes: list[Finish],
+        started: float,
+    ) -> None:
+        """Write a batch's outcomes (the writer thread), then release and report its jobs."""
+        try:
+            written = self._write(finishes)
+        except BaseException:  # never lost silently: the jobs are rescued as a dead lease
+            logger.exception("outcomes of a batch of task %s not written", task.name)
+            written = None
         self.ledger.release_elsewhere([job.id for job in jobs])
-        self._held = []
+        with self._held_lock:
+            self._held.difference_update(job.id for job in jobs)
         kinds: dict[str, int] = {}
         for outcome in outcomes:
             kinds[outcome.kind] = kinds.get(outcome.kind, 0) + 1
@@ -223,10 +272,10 @@ class BatchService(Service):
         failures = 0
         while True:
             try:
-                return self.store.finish_jobs(self.connection.get(), finishes)
+                return self.store.finish_jobs(self._writer_connection.get(), finishes)
             except psycopg.Error as error:
                 failures += 1
-                self.connection.drop()
+                self._writer_connection.drop()
                 if self.stopping.is_set() and failures >= STOPPING_WRITE_TRIES:
                     logger.error(
                         "cannot write the outcomes of a batch of %d job(s) (%s); they will"

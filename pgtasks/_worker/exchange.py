@@ -161,8 +161,9 @@ class Exchanges:
         self._maybe_more = True
 
     def claimed(self, claimed: int, limit: int) -> None:
-        """A claim took ``claimed`` of the ``limit`` it asked for."""
-        self._maybe_more = claimed == limit
+        """A claim took ``claimed`` of the ``limit`` it asked for (more: with the jobs its
+        finish handed over)."""
+        self._maybe_more = claimed >= limit
 
     @property
     def recover_needed(self) -> bool:
@@ -391,6 +392,11 @@ class Exchanges:
             self.executor.submit,
             reporter.observers,
         )
+        # The next jobs of sequences the finish handed over run as claimed ones (they
+        # have no place in the claim order: the position stays the claim's).
+        handed = exchange.trip.handed
+        if handed:
+            jobs = [*handed, *jobs]
         for job in jobs:
             if observed:
                 reporter.notify("job_started", job)

@@ -1,9 +1,9 @@
 -- A worker's claims and finishes: the plain claim, the claim after a finish, the aged
 -- claim (App(priority_aging=), app.queue(name, priority_aging=);
 -- docs/howto/flow-control.md), the limited claim (sql/limits.sql holds the limits
--- themselves), the finish, an attempt's log lines, and the transaction block a round
--- trip through a pooler runs them in (_store/claims.py). Headers, placeholders and
--- parameters as in queries.sql.
+-- themselves), the finish, the next jobs of sequences a finish hands to its worker, an
+-- attempt's log lines, and the transaction block a round trip through a pooler runs them
+-- in (_store/claims.py). Headers, placeholders and parameters as in queries.sql.
 
 -- name: begin_read_committed_block :exec
 -- A transaction block READ COMMITTED whatever the server's default: a worker's round trip
@@ -417,6 +417,27 @@ SELECT finished.id, finished.status, notifications.sent + limits.sent
 FROM finished
 LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true
 LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
+
+-- name: sequence_taker :exec
+-- A round trip that finishes sequence jobs and claims names its worker and claim filter
+-- (%(taker)s: JSON worker, queues, excluded, tasks) before its finish: the next job of a
+-- key whose head it ended goes to it running, in one write (migration sequence_handover).
+SELECT set_config('pgtasks.sequence_taker', %(taker)s, true);
+
+-- name: sequence_handed :many
+-- The jobs the round trip's finish handed to this worker (running under its lease), as a
+-- claim returns them; after the finish, in its transaction.
+SELECT jobs.id, jobs.task_name, jobs.queue, jobs.priority, jobs.args, jobs.kwargs,
+       jobs.attempts, jobs.max_attempts, jobs.meta,
+       greatest(jobs.run_at, '0002-01-01 00:00:00+00') AS run_at,
+       least(greatest(jobs.created_at, '0002-01-01 00:00:00+00'), '9000-01-01 00:00:00+00')
+           AS created_at,
+       clock_timestamp() AS claimed_at
+FROM {schema}.jobs AS jobs
+WHERE jobs.id = ANY(string_to_array(
+          nullif(current_setting('pgtasks.sequence_handed', true), ''), ',')::bigint[])
+  AND jobs.status = 'running' AND jobs.locked_by = %(worker_id)s
+ORDER BY jobs.id;
 
 -- name: update_job_logs :many
 -- The log lines of running attempts, each fenced by its lease; meta key "pgtasks.logs"

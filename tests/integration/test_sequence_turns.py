@@ -197,3 +197,102 @@ def test_a_keys_turn_in_one_schema_never_waits_for_the_same_key_in_another(
     assert _statuses(admin, there.schema)[job] == "pending"
     mine = first.delay(1).id
     assert _statuses(admin, here.schema) == {mine: "pending"}, (here.schema, there.schema)
+
+
+def _round_trip(
+    app: App, jobs: list[ClaimedJob], claim: ClaimRequest, outcome: Outcome | None = None
+) -> tuple[list[ClaimedJob], list[ClaimedJob]]:
+    """A worker's round trip: the finishes of ``jobs`` and a claim, in one transaction;
+    the jobs the finish handed over, and those the claim took."""
+    with app.connection() as conn:
+        trip = app.queries.finish_and_claim_jobs(
+            conn, [Finish.of(job, outcome or Outcome.done("null")) for job in jobs], claim
+        )
+    return list(trip.handed), list(trip.claimed)
+
+
+def test_a_round_trip_that_ends_a_head_takes_the_next_job_running(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task(sequence_key=lambda key, n: key)
+    def step(key: str, n: int) -> None: ...
+
+    @app.task
+    def other() -> None: ...
+
+    ids = {key: [step.delay(key, n).id for n in range(3)] for key in ("a", "b")}
+    plain = other.delay().id
+    worker = _worker(app)
+    heads = [job for job in _claim(app, worker) if job.task_name == step.name]
+    assert sorted(job.id for job in heads) == sorted([ids["a"][0], ids["b"][0]])
+    claim = ClaimRequest(worker, 10, task_names=(step.name, other.name))
+    handed, claimed = _round_trip(app, heads, claim)
+    # The next job of each key, running under this worker's fresh lease (one write:
+    # it was never pending), and returned beside the claim's.
+    assert sorted(job.id for job in handed) == sorted([ids["a"][1], ids["b"][1]])
+    assert {job.attempt for job in handed} == {1}
+    assert {job.worker_id for job in handed} == {worker}
+    rows = admin.execute(
+        f"SELECT id, status, locked_by, attempts FROM {app.schema}.jobs WHERE id = ANY(%s)",
+        ([job.id for job in handed],),
+    ).fetchall()
+    assert sorted(rows) == sorted((job.id, "running", worker, 1) for job in handed)
+    assert plain not in {job.id for job in handed}
+    assert {job.id for job in claimed} <= {plain}
+    # Their finishes hold: the lease is the handed one.
+    handed, _ = _round_trip(app, handed, claim)
+    assert sorted(job.id for job in handed) == sorted([ids["a"][2], ids["b"][2]])
+    _end(app, handed)
+    statuses = _statuses(admin, app.schema)
+    assert {statuses[i] for key in ids for i in ids[key]} == {"done"}
+
+
+def test_a_next_job_the_taker_may_not_run_goes_pending(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task(sequence_key="k")
+    def first() -> None: ...
+
+    @app.task(sequence_key="k")
+    def second() -> None: ...
+
+    head, after = first.delay().id, second.delay().id
+    worker = _worker(app)
+    claimed = _claim(app, worker)
+    assert [job.id for job in claimed] == [head]
+    # This worker does not know the next job's task: it is left to a claim, pending.
+    handed, taken = _round_trip(app, claimed, ClaimRequest(worker, 10, task_names=(first.name,)))
+    assert handed == [] and taken == []
+    assert _statuses(admin, app.schema)[after] == "pending"
+
+
+def test_a_retried_head_hands_nothing_over(app: App, admin: psycopg.Connection[Any]) -> None:
+    @app.task(sequence_key="k", max_attempts=3)
+    def step(n: int) -> None: ...
+
+    ids = [step.delay(n).id for n in range(2)]
+    worker = _worker(app)
+    claimed = _claim(app, worker)
+    handed, _ = _round_trip(app, claimed, ClaimRequest(worker, 10), Outcome.retry(60.0, "boom"))
+    assert handed == []
+    assert _statuses(admin, app.schema) == {ids[0]: "pending", ids[1]: "waiting"}
+
+
+def test_a_round_trip_with_a_limited_claim_takes_the_next_job_too(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    @app.task(sequence_key="k")
+    def step(n: int) -> None: ...
+
+    @app.task(concurrency=1)
+    def capped() -> None: ...
+
+    ids = [step.delay(n).id for n in range(2)]
+    capped_id = capped.delay().id
+    worker = _worker(app)
+    head = [job for job in _claim(app, worker) if job.id == ids[0]]
+    assert head
+    handed, claimed = _round_trip(app, head, ClaimRequest(worker, 10, limited=True))
+    assert [job.id for job in handed] == [ids[1]]
+    assert capped_id in {job.id for job in claimed}
+    assert _statuses(admin, app.schema)[ids[1]] == "running"

@@ -27,20 +27,21 @@ PRODUCER_METHODS = ("insert_jobs", "get_job", "get_job_status", "get_schema_vers
 UNUSUAL_SCHEMAS = ("MySchema", "select", "order_2", "Order", "_x1")
 
 
-def store_query_usages() -> list[tuple[str, str]]:
+def store_query_usages(*, pipelined: bool = False) -> list[tuple[str, str]]:
     """(method name, query name) for every ``self._rows(conn, "<name>", …)`` (or ``_made``,
-    …) in Queries.
+    …) in Queries; ``pipelined``: also every statement a round trip sends in a pipeline
+    (``self._statements["<name>"]``).
 
     Queries's methods live in ``pgtasks/_store/``: ``queries.py`` and its per-area mixins.
     """
     return [
         usage
         for source in sorted(STORE_SOURCE.parent.glob("*.py"))
-        for usage in module_query_usages(source)
+        for usage in module_query_usages(source, pipelined=pipelined)
     ]
 
 
-def module_query_usages(source: Path) -> list[tuple[str, str]]:
+def module_query_usages(source: Path, *, pipelined: bool = False) -> list[tuple[str, str]]:
     """(method name, query name) for every query the classes of module ``source`` run."""
     methods = []
     tree = ast.parse(source.read_text())
@@ -61,6 +62,16 @@ def module_query_usages(source: Path) -> list[tuple[str, str]]:
                 assert isinstance(name_argument, ast.Constant), ast.dump(node)
                 assert isinstance(name_argument.value, str)
                 usages.append((method.name, name_argument.value))
+            elif (
+                # A statement sent in a pipeline: self._statements["<name>"].
+                pipelined
+                and isinstance(node, ast.Subscript)
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr in ("_statements", "_binary_statements")
+                and isinstance(node.slice, ast.Constant)
+                and isinstance(node.slice.value, str)
+            ):
+                usages.append((method.name, node.slice.value))
     return usages
 
 
@@ -172,7 +183,7 @@ def test_every_store_usage_of_a_query_is_in_a_method_of_the_same_name() -> None:
 
 
 def test_every_query_in_the_file_is_used_by_store_and_store_uses_no_other() -> None:
-    used = {query for _, query in store_query_usages()}
+    used = {query for _, query in store_query_usages(pipelined=True)}
 
     assert used == set(load_queries())
 
@@ -189,7 +200,7 @@ def test_each_sql_file_pairs_with_the_store_module_that_runs_its_statements() ->
         if entry.name.endswith(".sql")
     }
     run_by = {
-        source.name: {query for _, query in module_query_usages(source)}
+        source.name: {query for _, query in module_query_usages(source, pipelined=True)}
         for source in sorted(STORE_SOURCE.parent.glob("*.py"))
     }
 
