@@ -572,3 +572,17 @@ def test_finish_profile_prints_each_figure_beside_the_finish_before_history(
     for row in ("batch 10: finish + move to history", "batch 10: finish before history"):
         line = next(line for line in stdout.splitlines() if line.startswith(row))
         assert len(line.split()) == len(row.split()) + 5, line  # wall, Python, server, WAL, jobs/s
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_fair_claim_cold_benchmark_times_both_sides_before_any_analyze(
+    own_database: str,
+) -> None:
+    stdout = run_benchmark(
+        "benchmarks.fair_claim_cold --jobs 300 --claims 2 --runs 1",
+        dsn=own_database,
+        timeout=230,
+    )
+    assert "run 1: claim of 10 on 300 un-analyzed fair jobs:" in stdout
+    assert "ms as shipped" in stdout and "ms without its settings" in stdout

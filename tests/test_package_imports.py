@@ -142,3 +142,112 @@ def test_the_command_line_imports_croniter_and_tenacity_on_first_use() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["[]", "['croniter', 'tenacity']"]
+
+
+#: Libraries only some paths need: the dashboard, OpenTelemetry, Prometheus, the database
+#: driver and pool (not ``pgtasks --help``), Django, croniter and tenacity.
+HEAVY = (
+    "jinja2",
+    "starlette",
+    "uvicorn",
+    "opentelemetry",
+    "prometheus_client",
+    "django",
+    "croniter",
+    "tenacity",
+    "psycopg",
+    "psycopg_pool",
+)
+
+
+def imported_after(code: str) -> dict[str, list[str]]:
+    """What a fresh process has imported after ``code``: pgtasks modules and HEAVY ones."""
+    probe = (
+        "import json, sys\n"
+        f"{code}\n"
+        f"heavy = {HEAVY!r}\n"
+        "names = sorted(sys.modules)\n"
+        "print(json.dumps({\n"
+        "    'pgtasks': [m for m in names if m.split('.')[0] == 'pgtasks'],\n"
+        "    'heavy': sorted({m.split('.')[0] for m in names} & set(heavy)),\n"
+        "}))\n"
+    )
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    found: dict[str, list[str]] = json.loads(result.stdout.splitlines()[-1])
+    return found
+
+
+def test_import_pgtasks_loads_a_public_name_s_module_on_first_use() -> None:
+    assert imported_after("import pgtasks") == {"pgtasks": ["pgtasks"], "heavy": []}
+
+    first_use = imported_after("from pgtasks import PgTasksError")
+    assert first_use["pgtasks"] == ["pgtasks", "pgtasks._errors"]
+    assert first_use["heavy"] == []
+
+
+def test_pgtasks_help_imports_no_command_module() -> None:
+    """``pgtasks --help`` lists the commands without importing them, nor psycopg."""
+    found = imported_after(
+        "from pgtasks.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code == 0, exit.code\n"
+    )
+
+    assert found["heavy"] == []
+    assert [m for m in found["pgtasks"] if m.startswith("pgtasks.cli.")] == ["pgtasks.cli._common"]
+
+
+def test_a_command_imports_its_own_module_only() -> None:
+    found = imported_after(
+        "from pgtasks.cli import main\n"
+        "try:\n"
+        "    main(['worker', '--help'])\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code == 0, exit.code\n"
+    )
+    commands = {m for m in found["pgtasks"] if m.startswith("pgtasks.cli.")}
+
+    # The worker's options come from its helpers' modules, none from another command's.
+    assert "pgtasks.cli.worker" in commands
+    assert commands <= {
+        "pgtasks.cli._common",
+        "pgtasks.cli.worker",
+        "pgtasks.cli.celery_ops",
+        "pgtasks.cli.executors",
+    }
+    assert not {"jinja2", "starlette", "opentelemetry", "prometheus_client"} & set(found["heavy"])
+
+
+def test_every_public_name_is_listed_where_it_lives() -> None:
+    """``pgtasks._PUBLIC`` (where ``__getattr__`` finds a name) names the modules of the
+    TYPE_CHECKING imports (what mypy and readers see), and ``__all__`` both."""
+    import pgtasks
+
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    checked = next(node for node in tree.body if is_type_checking_block(node))
+    assert isinstance(checked, ast.If)
+    imported = {
+        alias.name: "." * node.level + (node.module or "")
+        for node in checked.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+    assert imported == pgtasks._PUBLIC
+    assert set(pgtasks.__all__) == {*imported, "__version__"}
+    for name in pgtasks.__all__:
+        assert getattr(pgtasks, name) is not None, name
+    assert set(pgtasks.__all__) <= set(dir(pgtasks))

@@ -11,11 +11,12 @@ from pgtasks import _errors
 
 
 def public_names() -> set[str]:
-    """Names the package namespace offers that are not private and not submodules."""
+    """Names the package namespace offers that are not private and not submodules (its
+    ``dir()``: the public names load on first use)."""
     return {
         name
-        for name, value in vars(pgtasks).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        for name in dir(pgtasks)
+        if not name.startswith("_") and not isinstance(getattr(pgtasks, name), types.ModuleType)
     } - {"annotations"}
 
 

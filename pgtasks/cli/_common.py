@@ -7,15 +7,16 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
-from .._app import loading
-from .._app.app import App
 from .._errors import ConfigurationError, PgTasksError
 from .._payload import check_name
+
+if TYPE_CHECKING:
+    from .._app.app import App
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,6 +36,8 @@ _LOGGING_META = "pgtasks.logging"
 
 def load_app(path: str) -> App:
     """The App ``-A`` names; a usage error (exit 2) when it names none."""
+    from .._app import loading
+
     try:
         return loading.load_app(path)
     except ConfigurationError as error:
@@ -196,15 +199,17 @@ def _configure_then(callback: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def install_global_options(group: click.Group) -> None:
-    """Let every command under ``group`` take the log options after its name.
+def install_global_options(group: click.Command) -> None:
+    """Let ``group`` (a command, or every command under a group) take the log options
+    after its name.
 
     A command that declares them (worker, beat, migrate, web) configures logging itself;
     any other gets them with their values kept aside, and logging is configured before
-    it runs when either was given (before or after the command). Runs once, when the
-    commands are registered on ``pgtasks``.
+    it runs when either was given (before or after the command). Runs once per command,
+    when ``pgtasks`` loads it.
     """
-    for command in _leaf_commands(group):
+    commands = _leaf_commands(group) if isinstance(group, click.Group) else [group]
+    for command in commands:
         names = {param.name for param in command.params}
         if "log_level" in names and "log_format" in names:
             continue

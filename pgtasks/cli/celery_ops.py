@@ -15,13 +15,14 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from .._app import loading
 from .._errors import ConfigurationError, PgTasksError
 from ._common import app_option, json_option
 
 
 def _front(app_path: str) -> Any:
     """The Celery-shaped app ``-A`` names, or a stand-in over a plain App."""
+    from .._app import loading
+
     try:
         value, _ = loading.find_app(app_path)
     except ConfigurationError as error:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .._app import loading
 from .._errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -107,6 +106,8 @@ def child_app_path(app_path: str, app: App) -> str:
     Celery-shaped app, …): what spawned children import."""
     if ":" in app_path:
         return app_path
+    from .._app import loading
+
     try:
         return loading.find_app(app_path)[1]
     except ConfigurationError:

@@ -28,6 +28,7 @@ The files are parsed into steps in parsing.py (``Step``, ``parse_steps`` and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Container
 from typing import Literal
@@ -117,48 +118,55 @@ _SUE, _AE = "SHARE UPDATE EXCLUSIVE", "ACCESS EXCLUSIVE"
 #: (statement pattern, lock mode on the named relation, kind). Kinds: "none" (no lock on
 #: an existing table), "online", "online-build" (an index built while the table is
 #: used), "online-scan", "catalog" (held for a catalog change only), "scan" and
-#: "rewrite" (held while the whole table is read or written).
-_RULES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
-    (re.compile(pattern, re.IGNORECASE | re.DOTALL), mode, kind)
-    for pattern, mode, kind in (
-        (r"^CREATE\s+SCHEMA\b", "", "none"),
-        (r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\b", "", "none"),
-        # A function's own lock only: no table waits for it.
-        (r"^DROP\s+FUNCTION\b", "", "none"),
-        (r"^CREATE\s+(?:UNLOGGED\s+)?TABLE\b", "", "none"),
-        (r"^CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\b", "", "none"),
-        (r"^CREATE\s+TYPE\b", "", "none"),
-        (r"^COMMENT\s+ON\b", "", "none"),
-        (
-            r"^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+(?:IF\s+NOT\s+EXISTS\s+)?\w+\s+ON\s+"
-            r"(?:ONLY\s+)?" + _T,
-            _SUE,
-            "online-build",
-        ),
-        (
-            r"^CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?\w+\s+ON\s+(?:ONLY\s+)?"
-            + _T,
-            "SHARE",
-            "scan",
-        ),
-        (r"^DROP\s+INDEX\s+CONCURRENTLY\s+(?:IF\s+EXISTS\s+)?" + _T, _SUE, "online"),
-        (r"^REINDEX\s+INDEX\s+CONCURRENTLY\s+" + _T, _SUE, "online-build"),
-        (r"^DROP\s+INDEX\s+(?:IF\s+EXISTS\s+)?" + _T, _AE, "catalog"),
-        (r"^ALTER\s+INDEX\s+(?:IF\s+EXISTS\s+)?" + _T + r"\s+RENAME\b", _SUE, "online"),
-        (r"^CREATE\s+STATISTICS\s+.*?\bFROM\s+" + _T, _SUE, "online"),
-        (
-            r"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:CONSTRAINT\s+)?TRIGGER\s+\w+\s+.*?\bON\s+" + _T,
-            "SHARE ROW EXCLUSIVE",
-            "catalog",
-        ),
-        (r"^DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?\w+\s+ON\s+" + _T, _AE, "catalog"),
-        (r"^INSERT\s+INTO\s+" + _T, "ROW EXCLUSIVE", "online"),
-        # A sequence's options: nextval() (an enqueue's id) waits for the catalog change.
-        (r"^ALTER\s+SEQUENCE\s+(?:IF\s+EXISTS\s+)?" + _T, "SHARE ROW EXCLUSIVE", "catalog"),
-        (r"^(?:UPDATE|DELETE\s+FROM)\s+" + _T, "ROW EXCLUSIVE", "rows"),
-        (r"^ANALYZE\s+" + _T, _SUE, "online"),
-    )
+#: "rewrite" (held while the whole table is read or written). Compiled on first use
+#: (:func:`_rules`): only ``pgtasks migrate --plan`` and its tests read them.
+_RULE_PATTERNS: tuple[tuple[str, str, str], ...] = (
+    (r"^CREATE\s+SCHEMA\b", "", "none"),
+    (r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\b", "", "none"),
+    # A function's own lock only: no table waits for it.
+    (r"^DROP\s+FUNCTION\b", "", "none"),
+    (r"^CREATE\s+(?:UNLOGGED\s+)?TABLE\b", "", "none"),
+    (r"^CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\b", "", "none"),
+    (r"^CREATE\s+TYPE\b", "", "none"),
+    (r"^COMMENT\s+ON\b", "", "none"),
+    (
+        r"^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+(?:IF\s+NOT\s+EXISTS\s+)?\w+\s+ON\s+"
+        r"(?:ONLY\s+)?" + _T,
+        _SUE,
+        "online-build",
+    ),
+    (
+        r"^CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?\w+\s+ON\s+(?:ONLY\s+)?" + _T,
+        "SHARE",
+        "scan",
+    ),
+    (r"^DROP\s+INDEX\s+CONCURRENTLY\s+(?:IF\s+EXISTS\s+)?" + _T, _SUE, "online"),
+    (r"^REINDEX\s+INDEX\s+CONCURRENTLY\s+" + _T, _SUE, "online-build"),
+    (r"^DROP\s+INDEX\s+(?:IF\s+EXISTS\s+)?" + _T, _AE, "catalog"),
+    (r"^ALTER\s+INDEX\s+(?:IF\s+EXISTS\s+)?" + _T + r"\s+RENAME\b", _SUE, "online"),
+    (r"^CREATE\s+STATISTICS\s+.*?\bFROM\s+" + _T, _SUE, "online"),
+    (
+        r"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:CONSTRAINT\s+)?TRIGGER\s+\w+\s+.*?\bON\s+" + _T,
+        "SHARE ROW EXCLUSIVE",
+        "catalog",
+    ),
+    (r"^DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?\w+\s+ON\s+" + _T, _AE, "catalog"),
+    (r"^INSERT\s+INTO\s+" + _T, "ROW EXCLUSIVE", "online"),
+    # A sequence's options: nextval() (an enqueue's id) waits for the catalog change.
+    (r"^ALTER\s+SEQUENCE\s+(?:IF\s+EXISTS\s+)?" + _T, "SHARE ROW EXCLUSIVE", "catalog"),
+    (r"^(?:UPDATE|DELETE\s+FROM)\s+" + _T, "ROW EXCLUSIVE", "rows"),
+    (r"^ANALYZE\s+" + _T, _SUE, "online"),
 )
+
+
+@functools.cache
+def _rules() -> tuple[tuple[re.Pattern[str], str, str], ...]:
+    return tuple(
+        (re.compile(pattern, re.IGNORECASE | re.DOTALL), mode, kind)
+        for pattern, mode, kind in _RULE_PATTERNS
+    )
+
+
 _ALTER_TABLE = re.compile(
     r"^ALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:ONLY\s+)?" + _T + r"\s+(?P<actions>.*)$",
     re.IGNORECASE | re.DOTALL,
@@ -210,7 +218,7 @@ def _alter_column(upper: str) -> tuple[str, str]:
 
 
 def _alter_table_action(action: str) -> tuple[str, str]:
-    """(lock mode, kind) of one ALTER TABLE action; kinds as in _RULES."""
+    """(lock mode, kind) of one ALTER TABLE action; kinds as in _RULE_PATTERNS."""
     upper = " ".join(action.upper().split())
     if upper.startswith("ALTER "):
         return _alter_column(upper)
@@ -259,7 +267,7 @@ def statement_locks(statement: str, new_tables: Container[str] = ()) -> list[Loc
             mode = _stronger(mode, action_mode)
             worst = max(worst, kind, key=_KIND_ORDER.index)
         return [_use(alter["table"], mode, worst, new_tables)]
-    for pattern, mode, kind in _RULES:
+    for pattern, mode, kind in _rules():
         match = pattern.match(statement)
         if match is not None:
             if kind == "none":
