@@ -21,7 +21,7 @@ from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
 from .._errors import UnknownTaskError
 from .._instrumentation import Instrumentation
-from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
+from .._jobs import InsertedJob, JobContext, JobSpec
 from .._limits import LimitDefinition
 from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
 from .._store.database import Database
@@ -29,13 +29,14 @@ from .._store.migrator import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, Migr
 from .._store.queries import Queries
 from .._text import DEFAULT_MAX_ERROR_BYTES
 from ..sql import Migration
-from . import enqueue, routing
+from . import enqueue
 from .durable import DurableApp
 from .handle import JobHandle
 from .job_actions import JobActions
 from .layout import DEFAULT_STORE, Store
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
+from .routing import Routing
 from .schedules import add_schedule, build_schedule
 from .settings import AppSettings, DeprecatedAlias, FromSettings
 from .store_router import StoreRouter
@@ -63,6 +64,7 @@ def _forget_inherited_listeners() -> None:
         if app._results is not None:
             _inherited.append(app._results)
         app._lock = threading.Lock()  # another thread may have held it during the fork
+        app.routing.after_fork()
         app._results, app._results_pid = None, 0
 
 
@@ -178,30 +180,75 @@ class App(DurableApp, JobActions):
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: Queues declared with limits (``app.queue()``), by name.
         self.queue_limits: dict[str, QueueLimits] = {}
-        #: Tracing hooks (pgtasks.contrib.otel.instrument); None: nothing is traced.
-        self.instrumentation: Instrumentation | None = None
+        self._instrumentation: Instrumentation | None = None
         #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
         self.schedules: dict[str, Schedule] = {}
-        self._lock = threading.Lock()
-        #: Connections: DSN, pools, schema check, retries; its queries: every statement.
-        self.database = Database(self.settings.database, self.settings.pools)
+        database = Database(self.settings.database, self.settings.pools)
         #: Its stores (one Database each, this one's "default") and the routes of queues.
-        self.store_router = StoreRouter(
-            self.settings.store_layout, self.settings.pools, self.database
-        )
-        #: The store this App serves (an App of one store of several: app.for_store()).
-        self.store_name = DEFAULT_STORE
-        #: The App of each store (``for_store``) of an App of several.
-        self.views: dict[str, App] = {}
-        self.root = self
+        self.store_router = StoreRouter(self.settings.store_layout, self.settings.pools, database)
         self._eager: contextvars.ContextVar[bool] = contextvars.ContextVar(
             f"pgtasks_eager_{id(self)}", default=self.settings.eager
         )
-        self._results: ResultListener | None = None
-        self._results_pid = 0
         #: This process's counts of pgtasks._counters' names (database: ``pgtasks stats``).
         self.counters = Tally()
+        self._serve(self, self.settings, database)
         _apps.add(self)
+
+    def _serve(self, root: App, settings: AppSettings, database: Database) -> None:
+        """Serve ``database`` with ``settings``; an App of one store of several shares its
+        ``root``'s tasks, queues, schedules, stores, counters and eager mode."""
+        self.settings = settings
+        #: Connections: DSN, pools, schema check, retries; its queries: every statement.
+        self.database = database
+        #: The store this App serves (an App of one store of several: app.for_store()).
+        self.store_name = settings.store or DEFAULT_STORE
+        self.root = root
+        self.tasks, self.queue_limits, self.schedules = (
+            root.tasks,
+            root.queue_limits,
+            root.schedules,
+        )
+        self.store_router, self.counters, self._eager = (
+            root.store_router,
+            root.counters,
+            root._eager,
+        )
+        self._lock = threading.Lock()
+        self._results: ResultListener | None = None
+        self._results_pid = 0
+        #: Which store serves what (the App of a store, of a queue, of an id).
+        self.routing: Routing[App] = Routing(
+            self.store_router,
+            self,
+            store=settings.store,
+            tasks=self.tasks,
+            make_view=root._of_store,
+            root=None if root is self else root.routing,
+        )
+        #: The App of each store (``for_store``) of an App of several (shared with them).
+        self.views = self.routing.views
+
+    def _of_store(self, name: str) -> App:
+        """A new App of store ``name`` of this (root) App: its settings with that store's
+        database, serving that store's Database."""
+        database = self.store_router.databases[name]
+        view = type(self).__new__(type(self))
+        view._serve(
+            self,
+            dataclasses.replace(self.settings, database=database.settings, store=name),
+            database,
+        )
+        return view
+
+    @property
+    def instrumentation(self) -> Instrumentation | None:
+        """Tracing hooks (pgtasks.contrib.otel.instrument); None: nothing is traced. The
+        Apps of the stores of an App share its root's."""
+        return self.root._instrumentation
+
+    @instrumentation.setter
+    def instrumentation(self, value: Instrumentation | None) -> None:
+        self.root._instrumentation = value
 
     def __repr__(self) -> str:
         where = "" if self.store_router.single else f" store={self.store_name}"
@@ -210,7 +257,7 @@ class App(DurableApp, JobActions):
     def for_store(self, name: str) -> App:
         """This App as seen from store ``name``: the same tasks and options, its database
         that store's (what a Worker, Beat and the operations of one store are given)."""
-        return routing.for_store(self, name)
+        return self.routing.for_store(name)
 
     def store_of_queue(self, queue: str) -> str:
         """The name of the store ``queue`` routes to."""
@@ -408,7 +455,12 @@ class App(DurableApp, JobActions):
 
     def restore_database(self, database: Database) -> None:
         """Switch back to a Database that :meth:`use_database` returned (pools closed)."""
-        routing.restore_database(self, database)
+        self.close()
+        self.database = database  # (an App of several stores: its store's)
+        layout = self.store_router.use(self.store_name, database)
+        self.settings = dataclasses.replace(
+            self.settings, database=database.settings, layout=layout
+        )
 
     # -- enqueue --
     def insert_specs(
@@ -451,35 +503,6 @@ class App(DurableApp, JobActions):
     ) -> JobHandle[Any]:
         return await enqueue.aenqueue(self, spec, connection)
 
-    # -- jobs --
-    def get_job(self, job_id: int) -> JobHandle[Any]:
-        """A handle for an existing job (in the store its id names); JobNotFoundError
-        when there is none."""
-        return routing.get_job(self, job_id)
-
-    async def aget_job(self, job_id: int) -> JobHandle[Any]:
-        return await routing.aget_job(self, job_id)
-
-    def cancel(self, job_id: int, *, terminate: bool = False) -> CancelResult:
-        """Cancel a job: pending → cancelled (never runs); running → flagged, its worker is
-        told, and it ends cancelled (async tasks get CancelledError, bound sync tasks see
-        ``ctx.cancelled()``); finished → nothing changes (``outcome == "already_finished"``).
-        ``terminate=True`` kills a running attempt: see docs/howto/operations.md."""
-        return routing.cancel(self, job_id, terminate=terminate)
-
-    async def acancel(self, job_id: int, *, terminate: bool = False) -> CancelResult:
-        return await routing.acancel(self, job_id, terminate=terminate)
-
-    def update_job_meta(
-        self, job_id: int, *, worker_id: int, attempt: int, patch: Mapping[str, Any]
-    ) -> bool:
-        """Merge ``patch`` into a running job's meta under its lease (worker_id, attempt):
-        one fenced UPDATE. False when the lease is lost (nothing written); an empty patch
-        writes nothing. JobContext.update_meta and set_progress write through it."""
-        return routing.update_job_meta(
-            self, job_id, worker_id=worker_id, attempt=attempt, patch=patch
-        )
-
     # -- workflows --
     def get_workflow(self, workflow_id: int) -> dict[str, Any]:
         """A workflow's id, kind, status, created_at, finished_at and ``jobs`` (rows with
@@ -490,7 +513,7 @@ class App(DurableApp, JobActions):
         """Cancel what has not run of a workflow (running jobs are asked to stop); the
         number of jobs cancelled or asked to stop."""
         self.get_workflow(workflow_id)  # WorkflowNotFoundError
-        owner = routing.for_id(self, workflow_id)
+        owner = self.routing.for_id(workflow_id)
         rows = owner.database.run(lambda conn: owner.queries.cancel_workflow(conn, workflow_id))
         return len(rows)
 
@@ -512,13 +535,6 @@ class App(DurableApp, JobActions):
                 self._results, self._results_pid = ResultListener(self), os.getpid()
             return self._results
 
-    def get_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
-        """Snapshots of the jobs with these ids, in id order (missing ids are skipped)."""
-        return routing.get_jobs(self, job_ids)
-
-    async def aget_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
-        return await routing.aget_jobs(self, job_ids)
-
     # -- queues --
     def queue(
         self,
@@ -538,7 +554,7 @@ class App(DurableApp, JobActions):
     def limit_definitions(self) -> list[LimitDefinition]:
         """Every concurrency and rate limit this app declares (tasks and queues); the App
         of one store of several (a worker's): those that store holds (routing.held)."""
-        tasks, queues = routing.held(self)
+        tasks, queues = self.routing.held(self.queue_limits)
         return app_definitions((task.limits for task in tasks), queues)
 
     def pause_queue(self, queue: str) -> bool:
@@ -546,18 +562,18 @@ class App(DurableApp, JobActions):
         interval on. Jobs already running finish; enqueuing goes on. Persistent until
         :meth:`resume_queue`. Returns False when the queue was paused already.
         """
-        name, owner = check_name("queue", queue), routing.for_queue(self, queue)
+        name, owner = check_name("queue", queue), self.routing.for_queue(queue)
         return owner.database.run(lambda conn: owner.queries.pause_queue(conn, name))
 
     def resume_queue(self, queue: str) -> bool:
         """Resume a paused queue (its workers are woken and claim at once). Returns False
         when the queue was not paused."""
-        name, owner = check_name("queue", queue), routing.for_queue(self, queue)
+        name, owner = check_name("queue", queue), self.routing.for_queue(queue)
         return owner.database.run(lambda conn: owner.queries.resume_queue(conn, name))
 
     def paused_queues(self) -> list[str]:
         """The paused queues, by name."""
-        return routing.paused_queues(self)
+        return self.routing.paused_queues()
 
     # -- lifetime --
     def close(self) -> None:

@@ -11,7 +11,6 @@ import psycopg
 
 from .._counters import ENQUEUES_DEDUPLICATED
 from .._jobs import DebouncedJobSpec, InsertedJob, JobSpec
-from . import routing
 from .eager import arun_eagerly, run_eagerly
 from .handle import JobHandle
 
@@ -50,7 +49,7 @@ def enqueue_many(
     if app.is_eager:
         return run_eagerly(app, specs)
     if not app.store_router.single:  # the store of the jobs' queues (one, or an error)
-        app = routing.for_specs(app, specs, connection)
+        app = app.routing.for_specs(specs, connection)
     if connection is not None:
         app.database.check_schema(connection)
         return handles(app, app.insert_specs(connection, specs), specs)
@@ -63,7 +62,7 @@ def enqueue(app: App, spec: JobSpec, connection: psycopg.Connection[Any] | None)
     if app.instrumentation is not None:
         return enqueue_many(app, [spec], connection)[0]
     if not app.store_router.single:
-        app = routing.for_specs(app, [spec], connection)
+        app = app.routing.for_specs([spec], connection)
     if connection is not None:
         app.database.check_schema(connection)
         job = enqueuer(app).insert_job(connection, spec)
@@ -80,7 +79,7 @@ async def aenqueue_many(
     if app.is_eager:
         return await arun_eagerly(app, specs)
     if not app.store_router.single:
-        app = await routing.afor_specs(app, specs, connection)
+        app = await app.routing.afor_specs(specs, connection)
     if connection is not None:
         await app.database.acheck_schema(connection)
         return handles(app, await app.ainsert_specs(connection, specs), specs)
@@ -95,7 +94,7 @@ async def aenqueue(
     if app.instrumentation is not None:
         return (await aenqueue_many(app, [spec], connection))[0]
     if not app.store_router.single:
-        app = await routing.afor_specs(app, [spec], connection)
+        app = await app.routing.afor_specs([spec], connection)
     if connection is not None:
         await app.database.acheck_schema(connection)
         job = await enqueuer(app).ainsert_job(connection, spec)
