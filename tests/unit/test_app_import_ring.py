@@ -32,9 +32,8 @@ def imports_of(path: Path) -> set[str]:
                 found.update(alias.name for alias in node.names)
             else:
                 found.add(node.module.split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.startswith(PACKAGE + "."):
-                found.add(node.module.removeprefix(PACKAGE + ".").split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE + "."):
+            found.add(str(node.module).removeprefix(PACKAGE + ".").split(".")[0])
     return found
 
 
