@@ -7,6 +7,7 @@ from ._app.debounce import Debounce
 from ._app.handle import JobHandle
 from ._app.keyed_admin import flow_state, release_sequence
 from ._app.layout import Store
+from ._app.settings import AppOptions
 from ._app.tasks import Task, TaskOptions
 from ._app.workflows import (
     Chain,
@@ -79,6 +80,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "AppOptions",
     "AttemptError",
     "Batch",
     "BatchJob",

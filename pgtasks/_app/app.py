@@ -23,22 +23,28 @@ from .._errors import UnknownTaskError
 from .._instrumentation import Instrumentation
 from .._jobs import InsertedJob, JobContext, JobSpec
 from .._limits import LimitDefinition
-from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
+from .._payload import check_name
 from .._store.database import Database
 from .._store.migrator import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
 from .._store.queries import Queries
-from .._text import DEFAULT_MAX_ERROR_BYTES
 from ..sql import Migration
 from . import enqueue
 from .durable import DurableApp
 from .handle import JobHandle
 from .job_actions import JobActions
-from .layout import DEFAULT_STORE, Store
+from .layout import DEFAULT_STORE
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .routing import Routing
 from .schedules import add_schedule, build_schedule
-from .settings import AppSettings, DeprecatedAlias, FromSettings
+from .settings import (
+    AppOptions,
+    AppSettings,
+    DeprecatedAlias,
+    FromSettings,
+    app_signature,
+    check_keywords,
+)
 from .store_router import StoreRouter
 from .task_registry import register_task
 from .tasks import Task, TaskSettings
@@ -107,76 +113,17 @@ class App(DurableApp, JobActions):
     prune_failed_after: FromSettings[float | None] = FromSettings()
     prune_interval: FromSettings[float] = FromSettings()
     heal_interval: FromSettings[float] = FromSettings()
-    pool_min_size: FromSettings[int] = FromSettings("min_size", pools=True)
-    pool_max_size: FromSettings[int] = FromSettings("max_size", pools=True)
-    connect_timeout: FromSettings[float] = FromSettings(pools=True)
-    connect_attempts: FromSettings[int] = FromSettings(pools=True)
+    pool_min_size: FromSettings[int] = FromSettings("pools.min_size")
+    pool_max_size: FromSettings[int] = FromSettings("pools.max_size")
+    connect_timeout: FromSettings[float] = FromSettings("pools.connect_timeout")
+    connect_attempts: FromSettings[int] = FromSettings("pools.connect_attempts")
+    #: Where the embedded server keeps its data (when no DSN is configured).
+    embedded_dir: FromSettings[Path] = FromSettings("database.embedded_dir")
 
-    def __init__(
-        self,
-        dsn: str | None = None,
-        *,
-        session_dsn: str | None = None,
-        replica_dsn: str | None = None,
-        pooled: bool | None = None,
-        prepared_statements: bool | None = None,
-        schema: str | None = None,
-        embedded_dir: str | os.PathLike[str] | None = None,
-        default_queue: str = "default",
-        default_max_attempts: int = 5,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        max_result_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        max_error_bytes: int = DEFAULT_MAX_ERROR_BYTES,
-        pool_min_size: int = 1,
-        pool_max_size: int = 10,
-        connect_timeout: float = 5.0,
-        connect_attempts: int = 3,
-        lease_timeout: float = 30.0,
-        heartbeat_interval: float = 5.0,
-        rescue_interval: float = 5.0,
-        poll_interval: float = 1.0,
-        prune_done_after: float | None = 86400.0,
-        prune_failed_after: float | None = 7 * 86400.0,
-        prune_interval: float = 60.0,
-        heal_interval: float = 30.0,
-        priority_aging: float | None = None,
-        eager: bool = False,
-        stores: Mapping[str, str | Store] | None = None,
-        routes: Mapping[str, str] | None = None,
-        notify_enqueues: bool | None = None,
-    ) -> None:
-        #: The App's configuration, validated once (every keyword above).
-        self.settings = AppSettings.resolve(
-            dsn,
-            stores=stores,
-            routes=routes,
-            notify_enqueues=notify_enqueues,
-            session_dsn=session_dsn,
-            replica_dsn=replica_dsn,
-            pooled=pooled,
-            prepared_statements=prepared_statements,
-            schema=schema,
-            embedded_dir=embedded_dir,
-            pool_min_size=pool_min_size,
-            pool_max_size=pool_max_size,
-            connect_timeout=connect_timeout,
-            connect_attempts=connect_attempts,
-            default_queue=default_queue,
-            default_max_attempts=default_max_attempts,
-            max_payload_bytes=max_payload_bytes,
-            max_result_bytes=max_result_bytes,
-            max_error_bytes=max_error_bytes,
-            lease_timeout=lease_timeout,
-            heartbeat_interval=heartbeat_interval,
-            rescue_interval=rescue_interval,
-            poll_interval=poll_interval,
-            prune_done_after=prune_done_after,
-            prune_failed_after=prune_failed_after,
-            prune_interval=prune_interval,
-            heal_interval=heal_interval,
-            priority_aging=priority_aging,
-            eager=eager,
-        )
+    def __init__(self, dsn: str | None = None, **options: Unpack[AppOptions]) -> None:
+        check_keywords(options)
+        #: The App's configuration, validated once (``dsn`` and every keyword of AppOptions).
+        self.settings = AppSettings.resolve(dsn, **options)
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: Queues declared with limits (``app.queue()``), by name.
         self.queue_limits: dict[str, QueueLimits] = {}
@@ -268,11 +215,6 @@ class App(DurableApp, JobActions):
     def dsn(self) -> str:
         """The DSN in use; starts the embedded server when none is configured."""
         return self.database.dsn
-
-    @property
-    def embedded_dir(self) -> Path:
-        """Where the embedded server keeps its data (when no DSN is configured)."""
-        return self.settings.database.embedded_dir
 
     @property
     def uses_embedded(self) -> bool:
@@ -614,3 +556,7 @@ class App(DurableApp, JobActions):
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+# The keywords as inspect (and help()) show them, each with its type and default.
+App.__init__.__dict__["__signature__"] = app_signature()

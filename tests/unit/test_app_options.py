@@ -117,3 +117,28 @@ def test_mypy_refuses_a_keyword_of_the_wrong_type_or_name(tmp_path: Path) -> Non
     )
     lines = sorted({int(line.split(":")[1]) for line in stdout.splitlines() if ": error:" in line})
     assert status == 1 and lines == [2, 3], stdout
+
+
+def test_the_options_and_the_settings_are_one_declaration() -> None:
+    """Each keyword is a field of AppSettings or PoolSettings (same type) or a connection
+    keyword; each field of theirs but the derived ones is a keyword."""
+    import dataclasses
+
+    from pgtasks._app.settings import AppOptions, AppSettings, option_defaults
+    from pgtasks._store.connecting import PoolSettings
+
+    keywords = {
+        name: str(getattr(kind, "__forward_arg__", kind))
+        for name, kind in AppOptions.__annotations__.items()
+    }
+    own = {field.name: str(field.type) for field in dataclasses.fields(AppSettings)}
+    derived = {"database", "pools", "layout", "store"}
+    assert {name: own[name] for name in own.keys() - derived} == {
+        name: kind for name, kind in keywords.items() if name in own
+    }
+    pools = {
+        f"pool_{field.name}" if "size" in field.name else field.name
+        for field in dataclasses.fields(PoolSettings)
+    }
+    assert pools <= keywords.keys()
+    assert option_defaults()["lease_timeout"] == AppSettings.lease_timeout
