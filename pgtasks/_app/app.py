@@ -28,8 +28,9 @@ from .._store.database import Database
 from .._store.migrator import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
 from .._store.queries import Queries
 from ..sql import Migration
-from . import enqueue
 from .durable import DurableApp
+from .eager import arun_eagerly, run_eagerly
+from .enqueue import Enqueuer
 from .handle import JobHandle
 from .job_actions import JobActions
 from .layout import DEFAULT_STORE
@@ -174,6 +175,8 @@ class App(DurableApp, JobActions):
         )
         #: The App of each store (``for_store``) of an App of several (shared with them).
         self.views = self.routing.views
+        #: The insert path (the store of the jobs, the schema check, the traced insert).
+        self.enqueuer: Enqueuer[App] = Enqueuer(self.routing, self.counters, self._hooks)
 
     def _of_store(self, name: str) -> App:
         """A new App of store ``name`` of this (root) App: its settings with that store's
@@ -196,6 +199,9 @@ class App(DurableApp, JobActions):
     @instrumentation.setter
     def instrumentation(self, value: Instrumentation | None) -> None:
         self.root._instrumentation = value
+
+    def _hooks(self) -> Instrumentation | None:
+        return self.root._instrumentation
 
     def __repr__(self) -> str:
         where = "" if self.store_router.single else f" store={self.store_name}"
@@ -410,40 +416,46 @@ class App(DurableApp, JobActions):
     ) -> list[InsertedJob]:
         """Insert specs on ``conn``: the one insert path every enqueue and beat share (the
         instrumentation, when set, wraps it)."""
-        insert = enqueue.enqueuer(self).insert_jobs_in_chunks
-        if self.instrumentation is None:
-            return insert(conn, specs)
-        return self.instrumentation.insert(specs, lambda traced: insert(conn, traced))
+        return self.enqueuer.insert_specs(conn, specs)
 
     async def ainsert_specs(
         self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
-        insert = enqueue.enqueuer(self).ainsert_jobs_in_chunks
-        if self.instrumentation is None:
-            return await insert(conn, specs)
-        return await self.instrumentation.ainsert(specs, lambda traced: insert(conn, traced))
+        return await self.enqueuer.ainsert_specs(conn, specs)
 
     def enqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.Connection[Any] | None = None
     ) -> list[JobHandle[Any]]:
         """Insert built JobSpecs (see Task.build_spec); all or none are written."""
-        return enqueue.enqueue_many(self, specs, connection)
+        if not specs or self.is_eager:
+            return run_eagerly(self, specs)
+        owner, inserted = self.enqueuer.enqueue_many(specs, connection)
+        return [JobHandle(owner, job_id, existed=existed) for job_id, existed in inserted]
 
     def enqueue(
         self, spec: JobSpec, *, connection: psycopg.Connection[Any] | None = None
     ) -> JobHandle[Any]:
         """Insert one built JobSpec (the path of ``delay`` and ``apply_async``)."""
-        return enqueue.enqueue(self, spec, connection)
+        if self.is_eager:
+            return run_eagerly(self, [spec])[0]
+        owner, (job_id, existed) = self.enqueuer.enqueue(spec, connection)
+        return JobHandle(owner, job_id, existed=existed)
 
     async def aenqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> list[JobHandle[Any]]:
-        return await enqueue.aenqueue_many(self, specs, connection)
+        if not specs or self.is_eager:
+            return await arun_eagerly(self, specs)
+        owner, inserted = await self.enqueuer.aenqueue_many(specs, connection)
+        return [JobHandle(owner, job_id, existed=existed) for job_id, existed in inserted]
 
     async def aenqueue(
         self, spec: JobSpec, *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> JobHandle[Any]:
-        return await enqueue.aenqueue(self, spec, connection)
+        if self.is_eager:
+            return (await arun_eagerly(self, [spec]))[0]
+        owner, (job_id, existed) = await self.enqueuer.aenqueue(spec, connection)
+        return JobHandle(owner, job_id, existed=existed)
 
     # -- workflows --
     def get_workflow(self, workflow_id: int) -> dict[str, Any]:
