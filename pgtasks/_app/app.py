@@ -35,7 +35,7 @@ from .layout import DEFAULT_STORE
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .routing import Routing
-from .schedules import add_schedule, build_schedule
+from .schedules import build_schedule
 from .settings import (
     AppOptions,
     AppSettings,
@@ -44,7 +44,7 @@ from .settings import (
     check_keywords,
 )
 from .store_router import StoreRouter
-from .task_registry import register_task
+from .task_registry import Registry, register_task
 from .tasks import Task, TaskSettings
 from .workflow_admin import describe_workflow
 from .workflows import Signature
@@ -69,6 +69,7 @@ def _forget_inherited_listeners() -> None:
             _inherited.append(app._results)
         app._lock = threading.Lock()  # another thread may have held it during the fork
         app.routing.after_fork()
+        app.registry.after_fork()
         app._results, app._results_pid = None, 0
 
 
@@ -122,12 +123,11 @@ class App(DatabaseApp, DurableApp, JobActions):
         check_keywords(options)
         #: The App's configuration, validated once (``dsn`` and every keyword of AppOptions).
         self.settings = AppSettings.resolve(dsn, **options)
-        self.tasks: dict[str, Task[Any, Any]] = {}
+        #: Its tasks (``tasks``, by each of their names) and schedules (``schedules``).
+        self.registry = Registry()
         #: Queues declared with limits (``app.queue()``), by name.
         self.queue_limits: dict[str, QueueLimits] = {}
         self._instrumentation: Instrumentation | None = None
-        #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
-        self.schedules: dict[str, Schedule] = {}
         database = Database(self.settings.database, self.settings.pools)
         #: Its stores (one Database each, this one's "default") and the routes of queues.
         self.store_router = StoreRouter(self.settings.store_layout, self.settings.pools, database)
@@ -148,11 +148,8 @@ class App(DatabaseApp, DurableApp, JobActions):
         #: The store this App serves (an App of one store of several: app.for_store()).
         self.store_name = settings.store or DEFAULT_STORE
         self.root = root
-        self.tasks, self.queue_limits, self.schedules = (
-            root.tasks,
-            root.queue_limits,
-            root.schedules,
-        )
+        self.registry, self.queue_limits = root.registry, root.queue_limits
+        self.tasks, self.schedules = self.registry.tasks, self.registry.schedules
         self.store_router, self.counters, self._eager = (
             root.store_router,
             root.counters,
@@ -293,7 +290,7 @@ class App(DatabaseApp, DurableApp, JobActions):
         self, task: Task[Any, Any] | str, **options: Unpack[PeriodicOptions]
     ) -> Schedule:
         """Declare a schedule for a registered task (or task name) at run time."""
-        return add_schedule(self, build_schedule(self, task, **options))
+        return self.registry.add_schedule(build_schedule(self, task, **options))
 
     # -- enqueue --
     def insert_specs(
