@@ -306,8 +306,18 @@ def cmd_test(args: Sequence[str]) -> int:
     if not args:
         # The whole suite: on PGTASKS_TEST_WORKERS processes (pytest-xdist, default 2),
         # each test in schemas of its own on the one test server. With arguments, pytest
-        # runs them as given (add -n 2 yourself).
-        args = ["-n", os.environ.get("PGTASKS_TEST_WORKERS", "2")]
+        # runs them as given (add -n 2 yourself). The tests come sorted longest first
+        # (tests/conftest.py) and are handed out one at a time (--maxschedchunk 1): xdist's
+        # default first hand-out is a block of a quarter of the suite per process, which
+        # gave every one of the longest tests to the first process.
+        args = [
+            "-n",
+            os.environ.get("PGTASKS_TEST_WORKERS", "2"),
+            "--dist",
+            "load",
+            "--maxschedchunk",
+            "1",
+        ]
     say("running pytest " + " ".join(args))
     # Exit code 5 (no tests collected) is passed through as a failure on purpose.
     return run([str(venv_python()), "-m", "pytest", *args])

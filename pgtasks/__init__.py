@@ -74,6 +74,7 @@ from ._retry import Discard, Retry
 from ._worker.beat import Beat
 from ._worker.events import WorkerEvents
 from ._worker.metrics import WorkerMetrics
+from ._worker.settings import WorkerOptions
 from ._worker.worker import Worker
 
 __version__ = "0.1.0"
@@ -146,6 +147,7 @@ __all__ = [
     "WorkerEvents",
     "WorkerLostError",
     "WorkerMetrics",
+    "WorkerOptions",
     "WorkflowError",
     "WorkflowFailed",
     "WorkflowNotFoundError",

@@ -215,8 +215,8 @@ class LimitState:
         return document
 
 
-#: The limit the first fair job of a schema stores (migration 0023; no concurrency, no
-#: rate): while any limit is stored, workers run the limited claim, which claims fair jobs.
+#: The limit the first fair job of a schema stores (no concurrency, no rate): while any
+#: limit is stored, workers run the limited claim, which claims fair jobs.
 FAIR_LIMIT = "fair:"
 
 

@@ -20,7 +20,7 @@ from ._text import printable
 ARGUMENT_CHARS = 200
 #: Running jobs read at most (the oldest claims first, per worker).
 RUNNING_SHOWN = 500
-#: The last jobs listed per worker (read through jobs_history_worker_idx, migration 0027).
+#: The last jobs listed per worker (read through jobs_history_worker_idx).
 LAST_JOBS = 10
 
 

@@ -28,7 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def distribution_rank(item: pytest.Item) -> int:
     """Where a test goes in a run on several processes: the longest first (``slow``: the
-    benchmarks), then those that start processes (``acceptance``), then the rest."""
+    benchmarks and the tests of half a minute or more in a full run's ``--durations``),
+    then those that start processes (``acceptance``), then the rest."""
     if item.get_closest_marker("slow") is not None:
         return 0
     if item.get_closest_marker("acceptance") is not None:
@@ -44,7 +45,9 @@ def pytest_collection_modifyitems(
 
     xdist hands out tests in collection order; with the benchmarks and the process tests
     last (tests/test_benchmarks.py is collected last), one process ran them alone while
-    the other had finished. Longest first, the short tests fill both processes at the end.
+    the other had finished. Longest first, the short tests fill both processes at the end;
+    `dev.py test` hands them out one at a time (``--maxschedchunk 1``), so the long ones
+    spread over both processes.
     Outermost (a wrapper, tryfirst): after every other hook has ordered the items (pytest-
     django's order is undone by tests/django/conftest.py). Each xdist process collects and
     sorts alike (a stable sort), as xdist requires.

@@ -155,8 +155,9 @@ def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
 
 
 def split_report(rows: list[ClaimedJob]) -> tuple[list[ClaimedJob], LimitedClaimReport]:
-    """The jobs claim_limited took and its report: its last row (id NULL) is no job, its
-    meta holds what held jobs back (or the error that ended the claim)."""
+    """The jobs claim_limited took, in claim order (migration 0028), and its report: its
+    last row (id NULL) is no job, its meta holds what held jobs back (or the error that
+    ended the claim)."""
     if rows and rows[-1].id is None:
         last = rows.pop()  # where claim_limited returns it
     else:

@@ -1,23 +1,106 @@
 """WorkerSettings: a worker's configuration as one frozen value, derived from its App's.
 
-``Worker(app, ...)``'s keywords, or ``pgtasks worker``'s options, make it with
-:meth:`WorkerSettings.derive`: what is not given comes from the App's settings (the
-lease, heartbeat, rescue and poll intervals; pruning and healing), and every rule that
-joins two options is checked once, here. The worker's parts receive it (or the part of
-it they use) and never look at the App's configuration again.
+The options are declared once, in :class:`WorkerOptions`: ``Worker(app, queues,
+**options)``, :meth:`WorkerSettings.derive` and ``pgtasks worker`` (cli/worker.py, whose
+options map onto these names) take them; each is a field of :class:`WorkerSettings` or of
+its :class:`~pgtasks._execution.settings.ExecutorSettings`, where its default lives.
+What is not given comes from the App's settings (the lease, heartbeat, rescue and poll
+intervals; pruning and healing), and every rule that joins two options is checked once,
+here. The worker's parts receive it (or the part of it they use) and never look at the
+App's configuration again; the Worker shows some of it as attributes (:class:`Setting`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypedDict, TypeVar, overload
+
+from typing_extensions import Unpack
 
 from .._app.settings import AppSettings
 from .._errors import ConfigurationError
-from .._execution.settings import ExecutorSettings, PoolName, StartMethod
+from .._execution.settings import ExecutorSettings
 from .._payload import check_name
 from .._validation import seconds_at_least_zero, whole_number
+
+T = TypeVar("T")
+
+
+class WorkerOptions(TypedDict, total=False):
+    """The keywords of ``Worker(app, queues, ...)`` beside ``observers``, each a field of
+    :class:`WorkerSettings` or of its ``executor``; one not given is its default:
+
+    - ``concurrency`` = ``10``: jobs run at once (threads and the event loop);
+    - ``lease_timeout`` = ``None``: seconds without heartbeat before a worker's jobs are
+      rescued (None: the App's);
+    - ``heartbeat_interval`` = ``None``: seconds between heartbeats (None: the App's);
+    - ``rescue_interval`` = ``None``: seconds between rescue passes (None: the App's);
+    - ``poll_interval`` = ``None``: seconds between claims when no notification arrives
+      (None: the App's);
+    - ``shutdown_timeout`` = ``30.0``: seconds running jobs get to finish on a stop;
+    - ``ignore_unknown`` = ``True``: kept for compatibility (a worker claims only the
+      tasks it knows);
+    - ``prefetch`` = ``None``: jobs claimed beyond the free slots (None: two per slot
+      while the jobs are short);
+    - ``pool`` = ``'thread'``: the executor of sync tasks that name none (or
+      ``"process"``);
+    - ``processes`` = ``None``: the process pool's size (None: the number of CPUs);
+    - ``queue_executors`` = ``{}``: a queue's executor of sync tasks, e.g.
+      ``{"cpu": "process"}``;
+    - ``process_start_method`` = ``'spawn'``: how pool children start (or ``"fork"``);
+    - ``app_path`` = ``None``: the ``module:attribute`` spawned children import;
+    - ``max_tasks_per_child`` = ``None``: replace a pool child after this many jobs;
+    - ``max_memory_per_child`` = ``None``: megabytes of resident memory after a job above
+      which a child is replaced;
+    - ``loop_lag_threshold`` = ``0.5``: seconds the event loop may be blocked before a
+      warning (None or 0: off);
+    - ``store`` = ``None``: the store served (None: the one its queues route to);
+    - ``job_logs`` = ``True``: capture the attempts' log lines from INFO, from a level
+      (``"DEBUG"``), or not (False);
+    - ``min_concurrency`` = ``None``, ``max_concurrency`` = ``None``: the bounds
+      ``pool_shrink``/``pool_grow`` resize the pool within (None: 1 and ``concurrency``).
+    """
+
+    concurrency: int
+    #: The four intervals: None (not given) is the App's.
+    lease_timeout: float | None
+    heartbeat_interval: float | None
+    rescue_interval: float | None
+    poll_interval: float | None
+    shutdown_timeout: float
+    ignore_unknown: bool
+    prefetch: int | None
+    pool: str
+    processes: int | None
+    queue_executors: Mapping[str, str] | None
+    process_start_method: str
+    app_path: str | None
+    max_tasks_per_child: int | None
+    max_memory_per_child: float | None
+    loop_lag_threshold: float | None
+    store: str | None
+    job_logs: bool | str | int
+    min_concurrency: int | None
+    max_concurrency: int | None
+
+
+#: The options of WorkerOptions that make its ExecutorSettings.
+EXECUTOR_OPTIONS = tuple(
+    field.name
+    for field in dataclasses.fields(ExecutorSettings)
+    if field.init and field.name in WorkerOptions.__optional_keys__
+)
+#: The intervals that are the App's when not given.
+APP_INTERVALS = ("lease_timeout", "heartbeat_interval", "rescue_interval", "poll_interval")
+
+
+def refuse_unknown(function: str, options: Mapping[str, object]) -> None:
+    """The TypeError Python raises for a keyword ``function`` does not take, for the
+    first given that is not one of WorkerOptions."""
+    for name in options:
+        if name not in WorkerOptions.__optional_keys__:
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,54 +183,25 @@ class WorkerSettings:
         cls,
         app: AppSettings,
         queues: Sequence[str] | None = None,
-        *,
-        concurrency: int = 10,
-        lease_timeout: float | None = None,
-        heartbeat_interval: float | None = None,
-        rescue_interval: float | None = None,
-        poll_interval: float | None = None,
-        shutdown_timeout: float = 30.0,
-        ignore_unknown: bool = True,
-        prefetch: int | None = None,
-        pool: str = "thread",
-        processes: int | None = None,
-        queue_executors: Mapping[str, str] | None = None,
-        process_start_method: str = "spawn",
-        app_path: str | None = None,
-        max_tasks_per_child: int | None = None,
-        max_memory_per_child: float | None = None,
-        loop_lag_threshold: float | None = 0.5,
-        store: str | None = None,
-        min_concurrency: int | None = None,
-        max_concurrency: int | None = None,
-        job_logs: bool | str | int = True,
+        **options: Unpack[WorkerOptions],
     ) -> WorkerSettings:
-        """The settings of ``Worker(app, ...)``'s keywords: an interval not given is the
-        App's; queue names are stripped, blank ones dropped."""
+        """The settings of ``Worker(app, ...)``'s keywords (:class:`WorkerOptions`): an
+        interval not given is the App's; queue names are stripped, blank ones dropped."""
+        refuse_unknown("WorkerSettings.derive", options)
         if queues is not None:
             queues = [queue_name.strip() for queue_name in queues if queue_name.strip()]
-        executor = ExecutorSettings(
-            concurrency=concurrency,
-            pool=cast(PoolName, pool),
-            processes=processes,
-            queue_executors=cast("dict[str, PoolName]", dict(queue_executors or {})),
-            process_start_method=cast(StartMethod, process_start_method),
-            app_path=app_path,
-            max_tasks_per_child=max_tasks_per_child,
-            max_memory_per_child=max_memory_per_child,
-            loop_lag_threshold=loop_lag_threshold,
-            job_logs=job_logs,
-        )
+        given: dict[str, Any] = dict(options)
+        executor_options = {name: given.pop(name) for name in EXECUTOR_OPTIONS if name in given}
+        if "queue_executors" in executor_options:
+            executor_options["queue_executors"] = dict(executor_options["queue_executors"] or {})
+        executor = ExecutorSettings(**executor_options)
+        for name in APP_INTERVALS:
+            if given.get(name) is None:
+                given[name] = getattr(app, name)
+        store = given.pop("store", None)
         return cls(
             executor=executor,
             queues=tuple(queues) if queues is not None else None,
-            lease_timeout=_given(lease_timeout, app.lease_timeout),
-            heartbeat_interval=_given(heartbeat_interval, app.heartbeat_interval),
-            rescue_interval=_given(rescue_interval, app.rescue_interval),
-            poll_interval=_given(poll_interval, app.poll_interval),
-            shutdown_timeout=shutdown_timeout,
-            ignore_unknown=ignore_unknown,
-            prefetch=prefetch,
             prune_interval=app.prune_interval,
             prune_done_after=app.prune_done_after,
             prune_failed_after=app.prune_failed_after,
@@ -157,8 +211,7 @@ class WorkerSettings:
             store=app.store_layout.store_of_queues(
                 store if store is not None else app.store, queues
             ),
-            min_concurrency=min_concurrency,
-            max_concurrency=max_concurrency,
+            **given,
         )
 
     @property
@@ -173,51 +226,51 @@ class WorkerSettings:
         return max(0.05, self.poll_interval / 2)
 
 
-def _given(value: float | None, default: float) -> float:
-    return default if value is None else value
+def option_default(name: str) -> Any:
+    """The default of option ``name`` of WorkerOptions: its field's in WorkerSettings or
+    ExecutorSettings (``pgtasks worker`` shows it)."""
+    owner = ExecutorSettings if name in EXECUTOR_OPTIONS else WorkerSettings
+    field = next(field for field in dataclasses.fields(owner) if field.name == name)
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
 
 
-class SettingsAttributes:
-    """A worker's settings as the attributes of earlier releases (``worker.queues``,
-    ``worker.poll_interval``, ...), read from its ``settings``."""
-
-    settings: WorkerSettings
-
+class _Configured(Protocol):
     @property
-    def queues(self) -> list[str] | None:
-        """The queues this worker claims from (None: every queue)."""
-        queues = self.settings.queues
-        return list(queues) if queues is not None else None
+    def settings(self) -> WorkerSettings: ...
 
-    @property
-    def concurrency(self) -> int:
-        return self.settings.concurrency
 
-    @property
-    def lease_timeout(self) -> float:
-        return self.settings.lease_timeout
+class Setting(Generic[T]):
+    """A read-only attribute of a Worker that reads the field of the same name of its
+    ``settings`` (``convert``: what the attribute gives of it)."""
 
-    @property
-    def heartbeat_interval(self) -> float:
-        return self.settings.heartbeat_interval
+    def __init__(self, convert: Callable[[Any], T] | None = None) -> None:
+        self.field = ""
+        self.convert = convert
 
-    @property
-    def rescue_interval(self) -> float:
-        return self.settings.rescue_interval
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.field = name
 
-    @property
-    def poll_interval(self) -> float:
-        return self.settings.poll_interval
+    @overload
+    def __get__(self, instance: None, owner: type) -> Setting[T]: ...
 
-    @property
-    def shutdown_timeout(self) -> float:
-        return self.settings.shutdown_timeout
+    @overload
+    def __get__(self, instance: _Configured, owner: type) -> T: ...
 
-    @property
-    def ignore_unknown(self) -> bool:
-        return self.settings.ignore_unknown
+    def __get__(self, instance: _Configured | None, owner: type) -> T | Setting[T]:
+        if instance is None:
+            return self
+        value = getattr(instance.settings, self.field)
+        return self.convert(value) if self.convert is not None else value
 
-    @property
-    def prefetch(self) -> int | None:
-        """Jobs claimed beyond the free slots (None: see claims.Prefetch)."""
-        return self.settings.prefetch
+    def __set__(self, instance: object, value: object) -> None:
+        # Read-only, as the properties it replaced: the settings are one frozen value.
+        raise AttributeError(
+            f"property {self.field!r} of {type(instance).__name__!r} object has no setter"
+        )
+
+
+def listed(queues: tuple[str, ...] | None) -> list[str] | None:
+    """The queues as a list (a copy; None: every queue)."""
+    return list(queues) if queues is not None else None

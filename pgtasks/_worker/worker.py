@@ -25,10 +25,11 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from typing_extensions import Unpack
 
 from .._counters import RESCUED
 from .._dsn import dsn_secrets
@@ -51,7 +52,7 @@ from .pool import PoolSize
 from .registration import Registration
 from .reporter import Reporter
 from .services import ErrorLog, Service
-from .settings import SettingsAttributes, WorkerSettings
+from .settings import Setting, WorkerOptions, WorkerSettings, listed, refuse_unknown
 from .shutdown import SHUTDOWN_WRITE_BOUND, GracefulStop
 from .signals import StopSignals
 from .stuck import release_held, stop_status
@@ -66,71 +67,39 @@ logger = logging.getLogger("pgtasks.worker")
 LINGER = 0.001
 
 
-class Worker(SettingsAttributes):
+class Worker:
     """Claims and runs jobs of ``queues`` (None: every queue of its ``store``) until stopped.
 
     ``run()`` blocks; ``await arun()`` runs it from an asyncio program; ``stop()``
     (thread-safe) stops claiming, lets running jobs finish for up to ``shutdown_timeout``
     seconds, releases the rest to pending without using up their attempt, and
-    deregisters. The keywords make a WorkerSettings (pgtasks/_worker/settings.py);
-    :meth:`from_settings` takes one made already (``pgtasks worker`` does).
-    ``job_logs``: capture the attempts' log lines from INFO (True), from a level
-    (``"DEBUG"``), or not (False) (docs/howto/operations.md).
-    ``min_concurrency``/``max_concurrency``: the bounds ``pool_grow``/``pool_shrink``
-    resize the pool within (default 1 and ``concurrency``)."""
+    deregisters. The keywords beside ``observers`` are :class:`pgtasks.WorkerOptions`
+    (each with its default there); they make a WorkerSettings
+    (pgtasks/_worker/settings.py), and :meth:`from_settings` takes one made already
+    (``pgtasks worker`` does)."""
+
+    #: The settings as attributes (``worker.poll_interval``, ...), read from ``settings``.
+    queues: Setting[list[str] | None] = Setting(listed)
+    concurrency: Setting[int] = Setting()
+    lease_timeout: Setting[float] = Setting()
+    heartbeat_interval: Setting[float] = Setting()
+    rescue_interval: Setting[float] = Setting()
+    poll_interval: Setting[float] = Setting()
+    shutdown_timeout: Setting[float] = Setting()
+    ignore_unknown: Setting[bool] = Setting()
+    #: Jobs claimed beyond the free slots (None: see claims.Prefetch).
+    prefetch: Setting[int | None] = Setting()
 
     def __init__(
         self,
         app: App,
         queues: Sequence[str] | None = None,
         *,
-        concurrency: int = 10,
-        lease_timeout: float | None = None,
-        heartbeat_interval: float | None = None,
-        rescue_interval: float | None = None,
-        poll_interval: float | None = None,
-        shutdown_timeout: float = 30.0,
-        ignore_unknown: bool = True,
-        prefetch: int | None = None,
         observers: Sequence[WorkerEvents] = (),
-        pool: str = "thread",
-        processes: int | None = None,
-        queue_executors: Mapping[str, str] | None = None,
-        process_start_method: str = "spawn",
-        app_path: str | None = None,
-        max_tasks_per_child: int | None = None,
-        max_memory_per_child: float | None = None,
-        loop_lag_threshold: float | None = 0.5,
-        store: str | None = None,
-        job_logs: bool | str | int = True,
-        min_concurrency: int | None = None,
-        max_concurrency: int | None = None,
+        **options: Unpack[WorkerOptions],
     ) -> None:
-        settings = WorkerSettings.derive(
-            app.settings,
-            queues,
-            concurrency=concurrency,
-            lease_timeout=lease_timeout,
-            heartbeat_interval=heartbeat_interval,
-            rescue_interval=rescue_interval,
-            poll_interval=poll_interval,
-            shutdown_timeout=shutdown_timeout,
-            ignore_unknown=ignore_unknown,
-            prefetch=prefetch,
-            pool=pool,
-            processes=processes,
-            queue_executors=queue_executors,
-            process_start_method=process_start_method,
-            app_path=app_path,
-            max_tasks_per_child=max_tasks_per_child,
-            max_memory_per_child=max_memory_per_child,
-            loop_lag_threshold=loop_lag_threshold,
-            store=store,
-            job_logs=job_logs,
-            min_concurrency=min_concurrency,
-            max_concurrency=max_concurrency,
-        )
-        self._configure(app, settings, observers)
+        refuse_unknown("Worker.__init__", options)
+        self._configure(app, WorkerSettings.derive(app.settings, queues, **options), observers)
 
     @classmethod
     def from_settings(

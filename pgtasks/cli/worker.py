@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from .._errors import PgTasksError
+from .._worker.settings import option_default
 from ._common import (
     app_option,
     configure_logging,
@@ -23,135 +25,189 @@ from .executors import executor_options, worker_executor_options
 if TYPE_CHECKING:
     from .._worker.metrics import WorkerMetrics
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The options of ``pgtasks worker`` in --help's order. One named for a key of
+#: WorkerOptions (pgtasks/_worker/settings.py) passes to WorkerSettings.derive under that
+#: name, its default the settings' own; None marks the command's own options (the
+#: executor flags, cli/executors.py, are turned into WorkerOptions there).
+OPTIONS: list[tuple[str | None, Callable[[F], F]]] = [
+    (None, app_option),
+    (
+        None,
+        click.option(
+            "-Q",
+            "--queues",
+            default=None,
+            metavar="QUEUES",
+            help="Comma-separated queues to claim from [default: all of its store].",
+        ),
+    ),
+    (
+        "store",
+        click.option(
+            "--store",
+            default=None,
+            metavar="NAME",
+            help="The store to serve, of an app of several (default: the one its queues route to).",
+        ),
+    ),
+    (
+        "concurrency",
+        click.option(
+            "-c",
+            "--concurrency",
+            default=option_default("concurrency"),
+            show_default=True,
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Jobs run at once.",
+        ),
+    ),
+    (
+        "min_concurrency",
+        click.option(
+            "--min-concurrency",
+            default=None,
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="The fewest jobs at once `pgtasks control pool_shrink` may leave [default: 1].",
+        ),
+    ),
+    (
+        "max_concurrency",
+        click.option(
+            "--max-concurrency",
+            default=None,
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="The most jobs at once `pgtasks control pool_grow` may allow [default:"
+            " --concurrency].",
+        ),
+    ),
+    (
+        "shutdown_timeout",
+        seconds_option(
+            "--shutdown-timeout",
+            default=option_default("shutdown_timeout"),
+            help="Seconds running jobs get to finish after SIGTERM/SIGINT before they are"
+            " released.",
+        ),
+    ),
+    (
+        "lease_timeout",
+        seconds_option(
+            "--lease-timeout",
+            positive=True,
+            help="Seconds without heartbeat before a worker's jobs are rescued [app: 30].",
+        ),
+    ),
+    (
+        "heartbeat_interval",
+        seconds_option(
+            "--heartbeat-interval", positive=True, help="Seconds between heartbeats [app: 5]."
+        ),
+    ),
+    (
+        "rescue_interval",
+        seconds_option(
+            "--rescue-interval", positive=True, help="Seconds between rescue passes [app: 5]."
+        ),
+    ),
+    (
+        "poll_interval",
+        seconds_option(
+            "--poll-interval",
+            positive=True,
+            help="Seconds between claims when no notification arrives [app: 1].",
+        ),
+    ),
+    (
+        "ignore_unknown",
+        click.option(
+            "--ignore-unknown",
+            is_flag=True,
+            help="Kept for compatibility: a worker always leaves jobs of tasks it does not"
+            " know pending, for a worker that knows them.",
+        ),
+    ),
+    (
+        None,
+        click.option(
+            "-B",
+            "--beat",
+            "with_beat",
+            is_flag=True,
+            help="Also run the periodic scheduler in this process.",
+        ),
+    ),
+    (
+        "prefetch",
+        click.option(
+            "--prefetch",
+            default=None,
+            type=click.IntRange(min=0),
+            metavar="N",
+            help="Jobs claimed beyond the free slots, to start as slots free up [default: 2"
+            " per slot while the jobs run 10 ms or less on average, else 0].",
+        ),
+    ),
+    (
+        None,
+        click.option(
+            "--metrics-port",
+            type=click.IntRange(min=0, max=65535),
+            default=None,
+            metavar="PORT",
+            help="Serve Prometheus metrics on this port (needs pgtasks[metrics]).",
+        ),
+    ),
+    (
+        None,
+        click.option(
+            "--metrics-host",
+            default="127.0.0.1",
+            show_default=True,
+            metavar="ADDRESS",
+            help="Address the metrics server binds (0.0.0.0: every interface).",
+        ),
+    ),
+    (
+        None,
+        seconds_option(
+            "--metrics-interval",
+            default=15.0,
+            positive=True,
+            help="Seconds between queue-depth samples for the metrics.",
+        ),
+    ),
+    (None, executor_options),
+    (None, log_level_option),
+    (None, log_format_option),
+]
+#: The options that are WorkerOptions, under their names.
+SETTING_OPTIONS = tuple(name for name, _ in OPTIONS if name is not None)
+
+
+def worker_options(command: F) -> F:
+    """Decorate the worker command with OPTIONS, in their order."""
+    for _, option in reversed(OPTIONS):
+        command = option(command)
+    return command
+
 
 @click.command()
-@app_option
-@click.option(
-    "-Q",
-    "--queues",
-    default=None,
-    metavar="QUEUES",
-    help="Comma-separated queues to claim from [default: all of its store].",
-)
-@click.option(
-    "--store",
-    default=None,
-    metavar="NAME",
-    help="The store to serve, of an app of several (default: the one its queues route to).",
-)
-@click.option(
-    "-c",
-    "--concurrency",
-    default=10,
-    show_default=True,
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="Jobs run at once.",
-)
-@click.option(
-    "--min-concurrency",
-    default=None,
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="The fewest jobs at once `pgtasks control pool_shrink` may leave [default: 1].",
-)
-@click.option(
-    "--max-concurrency",
-    default=None,
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="The most jobs at once `pgtasks control pool_grow` may allow [default: --concurrency].",
-)
-@seconds_option(
-    "--shutdown-timeout",
-    default=30.0,
-    help="Seconds running jobs get to finish after SIGTERM/SIGINT before they are released.",
-)
-@seconds_option(
-    "--lease-timeout",
-    positive=True,
-    help="Seconds without heartbeat before a worker's jobs are rescued [app: 30].",
-)
-@seconds_option(
-    "--heartbeat-interval",
-    positive=True,
-    help="Seconds between heartbeats [app: 5].",
-)
-@seconds_option(
-    "--rescue-interval",
-    positive=True,
-    help="Seconds between rescue passes [app: 5].",
-)
-@seconds_option(
-    "--poll-interval",
-    positive=True,
-    help="Seconds between claims when no notification arrives [app: 1].",
-)
-@click.option(
-    "--ignore-unknown",
-    is_flag=True,
-    help="Kept for compatibility: a worker always leaves jobs of tasks it does not know"
-    " pending, for a worker that knows them.",
-)
-@click.option(
-    "-B",
-    "--beat",
-    "with_beat",
-    is_flag=True,
-    help="Also run the periodic scheduler in this process.",
-)
-@click.option(
-    "--prefetch",
-    default=None,
-    type=click.IntRange(min=0),
-    metavar="N",
-    help="Jobs claimed beyond the free slots, to start as slots free up [default: 2 per slot"
-    " while the jobs run 10 ms or less on average, else 0].",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(min=0, max=65535),
-    default=None,
-    metavar="PORT",
-    help="Serve Prometheus metrics on this port (needs pgtasks[metrics]).",
-)
-@click.option(
-    "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    metavar="ADDRESS",
-    help="Address the metrics server binds (0.0.0.0: every interface).",
-)
-@seconds_option(
-    "--metrics-interval",
-    default=15.0,
-    positive=True,
-    help="Seconds between queue-depth samples for the metrics.",
-)
-@executor_options
-@log_level_option
-@log_format_option
+@worker_options
 def worker(
     app_path: str,
     queues: str | None,
-    store: str | None,
-    concurrency: int,
-    min_concurrency: int | None,
-    max_concurrency: int | None,
-    shutdown_timeout: float,
-    lease_timeout: float | None,
-    heartbeat_interval: float | None,
-    rescue_interval: float | None,
-    poll_interval: float | None,
-    ignore_unknown: bool,
     with_beat: bool,
-    prefetch: int | None,
     metrics_port: int | None,
     metrics_host: str,
     metrics_interval: float,
     log_level: str,
     log_format: str,
-    **executor_flags: Any,
+    **flags: Any,
 ) -> None:
     """Claim and run jobs until SIGTERM/SIGINT (a second signal releases running jobs now)."""
     from .._worker.beat import Beat
@@ -160,16 +216,18 @@ def worker(
     from .._worker.worker import Worker
 
     configure_logging(log_level, log_format)
+    options: dict[str, Any] = {name: flags.pop(name) for name in SETTING_OPTIONS}
+    executor_flags = flags  # the rest: cli/executors.py's
     # Before the app is imported: a stop signal from now on is remembered and applied to
     # the worker once it exists, and the handlers stay until the process ends (a second
     # signal is never met by the default action, however late it comes).
-    signals = StopSignals(worker_name(), shutdown_timeout=shutdown_timeout)
+    signals = StopSignals(worker_name(), shutdown_timeout=options["shutdown_timeout"])
     signals.install()
     app = load_app(app_path)
     # A Celery app's worker_* settings, for the options not given here.
     defaults = worker_defaults(click.get_current_context(), app_path)
-    concurrency = defaults.pop("concurrency", concurrency)
-    prefetch = defaults.pop("prefetch", prefetch)
+    for name in ("concurrency", "prefetch"):
+        options[name] = defaults.pop(name, options[name])
     executor_flags.update(defaults)
     metrics = None
     try:
@@ -178,17 +236,7 @@ def worker(
         settings = WorkerSettings.derive(
             app.settings,
             queues.split(",") if queues else None,
-            concurrency=concurrency,
-            shutdown_timeout=shutdown_timeout,
-            lease_timeout=lease_timeout,
-            heartbeat_interval=heartbeat_interval,
-            rescue_interval=rescue_interval,
-            poll_interval=poll_interval,
-            ignore_unknown=ignore_unknown,
-            prefetch=prefetch,
-            store=store,
-            min_concurrency=min_concurrency,
-            max_concurrency=max_concurrency,
+            **options,
             **worker_executor_options(app_path, app, executor_flags),
         )
         app.store_router.check()  # two stores of one number or uid: refused, naming both

@@ -46,6 +46,7 @@ def pgtasks(*arguments: str, cwd: Path, **extra: str) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.slow
 def test_start_status_and_stop_the_server_of_the_current_directory(project: Path) -> None:
     data_dir = project / ".pgtasks"
     before = pgtasks("embedded", "status", cwd=project)

@@ -18,6 +18,7 @@ from tests.support.cli import cli_runner
 pytestmark = pytest.mark.acceptance
 
 
+@pytest.mark.slow
 def test_limits_show_fair_keys_and_sequences_and_a_held_one_is_released(
     make_app: Callable[..., App],
 ) -> None:

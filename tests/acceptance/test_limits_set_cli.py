@@ -20,6 +20,7 @@ pytestmark = pytest.mark.acceptance
 
 
 @pytest.mark.timeout(180)  # seven CLI processes on a loaded machine
+@pytest.mark.slow
 def test_limits_change_at_runtime_from_the_command_line(make_app: Callable[..., App]) -> None:
     app = make_app()
     tasks = register_limit_tasks(app)

@@ -79,6 +79,7 @@ def assert_one_per_tick(found: list[tuple[str, datetime]], task: str, store: str
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_two_beats_per_store_one_tick_each_and_a_killed_leader_is_replaced(
     env: dict[str, str],
     schemas: dict[str, str],

@@ -44,6 +44,7 @@ def jobs_in(dsn: str, schema: str) -> list[tuple[int, str, str]]:
         return [(row[0], row[1], row[2]) for row in conn.execute(query)]
 
 
+@pytest.mark.slow
 def test_migrate_worker_and_beat_of_two_stores(
     env: dict[str, str], schemas: dict[str, str], dsn: str, tmp_path: Path
 ) -> None:
@@ -91,6 +92,7 @@ def test_migrate_worker_and_beat_of_two_stores(
 
 
 @pytest.mark.timeout(180)  # 22 commands, most waiting 1 s for the store that is down
+@pytest.mark.slow
 def test_operations_fan_out_and_a_down_store_is_its_own_error(
     dsn: str, schema_admin: SchemaAdmin, schemas: dict[str, str]
 ) -> None:
@@ -144,6 +146,7 @@ def test_operations_fan_out_and_a_down_store_is_its_own_error(
     assert "this app has stores default, bulk: name the queue" in refused.stderr
 
 
+@pytest.mark.slow
 def test_limits_and_workflows_of_every_store_or_one(
     env: dict[str, str], schemas: dict[str, str], dsn: str
 ) -> None:

@@ -132,6 +132,7 @@ def test_list_workflows_and_their_jobs(cli: Cli, ops_app: App) -> None:
     assert len(text) == 3 and text[0].startswith("ID")
 
 
+@pytest.mark.slow
 def test_delete_and_retry_refuse_what_would_break_a_workflow(cli: Cli, ops_app: App) -> None:
     register_tasks(ops_app)
     add = ops_app.get_task("ops_app.add")
@@ -169,6 +170,7 @@ def test_delete_and_retry_refuse_what_would_break_a_workflow(cli: Cli, ops_app: 
     assert cli("jobs", "delete", str(jobs[0])).returncode == 1  # gone
 
 
+@pytest.mark.slow
 def test_heal_moves_a_stuck_step_on_and_show_lists_the_incident(
     cli: Cli, ops_app: App, conn: Connection
 ) -> None:

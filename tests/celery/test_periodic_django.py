@@ -101,6 +101,7 @@ def test_periodic_tasks_are_configured_as_celery_configures_them_and_beat_runs_t
 
 
 @pytest.mark.timeout(240)  # six Python processes that import Django
+@pytest.mark.slow
 def test_the_django_layout_works_unchanged_but_for_imports(
     project: Callable[[str], Project], celery_project: Callable[[str], Path], admin: Any
 ) -> None:

@@ -141,6 +141,7 @@ def test_concurrency_limits_hold_across_ten_workers_with_three_killed(env: Env) 
     assert_invariants(probe, [job.id for job in jobs])
 
 
+@pytest.mark.slow
 def test_a_rate_limit_holds_across_ten_workers(env: Env) -> None:
     tasks, probe = env.tasks, env.probe
     count = 80

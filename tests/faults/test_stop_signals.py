@@ -354,6 +354,7 @@ def lab(dsn: str, make_app: Callable[..., App], tmp_path: Path) -> Iterator[Lab]
 # The budget bounds it (about 30 s on an idle 2-core machine); the timeout only keeps a
 # machine loaded far beyond that from failing it.
 @pytest.mark.timeout(BUDGET + 200)
+@pytest.mark.slow
 def test_a_worker_stopped_at_any_moment_of_its_start_exits_0(lab: Lab) -> None:
     points = 2 * len(POINTS)
     required = points + points // 3  # every named point once, with what goes between

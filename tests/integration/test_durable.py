@@ -7,7 +7,7 @@ exactly-once step in the checkpoint's transaction, the parked states, events emi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -24,18 +24,60 @@ from pgtasks import (
 )
 from tests.apps.durable_app import Tasks, create_effects_table, effects, register_tasks
 from tests.support.processes import ChildProcess, Processes
+from tests.support.schemas import SchemaAdmin
+from tests.support.servers import app_connection_options
 from tests.support.waiting import wait_until
 
 APP_PATH = "tests.apps.durable_app:app"
 
 
+@pytest.fixture(scope="module")
+def shared(
+    dsn: str, schema_admin: SchemaAdmin, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[App, Tasks, ChildProcess]]:
+    """One app, schema and worker (concurrency 4) for the tests that only run jobs and
+    check them by id: they share the worker's start. Tests that start workers of their
+    own, or run tasks in this process, take ``own_tasks``."""
+    schema = schema_admin.take_migrated()
+    app_dsn, connections = app_connection_options(dsn)
+    app = App(app_dsn, schema=schema, connect_timeout=3.0, **connections)
+    processes = Processes(tmp_path_factory.mktemp("durable-worker"), APP_PATH)
+    try:
+        app.check_schema()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            create_effects_table(conn, schema)
+        tasks = register_tasks(app)
+        yield app, tasks, processes.worker(dsn, schema, "--concurrency=4")
+    finally:
+        processes.close()
+        app.close()
+        schema_admin.drop_later(schema)
+
+
 @pytest.fixture
-def tasks(app: App, dsn: str, monkeypatch: pytest.MonkeyPatch) -> Tasks:
+def app(shared: tuple[App, Tasks, ChildProcess]) -> App:
+    return shared[0]
+
+
+@pytest.fixture
+def tasks(shared: tuple[App, Tasks, ChildProcess]) -> Tasks:
+    return shared[1]
+
+
+@pytest.fixture
+def worker(shared: tuple[App, Tasks, ChildProcess]) -> ChildProcess:
+    return shared[2]
+
+
+@pytest.fixture
+def own_tasks(make_app: Callable[..., App], dsn: str, monkeypatch: pytest.MonkeyPatch) -> Tasks:
+    """The durable tasks on an app and schema of their own (no worker)."""
+    own = make_app()
     monkeypatch.setenv("PGTASKS_DSN", dsn)
-    monkeypatch.setenv("PGTASKS_TEST_SCHEMA", app.schema)
+    monkeypatch.setenv("PGTASKS_TEST_SCHEMA", own.schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        create_effects_table(conn, app.schema)
-    return register_tasks(app)
+        create_effects_table(conn, own.schema)
+    return register_tasks(own)
 
 
 @pytest.fixture
@@ -43,11 +85,6 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
     running = Processes(tmp_path, APP_PATH)
     yield running
     running.close()
-
-
-@pytest.fixture
-def worker(app: App, dsn: str, tasks: Tasks, processes: Processes) -> ChildProcess:
-    return processes.worker(dsn, app.schema, "--concurrency=4")
 
 
 def test_steps_replay_on_retry_and_run_once(
@@ -167,9 +204,9 @@ def test_events_wake_waiters_in_the_emitters_transaction(
     assert twice.get(timeout=30) == [1, 2]  # each wait takes the next event
 
 
-def test_versions_and_mismatches(
-    app: App, dsn: str, tasks: Tasks, processes: Processes, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_versions_and_mismatches(dsn: str, own_tasks: Tasks, processes: Processes) -> None:
+    tasks = own_tasks
+    app = tasks.versioned.app
     old_worker = processes.worker(dsn, app.schema)
     # A job that passes the branch point under the old code, then one parked before it.
     passed = tasks.versioned.delay()
@@ -232,7 +269,9 @@ def test_hostile_steps_fail_their_job_only(
     assert good.get(timeout=30) == "fine \x01 name ' \" ;"
 
 
-def test_direct_calls_run_steps_in_place(app: App, tasks: Tasks) -> None:
+def test_direct_calls_run_steps_in_place(own_tasks: Tasks) -> None:
+    tasks = own_tasks
+    app = tasks.flaky_step.app
     assert tasks.flaky_step(0) == "ok after 1"
     assert tasks.sleeper(86400.0) == "woke"  # no job to park: returns at once
     with pytest.raises(RuntimeError, match="needs a job run by a worker"):

@@ -14,6 +14,7 @@ from pgtasks._app.admin import limits as admin_limits
 from pgtasks._app.admin import read_limits
 from pgtasks._leases import ClaimedJob, ClaimRequest, Finish, LimitedClaimReport
 from pgtasks._retry import Outcome
+from pgtasks._store.queries import notification_channel
 from tests.support.inprocess import finished, running_worker
 
 
@@ -264,7 +265,8 @@ def test_a_claimer_stuck_inside_its_transaction_holds_up_the_others_briefly(
     (worker,) = _register(app, 1)
     with psycopg.connect(dsn) as stuck:  # a transaction holding the limit's lock, idle
         stuck.execute(
-            "SELECT pg_advisory_xact_lock(1885828204, hashtext(%s))", [f"task:{limited.name}"]
+            "SELECT pg_advisory_xact_lock(1885828204, hashtext(%s || chr(31) || %s))",
+            [notification_channel(app.schema), f"task:{limited.name}"],
         )
         rows = _claim(app, worker, 5)
         assert [row.task_name for row in rows] == [plain.name]
@@ -282,7 +284,9 @@ def _claim_with_report(
 def test_a_short_limited_claim_says_which_limits_held_jobs_back_and_when_a_token_is_due(
     app: App,
 ) -> None:
-    @app.task(rate_limit="2/s")
+    # A rate whose next token is half a minute away: the second claim finds none however
+    # long the first took (with 2/s, a claim slower than 0.25 s found the next token due).
+    @app.task(rate_limit="2/m")
     def rated(n: int) -> None: ...
 
     @app.task(concurrency=1)
@@ -293,15 +297,15 @@ def test_a_short_limited_claim_says_which_limits_held_jobs_back_and_when_a_token
     single.delay_many([{"n": n} for n in range(3)])
     (worker,) = _register(app, 1)
     rows, report = _claim_with_report(app, worker, 10)
-    # 2/s holds 1.5 tokens: one job now; the single slot: one job.
+    # 2/m holds a little over one token: one job now; the single slot: one job.
     assert sorted(row.task_name for row in rows) == [rated.name, single.name]
     assert report.error is None
     assert set(report.blocked) == {f"task:{rated.name}", f"task:{single.name}"}
-    # Half a token is left: the next whole one is due within half a second.
-    assert report.wait is not None and 0 < report.wait <= 0.5
+    # Less than a token is left: the next whole one is due within 30 seconds.
+    assert report.wait is not None and 0 < report.wait <= 30
     rows, report = _claim_with_report(app, worker, 10)
     assert rows == []
-    assert report.wait is not None and 0 < report.wait <= 0.5
+    assert report.wait is not None and 0 < report.wait <= 30
 
 
 def test_a_full_claim_reports_nothing_held_back(app: App) -> None:
@@ -473,7 +477,8 @@ def test_read_limits_gives_each_limits_capacity_rate_tokens_and_running_per_key(
     the jobs running under it, per key for a per-key limit, on the caller's connection."""
     app.queue("reports", concurrency=3)
 
-    @app.task(queue="reports", rate_limit="2/s")
+    # 2/m: no whole token comes back between the claim and the read, however slow either.
+    @app.task(queue="reports", rate_limit="2/m")
     def report(n: int) -> None: ...
 
     @app.task(concurrency_key=lambda user, **_: user, concurrency=1)
@@ -496,7 +501,7 @@ def test_read_limits_gives_each_limits_capacity_rate_tokens_and_running_per_key(
     assert queue.tokens is None and queue.running == sum(
         1 for row in claimed if row.queue == "reports"
     )
-    assert task.rate_per_second == 2.0 and task.concurrency is None
+    assert task.rate_per_second == 2 / 60 and task.concurrency is None
     assert task.tokens is not None and 0 <= task.tokens <= (task.burst or 0)
     assert task.running == sum(1 for row in claimed if row.task_name == report.name)
     assert task.pending == 4 - task.running and task.held == task.pending

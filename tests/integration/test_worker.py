@@ -170,10 +170,12 @@ def test_retries_with_growing_backoff_until_max_attempts_then_fails(app: App) ->
     assert row.finished_at is not None
     assert [attempt for attempt, _, _ in seen] == [1, 2, 3]
     # The delay before attempt n+1 is run_at(n+1) - (database clock when attempt n raised):
-    # backoff(n) = 0.2 * 2**(n-1) plus the few milliseconds of writing the outcome.
+    # backoff(n) = 0.2 * 2**(n-1) plus the time of writing the outcome, which a loaded
+    # machine stretches without bound, so only the floor is the promise checked here (the
+    # formula's exact values: tests/unit/test_retry.py).
     delays = [(seen[n + 1][1] - seen[n][2]).total_seconds() for n in range(len(seen) - 1)]
-    assert 0.2 <= delays[0] < 0.3, delays
-    assert 0.4 <= delays[1] < 0.5, delays
+    assert delays[0] >= 0.2, delays
+    assert delays[1] >= 0.4, delays
     for _, run_at, clock in seen:
         assert clock >= run_at, "an attempt never starts before its run_at"
 

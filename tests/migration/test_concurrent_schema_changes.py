@@ -72,6 +72,7 @@ class Pruner(threading.Thread):
 
 
 @pytest.mark.timeout(240)  # a few seconds a round, more on a busy machine
+@pytest.mark.slow
 def test_migrators_started_together_all_succeed_while_a_pruner_creates_days(
     dsn: str, admin: Connection
 ) -> None:
