@@ -11,6 +11,7 @@ if _typing.TYPE_CHECKING:
     from ._app.handle import JobHandle
     from ._app.keyed_admin import flow_state, release_sequence
     from ._app.layout import Store
+    from ._app.settings import AppOptions
     from ._app.tasks import Task, TaskOptions
     from ._app.workflows import (
         Chain,
@@ -90,6 +91,7 @@ _PUBLIC: dict[str, str] = {
     "JobHandle": "._app.handle",
     **dict.fromkeys(("flow_state", "release_sequence"), "._app.keyed_admin"),
     "Store": "._app.layout",
+    "AppOptions": "._app.settings",
     **dict.fromkeys(("Task", "TaskOptions"), "._app.tasks"),
     **dict.fromkeys(
         (
@@ -182,6 +184,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "AppOptions",
     "AttemptError",
     "Batch",
     "BatchJob",

@@ -7,8 +7,8 @@ import dataclasses
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
@@ -20,25 +20,30 @@ from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
 from .._errors import UnknownTaskError
 from .._instrumentation import Instrumentation
-from .._jobs import CancelResult, InsertedJob, JobContext, JobRow, JobSpec
+from .._jobs import InsertedJob, JobContext, JobSpec
 from .._limits import LimitDefinition
-from .._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_name
+from .._payload import check_name
 from .._store.database import Database
-from .._store.migrator import DEFAULT_LOCK_RETRY_FOR, DEFAULT_LOCK_TIMEOUT, MigrationPlan
-from .._store.queries import Queries
-from .._text import DEFAULT_MAX_ERROR_BYTES
-from ..sql import Migration
-from . import enqueue, routing
+from .app_database import DatabaseApp
 from .durable import DurableApp
+from .eager import arun_eagerly, run_eagerly
+from .enqueue import Enqueuer
 from .handle import JobHandle
 from .job_actions import JobActions
-from .layout import DEFAULT_STORE, Store
+from .layout import DEFAULT_STORE
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
-from .schedules import add_schedule, build_schedule
-from .settings import AppSettings, DeprecatedAlias, FromSettings
+from .routing import Routing
+from .schedules import build_schedule
+from .settings import (
+    AppOptions,
+    AppSettings,
+    FromSettings,
+    app_signature,
+    check_keywords,
+)
 from .store_router import StoreRouter
-from .task_registry import register_task
+from .task_registry import Registry, register_task
 from .tasks import Task, TaskSettings
 from .workflow_admin import describe_workflow
 from .workflows import Signature
@@ -59,6 +64,8 @@ def _forget_inherited_listeners() -> None:
         if app._results is not None:
             _inherited.append(app._results)
         app._lock = threading.Lock()  # another thread may have held it during the fork
+        app.routing.after_fork()
+        app.registry.after_fork()
         app._results, app._results_pid = None, 0
 
 
@@ -66,7 +73,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_listeners)
 
 
-class App(DurableApp, JobActions):
+class App(DatabaseApp, DurableApp, JobActions):
     """A pgtasks application: tasks, configuration and the database connection.
 
     ``dsn`` resolution: ``App(dsn=...)`` > ``PGTASKS_DSN`` > ``DATABASE_URL`` > the
@@ -101,105 +108,90 @@ class App(DurableApp, JobActions):
     prune_failed_after: FromSettings[float | None] = FromSettings()
     prune_interval: FromSettings[float] = FromSettings()
     heal_interval: FromSettings[float] = FromSettings()
-    pool_min_size: FromSettings[int] = FromSettings("min_size", pools=True)
-    pool_max_size: FromSettings[int] = FromSettings("max_size", pools=True)
-    connect_timeout: FromSettings[float] = FromSettings(pools=True)
-    connect_attempts: FromSettings[int] = FromSettings(pools=True)
+    pool_min_size: FromSettings[int] = FromSettings("pools.min_size")
+    pool_max_size: FromSettings[int] = FromSettings("pools.max_size")
+    connect_timeout: FromSettings[float] = FromSettings("pools.connect_timeout")
+    connect_attempts: FromSettings[int] = FromSettings("pools.connect_attempts")
+    #: Where the embedded server keeps its data (when no DSN is configured).
+    embedded_dir: FromSettings[Path] = FromSettings("database.embedded_dir")
 
-    def __init__(
-        self,
-        dsn: str | None = None,
-        *,
-        session_dsn: str | None = None,
-        replica_dsn: str | None = None,
-        pooled: bool | None = None,
-        prepared_statements: bool | None = None,
-        schema: str | None = None,
-        embedded_dir: str | os.PathLike[str] | None = None,
-        default_queue: str = "default",
-        default_max_attempts: int = 5,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        max_result_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        max_error_bytes: int = DEFAULT_MAX_ERROR_BYTES,
-        pool_min_size: int = 1,
-        pool_max_size: int = 10,
-        connect_timeout: float = 5.0,
-        connect_attempts: int = 3,
-        lease_timeout: float = 30.0,
-        heartbeat_interval: float = 5.0,
-        rescue_interval: float = 5.0,
-        poll_interval: float = 1.0,
-        prune_done_after: float | None = 86400.0,
-        prune_failed_after: float | None = 7 * 86400.0,
-        prune_interval: float = 60.0,
-        heal_interval: float = 30.0,
-        priority_aging: float | None = None,
-        eager: bool = False,
-        stores: Mapping[str, str | Store] | None = None,
-        routes: Mapping[str, str] | None = None,
-        notify_enqueues: bool | None = None,
-        notify: str | None = None,
-    ) -> None:
-        #: The App's configuration, validated once (every keyword above).
-        self.settings = AppSettings.resolve(
-            dsn,
-            stores=stores,
-            routes=routes,
-            notify_enqueues=notify_enqueues,
-            notify=notify,
-            session_dsn=session_dsn,
-            replica_dsn=replica_dsn,
-            pooled=pooled,
-            prepared_statements=prepared_statements,
-            schema=schema,
-            embedded_dir=embedded_dir,
-            pool_min_size=pool_min_size,
-            pool_max_size=pool_max_size,
-            connect_timeout=connect_timeout,
-            connect_attempts=connect_attempts,
-            default_queue=default_queue,
-            default_max_attempts=default_max_attempts,
-            max_payload_bytes=max_payload_bytes,
-            max_result_bytes=max_result_bytes,
-            max_error_bytes=max_error_bytes,
-            lease_timeout=lease_timeout,
-            heartbeat_interval=heartbeat_interval,
-            rescue_interval=rescue_interval,
-            poll_interval=poll_interval,
-            prune_done_after=prune_done_after,
-            prune_failed_after=prune_failed_after,
-            prune_interval=prune_interval,
-            heal_interval=heal_interval,
-            priority_aging=priority_aging,
-            eager=eager,
-        )
-        self.tasks: dict[str, Task[Any, Any]] = {}
+    def __init__(self, dsn: str | None = None, **options: Unpack[AppOptions]) -> None:
+        check_keywords(options)
+        #: The App's configuration, validated once (``dsn`` and every keyword of AppOptions).
+        self.settings = AppSettings.resolve(dsn, **options)
+        #: Its tasks (``tasks``, by each of their names) and schedules (``schedules``).
+        self.registry = Registry()
         #: Queues declared with limits (``app.queue()``), by name.
         self.queue_limits: dict[str, QueueLimits] = {}
-        #: Tracing hooks (pgtasks.contrib.otel.instrument); None: nothing is traced.
-        self.instrumentation: Instrumentation | None = None
-        #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
-        self.schedules: dict[str, Schedule] = {}
-        self._lock = threading.Lock()
-        #: Connections: DSN, pools, schema check, retries; its queries: every statement.
-        self.database = Database(self.settings.database, self.settings.pools)
+        self._instrumentation: Instrumentation | None = None
+        database = Database(self.settings.database, self.settings.pools)
         #: Its stores (one Database each, this one's "default") and the routes of queues.
-        self.store_router = StoreRouter(
-            self.settings.store_layout, self.settings.pools, self.database
-        )
-        #: The store this App serves (an App of one store of several: app.for_store()).
-        self.store_name = DEFAULT_STORE
-        #: The App of each store (``for_store``) of an App of several.
-        self.views: dict[str, App] = {}
-        self.root = self
+        self.store_router = StoreRouter(self.settings.store_layout, self.settings.pools, database)
         self._eager: contextvars.ContextVar[bool] = contextvars.ContextVar(
             f"pgtasks_eager_{id(self)}", default=self.settings.eager
         )
-        self._results: ResultListener | None = None
-        self._results_pid = 0
         #: This process's counts of pgtasks._counters' names (database: ``pgtasks stats``).
         self.counters = Tally()
+        self._serve(self, self.settings, database)
         _apps.add(self)
+
+    def _serve(self, root: App, settings: AppSettings, database: Database) -> None:
+        """Serve ``database`` with ``settings``; an App of one store of several shares its
+        ``root``'s tasks, queues, schedules, stores, counters and eager mode."""
+        self.settings = settings
+        #: Connections: DSN, pools, schema check, retries; its queries: every statement.
+        self.database = database
+        #: The store this App serves (an App of one store of several: app.for_store()).
+        self.store_name = settings.store or DEFAULT_STORE
+        self.root = root
+        self.registry, self.queue_limits = root.registry, root.queue_limits
+        self.tasks, self.schedules = self.registry.tasks, self.registry.schedules
+        self.store_router, self.counters, self._eager = (
+            root.store_router,
+            root.counters,
+            root._eager,
+        )
+        self._lock = threading.Lock()
+        self._results: ResultListener | None = None
+        self._results_pid = 0
+        #: Which store serves what (the App of a store, of a queue, of an id).
+        self.routing: Routing[App] = Routing(
+            self.store_router,
+            self,
+            store=settings.store,
+            tasks=self.tasks,
+            make_view=root._of_store,
+            root=None if root is self else root.routing,
+        )
+        #: The App of each store (``for_store``) of an App of several (shared with them).
+        self.views = self.routing.views
+        #: The insert path (the store of the jobs, the schema check, the traced insert).
+        self.enqueuer: Enqueuer[App] = Enqueuer(self.routing, self.counters, self._hooks)
+
+    def _of_store(self, name: str) -> App:
+        """A new App of store ``name`` of this (root) App: its settings with that store's
+        database, serving that store's Database."""
+        database = self.store_router.databases[name]
+        view = type(self).__new__(type(self))
+        view._serve(
+            self,
+            dataclasses.replace(self.settings, database=database.settings, store=name),
+            database,
+        )
+        return view
+
+    @property
+    def instrumentation(self) -> Instrumentation | None:
+        """Tracing hooks (pgtasks.contrib.otel.instrument); None: nothing is traced. The
+        Apps of the stores of an App share its root's."""
+        return self.root._instrumentation
+
+    @instrumentation.setter
+    def instrumentation(self, value: Instrumentation | None) -> None:
+        self.root._instrumentation = value
+
+    def _hooks(self) -> Instrumentation | None:
+        return self.root._instrumentation
 
     def __repr__(self) -> str:
         where = "" if self.store_router.single else f" store={self.store_name}"
@@ -208,30 +200,11 @@ class App(DurableApp, JobActions):
     def for_store(self, name: str) -> App:
         """This App as seen from store ``name``: the same tasks and options, its database
         that store's (what a Worker, Beat and the operations of one store are given)."""
-        return routing.for_store(self, name)
+        return self.routing.for_store(name)
 
     def store_of_queue(self, queue: str) -> str:
         """The name of the store ``queue`` routes to."""
         return self.store_router.store_of_queue(queue)
-
-    # -- configuration --
-    @property
-    def dsn(self) -> str:
-        """The DSN in use; starts the embedded server when none is configured."""
-        return self.database.dsn
-
-    @property
-    def embedded_dir(self) -> Path:
-        """Where the embedded server keeps its data (when no DSN is configured)."""
-        return self.settings.database.embedded_dir
-
-    @property
-    def uses_embedded(self) -> bool:
-        return self.database.configured_dsn is None
-
-    def describe_database(self) -> str:
-        """Where the app connects, for logs (never the password)."""
-        return self.database.describe()
 
     # -- tasks --
     @overload
@@ -313,100 +286,7 @@ class App(DurableApp, JobActions):
         self, task: Task[Any, Any] | str, **options: Unpack[PeriodicOptions]
     ) -> Schedule:
         """Declare a schedule for a registered task (or task name) at run time."""
-        return add_schedule(self, build_schedule(self, task, **options))
-
-    # -- database --
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection (autocommit) with the schema checked, for your own queries."""
-        with self.database.connection() as conn:
-            yield conn
-
-    @asynccontextmanager
-    async def aconnection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        async with self.database.aconnection() as conn:
-            yield conn
-
-    def migrate(
-        self,
-        *,
-        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
-    ) -> list[Migration]:
-        """Create or upgrade the schema; safe to run concurrently and repeatedly.
-
-        Online on a live database: indexes are built concurrently, each catalog change
-        waits at most ``lock_timeout`` seconds for its lock (then rolls back and is tried
-        again, for up to ``lock_retry_for`` seconds: MigrationLockError after that), large
-        backfills go in batches. Runs on the session connection (``session_dsn``).
-        """
-        options = {"lock_timeout": lock_timeout, "lock_retry_for": lock_retry_for}
-        if self is self.root:  # every store, then each numbered (a store's App: its own)
-            return self.store_router.migrate(**options)
-        return self.database.migrate(**options)
-
-    def migration_plan(
-        self,
-        *,
-        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-        lock_retry_for: float = DEFAULT_LOCK_RETRY_FOR,
-    ) -> MigrationPlan:
-        """What :meth:`migrate` would do: each pending step and the locks it takes
-        (``pgtasks migrate --plan``). Reads only."""
-        return self.database.migration_plan(
-            lock_timeout=lock_timeout, lock_retry_for=lock_retry_for
-        )
-
-    def check_schema(self) -> None:
-        """Raise SchemaNotMigratedError / SchemaTooNewError unless the schema is current
-        (and, for an App of several stores, ConfigurationError for two of one number)."""
-        self.database.schema_checked = False
-        with self.database.connection():
-            pass
-        self.store_router.check()  # of several stores: none with another's number or uid
-
-    @property
-    def schema(self) -> str:
-        """The PostgreSQL schema of this App's tables."""
-        return self.database.queries.schema
-
-    @property
-    def queries(self) -> Queries:
-        """Every statement pgtasks runs, rendered for this App's schema."""
-        return self.database.queries
-
-    store = DeprecatedAlias("queries")  # the former name of queries
-
-    def use_database(
-        self,
-        dsn: str | None,
-        schema: str | None = None,
-        *,
-        session_dsn: str | None = None,
-        replica_dsn: str | None = None,
-        pooled: bool | None = None,
-    ) -> Database:
-        """Point this App at another database and schema (None: the embedded server; the
-        current schema); its pools are closed first. Returns the Database used until
-        now, for :meth:`restore_database`. The session DSN, replica and pooling are those
-        given here (none by default), never the previous database's. For tests
-        (``pgtasks.testing.use_test_database``) and tools; not while a worker runs.
-        """
-        previous = self.database
-        where = dataclasses.replace(
-            self.settings.database,
-            dsn=dsn,
-            schema=schema or self.schema,
-            session_dsn=session_dsn,
-            replica_dsn=replica_dsn,
-            pooled=pooled,
-        )
-        self.restore_database(Database(where, self.settings.pools))
-        return previous
-
-    def restore_database(self, database: Database) -> None:
-        """Switch back to a Database that :meth:`use_database` returned (pools closed)."""
-        routing.restore_database(self, database)
+        return self.registry.add_schedule(build_schedule(self, task, **options))
 
     # -- enqueue --
     def insert_specs(
@@ -414,69 +294,46 @@ class App(DurableApp, JobActions):
     ) -> list[InsertedJob]:
         """Insert specs on ``conn``: the one insert path every enqueue and beat share (the
         instrumentation, when set, wraps it)."""
-        insert = enqueue.enqueuer(self).insert_jobs_in_chunks
-        if self.instrumentation is None:
-            return insert(conn, specs)
-        return self.instrumentation.insert(specs, lambda traced: insert(conn, traced))
+        return self.enqueuer.insert_specs(conn, specs)
 
     async def ainsert_specs(
         self, conn: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
     ) -> list[InsertedJob]:
-        insert = enqueue.enqueuer(self).ainsert_jobs_in_chunks
-        if self.instrumentation is None:
-            return await insert(conn, specs)
-        return await self.instrumentation.ainsert(specs, lambda traced: insert(conn, traced))
+        return await self.enqueuer.ainsert_specs(conn, specs)
 
     def enqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.Connection[Any] | None = None
     ) -> list[JobHandle[Any]]:
         """Insert built JobSpecs (see Task.build_spec); all or none are written."""
-        return enqueue.enqueue_many(self, specs, connection)
+        if not specs or self.is_eager:
+            return run_eagerly(self, specs)
+        owner, inserted = self.enqueuer.enqueue_many(specs, connection)
+        return [JobHandle(owner, job_id, existed=existed) for job_id, existed in inserted]
 
     def enqueue(
         self, spec: JobSpec, *, connection: psycopg.Connection[Any] | None = None
     ) -> JobHandle[Any]:
         """Insert one built JobSpec (the path of ``delay`` and ``apply_async``)."""
-        return enqueue.enqueue(self, spec, connection)
+        if self.is_eager:
+            return run_eagerly(self, [spec])[0]
+        owner, (job_id, existed) = self.enqueuer.enqueue(spec, connection)
+        return JobHandle(owner, job_id, existed=existed)
 
     async def aenqueue_many(
         self, specs: Sequence[JobSpec], *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> list[JobHandle[Any]]:
-        return await enqueue.aenqueue_many(self, specs, connection)
+        if not specs or self.is_eager:
+            return await arun_eagerly(self, specs)
+        owner, inserted = await self.enqueuer.aenqueue_many(specs, connection)
+        return [JobHandle(owner, job_id, existed=existed) for job_id, existed in inserted]
 
     async def aenqueue(
         self, spec: JobSpec, *, connection: psycopg.AsyncConnection[Any] | None = None
     ) -> JobHandle[Any]:
-        return await enqueue.aenqueue(self, spec, connection)
-
-    # -- jobs --
-    def get_job(self, job_id: int) -> JobHandle[Any]:
-        """A handle for an existing job (in the store its id names); JobNotFoundError
-        when there is none."""
-        return routing.get_job(self, job_id)
-
-    async def aget_job(self, job_id: int) -> JobHandle[Any]:
-        return await routing.aget_job(self, job_id)
-
-    def cancel(self, job_id: int, *, terminate: bool = False) -> CancelResult:
-        """Cancel a job: pending → cancelled (never runs); running → flagged, its worker is
-        told, and it ends cancelled (async tasks get CancelledError, bound sync tasks see
-        ``ctx.cancelled()``); finished → nothing changes (``outcome == "already_finished"``).
-        ``terminate=True`` kills a running attempt: see docs/howto/operations.md."""
-        return routing.cancel(self, job_id, terminate=terminate)
-
-    async def acancel(self, job_id: int, *, terminate: bool = False) -> CancelResult:
-        return await routing.acancel(self, job_id, terminate=terminate)
-
-    def update_job_meta(
-        self, job_id: int, *, worker_id: int, attempt: int, patch: Mapping[str, Any]
-    ) -> bool:
-        """Merge ``patch`` into a running job's meta under its lease (worker_id, attempt):
-        one fenced UPDATE. False when the lease is lost (nothing written); an empty patch
-        writes nothing. JobContext.update_meta and set_progress write through it."""
-        return routing.update_job_meta(
-            self, job_id, worker_id=worker_id, attempt=attempt, patch=patch
-        )
+        if self.is_eager:
+            return (await arun_eagerly(self, [spec]))[0]
+        owner, (job_id, existed) = await self.enqueuer.aenqueue(spec, connection)
+        return JobHandle(owner, job_id, existed=existed)
 
     # -- workflows --
     def get_workflow(self, workflow_id: int) -> dict[str, Any]:
@@ -488,7 +345,7 @@ class App(DurableApp, JobActions):
         """Cancel what has not run of a workflow (running jobs are asked to stop); the
         number of jobs cancelled or asked to stop."""
         self.get_workflow(workflow_id)  # WorkflowNotFoundError
-        owner = routing.for_id(self, workflow_id)
+        owner = self.routing.for_id(workflow_id)
         rows = owner.database.run(lambda conn: owner.queries.cancel_workflow(conn, workflow_id))
         return len(rows)
 
@@ -510,13 +367,6 @@ class App(DurableApp, JobActions):
                 self._results, self._results_pid = ResultListener(self), os.getpid()
             return self._results
 
-    def get_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
-        """Snapshots of the jobs with these ids, in id order (missing ids are skipped)."""
-        return routing.get_jobs(self, job_ids)
-
-    async def aget_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
-        return await routing.aget_jobs(self, job_ids)
-
     # -- queues --
     def queue(
         self,
@@ -536,7 +386,7 @@ class App(DurableApp, JobActions):
     def limit_definitions(self) -> list[LimitDefinition]:
         """Every concurrency and rate limit this app declares (tasks and queues); the App
         of one store of several (a worker's): those that store holds (routing.held)."""
-        tasks, queues = routing.held(self)
+        tasks, queues = self.routing.held(self.queue_limits)
         return app_definitions((task.limits for task in tasks), queues)
 
     def pause_queue(self, queue: str) -> bool:
@@ -544,18 +394,18 @@ class App(DurableApp, JobActions):
         interval on. Jobs already running finish; enqueuing goes on. Persistent until
         :meth:`resume_queue`. Returns False when the queue was paused already.
         """
-        name, owner = check_name("queue", queue), routing.for_queue(self, queue)
+        name, owner = check_name("queue", queue), self.routing.for_queue(queue)
         return owner.database.run(lambda conn: owner.queries.pause_queue(conn, name))
 
     def resume_queue(self, queue: str) -> bool:
         """Resume a paused queue (its workers are woken and claim at once). Returns False
         when the queue was not paused."""
-        name, owner = check_name("queue", queue), routing.for_queue(self, queue)
+        name, owner = check_name("queue", queue), self.routing.for_queue(queue)
         return owner.database.run(lambda conn: owner.queries.resume_queue(conn, name))
 
     def paused_queues(self) -> list[str]:
         """The paused queues, by name."""
-        return routing.paused_queues(self)
+        return self.routing.paused_queues()
 
     # -- lifetime --
     def close(self) -> None:
@@ -596,3 +446,7 @@ class App(DurableApp, JobActions):
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+# The keywords as inspect (and help()) show them, each with its type and default.
+App.__init__.__dict__["__signature__"] = app_signature()

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .controls import JobsAction, _encoded, _job_ids, _limit_instances, actor_here
+from .actors import actor_here
+from .pending_jobs import JobsAction, _encoded, _job_ids, _limit_instances
 
 if TYPE_CHECKING:
     from .._store.ports import AdminPort

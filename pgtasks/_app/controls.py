@@ -1,6 +1,7 @@
 """Operators' runtime controls (docs/howto/operations.md): limits changed, paused,
 resumed and reset without a deploy; actions on pending jobs (run now, snooze, edit the
-arguments); every one audited (who, what, when, the values before and after).
+arguments: pending_jobs.py, named here too); worker pools resized; every one audited
+(who, what, when, the values before and after).
 
 A changed limit is stored in the database, marked overridden: every worker of every host
 reads it at its next limited claim (a notification on the limits channel wakes them at
@@ -18,19 +19,14 @@ left alone (counted as refused, ``JobNotPendingError`` for one job).
 from __future__ import annotations
 
 import dataclasses
-import functools
-import getpass
-import json
 import re
-import socket
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import psycopg
 
-from .._errors import JobNotFoundError, JobNotPendingError, LimitChangeError, PoolChangeError
-from .._job_filter import JobFilter
+from .._errors import LimitChangeError, PoolChangeError
 from .._limits import (
     RateLimit,
     check_concurrency,
@@ -39,29 +35,45 @@ from .._limits import (
     limit_kind,
     parse_rate_limit,
 )
-from .._payload import MAX_NAME_BYTES, check_name, encode_arguments
-from .routing import for_id, for_queue
+from .._payload import MAX_NAME_BYTES, check_name
+from .._store.database import Database
+from .._store.queries import Queries
+from .actors import actor_here as actor_here
+from .pending_jobs import MAX_JOBS as MAX_JOBS  # the actions on pending jobs, named here too
+from .pending_jobs import MAX_SNOOZE as MAX_SNOOZE
+from .pending_jobs import JobsAction as JobsAction
+from .pending_jobs import _job_ids as _job_ids
+from .pending_jobs import edit_arguments as edit_arguments
+from .pending_jobs import run_now as run_now
+from .pending_jobs import run_now_matching as run_now_matching
+from .pending_jobs import snooze as snooze
+from .routing import RoutedTask, Routing
 
-if TYPE_CHECKING:
-    from .app import App
+
+class ControlledApp(Protocol):
+    """What the runtime controls read of an App."""
+
+    @property
+    def database(self) -> Database: ...
+
+    @property
+    def queries(self) -> Queries: ...
+
+    @property
+    def routing(self) -> Routing[Any]: ...
+
+    @property
+    def tasks(self) -> Mapping[str, RoutedTask]: ...
+
+    @property
+    def heartbeat_interval(self) -> float: ...
+
 
 #: Seconds an operator's change waits for the jobs table's lock (enabling the trigger).
 LOCK_TIMEOUT = 5.0
-#: Longest snooze (seconds): ten years.
-MAX_SNOOZE = 10 * 365 * 86400.0
-MAX_JOBS = 10_000  # jobs one call of run_now or snooze acts on
 
 
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()  # a value left as it is
-
-
-def actor_here(via: str) -> str:
-    """Who acts from this process: ``cli:alice@host``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "?"
-    return f"{via}:{user}@{socket.gethostname()}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,18 +189,18 @@ def parse_rate(value: object) -> RateLimit | None:
         raise LimitChangeError(str(error)) from None
 
 
-def store_of_limit(app: App, name: str) -> App:
+def store_of_limit(app: ControlledApp, name: str) -> ControlledApp:
     """The App of the store that holds the limit ``name``: its queue's (a task's: the
     task's queue's, when this app knows the task)."""
     kind, target = limit_kind(name)
-    if kind == "queue":
-        return for_queue(app, target)
     task = app.tasks.get(target) if kind in ("task", "key") else None
-    return for_queue(app, task.queue) if task is not None else app
+    queue = target if kind == "queue" else task.queue if task is not None else None
+    owner: ControlledApp = app if queue is None else app.routing.for_queue(queue)
+    return owner
 
 
 def _change(
-    app: App,
+    app: ControlledApp,
     name: str,
     action: str,
     actor: str,
@@ -230,7 +242,7 @@ def _change(
     return app.database.run(operation)
 
 
-def _stamp(app: App, conn: psycopg.Connection[Any], name: str) -> int:
+def _stamp(app: ControlledApp, conn: psycopg.Connection[Any], name: str) -> int:
     """New, pending and running jobs of the limit's task or queue count in it."""
     queries = app.queries
     if not queries.get_runtime_limits_trigger(conn):
@@ -257,7 +269,7 @@ def _stamp(app: App, conn: psycopg.Connection[Any], name: str) -> int:
 
 
 def set_limit(
-    app: App,
+    app: ControlledApp,
     name: str,
     *,
     concurrency: int | str | None = UNSET,
@@ -294,7 +306,7 @@ def set_limit(
     return _change(app, name, "set", actor or actor_here("api"), decide)
 
 
-def pause_limit(app: App, name: str, *, actor: str | None = None) -> LimitChange:
+def pause_limit(app: ControlledApp, name: str, *, actor: str | None = None) -> LimitChange:
     """No job under the limit starts (concurrency 0) until :func:`resume_limit`; running
     ones finish. Any task or queue, declared or not."""
 
@@ -313,7 +325,7 @@ def pause_limit(app: App, name: str, *, actor: str | None = None) -> LimitChange
     return _change(app, name, "pause", actor or actor_here("api"), decide)
 
 
-def resume_limit(app: App, name: str, *, actor: str | None = None) -> LimitChange:
+def resume_limit(app: ControlledApp, name: str, *, actor: str | None = None) -> LimitChange:
     """Undo :func:`pause_limit`: the concurrency before the pause applies again (a limit
     paused that had nothing else is removed, as a reset would)."""
 
@@ -333,182 +345,24 @@ def resume_limit(app: App, name: str, *, actor: str | None = None) -> LimitChang
     return _change(app, name, "resume", actor or actor_here("api"), decide)
 
 
-def reset_limit(app: App, name: str, *, actor: str | None = None) -> LimitChange:
+def reset_limit(app: ControlledApp, name: str, *, actor: str | None = None) -> LimitChange:
     """What the app declares applies again (a limit it does not declare is removed, and
     its pending jobs no longer count in it)."""
     return _change(app, name, "reset", actor or actor_here("api"), lambda row: None)
 
 
 def read_audit(
-    app: App, *, targets: Sequence[str] | None = None, prefix: str | None = None, limit: int = 50
+    app: ControlledApp,
+    *,
+    targets: Sequence[str] | None = None,
+    prefix: str | None = None,
+    limit: int = 50,
 ) -> list[dict[str, Any]]:
     """The last ``limit`` audit rows (newest first), of ``targets`` or a ``prefix``
     (``limit:``, ``job:``) when given."""
     return app.database.run(
         lambda conn: app.queries.get_audit(conn, targets=targets, prefix=prefix, limit=limit)
     )
-
-
-# -- pending jobs ---------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class JobsAction:
-    """What a job action did: the jobs changed, and those it left (not pending, or
-    already due for run-now)."""
-
-    action: str
-    done: tuple[int, ...]
-    refused: tuple[int, ...]
-
-
-def _job_ids(ids: Iterable[int]) -> list[int]:
-    found = sorted({int(job_id) for job_id in ids})
-    if len(found) > MAX_JOBS:
-        raise ValueError(f"at most {MAX_JOBS} jobs at once, got {len(found)}")
-    return found
-
-
-def _act(app: App, action: str, ids: list[int], actor: str, change: Any) -> JobsAction:
-    def operation(conn: psycopg.Connection[Any]) -> JobsAction:
-        with conn.transaction():
-            rows = change(conn, ids)
-            for row in rows:
-                app.queries.insert_audit(
-                    conn,
-                    actor=actor,
-                    action=action,
-                    target=f"job:{row['id']}",
-                    before={"run_at": row["before"]},
-                    after={"run_at": row["after"]},
-                )
-        done = tuple(sorted(int(row["id"]) for row in rows))
-        return JobsAction(action, done, tuple(i for i in ids if i not in set(done)))
-
-    return app.database.run(operation)
-
-
-def run_now(app: App, ids: Iterable[int], *, actor: str | None = None) -> JobsAction:
-    """Pending jobs of ``ids`` scheduled later (a countdown, an eta, a retry's delay)
-    become due now; no attempt is spent. The others are left (``refused``)."""
-    found = _job_ids(ids)
-    return _act(app, "run_now", found, actor or actor_here("api"), app.queries.run_jobs_now)
-
-
-def run_now_matching(app: App, job_filter: JobFilter, *, actor: str | None = None) -> int:
-    """Every pending job scheduled later that ``job_filter`` matches becomes due now, in
-    committed batches of MAX_JOBS (as :func:`run_now`); how many."""
-    count, ids = 0, [0]
-    while True:
-        ids = app.database.run(
-            functools.partial(
-                app.queries.get_filtered_scheduled_ids,
-                job_filter=job_filter,
-                after=ids[-1],
-                limit=MAX_JOBS,
-            )
-        )
-        if not ids:
-            return count
-        count += len(run_now(app, ids, actor=actor).done)
-
-
-def snooze(app: App, ids: Iterable[int], seconds: float, *, actor: str | None = None) -> JobsAction:
-    """Pending jobs of ``ids`` start ``seconds`` later than they would (from now when
-    due); no attempt is spent."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise ValueError(f"snooze seconds must be a number, got {seconds!r}")
-    if not 0 < seconds <= MAX_SNOOZE:
-        raise ValueError(
-            f"snooze seconds must be above 0 and at most {MAX_SNOOZE:g}, got {seconds!r}"
-        )
-    found = _job_ids(ids)
-    return _act(
-        app,
-        "snooze",
-        found,
-        actor or actor_here("api"),
-        lambda conn, job_ids: app.queries.snooze_jobs(conn, job_ids, float(seconds)),
-    )
-
-
-def edit_arguments(
-    app: App,
-    job_id: int,
-    args: Sequence[Any] | None,
-    kwargs: dict[str, Any] | None,
-    *,
-    actor: str | None = None,
-) -> None:
-    """New arguments for the pending job ``job_id`` (None: its own kept), checked as an
-    enqueue checks them (the task's signature when this app knows it, JSON, size, depth).
-    JobNotPendingError when it started meanwhile (nothing changed), JobNotFoundError."""
-    app = for_id(app, job_id)
-    queries = app.queries
-
-    def operation(conn: psycopg.Connection[Any]) -> None:
-        with conn.transaction():
-            row = queries.lock_pending_job(conn, job_id)
-            found = queries.get_job_status(conn, job_id) if row is None else None
-            status = row["status"] if row is not None else (found.value if found else None)
-            if status is None:
-                raise JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")
-            if row is None or status != "pending":
-                raise JobNotPendingError(
-                    f"job {job_id} is {status} (already started): only a pending job's"
-                    " arguments can be edited; nothing was changed"
-                )
-            new_args = row["args"] if args is None else args
-            new_kwargs = row["kwargs"] if kwargs is None else kwargs
-            args_json, kwargs_json = _encoded(app, row["task_name"], new_args, new_kwargs)
-            groups, key = _limit_instances(app, row, new_args, new_kwargs)
-            queries.edit_job_arguments(
-                conn,
-                job_id,
-                args_json=args_json,
-                kwargs_json=kwargs_json,
-                limit_groups=groups,
-                limit_key=key,
-            )
-            queries.insert_audit(
-                conn,
-                actor=actor or actor_here("api"),
-                action="edit_arguments",
-                target=f"job:{job_id}",
-                before={"args": row["args"], "kwargs": row["kwargs"]},
-                after={"args": json.loads(args_json), "kwargs": json.loads(kwargs_json)},
-            )
-
-    app.database.run(operation)
-
-
-def _encoded(
-    app: App, task_name: str, args: Sequence[Any], kwargs: dict[str, Any]
-) -> tuple[str, str]:
-    if not isinstance(args, (list, tuple)):
-        raise TypeError(f"args must be a JSON array, got {type(args).__name__}")
-    if not isinstance(kwargs, dict):
-        raise TypeError(f"kwargs must be a JSON object, got {type(kwargs).__name__}")
-    task = app.tasks.get(task_name)
-    if task is not None:
-        return task._arguments(args, kwargs)  # the enqueue's own checks
-    return encode_arguments(task_name, args, kwargs, max_bytes=app.max_payload_bytes)
-
-
-def _limit_instances(
-    app: App, row: dict[str, Any], args: Sequence[Any], kwargs: dict[str, Any]
-) -> tuple[list[str] | None, str | None]:
-    """The job's limit instances with its concurrency key computed from the new
-    arguments (the other instances kept as they are)."""
-    groups = list(row["limit_groups"] or [])
-    task = app.tasks.get(row["task_name"])
-    limits = task.limits if task is not None else None
-    if limits is None or limits.concurrency_key is None:
-        return (groups or None), row["limit_key"]
-    key = limits.key_of(args, kwargs)
-    prefix = f"key:{row['task_name']}"
-    kept = [name for name in groups if not name.startswith(prefix + "\x1f")]
-    fresh = [name for name in limits.instances(key) if name.startswith(prefix)]
-    merged = sorted(set(kept) | set(fresh))
-    return (merged or None), key
 
 
 # -- worker pools ---------------------------------------------------------------------------
@@ -543,7 +397,12 @@ class PoolChange:
 
 
 def resize_pool(
-    app: App, worker_id: int, delta: int, *, actor: str | None = None, wait: float | None = None
+    app: ControlledApp,
+    worker_id: int,
+    delta: int,
+    *,
+    actor: str | None = None,
+    wait: float | None = None,
 ) -> PoolChange:
     """Grow (``delta`` > 0) or shrink the pool of thread and event-loop slots of the live
     worker ``worker_id`` by ``delta``, within the bounds it started with

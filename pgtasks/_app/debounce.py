@@ -19,14 +19,11 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .._errors import TaskRegistrationError
 from .._jobs import DebouncedJobSpec, JobSpec
 from .._payload import MAX_KEY_BYTES, check_name
-
-if TYPE_CHECKING:
-    from .tasks import Task
 
 #: Longest debounce and debounce_max (about 31 years, as the longest countdown).
 MAX_DEBOUNCE = timedelta(seconds=1e9)
@@ -99,7 +96,7 @@ def task_debounce(task_name: str, options: Mapping[str, Any]) -> Debounce | None
 
 
 def _key_of(
-    task: Task[Any, Any],
+    task: DebouncedTask,
     debounce: Debounce,
     spec: JobSpec,
     args: Sequence[Any],
@@ -130,7 +127,7 @@ def _key_of(
 
 
 def debounced_spec(
-    task: Task[Any, Any],
+    task: DebouncedTask,
     spec: JobSpec,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
@@ -166,3 +163,13 @@ def debounced_spec(
         debounce_seconds=debounce.delay.total_seconds(),
         debounce_max_seconds=None if debounce.max is None else debounce.max.total_seconds(),
     )
+
+
+class DebouncedTask(Protocol):
+    """What debouncing reads of a task."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def debounce(self) -> Debounce | None: ...

@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
-from .._errors import DatabaseError
+from .._errors import DatabaseError, JobNotFoundError
 from .._job_filter import JobFilter
+from .._jobs import CancelResult, JobRow
+from .._payload import encode_meta
 from . import controls
+from .handle import JobHandle
 from .routing import for_id, serving
 
 if TYPE_CHECKING:
@@ -200,3 +204,81 @@ class JobActions:
         them; race-safe against a claim (JobNotPendingError when it started first),
         audited."""
         edit_job_arguments(cast("App", self), job_id, args=args, kwargs=kwargs, actor=actor)
+
+    # -- jobs by id (each in the store that issued its id) --
+    def get_job(self, job_id: int) -> JobHandle[Any]:
+        """A handle for an existing job (in the store its id names); JobNotFoundError
+        when there is none."""
+        owner = cast("App", self).routing.for_id(job_id)
+        if owner.database.run(lambda conn: owner.queries.get_job_status(conn, job_id)) is None:
+            raise _missing(job_id)
+        return JobHandle(owner, job_id)
+
+    async def aget_job(self, job_id: int) -> JobHandle[Any]:
+        owner = cast("App", self).routing.for_id(job_id)
+        status = await owner.database.arun(lambda conn: owner.queries.aget_job_status(conn, job_id))
+        if status is None:
+            raise _missing(job_id)
+        return JobHandle(owner, job_id)
+
+    def cancel(self, job_id: int, *, terminate: bool = False) -> CancelResult:
+        """Cancel a job: pending → cancelled (never runs); running → flagged, its worker is
+        told, and it ends cancelled (async tasks get CancelledError, bound sync tasks see
+        ``ctx.cancelled()``); finished → nothing changes (``outcome == "already_finished"``).
+        ``terminate=True`` kills a running attempt: see docs/howto/operations.md."""
+        owner = cast("App", self).routing.for_id(job_id)
+        row = owner.database.run(
+            lambda conn: owner.queries.cancel_job(conn, job_id, terminate=terminate)
+        )
+        if row is None:
+            raise _missing(job_id)
+        return CancelResult.from_row(job_id, row, terminate=terminate)
+
+    async def acancel(self, job_id: int, *, terminate: bool = False) -> CancelResult:
+        owner = cast("App", self).routing.for_id(job_id)
+        row = await owner.database.arun(
+            lambda conn: owner.queries.acancel_job(conn, job_id, terminate=terminate)
+        )
+        if row is None:
+            raise _missing(job_id)
+        return CancelResult.from_row(job_id, row, terminate=terminate)
+
+    def update_job_meta(
+        self, job_id: int, *, worker_id: int, attempt: int, patch: Mapping[str, Any]
+    ) -> bool:
+        """Merge ``patch`` into a running job's meta under its lease (worker_id, attempt):
+        one fenced UPDATE. False when the lease is lost (nothing written); an empty patch
+        writes nothing. JobContext.update_meta and set_progress write through it."""
+        app = cast("App", self)
+        patch_json = encode_meta(
+            "meta update", patch, max_bytes=app.max_payload_bytes, internal=True
+        )
+        if patch_json is None:
+            return True
+        owner = app.routing.for_id(job_id)
+        return owner.database.run(
+            lambda conn: owner.queries.update_job_meta(
+                conn, job_id=job_id, worker_id=worker_id, attempt=attempt, patch_json=patch_json
+            )
+        )
+
+    def get_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
+        """Snapshots of the jobs with these ids, in id order (missing ids are skipped)."""
+        app, rows = cast("App", self), list[JobRow]()
+        for name, ids in app.store_router.group_ids(list(job_ids)).items():
+            owner = app.routing.for_store(name)
+            rows.extend(owner.database.run(functools.partial(owner.queries.get_jobs, job_ids=ids)))
+        return sorted(rows, key=lambda row: row.id) if len(rows) > 1 else rows
+
+    async def aget_jobs(self, job_ids: Sequence[int]) -> list[JobRow]:
+        app, rows = cast("App", self), list[JobRow]()
+        for name, ids in app.store_router.group_ids(list(job_ids)).items():
+            owner = app.routing.for_store(name)
+            rows.extend(
+                await owner.database.arun(functools.partial(owner.queries.aget_jobs, job_ids=ids))
+            )
+        return sorted(rows, key=lambda row: row.id) if len(rows) > 1 else rows
+
+
+def _missing(job_id: int) -> JobNotFoundError:
+    return JobNotFoundError(f"job {job_id} does not exist (it may have been pruned)")

@@ -17,16 +17,29 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
 
 from .._errors import JobCancelled, JobNotFoundError, PayloadError, TaskFailed
 from .._payload import Unreadable
 from .._retry import reconnect_delay
+from .._store.database import Database
+from .._store.queries import Queries
 
-if TYPE_CHECKING:
-    from .app import App
+
+class ResultsApp(Protocol):
+    """What the result reads take of an App: its database, its statements and its
+    process's listener."""
+
+    @property
+    def database(self) -> Database: ...
+
+    @property
+    def queries(self) -> Queries: ...
+
+    def result_listener(self) -> ResultListener: ...
+
 
 logger = logging.getLogger("pgtasks.results")
 
@@ -39,7 +52,7 @@ FAST_POLL, SLOW_POLL = 0.05, 1.0
 class ResultListener:
     """LISTEN on the done channel in a daemon thread; wake the waiters of each id."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: ResultsApp) -> None:
         self.app = app
         self._lock = threading.Lock()
         self._waiters: dict[int, set[Callable[[], None]]] = {}
@@ -175,7 +188,7 @@ class _Polling:
         return interval if remaining is None else min(interval, remaining)
 
 
-def wait_for_result(app: App, job_id: int, timeout: float | None) -> Any:
+def wait_for_result(app: ResultsApp, job_id: int, timeout: float | None) -> Any:
     listener = app.result_listener()
     woken = threading.Event()
     unsubscribe = listener.subscribe(job_id, woken.set)
@@ -193,7 +206,7 @@ def wait_for_result(app: App, job_id: int, timeout: float | None) -> Any:
         unsubscribe()
 
 
-async def await_result(app: App, job_id: int, timeout: float | None) -> Any:
+async def await_result(app: ResultsApp, job_id: int, timeout: float | None) -> Any:
     listener = app.result_listener()
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()

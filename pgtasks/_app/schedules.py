@@ -209,15 +209,3 @@ def schedules_as_json(now: datetime, statuses: Sequence[ScheduleStatus]) -> str:
         },
         indent=2,
     )
-
-
-def add_schedule(app: App, schedule: Schedule) -> Schedule:
-    """Declare ``schedule`` on ``app``; a second schedule of one name is refused."""
-    with app._lock:
-        if schedule.name in app.schedules:
-            raise TaskRegistrationError(
-                f"a schedule named {schedule.name!r} already exists; pass name= to"
-                " declare another schedule of the same task and expression"
-            )
-        app.schedules[schedule.name] = schedule
-    return schedule

@@ -1,17 +1,24 @@
 """AppSettings: an App's configuration as one frozen value, validated once.
 
-``App(...)``'s keywords and the environment make it (:meth:`AppSettings.resolve`); a
-Worker derives its own settings from it (pgtasks/_worker/settings.py). Every rule that
-joins two options (a heartbeat shorter than the lease) is checked here, once.
+``App(dsn, **options)``'s keywords are declared once, in :class:`AppOptions` (names and
+types; their defaults are AppSettings' fields, PoolSettings' and None for the
+connections, which the environment fills in); App's signature is derived from it
+(:func:`app_signature`). The keywords and the environment make the settings
+(:meth:`AppSettings.resolve`); a Worker derives its own settings from them
+(pgtasks/_worker/settings.py). Every rule that joins two options (a heartbeat shorter
+than the lease) is checked here, once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import warnings
 from collections.abc import Mapping
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import Any, ForwardRef, Generic, Protocol, TypedDict, TypeVar, overload
+
+from typing_extensions import Unpack
 
 from .._errors import ConfigurationError
 from .._operations import retention_seconds
@@ -32,6 +39,81 @@ _INTERVALS = (
     "prune_interval",
     "heal_interval",
 )
+
+
+class AppOptions(TypedDict, total=False):
+    """The keywords of ``App(dsn, ...)``, every one optional (see :class:`pgtasks.App`)."""
+
+    #: The server itself behind a transaction pooler (LISTEN, locks, migrations).
+    session_dsn: str | None
+    #: A streaming replica for the dashboard, stats and metrics.
+    replica_dsn: str | None
+    #: Whether ``dsn`` is a transaction-mode pooler (PgBouncer ``pool_mode = transaction``).
+    pooled: bool | None
+    #: Whether connections to a pooled ``dsn`` may prepare statements.
+    prepared_statements: bool | None
+    #: The PostgreSQL schema of the tables (else PGTASKS_SCHEMA, else "pgtasks").
+    schema: str | None
+    #: Where the embedded server keeps its data (no DSN configured).
+    embedded_dir: str | os.PathLike[str] | None
+    #: The queue of tasks that name none.
+    default_queue: str
+    #: Attempts of a task that names none (the first run counts).
+    default_max_attempts: int
+    #: Largest arguments (and meta) of a job, in bytes of JSON.
+    max_payload_bytes: int
+    #: Largest result a worker stores (a larger one fails its job).
+    max_result_bytes: int
+    #: Longest error text a worker stores (cut with a marker).
+    max_error_bytes: int
+    #: Connections each pool keeps open.
+    pool_min_size: int
+    #: Most connections of each pool.
+    pool_max_size: int
+    #: Seconds to wait for a connection.
+    connect_timeout: float
+    #: Times an operation is tried on a broken connection.
+    connect_attempts: int
+    #: Seconds without a heartbeat before a worker's jobs are rescued.
+    lease_timeout: float
+    #: Seconds between a worker's heartbeats (shorter than the lease).
+    heartbeat_interval: float
+    #: Seconds between rescues of the jobs of lost workers.
+    rescue_interval: float
+    #: Seconds between a worker's claims when no notification comes.
+    poll_interval: float
+    #: Seconds a finished job is kept (None: never pruned).
+    prune_done_after: float | None
+    #: Seconds a failed job is kept (None: never pruned).
+    prune_failed_after: float | None
+    #: Seconds between prunes.
+    prune_interval: float
+    #: Seconds between the repairs of workflows and limits.
+    heal_interval: float
+    #: Seconds a due job waits per level its priority rises (None: no aging).
+    priority_aging: float | None
+    #: Run tasks inline on ``delay()`` (tests).
+    eager: bool
+    #: Several databases by name (``"default"`` first; docs/howto/scaling.md).
+    stores: Mapping[str, str | Store] | None
+    #: The store of each queue (unrouted queues: ``"default"``).
+    routes: Mapping[str, str] | None
+    #: Whether an enqueue NOTIFYs the workers (None: PGTASKS_NOTIFY_ENQUEUES, else yes).
+    notify_enqueues: bool | None
+    #: When an enqueue NOTIFYs the workers: "always", "off" or "auto" (None: PGTASKS_NOTIFY,
+    #: else "always"; docs/performance.md).
+    notify: str | None
+
+
+#: The keywords of AppOptions that are PoolSettings' fields (by field name).
+_POOLS = {
+    "pool_min_size": "min_size",
+    "pool_max_size": "max_size",
+    "connect_timeout": "connect_timeout",
+    "connect_attempts": "connect_attempts",
+}
+#: The keywords that make the store layout.
+_LAYOUT = ("stores", "routes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,42 +191,73 @@ class AppSettings:
         cls,
         dsn: str | None = None,
         *,
-        session_dsn: str | None = None,
-        replica_dsn: str | None = None,
-        pooled: bool | None = None,
-        prepared_statements: bool | None = None,
-        schema: str | None = None,
-        embedded_dir: str | os.PathLike[str] | None = None,
-        pool_min_size: int = 1,
-        pool_max_size: int = 10,
-        connect_timeout: float = 5.0,
-        connect_attempts: int = 3,
         environ: Mapping[str, str] | None = None,
-        stores: Mapping[str, str | Store] | None = None,
-        routes: Mapping[str, str] | None = None,
-        notify_enqueues: bool | None = None,
-        notify: str | None = None,
-        **options: Any,
+        **options: Unpack[AppOptions],
     ) -> AppSettings:
-        """The settings of ``App(...)``'s keywords (``options``: the fields of the same
-        name), the environment filling in the connections (PGTASKS_DSN, …) and the
+        """The settings of ``App(...)``'s keywords: the fields of the same name, the
+        pools', the connections (the environment filling in PGTASKS_DSN, …) and the
         stores (PGTASKS_STORES, PGTASKS_ROUTES; see layout.py)."""
         environ = os.environ if environ is None else environ
-        database = DatabaseSettings.resolve(
-            dsn,
-            schema=schema,
-            embedded_dir=embedded_dir,
-            session_dsn=session_dsn,
-            replica_dsn=replica_dsn,
-            pooled=pooled,
-            prepared_statements=prepared_statements,
-            environ=environ,
-            notify_enqueues=notify_enqueues,
-            notify=notify,
+        given: dict[str, Any] = dict(options)
+        pools = PoolSettings(
+            **{field: given.pop(key) for key, field in _POOLS.items() if key in given}
         )
-        pools = PoolSettings(pool_min_size, pool_max_size, connect_timeout, connect_attempts)
+        stores, routes = (given.pop(key, None) for key in _LAYOUT)
+        connection = {key: given.pop(key) for key in _CONNECTION if key in given}
+        database = DatabaseSettings.resolve(
+            dsn, schema=connection.pop("schema", None), environ=environ, **connection
+        )
         layout = StoreLayout.resolve(database, stores, routes, dsn_given=bool(dsn), environ=environ)
-        return cls(layout.stores[DEFAULT_STORE], pools, layout=layout, **options)
+        return cls(layout.stores[DEFAULT_STORE], pools, layout=layout, **given)
+
+
+#: The keywords of AppOptions that are AppSettings' own fields.
+_FIELDS = {field.name for field in dataclasses.fields(AppSettings)} & set(
+    AppOptions.__annotations__
+)
+#: The keywords of the connections (DatabaseSettings.resolve's): the others.
+_CONNECTION = tuple(
+    name for name in AppOptions.__annotations__ if name not in {*_FIELDS, *_POOLS, *_LAYOUT}
+)
+
+
+def option_defaults() -> dict[str, Any]:
+    """The default of each keyword of AppOptions (None: the environment's, or none)."""
+    fields = {field.name: field.default for field in dataclasses.fields(AppSettings)}
+    pools = {field.name: field.default for field in dataclasses.fields(PoolSettings)}
+    return {
+        name: fields[name] if name in _FIELDS else pools[_POOLS[name]] if name in _POOLS else None
+        for name in AppOptions.__annotations__
+    }
+
+
+def app_signature() -> inspect.Signature:
+    """``App.__init__``'s signature as ``inspect`` shows it: ``self``, ``dsn``, then every
+    keyword of AppOptions with its type and default."""
+    keyword, positional = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
+    defaults = option_defaults()
+    return inspect.Signature(
+        [
+            inspect.Parameter("self", positional),
+            inspect.Parameter("dsn", positional, default=None, annotation="str | None"),
+            *(
+                inspect.Parameter(name, keyword, default=defaults[name], annotation=_text(kind))
+                for name, kind in AppOptions.__annotations__.items()
+            ),
+        ],
+        return_annotation="None",
+    )
+
+
+def check_keywords(options: Mapping[str, object]) -> None:
+    """The TypeError Python raises for a keyword ``App.__init__`` does not take."""
+    for name in options:
+        if name not in AppOptions.__annotations__:
+            raise TypeError(f"App.__init__() got an unexpected keyword argument {name!r}")
+
+
+def _text(annotation: object) -> object:
+    return annotation.__forward_arg__ if isinstance(annotation, ForwardRef) else annotation
 
 
 class _Configured(Protocol):
@@ -153,11 +266,10 @@ class _Configured(Protocol):
 
 class FromSettings(Generic[T]):
     """A read-only App attribute that reads the field of the same name of
-    ``app.settings`` (``pools``: of ``app.settings.pools``, named ``field``)."""
+    ``app.settings`` (or the one ``path`` names: ``"pools.min_size"``)."""
 
-    def __init__(self, field: str = "", *, pools: bool = False) -> None:
-        self.field = field
-        self.pools = pools
+    def __init__(self, path: str = "") -> None:
+        self.field = path
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.field = self.field or name
@@ -171,9 +283,11 @@ class FromSettings(Generic[T]):
     def __get__(self, instance: _Configured | None, owner: type) -> T | FromSettings[T]:
         if instance is None:
             return self
-        settings = instance.settings
-        value: T = getattr(settings.pools if self.pools else settings, self.field)
-        return value
+        value: Any = instance.settings
+        for name in self.field.split("."):
+            value = getattr(value, name)
+        result: T = value
+        return result
 
 
 class DeprecatedAlias:

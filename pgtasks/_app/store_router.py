@@ -16,7 +16,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import psycopg
@@ -395,6 +395,12 @@ class StoreRouter:
         self._checked.setdefault(conn, set()).add(name)
 
     # -- lifetime --
+    def use(self, name: str, database: Database) -> StoreLayout:
+        """Make ``database`` store ``name``'s (``App.restore_database``); the new layout."""
+        self.databases[name] = database
+        self.layout = replace(self.layout, stores={**self.layout.stores, name: database.settings})
+        return self.layout
+
     def close(self) -> None:
         for database in self.databases.values():
             database.close()

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .._batches import Batch
 from .._errors import TaskRegistrationError
+from .._jobs import ExecutorName
 from .._payload import check_name
 from .._validation import positive_number
-
-if TYPE_CHECKING:
-    from .tasks import Task
+from .limits import TaskLimits
 
 #: The signature of a batch task's jobs: any JSON arguments (its function takes their list).
 ANY_ARGUMENTS = inspect.Signature(
@@ -24,7 +23,7 @@ ANY_ARGUMENTS = inspect.Signature(
 )
 
 
-def check_batch(task: Task[Any, Any], value: object) -> Batch | None:
+def check_batch(task: CheckedTask, value: object) -> Batch | None:
     """The task option batch=, checked against the task's other options."""
     if value is None:
         return None
@@ -52,7 +51,7 @@ def check_batch(task: Task[Any, Any], value: object) -> Batch | None:
     return value
 
 
-def refuse_limited_batch(task: Task[Any, Any], limit_groups: object) -> None:
+def refuse_limited_batch(task: CheckedTask, limit_groups: object) -> None:
     """A batch task's job in a queue with limits would never be claimed: refused."""
     if limit_groups is not None and task.batch is not None:
         raise ValueError(
@@ -86,3 +85,28 @@ def arguments_of(item: Any) -> tuple[Sequence[Any], Mapping[str, Any]]:
     raise TypeError(
         f"delay_many items must be a kwargs dict or an (args, kwargs) pair, got {item!r}"
     )
+
+
+class CheckedTask(Protocol):
+    """What the checks of batch execution read of a task."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def batch(self) -> Batch | None: ...
+
+    @property
+    def bind(self) -> bool: ...
+
+    @property
+    def executor(self) -> ExecutorName | None: ...
+
+    @property
+    def is_async(self) -> bool: ...
+
+    @property
+    def limits(self) -> TaskLimits | None: ...
+
+    @property
+    def soft_timeout(self) -> float | None: ...

@@ -1,16 +1,59 @@
-"""``@app.task``'s registration: a function made a Task of an App, under its name and
-its former names (aliases)."""
+"""Registry: an App's tasks and schedules by name, each added under one lock (the Apps
+of its stores share it); and ``@app.task``'s registration: a function made a Task of an
+App, under its name and its former names (aliases)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._cron import Schedule
 from .._errors import TaskRegistrationError
 from .tasks import Task
 
 if TYPE_CHECKING:
     from .app import App
+
+
+class Registry:
+    """The tasks (by each of their names) and the schedules of an App."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
+        self.schedules: dict[str, Schedule] = {}
+        self._lock = threading.Lock()
+
+    def after_fork(self) -> None:
+        """In a forked child: another thread may have held the lock during the fork."""
+        self._lock = threading.Lock()
+
+    def add_task(self, task: Task[Any, Any]) -> Task[Any, Any]:
+        """Register ``task`` under its name and aliases; a second task of one name is a
+        TaskRegistrationError."""
+        with self._lock:
+            for name in (task.name, *task.aliases):
+                if name in self.tasks:
+                    raise TaskRegistrationError(
+                        f"a task named {name!r} is already registered; pass name= to"
+                        " register another function under a different name"
+                    )
+            self.tasks[task.name] = task
+            for alias in task.aliases:  # a worker claims and runs the jobs of its old names
+                self.tasks[alias] = task
+        return task
+
+    def add_schedule(self, schedule: Schedule) -> Schedule:
+        """Declare ``schedule``; a second schedule of one name is refused."""
+        with self._lock:
+            if schedule.name in self.schedules:
+                raise TaskRegistrationError(
+                    f"a schedule named {schedule.name!r} already exists; pass name= to"
+                    " declare another schedule of the same task and expression"
+                )
+            self.schedules[schedule.name] = schedule
+        return schedule
 
 
 def register_task(
@@ -20,15 +63,4 @@ def register_task(
     a TaskRegistrationError."""
     if isinstance(function, Task):
         raise TaskRegistrationError(f"{function!r} is already a task")
-    task: Task[Any, Any] = Task(app, function, bind=bind, **options)
-    with app._lock:
-        for name in (task.name, *task.aliases):
-            if name in app.tasks:
-                raise TaskRegistrationError(
-                    f"a task named {name!r} is already registered; pass name= to"
-                    " register another function under a different name"
-                )
-        app.tasks[task.name] = task
-        for alias in task.aliases:  # a worker claims and runs the jobs of its old names
-            app.tasks[alias] = task
-    return task
+    return app.registry.add_task(Task(app, function, bind=bind, **options))

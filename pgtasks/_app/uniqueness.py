@@ -16,14 +16,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from .._errors import TaskRegistrationError, UniquenessError
 from .._jobs import JobSpec, ScopedJobSpec
 from .._payload import MAX_KEY_BYTES, check_name
-
-if TYPE_CHECKING:
-    from .tasks import Task
 
 UniqueWhile = Literal["active"]
 UNIQUE_WHILE_VALUES: tuple[UniqueWhile, ...] = ("active",)
@@ -99,7 +96,7 @@ def task_uniqueness(task_name: str, options: Mapping[str, Any]) -> Uniqueness | 
 
 
 def _computed_key(
-    task: Task[Any, Any],
+    task: UniqueTask,
     function: Callable[..., str],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
@@ -122,7 +119,7 @@ def _computed_key(
 
 
 def scoped_spec(
-    task: Task[Any, Any],
+    task: UniqueTask,
     spec: JobSpec,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
@@ -165,7 +162,7 @@ def scoped_spec(
     return ScopedJobSpec(**fields, unique_key=key, unique_for=period)
 
 
-def schedule_key(task: Task[Any, Any], schedule_name: str) -> str | None:
+def schedule_key(task: UniqueTask, schedule_name: str) -> str | None:
     """The scoped key of a periodic task's jobs when the task has a scope but no
     unique_key=: the schedule's name (no two of its jobs active, or in one window).
     """
@@ -175,3 +172,13 @@ def schedule_key(task: Task[Any, Any], schedule_name: str) -> str | None:
     if not uniqueness.while_active and uniqueness.period is None:
         return None
     return schedule_name
+
+
+class UniqueTask(Protocol):
+    """What uniqueness reads of a task."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uniqueness(self) -> Uniqueness | None: ...

@@ -10,11 +10,13 @@ given: the dashboard's own connections) and returns values of ``pgtasks._workflo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import psycopg
 
 from .._errors import WorkflowNotFoundError
+from .._store.database import Database
+from .._store.queries import Queries
 from .._workflows_text import (
     INCIDENT_KINDS,
     WORKFLOW_STATES,
@@ -23,11 +25,25 @@ from .._workflows_text import (
     WorkflowStep,
     WorkflowSummary,
 )
-from .routing import for_id
+from .routing import Routing
 
 if TYPE_CHECKING:
     from .._store.ports import AdminPort
-    from .app import App
+
+
+class WorkflowsApp(Protocol):
+    """What the workflow reads take of an App: its database, its statements and the
+    routing of an id to the store that issued it."""
+
+    @property
+    def database(self) -> Database: ...
+
+    @property
+    def queries(self) -> Queries: ...
+
+    @property
+    def routing(self) -> Routing[Any]: ...
+
 
 #: Characters of a step's result (as JSON text) a workflow page reads.
 MAX_RESULT_CHARS = 2000
@@ -45,11 +61,13 @@ def _missing(workflow_id: int) -> WorkflowNotFoundError:
     )
 
 
-def describe_workflow(app: App, workflow_id: int, *, limit: int | None = None) -> dict[str, Any]:
+def describe_workflow(
+    app: WorkflowsApp, workflow_id: int, *, limit: int | None = None
+) -> dict[str, Any]:
     """The workflow's row and its jobs (``app.get_workflow``); with ``limit``, its first
     ``limit`` jobs by id, and when it has more, ``jobs_by_status`` (every job counted by
     status: a group of a million members is not read whole)."""
-    app = for_id(app, workflow_id)  # the store that issued the id
+    app = app.routing.for_id(workflow_id)  # the store that issued the id
     queries: AdminPort = app.queries
 
     def read(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
@@ -70,7 +88,7 @@ def describe_workflow(app: App, workflow_id: int, *, limit: int | None = None) -
 
 
 def list_workflows(
-    app: App,
+    app: WorkflowsApp,
     *,
     status: str | None = None,
     workflow_id: int | None = None,
@@ -88,7 +106,7 @@ def list_workflows(
     if status is not None and status not in WORKFLOW_STATES:
         raise ValueError(f"status: {status!r} is not one of {', '.join(WORKFLOW_STATES)}")
     if workflow_id is not None and run is None:
-        app = for_id(app, workflow_id)
+        app = app.routing.for_id(workflow_id)
     queries: AdminPort = app.queries
     rows: list[dict[str, Any]] = (run or app.database.run)(
         lambda conn: queries.list_workflows(
@@ -104,7 +122,7 @@ def list_workflows(
 
 
 def workflow_detail(
-    app: App,
+    app: WorkflowsApp,
     workflow_id: int,
     *,
     max_result: int = MAX_RESULT_CHARS,
@@ -118,7 +136,7 @@ def workflow_detail(
     when it does not exist. Read in the store that issued the id, or with ``run`` in the
     store its connections are (the caller's store: a dashboard's)."""
     if run is None:
-        app = for_id(app, workflow_id)  # the store that issued the id
+        app = app.routing.for_id(workflow_id)  # the store that issued the id
 
     def read(conn: psycopg.Connection[Any]) -> WorkflowDetail | None:
         store: AdminPort = app.queries
@@ -149,14 +167,14 @@ def workflow_detail(
 
 
 def workflow_incidents(
-    app: App, *, workflow_id: int | None = None, kind: str | None = None, limit: int = 50
+    app: WorkflowsApp, *, workflow_id: int | None = None, kind: str | None = None, limit: int = 50
 ) -> list[WorkflowIncident]:
     """Incidents newest first (of one workflow, in the store that issued its id; or all
     of ``app``'s store), of one kind or all."""
     if kind is not None and kind not in INCIDENT_KINDS:
         raise ValueError(f"kind: {kind!r} is not one of {', '.join(INCIDENT_KINDS)}")
     if workflow_id is not None:
-        app = for_id(app, workflow_id)
+        app = app.routing.for_id(workflow_id)
     queries: AdminPort = app.queries
     rows = app.database.run(
         lambda conn: queries.list_workflow_incidents(
