@@ -1,6 +1,7 @@
-"""The workflows' triggers on jobs_history run only for workflow jobs (migration 0030): a
-finish, a failure or a cancel of a job outside any workflow calls neither the row trigger
-nor the statement trigger, while a workflow step's finish still moves its workflow on.
+"""The workflows' triggers on jobs_history run only for workflow jobs (migration 0030), and
+the sequences' statement trigger only for sequence jobs (migration 0032): a finish, a
+failure or a cancel of a plain job calls none of them, while a workflow step's finish
+still moves its workflow on and a sequence head's finish hands its key's turn over.
 Calls are counted by the server (track_functions, pg_stat_xact_user_functions) in the
 transaction that finished the jobs."""
 
@@ -18,6 +19,7 @@ from pgtasks._retry import Outcome
 from tests.support.inprocess import execute, select
 
 WORKFLOW_FUNCTIONS = ("workflow_job_ended", "workflow_jobs_ended")
+SEQUENCE_FUNCTIONS = ("sequence_job_ending", "sequence_job_ended", "sequence_jobs_ended")
 
 
 def _claim(app: App, limit: int) -> list[ClaimedJob]:
@@ -30,9 +32,13 @@ def _claim(app: App, limit: int) -> list[ClaimedJob]:
         )
 
 
-def _counting_calls(app: App, work: Callable[[psycopg.Connection[Any]], object]) -> dict[str, int]:
-    """Run ``work`` in one transaction with function calls counted; the workflow
-    functions' calls in it (absent: never called). The counts are read before and after
+def _counting_calls(
+    app: App,
+    work: Callable[[psycopg.Connection[Any]], object],
+    functions: Sequence[str] = WORKFLOW_FUNCTIONS,
+) -> dict[str, int]:
+    """Run ``work`` in one transaction with function calls counted; the calls of
+    ``functions`` in it (absent: never called). The counts are read before and after
     ``work`` in that transaction (the backend's counts not yet reported include earlier
     transactions' calls)."""
     with app.connection() as conn, conn.transaction():
@@ -40,18 +46,18 @@ def _counting_calls(app: App, work: Callable[[psycopg.Connection[Any]], object])
             conn.execute("SET LOCAL track_functions = 'pl'")
         except psycopg.errors.InsufficientPrivilege:
             pytest.skip("track_functions needs a superuser on the test server")
-        before = _calls(conn, app)
+        before = _calls(conn, app, functions)
         work(conn)
-        after = _calls(conn, app)
-    calls = {name: after.get(name, 0) - before.get(name, 0) for name in WORKFLOW_FUNCTIONS}
+        after = _calls(conn, app, functions)
+    calls = {name: after.get(name, 0) - before.get(name, 0) for name in functions}
     return {name: count for name, count in calls.items() if count}
 
 
-def _calls(conn: psycopg.Connection[Any], app: App) -> dict[str, int]:
+def _calls(conn: psycopg.Connection[Any], app: App, functions: Sequence[str]) -> dict[str, int]:
     rows = conn.execute(
         "SELECT funcname::text, calls FROM pg_stat_xact_user_functions"
         " WHERE schemaname = %s AND funcname = ANY(%s)",
-        (app.schema, list(WORKFLOW_FUNCTIONS)),
+        (app.schema, list(functions)),
     ).fetchall()
     return dict(rows)
 
@@ -119,3 +125,45 @@ def test_finishing_a_workflow_step_still_moves_the_workflow_on(app: App, noop: A
     assert _counting_calls(app, _finish([second], Outcome.done("null"), app)) == {
         "workflow_job_ended": 1
     }
+
+
+def test_finishing_and_cancelling_plain_jobs_runs_no_sequence_trigger(app: App, noop: Any) -> None:
+    noop.delay_many([{}] * 3)
+    jobs = _claim(app, 3)
+    calls = _counting_calls(app, _finish(jobs[:2], Outcome.done("null"), app), SEQUENCE_FUNCTIONS)
+    assert calls == {}
+    cancelled = noop.delay()
+
+    def cancel(conn: psycopg.Connection[Any]) -> object:
+        return execute(
+            conn, app, "UPDATE {schema}.jobs SET status = 'cancelled' WHERE id = %s", [cancelled.id]
+        )
+
+    assert _counting_calls(app, cancel, SEQUENCE_FUNCTIONS) == {}
+
+
+def test_a_sequence_heads_finish_hands_the_turn_over_and_a_later_plain_finish_runs_nothing(
+    app: App, noop: Any
+) -> None:
+    @app.task(name="step", sequence_key="s", max_attempts=1)
+    def step(n: int) -> None:
+        """One step of sequence s."""
+
+    step.delay(1)
+    second = step.delay(2)
+    noop.delay()
+    claimed = _claim(app, 5)  # the head of s and the plain job: s's second job waits
+    head = next(job for job in claimed if job.task_name == "step")
+    plain = next(job for job in claimed if job.task_name == "noop")
+
+    def finish_both(conn: psycopg.Connection[Any]) -> object:
+        app.queries.finish_jobs(conn, [Finish.of(head, Outcome.done("null"))])
+        return app.queries.finish_jobs(conn, [Finish.of(plain, Outcome.done("null"))])
+
+    calls = _counting_calls(app, finish_both, SEQUENCE_FUNCTIONS)
+    # One call of each for the head's statement; the plain job's statement after it, in
+    # the same transaction, calls none (the statement trigger cleared the flag).
+    assert calls == {"sequence_job_ending": 1, "sequence_job_ended": 1, "sequence_jobs_ended": 1}
+    with app.connection() as conn:
+        rows = select(conn, app, "SELECT status FROM {schema}.jobs WHERE id = %s", [second.id])
+    assert rows == [("pending",)]
