@@ -460,9 +460,10 @@ def test_pruner_does_nothing_while_another_session_holds_the_prune_lock(
         locks = select(
             conn,
             app,
+            # This schema's lock only: other tests' pruners hold their schemas' at times.
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid"
-            " AND granted",
-            [ADVISORY_LOCK_CLASS_PRUNE],
+            " AND objid = hashtext(%s)::oid AND granted",
+            [ADVISORY_LOCK_CLASS_PRUNE, app.schema],
         )
         assert locks == [(1,)]
 
