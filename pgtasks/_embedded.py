@@ -54,6 +54,8 @@ MAX_SOCKET_PATH = 100
 SOCKET_NAME = ".s.PGSQL.5432"
 #: Trust is safe only because the socket is private (see above).
 INITDB_OPTIONS = ("--auth=trust", "--encoding=utf8", "--no-instructions")
+#: Connections the embedded server accepts.
+MAX_CONNECTIONS = 300
 #: Seconds pg_ctl may take to start or stop the server.
 PG_CTL_TIMEOUT = 60
 
@@ -234,6 +236,10 @@ def _ensure_running(data_dir: Path, bin_dir: Path) -> str:
             "-h ''",  # no TCP: the Unix socket only
             f"-k {shlex.quote(str(socket_dir))}",
             "-c unix_socket_permissions=0700",
+            # Room for a development cluster of workers: ten worker processes with their
+            # pools, listeners and heartbeats take over a hundred connections (the
+            # server's default is 100).
+            f"-c max_connections={MAX_CONNECTIONS}",
         ]
     )
     log = pgdata / "log"

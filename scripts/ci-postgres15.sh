@@ -32,7 +32,7 @@
 # Run as root (the CI case), the servers run as the system user "pgtasks-ci" (created with
 # useradd --system when missing; falls back to "postgres"); otherwise as the current user.
 # Durability settings stay at their defaults (fsync=on, synchronous_commit=on); the server
-# gets max_connections=200, wal_keep_size=512MB (a replica that falls behind catches up)
+# gets max_connections=300, wal_keep_size=512MB (a replica that falls behind catches up)
 # and its unix socket inside the temp dir.
 #
 # Environment: PG_BIN (default /usr/lib/postgresql/15/bin), PGTASKS_CI_PG_PORT (first port
@@ -208,7 +208,7 @@ cmd_start() {
 # --- added by scripts/ci-postgres15.sh ---
 listen_addresses = '$HOST'
 unix_socket_directories = '$sockdir'
-max_connections = 200
+max_connections = 300
 # The pgtasks doctor tests provoke a prepared transaction.
 max_prepared_transactions = 10
 # A streaming replica (start-replica) that falls behind catches up from the kept WAL.

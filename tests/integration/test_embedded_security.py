@@ -21,6 +21,7 @@ import pytest
 from psycopg import conninfo
 
 from pgtasks._embedded import (
+    MAX_CONNECTIONS,
     SERVER_USER,
     EmbeddedServerError,
     embedded_dsn,
@@ -79,6 +80,8 @@ def test_only_the_owner_can_connect_and_no_parent_directory_is_changed(
         # The owner (root here) connects; another OS user is refused.
         with psycopg.connect(dsn, connect_timeout=3) as conn:
             assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
+            # Room for ten workers' connections (the server's default of 100 is not).
+            assert conn.execute("SHOW max_connections").fetchone() == (str(MAX_CONNECTIONS),)
         refused = connect_as_nobody(dsn)
         assert refused.returncode != 0, refused
         assert "Permission denied" in refused.stderr or "No such file" in refused.stderr
