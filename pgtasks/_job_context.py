@@ -138,6 +138,12 @@ class JobContext(DurableContext):
         """:meth:`set_progress` for ``async def`` tasks (the write runs in a thread)."""
         await self._awrite(progress_patch(current, total, message))
 
+    def write_meta(self, patch: dict[str, Any]) -> None:
+        """Merge an already checked patch (user keys and reserved ones, such as a
+        progress report's) into the job's meta in one fenced UPDATE: the Celery front's
+        ``update_state`` writes a state and its progress together."""
+        self._write(patch)
+
     def _write(self, patch: dict[str, Any]) -> None:
         if self._write_meta is None:
             return  # called directly (no job): nothing to write to

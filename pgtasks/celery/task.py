@@ -11,6 +11,7 @@ does), ``Ignore`` ends it done, ``Reject(requeue=True)`` runs it again.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._jobs import JobContext
+from .._progress import check_meta_patch, progress_patch
 from .._retry import Retry as NativeRetry
 from .exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 from .states import FAILURE, RETRY, STARTED, SUCCESS
@@ -308,12 +310,15 @@ class Task:
                 "update_state() records the running task's own state: call it inside the"
                 " task, without task_id= or with self.request.id"
             )
-        patch: dict[str, Any] = {"celery.state": state or STARTED, "celery.info": meta}
-        context.update_meta(patch)
+        patch = check_meta_patch({"celery.state": state or STARTED, "celery.info": meta})
         if isinstance(meta, Mapping) and "current" in meta and "total" in meta:
             current, total = meta["current"], meta["total"]
             if isinstance(current, (int, float)) and isinstance(total, (int, float)):
-                context.set_progress(current, total)
+                # Not a finite number: the state and its meta, without progress.
+                with contextlib.suppress(ValueError):
+                    patch.update(progress_patch(current, total, None))
+        # One fenced UPDATE: a reader never sees the new state without its progress.
+        context.write_meta(patch)
 
     # -- canvas --
     def s(self, *args: Any, **kwargs: Any) -> Signature:
