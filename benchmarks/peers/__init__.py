@@ -1,8 +1,9 @@
 """Peer queues measured beside pgtasks: PgQueuer and Procrastinate (the ``bench`` extra).
 
-Each peer gets its own database on the benchmark server (``bench_pgqueuer``,
-``bench_procrastinate``), dropped and recreated for every measurement, so its schema never
-meets pgtasks'. Each peer module exposes the same functions as the pgtasks runner:
+Each peer gets its own database on the benchmark server (``bench_pgqueuer_<db>``,
+``bench_procrastinate_<db>``, named after the benchmark's database <db>), dropped and
+recreated for every measurement, so its schema never meets pgtasks'. Each peer module
+exposes the same functions as the pgtasks runner:
 
 - ``enqueue_one_by_one(dsn, count) -> jobs/s``
 - ``enqueue_bulk(dsn, count) -> jobs/s`` (batches of 1000 through the library's batch API)

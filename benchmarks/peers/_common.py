@@ -54,7 +54,13 @@ def peer_dsn(dsn: str, database: str) -> str:
 
 
 def reset_database(dsn: str, database: str) -> str:
-    """Drop and recreate ``database`` (with the execution log in it); return its DSN."""
+    """Drop and recreate the peer's database (with the execution log in it); return its DSN.
+
+    Its name is ``database`` followed by the benchmark database's own name: two runs
+    against two databases of one server (the test suite's benchmark tests run side by
+    side) never drop each other's peer database."""
+    source = conninfo_to_dict(dsn).get("dbname") or "postgres"
+    database = f"{database}_{source}"[:63]
     name = sql.Identifier(database)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))

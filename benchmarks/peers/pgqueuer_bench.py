@@ -75,7 +75,7 @@ async def connect(dsn: str) -> tuple[Any, Callable[[], Awaitable[None]]]:
 
 
 def install(dsn: str) -> str:
-    """A fresh ``bench_pgqueuer`` database with PgQueuer's schema; return its DSN."""
+    """A fresh ``bench_pgqueuer_<db>`` database with PgQueuer's schema; return its DSN."""
     target = reset_database(dsn, DATABASE)
 
     async def go() -> None:

@@ -64,7 +64,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 def install(dsn: str) -> str:
-    """A fresh ``bench_procrastinate`` database with Procrastinate's schema; return its DSN."""
+    """A fresh ``bench_procrastinate_<db>`` database with Procrastinate's schema; return its DSN."""
     target = reset_database(dsn, DATABASE)
 
     async def go() -> None:
