@@ -38,7 +38,7 @@ from psycopg.pq import TransactionStatus
 
 from .._errors import MigrationLockError, SchemaNotMigratedError, SchemaTooNewError
 from .._validation import positive_seconds
-from ..sql import Migration, load_migrations
+from ..sql import Migration, load_migrations, migration_versions
 from ..sql.steps import Step
 from . import partition_indexes
 from .migration_plan import (
@@ -66,7 +66,8 @@ _RETRIED = (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected)
 
 
 def head_version() -> int:
-    return load_migrations()[-1].version
+    """This code's schema version: the last migration's number (file names only)."""
+    return migration_versions()[-1]
 
 
 class Migrator:

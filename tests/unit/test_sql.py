@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pgtasks._store.migrator import head_version
 from pgtasks._store.base import HEADER_LINES, PARSE_CACHED_LENGTH, without_inner_comments
 from pgtasks._store.queries import Queries, notification_channel
 from pgtasks.sql import (
@@ -18,6 +19,7 @@ from pgtasks.sql import (
     load_fragments,
     load_migrations,
     load_queries,
+    migration_versions,
     parse_fragments,
     parse_queries,
 )
@@ -276,6 +278,13 @@ def test_migrations_are_numbered_from_one_each_number_once() -> None:
 
     assert sorted([*versions, *IN_FLIGHT]) == list(range(1, len(versions) + len(IN_FLIGHT) + 1))
     assert migrations[0].name == "initial"
+
+
+def test_the_versions_read_from_file_names_are_the_migrations_versions() -> None:
+    # A worker checks its schema's version against migration_versions() without parsing
+    # a migration.
+    assert migration_versions() == tuple(migration.version for migration in load_migrations())
+    assert head_version() == load_migrations()[-1].version
 
 
 def test_versions_in_flight_are_still_missing() -> None:
