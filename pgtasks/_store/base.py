@@ -258,6 +258,19 @@ ANNOUNCED_CLAIMS = (
 )
 
 
+class _Rendered(dict[str, bytes]):
+    """Statements by name, each made by ``render`` on first use (then kept)."""
+
+    def __init__(self, render: Callable[[str], bytes]) -> None:
+        super().__init__()
+        self._make = render
+
+    def __missing__(self, name: str) -> bytes:
+        text = self._make(name)
+        self[name] = text
+        return text
+
+
 class QueriesBase:
     """Rendered statements of one schema, and how to run them."""
 
@@ -292,18 +305,22 @@ class QueriesBase:
             name: sql.SQL(self._render(without_inner_comments(text)).decode())
             for name, text in load_fragments().items()
         }
-        #: The named queries (comment lines past their header left out: without_inner_comments).
-        self._statements: dict[str, bytes] = {
-            name: self._render(without_inner_comments(query.text))
-            for name, query in load_queries().items()
-        }
-        for name in ANNOUNCED_CLAIMS:
-            self._statements[f"{name}_announced"] = self._announced(self._statements[name])
+        #: The named queries (comment lines past their header left out: without_inner_comments),
+        #: each rendered when first run: a process runs a few dozen of the 230, and
+        #: rendering them all cost every App a few hundredths of a second of CPU.
+        self._statements: dict[str, bytes] = _Rendered(self._statement)
         #: Statements whose parameters are sent in binary (``%(name)b``): arrays of many
         #: values dump several times faster so, and the server parses them faster too.
-        self._binary_statements: dict[str, bytes] = {
-            name: _TEXT_PLACEHOLDER.sub(rb"%(\1)b", text) for name, text in self._statements.items()
-        }
+        self._binary_statements: dict[str, bytes] = _Rendered(
+            lambda name: _TEXT_PLACEHOLDER.sub(rb"%(\1)b", self._statements[name])
+        )
+
+    def _statement(self, name: str) -> bytes:
+        """The named query ``name`` rendered for this schema (KeyError: no such query)."""
+        claim = name.removesuffix("_announced")
+        if claim != name and claim in ANNOUNCED_CLAIMS:
+            return self._announced(self._statements[claim])
+        return self._render(without_inner_comments(load_queries()[name].text))
 
     def _render(self, text: str) -> bytes:
         composed = sql.SQL(text).format(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pgtasks._store.migrator import head_version
-from pgtasks._store.base import HEADER_LINES, PARSE_CACHED_LENGTH, without_inner_comments
+from pgtasks._store.base import ANNOUNCED_CLAIMS, HEADER_LINES, PARSE_CACHED_LENGTH, without_inner_comments
 from pgtasks._store.queries import Queries, notification_channel
 from pgtasks.sql import (
     IN_FLIGHT,
@@ -169,11 +169,34 @@ def test_every_fragment_is_composed_into_a_statement_and_holds_no_comment() -> N
         assert fragment and "--" not in fragment, name
 
 
+def every_statement_name() -> list[str]:
+    """The named queries and the announced forms of the claims (base.ANNOUNCED_CLAIMS)."""
+    return [*load_queries(), *(f"{name}_announced" for name in ANNOUNCED_CLAIMS)]
+
+
 def test_no_statement_keeps_a_placeholder_unrendered() -> None:
     store = Queries("pgtasks")
 
-    for name, statement in store._statements.items():
-        assert not re.search(rb"\{\w+\}", statement), name
+    for name in every_statement_name():
+        assert not re.search(rb"\{\w+\}", store._statements[name]), name
+
+
+def test_statements_are_rendered_on_first_use_each_once_and_unknown_names_refused() -> None:
+    store = Queries("pgtasks")
+
+    assert not store._statements and not store._binary_statements  # nothing rendered yet
+    claim = store._statements["claim_jobs"]
+    assert store._statements["claim_jobs"] is claim  # kept
+    assert store._statements["claim_jobs_announced"] == store._announced(claim) != claim
+    assert b"%(queues)b" in store._binary_statements["claim_jobs"]
+    assert b"%(queues)s" in claim
+    for name in every_statement_name():
+        text = store._statements[name]
+        assert store._binary_statements[name] == re.sub(rb"(?<!%)%\((\w+)\)s", rb"%(\1)b", text)
+    with pytest.raises(KeyError):
+        store._statements["no_such_query"]
+    with pytest.raises(KeyError):
+        store._statements["no_such_query_announced"]
 
 
 def test_every_store_usage_of_a_query_is_in_a_method_of_the_same_name() -> None:
@@ -525,9 +548,13 @@ def test_comment_lines_inside_strings_quoted_names_and_dollar_quotes_are_kept() 
 
 def test_each_statement_is_stripped_once_whatever_the_number_of_schemas() -> None:
     """An App per schema, a view per store: the comment scan is not paid again each time."""
-    Queries("test_strip_first")
+    first = Queries("test_strip_first")
+    for name in load_queries():
+        first._statements[name]
     before = without_inner_comments.cache_info()
-    Queries("test_strip_second")
+    second = Queries("test_strip_second")
+    for name in load_queries():
+        second._statements[name]
     after = without_inner_comments.cache_info()
     assert after.misses == before.misses
     assert after.hits - before.hits == len(load_queries()) + len(load_fragments())
