@@ -1,13 +1,20 @@
 """The package's shape: no import cycles in pgtasks/ (annotation-only imports aside).
 
 import-linter (``python3 dev.py check``) keeps the layers; this test catches a cycle
-inside one layer too, which the layers contract cannot see.
+inside one layer too, which the layers contract cannot see. Also what a command, a
+started worker and ``import pgtasks`` import (and parse) at start.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pgtasks import App
+from tests.support.environment import ROOT, pgtasks_env
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pgtasks"
 
@@ -251,3 +258,93 @@ def test_every_public_name_is_listed_where_it_lives() -> None:
     for name in pgtasks.__all__:
         assert getattr(pgtasks, name) is not None, name
     assert set(pgtasks.__all__) <= set(dir(pgtasks))
+
+
+#: What a worker, from exec to its start banner, and a plain CLI command never import:
+#: the dashboard, the Celery front and its namesake, the framework integrations, the
+#: optional libraries, croniter and tenacity (an app without cron schedules or backoff).
+NOT_AT_START = (
+    "pgtasks.web",
+    "pgtasks.celery",
+    "pgtasks.contrib",
+    "celery",
+    "jinja2",
+    "starlette",
+    "uvicorn",
+    "opentelemetry",
+    "prometheus_client",
+    "django",
+    "croniter",
+    "tenacity",
+    "http.server",
+)
+
+#: Runs ``pgtasks <arguments>`` in this process; prints, as JSON, which NOT_AT_START
+#: modules were imported and how many migration lists were parsed (load_migrations is
+#: cached) once a worker logs its start banner (then stops it) or the command returned.
+START_PROBE = """
+import json, logging, os, signal, sys
+from pgtasks.cli import main
+
+def report():
+    from pgtasks.sql import load_migrations
+    names = [m for m in sys.modules if m in {names!r}
+             or any(m.startswith(p + ".") for p in {names!r})]
+    print(json.dumps({{"imported": sorted(names),
+                       "migrations_parsed": load_migrations.cache_info().currsize}}),
+          flush=True)
+
+class Started(logging.Handler):
+    def emit(self, record):
+        if " started: " in record.getMessage():
+            report()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+logging.getLogger("pgtasks.worker").addHandler(Started())
+try:
+    main({arguments!r})
+except SystemExit as exit:
+    if exit.code:
+        raise
+report()
+"""
+
+
+def start_probe(app: App, *arguments: str) -> dict[str, Any]:
+    """The first report of START_PROBE for ``pgtasks ARGUMENTS`` on ``app``'s schema."""
+    import json
+    import subprocess
+    import sys
+
+    code = START_PROBE.format(names=NOT_AT_START, arguments=list(arguments))
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=pgtasks_env(app.dsn, app.schema),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    report = next(line for line in result.stdout.splitlines() if line.startswith('{"imported"'))
+    found: dict[str, Any] = json.loads(report)
+    return found
+
+
+@pytest.mark.acceptance
+def test_a_worker_starts_without_the_web_celery_or_optional_parts_nor_parsing_migrations(
+    app: App,
+) -> None:
+    started = start_probe(app, "worker", "-A", "tests.apps.basic:app", "--poll-interval=0.2")
+
+    # The schema's version is checked against the migrations' file names alone.
+    assert started == {"imported": [], "migrations_parsed": 0}
+
+
+@pytest.mark.acceptance
+def test_a_cli_command_runs_without_the_web_celery_or_optional_parts_nor_parsing_migrations(
+    app: App,
+) -> None:
+    listed = start_probe(app, "jobs", "list", "-A", "tests.apps.basic:app")
+
+    assert listed == {"imported": [], "migrations_parsed": 0}

@@ -10,8 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from pgtasks._store.base import (
+    ANNOUNCED_CLAIMS,
+    HEADER_LINES,
+    PARSE_CACHED_LENGTH,
+    without_inner_comments,
+)
 from pgtasks._store.migrator import head_version
-from pgtasks._store.base import ANNOUNCED_CLAIMS, HEADER_LINES, PARSE_CACHED_LENGTH, without_inner_comments
 from pgtasks._store.queries import Queries, notification_channel
 from pgtasks.sql import (
     IN_FLIGHT,
