@@ -38,7 +38,7 @@ FIGURES = {
     "pgtasks jobs list --help": ["-m", "pgtasks", "jobs", "list", "--help"],
 }
 
-#: The schema the database figures run on (``--dsn``).
+#: The schema the database figures run on (``--dsn``), unless ``--schema`` names another.
 SCHEMA = "bench_startup"
 #: A worker as the tests start one (tests/support/processes.py's TIMING_FLAGS).
 WORKER_FLAGS = [
@@ -67,11 +67,11 @@ def process_cpu(pid: int) -> float:
 
 
 def measure_until(
-    checkout: Path, arguments: list[str], cache: str, line: str, dsn: str
+    checkout: Path, arguments: list[str], cache: str, line: str, dsn: str, schema: str
 ) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of a process from exec to the log line containing
     ``line``; the process is then stopped (SIGTERM)."""
-    env = process_env(cache, dsn)
+    env = process_env(cache, dsn, schema)
     started = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, *arguments],
@@ -102,26 +102,26 @@ def measure_until(
     return cpu, wall
 
 
-def process_env(cache: str, dsn: str | None = None) -> dict[str, str]:
+def process_env(cache: str, dsn: str | None = None, schema: str = SCHEMA) -> dict[str, str]:
     env = {**os.environ, "PYTHONPYCACHEPREFIX": cache, "COLUMNS": "80", "PYTHONUNBUFFERED": "1"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if dsn is not None:
-        env.update({"PGTASKS_DSN": dsn, "PGTASKS_TEST_SCHEMA": SCHEMA})
+        env.update({"PGTASKS_DSN": dsn, "PGTASKS_TEST_SCHEMA": schema})
     return env
 
 
-def prepare_schema(checkout: Path, cache: str, dsn: str) -> None:
-    """``checkout`` migrates the benchmark's schema (dropped first)."""
+def prepare_schema(checkout: Path, cache: str, dsn: str, schema: str) -> None:
+    """``checkout`` migrates the benchmark's ``schema`` (dropped first)."""
     import psycopg
     from psycopg import sql
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     command = ["-m", "pgtasks", "migrate", "-A", "tests.apps.basic:app"]
     subprocess.run(
         [sys.executable, *command],
         cwd=checkout,
-        env=process_env(cache, dsn),
+        env=process_env(cache, dsn, schema),
         capture_output=True,
         check=True,
         timeout=300,
@@ -129,10 +129,14 @@ def prepare_schema(checkout: Path, cache: str, dsn: str) -> None:
 
 
 def measure(
-    checkout: Path, arguments: list[str], cache: str, dsn: str | None = None
+    checkout: Path,
+    arguments: list[str],
+    cache: str,
+    dsn: str | None = None,
+    schema: str = SCHEMA,
 ) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one process importing ``checkout``'s pgtasks."""
-    env = process_env(cache, dsn)
+    env = process_env(cache, dsn, schema)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(
@@ -156,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dsn", default=None, help="also measure worker, beat and CLI processes on this server"
     )
+    parser.add_argument(
+        "--schema", default=SCHEMA, help="the schema of --dsn they run on (dropped, migrated)"
+    )
     args = parser.parse_args(argv)
     sides = {"this": ROOT, "baseline": args.baseline.resolve()}
     figures: dict[str, tuple[list[str], str | None]] = {
@@ -167,15 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     def one(side: str, figure: str, cache: str) -> tuple[float, float]:
         arguments, line = figures[figure]
         if line is None:
-            return measure(sides[side], arguments, cache, args.dsn)
-        return measure_until(sides[side], arguments, cache, line, args.dsn)
+            return measure(sides[side], arguments, cache, args.dsn, args.schema)
+        return measure_until(sides[side], arguments, cache, line, args.dsn, args.schema)
 
     results: dict[tuple[str, str], list[tuple[float, float]]] = {
         (side, figure): [] for side in sides for figure in figures
     }
     with tempfile.TemporaryDirectory(prefix="pgtasks-startup-") as cache:
         if args.dsn:
-            prepare_schema(sides["this"], cache, args.dsn)
+            prepare_schema(sides["this"], cache, args.dsn, args.schema)
         for side in sides:
             for figure in figures:
                 one(side, figure, cache)

@@ -1,5 +1,5 @@
 """The start-up benchmark (benchmarks/startup_ab.py), end to end on one round: this
-checkout against itself, no database."""
+checkout against itself, without a database and with one."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 
 from tests.support.environment import ROOT
 from tests.support.examples import run_python
+from tests.support.schemas import SchemaAdmin, new_schema_name
 
 
 @pytest.mark.slow
@@ -18,6 +19,28 @@ def test_startup_ab_benchmark_compares_two_checkouts() -> None:
 
     lines = stdout.splitlines()
     for figure in ("import pgtasks", "pgtasks --help", "pgtasks worker --help"):
+        row = next(line for line in lines if line.startswith(figure + " "))
+        this_cpu, base_cpu, ratio, this_wall, base_wall = map(float, row.split()[-5:])
+        assert min(this_cpu, base_cpu, this_wall, base_wall) > 0, row
+        assert ratio > 0, row
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_startup_ab_measures_worker_beat_and_commands_on_a_database(
+    dsn: str, schema_admin: SchemaAdmin
+) -> None:
+    schema = new_schema_name()
+    try:
+        stdout = run_python(
+            "-m", "benchmarks.startup_ab", "--baseline", str(ROOT), "--runs", "1",
+            "--dsn", dsn, "--schema", schema, timeout=230,
+        )  # fmt: skip
+    finally:
+        schema_admin.drop_later(schema)
+
+    lines = stdout.splitlines()
+    for figure in ("worker to started", "beat to starting", "jobs list", "migrate (nothing to do)"):
         row = next(line for line in lines if line.startswith(figure + " "))
         this_cpu, base_cpu, ratio, this_wall, base_wall = map(float, row.split()[-5:])
         assert min(this_cpu, base_cpu, this_wall, base_wall) > 0, row
