@@ -103,6 +103,9 @@ class AppOptions(TypedDict, total=False):
     #: When an enqueue NOTIFYs the workers: "always", "off" or "auto" (None: PGTASKS_NOTIFY,
     #: else "always"; docs/performance.md).
     notify: str | None
+    #: notify="auto": the least seconds between two notifications of a queue (None:
+    #: PGTASKS_NOTIFY_INTERVAL, else 0.2; docs/performance.md).
+    notify_interval: float | None
 
 
 #: The keywords of AppOptions that are PoolSettings' fields (by field name).

@@ -25,7 +25,7 @@ from psycopg.types.json import JsonbLoader
 from .._errors import SchemaNotMigratedError
 from .._payload import Unreadable, decode_stored
 from ..sql import load_fragments, load_queries
-from .notify_mode import EnqueueNotifications
+from .notify_mode import AUTO_NOTIFY_SPACING, EnqueueNotifications
 
 Params = Mapping[str, Any]
 Row = dict[str, Any]
@@ -262,13 +262,19 @@ class QueriesBase:
     """Rendered statements of one schema, and how to run them."""
 
     def __init__(
-        self, schema: str, *, notify_enqueues: bool = True, notify: str | None = None
+        self,
+        schema: str,
+        *,
+        notify_enqueues: bool = True,
+        notify: str | None = None,
+        notify_interval: float = AUTO_NOTIFY_SPACING,
     ) -> None:
         self.schema = schema
         #: Whether a one-job enqueue notifies its queue's workers: "always", "off" or
         #: "auto" (DatabaseSettings.notify; None: notify_enqueues' "always" or "off").
         self.notifications = EnqueueNotifications(
-            notify if notify is not None else ("always" if notify_enqueues else "off")
+            notify if notify is not None else ("always" if notify_enqueues else "off"),
+            notify_interval,
         )
         self.notify_mode = self.notifications.mode
         self.notify_enqueues = self.notify_mode != "off"
