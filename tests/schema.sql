@@ -284,6 +284,8 @@ column migration_steps.applied_at timestamp with time zone NOT NULL DEFAULT now(
 column migrations.version integer NOT NULL
 column migrations.name text NOT NULL
 column migrations.applied_at timestamp with time zone NOT NULL DEFAULT now()
+column notify_gates.queue text NOT NULL
+column notify_gates.notified_at timestamp with time zone NOT NULL
 column periodic.name text NOT NULL
 column periodic.processed_until timestamp with time zone NOT NULL
 column periodic.last_tick timestamp with time zone
@@ -364,6 +366,7 @@ constraint limits.limits_tokens_check CHECK (((tokens >= (0)::double precision) 
 constraint limits.limits_updated_at_check CHECK (isfinite(updated_at))
 constraint migration_steps.migration_steps_pkey PRIMARY KEY (version, step)
 constraint migrations.migrations_pkey PRIMARY KEY (version)
+constraint notify_gates.notify_gates_pkey PRIMARY KEY (queue)
 constraint periodic.periodic_pkey PRIMARY KEY (name)
 constraint queue_pauses.queue_pauses_pkey PRIMARY KEY (queue)
 constraint sequence_holds.sequence_holds_pkey PRIMARY KEY (sequence_key)
@@ -433,6 +436,7 @@ index CREATE INDEX jobs_workflow_unfinished_idx ON {schema}.jobs USING btree (wo
 index CREATE UNIQUE INDEX limits_pkey ON {schema}.limits USING btree (name)
 index CREATE UNIQUE INDEX migration_steps_pkey ON {schema}.migration_steps USING btree (version, step)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
+index CREATE UNIQUE INDEX notify_gates_pkey ON {schema}.notify_gates USING btree (queue)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
 index CREATE UNIQUE INDEX queue_pauses_pkey ON {schema}.queue_pauses USING btree (queue)
 index CREATE UNIQUE INDEX sequence_holds_pkey ON {schema}.sequence_holds USING btree (sequence_key)
@@ -495,6 +499,7 @@ function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
 function jobs_retry() 68997493a6b27ff0c67041d14a2b7b7d
 function keyed_job_inserted() 85feb279da538b650379614197d73471
 function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
+function notify_gate_open() 591c32c175a7217acce5ff8b51ee6280
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
