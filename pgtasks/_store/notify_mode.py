@@ -9,12 +9,17 @@ each notify hit a ceiling of a few hundred commits per second (docs/performance.
   notifies; idle workers pick its job up in milliseconds.
 - ``"off"``: none does; workers find new jobs by polling (with ``notify="off"`` or
   ``"auto"`` on the worker's App, an adaptive interval: see ``ADAPTIVE_POLL_MIN``).
-- ``"auto"``: this process notifies a queue at most once per ``AUTO_NOTIFY_SPACING``: a
-  sparse producer (jobs further apart) keeps millisecond pickups; a busy one sends a few
-  notifications a second per queue, and the workers they wake find the jobs enqueued
-  meanwhile by their adaptive polls (a notifying commit is rare, so the others share
-  their WAL flushes again). A rate the process observes would not do: under the lock
-  each of many producers is slow, so none would ever pass a threshold.
+- ``"auto"``: a queue is notified at most once per ``notify_interval`` (default
+  ``AUTO_NOTIFY_SPACING``) by all the processes of the database together: the enqueue's
+  statement asks a shared gate (migration shared_notify_gate: a row per queue, locked
+  SKIP LOCKED and stamped, so no producer waits for another) and notifies only when no
+  transaction notified the queue within the interval. A sparse producer keeps
+  millisecond pickups; a busy database sends a few notifications a second per queue
+  however many processes enqueue, and the workers they wake find the jobs enqueued
+  meanwhile by their adaptive polls (within ``poll_interval``). A spacing per process
+  was not enough: 64 processes each notifying 5 times a second met the lock again. A
+  rate the process observes would not do either: under the lock each of many producers
+  is slow, so none would ever pass a threshold.
 
 Bulk enqueues, enqueues in the caller's transaction and raw inserts notify through the
 trigger in every mode (one notification per statement and queue).

@@ -10,7 +10,8 @@
 -- decided here: the queue's row of notify_gates is locked FOR UPDATE SKIP LOCKED when its
 -- last notification is older than the interval, then stamped. A producer that finds the
 -- row locked (another is notifying right now) or stamped recently sends nothing, without
--- waiting: no lock is waited for, and the rows of different queues are independent.
+-- waiting, and the rows of different queues are independent. (Only a queue's very first
+-- gated enqueues, which insert its row, may wait for one another's insert to commit.)
 --
 -- The table is UNLOGGED (a stamp writes no WAL; after a crash it is empty and the next
 -- enqueue of each queue notifies and stamps anew) and holds one row per queue that was
