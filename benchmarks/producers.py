@@ -20,8 +20,9 @@ second over the same window. Kinds, alternating in order from round to round:
 - ``pgtasks-quiet``: the same with ``notify="off"``, producers and workers (no NOTIFY;
   the workers poll 50 ms after finding jobs, twice as late after each empty poll, up to
   ``poll_interval``, 1 s by default);
-- ``pgtasks-auto``: the same with ``notify="auto"`` (each producer notifies a queue at
-  most once per 0.2 s; the workers poll as for ``pgtasks-quiet``);
+- ``pgtasks-auto``: the same with ``notify="auto"`` (a queue is notified at most once per
+  ``notify_interval``, 0.2 s, by all the producers together; the workers poll as for
+  ``pgtasks-quiet``);
 - ``pgqueuer``: PgQueuer's ``Queries.enqueue`` one by one (it notifies from a trigger),
   W PgQueuer worker processes draining (when PgQueuer is installed: the ``bench`` extra).
 
