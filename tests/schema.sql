@@ -503,6 +503,7 @@ function runtime_limits_inserted() f6ee57906589007d52e1bba0d7f709ec
 function sequence_advance() 56160402aea9f0c585b53138993d630c
 function sequence_advance_many() c5198c9ea6da3ab42059864b9f63b2ce
 function sequence_hand_over() eab8556eb548ca01c5ac167398b11414
+function sequence_handed_jobs() 9fe48d8a6ca2d6013e6f74f78c01c5e1
 function sequence_job_ended() 960c077a43f68138194a69e6af5a2ad9
 function sequence_job_ending() 93c756ce73cf644ba60cd29d27f79d73
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
