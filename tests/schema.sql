@@ -505,7 +505,7 @@ function sequence_advance_many() c5198c9ea6da3ab42059864b9f63b2ce
 function sequence_hand_over() eab8556eb548ca01c5ac167398b11414
 function sequence_handed_jobs() 9fe48d8a6ca2d6013e6f74f78c01c5e1
 function sequence_job_ended() 960c077a43f68138194a69e6af5a2ad9
-function sequence_job_ending() 590caba1ce94285b98b2007566298707
+function sequence_job_ending() cc3ed9bbdbbd0f1a91c689b78d0122e0
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
 function sequence_jobs_ended() 9bb0417e7bc11e87d4b98a77905ef94b
 function sequence_key() d34fef9334c02f42ea144b52b02de7c4

@@ -51,14 +51,16 @@ $$;
 -- for the statement trigger; for a job that ended done or cancelled, ends the hold it
 -- may be (only a job retried after its failure, or cancelled, can) and notes its key, as
 -- sequence_job_ended did (migration sequence_turns). Assignments, not queries, but for
--- the DELETE of a hold. The row is inserted as it comes.
+-- the DELETE of a hold (migration sequence_trigger_when_noted set the flag by PERFORM,
+-- a query run through the executor for each row). The row is inserted as it comes.
 CREATE OR REPLACE FUNCTION {schema}.sequence_job_ending() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     v_key   text;
     v_noted text;
 BEGIN
-    PERFORM set_config('pgtasks.sequence_ending', 'on', true);
+    -- An assignment, not PERFORM: an expression evaluated directly, no query.
+    v_noted := set_config('pgtasks.sequence_ending', 'on', true);
     IF coalesce(NEW.status, '') NOT IN ('done', 'cancelled')
        OR current_setting('pgtasks.sequence_cascade', true) = 'on' THEN
         RETURN NEW;
