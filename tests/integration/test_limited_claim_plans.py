@@ -154,7 +154,9 @@ def _fast_scenario(app: App, admin: psycopg.Connection[Any]) -> list[Any]:
 
     def claim(limit: int) -> None:
         with app.connection() as conn, conn.transaction():
-            jobs, report = app.queries.claim_limited(conn, ClaimRequest(worker, limit, limited=True))
+            jobs, report = app.queries.claim_limited(
+                conn, ClaimRequest(worker, limit, limited=True)
+            )
             locks = conn.execute(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
                 " AND pid = pg_backend_pid()"
