@@ -45,7 +45,6 @@ from .._running import (
     RunningJob,
 )
 from .durable import parked_by_queue
-from .routing import for_id, for_queue, serving
 
 if TYPE_CHECKING:
     from .._store.ports import AdminPort
@@ -113,7 +112,7 @@ def pause_host(app: App, hostname: str, *, pause: bool = True) -> bool:
     second, or at once on a NOTIFY); running jobs finish. Whether that changed any store."""
     check_name("hostname", hostname)
     changed = False
-    for owner in serving(app):
+    for owner in app.routing.serving():
         store = _admin(owner)
 
         def switch(conn: psycopg.Connection[Any], store: AdminPort = store) -> bool:
@@ -128,7 +127,7 @@ def pause_host(app: App, hostname: str, *, pause: bool = True) -> bool:
 def paused_hosts(app: App) -> list[str]:
     """The hosts whose workers are paused (in any store the App serves)."""
     names: set[str] = set()
-    for owner in serving(app):
+    for owner in app.routing.serving():
         rows = owner.database.run(_admin(owner).get_paused_hosts)
         names.update(row["hostname"] for row in rows)
     return sorted(names)
@@ -159,7 +158,7 @@ def queue_in_use(app: App, queue: str) -> bool:
         return True
     if any(schedule.queue == queue for schedule in app.schedules.values()):
         return True
-    owner = for_queue(app, queue)
+    owner = app.routing.for_queue(queue)
 
     def read(conn: psycopg.Connection[Any]) -> bool:
         if any(row["queue"] == queue for row in _admin(owner).get_unfinished_stats(conn)):
@@ -266,7 +265,7 @@ def retry_job(app: App, job_id: int, *, keep_steps: bool = False) -> RetryResult
     without its checkpoints, or with ``keep_steps`` those before its first failed step
     (they replay; that step runs again), as a fork keeps them.
     """
-    app = for_id(app, job_id)  # the store that issued the id
+    app = app.routing.for_id(job_id)  # the store that issued the id
     kept = [0]
 
     def retry(conn: psycopg.Connection[Any]) -> Any:
@@ -454,7 +453,7 @@ def delete_finished_job(app: App, job_id: int) -> tuple[bool, str]:
     WorkflowProtectedError for a job of a workflow that has not finished (its later steps
     read this job's result, its handle returns it).
     """
-    app = for_id(app, job_id)  # the store that issued the id
+    app = app.routing.for_id(job_id)  # the store that issued the id
     row = app.database.run(lambda conn: _admin(app).delete_finished_job(conn, job_id))
     if row is None:
         raise _missing(job_id)

@@ -119,15 +119,14 @@ def keyed_state(
 def _owners(app: App, store: str | None, queue: str | None) -> list[App]:
     """The Apps of the stores an operation covers: ``store``'s, the store ``queue`` routes
     to, else every store the App serves (the root App of several: each of them)."""
-    from .routing import for_queue, for_store, serving
 
     if store is not None and queue is not None:
         raise ValueError("store= and queue= name the same thing: give one of them")
     if store is not None:
-        return [for_store(app, store)]
+        return [app.routing.for_store(store)]
     if queue is not None:
-        return [for_queue(app, check_name("queue", queue))]
-    return serving(app)
+        return [app.routing.for_queue(check_name("queue", queue))]
+    return app.routing.serving()
 
 
 def flow_state(

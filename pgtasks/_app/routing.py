@@ -9,8 +9,7 @@ store is its own and only one, so none of this costs it anything.
 
 Each App holds a Routing (``app.routing``) built from its StoreRouter, itself, the store
 it serves and a maker of store views; Routing never imports App (a view is any
-:class:`StoreView`). The module functions (``for_id(app, id)``...) read ``app.routing``
-for the callers of other layers.
+:class:`StoreView`). Every caller asks ``app.routing`` (``app.routing.for_id(id)``...).
 """
 
 from __future__ import annotations
@@ -201,30 +200,3 @@ class Routing(Generic[V]):
             rows = owner.database.run(owner.queries.get_paused_queues)
             names.extend(row["queue"] for row in rows)
         return sorted(names)
-
-
-class Routed(Protocol[V]):
-    """An App (anything holding a Routing of its views)."""
-
-    @property
-    def routing(self) -> Routing[V]: ...
-
-
-def for_store(app: Routed[V], name: str) -> V:
-    """The App of store ``name`` (``app.routing.for_store``)."""
-    return app.routing.for_store(name)
-
-
-def for_queue(app: Routed[V], queue: str) -> V:
-    """The App of the store ``queue`` routes to (``app.routing.for_queue``)."""
-    return app.routing.for_queue(queue)
-
-
-def for_id(app: Routed[V], object_id: int) -> V:
-    """The App of the store that issued this job or workflow id (``app.routing.for_id``)."""
-    return app.routing.for_id(object_id)
-
-
-def serving(app: Routed[V]) -> list[V]:
-    """The Apps of the stores ``app`` serves (``app.routing.serving``)."""
-    return app.routing.serving()

@@ -49,6 +49,7 @@ class Control:
         worker obeys from its next claim, and kept until ``pgtasks limits reset
         task:<name>`` (a task declared with ``rate_limit=`` returns to it then)."""
         from .._app import controls
+        from .._app.actors import actor_here
         from .._errors import LimitChangeError
 
         native = self.app.native
@@ -58,7 +59,7 @@ class Control:
         rate: Any = None if text in ("0", "0/s", "None", "none", "") else text
         try:
             check_name("task name", task_name)
-            actor = controls.actor_here("control")
+            actor = actor_here("control")
             name = f"task:{task_name}"
             try:
                 controls.set_limit(native, name, rate=rate, actor=actor)

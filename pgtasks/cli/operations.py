@@ -17,7 +17,6 @@ import psycopg
 
 from .._app import admin
 from .._app.app import App
-from .._app.routing import for_id, serving
 from .._durable_text import format_steps, step_as_json
 from .._errors import JobNotFoundError
 from .._jobs import TERMINATE_NOTE
@@ -157,7 +156,7 @@ def list_command(
     """The newest jobs first, optionally filtered (on the app's replica when it has one)."""
     app = load_app(app_path)
     with app:
-        names = None if workflow_id is None else [guard(lambda: for_id(app, workflow_id))]
+        names = None if workflow_id is None else [guard(lambda: app.routing.for_id(workflow_id))]
         results = each_store(
             app,
             lambda owner: (
@@ -193,7 +192,7 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
     """Every field of one job: arguments, result, and last error with its traceback."""
     loaded = load_app(app_path)
     with loaded:
-        app = guard(lambda: for_id(loaded, job_id))  # the store that issued the id
+        app = guard(lambda: loaded.routing.for_id(job_id))  # the store that issued the id
 
         def read(conn: psycopg.Connection[Any]) -> Any:
             return (
@@ -310,7 +309,7 @@ def _retry_one(app: App, job_id: int, as_json: bool, keep_steps: bool) -> None:
 
 def _retry_all_failed(app: App, task_name: str | None, as_json: bool) -> None:
     ids: list[int] = []
-    for owner in serving(app):  # every store of an app of several
+    for owner in app.routing.serving():  # every store of an app of several
         ids.extend(guard(lambda owner=owner: admin.retry_failed_jobs(owner, task_name)))
     if as_json:
         click.echo(to_json({"retried": len(ids), "ids": ids, "task": task_name}))

@@ -13,7 +13,6 @@ import click
 
 from .._app import admin
 from .._app.app import App
-from .._app.routing import for_queue
 from .._app.tasks import Task
 from .._errors import PgTasksError
 from .._operations import format_duration, format_table, to_json
@@ -223,7 +222,7 @@ def purge(
                 f"this app has stores {', '.join(loaded.store_router.names)}: name the queue"
                 " (--queue) whose store to purge"
             )
-        app = loaded if queue is None else for_queue(loaded, queue)
+        app = loaded if queue is None else loaded.routing.for_queue(queue)
         count: admin.PurgeCount = guard(lambda: admin.count_purgeable(app, queue, task_name))
         if count.jobs == 0:
             deleted = 0

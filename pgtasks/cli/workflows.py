@@ -17,7 +17,6 @@ import click
 import psycopg
 
 from .._app.app import App
-from .._app.routing import for_id
 from .._app.workflow_admin import describe_workflow, list_workflows, workflow_incidents
 from .._operations import to_json
 from .._worker.healer import heal
@@ -78,7 +77,7 @@ def list_command(
     app = load_app(app_path)
     with app:
         if before is not None and store is None and not app.store_router.single:
-            store = guard(lambda: for_id(app, before)).store_name  # that store's next page
+            store = guard(lambda: app.routing.for_id(before)).store_name  # that store's next page
 
         def read(owner: App) -> list[WorkflowSummary]:
             return list_workflows(owner, status=status, before=before, limit=limit)

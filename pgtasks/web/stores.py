@@ -20,7 +20,6 @@ from starlette.routing import Mount
 
 from .._app import admin
 from .._app.layout import DEFAULT_STORE
-from .._app.routing import for_id
 from .._errors import JobNotFoundError, PgTasksError
 from .reads import DashboardDatabase, StatusCounts, read_status_counts
 
@@ -58,7 +57,7 @@ def home_of(app: App, object_id: int, base: str, mount: str, linked: bool) -> st
     if app.store_router.single or not linked:
         return None
     try:
-        owner = for_id(app, object_id)
+        owner = app.routing.for_id(object_id)
     except JobNotFoundError:
         return None
     if owner.store_name == app.store_name:
