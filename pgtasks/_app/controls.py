@@ -32,23 +32,12 @@ from .._limits import (
     parse_rate_limit,
 )
 from .._payload import MAX_NAME_BYTES, check_name
-from .._store.database import Database
-from .._store.queries import Queries
 from .actors import actor_here
-from .routing import RoutedTask, Routing
+from .routing import RoutedApp, RoutedTask
 
 
-class ControlledApp(Protocol):
+class ControlledApp(RoutedApp, Protocol):
     """What the runtime controls read of an App."""
-
-    @property
-    def database(self) -> Database: ...
-
-    @property
-    def queries(self) -> Queries: ...
-
-    @property
-    def routing(self) -> Routing[Any]: ...
 
     @property
     def tasks(self) -> Mapping[str, RoutedTask]: ...

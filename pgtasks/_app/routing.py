@@ -30,7 +30,8 @@ from .store_router import StoreRouter
 
 
 class StoreView(Protocol):
-    """What routing reads of the App of one store."""
+    """What routing reads of the App of one store (and the base of every App Protocol of
+    _app: its database and its statements)."""
 
     @property
     def database(self) -> Database: ...
@@ -200,3 +201,11 @@ class Routing(Generic[V]):
             rows = owner.database.run(owner.queries.get_paused_queues)
             names.extend(row["queue"] for row in rows)
         return sorted(names)
+
+
+class RoutedApp(StoreView, Protocol):
+    """The base of the App Protocols of _app's services (runtime controls, actions on
+    pending jobs, workflow reads): an App's database, its statements and its routing."""
+
+    @property
+    def routing(self) -> Routing[Any]: ...

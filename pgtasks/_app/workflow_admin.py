@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import psycopg
 
 from .._errors import WorkflowNotFoundError
-from .._store.database import Database
-from .._store.queries import Queries
 from .._workflows_text import (
     INCIDENT_KINDS,
     WORKFLOW_STATES,
@@ -25,24 +23,15 @@ from .._workflows_text import (
     WorkflowStep,
     WorkflowSummary,
 )
-from .routing import Routing
+from .routing import RoutedApp
 
 if TYPE_CHECKING:
     from .._store.ports import AdminPort
 
 
-class WorkflowsApp(Protocol):
+class WorkflowsApp(RoutedApp, Protocol):
     """What the workflow reads take of an App: its database, its statements and the
     routing of an id to the store that issued it."""
-
-    @property
-    def database(self) -> Database: ...
-
-    @property
-    def queries(self) -> Queries: ...
-
-    @property
-    def routing(self) -> Routing[Any]: ...
 
 
 #: Characters of a step's result (as JSON text) a workflow page reads.
