@@ -38,7 +38,7 @@ from .schedules import build_schedule
 from .settings import (
     AppOptions,
     AppSettings,
-    FromSettings,
+    Setting,
     app_signature,
     check_keywords,
 )
@@ -95,25 +95,25 @@ class App(DatabaseApp, DurableApp, JobActions):
     and PGTASKS_ROUTES); see docs/howto/scaling.md.
     """
 
-    default_queue: FromSettings[str] = FromSettings()
-    default_max_attempts: FromSettings[int] = FromSettings()
-    max_payload_bytes: FromSettings[int] = FromSettings()
-    max_result_bytes: FromSettings[int] = FromSettings()
-    max_error_bytes: FromSettings[int] = FromSettings()
-    lease_timeout: FromSettings[float] = FromSettings()
-    heartbeat_interval: FromSettings[float] = FromSettings()
-    rescue_interval: FromSettings[float] = FromSettings()
-    poll_interval: FromSettings[float] = FromSettings()
-    prune_done_after: FromSettings[float | None] = FromSettings()
-    prune_failed_after: FromSettings[float | None] = FromSettings()
-    prune_interval: FromSettings[float] = FromSettings()
-    heal_interval: FromSettings[float] = FromSettings()
-    pool_min_size: FromSettings[int] = FromSettings("pools.min_size")
-    pool_max_size: FromSettings[int] = FromSettings("pools.max_size")
-    connect_timeout: FromSettings[float] = FromSettings("pools.connect_timeout")
-    connect_attempts: FromSettings[int] = FromSettings("pools.connect_attempts")
+    default_queue: Setting[str] = Setting()
+    default_max_attempts: Setting[int] = Setting()
+    max_payload_bytes: Setting[int] = Setting()
+    max_result_bytes: Setting[int] = Setting()
+    max_error_bytes: Setting[int] = Setting()
+    lease_timeout: Setting[float] = Setting()
+    heartbeat_interval: Setting[float] = Setting()
+    rescue_interval: Setting[float] = Setting()
+    poll_interval: Setting[float] = Setting()
+    prune_done_after: Setting[float | None] = Setting()
+    prune_failed_after: Setting[float | None] = Setting()
+    prune_interval: Setting[float] = Setting()
+    heal_interval: Setting[float] = Setting()
+    pool_min_size: Setting[int] = Setting(path="pools.min_size")
+    pool_max_size: Setting[int] = Setting(path="pools.max_size")
+    connect_timeout: Setting[float] = Setting(path="pools.connect_timeout")
+    connect_attempts: Setting[int] = Setting(path="pools.connect_attempts")
     #: Where the embedded server keeps its data (when no DSN is configured).
-    embedded_dir: FromSettings[Path] = FromSettings("database.embedded_dir")
+    embedded_dir: Setting[Path] = Setting(path="database.embedded_dir")
 
     def __init__(self, dsn: str | None = None, **options: Unpack[AppOptions]) -> None:
         check_keywords(options)
