@@ -24,6 +24,7 @@ from .._jobs import InsertedJob, JobContext, JobSpec
 from .._limits import LimitDefinition
 from .._payload import check_name
 from .._store.database import Database
+from .admin import Admin
 from .app_database import DatabaseApp
 from .durable import DurableApp
 from .eager import arun_eagerly, run_eagerly
@@ -167,6 +168,8 @@ class App(DatabaseApp, DurableApp, JobActions):
         self.views = self.routing.views
         #: The insert path (the store of the jobs, the schema check, the traced insert).
         self.enqueuer: Enqueuer[App] = Enqueuer(self.routing, self.counters, self._hooks)
+        #: The operators' reads and writes (stats, workers, queues, limits, retries...).
+        self.admin = Admin(self.routing)
 
     def _of_store(self, name: str) -> App:
         """A new App of store ``name`` of this (root) App: its settings with that store's

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._durable import step_function
-from .._durable_text import PARKED_STATES
+from .._durable_text import parked_by_queue as parked_by_queue  # (also _worker/store_samples)
 from .._errors import ConfigurationError, PayloadNotSerializableError, PayloadTooLargeError
 from .._jobs import JobSpec
 
@@ -47,16 +47,6 @@ def encode_event_payload(app: App, key: str, payload: Any) -> str:
             f" {app.max_payload_bytes} bytes (App(max_payload_bytes=...))"
         )
     return text
-
-
-def parked_by_queue(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """count_parked_jobs' rows as ``{queue: {"sleeping": n, "waiting": n, …}}``."""
-    counts: dict[str, dict[str, int]] = {}
-    for row in rows:
-        name = PARKED_STATES.get(row["kind"] or "", "parked")
-        queue = counts.setdefault(row["queue"], {})
-        queue[name] = queue.get(name, 0) + int(row["jobs"])
-    return counts
 
 
 def event_stores(app: App, queue: str | None, joined: bool) -> list[App]:

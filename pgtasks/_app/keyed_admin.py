@@ -211,19 +211,20 @@ class LimitsView:
 
 
 def limits_view(app: App, *, top_keys: int = 10) -> LimitsView:
-    """The limits (admin.read_limits) and the fair keys and sequences, in one read."""
-    from . import admin
+    """The limits (``app.admin.read_limits``) and the fair keys and sequences, in one
+    read."""
+    from .admin import limits_unreadable
 
     def read(conn: psycopg.Connection[Any]) -> LimitsView:
         return LimitsView(
-            admin.read_limits(app, conn, top_keys=top_keys),
+            app.admin.read_limits(conn, top_keys=top_keys),
             read_keyed(app, conn, limit=top_keys),
         )
 
     try:
         return app.database.read(read)
     except psycopg.Error as error:
-        raise admin.limits_unreadable(error) from None
+        raise limits_unreadable(error) from None
 
 
 def format_keyed(state: KeyedState) -> str:

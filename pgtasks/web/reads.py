@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
-from .._app import admin
-from .._app.durable import parked_by_queue
+from .._app.admin import WORKER_HISTORY
 from .._app.schedules import ScheduleStatus, schedule_statuses
 from .._counters import every_counter
+from .._durable_text import parked_by_queue
 from .._job_filter import JobFilter
 from .._jobs import JobStatus
 from .._operations import (
@@ -316,7 +316,7 @@ def overview(
         store = database.queries
         counts = read_status_counts(store, conn)
         chart = finished if finished is not None else read_finished_minutes(store, conn)
-        now, workers = admin.read_workers(app, conn, since=admin.WORKER_HISTORY)
+        now, workers = app.admin.read_workers(conn, since=WORKER_HISTORY)
         return Overview(
             now=now,
             counts=counts,

@@ -18,7 +18,6 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import Mount
 
-from .._app import admin
 from .._app.layout import DEFAULT_STORE
 from .._errors import JobNotFoundError, PgTasksError
 from .reads import DashboardDatabase, StatusCounts, read_status_counts
@@ -101,7 +100,7 @@ def read_summary(app: App, database: DashboardDatabase) -> tuple[datetime, Statu
 
     def read(conn: psycopg.Connection[Any]) -> tuple[datetime, StatusCounts, int]:
         counts = read_status_counts(database.queries, conn)
-        now, workers = admin.read_workers(app, conn, since=0.0)
+        now, workers = app.admin.read_workers(conn, since=0.0)
         return now, counts, sum(worker.state == "live" for worker in workers)
 
     return database.run(read)
