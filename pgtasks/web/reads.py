@@ -284,8 +284,8 @@ def read_status_counts(
     estimated on large ones. ``paused``: also list paused queues (even without jobs)."""
     unfinished = store.get_unfinished_stats(conn)
     estimated = store.get_jobs_table_size(conn) >= EXACT_COUNT_LIMIT
-    # A large table whose statistics ANALYZE has not built yet (migration 0006 on an
-    # existing table): finished counts are unknown until it has, never counted.
+    # A large table whose declared statistics ANALYZE has not built yet: finished counts
+    # are unknown until it has, never counted.
     finished = store.get_finished_estimates(conn) if estimated else []
     unanalyzed = estimated and not finished
     if not estimated:
