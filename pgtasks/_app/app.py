@@ -18,7 +18,7 @@ from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP03
 
 from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
-from .._errors import UnknownTaskError
+from .._errors import TaskRegistrationError, UnknownTaskError
 from .._instrumentation import Instrumentation
 from .._jobs import InsertedJob, JobContext, JobSpec
 from .._limits import LimitDefinition
@@ -44,7 +44,7 @@ from .settings import (
     check_keywords,
 )
 from .store_router import StoreRouter
-from .task_registry import Registry, register_task
+from .task_registry import Registry
 from .tasks import Task, TaskSettings
 from .workflow_admin import describe_workflow
 from .workflows import Signature
@@ -121,7 +121,7 @@ class App(DatabaseApp, DurableApp, JobActions):
         #: The App's configuration, validated once (``dsn`` and every keyword of AppOptions).
         self.settings = AppSettings.resolve(dsn, **options)
         #: Its tasks (``tasks``, by each of their names) and schedules (``schedules``).
-        self.registry = Registry()
+        self.registry: Registry[Task[Any, Any]] = Registry()
         #: Queues declared with limits (``app.queue()``), by name.
         self.queue_limits: dict[str, QueueLimits] = {}
         self._instrumentation: Instrumentation | None = None
@@ -453,3 +453,13 @@ class App(DatabaseApp, DurableApp, JobActions):
 
 # The keywords as inspect (and help()) show them, each with its type and default.
 App.__init__.__dict__["__signature__"] = app_signature()
+
+
+def register_task(
+    app: App, function: Callable[..., Any], *, bind: bool, options: dict[str, Any]
+) -> Task[Any, Any]:
+    """Make ``function`` a task of ``app`` (``@app.task``), under its name and its former
+    names (aliases); a second task of one name is a TaskRegistrationError."""
+    if isinstance(function, Task):
+        raise TaskRegistrationError(f"{function!r} is already a task")
+    return app.registry.add_task(Task(app, function, bind=bind, **options))
