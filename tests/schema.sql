@@ -479,7 +479,7 @@ trigger CREATE TRIGGER jobs_history_workflow_job_ended BEFORE INSERT ON {schema}
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
-function claim_limited() 0e9e435696113b010516493032948658
+function claim_limited() 76c441070c0680cddba73519c3f05d13
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function fair_rank() 12c0b71dac3a0a2d54ee497fd173084e
 function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5

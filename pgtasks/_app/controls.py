@@ -191,6 +191,9 @@ def _change(
     def operation(conn: psycopg.Connection[Any]) -> LimitChange:
         with conn.transaction():
             row = queries.lock_limit(conn, name)
+            # Counting the stored limits and reading the trigger below see every earlier
+            # such change committed: the trigger stays on while a runtime limit is stored.
+            queries.lock_runtime_limits(conn)
             before = values_of(row)
             values = decide(row)
             jobs = 0
