@@ -256,6 +256,20 @@ ANNOUNCED_CLAIMS = (
     "claim_jobs_aged",
     "claim_limited",
 )
+#: Plain claims that, run after a finish that ended sequence jobs and named this worker
+#: their taker, return the jobs the finish handed over too (QueriesBase._handing):
+#: ``<name>_handing``, one statement where a round trip would send two.
+HANDING_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_jobs_aged")
+
+
+def _header_and_body(statement: bytes) -> tuple[str, str]:
+    """A rendered statement's header comment lines (pg_stat_activity shows them: a
+    statement built around it keeps them first) and the rest, its closing ";" left out."""
+    lines = statement.decode().rstrip().removesuffix(";").splitlines()
+    header = 0
+    while header < len(lines) and lines[header].startswith("--"):
+        header += 1
+    return "\n".join(lines[:header]), "\n".join(lines[header:])
 
 
 class QueriesBase:
@@ -299,6 +313,8 @@ class QueriesBase:
         }
         for name in ANNOUNCED_CLAIMS:
             self._statements[f"{name}_announced"] = self._announced(self._statements[name])
+        for name in HANDING_CLAIMS:
+            self._statements[f"{name}_handing"] = self._handing(self._statements[name])
         #: Statements whose parameters are sent in binary (``%(name)b``): arrays of many
         #: values dump several times faster so, and the server parses them faster too.
         self._binary_statements: dict[str, bytes] = {
@@ -327,17 +343,31 @@ class QueriesBase:
         is evaluated once, before the first row; a claim that took nothing notifies nothing
         (claim_limited's report row, id NULL, is not a job taken).
         """
-        lines = claim.decode().rstrip().removesuffix(";").splitlines()
-        # The claim's own header comment stays first: pg_stat_activity shows it.
-        header = 0
-        while header < len(lines) and lines[header].startswith("--"):
-            header += 1
-        comments, body = "\n".join(lines[:header]), "\n".join(lines[header:])
+        comments, body = _header_and_body(claim)
         channel = sql.Literal(self.activity_channel).as_string(None)
         return (
             f"{comments}\nWITH claimed AS (\n{body}\n)\nSELECT * FROM claimed"
             f" WHERE (SELECT count(*) FROM (SELECT pg_notify({channel}, 'claimed')"
             " FROM claimed WHERE id IS NOT NULL LIMIT 1) AS notified) >= 0"
+        ).encode()
+
+    def _handing(self, claim: bytes) -> bytes:
+        """``claim`` returning, after its own rows, the jobs the round trip's finish handed
+        to this worker (migration sequence_handover; read by sequence_handed_jobs,
+        migration sequence_handed_with_claim), each row with a last column ``handed``
+        (claims.claimed_or_handed splits them).
+
+        One statement where the round trip sent two: the claim's CTE sees what the finish
+        before it wrote (the same transaction), and its rows are locked by this worker
+        already (running: no claim reads them).
+        """
+        comments, body = _header_and_body(claim)
+        function = self._identifier.as_string(None) + ".sequence_handed_jobs"
+        return (
+            f"{comments}\nWITH claimed AS (\n{body}\n)\n"
+            "SELECT *, false AS handed FROM claimed\nUNION ALL\n"
+            "SELECT handed.*, clock_timestamp() AS claimed_at, true AS handed"
+            f" FROM {function}(%(worker_id)s) AS handed"
         ).encode()
 
     def _lock_params(self, lock_class: int) -> Params:
