@@ -20,7 +20,7 @@ FOLDER = ROOT / "pgtasks" / "_app"
 #: The modules of the ring and the most import edges inside it (ratchets: lower them
 #: when a change shrinks the ring, never raise them).
 RING_MODULES = 11
-RING_EDGES = 32
+RING_EDGES = 31
 
 
 def imports_of(path: Path) -> set[str]:
