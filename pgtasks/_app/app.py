@@ -35,7 +35,7 @@ from .layout import DEFAULT_STORE
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .routing import Routing
-from .schedules import build_schedule
+from .schedules import build_schedule, check_periodic_options
 from .settings import (
     AppOptions,
     AppSettings,
@@ -289,7 +289,17 @@ class App(DatabaseApp, DurableApp, JobActions):
         self, task: Task[Any, Any] | str, **options: Unpack[PeriodicOptions]
     ) -> Schedule:
         """Declare a schedule for a registered task (or task name) at run time."""
-        return self.registry.add_schedule(build_schedule(self, task, **options))
+        check_periodic_options(options)
+        if isinstance(task, str):
+            task = self.get_task(task)
+        if not isinstance(task, Task):
+            raise TaskRegistrationError(
+                f"periodic schedules run tasks, got {task!r}: stack @app.periodic(...) above"
+                " @app.task, or pass a task to app.add_periodic()"
+            )
+        if task.app is not self or self.tasks.get(task.name) is not task:
+            raise TaskRegistrationError(f"task {task.name!r} is not registered with this app")
+        return self.registry.add_schedule(build_schedule(task, **options))
 
     # -- enqueue --
     def insert_specs(
