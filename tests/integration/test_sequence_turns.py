@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 from pgtasks import App, flow_state, release_sequence
-from pgtasks._app.admin import retry_job
 from pgtasks._leases import ClaimedJob, ClaimPosition, ClaimRequest, Finish
 from pgtasks._retry import Outcome
 from pgtasks._store.claims import claim_statement
@@ -77,7 +76,7 @@ def test_a_retried_cancelled_waiting_job_waits_for_its_turn(
     assert [job.id for job in head] == ids[:1]
     # Retried while the head runs: it waits (before, it was pending at once and ran
     # beside the head, ahead of the jobs enqueued before it had ended).
-    assert retry_job(app, ids[1]).retried
+    assert app.admin.retry_job(ids[1]).retried
     assert _statuses(admin, app.schema)[ids[1]] == "waiting"
     assert _claim(app, worker) == []
     _end(app, head)
@@ -100,7 +99,7 @@ def test_a_retried_job_of_an_idle_sequence_starts_at_once(
     _end(app, _claim(app, worker), Outcome.failed("boom"))
     assert _statuses(admin, app.schema)[first] == "failed"
     # Nothing runs or waits in its sequence: the retried job is its head at once.
-    assert retry_job(app, first).retried
+    assert app.admin.retry_job(first).retried
     assert _statuses(admin, app.schema)[first] == "pending"
     assert [job.id for job in _claim(app, worker)] == [first]
 
