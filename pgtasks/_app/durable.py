@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._durable import step_function
-from .._durable_text import parked_by_queue as parked_by_queue  # (also _worker/store_samples)
+from .._durable_text import parked_by_queue
 from .._errors import ConfigurationError, PayloadNotSerializableError, PayloadTooLargeError
 from .._jobs import JobSpec
 
