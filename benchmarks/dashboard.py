@@ -263,9 +263,8 @@ def page_times(dsn: str, jobs: int, requests: int, reuse: bool) -> list[dict[str
 def limit_reads(dsn: str, rounds: int = 7, reads: int = 5) -> None:
     """The limits page's read (every running limited job, the first LIMITED_SCAN pending
     ones in claim order) against the exact read of ``pgtasks limits``
-    (``admin.read_limits``: every pending limited job), on the populated table, in
+    (``app.admin.read_limits``: every pending limited job), on the populated table, in
     alternating rounds; medians."""
-    from pgtasks._app.admin import read_limits
     from pgtasks.web.limit_reads import LIMITED_SCAN, limits_page
     from pgtasks.web.reads import DashboardDatabase
 
@@ -283,7 +282,7 @@ def limit_reads(dsn: str, rounds: int = 7, reads: int = 5) -> None:
 
     def exact() -> int:
         with app.connection() as conn:
-            return sum(state.pending for state in read_limits(app, conn))
+            return sum(state.pending for state in app.admin.read_limits(conn))
 
     times: dict[str, list[float]] = {"page": [], "exact": []}
     counted = {"page": page(), "exact": exact()}  # warm

@@ -163,8 +163,9 @@ def bare_bodies(conn: psycopg.Connection[Any]) -> dict[str, Callable[[], None]]:
     from benchmarks.app import app, noop, record
 
     statement = app.queries._statements["insert_and_notify_job"]
-    same = {**job_params(noop.build_spec()), "notify": True}
-    with_arguments = {**job_params(record.build_spec((), arguments_of(0))), "notify": True}
+    always = {"notify": True, "gate": None}  # notify="always": no shared gate
+    same = {**job_params(noop.build_spec()), **always}
+    with_arguments = {**job_params(record.build_spec((), arguments_of(0))), **always}
     columns = sql.SQL(", ").join(map(sql.Identifier, COPY_COLUMNS))
     plain = sql.SQL(
         "INSERT INTO {} ({}) VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, %s) RETURNING id"
@@ -243,7 +244,7 @@ def one_by_one_async(dsn: str, calls: int) -> dict[str, float]:
     from benchmarks.app import app, noop
 
     statement = app.queries._statements["insert_and_notify_job"]
-    params = {**job_params(noop.build_spec()), "notify": True}
+    params = {**job_params(noop.build_spec()), "notify": True, "gate": None}
     minimal, minimal_row = minimal_insert()
 
     async def run() -> dict[str, float]:

@@ -153,19 +153,19 @@ def main(argv: list[str] | None = None) -> int:
         share = medians[kind] / medians["plain"]
         spread = f"{min(rates[kind]):,.0f} to {max(rates[kind]):,.0f}"
         print(f"  {kind:<9} {medians[kind]:>8,.0f} jobs/s  ({share:.0%} of plain; {spread})")
-    if args.no_starvation:
-        before = after = -1
-    else:
+    figures: dict[str, object] = {"rates": rates, "medians": medians}
+    if not args.no_starvation:
         before = starvation(dsn, args.backlog, args.small, fair=False)
         after = starvation(dsn, args.backlog, args.small, fair=True)
-    print(
-        f"\nstarvation: A {args.backlog:,} jobs, then B {args.small:,}, one worker at c10:"
-        f" A's jobs started after B's enqueue, before B's last start: {before:,} without"
-        f" fair keys, {after:,} with them"
-    )
+        print(
+            f"\nstarvation: A {args.backlog:,} jobs, then B {args.small:,}, one worker at c10:"
+            f" A's jobs started after B's enqueue, before B's last start: {before:,} without"
+            f" fair keys, {after:,} with them"
+        )
+        figures["starvation"] = [before, after]
     if args.json:
         with open(args.json, "w", encoding="utf-8") as output:
-            json.dump({"rates": rates, "medians": medians, "starvation": [before, after]}, output)
+            json.dump(figures, output)
     return 0
 
 

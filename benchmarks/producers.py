@@ -6,8 +6,10 @@
 Each producer is a process of its own that enqueues no-op jobs one by one, each in its own
 transaction, for S seconds (all producers start together); W worker processes drain the
 queue at the same time (concurrency 10 each). For each number of producers it reports
-enqueues per second, the p50/p99 latency of one enqueue call and the jobs drained per
-second over the same window. Kinds, alternating in order from round to round:
+enqueues per second, the p50/p99 latency of one enqueue call, the jobs drained per
+second over the same window and (pgtasks kinds) the notifications of the queue per
+second: each one a commit that took PostgreSQL's notification lock. Kinds, alternating in
+order from round to round:
 
 - ``insert``: the physical reference, a bare psycopg ``INSERT ... RETURNING id`` into a
   table with only a primary key (no worker);
@@ -20,8 +22,9 @@ second over the same window. Kinds, alternating in order from round to round:
 - ``pgtasks-quiet``: the same with ``notify="off"``, producers and workers (no NOTIFY;
   the workers poll 50 ms after finding jobs, twice as late after each empty poll, up to
   ``poll_interval``, 1 s by default);
-- ``pgtasks-auto``: the same with ``notify="auto"`` (each producer notifies a queue at
-  most once per 0.2 s; the workers poll as for ``pgtasks-quiet``);
+- ``pgtasks-auto``: the same with ``notify="auto"`` (a queue is notified at most once per
+  ``notify_interval``, 0.2 s, by all the producers together; the workers poll as for
+  ``pgtasks-quiet``);
 - ``pgqueuer``: PgQueuer's ``Queries.enqueue`` one by one (it notifies from a trigger),
   W PgQueuer worker processes draining (when PgQueuer is installed: the ``bench`` extra).
 
@@ -211,15 +214,32 @@ def _wait_started(kind: str, dsn: str, workers: int) -> None:
     raise RuntimeError(f"{workers} {kind} workers were not ready within 60 s")
 
 
+@contextmanager
+def listening(kind: str, dsn: str) -> Iterator[Callable[[], int]]:
+    """pgtasks kinds: a listener on the queue's channel; the callable counts the
+    notifications sent so far (each one a notifying commit). Others count none."""
+    if not kind.startswith("pgtasks"):
+        yield lambda: 0
+        return
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(f"pgtasks.{SCHEMA}")))
+
+        def count() -> int:  # delivered when read: the server kept them meanwhile
+            return sum(1 for _ in conn.notifies(timeout=1.0))
+
+        yield count
+
+
 def measure(kind: str, dsn: str, producers: int, seconds: float, workers: int) -> dict[str, float]:
     target = prepare(kind, dsn)
-    with draining(kind, target, workers):
+    with draining(kind, target, workers), listening(kind, target) as notified:
         before = done_count(kind, target) if kind not in ("insert", "insert+notify") else 0
         start_at = time.time() + 1.0 + producers * 0.03
         context = multiprocessing.get_context("fork")
         with context.Pool(producers) as pool:
             samples = pool.map(_produce, [(kind, target, start_at, seconds)] * producers)
         after = done_count(kind, target) if kind not in ("insert", "insert+notify") else 0
+        notifications = notified()
     latencies = sorted(value for _, values in samples for value in values)
     enqueued = sum(count for count, _ in samples)
     if kind == "pgqueuer":  # -(jobs left): drained = enqueued - left
@@ -229,6 +249,9 @@ def measure(kind: str, dsn: str, producers: int, seconds: float, workers: int) -
         "p50": latencies[len(latencies) // 2] * 1000,
         "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         "drain": (after - before) / seconds,
+        # The producers' notifying commits (pgtasks kinds; the first enqueue of each
+        # producer, before the window, included).
+        "notify": notifications / seconds,
     }
 
 
@@ -272,13 +295,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  round {round_number + 1} {kind:14} x{producers:<3}"
                     f" {figures['enqueue']:8.0f}/s p99 {figures['p99']:7.2f} ms"
-                    f" drained {figures['drain']:7.0f}/s",
+                    f" drained {figures['drain']:7.0f}/s notified {figures['notify']:6.0f}/s",
                     flush=True,
                 )
     print(f"\nmedians of {args.rounds} rounds (load average now {os.getloadavg()[0]:.1f})")
     print(
         f"{'producers':>9} {'kind':14} {'enqueue/s':>10} {'p50 ms':>8} {'p99 ms':>8}"
-        f" {'drained/s':>10}"
+        f" {'drained/s':>10} {'notify/s':>9}"
     )
     for producers in counts:
         for kind in kinds:
@@ -286,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             median = {name: statistics.median(row[name] for row in rows) for name in rows[0]}
             print(
                 f"{producers:>9} {kind:14} {median['enqueue']:10.0f} {median['p50']:8.2f}"
-                f" {median['p99']:8.2f} {median['drain']:10.0f}"
+                f" {median['p99']:8.2f} {median['drain']:10.0f} {median['notify']:9.0f}"
             )
     return 0
 

@@ -30,6 +30,16 @@ def parked_state(status: str, meta: Mapping[str, Any] | None) -> str | None:
     return PARKED_STATES.get(str(marker.get("kind")), "parked")
 
 
+def parked_by_queue(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """count_parked_jobs' rows as ``{queue: {"sleeping": n, "waiting": n, …}}``."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        name = PARKED_STATES.get(row["kind"] or "", "parked")
+        queue = counts.setdefault(row["queue"], {})
+        queue[name] = queue.get(name, 0) + int(row["jobs"])
+    return counts
+
+
 def parked_detail(meta: Mapping[str, Any] | None) -> str:
     """What a parked job waits for, e.g. ``until 2026-…`` or ``event 'order:1' until …``."""
     marker = meta.get("pgtasks.parked") if isinstance(meta, Mapping) else None

@@ -14,6 +14,7 @@ builtin category (a bad argument, a missing key) inherit that builtin too, so
     ├── DatabaseError
     │   ├── DatabaseUnavailableError  the server cannot be reached (after bounded retries)
     │   ├── PoolExhaustedError        every pooled connection stayed in use (leaked ones?)
+    │   ├── ServerVersionError        the server is older than PostgreSQL 14 (migrate refused)
     │   ├── MigrationLockError        a migration step never got its locks (holders named)
     │   └── SchemaError
     │       ├── SchemaNotMigratedError   schema missing or behind the code
@@ -97,6 +98,11 @@ class SchemaNotMigratedError(SchemaError):
 
 class SchemaTooNewError(SchemaError):
     """The pgtasks schema is newer than this version of pgtasks: upgrade pgtasks."""
+
+
+class ServerVersionError(DatabaseError):
+    """The PostgreSQL server is older than pgtasks supports: pgtasks needs PostgreSQL 14
+    or later (the message names the server's version)."""
 
 
 class MigrationLockError(DatabaseError):

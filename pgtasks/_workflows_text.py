@@ -113,7 +113,18 @@ class _RowRecord:
 
     @classmethod
     def from_row(cls: type[R], row: Mapping[str, Any]) -> R:
-        return cls(**{field.name: row[field.name] for field in dataclasses.fields(cls)})
+        """The record of ``row``; a field with a default may be missing from it."""
+        return cls(
+            **{
+                field.name: row[field.name]
+                for field in dataclasses.fields(cls)
+                if field.name in row
+                or (
+                    field.default is dataclasses.MISSING
+                    and field.default_factory is dataclasses.MISSING
+                )
+            }
+        )
 
     def as_json(self: DataclassInstance) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -126,7 +137,9 @@ class WorkflowSummary(_RowRecord):
     ``shape``: the workflow as built, one line (``add → [3 TIMES mul] → total``, with the
     multiplication sign; None for workflows made before migration workflow_progress);
     ``steps``: its jobs but the on_error handler; ``started_at``: when its first job
-    started (None: none yet).
+    started (None: none yet). ``steps_capped``: the list counted a capped number of its
+    jobs (``steps_cap``) and it has more: ``steps`` is the number counted, and its times
+    are not read (None).
     """
 
     id: int
@@ -138,6 +151,7 @@ class WorkflowSummary(_RowRecord):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    steps_capped: bool = False
 
 
 @dataclasses.dataclass(slots=True)
@@ -294,7 +308,11 @@ def format_workflows(workflows: Iterable[WorkflowSummary]) -> str:
         (
             workflow.id,
             workflow.shape or workflow.kind,
-            f"{workflow.steps_done}/{workflow.steps}",
+            (
+                f"more than {workflow.steps - 1:,}"
+                if workflow.steps_capped
+                else f"{workflow.steps_done}/{workflow.steps}"
+            ),
             workflow.state,
             _when(workflow.started_at),
             _when(workflow.finished_at),

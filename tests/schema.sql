@@ -284,6 +284,8 @@ column migration_steps.applied_at timestamp with time zone NOT NULL DEFAULT now(
 column migrations.version integer NOT NULL
 column migrations.name text NOT NULL
 column migrations.applied_at timestamp with time zone NOT NULL DEFAULT now()
+column notify_gates.queue text NOT NULL
+column notify_gates.notified_at timestamp with time zone NOT NULL
 column periodic.name text NOT NULL
 column periodic.processed_until timestamp with time zone NOT NULL
 column periodic.last_tick timestamp with time zone
@@ -364,6 +366,7 @@ constraint limits.limits_tokens_check CHECK (((tokens >= (0)::double precision) 
 constraint limits.limits_updated_at_check CHECK (isfinite(updated_at))
 constraint migration_steps.migration_steps_pkey PRIMARY KEY (version, step)
 constraint migrations.migrations_pkey PRIMARY KEY (version)
+constraint notify_gates.notify_gates_pkey PRIMARY KEY (queue)
 constraint periodic.periodic_pkey PRIMARY KEY (name)
 constraint queue_pauses.queue_pauses_pkey PRIMARY KEY (queue)
 constraint sequence_holds.sequence_holds_pkey PRIMARY KEY (sequence_key)
@@ -433,6 +436,7 @@ index CREATE INDEX jobs_workflow_unfinished_idx ON {schema}.jobs USING btree (wo
 index CREATE UNIQUE INDEX limits_pkey ON {schema}.limits USING btree (name)
 index CREATE UNIQUE INDEX migration_steps_pkey ON {schema}.migration_steps USING btree (version, step)
 index CREATE UNIQUE INDEX migrations_pkey ON {schema}.migrations USING btree (version)
+index CREATE UNIQUE INDEX notify_gates_pkey ON {schema}.notify_gates USING btree (queue)
 index CREATE UNIQUE INDEX periodic_pkey ON {schema}.periodic USING btree (name)
 index CREATE UNIQUE INDEX queue_pauses_pkey ON {schema}.queue_pauses USING btree (queue)
 index CREATE UNIQUE INDEX sequence_holds_pkey ON {schema}.sequence_holds USING btree (sequence_key)
@@ -455,31 +459,31 @@ trigger CREATE TRIGGER jobs_relative_deadlines AFTER INSERT ON {schema}.jobs REF
 trigger CREATE TRIGGER jobs_runtime_limits AFTER INSERT ON {schema}.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT EXECUTE FUNCTION {schema}.runtime_limits_inserted()
 trigger CREATE CONSTRAINT TRIGGER jobs_sequence_job_inserted AFTER INSERT ON {schema}.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.workflow_id IS NULL) AND (new.meta ? 'pgtasks.sequence'::text))) EXECUTE FUNCTION {schema}.sequence_job_inserted()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
-trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (COALESCE(new.status, ''::text) <> ALL (ARRAY['done'::text, 'cancelled'::text])) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_sequence_job_ending BEFORE INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ending()
 trigger CREATE TRIGGER jobs_history_sequence_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT WHEN ((COALESCE(current_setting('pgtasks.sequence_ending'::text, true), ''::text) = 'on'::text)) EXECUTE FUNCTION {schema}.sequence_jobs_ended()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended BEFORE INSERT ON {schema}.jobs_history FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER jobs_history_workflow_jobs_ended AFTER INSERT ON {schema}.jobs_history FOR EACH STATEMENT WHEN ((COALESCE(current_setting('pgtasks.workflow_ended'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION {schema}.workflow_jobs_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
-trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (COALESCE(new.status, ''::text) <> ALL (ARRAY['done'::text, 'cancelled'::text])) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_sequence_job_ending BEFORE INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ending()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended BEFORE INSERT ON {schema}.jobs_history_done FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_done_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
-trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (COALESCE(new.status, ''::text) <> ALL (ARRAY['done'::text, 'cancelled'::text])) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_sequence_job_ending BEFORE INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ending()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended BEFORE INSERT ON {schema}.jobs_history_done_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
-trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (COALESCE(new.status, ''::text) <> ALL (ARRAY['done'::text, 'cancelled'::text])) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_sequence_job_ending BEFORE INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ending()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended BEFORE INSERT ON {schema}.jobs_history_failed FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE CONSTRAINT TRIGGER jobs_history_forget_key AFTER DELETE ON {schema}.jobs_history_failed_default DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((((old.idempotency_key IS NOT NULL) OR (old.unique_window IS NOT NULL)) AND (current_setting('pgtasks.keys_handled'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.forget_job_key()
-trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
+trigger CREATE TRIGGER jobs_history_sequence_job_ended AFTER INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (COALESCE(new.status, ''::text) <> ALL (ARRAY['done'::text, 'cancelled'::text])) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ended()
 trigger CREATE TRIGGER jobs_history_sequence_job_ending BEFORE INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.meta ? 'pgtasks.sequence'::text) AND (new.workflow_id IS NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.sequence_job_ending()
 trigger CREATE TRIGGER jobs_history_workflow_job_ended BEFORE INSERT ON {schema}.jobs_history_failed_default FOR EACH ROW WHEN (((new.workflow_id IS NOT NULL) AND (current_setting('pgtasks.archiving'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION {schema}.workflow_job_ended()
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
-function claim_limited() 0e9e435696113b010516493032948658
+function claim_limited() 76c441070c0680cddba73519c3f05d13
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function fair_rank() 12c0b71dac3a0a2d54ee497fd173084e
 function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5
@@ -495,6 +499,7 @@ function jobs_restore() 34210936ae8bd8603c79382c2b1bc309
 function jobs_retry() 68997493a6b27ff0c67041d14a2b7b7d
 function keyed_job_inserted() 85feb279da538b650379614197d73471
 function move_finished_job() 3d9f21207ceafae2306680eeb6da6d9a
+function notify_gate_open() 591c32c175a7217acce5ff8b51ee6280
 function notify_jobs_inserted() d475aca2db2bb1c80f5853a155e44e39
 function record_removed_workers() 2fd7e0646ed6ae3ca7a59ef936d10f05
 function register_job_key() 8dd5689cc36503eb5160f1c335004362
@@ -503,8 +508,9 @@ function runtime_limits_inserted() f6ee57906589007d52e1bba0d7f709ec
 function sequence_advance() 56160402aea9f0c585b53138993d630c
 function sequence_advance_many() c5198c9ea6da3ab42059864b9f63b2ce
 function sequence_hand_over() eab8556eb548ca01c5ac167398b11414
+function sequence_handed_jobs() 9fe48d8a6ca2d6013e6f74f78c01c5e1
 function sequence_job_ended() 960c077a43f68138194a69e6af5a2ad9
-function sequence_job_ending() 93c756ce73cf644ba60cd29d27f79d73
+function sequence_job_ending() cc3ed9bbdbbd0f1a91c689b78d0122e0
 function sequence_job_inserted() 1a82f80585905aa66d5e384c669c2414
 function sequence_jobs_ended() 9bb0417e7bc11e87d4b98a77905ef94b
 function sequence_key() d34fef9334c02f42ea144b52b02de7c4

@@ -469,6 +469,10 @@ def test_producers_benchmark_reports_each_kind_with_the_bare_insert(own_database
             assert enqueued > 0, stdout
             if kind.startswith("pgtasks"):  # the workers drained some of what was enqueued
                 assert float(row[0][5]) > 0, stdout
+            if kind == "pgtasks":  # every enqueue notified its queue
+                assert float(row[0][6]) > 0, stdout
+            if kind == "pgtasks-quiet":  # none did
+                assert float(row[0][6]) == 0, stdout
 
 
 @pytest.mark.slow

@@ -18,12 +18,13 @@ from typing_extensions import Concatenate, ParamSpec, Self, Unpack  # noqa: UP03
 
 from .._counters import Tally
 from .._cron import PeriodicOptions, Schedule
-from .._errors import UnknownTaskError
+from .._errors import TaskRegistrationError, UnknownTaskError
 from .._instrumentation import Instrumentation
 from .._jobs import InsertedJob, JobContext, JobSpec
 from .._limits import LimitDefinition
 from .._payload import check_name
 from .._store.database import Database
+from .admin import Admin
 from .app_database import DatabaseApp
 from .durable import DurableApp
 from .eager import arun_eagerly, run_eagerly
@@ -34,16 +35,16 @@ from .layout import DEFAULT_STORE
 from .limits import QueueLimits, app_definitions
 from .results import ResultListener
 from .routing import Routing
-from .schedules import build_schedule
+from .schedules import build_schedule, check_periodic_options
 from .settings import (
     AppOptions,
     AppSettings,
-    FromSettings,
+    Setting,
     app_signature,
     check_keywords,
 )
 from .store_router import StoreRouter
-from .task_registry import Registry, register_task
+from .task_registry import Registry
 from .tasks import Task, TaskSettings
 from .workflow_admin import describe_workflow
 from .workflows import Signature
@@ -95,32 +96,32 @@ class App(DatabaseApp, DurableApp, JobActions):
     and PGTASKS_ROUTES); see docs/howto/scaling.md.
     """
 
-    default_queue: FromSettings[str] = FromSettings()
-    default_max_attempts: FromSettings[int] = FromSettings()
-    max_payload_bytes: FromSettings[int] = FromSettings()
-    max_result_bytes: FromSettings[int] = FromSettings()
-    max_error_bytes: FromSettings[int] = FromSettings()
-    lease_timeout: FromSettings[float] = FromSettings()
-    heartbeat_interval: FromSettings[float] = FromSettings()
-    rescue_interval: FromSettings[float] = FromSettings()
-    poll_interval: FromSettings[float] = FromSettings()
-    prune_done_after: FromSettings[float | None] = FromSettings()
-    prune_failed_after: FromSettings[float | None] = FromSettings()
-    prune_interval: FromSettings[float] = FromSettings()
-    heal_interval: FromSettings[float] = FromSettings()
-    pool_min_size: FromSettings[int] = FromSettings("pools.min_size")
-    pool_max_size: FromSettings[int] = FromSettings("pools.max_size")
-    connect_timeout: FromSettings[float] = FromSettings("pools.connect_timeout")
-    connect_attempts: FromSettings[int] = FromSettings("pools.connect_attempts")
+    default_queue: Setting[str] = Setting()
+    default_max_attempts: Setting[int] = Setting()
+    max_payload_bytes: Setting[int] = Setting()
+    max_result_bytes: Setting[int] = Setting()
+    max_error_bytes: Setting[int] = Setting()
+    lease_timeout: Setting[float] = Setting()
+    heartbeat_interval: Setting[float] = Setting()
+    rescue_interval: Setting[float] = Setting()
+    poll_interval: Setting[float] = Setting()
+    prune_done_after: Setting[float | None] = Setting()
+    prune_failed_after: Setting[float | None] = Setting()
+    prune_interval: Setting[float] = Setting()
+    heal_interval: Setting[float] = Setting()
+    pool_min_size: Setting[int] = Setting(path="pools.min_size")
+    pool_max_size: Setting[int] = Setting(path="pools.max_size")
+    connect_timeout: Setting[float] = Setting(path="pools.connect_timeout")
+    connect_attempts: Setting[int] = Setting(path="pools.connect_attempts")
     #: Where the embedded server keeps its data (when no DSN is configured).
-    embedded_dir: FromSettings[Path] = FromSettings("database.embedded_dir")
+    embedded_dir: Setting[Path] = Setting(path="database.embedded_dir")
 
     def __init__(self, dsn: str | None = None, **options: Unpack[AppOptions]) -> None:
         check_keywords(options)
         #: The App's configuration, validated once (``dsn`` and every keyword of AppOptions).
         self.settings = AppSettings.resolve(dsn, **options)
         #: Its tasks (``tasks``, by each of their names) and schedules (``schedules``).
-        self.registry = Registry()
+        self.registry: Registry[Task[Any, Any]] = Registry()
         #: Queues declared with limits (``app.queue()``), by name.
         self.queue_limits: dict[str, QueueLimits] = {}
         self._instrumentation: Instrumentation | None = None
@@ -167,6 +168,8 @@ class App(DatabaseApp, DurableApp, JobActions):
         self.views = self.routing.views
         #: The insert path (the store of the jobs, the schema check, the traced insert).
         self.enqueuer: Enqueuer[App] = Enqueuer(self.routing, self.counters, self._hooks)
+        #: The operators' reads and writes (stats, workers, queues, limits, retries...).
+        self.admin = Admin(self.routing)
 
     def _of_store(self, name: str) -> App:
         """A new App of store ``name`` of this (root) App: its settings with that store's
@@ -286,7 +289,17 @@ class App(DatabaseApp, DurableApp, JobActions):
         self, task: Task[Any, Any] | str, **options: Unpack[PeriodicOptions]
     ) -> Schedule:
         """Declare a schedule for a registered task (or task name) at run time."""
-        return self.registry.add_schedule(build_schedule(self, task, **options))
+        check_periodic_options(options)
+        if isinstance(task, str):
+            task = self.get_task(task)
+        if not isinstance(task, Task):
+            raise TaskRegistrationError(
+                f"periodic schedules run tasks, got {task!r}: stack @app.periodic(...) above"
+                " @app.task, or pass a task to app.add_periodic()"
+            )
+        if task.app is not self or self.tasks.get(task.name) is not task:
+            raise TaskRegistrationError(f"task {task.name!r} is not registered with this app")
+        return self.registry.add_schedule(build_schedule(task, **options))
 
     # -- enqueue --
     def insert_specs(
@@ -450,3 +463,13 @@ class App(DatabaseApp, DurableApp, JobActions):
 
 # The keywords as inspect (and help()) show them, each with its type and default.
 App.__init__.__dict__["__signature__"] = app_signature()
+
+
+def register_task(
+    app: App, function: Callable[..., Any], *, bind: bool, options: dict[str, Any]
+) -> Task[Any, Any]:
+    """Make ``function`` a task of ``app`` (``@app.task``), under its name and its former
+    names (aliases); a second task of one name is a TaskRegistrationError."""
+    if isinstance(function, Task):
+        raise TaskRegistrationError(f"{function!r} is already a task")
+    return app.registry.add_task(Task(app, function, bind=bind, **options))

@@ -1,7 +1,7 @@
 """New arguments for many pending jobs of one task at once (the jobs list's bulk edit):
 one arguments document, checked once as an enqueue of that task checks it, written to
 every ticked job that is still pending; a job claimed meanwhile is refused and counted.
-The single-job edit is controls.edit_arguments."""
+The single-job edit is pending_jobs.edit_arguments."""
 
 from __future__ import annotations
 

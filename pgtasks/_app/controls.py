@@ -1,7 +1,7 @@
 """Operators' runtime controls (docs/howto/operations.md): limits changed, paused,
-resumed and reset without a deploy; actions on pending jobs (run now, snooze, edit the
-arguments: pending_jobs.py, named here too); worker pools resized; every one audited
-(who, what, when, the values before and after).
+resumed and reset without a deploy; worker pools resized (the actions on pending jobs,
+run now, snooze, edit the arguments, are pending_jobs.py's); every one audited (who,
+what, when, the values before and after).
 
 A changed limit is stored in the database, marked overridden: every worker of every host
 reads it at its next limited claim (a notification on the limits channel wakes them at
@@ -10,10 +10,6 @@ declares without undoing the change; a reset makes the declared values apply aga
 limit set on a task or queue the app does not declare makes their jobs carry it (the
 pending and running ones at once, new ones through a trigger enabled while such a limit
 exists).
-
-The job actions lock the rows they change and re-read their status after any claim in
-progress: a job a worker claims at that moment is either changed before the claim or
-left alone (counted as refused, ``JobNotPendingError`` for one job).
 """
 
 from __future__ import annotations
@@ -36,31 +32,12 @@ from .._limits import (
     parse_rate_limit,
 )
 from .._payload import MAX_NAME_BYTES, check_name
-from .._store.database import Database
-from .._store.queries import Queries
-from .actors import actor_here as actor_here
-from .pending_jobs import MAX_JOBS as MAX_JOBS  # the actions on pending jobs, named here too
-from .pending_jobs import MAX_SNOOZE as MAX_SNOOZE
-from .pending_jobs import JobsAction as JobsAction
-from .pending_jobs import _job_ids as _job_ids
-from .pending_jobs import edit_arguments as edit_arguments
-from .pending_jobs import run_now as run_now
-from .pending_jobs import run_now_matching as run_now_matching
-from .pending_jobs import snooze as snooze
-from .routing import RoutedTask, Routing
+from .actors import actor_here
+from .routing import RoutedApp, RoutedTask
 
 
-class ControlledApp(Protocol):
+class ControlledApp(RoutedApp, Protocol):
     """What the runtime controls read of an App."""
-
-    @property
-    def database(self) -> Database: ...
-
-    @property
-    def queries(self) -> Queries: ...
-
-    @property
-    def routing(self) -> Routing[Any]: ...
 
     @property
     def tasks(self) -> Mapping[str, RoutedTask]: ...
@@ -214,6 +191,9 @@ def _change(
     def operation(conn: psycopg.Connection[Any]) -> LimitChange:
         with conn.transaction():
             row = queries.lock_limit(conn, name)
+            # Counting the stored limits and reading the trigger below see every earlier
+            # such change committed: the trigger stays on while a runtime limit is stored.
+            queries.lock_runtime_limits(conn)
             before = values_of(row)
             values = decide(row)
             jobs = 0

@@ -115,7 +115,7 @@ def check_deep_history_payloads(rows: Sequence[Row], scan: int) -> Finding:
 
 
 def check_held_sequences(rows: Sequence[Row]) -> Finding:
-    """Sequences held by a failed job (``sequence_on_failure="hold"``, migration 0023):
+    """Sequences held by a failed job (``sequence_on_failure="hold"``):
     their next jobs wait until it is retried and done, or the sequence is released."""
     if not rows:
         return Finding("sequences", "ok", "no sequence is held by a failed job")

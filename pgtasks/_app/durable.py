@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._durable import step_function
-from .._durable_text import PARKED_STATES
+from .._durable_text import parked_by_queue
 from .._errors import ConfigurationError, PayloadNotSerializableError, PayloadTooLargeError
 from .._jobs import JobSpec
-from . import routing
 
 if TYPE_CHECKING:
     from .app import App
@@ -50,21 +49,11 @@ def encode_event_payload(app: App, key: str, payload: Any) -> str:
     return text
 
 
-def parked_by_queue(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """count_parked_jobs' rows as ``{queue: {"sleeping": n, "waiting": n, …}}``."""
-    counts: dict[str, dict[str, int]] = {}
-    for row in rows:
-        name = PARKED_STATES.get(row["kind"] or "", "parked")
-        queue = counts.setdefault(row["queue"], {})
-        queue[name] = queue.get(name, 0) + int(row["jobs"])
-    return counts
-
-
 def event_stores(app: App, queue: str | None, joined: bool) -> list[App]:
     """The Apps of the stores an event goes to: the store of ``queue``, the one store
     of an App of one, else every store (one transaction each: not with connection=)."""
     if queue is not None:
-        return [routing.for_queue(app, queue)]
+        return [app.routing.for_queue(queue)]
     if app.store_router.single or app.settings.store is not None:
         return [app]
     if joined:
@@ -73,7 +62,7 @@ def event_stores(app: App, queue: str | None, joined: bool) -> list[App]:
             " jobs wait for the event (queue=...), or emit on app.for_store(name); the"
             " event joins the transaction of a connection to that store"
         )
-    return routing.serving(app)
+    return app.routing.serving()
 
 
 def _emit(owner: App, conn: psycopg.Connection[Any], key: str, payload_json: str) -> int:
@@ -179,7 +168,7 @@ class DurableApp:
         """A job's durable steps in the order its code reached them (position, name,
         occurrence, status, result, error, attempt, worker_id, started_at, finished_at);
         kept in its history row once it ended."""
-        owner = routing.for_id(self, job_id)
+        owner = self.routing.for_id(job_id)
         rows: list[dict[str, Any]] = owner.database.run(
             lambda conn: owner.queries.get_job_steps(conn, job_id)
         )
@@ -211,7 +200,7 @@ class DurableApp:
             max_attempts=source.max_attempts,
             meta_json=json.dumps({"pgtasks.forked_from": job_id}),
         )
-        owner = routing.for_id(app, job_id)
+        owner = app.routing.for_id(job_id)
 
         def fork(conn: psycopg.Connection[Any]) -> JobHandle[Any]:
             with conn.transaction():

@@ -3,7 +3,7 @@ the arguments of a pending job (``App.run_jobs_now``, ``App.snooze_jobs``,
 ``App.edit_job_arguments``; ``job.run_now()``, ``job.snooze(by)``, ``job.edit(...)``;
 ``pgtasks jobs run-now|snooze|edit``).
 
-They are the dashboard's job actions (``controls.py``): the same statements, so each is
+They are the dashboard's job actions (``pending_jobs.py``): the same statements, so each is
 race-safe against a claim in progress (the rows are locked and their status read again
 after the claim commits: a job that started meanwhile is left alone) and audited (who:
 ``actor``, by default ``api:<OS user>@<host>``). The ids of an app of several stores are
@@ -27,9 +27,9 @@ from .._errors import DatabaseError, JobNotFoundError
 from .._job_filter import JobFilter
 from .._jobs import CancelResult, JobRow
 from .._payload import encode_meta
-from . import controls
+from . import pending_jobs
+from .actors import actor_here
 from .handle import JobHandle
-from .routing import for_id, serving
 
 if TYPE_CHECKING:
     from .app import App
@@ -70,20 +70,21 @@ def seconds_of(by: timedelta | float) -> float:
         raise ValueError(f"snooze by a timedelta or a number of seconds, got {by!r:.80}")
     else:
         seconds = float(by)
-    if not 0 < seconds <= controls.MAX_SNOOZE:  # NaN too
+    if not 0 < seconds <= pending_jobs.MAX_SNOOZE:  # NaN too
         raise ValueError(
-            f"snooze seconds must be above 0 and at most {controls.MAX_SNOOZE:g}, got {by!r:.80}"
+            f"snooze seconds must be above 0 and at most {pending_jobs.MAX_SNOOZE:g},"
+            f" got {by!r:.80}"
         )
     return seconds
 
 
 def _by_store(app: App, ids: Iterable[int]) -> list[tuple[App, list[int]]]:
-    found = controls._job_ids(ids)
+    found = pending_jobs._job_ids(ids)
     if app.store_router.single:
         return [(app, found)] if found else []
     groups: dict[str, tuple[App, list[int]]] = {}
     for job_id in found:
-        owner = for_id(app, job_id)
+        owner = app.routing.for_id(job_id)
         groups.setdefault(owner.store_name, (owner, []))[1].append(job_id)
     return list(groups.values())
 
@@ -113,7 +114,7 @@ def _each_store(app: App, ids: Iterable[int], action: str, act: Any) -> JobsChan
     left: dict[int, str] = {}
     with writable(action.replace("_", " ")):
         for owner, job_ids in _by_store(app, ids):
-            outcome: controls.JobsAction = act(owner, job_ids)
+            outcome: pending_jobs.JobsAction = act(owner, job_ids)
             done += outcome.done
             left.update(_why(owner, outcome.refused, action))
     return JobsChanged(action, tuple(sorted(done)), left)
@@ -122,19 +123,20 @@ def _each_store(app: App, ids: Iterable[int], action: str, act: Any) -> JobsChan
 def run_jobs_now(app: App, ids: Iterable[int], *, actor: str | None = None) -> JobsChanged:
     """Pending jobs of ``ids`` scheduled later (a countdown, an eta, a retry's delay)
     become due now; no attempt is spent. The others are left, with why."""
-    who = actor or controls.actor_here("api")
+    who = actor or actor_here("api")
     return _each_store(
-        app, ids, "run_now", lambda owner, job_ids: controls.run_now(owner, job_ids, actor=who)
+        app, ids, "run_now", lambda owner, job_ids: pending_jobs.run_now(owner, job_ids, actor=who)
     )
 
 
 def run_matching_now(app: App, job_filter: JobFilter, *, actor: str | None = None) -> int:
     """Every pending job scheduled later that ``job_filter`` selects becomes due now, in
     every store the app serves (committed batches); how many."""
-    who = actor or controls.actor_here("api")
+    who = actor or actor_here("api")
     with writable("run now"):
         return sum(
-            controls.run_now_matching(owner, job_filter, actor=who) for owner in serving(app)
+            pending_jobs.run_now_matching(owner, job_filter, actor=who)
+            for owner in app.routing.serving()
         )
 
 
@@ -144,12 +146,12 @@ def snooze_jobs(
     """Pending jobs of ``ids`` start ``by`` (a timedelta or seconds) later than they would
     (from now when due already); no attempt is spent. The others are left, with why."""
     seconds = seconds_of(by)
-    who = actor or controls.actor_here("api")
+    who = actor or actor_here("api")
     return _each_store(
         app,
         ids,
         "snooze",
-        lambda owner, job_ids: controls.snooze(owner, job_ids, seconds, actor=who),
+        lambda owner, job_ids: pending_jobs.snooze(owner, job_ids, seconds, actor=who),
     )
 
 
@@ -168,12 +170,12 @@ def edit_job_arguments(
     if args is None and kwargs is None:
         raise ValueError("give the new args, the new kwargs, or both")
     with writable("edit arguments"):
-        controls.edit_arguments(
+        pending_jobs.edit_arguments(
             app,
             job_id,
             None if args is None else list(args),
             None if kwargs is None else dict(kwargs),
-            actor=actor or controls.actor_here("api"),
+            actor=actor or actor_here("api"),
         )
 
 

@@ -2,7 +2,7 @@
 sequence_key=, sequence_on_failure=)`` and the enqueue options of the same names.
 
 A job's fair key and sequence key live in its meta under reserved keys, which the
-database's triggers read (migration 0023; docs/howto/flow-control.md): nothing else of a
+database's triggers read (docs/howto/flow-control.md): nothing else of a
 job row, and nothing of a plain job, changes.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Literal
 from .._errors import LimitKeyError, TaskRegistrationError
 from .._payload import MAX_KEY_BYTES, check_name
 
-#: The reserved meta keys (read by migration 0023's triggers and the claim).
+#: The reserved meta keys (read by the database's triggers and the claim).
 FAIR_KEY = "pgtasks.fair_key"
 FAIR_RANK = "pgtasks.fair_rank"
 SEQUENCE_KEY = "pgtasks.sequence"

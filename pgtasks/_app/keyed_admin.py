@@ -119,15 +119,14 @@ def keyed_state(
 def _owners(app: App, store: str | None, queue: str | None) -> list[App]:
     """The Apps of the stores an operation covers: ``store``'s, the store ``queue`` routes
     to, else every store the App serves (the root App of several: each of them)."""
-    from .routing import for_queue, for_store, serving
 
     if store is not None and queue is not None:
         raise ValueError("store= and queue= name the same thing: give one of them")
     if store is not None:
-        return [for_store(app, store)]
+        return [app.routing.for_store(store)]
     if queue is not None:
-        return [for_queue(app, check_name("queue", queue))]
-    return serving(app)
+        return [app.routing.for_queue(check_name("queue", queue))]
+    return app.routing.serving()
 
 
 def flow_state(
@@ -212,19 +211,20 @@ class LimitsView:
 
 
 def limits_view(app: App, *, top_keys: int = 10) -> LimitsView:
-    """The limits (admin.read_limits) and the fair keys and sequences, in one read."""
-    from . import admin
+    """The limits (``app.admin.read_limits``) and the fair keys and sequences, in one
+    read."""
+    from .admin import limits_unreadable
 
     def read(conn: psycopg.Connection[Any]) -> LimitsView:
         return LimitsView(
-            admin.read_limits(app, conn, top_keys=top_keys),
+            app.admin.read_limits(conn, top_keys=top_keys),
             read_keyed(app, conn, limit=top_keys),
         )
 
     try:
         return app.database.read(read)
     except psycopg.Error as error:
-        raise admin.limits_unreadable(error) from None
+        raise limits_unreadable(error) from None
 
 
 def format_keyed(state: KeyedState) -> str:

@@ -4,7 +4,7 @@ A deadline is kept in the job's meta under the reserved key ``pgtasks.expires`` 
 since the epoch): every claim (the limited one too) leaves the job out once it has
 passed, and the worker's expiry pass ends it cancelled with the reason. A relative
 deadline (seconds or a timedelta) also writes ``pgtasks.expires_in``: the insert trigger
-of migration 0020 turns it into ``pgtasks.expires`` on the database's clock, so an
+turns it into ``pgtasks.expires`` on the database's clock, so an
 enqueuer's clock skew does not move the deadline (the enqueuer's estimate is what a
 schema without the trigger keeps).
 

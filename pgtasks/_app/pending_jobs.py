@@ -19,11 +19,9 @@ import psycopg
 from .._errors import JobNotFoundError, JobNotPendingError
 from .._job_filter import JobFilter
 from .._payload import encode_arguments
-from .._store.database import Database
-from .._store.queries import Queries
 from .actors import actor_here
 from .limits import TaskLimits
-from .routing import Routing
+from .routing import RoutedApp
 
 
 class EditedTask(Protocol):
@@ -35,17 +33,8 @@ class EditedTask(Protocol):
     def _arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]: ...
 
 
-class JobsApp(Protocol):
+class JobsApp(RoutedApp, Protocol):
     """What the actions on pending jobs read of an App."""
-
-    @property
-    def database(self) -> Database: ...
-
-    @property
-    def queries(self) -> Queries: ...
-
-    @property
-    def routing(self) -> Routing[Any]: ...
 
     @property
     def tasks(self) -> Mapping[str, EditedTask]: ...

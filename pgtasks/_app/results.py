@@ -24,19 +24,12 @@ import psycopg
 from .._errors import JobCancelled, JobNotFoundError, PayloadError, TaskFailed
 from .._payload import Unreadable
 from .._retry import reconnect_delay
-from .._store.database import Database
-from .._store.queries import Queries
+from .routing import StoreView
 
 
-class ResultsApp(Protocol):
+class ResultsApp(StoreView, Protocol):
     """What the result reads take of an App: its database, its statements and its
     process's listener."""
-
-    @property
-    def database(self) -> Database: ...
-
-    @property
-    def queries(self) -> Queries: ...
 
     def result_listener(self) -> ResultListener: ...
 

@@ -9,8 +9,7 @@ store is its own and only one, so none of this costs it anything.
 
 Each App holds a Routing (``app.routing``) built from its StoreRouter, itself, the store
 it serves and a maker of store views; Routing never imports App (a view is any
-:class:`StoreView`). The module functions (``for_id(app, id)``...) read ``app.routing``
-for the callers of other layers.
+:class:`StoreView`). Every caller asks ``app.routing`` (``app.routing.for_id(id)``...).
 """
 
 from __future__ import annotations
@@ -31,7 +30,8 @@ from .store_router import StoreRouter
 
 
 class StoreView(Protocol):
-    """What routing reads of the App of one store."""
+    """What routing reads of the App of one store (and the base of every App Protocol of
+    _app: its database and its statements)."""
 
     @property
     def database(self) -> Database: ...
@@ -203,28 +203,9 @@ class Routing(Generic[V]):
         return sorted(names)
 
 
-class Routed(Protocol[V]):
-    """An App (anything holding a Routing of its views)."""
+class RoutedApp(StoreView, Protocol):
+    """The base of the App Protocols of _app's services (runtime controls, actions on
+    pending jobs, workflow reads): an App's database, its statements and its routing."""
 
     @property
-    def routing(self) -> Routing[V]: ...
-
-
-def for_store(app: Routed[V], name: str) -> V:
-    """The App of store ``name`` (``app.routing.for_store``)."""
-    return app.routing.for_store(name)
-
-
-def for_queue(app: Routed[V], queue: str) -> V:
-    """The App of the store ``queue`` routes to (``app.routing.for_queue``)."""
-    return app.routing.for_queue(queue)
-
-
-def for_id(app: Routed[V], object_id: int) -> V:
-    """The App of the store that issued this job or workflow id (``app.routing.for_id``)."""
-    return app.routing.for_id(object_id)
-
-
-def serving(app: Routed[V]) -> list[V]:
-    """The Apps of the stores ``app`` serves (``app.routing.serving``)."""
-    return app.routing.serving()
+    def routing(self) -> Routing[Any]: ...

@@ -8,7 +8,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
 from typing_extensions import Unpack
@@ -26,33 +26,55 @@ from .._errors import TaskRegistrationError
 from .._jobs import JobSpec
 from .._payload import MAX_KEY_BYTES, check_name
 from .._text import printable
-from .tasks import Task
-from .uniqueness import schedule_key
-
-if TYPE_CHECKING:
-    from .app import App
+from .routing import StoreView
+from .uniqueness import Uniqueness, schedule_key
 
 #: Longest schedule name in UTF-8 bytes (a default name holds the task name and the
 #: trigger); its tick keys stay well under MAX_KEY_BYTES.
 MAX_SCHEDULE_NAME_BYTES = MAX_KEY_BYTES // 2
 
 
-def build_schedule(
-    app: App, task: Task[Any, Any] | str, **options: Unpack[PeriodicOptions]
-) -> Schedule:
-    """Validate a schedule declaration; every mistake raises here, not later in beat."""
+class ScheduledTask(Protocol):
+    """What a schedule reads of its task: its name, its uniqueness and its jobs' spec."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uniqueness(self) -> Uniqueness | None: ...
+
+    def build_spec(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        /,
+        *,
+        eta: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        tick_key: str | None = None,
+    ) -> JobSpec: ...
+
+
+class ScheduledApp(StoreView, Protocol):
+    """What the status of the schedules reads of an App."""
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]: ...
+
+
+def check_periodic_options(options: Mapping[str, Any]) -> None:
+    """A TypeError for an option PeriodicOptions does not declare."""
     unknown = set(options) - set(PeriodicOptions.__annotations__)
     if unknown:
         raise TypeError(f"unknown periodic option(s): {', '.join(sorted(unknown))}")
-    if isinstance(task, str):
-        task = app.get_task(task)
-    if not isinstance(task, Task):
-        raise TaskRegistrationError(
-            f"periodic schedules run tasks, got {task!r}: stack @app.periodic(...) above"
-            " @app.task, or pass a task to app.add_periodic()"
-        )
-    if task.app is not app or app.tasks.get(task.name) is not task:
-        raise TaskRegistrationError(f"task {task.name!r} is not registered with this app")
+
+
+def build_schedule(task: ScheduledTask, **options: Unpack[PeriodicOptions]) -> Schedule:
+    """Validate a schedule declaration of a registered task (App.add_periodic checks
+    the options' names and the task); every mistake raises here, not later in beat."""
     trigger = make_trigger(options.get("cron"), options.get("every"), options.get("tz"))
     args = options.get("args", ())
     if not isinstance(args, (list, tuple)):
@@ -82,7 +104,7 @@ def build_schedule(
     return schedule
 
 
-def build_spec(task: Task[Any, Any], schedule: Schedule, tick: datetime) -> JobSpec:
+def build_spec(task: ScheduledTask, schedule: Schedule, tick: datetime) -> JobSpec:
     """The job of one tick: due at the tick, keyed by (schedule name, tick in UTC)."""
     return task.build_spec(
         schedule.args,
@@ -116,7 +138,9 @@ class ScheduleStatus:
 
 
 def schedule_statuses(
-    app: App, *, run: Callable[[Callable[[psycopg.Connection[Any]], Any]], Any] | None = None
+    app: ScheduledApp,
+    *,
+    run: Callable[[Callable[[psycopg.Connection[Any]], Any]], Any] | None = None,
 ) -> tuple[datetime, list[ScheduleStatus]]:
     """The database's now and every schedule: declared ones first, then stored-only ones.
 

@@ -15,7 +15,7 @@ import dataclasses
 import inspect
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ForwardRef, Generic, Protocol, TypedDict, TypeVar, overload
 
 from typing_extensions import Unpack
@@ -103,6 +103,9 @@ class AppOptions(TypedDict, total=False):
     #: When an enqueue NOTIFYs the workers: "always", "off" or "auto" (None: PGTASKS_NOTIFY,
     #: else "always"; docs/performance.md).
     notify: str | None
+    #: notify="auto": the least seconds between two notifications of a queue (None:
+    #: PGTASKS_NOTIFY_INTERVAL, else 0.2; docs/performance.md).
+    notify_interval: float | None
 
 
 #: The keywords of AppOptions that are PoolSettings' fields (by field name).
@@ -261,33 +264,45 @@ def _text(annotation: object) -> object:
 
 
 class _Configured(Protocol):
-    settings: AppSettings
+    @property
+    def settings(self) -> object: ...
 
 
-class FromSettings(Generic[T]):
-    """A read-only App attribute that reads the field of the same name of
-    ``app.settings`` (or the one ``path`` names: ``"pools.min_size"``)."""
+class Setting(Generic[T]):
+    """A read-only attribute of an App or a Worker that reads the field of the same name
+    of its ``settings`` (or the one ``path`` names: ``"pools.min_size"``); ``convert``:
+    what the attribute gives of it (a Worker's queues: a list, a copy each time)."""
 
-    def __init__(self, path: str = "") -> None:
-        self.field = path
+    def __init__(self, convert: Callable[[Any], T] | None = None, *, path: str = "") -> None:
+        self.name = self.field = path
+        self.convert = convert
 
     def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
         self.field = self.field or name
 
     @overload
-    def __get__(self, instance: None, owner: type) -> FromSettings[T]: ...
+    def __get__(self, instance: None, owner: type) -> Setting[T]: ...
 
     @overload
     def __get__(self, instance: _Configured, owner: type) -> T: ...
 
-    def __get__(self, instance: _Configured | None, owner: type) -> T | FromSettings[T]:
+    def __get__(self, instance: _Configured | None, owner: type) -> T | Setting[T]:
         if instance is None:
             return self
         value: Any = instance.settings
         for name in self.field.split("."):
             value = getattr(value, name)
+        if self.convert is not None:
+            return self.convert(value)
         result: T = value
         return result
+
+    def __set__(self, instance: object, value: object) -> None:
+        # Read-only, as properties: the settings are one frozen value.
+        raise AttributeError(
+            f"property {self.name!r} of {type(instance).__name__!r} object has no setter"
+        )
 
 
 class DeprecatedAlias:

@@ -1,26 +1,35 @@
 """Registry: an App's tasks and schedules by name, each added under one lock (the Apps
-of its stores share it); and ``@app.task``'s registration: a function made a Task of an
-App, under its name and its former names (aliases)."""
+of its stores share it): a task under its name and its former names (aliases). It never
+imports App or Task (a task is any :class:`NamedTask`)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Generic, Protocol, TypeVar
 
 from .._cron import Schedule
 from .._errors import TaskRegistrationError
-from .tasks import Task
-
-if TYPE_CHECKING:
-    from .app import App
 
 
-class Registry:
+class NamedTask(Protocol):
+    """What the registry reads of a task: its name and its former names."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def aliases(self) -> Sequence[str]: ...
+
+
+T = TypeVar("T", bound=NamedTask)
+
+
+class Registry(Generic[T]):
     """The tasks (by each of their names) and the schedules of an App."""
 
     def __init__(self) -> None:
-        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.tasks: dict[str, T] = {}
         #: Periodic schedules by name (``@app.periodic``, ``app.add_periodic``).
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
@@ -29,7 +38,7 @@ class Registry:
         """In a forked child: another thread may have held the lock during the fork."""
         self._lock = threading.Lock()
 
-    def add_task(self, task: Task[Any, Any]) -> Task[Any, Any]:
+    def add_task(self, task: T) -> T:
         """Register ``task`` under its name and aliases; a second task of one name is a
         TaskRegistrationError."""
         with self._lock:
@@ -54,13 +63,3 @@ class Registry:
                 )
             self.schedules[schedule.name] = schedule
         return schedule
-
-
-def register_task(
-    app: App, function: Callable[..., Any], *, bind: bool, options: dict[str, Any]
-) -> Task[Any, Any]:
-    """Make ``function`` a task of ``app`` (``@app.task``); a second task of one name is
-    a TaskRegistrationError."""
-    if isinstance(function, Task):
-        raise TaskRegistrationError(f"{function!r} is already a task")
-    return app.registry.add_task(Task(app, function, bind=bind, **options))

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import psycopg
 
 from .._errors import WorkflowNotFoundError
-from .._store.database import Database
-from .._store.queries import Queries
 from .._workflows_text import (
     INCIDENT_KINDS,
     WORKFLOW_STATES,
@@ -25,24 +23,15 @@ from .._workflows_text import (
     WorkflowStep,
     WorkflowSummary,
 )
-from .routing import Routing
+from .routing import RoutedApp
 
 if TYPE_CHECKING:
     from .._store.ports import AdminPort
 
 
-class WorkflowsApp(Protocol):
+class WorkflowsApp(RoutedApp, Protocol):
     """What the workflow reads take of an App: its database, its statements and the
     routing of an id to the store that issued it."""
-
-    @property
-    def database(self) -> Database: ...
-
-    @property
-    def queries(self) -> Queries: ...
-
-    @property
-    def routing(self) -> Routing[Any]: ...
 
 
 #: Characters of a step's result (as JSON text) a workflow page reads.
@@ -102,7 +91,8 @@ def list_workflows(
     Of ``app``'s store (an App of several stores: its default one), or of the store that
     issued ``workflow_id``; with ``run``, of the store its connections are (the caller's
     store: a dashboard's). ``steps_cap``: count at most that many jobs of each workflow,
-    plus one (None: all; see the store's list_workflows)."""
+    plus one (None: all; see the store's list_workflows); a workflow with more has
+    ``steps_capped`` set."""
     if status is not None and status not in WORKFLOW_STATES:
         raise ValueError(f"status: {status!r} is not one of {', '.join(WORKFLOW_STATES)}")
     if workflow_id is not None and run is None:
@@ -118,7 +108,12 @@ def list_workflows(
             steps_cap=steps_cap,
         )
     )
-    return [WorkflowSummary.from_row(row) for row in rows]
+    return [
+        WorkflowSummary.from_row(
+            {**row, "steps_capped": steps_cap is not None and row["steps"] > steps_cap}
+        )
+        for row in rows
+    ]
 
 
 def workflow_detail(

@@ -4,24 +4,37 @@ written), and the meta an instrumentation gives the steps' jobs."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from .._errors import WorkflowError
 from .._jobs import JobSpec, StepJob
 from .._payload import encode_arguments
 from .._validation import validate_max_attempts, validate_priority, validate_queue
-from .limits import job_limits
+from .limits import QueueLimits, job_limits
 
 #: The keyword names of arguments without keywords.
 _NO_NAMES: frozenset[str] = frozenset()
 
 if TYPE_CHECKING:
-    from .app import App
     from .workflows import Signature
 
 
-def encode_step(app: App, signature: Signature, receives_input: int, label: str) -> JobSpec:
+class StepsApp(Protocol):
+    """What encoding a workflow step reads of an App: its tasks, its payload limit and
+    its queues' limits."""
+
+    @property
+    def tasks(self) -> Mapping[str, object]: ...
+
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+    @property
+    def queue_limits(self) -> Mapping[str, QueueLimits]: ...
+
+
+def encode_step(app: StepsApp, signature: Signature, receives_input: int, label: str) -> JobSpec:
     """The job of a signature, validated and encoded (raises before writing);
     ``receives_input``: how many inputs it receives before its own arguments (a bool: 1)."""
     task = signature.task
@@ -78,7 +91,7 @@ def encode_step(app: App, signature: Signature, receives_input: int, label: str)
 
 
 def _limits(
-    app: App, signature: Signature, queue: str, receives_input: bool, label: str
+    app: StepsApp, signature: Signature, queue: str, receives_input: bool, label: str
 ) -> tuple[list[str] | None, str | None]:
     """The concurrency and rate limits a step counts in, as a plain enqueue computes them."""
     task_limits = signature.task.limits

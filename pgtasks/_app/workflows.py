@@ -2,8 +2,8 @@
 
 A workflow is planned here (every job, its predecessors and successors, its input) and
 inserted in one transaction with reserved ids so that rows can name each other. Its
-progress is the database's: the trigger of migration 0011 moves each successor to
-pending in the transaction that finished its last predecessor (see the migration).
+progress is the database's: a trigger moves each successor to pending in the
+transaction that finished its last predecessor (docs/reference/schema.md).
 """
 
 from __future__ import annotations

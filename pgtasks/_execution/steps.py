@@ -21,7 +21,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import _retry
-from .._app import routing
 from .._counters import STEPS_CHECKPOINTED, STEPS_REPLAYED
 from .._durable import (
     CURRENT,
@@ -118,7 +117,7 @@ class DurableRun(StepTransactions):
 
     # -- reading and writing --
     def _owner(self) -> App:
-        return routing.for_id(self._task.app, self._attempt.job_id)
+        return self._task.app.routing.for_id(self._attempt.job_id)
 
     def _lease(self) -> dict[str, int]:
         attempt = self._attempt

@@ -25,7 +25,7 @@ from psycopg.types.json import JsonbLoader
 from .._errors import SchemaNotMigratedError
 from .._payload import Unreadable, decode_stored
 from ..sql import load_fragments, load_queries
-from .notify_mode import EnqueueNotifications
+from .notify_mode import AUTO_NOTIFY_SPACING, EnqueueNotifications
 
 Params = Mapping[str, Any]
 Row = dict[str, Any]
@@ -256,6 +256,20 @@ ANNOUNCED_CLAIMS = (
     "claim_jobs_aged",
     "claim_limited",
 )
+#: Plain claims that, run after a finish that ended sequence jobs and named this worker
+#: their taker, return the jobs the finish handed over too (QueriesBase._handing):
+#: ``<name>_handing``, one statement where a round trip would send two.
+HANDING_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_jobs_aged")
+
+
+def _header_and_body(statement: bytes) -> tuple[str, str]:
+    """A rendered statement's header comment lines (pg_stat_activity shows them: a
+    statement built around it keeps them first) and the rest, its closing ";" left out."""
+    lines = statement.decode().rstrip().removesuffix(";").splitlines()
+    header = 0
+    while header < len(lines) and lines[header].startswith("--"):
+        header += 1
+    return "\n".join(lines[:header]), "\n".join(lines[header:])
 
 
 class _Rendered(dict[str, bytes]):
@@ -275,13 +289,19 @@ class QueriesBase:
     """Rendered statements of one schema, and how to run them."""
 
     def __init__(
-        self, schema: str, *, notify_enqueues: bool = True, notify: str | None = None
+        self,
+        schema: str,
+        *,
+        notify_enqueues: bool = True,
+        notify: str | None = None,
+        notify_interval: float = AUTO_NOTIFY_SPACING,
     ) -> None:
         self.schema = schema
         #: Whether a one-job enqueue notifies its queue's workers: "always", "off" or
         #: "auto" (DatabaseSettings.notify; None: notify_enqueues' "always" or "off").
         self.notifications = EnqueueNotifications(
-            notify if notify is not None else ("always" if notify_enqueues else "off")
+            notify if notify is not None else ("always" if notify_enqueues else "off"),
+            notify_interval,
         )
         self.notify_mode = self.notifications.mode
         self.notify_enqueues = self.notify_mode != "off"
@@ -320,6 +340,9 @@ class QueriesBase:
         claim = name.removesuffix("_announced")
         if claim != name and claim in ANNOUNCED_CLAIMS:
             return self._announced(self._statements[claim])
+        claim = name.removesuffix("_handing")
+        if claim != name and claim in HANDING_CLAIMS:
+            return self._handing(self._statements[claim])
         return self._render(without_inner_comments(load_queries()[name].text))
 
     def _render(self, text: str) -> bytes:
@@ -344,17 +367,31 @@ class QueriesBase:
         is evaluated once, before the first row; a claim that took nothing notifies nothing
         (claim_limited's report row, id NULL, is not a job taken).
         """
-        lines = claim.decode().rstrip().removesuffix(";").splitlines()
-        # The claim's own header comment stays first: pg_stat_activity shows it.
-        header = 0
-        while header < len(lines) and lines[header].startswith("--"):
-            header += 1
-        comments, body = "\n".join(lines[:header]), "\n".join(lines[header:])
+        comments, body = _header_and_body(claim)
         channel = sql.Literal(self.activity_channel).as_string(None)
         return (
             f"{comments}\nWITH claimed AS (\n{body}\n)\nSELECT * FROM claimed"
             f" WHERE (SELECT count(*) FROM (SELECT pg_notify({channel}, 'claimed')"
             " FROM claimed WHERE id IS NOT NULL LIMIT 1) AS notified) >= 0"
+        ).encode()
+
+    def _handing(self, claim: bytes) -> bytes:
+        """``claim`` returning, after its own rows, the jobs the round trip's finish handed
+        to this worker (migration sequence_handover; read by sequence_handed_jobs,
+        migration sequence_handed_with_claim), each row with a last column ``handed``
+        (claims.claimed_or_handed splits them).
+
+        One statement where the round trip sent two: the claim's CTE sees what the finish
+        before it wrote (the same transaction), and its rows are locked by this worker
+        already (running: no claim reads them).
+        """
+        comments, body = _header_and_body(claim)
+        function = self._identifier.as_string(None) + ".sequence_handed_jobs"
+        return (
+            f"{comments}\nWITH claimed AS (\n{body}\n)\n"
+            "SELECT *, false AS handed FROM claimed\nUNION ALL\n"
+            "SELECT handed.*, clock_timestamp() AS claimed_at, true AS handed"
+            f" FROM {function}(%(worker_id)s) AS handed"
         ).encode()
 
     def _lock_params(self, lock_class: int) -> Params:

@@ -41,34 +41,57 @@ def claimed_jobs(worker_id: int) -> RowFactory[ClaimedJob]:
     dataclass's ``__init__``, which sets each field through ``object.__setattr__``)."""
 
     def factory(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
-        result = cursor.pgresult
-        columns = (
-            tuple(result.fname(index) for index in range(result.nfields))
-            if result is not None
-            else ()
-        )
-        names, has_limited = _claim_names(columns)
-        # The plain claims return no ``limited`` column: their jobs are not limited.
-        constant = (
-            {"worker_id": worker_id, "undecodable": None}
-            if has_limited
-            else {"worker_id": worker_id, "limited": False, "undecodable": None}
-        )
-        new = object.__new__
-
-        def make(values: Sequence[Any]) -> ClaimedJob:
-            job: ClaimedJob = new(ClaimedJob)
-            fields = job.__dict__
-            fields.update(zip(names, values, strict=True))
-            fields.update(constant)
-            # Payloads other than [] and {} came as text: decoded here, one job at a time.
-            if str in (type(fields["args"]), type(fields["kwargs"]), type(fields["meta"])):
-                _decode_payloads(fields)
-            return job
-
-        return make
+        return _job_maker(_columns(cursor), worker_id)
 
     return factory
+
+
+def claimed_or_handed(worker_id: int) -> RowFactory[tuple[ClaimedJob, bool]]:
+    """``claimed_jobs`` for a claim that also returns the jobs its round trip's finish
+    handed over (the ``_handing`` claims): each row's job, and its last column (true: a
+    handed job, false: a claimed one)."""
+
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], tuple[ClaimedJob, bool]]:
+        make = _job_maker(_columns(cursor)[:-1], worker_id)
+
+        def row(values: Sequence[Any]) -> tuple[ClaimedJob, bool]:
+            return make(values[:-1]), bool(values[-1])
+
+        return row
+
+    return factory
+
+
+def _columns(cursor: Any) -> tuple[bytes | None, ...]:
+    result = cursor.pgresult
+    if result is None:
+        return ()
+    return tuple(result.fname(index) for index in range(result.nfields))
+
+
+def _job_maker(
+    columns: tuple[bytes | None, ...], worker_id: int
+) -> Callable[[Sequence[Any]], ClaimedJob]:
+    names, has_limited = _claim_names(columns)
+    # The plain claims return no ``limited`` column: their jobs are not limited.
+    constant = (
+        {"worker_id": worker_id, "undecodable": None}
+        if has_limited
+        else {"worker_id": worker_id, "limited": False, "undecodable": None}
+    )
+    new = object.__new__
+
+    def make(values: Sequence[Any]) -> ClaimedJob:
+        job: ClaimedJob = new(ClaimedJob)
+        fields = job.__dict__
+        fields.update(zip(names, values, strict=True))
+        fields.update(constant)
+        # Payloads other than [] and {} came as text: decoded here, one job at a time.
+        if str in (type(fields["args"]), type(fields["kwargs"]), type(fields["meta"])):
+            _decode_payloads(fields)
+        return job
+
+    return make
 
 
 #: The claim's payload columns, what each must hold, and what a job that cannot
@@ -205,6 +228,13 @@ def _with_handed(trip: RoundTrip, cursor: psycopg.Cursor[ClaimedJob] | None) -> 
     return dataclasses.replace(trip, handed=handed) if handed else trip
 
 
+def _split_handed(
+    rows: list[tuple[ClaimedJob, bool]],
+) -> tuple[list[ClaimedJob], list[ClaimedJob]]:
+    """A _handing claim's rows: the jobs it claimed, and those the finish handed over."""
+    return [job for job, handed in rows if not handed], [job for job, handed in rows if handed]
+
+
 def _pinned_per_transaction(conn: psycopg.Connection[Any]) -> bool:
     """``conn`` goes through a transaction pooler (Database.pin_isolation set its
     isolation level) and runs each statement as a transaction of its own: a round trip
@@ -227,10 +257,11 @@ def _job_id(finish: Finish) -> int:
     return finish.job_id
 
 
-def finish_params(finishes: Sequence[Finish]) -> list[dict[str, Any]]:
+def finish_params(finishes: Sequence[Finish], taker: str | None = None) -> list[dict[str, Any]]:
     """finish_jobs' parameters (sent in binary), one set per lease owner: the numbers,
     statuses and the expected status as comma-joined text, result, error and exception
-    type as arrays (texts of any content).
+    type as arrays (texts of any content); the sequences' taker (``_sequence_taker``,
+    '' for none).
 
     Each owner's finishes go in job id order, so the rows are locked in that order. The
     workflow steps a finish moves on are locked by the workflow triggers, in job id order
@@ -239,12 +270,13 @@ def finish_params(finishes: Sequence[Finish]) -> list[dict[str, Any]]:
     by_owner: dict[int, list[Finish]] = {}
     for finish in finishes:
         by_owner.setdefault(finish.worker_id, []).append(finish)
-    return [_owner_finish_params(owner, group) for owner, group in by_owner.items()]
+    return [_owner_finish_params(owner, group, taker) for owner, group in by_owner.items()]
 
 
-def _owner_finish_params(owner: int, finishes: list[Finish]) -> dict[str, Any]:
+def _owner_finish_params(owner: int, finishes: list[Finish], taker: str | None) -> dict[str, Any]:
     finishes.sort(key=_job_id)
     return {
+        "taker": taker or "",
         "worker_id": owner,
         "id": ",".join([str(finish.job_id) for finish in finishes]),
         "attempt": ",".join([str(finish.attempt) for finish in finishes]),
@@ -445,10 +477,14 @@ class ClaimQueries(QueriesBase):
             return self._claim_alone(conn, claim)
         if conn.autocommit and claim is None and _one_owner(finishes) and not pinned:
             return RoundTrip(self.finish_jobs(conn, finishes), [])
-        owners = finish_params(finishes)
-        cursors = []
-        claim_cursor = None
         taker = _sequence_taker(finishes, claim)
+        owners = finish_params(finishes, taker)
+        cursors = []
+        claim_cursor: psycopg.Cursor[Any] | None = None
+        # The jobs the finish hands over come with a plain claim's rows (its _handing
+        # form); after a limited claim, by a statement of their own.
+        handing = taker is not None and claim is not None and not claim.limited
+        handed_cursor = None
         # On an autocommit connection the statements of a pipeline up to its sync run as
         # one implicit transaction (an error in one rolls them all back): no BEGIN and
         # COMMIT, which psycopg's transaction() in a pipeline sends with a sync (and a
@@ -461,19 +497,14 @@ class ClaimQueries(QueriesBase):
                 if pinned:
                     conn.cursor().execute(self._statements["begin_read_committed_block"])
                 self._send_logs(conn, finishes)  # the attempts' log lines, before their finish
-                self.sequence_taker(conn, taker)
                 for params in owners:
                     cursor = conn.cursor(row_factory=tuple_row)
                     cursor.execute(self._binary_statements["finish_jobs"], params)
                     cursors.append(cursor)
-                handed_cursor = self.sequence_handed(conn, taker, claim)
+                if not handing:
+                    handed_cursor = self.sequence_handed(conn, taker, claim)
                 if claim is not None:
-                    name, params = claim_statement(claim)
-                    if not owners:  # nothing finished in this transaction: announce it
-                        name = f"{name}_announced"
-                    claim_cursor = conn.cursor(row_factory=claimed_jobs(claim.worker_id))
-                    claim_cursor.adapters.register_loader("jsonb", JsonbUndecodedLoader)
-                    claim_cursor.execute(self._statements[name], params)
+                    claim_cursor = self._send_claim(conn, claim, bool(owners), handing)
                 if pinned:
                     conn.cursor().execute(self._statements["commit_block"])
         except BaseException:
@@ -482,21 +513,35 @@ class ClaimQueries(QueriesBase):
             raise
         # finish_jobs returns (id, status, notifications sent).
         written = {row[0]: row[1] for cursor in cursors for row in cursor.fetchall()}
-        claimed = claim_cursor.fetchall() if claim_cursor is not None else []
+        rows = claim_cursor.fetchall() if claim_cursor is not None else []
+        claimed, handed_jobs = _split_handed(rows) if handing else (rows, [])
         if claim is not None and not claim.limited:
             claimed.sort(key=claim_order)
-        return _with_handed(_trip(written, claim, claimed), handed_cursor)
+        trip = _with_handed(_trip(written, claim, claimed), handed_cursor)
+        return dataclasses.replace(trip, handed=handed_jobs) if handed_jobs else trip
 
-    def sequence_taker(self, conn: psycopg.Connection[Any], taker: str | None) -> None:
-        """Before the finish: the round trip takes the next jobs of the sequences it ends
-        (``_sequence_taker``)."""
-        if taker is not None:
-            conn.cursor().execute(self._statements["sequence_taker"], {"taker": taker})
+    def _send_claim(
+        self, conn: psycopg.Connection[Any], claim: ClaimRequest, finished: bool, handing: bool
+    ) -> psycopg.Cursor[Any]:
+        """Send the round trip's claim (pipeline mode): announced when nothing is finished
+        in its transaction, its _handing form when the finish names this worker the
+        sequences' taker (rows: ``claimed_or_handed``)."""
+        name, params = claim_statement(claim)
+        if not finished:  # nothing finished in this transaction: announce it
+            name = f"{name}_announced"
+        elif handing:
+            name = f"{name}_handing"
+        factory = claimed_or_handed if handing else claimed_jobs
+        cursor: psycopg.Cursor[Any] = conn.cursor(row_factory=factory(claim.worker_id))
+        cursor.adapters.register_loader("jsonb", JsonbUndecodedLoader)
+        cursor.execute(self._statements[name], params)
+        return cursor
 
     def sequence_handed(
         self, conn: psycopg.Connection[Any], taker: str | None, claim: ClaimRequest | None
     ) -> psycopg.Cursor[ClaimedJob] | None:
-        """After the finish: the jobs it handed to the taker (their cursor), if any."""
+        """After the finish: the jobs it handed to the taker (their cursor), if any (a
+        limited claim's round trip; a plain claim returns them itself: _handing)."""
         if taker is None or claim is None:
             return None
         cursor = conn.cursor(row_factory=claimed_jobs(claim.worker_id))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +17,7 @@ import psycopg
 from .._dsn import describe_dsn, redact_for
 from .._errors import ConfigurationError, DatabaseUnavailableError
 from .._validation import positive_seconds, schema_name, whole_number
-from .notify_mode import notify_mode
+from .notify_mode import AUTO_NOTIFY_SPACING, notify_interval, notify_mode
 
 logger = logging.getLogger("pgtasks.db")
 
@@ -26,6 +27,7 @@ DSN_ENVIRONMENT = ("PGTASKS_DSN", "DATABASE_URL")
 SESSION_DSN_ENVIRONMENT = "PGTASKS_SESSION_DSN"
 NOTIFY_ENQUEUES_ENVIRONMENT = "PGTASKS_NOTIFY_ENQUEUES"
 NOTIFY_ENVIRONMENT = "PGTASKS_NOTIFY"
+NOTIFY_INTERVAL_ENVIRONMENT = "PGTASKS_NOTIFY_INTERVAL"
 REPLICA_DSN_ENVIRONMENT = "PGTASKS_REPLICA_DSN"
 
 
@@ -52,9 +54,13 @@ class DatabaseSettings:
     #: "always", "off" or "auto" (pgtasks/_store/notify_mode.py); None: notify_enqueues'
     #: ("always" when true, "off" when false).
     notify: str | None = None
+    #: "auto": the least seconds between two notifications of one queue (0 < s <= 60;
+    #: pgtasks/_store/notify_mode.py).
+    notify_interval: float = AUTO_NOTIFY_SPACING
 
     def __post_init__(self) -> None:
         schema_name(self.schema)
+        object.__setattr__(self, "notify_interval", notify_interval(self.notify_interval))
         if not isinstance(self.notify_enqueues, bool):
             raise ConfigurationError(
                 f"notify_enqueues= must be True or False, got {self.notify_enqueues!r}"
@@ -90,12 +96,14 @@ class DatabaseSettings:
         environ: Mapping[str, str] | None = None,
         notify_enqueues: bool | None = None,
         notify: str | None = None,
+        notify_interval: float | None = None,
     ) -> DatabaseSettings:
         """Explicit values, else the environment: PGTASKS_DSN or DATABASE_URL,
         PGTASKS_SCHEMA (default "pgtasks"), PGTASKS_SESSION_DSN, PGTASKS_REPLICA_DSN,
         PGTASKS_EMBEDDED_DIR (default ./.pgtasks), PGTASKS_NOTIFY (always/off/auto) or
-        PGTASKS_NOTIFY_ENQUEUES (true/false; default: always). notify= wins over
-        notify_enqueues=; both given, they must agree."""
+        PGTASKS_NOTIFY_ENQUEUES (true/false; default: always), PGTASKS_NOTIFY_INTERVAL
+        (seconds; default 0.2). notify= wins over notify_enqueues=; both given, they
+        must agree."""
         environ = os.environ if environ is None else environ
         mode = _notify_setting(notify, notify_enqueues, environ)
         for name, value in (("session_dsn", session_dsn), ("replica_dsn", replica_dsn)):
@@ -114,7 +122,22 @@ class DatabaseSettings:
             prepared_statements=prepared_statements,
             notify_enqueues=mode != "off",
             notify=mode,
+            notify_interval=_notify_interval_setting(notify_interval, environ),
         )
+
+
+def _notify_interval_setting(value: float | None, environ: Mapping[str, str]) -> float:
+    """notify_interval=, else PGTASKS_NOTIFY_INTERVAL, else AUTO_NOTIFY_SPACING."""
+    if value is not None:
+        return notify_interval(value)
+    text = (environ.get(NOTIFY_INTERVAL_ENVIRONMENT) or "").strip()
+    if not text:
+        return AUTO_NOTIFY_SPACING
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    return notify_interval(number, NOTIFY_INTERVAL_ENVIRONMENT, shown=text)
 
 
 def _notify_setting(

@@ -14,6 +14,9 @@ from .._job_filter import JobFilter
 from .base import QueriesBase, Row
 from .web import _filter_params
 
+#: The advisory lock class of the runtime-limits trigger's decisions ("pgtl").
+ADVISORY_LOCK_CLASS_RUNTIME_LIMITS = 0x7067746C
+
 
 class ControlQueries(QueriesBase):
     """Change, pause and reset limits at runtime; act on pending jobs; audit both."""
@@ -49,6 +52,15 @@ class ControlQueries(QueriesBase):
     def count_runtime_limits(self, conn: psycopg.Connection[Any]) -> int:
         return int(self._rows(conn, "count_runtime_limits", None)[0]["runtime"])
 
+    def lock_runtime_limits(self, conn: psycopg.Connection[Any]) -> None:
+        """Wait for the schema's other transactions that decide the runtime-limits trigger
+        (held to the end of this transaction): taken before counting the stored limits or
+        reading the trigger, so two such decisions never interleave (a limit stored while
+        another is removed could leave the trigger off with a limit stored)."""
+        self._rows(
+            conn, "lock_runtime_limits", self._lock_params(ADVISORY_LOCK_CLASS_RUNTIME_LIMITS)
+        )
+
     def get_runtime_limits_trigger(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether new jobs are stamped with limits the app does not declare."""
         rows = self._rows(conn, "get_runtime_limits_trigger", {"schema": self.schema})
@@ -64,13 +76,15 @@ class ControlQueries(QueriesBase):
         """Disable the runtime-limits trigger when no limit the app does not declare is
         stored (migration lighter_inserts creates it enabled); True when this call did.
 
-        The trigger is disabled first (its lock on jobs), then the limits are counted: a
-        limit stored meanwhile keeps it enabled (rolled back). A lock not granted within
+        Under the schema's runtime-limits lock (``lock_runtime_limits``), the trigger is
+        disabled first (its lock on jobs), then the limits are counted: a limit stored
+        meanwhile keeps it enabled (rolled back). A lock not granted within
         the session's lock_timeout leaves it enabled: correct, only slower."""
         if not self.get_runtime_limits_trigger(conn):
             return False
         try:
             with conn.transaction():
+                self.lock_runtime_limits(conn)
                 self.disable_runtime_limits_trigger(conn)
                 if self.count_runtime_limits(conn):
                     raise psycopg.Rollback()

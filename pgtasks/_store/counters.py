@@ -31,7 +31,7 @@ class CounterQueries(QueriesBase):
     def count_repeated_keys(self, conn: psycopg.Connection[Any], repeated: int) -> None:
         """A batch repeated a key ``repeated`` times: each later copy is answered by the
         job the batch inserts for the key (the client sends a key once), so the enqueue
-        statement's own count (migration 0014's trigger) cannot see it; counted here,
+        statement's own count (the counting trigger's) cannot see it; counted here,
         in the batch's transaction."""
         if repeated:
             self.add_counters(conn, {ENQUEUES_DEDUPLICATED: repeated})

@@ -88,7 +88,9 @@ class Database:
     ) -> None:
         self.settings = settings
         self.pools = pools
-        self.queries = queries or Queries(settings.schema, notify=settings.notify)
+        self.queries = queries or Queries(
+            settings.schema, notify=settings.notify, notify_interval=settings.notify_interval
+        )
         self.extra_kwargs = dict(connection_kwargs or {})
         self.name = name or f"pgtasks-{settings.schema}"
         self.configured_dsn = settings.dsn

@@ -98,14 +98,18 @@ class InsertQueries(DebounceQueries, LimitQueries, UniqueQueries):
         statement that is a transaction of its own (see ``own_transaction``): it notifies
         by itself and switches the notify trigger off until its commit.
         """
-        params = {**self._job_params(spec), "notify": self.notifications.should_notify(spec.queue)}
-        return int(self._rows(conn, "insert_and_notify_job", params, tuples=True)[0][0])
+        params = {**self._job_params(spec), **self.notifications.params(spec.queue)}
+        row = self._rows(conn, "insert_and_notify_job", params, tuples=True)[0]
+        self.notifications.sent(spec.queue, row[1])
+        return int(row[0])
 
     async def ainsert_and_notify_job(
         self, conn: psycopg.AsyncConnection[Any], spec: JobSpec
     ) -> int:
-        params = {**self._job_params(spec), "notify": self.notifications.should_notify(spec.queue)}
-        return int((await self._arows(conn, "insert_and_notify_job", params, tuples=True))[0][0])
+        params = {**self._job_params(spec), **self.notifications.params(spec.queue)}
+        row = (await self._arows(conn, "insert_and_notify_job", params, tuples=True))[0]
+        self.notifications.sent(spec.queue, row[1])
+        return int(row[0])
 
     def insert_new_job(self, conn: psycopg.Connection[Any], spec: JobSpec) -> int:
         """The id of a new job for a spec without an idempotency key (any transaction)."""

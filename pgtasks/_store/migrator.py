@@ -36,7 +36,12 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
-from .._errors import MigrationLockError, SchemaNotMigratedError, SchemaTooNewError
+from .._errors import (
+    MigrationLockError,
+    SchemaNotMigratedError,
+    SchemaTooNewError,
+    ServerVersionError,
+)
 from .._validation import positive_seconds
 from ..sql import Migration, load_migrations, migration_versions
 from ..sql.steps import Step
@@ -55,6 +60,27 @@ from .queries import Queries
 logger = logging.getLogger("pgtasks.migrate")
 
 MIGRATE_COMMAND = "pgtasks migrate -A module:app"
+#: The oldest PostgreSQL the migrations run on (``server_version_num``): ``date_bin``
+#: (uniqueness windows) is PostgreSQL 14's; BEFORE row triggers on the partitioned
+#: jobs_history need 13.
+MINIMUM_SERVER_VERSION = 140000
+
+
+def check_server_version(version: int) -> None:
+    """Raise ServerVersionError for a server older than MINIMUM_SERVER_VERSION.
+
+    ``version`` is libpq's ``server_version`` (``150018`` for 15.18, ``90624`` for 9.6.24).
+    """
+    if version >= MINIMUM_SERVER_VERSION:
+        return
+    major = version // 10000
+    shown = f"{major}.{version % 10000}" if major >= 10 else f"{major}.{version // 100 % 100}"
+    raise ServerVersionError(
+        f"pgtasks needs PostgreSQL {MINIMUM_SERVER_VERSION // 10000} or later; this server"
+        f" runs PostgreSQL {shown}: upgrade the server (nothing was migrated)"
+    )
+
+
 #: Longest wait for a lock of a transactional step (or a batch) before it is retried.
 DEFAULT_LOCK_TIMEOUT = 0.25
 #: How long a step whose lock is not granted is retried before the migration fails.
@@ -133,6 +159,7 @@ class Migrator:
         under the migration lock (jobs_history's first days, created by no other session
         at once).
         """
+        check_server_version(conn.info.server_version)
         if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
             return self._migrate_in_transaction(conn)
         previous = self.queries.configure_migration_session(conn, local=False)

@@ -13,18 +13,17 @@ App's configuration again; the Worker shows some of it as attributes (:class:`Se
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypedDict, TypeVar, overload
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
 from typing_extensions import Unpack
 
 from .._app.settings import AppSettings
+from .._app.settings import Setting as Setting  # the Worker's read-only attributes
 from .._errors import ConfigurationError
 from .._execution.settings import ExecutorSettings
 from .._payload import check_name
 from .._validation import seconds_at_least_zero, whole_number
-
-T = TypeVar("T")
 
 
 class WorkerOptions(TypedDict, total=False):
@@ -234,41 +233,6 @@ def option_default(name: str) -> Any:
     if field.default_factory is not dataclasses.MISSING:
         return field.default_factory()
     return field.default
-
-
-class _Configured(Protocol):
-    @property
-    def settings(self) -> WorkerSettings: ...
-
-
-class Setting(Generic[T]):
-    """A read-only attribute of a Worker that reads the field of the same name of its
-    ``settings`` (``convert``: what the attribute gives of it)."""
-
-    def __init__(self, convert: Callable[[Any], T] | None = None) -> None:
-        self.field = ""
-        self.convert = convert
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.field = name
-
-    @overload
-    def __get__(self, instance: None, owner: type) -> Setting[T]: ...
-
-    @overload
-    def __get__(self, instance: _Configured, owner: type) -> T: ...
-
-    def __get__(self, instance: _Configured | None, owner: type) -> T | Setting[T]:
-        if instance is None:
-            return self
-        value = getattr(instance.settings, self.field)
-        return self.convert(value) if self.convert is not None else value
-
-    def __set__(self, instance: object, value: object) -> None:
-        # Read-only, as the properties it replaced: the settings are one frozen value.
-        raise AttributeError(
-            f"property {self.field!r} of {type(instance).__name__!r} object has no setter"
-        )
 
 
 def listed(queues: tuple[str, ...] | None) -> list[str] | None:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._app.durable import parked_by_queue
 from .._counters import every_counter
+from .._durable_text import parked_by_queue
 from .._errors import PgTasksError
 from .connection import OwnConnection
 from .services import ErrorLog

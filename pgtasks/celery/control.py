@@ -49,6 +49,7 @@ class Control:
         worker obeys from its next claim, and kept until ``pgtasks limits reset
         task:<name>`` (a task declared with ``rate_limit=`` returns to it then)."""
         from .._app import controls
+        from .._app.actors import actor_here
         from .._errors import LimitChangeError
 
         native = self.app.native
@@ -58,7 +59,7 @@ class Control:
         rate: Any = None if text in ("0", "0/s", "None", "none", "") else text
         try:
             check_name("task name", task_name)
-            actor = controls.actor_here("control")
+            actor = actor_here("control")
             name = f"task:{task_name}"
             try:
                 controls.set_limit(native, name, rate=rate, actor=actor)
@@ -80,11 +81,10 @@ class Control:
 
     def purge(self) -> int:
         """Delete every pending job (of every queue; workflow steps excepted); how many."""
-        from .._app import admin
 
         native = self.app.native
-        count = admin.count_purgeable(native, None, None)
-        return admin.purge_jobs(native, None, None, count.max_id) if count.jobs else 0
+        count = native.admin.count_purgeable(None, None)
+        return native.admin.purge_jobs(None, None, count.max_id) if count.jobs else 0
 
     def inspect(self, destination: Any = None, timeout: float = 1.0, **kwargs: Any) -> Inspect:
         return Inspect(self.app)
@@ -100,10 +100,9 @@ class Inspect:
         self.app = app
 
     def _workers(self) -> list[WorkerInfo]:
-        from .._app import admin
 
         native = self.app.native
-        _, workers = native.database.run(lambda conn: admin.read_workers(native, conn, since=0.0))
+        _, workers = native.database.run(lambda conn: native.admin.read_workers(conn, since=0.0))
         return [worker for worker in workers if worker.state == "live"]
 
     @staticmethod
@@ -145,13 +144,12 @@ class Inspect:
         """The running jobs, by the worker holding them: what runs where (host, pid,
         attempt, runtime); ``argsrepr``/``kwargsrepr`` cut at 200 characters (escaped),
         ``args``/``kwargs`` the values when they fit (else None)."""
-        from .._app import admin
 
         workers = self._workers()
         found: dict[str, list[dict[str, Any]]] = {self._name(worker): [] for worker in workers}
         by_id = {worker.id: self._name(worker) for worker in workers}
         native = self.app.native
-        for job in native.database.run(lambda conn: admin.read_running(native, conn)):
+        for job in native.database.run(lambda conn: native.admin.read_running(conn)):
             name = by_id.get(job.worker_id or 0, f"pgtasks@?:{job.worker_id}")
             found.setdefault(name, []).append(running_info(job))
         return found

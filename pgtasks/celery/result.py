@@ -258,13 +258,12 @@ class AsyncResult:
         ``PENDING`` again. A job not finished yet has no result to forget: it is left to
         run. A finished step of a workflow that is still running is kept (its later steps
         read its result): WorkflowProtectedError says so."""
-        from .._app import admin
 
         job_id = self._job_id()
         if job_id is None:
             return
         try:
-            admin.delete_finished_job(self.app.native, job_id)
+            self.app.native.admin.delete_finished_job(job_id)
         except JobNotFoundError:
             return
 

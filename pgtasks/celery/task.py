@@ -495,7 +495,7 @@ def register_native(task: Task) -> NativeTask[Any, Any]:
     existing = native.tasks.get(str(task.name))
     if existing is not None and getattr(existing, "celery_task", None) is task:
         return existing
-    from .._app.task_registry import register_task
+    from .._app.app import register_task
 
     handle = register_task(native, native_function(task), bind=True, options=task.native_options())
     handle.celery_task = task  # type: ignore[attr-defined]

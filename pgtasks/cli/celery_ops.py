@@ -120,14 +120,13 @@ def rate_limit(app_path: str, task_name: str, rate: str) -> None:
 
 def _resize(app_path: str, worker: str, slots: int) -> None:
     from .._app import controls
+    from .._app.actors import actor_here
 
     native = _front(app_path).native
     try:
         worker_id = controls.parse_worker(worker)
         with native:
-            change = controls.resize_pool(
-                native, worker_id, slots, actor=controls.actor_here("control")
-            )
+            change = controls.resize_pool(native, worker_id, slots, actor=actor_here("control"))
     except PgTasksError as error:
         click.echo(f"error: {error}", err=True)
         raise SystemExit(1) from None

@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from .._app.routing import for_id
 from .._errors import JobNotFoundError, PgTasksError
 from .._operations import to_json
 from ._common import app_option, guard, json_option, load_app
@@ -80,7 +79,7 @@ def fork_command(app_path: str, job_id: int, from_step: str | None, as_json: boo
     steps' checkpoints (e.g. after fixing a bug in a later step)."""
     loaded = load_app(app_path)
     with loaded:
-        app = guard(lambda: for_id(loaded, job_id))
+        app = guard(lambda: loaded.routing.for_id(job_id))
         try:
             handle = guard(lambda: app.fork_job(job_id, from_step=from_step))
         except JobNotFoundError:

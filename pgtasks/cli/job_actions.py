@@ -15,7 +15,8 @@ from typing import Any
 
 import click
 
-from .._app import controls, job_actions
+from .._app import job_actions, pending_jobs
+from .._app.actors import actor_here
 from .._job_filter import JobFilter
 from .._operations import DURATION_FORMS, parse_duration, to_json
 from ._common import app_option, checked_name, guard, json_option, load_app
@@ -32,7 +33,7 @@ who_option = click.option(
 
 def _actor(who: str | None) -> str:
     if who is None:
-        return controls.actor_here("cli")
+        return actor_here("cli")
     text = who.strip()
     if not text or len(text) > 200 or not text.isprintable():
         raise click.BadParameter(
@@ -123,7 +124,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
         seconds = parse_duration(value)
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a duration: use {DURATION_FORMS}") from None
-    if not 0 < seconds <= controls.MAX_SNOOZE:
+    if not 0 < seconds <= pending_jobs.MAX_SNOOZE:
         raise click.BadParameter(f"{value!r}: snooze by more than 0 and at most 10 years")
     return seconds
 

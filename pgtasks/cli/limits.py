@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from .._app import controls
+from .._app.actors import actor_here
 from .._app.flow_stats import FlowStats, flow_stats
 from .._app.keyed_admin import LimitsView, format_keyed, limits_view, release_sequence
 from .._limits import format_limits
@@ -110,7 +111,7 @@ def set_limit(
                 name,
                 concurrency=controls.UNSET if concurrency is None else concurrency,
                 rate=controls.UNSET if rate is None else rate,
-                actor=controls.actor_here("cli"),
+                actor=actor_here("cli"),
             )
         )
     _report(change, as_json)
@@ -124,7 +125,7 @@ def pause_limit(app_path: str, name: str, as_json: bool) -> None:
     """No job under the limit NAME starts until `limits resume` (running ones finish)."""
     app = load_app(app_path)
     with app:
-        change = guard(lambda: controls.pause_limit(app, name, actor=controls.actor_here("cli")))
+        change = guard(lambda: controls.pause_limit(app, name, actor=actor_here("cli")))
     _report(change, as_json)
 
 
@@ -136,7 +137,7 @@ def resume_limit(app_path: str, name: str, as_json: bool) -> None:
     """Undo `limits pause`: the concurrency before the pause applies again."""
     app = load_app(app_path)
     with app:
-        change = guard(lambda: controls.resume_limit(app, name, actor=controls.actor_here("cli")))
+        change = guard(lambda: controls.resume_limit(app, name, actor=actor_here("cli")))
     _report(change, as_json)
 
 
@@ -149,7 +150,7 @@ def reset_limit(app_path: str, name: str, as_json: bool) -> None:
     removed: its jobs run without it)."""
     app = load_app(app_path)
     with app:
-        change = guard(lambda: controls.reset_limit(app, name, actor=controls.actor_here("cli")))
+        change = guard(lambda: controls.reset_limit(app, name, actor=actor_here("cli")))
     _report(change, as_json)
 
 

@@ -15,9 +15,8 @@ from typing import Any, NoReturn, TypeVar
 import click
 import psycopg
 
-from .._app import admin
+from .._app import repairs
 from .._app.app import App
-from .._app.routing import for_id, serving
 from .._durable_text import format_steps, step_as_json
 from .._errors import JobNotFoundError
 from .._jobs import TERMINATE_NOTE
@@ -47,7 +46,7 @@ SQL_INT = click.IntRange(min=1, max=2**31 - 1)
 #: Longest duration an option accepts (about 3,000 years): make_interval's range.
 MAX_DURATION = 1e11
 
-RETRY_RULE = admin.RETRY_RULE
+RETRY_RULE = repairs.RETRY_RULE
 
 
 def _duration(*, allow_never: bool = False) -> Callable[..., float | None]:
@@ -108,7 +107,7 @@ def stats(app_path: str, store: str | None, as_json: bool) -> None:
     with app:
         results = each_store(
             app,
-            lambda owner: owner.database.read(lambda conn: admin.collect_stats(owner, conn)),
+            lambda owner: owner.database.read(lambda conn: owner.admin.collect_stats(conn)),
             store,
         )
     echo_each(app, results, as_json=as_json, document=lambda r: r.as_json(), text=format_stats)
@@ -157,7 +156,7 @@ def list_command(
     """The newest jobs first, optionally filtered (on the app's replica when it has one)."""
     app = load_app(app_path)
     with app:
-        names = None if workflow_id is None else [guard(lambda: for_id(app, workflow_id))]
+        names = None if workflow_id is None else [guard(lambda: app.routing.for_id(workflow_id))]
         results = each_store(
             app,
             lambda owner: (
@@ -193,7 +192,7 @@ def show_command(app_path: str, job_id: int, as_json: bool) -> None:
     """Every field of one job: arguments, result, and last error with its traceback."""
     loaded = load_app(app_path)
     with loaded:
-        app = guard(lambda: for_id(loaded, job_id))  # the store that issued the id
+        app = guard(lambda: loaded.routing.for_id(job_id))  # the store that issued the id
 
         def read(conn: psycopg.Connection[Any]) -> Any:
             return (
@@ -275,7 +274,7 @@ def retry_command(
 
 def _retry_one(app: App, job_id: int, as_json: bool, keep_steps: bool) -> None:
     # A missing job is a one-line error (JobNotFoundError) from guard.
-    result: admin.RetryResult = guard(lambda: admin.retry_job(app, job_id, keep_steps=keep_steps))
+    result: repairs.RetryResult = guard(lambda: app.admin.retry_job(job_id, keep_steps=keep_steps))
     if not result.retried:
         _fail(result.refusal)
     if as_json:
@@ -310,8 +309,8 @@ def _retry_one(app: App, job_id: int, as_json: bool, keep_steps: bool) -> None:
 
 def _retry_all_failed(app: App, task_name: str | None, as_json: bool) -> None:
     ids: list[int] = []
-    for owner in serving(app):  # every store of an app of several
-        ids.extend(guard(lambda owner=owner: admin.retry_failed_jobs(owner, task_name)))
+    for owner in app.routing.serving():  # every store of an app of several
+        ids.extend(guard(lambda owner=owner: owner.admin.retry_failed_jobs(task_name)))
     if as_json:
         click.echo(to_json({"retried": len(ids), "ids": ids, "task": task_name}))
         return
@@ -332,7 +331,7 @@ def delete_command(app_path: str, job_id: int, as_json: bool) -> None:
     """
     app = load_app(app_path)
     with app:
-        deleted, status = guard(lambda: admin.delete_finished_job(app, job_id))
+        deleted, status = guard(lambda: app.admin.delete_finished_job(job_id))
     if not deleted:
         _fail(f"job {job_id} is {status}: only finished jobs can be deleted (cancel it first)")
     if as_json:
@@ -402,8 +401,8 @@ def workers(app_path: str, since: float, store: str | None, as_json: bool) -> No
     app = load_app(app_path)
 
     def read(owner: App, conn: psycopg.Connection[Any]) -> Any:
-        now, infos = admin.read_workers(owner, conn, since=since)
-        return now, infos, admin.read_running(owner, conn)
+        now, infos = owner.admin.read_workers(conn, since=since)
+        return now, infos, owner.admin.read_running(conn)
 
     with app:
         results = each_store(

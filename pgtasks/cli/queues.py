@@ -13,7 +13,6 @@ import dataclasses
 
 import click
 
-from .._app import admin
 from .._operations import to_json
 from .._queues import format_queues
 from ._common import (
@@ -43,7 +42,7 @@ def list_queues(app_path: str, store: str | None, as_json: bool) -> None:
     """Every known queue: pending, due and running jobs, and whether it is paused."""
     app = load_app(app_path)
     with app:
-        results = each_store(app, admin.queues, store)
+        results = each_store(app, lambda owner: owner.admin.queues(), store)
     echo_each(
         app,
         results,
@@ -58,7 +57,7 @@ def _switch(app_path: str, queue: str, as_json: bool, *, pause: bool) -> None:
     app = load_app(app_path)
     with app:
         changed = guard(lambda: app.pause_queue(queue) if pause else app.resume_queue(queue))
-        used = guard(lambda: admin.queue_in_use(app, queue)) if pause else True
+        used = guard(lambda: app.admin.queue_in_use(queue)) if pause else True
     if as_json:
         document: dict[str, object] = {"queue": queue, "changed": changed}
         click.echo(to_json(document if used else {**document, "in_use": False}))
@@ -141,8 +140,8 @@ def move(
 
     with app:
         result = guard(
-            lambda: admin.move_queue(
-                app, queue, target, source=source, timeout=timeout, waiting=waiting
+            lambda: app.admin.move_queue(
+                queue, target, source=source, timeout=timeout, waiting=waiting
             )
         )
     if as_json:
@@ -184,8 +183,8 @@ def resume_host(app_path: str, as_json: bool, hostname: str) -> None:
 def _switch_host(app_path: str, hostname: str, as_json: bool, *, pause: bool) -> None:
     app = load_app(app_path)
     with app:
-        changed = guard(lambda: admin.pause_host(app, hostname, pause=pause))
-        paused = guard(lambda: admin.paused_hosts(app))
+        changed = guard(lambda: app.admin.pause_host(hostname, pause=pause))
+        paused = guard(lambda: app.admin.paused_hosts())
     if as_json:
         click.echo(to_json({"hostname": hostname, "changed": changed, "paused_hosts": paused}))
     elif pause:

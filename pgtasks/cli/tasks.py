@@ -11,9 +11,8 @@ from typing import Any
 
 import click
 
-from .._app import admin
 from .._app.app import App
-from .._app.routing import for_queue
+from .._app.repairs import PurgeCount
 from .._app.tasks import Task
 from .._errors import PgTasksError
 from .._operations import format_duration, format_table, to_json
@@ -223,14 +222,14 @@ def purge(
                 f"this app has stores {', '.join(loaded.store_router.names)}: name the queue"
                 " (--queue) whose store to purge"
             )
-        app = loaded if queue is None else for_queue(loaded, queue)
-        count: admin.PurgeCount = guard(lambda: admin.count_purgeable(app, queue, task_name))
+        app = loaded if queue is None else loaded.routing.for_queue(queue)
+        count: PurgeCount = guard(lambda: app.admin.count_purgeable(queue, task_name))
         if count.jobs == 0:
             deleted = 0
         else:
             if not yes:
                 _confirm(f"Delete {count.jobs} pending job(s){scope}? There is no undo.")
-            deleted = guard(lambda: admin.purge_jobs(app, queue, task_name, count.max_id))
+            deleted = guard(lambda: app.admin.purge_jobs(queue, task_name, count.max_id))
     if as_json:
         document = {
             "deleted": deleted,

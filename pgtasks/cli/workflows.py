@@ -17,7 +17,6 @@ import click
 import psycopg
 
 from .._app.app import App
-from .._app.routing import for_id
 from .._app.workflow_admin import describe_workflow, list_workflows, workflow_incidents
 from .._operations import to_json
 from .._worker.healer import heal
@@ -38,6 +37,11 @@ WORKFLOW_ID = click.IntRange(min=1, max=2**63 - 1)
 @click.group()
 def workflows() -> None:
     """List, show, cancel and heal workflows (chains, groups and chords of jobs)."""
+
+
+#: Jobs ``workflows list`` counts at most in each workflow (the dashboard's cap): a list
+#: of giant groups reads what a list of small ones does.
+LIST_STEPS_CAP = 10_000
 
 
 @workflows.command("list")
@@ -64,6 +68,15 @@ def workflows() -> None:
     metavar="N",
     help="Most workflows listed.",
 )
+@click.option(
+    "--steps-cap",
+    default=LIST_STEPS_CAP,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Jobs counted at most in each workflow: a larger one shows as 'more than N' (0:"
+    " count all; a group of a million members is read whole).",
+)
 @store_option
 @json_option
 def list_command(
@@ -71,6 +84,7 @@ def list_command(
     status: str | None,
     before: int | None,
     limit: int,
+    steps_cap: int,
     store: str | None,
     as_json: bool,
 ) -> None:
@@ -78,10 +92,12 @@ def list_command(
     app = load_app(app_path)
     with app:
         if before is not None and store is None and not app.store_router.single:
-            store = guard(lambda: for_id(app, before)).store_name  # that store's next page
+            store = guard(lambda: app.routing.for_id(before)).store_name  # that store's next page
 
         def read(owner: App) -> list[WorkflowSummary]:
-            return list_workflows(owner, status=status, before=before, limit=limit)
+            return list_workflows(
+                owner, status=status, before=before, limit=limit, steps_cap=steps_cap or None
+            )
 
         results = each_store(app, read, store)
     echo_each(

@@ -305,8 +305,12 @@ WITH outcome AS MATERIALIZED (
 ),
 flag AS (
     -- The jobs this statement moves keep their keys (jobs_forget_key leaves their rows
-    -- alone); set for the rest of the transaction, the worker's round trip.
-    SELECT set_config('pgtasks.keys_handled', 'on', true)
+    -- alone); set for the rest of the transaction, the worker's round trip. And the
+    -- sequences' taker (migration sequence_handover): %(taker)s, JSON of the worker and
+    -- its claim filter when the round trip ends sequence jobs and claims ('' otherwise),
+    -- read by the turn handover at the end of this statement.
+    SELECT set_config('pgtasks.keys_handled', 'on', true),
+           set_config('pgtasks.sequence_taker', %(taker)s, true)
 ),
 ended AS (
     DELETE FROM {schema}.jobs AS jobs
@@ -323,7 +327,7 @@ ended AS (
       AND jobs.attempts = outcome.attempt
       AND (outcome.status <> 'pending' OR jobs.cancel_requested)
     RETURNING jobs.*, outcome.status AS outcome_status, outcome.result AS outcome_result,
-              outcome.error AS outcome_error, outcome.attempt AS outcome_attempt,
+              outcome.error AS outcome_error,
               outcome.exception_type AS outcome_exception_type
 ),
 moved AS (
@@ -350,7 +354,8 @@ moved AS (
                 THEN attempt_errors
                 ELSE coalesce(attempt_errors, '[]'::jsonb)
                      || jsonb_build_array(jsonb_build_object(
-                            'attempt', outcome_attempt,
+                            -- The fence made the row's attempts the outcome's attempt.
+                            'attempt', attempts,
                             'worker_id', locked_by,
                             'error', outcome_error,
                             'exception_type', outcome_exception_type,
@@ -417,12 +422,6 @@ SELECT finished.id, finished.status, notifications.sent + limits.sent
 FROM finished
 LEFT JOIN (SELECT count(*) AS sent FROM notified) AS notifications ON true
 LEFT JOIN (SELECT count(*) AS sent FROM freed) AS limits ON true;
-
--- name: sequence_taker :exec
--- A round trip that finishes sequence jobs and claims names its worker and claim filter
--- (%(taker)s: JSON worker, queues, excluded, tasks) before its finish: the next job of a
--- key whose head it ended goes to it running, in one write (migration sequence_handover).
-SELECT set_config('pgtasks.sequence_taker', %(taker)s, true);
 
 -- name: sequence_handed :many
 -- The jobs the round trip's finish handed to this worker (running under its lease), as a

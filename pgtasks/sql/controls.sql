@@ -86,6 +86,12 @@ SELECT count(*) AS unstamped FROM unstamped;
 -- How many stored limits the app does not declare (their trigger is on while any is).
 SELECT count(*) AS runtime FROM {schema}.limits WHERE NOT declared;
 
+-- name: lock_runtime_limits :exec
+-- Serializes the changes that decide whether the runtime-limits trigger is on (a limit the
+-- app does not declare stored or removed, migrate settling the trigger): each one counts
+-- the stored limits and reads the trigger after the previous one committed.
+SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(schema)s));
+
 -- name: get_runtime_limits_trigger :one
 -- Whether new jobs are stamped with the limits the app does not declare.
 SELECT coalesce(bool_or(t.tgenabled <> 'D'), false) AS enabled

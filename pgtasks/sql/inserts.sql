@@ -157,8 +157,14 @@ WITH self_notified AS (
     RETURNING jobs.id, jobs.queue, jobs.run_at <= now() AS due
 )
 -- What the trigger sends: the queue name, for a job that is due now; nothing when the
--- store's enqueues do not notify (notify_enqueues=False: idle workers poll).
-SELECT id, CASE WHEN due AND %(notify)s THEN pg_notify({channel}, queue)::text END AS notified
+-- store's enqueues do not notify (notify="off": idle workers poll), nor, with a gate
+-- (notify="auto": its spacing in seconds), when a transaction notified the queue within
+-- it (migration shared_notify_gate). CASE keeps the order: the gate is asked last.
+SELECT id,
+       CASE WHEN NOT (due AND %(notify)s) THEN NULL
+            WHEN %(gate)s::float8 IS NULL
+                 OR {schema}.notify_gate_open(queue, %(gate)s::float8)
+            THEN pg_notify({channel}, queue)::text END AS notified
 FROM inserted;
 
 -- name: insert_new_job :one

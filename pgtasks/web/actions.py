@@ -14,7 +14,6 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .._app import admin
 from .._errors import JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError
 from .._job_filter import FILTER_FIELDS
 from .._payload import check_name
@@ -61,7 +60,7 @@ class Actions:
         action = request.path_params["action"]
         try:
             if action == "retry":
-                result = await run_in_threadpool(admin.retry_job, self.app, job_id)
+                result = await run_in_threadpool(self.app.admin.retry_job, job_id)
                 if not result.retried:
                     raise HTTPException(409, result.refusal)
                 await self.dashboard.controls.audit(request, "retry", [f"job:{job_id}"])
@@ -75,7 +74,7 @@ class Actions:
                 done = {"already_finished": "finished"}.get(cancelled.outcome, outcome)
             else:
                 deleted, status = await run_in_threadpool(
-                    admin.delete_finished_job, self.app, job_id
+                    self.app.admin.delete_finished_job, job_id
                 )
                 if not deleted:
                     raise HTTPException(
@@ -122,7 +121,7 @@ class Actions:
         for job_id in ids:
             try:
                 if action == "retry":
-                    retried = admin.retry_job(self.app, job_id).retried
+                    retried = self.app.admin.retry_job(job_id).retried
                     done, refused = done + retried, refused + (not retried)
                     if retried:
                         acted.append(job_id)
@@ -132,7 +131,7 @@ class Actions:
                     requested += outcome == "requested"
                     refused += outcome == "already_finished"
                 else:
-                    deleted, _ = admin.delete_finished_job(self.app, job_id)
+                    deleted, _ = self.app.admin.delete_finished_job(job_id)
                     done, refused = done + deleted, refused + (not deleted)
             except (JobNotFoundError, UniqueKeyTakenError, WorkflowProtectedError):
                 refused += 1
@@ -159,7 +158,7 @@ class Actions:
         except ValueError as error:
             raise HTTPException(400, str(error)) from None
         pause = request.path_params["action"] == "pause"
-        await run_in_threadpool(lambda: admin.pause_host(self.app, hostname, pause=pause))
+        await run_in_threadpool(lambda: self.app.admin.pause_host(hostname, pause=pause))
         return self.back(request, "/workers", done="host-paused" if pause else "host-resumed")
 
     async def bulk(self, request: Request) -> Response:
@@ -176,13 +175,13 @@ class Actions:
             return self.back(request, "/jobs", **query, done="bulk-run-now", count=count)
         if request.path_params["action"] == "retry":
             try:
-                ids = await run_in_threadpool(admin.retry_matching, self.app, job_filter)
+                ids = await run_in_threadpool(self.app.admin.retry_matching, job_filter)
             except (UniqueKeyTakenError, WorkflowProtectedError) as error:
                 raise HTTPException(409, str(error)) from None
             target = f"jobs:{query_string(query)}"
             await self.dashboard.controls.audit(request, "retry", [target], {"jobs": len(ids)})
             return self.back(request, "/jobs", **query, done="bulk-retried", count=len(ids))
-        outcome = await run_in_threadpool(admin.cancel_matching, self.app, job_filter)
+        outcome = await run_in_threadpool(self.app.admin.cancel_matching, job_filter)
         return self.back(
             request,
             "/jobs",

@@ -3,7 +3,7 @@ events): ``asgi(app)`` builds it; ``pgtasks web`` serves it with uvicorn.
 
 Reads are the dashboard's own (``pgtasks.web.reads``, queries in ``sql/web.sql``) on a
 small pool of its own with a statement timeout; writes (``pgtasks.web.actions``) use the
-same functions as the CLI (``app.cancel``, ``admin.retry_job``, …). Database calls are
+same functions as the CLI (``app.cancel``, ``app.admin.retry_job``, …). Database calls are
 synchronous and run in Starlette's thread pool. Pages with a live part (overview, jobs, a
 job, workflows, a workflow, limits, workers) render it with the same template the event
 stream pushes (live.py). The workflow pages are in workflow_pages.py, the limits page in

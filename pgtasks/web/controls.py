@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._app import controls
+from .._app import controls, pending_jobs
 from .._app.bulk_edits import edit_arguments_many
 from .._errors import (
     JobNotFoundError,
@@ -127,7 +127,7 @@ class ControlActions:
             kwargs = _json_field(form, "kwargs", dict, "{}")
             try:
                 await run_in_threadpool(
-                    lambda: controls.edit_arguments(self.app, job_id, args, kwargs, actor=who)
+                    lambda: pending_jobs.edit_arguments(self.app, job_id, args, kwargs, actor=who)
                 )
             except JobNotFoundError as error:
                 raise HTTPException(404, str(error)) from None
@@ -186,14 +186,14 @@ class ControlActions:
         """Make every pending job scheduled later that the filter matches due now."""
         who = actor(request, self.dashboard)
         return await run_in_threadpool(
-            lambda: controls.run_now_matching(self.app, job_filter, actor=who)
+            lambda: pending_jobs.run_now_matching(self.app, job_filter, actor=who)
         )
 
     def _act(
         self, operation: str, ids: list[int], form: dict[str, str], who: str
-    ) -> controls.JobsAction:
+    ) -> pending_jobs.JobsAction:
         if operation == "run_now":
-            return controls.run_now(self.app, ids, actor=who)
+            return pending_jobs.run_now(self.app, ids, actor=who)
         if operation == "edit":
             args = _json_field(form, "edit_args", list, "[]")
             kwargs = _json_field(form, "edit_kwargs", dict, "{}")
@@ -201,7 +201,7 @@ class ControlActions:
                 return edit_arguments_many(self.app, ids, args, kwargs, actor=who)
             except (PayloadError, LimitKeyError, TypeError, ValueError) as error:
                 raise HTTPException(400, f"arguments refused: {error}") from None
-        return controls.snooze(self.app, ids, _seconds(form), actor=who)
+        return pending_jobs.snooze(self.app, ids, _seconds(form), actor=who)
 
     async def selected(
         self, request: Request, fields: list[tuple[str, str]], operation: str

@@ -136,7 +136,7 @@ class LimitsPage:
     first_overlimited: int | None = None
     #: Debounced jobs and batch tasks (flow_stats.py).
     flow: FlowStats | None = None
-    #: The busiest and starved fair keys and the sequences (migration 0023).
+    #: The busiest and starved fair keys and the sequences.
     keyed: KeyedState | None = None
 
     @property

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
-from .._app import admin
-from .._app.durable import parked_by_queue
+from .._app.admin import WORKER_HISTORY
 from .._app.schedules import ScheduleStatus, schedule_statuses
 from .._counters import every_counter
+from .._durable_text import parked_by_queue
 from .._job_filter import JobFilter
 from .._jobs import JobStatus
 from .._operations import (
@@ -284,8 +284,8 @@ def read_status_counts(
     estimated on large ones. ``paused``: also list paused queues (even without jobs)."""
     unfinished = store.get_unfinished_stats(conn)
     estimated = store.get_jobs_table_size(conn) >= EXACT_COUNT_LIMIT
-    # A large table whose statistics ANALYZE has not built yet (migration 0006 on an
-    # existing table): finished counts are unknown until it has, never counted.
+    # A large table whose declared statistics ANALYZE has not built yet: finished counts
+    # are unknown until it has, never counted.
     finished = store.get_finished_estimates(conn) if estimated else []
     unanalyzed = estimated and not finished
     if not estimated:
@@ -316,7 +316,7 @@ def overview(
         store = database.queries
         counts = read_status_counts(store, conn)
         chart = finished if finished is not None else read_finished_minutes(store, conn)
-        now, workers = admin.read_workers(app, conn, since=admin.WORKER_HISTORY)
+        now, workers = app.admin.read_workers(conn, since=WORKER_HISTORY)
         return Overview(
             now=now,
             counts=counts,

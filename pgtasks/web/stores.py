@@ -18,9 +18,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import Mount
 
-from .._app import admin
 from .._app.layout import DEFAULT_STORE
-from .._app.routing import for_id
 from .._errors import JobNotFoundError, PgTasksError
 from .reads import DashboardDatabase, StatusCounts, read_status_counts
 
@@ -58,7 +56,7 @@ def home_of(app: App, object_id: int, base: str, mount: str, linked: bool) -> st
     if app.store_router.single or not linked:
         return None
     try:
-        owner = for_id(app, object_id)
+        owner = app.routing.for_id(object_id)
     except JobNotFoundError:
         return None
     if owner.store_name == app.store_name:
@@ -102,7 +100,7 @@ def read_summary(app: App, database: DashboardDatabase) -> tuple[datetime, Statu
 
     def read(conn: psycopg.Connection[Any]) -> tuple[datetime, StatusCounts, int]:
         counts = read_status_counts(database.queries, conn)
-        now, workers = admin.read_workers(app, conn, since=0.0)
+        now, workers = app.admin.read_workers(conn, since=0.0)
         return now, counts, sum(worker.state == "live" for worker in workers)
 
     return database.run(read)

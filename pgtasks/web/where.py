@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .._app import admin
+from .._app.admin import WORKER_HISTORY
 from .._operations import WorkerInfo
 from .._running import FinishedJob, RunningJob, by_worker
 
@@ -57,12 +57,12 @@ def workers_page(app: App, database: DashboardDatabase) -> dict[str, Any]:
     def read(
         conn: psycopg.Connection[Any],
     ) -> tuple[datetime, list[WorkerInfo], list[RunningJob], list[FinishedJob], set[str]]:
-        now, workers = admin.read_workers(app, conn, since=admin.WORKER_HISTORY)
-        running = admin.read_running(app, conn)
+        now, workers = app.admin.read_workers(conn, since=WORKER_HISTORY)
+        running = app.admin.read_running(conn)
         live = [worker.id for worker in workers if worker.state == "live"]
         queries: DashboardPort = app.queries
         paused = {row["hostname"] for row in queries.get_paused_hosts(conn)}
-        return now, workers, running, admin.read_last_jobs(app, conn, live), paused
+        return now, workers, running, app.admin.read_last_jobs(conn, live), paused
 
     now, workers, running, last, paused = database.run(read)
     return {

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from pgtasks import App, chain
-from pgtasks._app import admin
 from tests.apps.cli_app import BUILT
 from tests.apps.ops_app import register_tasks as register_ops_tasks
 from tests.support.cli import CLI_APP_PATH, Cli, Connection, cli_runner
@@ -356,10 +355,10 @@ def test_purge_leaves_workflow_steps_and_says_so(
 def test_purge_keeps_jobs_enqueued_after_the_count(ops_app: App, conn: Connection) -> None:
     """Between the count the operator confirmed and the delete, new jobs may arrive."""
     before = insert_job(conn, ops_app, task="cli_app.digest")
-    count = admin.count_purgeable(ops_app, None, None)
+    count = ops_app.admin.count_purgeable(None, None)
     after = insert_job(conn, ops_app, task="cli_app.digest")
 
-    deleted = admin.purge_jobs(ops_app, None, None, count.max_id)
+    deleted = ops_app.admin.purge_jobs(None, None, count.max_id)
 
     assert (count.jobs, deleted) == (1, 1)
     assert remaining(conn, ops_app) == {after}
@@ -371,11 +370,11 @@ def test_purge_skips_a_job_a_worker_is_claiming(ops_app: App, conn: Connection) 
 
     claimed = insert_job(conn, ops_app, task="cli_app.digest")
     other = insert_job(conn, ops_app, task="cli_app.digest")
-    count = admin.count_purgeable(ops_app, None, None)
+    count = ops_app.admin.count_purgeable(None, None)
     with psycopg.connect(ops_app.dsn) as holder:
         execute(holder, ops_app, "SELECT 1 FROM {schema}.jobs WHERE id = %s FOR UPDATE", [claimed])
 
-        deleted = admin.purge_jobs(ops_app, None, None, count.max_id)
+        deleted = ops_app.admin.purge_jobs(None, None, count.max_id)
         holder.rollback()
 
     assert deleted == 1

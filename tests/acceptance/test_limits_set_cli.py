@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from pgtasks import App
-from pgtasks._app import admin, controls
+from pgtasks._app import controls
 from pgtasks._errors import LimitChangeError
 from tests.apps.limits_app import CAPPED_QUEUE, register_limit_tasks
 from tests.support.cli import cli_runner
@@ -45,7 +45,7 @@ def test_limits_change_at_runtime_from_the_command_line(make_app: Callable[..., 
     result = cli("control", "rate_limit", tasks.free.name, "5/s")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"new rate limit set successfully: {tasks.free.name} 5/s"
-    state = {state.name: state for state in admin.limits(app)}[free]
+    state = {state.name: state for state in app.admin.limits()}[free]
     assert (state.rate, state.declared, state.pending) == ("5/s", False, 1)
 
     paused = cli("limits", "pause", free)
@@ -80,7 +80,7 @@ def test_limits_change_at_runtime_from_the_command_line(make_app: Callable[..., 
 
     assert cli("limits", "reset", queue).returncode == 0
     controls.reset_limit(app, free)
-    states = {state.name: state for state in admin.limits(app)}
+    states = {state.name: state for state in app.admin.limits()}
     assert free not in states and states[queue].rate == "-"
     listed = cli("limits", app_option=False)
     assert listed.returncode == 2 and "Missing option '-A'" in listed.stderr

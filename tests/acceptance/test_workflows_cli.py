@@ -115,7 +115,20 @@ def test_list_workflows_and_their_jobs(cli: Cli, ops_app: App) -> None:
         "created_at": None,
         "started_at": None,
         "finished_at": None,
+        "steps_capped": False,
     }
+    # A workflow of more jobs than --steps-cap is counted to the cap: "more than N", its
+    # times unread; 0 counts every job.
+    capped = cli("workflows", "list", "--steps-cap", "2").stdout.splitlines()
+    assert capped[2].split()[4:8] == ["more", "than", "2", "running"]
+    assert capped[1].split()[4] == "0/2"
+    document = json.loads(cli("workflows", "list", "--steps-cap", "2", "--json").stdout)
+    assert [(row["steps"], row["steps_capped"]) for row in document] == [(2, False), (3, True)]
+    assert document[1]["started_at"] is None
+    whole = cli("workflows", "list", "--steps-cap", "0").stdout.splitlines()
+    assert whole[2].split()[4] == "2/3"
+    bad_cap = cli("workflows", "list", "--steps-cap", "-1")
+    assert bad_cap.returncode == 2 and "--steps-cap" in bad_cap.stderr
     assert cli("workflows", "list", "--status", "done").stdout == "no workflows\n"
     assert (
         json.loads(

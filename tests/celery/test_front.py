@@ -17,7 +17,6 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobNotFoundError, TaskFailed
-from pgtasks._app import admin
 from pgtasks.celery import Celery, CeleryCompatibilityWarning, Task, chain, group, states
 from pgtasks.celery import _state as celery_state
 from pgtasks.celery.exceptions import (
@@ -240,14 +239,14 @@ def test_control_and_inspect_answer_from_the_database(capp: Celery) -> None:
     assert "held 20/m" in control.rate_limit(held.name, "20/m")
     # Any task, declared with a rate or not: its waiting job now counts in the new limit.
     assert "10/s" in control.rate_limit(plain.name, "10/s")
-    limits = {state.name: state for state in admin.limits(capp.native)}
+    limits = {state.name: state for state in capp.native.admin.limits()}
     assert limits[f"task:{held.name}"].rate == "20/m"
     assert limits[f"task:{plain.name}"].rate == "10/s"
     assert limits[f"task:{plain.name}"].pending == 1  # the scheduled job carries it
     with pytest.raises(ImproperlyConfigured, match="must look like"):
         control.rate_limit(plain.name, "ten a second")
     control.rate_limit(plain.name, 0)  # no rate left: the limit is removed
-    assert f"task:{plain.name}" not in {state.name for state in admin.limits(capp.native)}
+    assert f"task:{plain.name}" not in {state.name for state in capp.native.admin.limits()}
     assert control.purge() == 1
 
 

@@ -16,7 +16,6 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobStatus
-from pgtasks._app.admin import counters
 from tests.apps.durable_app import Tasks, create_effects_table, effects, register_tasks
 from tests.support.environment import ROOT, pgtasks_env
 from tests.support.processes import RESCUE_BOUND, Processes
@@ -70,7 +69,7 @@ def test_a_stale_attempts_checkpoint_is_refused(
     stale = processes.worker(dsn, app.schema)
     handle = tasks.held_step.delay(str(hold))
     wait_until(Path(f"{hold}.1.reached").exists, timeout=20, message="attempt 1 in its step")
-    before = counters(app)
+    before = app.admin.counters()
     stale.send(signal.SIGSTOP)
     other = processes.worker(dsn, app.schema)
     wait_until(Path(f"{hold}.2.reached").exists, timeout=RESCUE_BOUND + 10, message="attempt 2")
@@ -81,7 +80,7 @@ def test_a_stale_attempts_checkpoint_is_refused(
     stale.wait_for_log("the checkpoint of step 'held' was not recorded", timeout=20)
     stale.send(signal.SIGTERM)
     assert stale.wait_exit(15) == 0
-    after = counters(app)
+    after = app.admin.counters()
     assert after["fenced_writes_refused"] > before["fenced_writes_refused"]
     assert after["lease_lost"] > before["lease_lost"]
     steps = app.get_job_steps(handle.id)

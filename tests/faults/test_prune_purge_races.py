@@ -20,7 +20,6 @@ import psycopg
 from psycopg import errors, sql
 
 from pgtasks import App, JobNotFoundError, JobStatus
-from pgtasks._app import admin as operations
 from tests.support.inprocess import running_worker
 from tests.support.waiting import wait_until
 
@@ -83,7 +82,7 @@ def test_retries_racing_the_drop_of_their_history_partition(
         start.wait()
         for job_id in shard:
             try:
-                retried = operations.retry_job(app, job_id).retried
+                retried = app.admin.retry_job(job_id).retried
                 outcomes[job_id] = "retried" if retried else "refused"
             except JobNotFoundError:
                 outcomes[job_id] = "gone"
@@ -130,11 +129,11 @@ def test_purge_racing_a_worker_deletes_or_runs_each_job_once(
             ran.append(context.job_id)
 
     ids = [handle.id for handle in work.delay_many([{}] * 3000)]
-    count = operations.count_purgeable(app, "race", None)
+    count = app.admin.count_purgeable("race", None)
     assert count.jobs == 3000
     with running_worker(app, concurrency=4):
         wait_until(lambda: len(ran) >= 50, message="the worker running jobs")
-        deleted = operations.purge_jobs(app, "race", None, count.max_id)
+        deleted = app.admin.purge_jobs("race", None, count.max_id)
         wait_until(
             lambda: not [row for row in app.get_jobs(ids) if row.status != JobStatus.DONE],
             timeout=60,

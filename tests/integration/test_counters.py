@@ -17,7 +17,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pgtasks import App, JobContext, JobHandle, LeaseLostError, WorkerMetrics
-from pgtasks._app import admin
 from pgtasks._counters import COUNTER_NAMES, Tally, every_counter
 from tests.support.inprocess import Gates, execute, finished, running_worker, select
 from tests.support.waiting import wait_until
@@ -25,7 +24,7 @@ from tests.support.waiting import wait_until
 
 def stored(app: App) -> dict[str, int]:
     """Every counter's total in the database (what ``pgtasks stats --json`` shows)."""
-    return admin.counters(app)
+    return app.admin.counters()
 
 
 @pytest.fixture
@@ -37,7 +36,7 @@ def gates() -> Iterator[Gates]:
 
 def test_every_counter_is_zero_on_a_fresh_schema_and_listed_by_stats(app: App) -> None:
     with app.connection() as conn:
-        stats = admin.collect_stats(app, conn)
+        stats = app.admin.collect_stats(conn)
 
     assert stats.counters == dict.fromkeys(COUNTER_NAMES, 0)
     assert stats.as_json()["counters"] == dict.fromkeys(COUNTER_NAMES, 0)

@@ -12,7 +12,6 @@ import psycopg
 import pytest
 
 from pgtasks import App
-from pgtasks._app import admin as operations
 from pgtasks._app.doctor import Thresholds, diagnose, exit_code
 from pgtasks._leases import ClaimRequest
 from pgtasks._operations import Stats, format_stats
@@ -31,7 +30,7 @@ SENSITIVE = Thresholds(
 
 def collect_stats(app: App) -> Stats:
     with app.connection() as conn:
-        return operations.collect_stats(app, conn)
+        return app.admin.collect_stats(conn)
 
 
 def finding(app: App, check: str, limits: Thresholds = SENSITIVE) -> Any:

@@ -14,7 +14,6 @@ import pytest
 from psycopg import sql
 
 from pgtasks import App, chain
-from pgtasks._app.admin import counters
 from tests.apps.durable_app import Tasks, create_effects_table, effects, register_tasks
 from tests.support.cli import cli_runner
 from tests.support.processes import Processes
@@ -69,7 +68,10 @@ def test_cli_shows_steps_and_forks(app: App, dsn: str, tasks: Tasks, processes: 
     # Counted by the worker, stored with its heartbeat: 5 + 2 written; 3 replayed by the
     # retry, 3 by each of the fork's two attempts.
     wait_until(
-        lambda: (counters(app)["steps_checkpointed"], counters(app)["steps_replayed"]) == (7, 9),
+        lambda: (
+            (app.admin.counters()["steps_checkpointed"], app.admin.counters()["steps_replayed"])
+            == (7, 9)
+        ),
         timeout=20,
         message="the step counters stored",
     )

@@ -11,8 +11,6 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobContext, JobStatus, StepError
-from pgtasks._app import admin
-from pgtasks._app.admin import counters
 from pgtasks._durable import Parked
 from tests.apps.durable_app import create_effects_table, effects, record, register_tasks
 from tests.support.inprocess import finished, running_worker
@@ -191,7 +189,10 @@ def test_process_pool_children_count_their_steps(
     assert {pid for _, _, pid in _effect_pids(dsn, app, handle.id)} <= pids
     # 5 written (3 on the 1st attempt, 2 on the 2nd), 3 replayed: stored with a heartbeat.
     wait_until(
-        lambda: (counters(app)["steps_checkpointed"], counters(app)["steps_replayed"]) == (5, 3),
+        lambda: (
+            (app.admin.counters()["steps_checkpointed"], app.admin.counters()["steps_replayed"])
+            == (5, 3)
+        ),
         timeout=20,
         message="the child's step counters stored",
     )
@@ -226,7 +227,7 @@ def test_retry_keeps_the_checkpoints_before_the_failed_step_on_request(app: App)
         assert runs == ["one", "two"]
         broken[0] = False  # the bug in step two is fixed
         runs.clear()
-        kept = admin.retry_job(app, failed.id, keep_steps=True)
+        kept = app.admin.retry_job(failed.id, keep_steps=True)
         assert kept.retried and kept.steps_kept == 1  # "one"; the failed "two" runs again
         assert app.get_job(failed.id).get(timeout=20) == ["one", "two", "three"]
         assert runs == ["two", "three"]
@@ -237,6 +238,6 @@ def test_retry_keeps_the_checkpoints_before_the_failed_step_on_request(app: App)
         again = finished(three.delay())
         broken[0] = False
         runs.clear()
-        assert not admin.retry_job(app, again.id).steps_kept  # default: from the top
+        assert not app.admin.retry_job(again.id).steps_kept  # default: from the top
         assert app.get_job(again.id).get(timeout=20) == ["one", "two", "three"]
         assert runs == ["one", "two", "three"]

@@ -10,7 +10,6 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobStatus, LimitKeyError, TaskRegistrationError
-from pgtasks._app.admin import retry_job
 from pgtasks._app.keyed_admin import release_sequence
 from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
 from pgtasks._retry import Outcome
@@ -168,7 +167,7 @@ def test_a_held_sequence_goes_on_when_its_failed_job_is_retried_and_done(
     _end(app, _claim(app, worker, 10, limited=False), Outcome.failed("boom"))
     step.delay(2)  # a later enqueue does not jump the hold
     assert _statuses(admin, app)[ids[1]] == "waiting"
-    retry_job(app, ids[0])
+    app.admin.retry_job(ids[0])
     claimed = _claim(app, worker, 10, limited=False)
     assert [job.id for job in claimed] == ids[:1]
     _end(app, claimed)

@@ -13,7 +13,6 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobCancelled, chord
-from pgtasks._app.admin import retry_job
 from pgtasks._leases import ClaimRequest, Finish
 from pgtasks._worker.pruner import prune
 from tests.support.inprocess import execute, running_worker, select
@@ -208,7 +207,7 @@ def test_an_idempotency_key_outlives_the_move_and_a_retry_brings_the_job_back(
     assert (again.id, again.existed) == (first.id, True)
     assert select(conn, app, "SELECT count(*) FROM {schema}.all_jobs")[0][0] == 2
     # Retried: back in jobs under its key; enqueuing the key still answers with it.
-    assert retry_job(app, failing.id).retried
+    assert app.admin.retry_job(failing.id).retried
     assert hot_and_history(conn, app, failing.id) == (1, 0)
     assert once.apply_async((-1,), idempotency_key="k-2").id == failing.id
 
@@ -382,7 +381,7 @@ def test_a_job_that_moves_keeps_its_key(app: App, conn: Any) -> None:
     later = once.apply_async(idempotency_key="moves-later", countdown=3600)
     assert app.cancel(cancelled.id).outcome == "cancelled"
     assert hot_and_history(conn, app, cancelled.id) == (0, 1)
-    assert retry_job(app, cancelled.id).retried
+    assert app.admin.retry_job(cancelled.id).retried
     assert hot_and_history(conn, app, cancelled.id) == (1, 0)
     # Finished five days ahead: no partition holds that day yet, so the default one does,
     # until the day's partition is made (its rows move into it).

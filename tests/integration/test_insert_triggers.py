@@ -7,6 +7,7 @@ trigger off while no such limit is stored, and on while one is.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
@@ -14,8 +15,10 @@ from psycopg import sql
 
 from pgtasks import App
 from pgtasks._app import controls
+from pgtasks._store.controls import ADVISORY_LOCK_CLASS_RUNTIME_LIMITS
 from pgtasks._store.inserts import COPY_MIN_JOBS
 from tests.support.inprocess import select
+from tests.support.waiting import wait_until
 
 
 def runtime_trigger_enabled(app: App) -> bool:
@@ -115,3 +118,68 @@ def test_an_undeclared_limit_is_stamped_on_every_insert_path(
     later = capped.delay(2)
     rows = select(admin, app, "SELECT limit_groups FROM {schema}.jobs WHERE id = %s", [later.id])
     assert rows == [(None,)]
+
+
+def test_a_limit_stored_while_another_is_removed_keeps_the_trigger_on(
+    app: App, admin: psycopg.Connection[Any]
+) -> None:
+    """The reset of the last runtime limit disables the trigger; a runtime limit stored
+    while that reset has not committed must find the trigger off and turn it on again
+    (before the runtime-limits lock, it read the trigger still on, skipped enabling it,
+    and the trigger stayed off with its limit stored)."""
+
+    @app.task(name="first")
+    def first() -> None: ...
+
+    @app.task(name="second")
+    def second() -> None: ...
+
+    app.migrate()
+    controls.set_limit(app, "task:first", concurrency=1)
+    assert runtime_trigger_enabled(app)
+    audit = sql.Identifier(app.schema, "audit_log")
+    errors: list[BaseException] = []
+
+    def attempt(action: Any) -> threading.Thread:
+        def run() -> None:
+            try:
+                action()
+            except BaseException as error:  # reported by the test's thread
+                errors.append(error)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    def waiting_on_locks() -> int:
+        """This schema's statements waiting for a lock, and waits for its runtime-limits
+        lock (the statement text of an advisory lock does not name the schema)."""
+        rows = admin.execute(
+            "SELECT (SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            "         AND pid <> pg_backend_pid() AND query LIKE %s"
+            "         AND query NOT LIKE 'LOCK TABLE%%')"
+            "     + (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            "         AND classid = %s::bigint::oid"
+            "         AND objid = (hashtext(%s)::bigint & 4294967295)::oid)",
+            [f"%{app.schema}%", ADVISORY_LOCK_CLASS_RUNTIME_LIMITS, app.schema],
+        ).fetchall()
+        return int(rows[0][0])
+
+    with psycopg.connect(admin.info.dsn) as holder:
+        # The reset stops after disabling the trigger, before it commits: at its audit row.
+        holder.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(audit))
+        resetting = attempt(lambda: controls.reset_limit(app, "task:first"))
+        wait_until(lambda: waiting_on_locks() >= 1, message="the reset waiting at the audit")
+        setting = attempt(lambda: controls.set_limit(app, "task:second", concurrency=1))
+        wait_until(lambda: waiting_on_locks() >= 2, message="the second change waiting")
+        holder.commit()
+    resetting.join(30)
+    setting.join(30)
+    assert not resetting.is_alive() and not setting.is_alive()
+    assert errors == []
+    with app.connection() as conn:
+        assert app.queries.count_runtime_limits(conn) == 1
+    assert runtime_trigger_enabled(app)
+    job = second.delay()
+    rows = select(admin, app, "SELECT limit_groups FROM {schema}.jobs WHERE id = %s", [job.id])
+    assert rows == [(["task:second"],)]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pgtasks import App
-from pgtasks._app import controls
+from pgtasks._app import controls, pending_jobs
 from pgtasks._errors import JobNotPendingError
 from tests.support.inprocess import running_worker, select
 from tests.support.waiting import wait_until
@@ -42,7 +42,7 @@ def test_an_edit_racing_a_claim_lands_before_it_or_is_refused_as_already_started
     with running_worker(app, concurrency=1, poll_interval=0.05):
         for job in reversed(jobs):
             try:
-                controls.edit_arguments(app, job.id, [], {"n": 0, "version": "new"})
+                pending_jobs.edit_arguments(app, job.id, [], {"n": 0, "version": "new"})
             except JobNotPendingError as error:
                 assert "already started" in str(error) or "is done" in str(error), error
                 refused.add(job.id)
@@ -76,7 +76,7 @@ def test_run_now_racing_claims_runs_each_job_once_and_changes_only_pending_ones(
     with running_worker(app, concurrency=2, poll_interval=0.05):
         deadline = time.monotonic() + 30
         while len(ran) < len(jobs) and time.monotonic() < deadline:
-            made_due += controls.run_now(app, ids).done
+            made_due += pending_jobs.run_now(app, ids).done
         wait_until(lambda: len(ran) == len(jobs), timeout=30, message="every job ran")
     print(f"\n[run now vs claim] {len(made_due)} jobs made due by run-now")
     assert made_due, "run-now changed no job (it never met a pending job scheduled later)"
@@ -93,4 +93,4 @@ def test_run_now_racing_claims_runs_each_job_once_and_changes_only_pending_ones(
 @pytest.mark.parametrize("seconds", [0, -1, float("nan"), True, "60"])
 def test_a_bad_snooze_is_refused_before_anything_is_written(app: App, seconds: Any) -> None:
     with pytest.raises(ValueError, match="snooze seconds must be"):
-        controls.snooze(app, [1], seconds)
+        pending_jobs.snooze(app, [1], seconds)

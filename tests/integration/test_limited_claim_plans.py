@@ -1,8 +1,10 @@
 """The limited claim's results are defined by its SQL, not by the plan (migration 0028):
 the same limits, fair keys and aging scenario claims the same jobs, holds back the same
-limits and leaves the same rows under every planner setting; right after a bulk enqueue
-(the table never analyzed) the claim reads the fair claim index without a sort; and two
-stores in one database take each their own limits' locks."""
+limits and leaves the same rows under every planner setting; fair jobs that no limit applies
+to are taken by a read and an update alone (migration 0033: no limit lock), in claim order,
+and a capped candidate among them sends the claim down the limits' path; right after a bulk
+enqueue (the table never analyzed) the claim reads the fair claim index without a sort; and
+two stores in one database take each their own limits' locks."""
 
 from __future__ import annotations
 
@@ -127,6 +129,91 @@ def test_the_limited_claim_gives_the_same_results_under_every_planner_setting(
         assert outcome == reference, settings
 
 
+def _fast_scenario(app: App, admin: psycopg.Connection[Any]) -> list[Any]:
+    """Claims without aging of fair jobs with no limit (the read-and-update path of
+    migration 0033), then with capped fair jobs among the candidates: per claim, the jobs
+    in the order returned, the limits held back and the advisory locks the claim held."""
+
+    @app.task(name="free", fair_key=lambda tenant, **_: tenant)
+    def free(tenant: str, n: int) -> None: ...
+
+    @app.task(
+        name="capped",
+        fair_key=lambda tenant, **_: tenant,
+        concurrency_key=lambda tenant, **_: tenant,
+        concurrency=1,
+    )
+    def capped(tenant: str, n: int) -> None: ...
+
+    free.delay_many([{"tenant": "a", "n": n} for n in range(6)])
+    free.delay_many([{"tenant": "b", "n": n} for n in range(2)])
+    free.apply_async(kwargs={"tenant": "c", "n": 0})
+    with app.connection() as conn:
+        worker = app.queries.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
+    outcome: list[Any] = []
+
+    def claim(limit: int) -> None:
+        with app.connection() as conn, conn.transaction():
+            jobs, report = app.queries.claim_limited(
+                conn, ClaimRequest(worker, limit, limited=True)
+            )
+            locks = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND pid = pg_backend_pid()"
+            ).fetchone()
+        outcome.append(
+            (
+                [(job.task_name, job.kwargs["tenant"], job.kwargs["n"]) for job in jobs],
+                sorted(report.blocked),
+                report.wait,
+                report.error,
+                locks,
+            )
+        )
+
+    claim(4)
+    claim(2)
+    with app.connection() as conn:
+        app.queries.upsert_limits(conn, app.limit_definitions())
+    capped.apply_async(kwargs={"tenant": "x", "n": 0}, priority=5)
+    capped.apply_async(kwargs={"tenant": "x", "n": 1}, priority=5)
+    claim(4)
+    claim(8)
+    claim(3)
+    return outcome
+
+
+def test_fair_jobs_without_limits_are_claimed_in_order_without_limit_locks(
+    make_app: Any, admin: psycopg.Connection[Any], dsn: str
+) -> None:
+    outcomes: dict[str, list[Any]] = {}
+    for settings in PLANNER_SETTINGS:
+        app = make_app(dsn=make_conninfo(dsn, options=f"-c jit=off {settings}".strip()))
+        if app.database.pooled:
+            pytest.skip("the test server is a transaction pooler: it takes no startup options")
+        outcomes[settings] = _fast_scenario(app, admin)
+    reference = outcomes[""]
+    # Rank 0 of every key, then rank 1 (ties by enqueue): no limit lock taken.
+    assert reference[0] == (
+        [("free", "a", 0), ("free", "b", 0), ("free", "c", 0), ("free", "a", 1)],
+        [],
+        None,
+        None,
+        (0,),
+    )
+    assert reference[1] == ([("free", "b", 1), ("free", "a", 2)], [], None, None, (0,))
+    # A capped candidate first: its key's cap (1) holds its second job back, the free
+    # jobs behind it are taken as before, under the limit's lock.
+    jobs, _, _, error, locks = reference[2]
+    assert jobs == [("capped", "x", 0), ("free", "a", 3), ("free", "a", 4), ("free", "a", 5)]
+    assert error is None and locks != (0,)
+    # Then the capped key is still full (the claim says so); nothing else is due.
+    assert reference[3][0] == [] and reference[3][1] == ["key:capped"]
+    assert reference[4][0] == []
+    for settings, outcome in outcomes.items():
+        assert outcome == reference, settings
+
+
 def test_two_stores_in_one_database_claim_their_limited_jobs_side_by_side(
     make_app: Any,
 ) -> None:
@@ -163,7 +250,8 @@ def test_a_claim_before_any_analyze_reads_the_fair_claim_index_in_order(
 ) -> None:
     """Right after a bulk enqueue, before autovacuum analyzed jobs, the planner takes the
     fair index's partial predicate for a few rows and would sort every pending fair job;
-    the claim reads the index in its order instead (auto_explain of its statements)."""
+    the claim reads the index in its order instead (auto_explain of its statements: the
+    candidates' read of fair jobs without limits, migration 0033)."""
     app = make_app()
     admin.execute(f"ALTER TABLE {app.schema}.jobs SET (autovacuum_enabled = false)")
 
@@ -197,7 +285,7 @@ def test_a_claim_before_any_analyze_reads_the_fair_claim_index_in_order(
     claimed, _ = app.queries.claim_limited(admin, ClaimRequest(worker[0], 10, limited=True))
     admin.execute("SELECT set_config('auto_explain.log_min_duration', '-1', false)")
     assert [job.kwargs["n"] for job in claimed] == list(range(10))
-    candidates = [plan for plan in plans if "WITH RECURSIVE levels" in plan]
+    candidates = [plan for plan in plans if "SELECT array_agg(c.id ORDER BY" in plan]
     assert candidates, plans
     for plan in candidates:
         assert "Index Scan using jobs_fair_claim_idx" in plan, plan

@@ -10,8 +10,6 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobStatus, LimitKeyError
-from pgtasks._app.admin import limits as admin_limits
-from pgtasks._app.admin import read_limits
 from pgtasks._leases import ClaimedJob, ClaimRequest, Finish, LimitedClaimReport
 from pgtasks._retry import Outcome
 from pgtasks._store.queries import notification_channel
@@ -373,7 +371,7 @@ def test_a_limits_row_past_its_checks_is_clamped_never_an_error(
     rows, report = _claim_with_report(app, worker, 5)
     assert report.error is None
     assert 0 <= len(rows) <= 3
-    states = admin_limits(app)
+    states = app.admin.limits()
     assert [state.name for state in states] == [f"task:{rated.name}"]
 
 
@@ -491,7 +489,7 @@ def test_read_limits_gives_each_limits_capacity_rate_tokens_and_running_per_key(
     claimed = _claim(app, worker, 10)
 
     with app.connection() as conn:
-        states = {state.name: state for state in read_limits(app, conn)}
+        states = {state.name: state for state in app.admin.read_limits(conn)}
 
     queue, task = states["queue:reports"], states[f"task:{report.name}"]
     key = next(state for state in states.values() if state.kind == "key")
@@ -541,7 +539,7 @@ def test_read_limits_holds_back_only_what_a_limit_holds_and_skips_overloaded_row
         [f"task:{hourly.name}", flooded.id],
     )
     with app.connection() as conn:
-        states = {state.name: state for state in read_limits(app, conn)}
+        states = {state.name: state for state in app.admin.read_limits(conn)}
         bad_values = app.queries.get_limit_bad_values(conn)
     rated = states[f"task:{hourly.name}"]
     # Burst 1.0003 ("1/h"): tokens clamped to it, one whole token: 1 of the 3 may start.

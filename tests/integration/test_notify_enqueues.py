@@ -9,7 +9,10 @@ the caller's transaction, raw SQL) keeps notifying through the trigger.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -18,9 +21,20 @@ from psycopg import sql
 
 from pgtasks import App, ConfigurationError, JobStatus
 from pgtasks._store.notify_mode import EnqueueNotifications
+from tests.support.environment import ROOT, pgtasks_env
 from tests.support.inprocess import running_worker
+from tests.support.processes import Processes
+from tests.support.waiting import wait_until
 
 Connection = psycopg.Connection[Any]
+APP_PATH = "tests.apps.basic:app"
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    running = Processes(tmp_path, APP_PATH)
+    yield running
+    running.close()
 
 
 @pytest.fixture
@@ -131,7 +145,7 @@ def test_auto_notifies_a_queue_at_most_once_per_spacing(
 ) -> None:
     auto = make_app(schema=app.schema, migrate=False, notify="auto")
     # A spacing no test run outlasts: one notification per queue, then none.
-    auto.queries.notifications = EnqueueNotifications("auto", spacing=3600.0)
+    auto.queries.notifications = EnqueueNotifications("auto", spacing=60.0)
 
     @auto.task(name="echo", queue="burst")
     def echo() -> None: ...
@@ -149,14 +163,107 @@ def test_auto_notifies_a_queue_at_most_once_per_spacing(
     assert notifications("marker") == ["burst", "other", "burst", "marker"]
 
 
-def test_auto_notifies_again_once_the_spacing_passed() -> None:
-    decide = EnqueueNotifications("auto", spacing=0.0)
-    assert decide.should_notify("q") and decide.should_notify("q")
-    spaced = EnqueueNotifications("auto", spacing=3600.0)
-    assert spaced.should_notify("q") and not spaced.should_notify("q")
-    assert spaced.should_notify("r")
-    assert EnqueueNotifications("always").should_notify("q")
-    assert not EnqueueNotifications("off").should_notify("q")
+def test_auto_asks_the_gate_unless_this_process_notified_within_the_spacing() -> None:
+    spaced = EnqueueNotifications("auto", spacing=60.0)
+    assert spaced.params("q") == {"notify": True, "gate": 60.0}
+    spaced.sent("q", None)  # the gate was closed: nothing sent, nothing recorded
+    assert spaced.params("q") == {"notify": True, "gate": 60.0}
+    spaced.sent("q", "")  # sent: this process asks no gate for 60 s
+    assert spaced.params("q") == {"notify": False, "gate": 60.0}
+    assert spaced.params("r") == {"notify": True, "gate": 60.0}
+    assert EnqueueNotifications("always").params("q") == {"notify": True, "gate": None}
+    assert EnqueueNotifications("off").params("q") == {"notify": False, "gate": None}
+
+
+# -- notify_interval= / PGTASKS_NOTIFY_INTERVAL ------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -0.5, 60.5, float("nan"), float("inf"), True, "0.2", None])
+def test_the_notify_interval_is_validated(value: Any) -> None:
+    if value is None:  # None is "not given": the environment's, else the default
+        assert (
+            App("postgresql://localhost/x", notify_interval=value).queries.notifications.spacing
+            == 0.2
+        )
+        return
+    with pytest.raises(
+        ConfigurationError, match=r"notify_interval= must be a number of seconds > 0 and <= 60"
+    ):
+        App("postgresql://localhost/x", notify="auto", notify_interval=value)
+
+
+def test_the_environment_sets_the_notify_interval_and_a_bad_value_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PGTASKS_NOTIFY_INTERVAL", "0.5")
+    app = App("postgresql://localhost/x", notify="auto")
+    assert app.settings.database.notify_interval == 0.5
+    assert app.queries.notifications.spacing == 0.5
+    assert (
+        App("postgresql://localhost/x", notify_interval=2).settings.database.notify_interval == 2.0
+    )
+    for text in ("soon", "0", "-1", "nan", "120"):
+        monkeypatch.setenv("PGTASKS_NOTIFY_INTERVAL", text)
+        with pytest.raises(
+            ConfigurationError, match=f"PGTASKS_NOTIFY_INTERVAL must be .*got '{text}'"
+        ):
+            App("postgresql://localhost/x")
+
+
+# -- the shared gate (migration shared_notify_gate) ---------------------------------------------
+
+
+def test_the_gate_skips_a_queue_being_notified_without_waiting(app: App, dsn: str) -> None:
+    gate = sql.SQL("SELECT {}.notify_gate_open(%s, %s)").format(sql.Identifier(app.schema))
+
+    def opened(conn: Connection, spacing: float) -> bool:
+        row = conn.execute(gate, ("gated", spacing)).fetchone()
+        assert row is not None
+        return bool(row[0])
+
+    with (
+        psycopg.connect(dsn, autocommit=True) as first,
+        psycopg.connect(dsn) as notifying,
+        psycopg.connect(dsn, autocommit=True) as other,
+    ):
+        assert opened(first, 60.0)  # the queue's first gated enqueue: its row, stamped
+        assert not opened(first, 60.0)  # stamped less than 60 s ago
+        assert opened(notifying, 1e-6)  # older than 1 µs: open, row locked until commit
+        # Any wait for the locked row would end in an error here, not a False.
+        other.execute("SET lock_timeout = '50ms'")
+        assert not opened(other, 1e-6)  # being notified right now: skipped, no wait
+        notifying.rollback()  # the stamp rolls back with its enqueue
+        assert opened(other, 1e-6)
+
+
+def test_auto_notifies_a_queue_once_across_processes_and_a_worker_finds_the_rest(
+    app: App, dsn: str, processes: Processes, notifications: Callable[[str], list[str]]
+) -> None:
+    """Producer processes with notify="auto" (a spacing no test outlasts): of their ten
+    enqueues one notifies; a worker with the default settings runs all ten (the rest
+    found by its polls, within poll_interval of their enqueue)."""
+    env = pgtasks_env(dsn, app.schema, PGTASKS_NOTIFY="auto", PGTASKS_NOTIFY_INTERVAL="60")
+    worker = processes.worker(dsn, app.schema, timing=(), PGTASKS_NOTIFY="auto")
+    enqueue = "from tests.apps.basic import ping\nfor n in range(5): ping.delay(n)"
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", enqueue], cwd=ROOT, env=env, check=True, timeout=60)
+
+    @app.task(name="marker", queue="marker")
+    def marker() -> None: ...
+
+    marker.delay()
+    assert notifications("marker") == ["default", "marker"]
+    done = sql.SQL(
+        "SELECT count(*) FROM {}.all_jobs WHERE task_name LIKE %s AND status = 'done'"
+    ).format(sql.Identifier(app.schema))
+
+    def all_done() -> bool:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(done, ("%ping",)).fetchone()
+        return row is not None and row[0] == 10
+
+    wait_until(all_done, timeout=60, message="the ten jobs done")
+    assert worker.alive()
 
 
 def test_with_notifications_off_a_worker_polls_soon_after_jobs(

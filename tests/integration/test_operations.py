@@ -15,7 +15,6 @@ import psycopg
 import pytest
 
 from pgtasks import App, ConfigurationError, JobStatus
-from pgtasks._app.admin import collect_stats
 from pgtasks._operations import QueueStats, WorkerInfo
 from pgtasks._store.operations import ADVISORY_LOCK_CLASS_PRUNE
 from pgtasks._worker.connection import connector
@@ -93,7 +92,7 @@ def test_stats_count_workers_live_within_the_lease_and_silent_past_it(
         register(conn, app, pid=2, heartbeat_ago=10)
         register(conn, app, pid=3, heartbeat_ago=300)
 
-        stats = collect_stats(app, conn)
+        stats = app.admin.collect_stats(conn)
 
     assert (stats.live_workers, stats.silent_workers) == (2, 1)
     assert stats.queues == []

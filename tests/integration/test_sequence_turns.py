@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 from pgtasks import App, flow_state, release_sequence
-from pgtasks._app.admin import retry_job
-from pgtasks._leases import ClaimedJob, ClaimRequest, Finish
+from pgtasks._leases import ClaimedJob, ClaimPosition, ClaimRequest, Finish
 from pgtasks._retry import Outcome
+from pgtasks._store.claims import claim_statement
 
 
 def _worker(app: App) -> int:
@@ -76,7 +76,7 @@ def test_a_retried_cancelled_waiting_job_waits_for_its_turn(
     assert [job.id for job in head] == ids[:1]
     # Retried while the head runs: it waits (before, it was pending at once and ran
     # beside the head, ahead of the jobs enqueued before it had ended).
-    assert retry_job(app, ids[1]).retried
+    assert app.admin.retry_job(ids[1]).retried
     assert _statuses(admin, app.schema)[ids[1]] == "waiting"
     assert _claim(app, worker) == []
     _end(app, head)
@@ -99,7 +99,7 @@ def test_a_retried_job_of_an_idle_sequence_starts_at_once(
     _end(app, _claim(app, worker), Outcome.failed("boom"))
     assert _statuses(admin, app.schema)[first] == "failed"
     # Nothing runs or waits in its sequence: the retried job is its head at once.
-    assert retry_job(app, first).retried
+    assert app.admin.retry_job(first).retried
     assert _statuses(admin, app.schema)[first] == "pending"
     assert [job.id for job in _claim(app, worker)] == [first]
 
@@ -245,6 +245,36 @@ def test_a_round_trip_that_ends_a_head_takes_the_next_job_running(
     _end(app, handed)
     statuses = _statuses(admin, app.schema)
     assert {statuses[i] for key in ids for i in ids[key]} == {"done"}
+
+
+@pytest.mark.parametrize("form", ["after", "aged"])
+def test_every_plain_claim_returns_the_handed_jobs_apart_from_its_own(
+    app: App, admin: psycopg.Connection[Any], form: str
+) -> None:
+    """The plain claims' _handing forms (migration sequence_handed_with_claim): the jobs
+    the finish handed over come back as handed, never as claimed (they have no place in
+    the claim order), and the claim's own jobs as claimed."""
+
+    @app.task(sequence_key="k")
+    def step(n: int) -> None: ...
+
+    @app.task
+    def other() -> None: ...
+
+    ids = [step.delay(n).id for n in range(2)]
+    worker = _worker(app)
+    (head,) = [job for job in _claim(app, worker) if job.task_name == step.name]
+    plain = other.delay().id
+    if form == "after":
+        claim = ClaimRequest(worker, 10, after=ClaimPosition(-(2**31), head.run_at, 0))
+    else:
+        claim = ClaimRequest(worker, 10, aging=60.0)
+    assert claim_statement(claim)[0] == f"claim_jobs_{form}"
+    handed, claimed = _round_trip(app, [head], claim)
+    assert [job.id for job in handed] == [ids[1]]
+    assert [job.id for job in claimed] == [plain]
+    assert {job.worker_id for job in handed + claimed} == {worker}
+    assert _statuses(admin, app.schema)[ids[1]] == "running"
 
 
 def test_a_next_job_the_taker_may_not_run_goes_pending(

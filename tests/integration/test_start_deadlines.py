@@ -15,11 +15,10 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobCancelled, WorkerMetrics
-from pgtasks._app import admin as operations
 from pgtasks._app import links
 from pgtasks._leases import ClaimRequest
 from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
-from tests.support.inprocess import collect_stats, execute, running_worker, select
+from tests.support.inprocess import execute, running_worker, select
 from tests.support.scrape import registry_samples, value
 from tests.support.waiting import wait_until
 
@@ -75,7 +74,7 @@ def test_a_limited_job_whose_deadline_passes_behind_a_concurrency_cap_never_star
     assert row.last_error is not None and row.last_error.startswith("JobExpired: expired")
     assert ran == ["blocker", "after"]
     with app.connection() as conn:
-        assert collect_stats(app, conn).as_json()["counters"]["expired"] == 1
+        assert app.admin.collect_stats(conn).as_json()["counters"]["expired"] == 1
 
 
 def test_a_relative_deadline_is_counted_on_the_database_clock(
@@ -187,7 +186,7 @@ def test_retrying_an_expired_job_runs_it(app: App) -> None:
     with running_worker(app):
         with pytest.raises(JobCancelled):
             late.get(timeout=10)
-        operations.retry_job(app, late.id)
+        app.admin.retry_job(late.id)
         assert late.get(timeout=10) == "ran"
     assert ran == ["retried"]
     assert "pgtasks.expires" not in late.fetch().meta

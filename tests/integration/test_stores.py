@@ -217,7 +217,6 @@ def test_stores_need_a_default_and_known_routes() -> None:
 def test_move_a_queue_and_the_stranded_jobs_doctor_sees(
     make_stores_app: Callable[..., App],
 ) -> None:
-    from pgtasks._app import admin
     from pgtasks._app.doctor import check_stranded
 
     before = make_stores_app()  # emails routes to default
@@ -240,14 +239,14 @@ def test_move_a_queue_and_the_stranded_jobs_doctor_sees(
         assert "3 unfinished job(s) in store 'default'" in finding.summary
         assert "emails (3, routed to bulk)" in finding.summary
         # Nothing drains the old store yet: the move times out, emails paused in bulk.
-        timed_out = admin.move_queue(before, "emails", "bulk", timeout=0.2, poll=0.05)
+        timed_out = before.admin.move_queue("emails", "bulk", timeout=0.2, poll=0.05)
         assert (timed_out.left, timed_out.done) == (3, False)
         assert after.for_store("bulk").paused_queues() == ["emails"]
         newer = new_tasks["mail"].delay(10)  # producers switched: waits, paused, in bulk
         assert newer.id >> 48 == 1
         seen: list[int] = []
         with running_worker(before, store="default"):  # the old store's worker drains it
-            moved = admin.move_queue(before, "emails", "bulk", poll=0.05, waiting=seen.append)
+            moved = before.admin.move_queue("emails", "bulk", poll=0.05, waiting=seen.append)
             assert [handle.get(timeout=10) for handle in old] == [1, 2, 3]
         assert moved.done and after.for_store("bulk").paused_queues() == []
         with running_worker(after, store="bulk"):
@@ -259,7 +258,7 @@ def test_move_a_queue_and_the_stranded_jobs_doctor_sees(
             == "ok"
         )
         with pytest.raises(ConfigurationError, match="routes to store 'bulk' already"):
-            admin.move_queue(after, "emails", "bulk")
+            after.admin.move_queue("emails", "bulk")
     finally:
         after.close()
 
@@ -316,7 +315,6 @@ def test_a_worker_refuses_to_start_on_duplicate_stores(
 def test_each_store_holds_the_limits_of_its_queues(stores_app: App) -> None:
     """A limit lives in the store of its queue (a task's: the task's queue): a worker stores
     its store's limits only, and the limited claim holds them there."""
-    from pgtasks._app import admin
 
     running, most = [0], [0]
     lock = threading.Lock()
@@ -350,12 +348,12 @@ def test_each_store_holds_the_limits_of_its_queues(stores_app: App) -> None:
     with running_worker(stores_app, store="bulk", concurrency=4):
         assert [handle.get(timeout=20) for handle in handles] == [0, 1, 2, 3]
     assert most[0] == 1  # concurrency=1 held in the bulk store
-    stored = {name: admin.limits(stores_app.for_store(name)) for name in ("default", "bulk")}
+    stored = {name: stores_app.for_store(name).admin.limits() for name in ("default", "bulk")}
     assert [state.name for state in stored["bulk"] if state.stored] == ["task:paced"]
     assert [state.name for state in stored["default"] if state.stored] == []
     with running_worker(stores_app, store="default"):
         assert plain.delay(7).get(timeout=10) == 7
-    default_limits = admin.limits(stores_app.for_store("default"))
+    default_limits = stores_app.for_store("default").admin.limits()
     assert [state.name for state in default_limits if state.stored] == ["queue:default"]
 
 

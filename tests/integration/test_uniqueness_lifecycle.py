@@ -14,7 +14,6 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobContext, JobHandle, Retry, UniqueKeyTakenError
-from pgtasks._app import admin as operations
 from pgtasks._job_filter import JobFilter
 from pgtasks._worker.beat import Beat
 from tests.support.cli import cli_runner
@@ -165,7 +164,7 @@ def test_retrying_a_job_whose_key_an_active_job_holds_is_refused_clearly(
     assert holder.id != failed.id
 
     with pytest.raises(UniqueKeyTakenError) as refused:
-        operations.retry_job(app, failed.id)
+        app.admin.retry_job(failed.id)
     assert f"its unique key 'c:1' (unique while active) is held by pending job {holder.id}" in (
         str(refused.value)
     )
@@ -176,12 +175,12 @@ def test_retrying_a_job_whose_key_an_active_job_holds_is_refused_clearly(
     other = charge.delay(2)
     with running_worker(app):
         assert finished(other).status.value == "failed"
-    assert operations.retry_failed_jobs(app) == [other.id]
-    assert operations.retry_matching(app, JobFilter(task_name="charge")) == []
+    assert app.admin.retry_failed_jobs() == [other.id]
+    assert app.admin.retry_matching(JobFilter(task_name="charge")) == []
     assert failed.status().value == "failed"
 
     holder.cancel()
-    assert operations.retry_job(app, failed.id).retried
+    assert app.admin.retry_job(failed.id).retried
     assert charge.delay(1).id == failed.id
 
 
@@ -197,7 +196,7 @@ def test_a_bulk_retry_of_two_failed_jobs_of_one_key_is_refused_clearly(
     second.cancel()
 
     with pytest.raises(UniqueKeyTakenError, match="several of the jobs share a unique key"):
-        operations.retry_matching(app, JobFilter(task_name="twice"))
+        app.admin.retry_matching(JobFilter(task_name="twice"))
     assert {first.status().value, second.status().value} == {"cancelled"}
 
 

@@ -22,7 +22,6 @@ from pgtasks import (
     chord,
     group,
 )
-from pgtasks._app import admin as admin_ops
 from pgtasks._app.workflow_admin import list_workflows, workflow_detail, workflow_incidents
 from pgtasks._app.workflows import MAX_DEPTH
 from pgtasks._job_filter import JobFilter
@@ -72,7 +71,7 @@ def test_delete_of_a_job_an_unfinished_workflow_needs_is_refused(
     first = jobs["0.0"]["id"]
     settle(app, {first: 2})
     with pytest.raises(WorkflowProtectedError) as refused:
-        admin_ops.delete_finished_job(app, first)
+        app.admin.delete_finished_job(first)
     message = str(refused.value)
     assert f"step 0.0 of workflow {workflow.id}, which has not finished" in message
     assert f"pgtasks workflows cancel {workflow.id}" in message
@@ -84,10 +83,10 @@ def test_delete_of_a_job_an_unfinished_workflow_needs_is_refused(
     ) == [([[2, 4]],)]
     # Once the workflow has finished (here: cancelled), its jobs may be deleted.
     workflow.cancel()
-    assert admin_ops.delete_finished_job(app, first) == (True, "done")
+    assert app.admin.delete_finished_job(first) == (True, "done")
     plain = add.delay(1, 2)
     settle(app, {plain.id: 3})
-    assert admin_ops.delete_finished_job(app, plain.id) == (True, "done")
+    assert app.admin.delete_finished_job(plain.id) == (True, "done")
 
 
 # -- retry ---------------------------------------------------------------------------------------
@@ -104,7 +103,7 @@ def test_retry_of_a_cascade_cancelled_callback_gets_its_input_back(
         assert app.get_job(callback).status().value == "cancelled"
         # Its input cannot be made while a predecessor is failed: refused, naming it.
         with pytest.raises(WorkflowProtectedError) as refused:
-            admin_ops.retry_job(app, callback)
+            app.admin.retry_job(callback)
         assert (
             f"job {callback} was not retried: job {callback} is step 1 of workflow {workflow.id}"
             " and never received its input" in str(refused.value)
@@ -116,8 +115,8 @@ def test_retry_of_a_cascade_cancelled_callback_gets_its_input_back(
         # Fix the cause, retry the failed member, then the callback: it waits for the
         # member, then starts with both results (never with None).
         tasks["fixed"].set()
-        assert admin_ops.retry_job(app, failing).retried
-        result = admin_ops.retry_job(app, callback)
+        assert app.admin.retry_job(failing).retried
+        result = app.admin.retry_job(callback)
         assert (result.retried, result.status) in ((True, "waiting"), (True, "pending"))
         assert workflow.get(timeout=20) == "report of [2, 30]"
     assert app.get_job(member).status().value == "done"
@@ -137,7 +136,7 @@ def test_retry_of_cancelled_chain_steps_in_one_bulk_resumes_the_chain(
         tasks["fixed"].set()
         # The dashboard's bulk retry of everything failed or cancelled: the failed step
         # runs again, the cancelled steps wait for it again, in order.
-        outcome = admin_ops.retry_matching_steps(app, JobFilter())
+        outcome = app.admin.retry_matching_steps(JobFilter())
         assert outcome.retried == sorted(jobs[step]["id"] for step in ("1", "2", "3"))
         assert outcome.refused == {}
         assert workflow.get(timeout=20) == 2 * 10 + 1 + 10
@@ -151,7 +150,7 @@ def test_bulk_retry_refuses_a_step_whose_predecessor_stays_failed(
     jobs = steps(app, workflow.id)
     settle(app, {jobs["0"]["id"]: 2})
     settle(app, {jobs["1"]["id"]: RuntimeError("flaky")})
-    outcome = admin_ops.retry_matching_steps(app, JobFilter(status="cancelled"))
+    outcome = app.admin.retry_matching_steps(JobFilter(status="cancelled"))
     assert outcome.retried == []
     assert list(outcome.refused) == [jobs["2"]["id"]]
     assert "its predecessor step 1 (task flaky" in outcome.refused[jobs["2"]["id"]]
@@ -167,7 +166,7 @@ def test_retry_of_a_step_that_ran_keeps_its_input(
     settle(app, {jobs["0"]["id"]: 3})
     settle(app, {jobs["1"]["id"]: RuntimeError("flaky")})
     tasks["fixed"].set()
-    result = admin_ops.retry_job(app, jobs["1"]["id"])
+    result = app.admin.retry_job(jobs["1"]["id"])
     assert (result.retried, result.status, result.previous_status) == (True, "pending", "failed")
     with running_worker(app):
         assert workflow.get(timeout=20) == 30

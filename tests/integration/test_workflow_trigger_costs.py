@@ -161,9 +161,34 @@ def test_a_sequence_heads_finish_hands_the_turn_over_and_a_later_plain_finish_ru
         return app.queries.finish_jobs(conn, [Finish.of(plain, Outcome.done("null"))])
 
     calls = _counting_calls(app, finish_both, SEQUENCE_FUNCTIONS)
-    # One call of each for the head's statement; the plain job's statement after it, in
-    # the same transaction, calls none (the statement trigger cleared the flag).
-    assert calls == {"sequence_job_ending": 1, "sequence_job_ended": 1, "sequence_jobs_ended": 1}
+    # The head's statement: its BEFORE row trigger notes the key (a done job runs no
+    # AFTER row trigger: migration sequence_handed_with_claim) and the statement trigger
+    # hands the turn over; the plain job's statement after it, in the same transaction,
+    # calls none (the statement trigger cleared the flag).
+    assert calls == {"sequence_job_ending": 1, "sequence_jobs_ended": 1}
     with app.connection() as conn:
         rows = select(conn, app, "SELECT status FROM {schema}.jobs WHERE id = %s", [second.id])
     assert rows == [("pending",)]
+
+
+def test_a_failed_sequence_head_still_runs_the_row_trigger_that_holds_its_sequence(
+    app: App,
+) -> None:
+    @app.task(name="step", sequence_key="s", max_attempts=1)
+    def step(n: int) -> None:
+        """One step of sequence s."""
+
+    step.delay(1)
+    second = step.delay(2)
+    (head,) = _claim(app, 5)
+
+    def fail(conn: psycopg.Connection[Any]) -> object:
+        return app.queries.finish_jobs(conn, [Finish.of(head, Outcome.failed("boom"))])
+
+    calls = _counting_calls(app, fail, SEQUENCE_FUNCTIONS)
+    assert calls == {"sequence_job_ending": 1, "sequence_job_ended": 1, "sequence_jobs_ended": 1}
+    with app.connection() as conn:
+        held = select(conn, app, "SELECT job_id FROM {schema}.sequence_holds", [])
+        rows = select(conn, app, "SELECT status FROM {schema}.jobs WHERE id = %s", [second.id])
+    assert held == [(head.id,)]
+    assert rows == [("waiting",)]

@@ -25,7 +25,7 @@ from pgtasks import (
     group,
 )
 from pgtasks._app.workflow_admin import workflow_incidents
-from tests.support.inprocess import collect_stats, execute, prune, running_worker, select
+from tests.support.inprocess import execute, prune, running_worker, select
 from tests.support.waiting import wait_until
 
 
@@ -259,7 +259,7 @@ def test_waiting_is_a_status_everywhere(app: App, tasks: dict[str, Any]) -> None
     workflow = chain(add.s(1, 2), add.s(3)).delay()
     second = app.get_job(app.get_workflow(workflow.id)["jobs"][1]["id"])
     assert second.status() is JobStatus.WAITING
-    stats = app.database.run(lambda conn: collect_stats(app, conn))
+    stats = app.database.run(lambda conn: app.admin.collect_stats(conn))
     assert stats.total.waiting == 1 and stats.total.pending == 1
 
 

@@ -16,7 +16,6 @@ import psycopg
 import pytest
 
 from pgtasks import App, JobStatus
-from pgtasks._app import admin as operations
 from pgtasks._app.doctor import diagnose
 from pgtasks._job_filter import JobFilter
 from pgtasks._worker.metrics import QueueDepthCollector, QueueDepthSampler
@@ -70,7 +69,7 @@ def test_the_dashboard_stats_jobs_list_and_metrics_read_the_replica_and_get_the_
         dashboard_reads = DashboardDatabase(app, pool_size=2, statement_timeout=5.0)
         overview = reads.overview(app, dashboard_reads)
         assert [(q.queue, q.pending) for q in overview.queues] == [("emails", 3)]
-        stats = app.database.read(lambda conn: operations.collect_stats(app, conn))
+        stats = app.database.read(lambda conn: app.admin.collect_stats(conn))
         assert [(q.queue, q.pending) for q in stats.queues if q.queue] == [("emails", 3)]
         page = reads.jobs_page(dashboard_reads, JobFilter(), before=None, limit=50)
         assert {row.id for row in page.jobs} == {handle.id for handle in first}

@@ -14,7 +14,6 @@ import psycopg
 from psycopg import sql
 
 from pgtasks import App, JobHandle, JobRow, Worker
-from pgtasks._app.admin import collect_stats as collect_stats
 from pgtasks._worker.pruner import prune as prune
 from tests.support.waiting import wait_until
 

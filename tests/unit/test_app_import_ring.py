@@ -19,8 +19,8 @@ FOLDER = ROOT / "pgtasks" / "_app"
 
 #: The modules of the ring and the most import edges inside it (ratchets: lower them
 #: when a change shrinks the ring, never raise them).
-RING_MODULES = 12
-RING_EDGES = 35
+RING_MODULES = 10
+RING_EDGES = 28
 
 
 def imports_of(path: Path) -> set[str]:

@@ -28,7 +28,8 @@ SIGNATURE = (
     " 604800.0, prune_interval: 'float' = 60.0, heal_interval: 'float' = 30.0,"
     " priority_aging: 'float | None' = None, eager: 'bool' = False, stores: 'Mapping[str,"
     " str | Store] | None' = None, routes: 'Mapping[str, str] | None' = None,"
-    " notify_enqueues: 'bool | None' = None, notify: 'str | None' = None) -> 'None'"
+    " notify_enqueues: 'bool | None' = None, notify: 'str | None' = None, notify_interval:"
+    " 'float | None' = None) -> 'None'"
 )
 
 

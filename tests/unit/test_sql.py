@@ -12,6 +12,7 @@ import pytest
 
 from pgtasks._store.base import (
     ANNOUNCED_CLAIMS,
+    HANDING_CLAIMS,
     HEADER_LINES,
     PARSE_CACHED_LENGTH,
     without_inner_comments,
@@ -175,8 +176,13 @@ def test_every_fragment_is_composed_into_a_statement_and_holds_no_comment() -> N
 
 
 def every_statement_name() -> list[str]:
-    """The named queries and the announced forms of the claims (base.ANNOUNCED_CLAIMS)."""
-    return [*load_queries(), *(f"{name}_announced" for name in ANNOUNCED_CLAIMS)]
+    """The named queries and the claims' announced and handing forms (base.ANNOUNCED_CLAIMS,
+    base.HANDING_CLAIMS)."""
+    return [
+        *load_queries(),
+        *(f"{name}_announced" for name in ANNOUNCED_CLAIMS),
+        *(f"{name}_handing" for name in HANDING_CLAIMS),
+    ]
 
 
 def test_no_statement_keeps_a_placeholder_unrendered() -> None:
@@ -193,6 +199,7 @@ def test_statements_are_rendered_on_first_use_each_once_and_unknown_names_refuse
     claim = store._statements["claim_jobs"]
     assert store._statements["claim_jobs"] is claim  # kept
     assert store._statements["claim_jobs_announced"] == store._announced(claim) != claim
+    assert store._statements["claim_jobs_handing"] == store._handing(claim) != claim
     assert b"%(queues)b" in store._binary_statements["claim_jobs"]
     assert b"%(queues)s" in claim
     for name in every_statement_name():

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 
 from pgtasks import App
-from pgtasks._app import admin, controls
+from pgtasks._app import controls
 from pgtasks.web import asgi
 from tests.support.browser import browser, needs_chromium, page
 from tests.support.inprocess import DEFAULT_SETTINGS, Gates, running_worker
@@ -34,7 +34,7 @@ def shots(tmp_path: Path) -> Path:
 
 
 def limit_state(app: App, name: str) -> Any:
-    return {state.name: state for state in admin.limits(app)}.get(name)
+    return {state.name: state for state in app.admin.limits()}.get(name)
 
 
 def test_a_limit_is_set_paused_and_reset_from_the_limits_page_while_jobs_run(

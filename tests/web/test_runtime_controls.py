@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from pgtasks import App
-from pgtasks._app import admin, controls
+from pgtasks._app import controls
 from tests.support.population import insert_job
 from tests.support.web import Client
 
@@ -21,7 +21,7 @@ Connection = psycopg.Connection[Any]
 
 
 def states(app: App) -> dict[str, Any]:
-    return {state.name: state for state in admin.limits(app)}
+    return {state.name: state for state in app.admin.limits()}
 
 
 def job_row(admin_conn: Connection, app: App, job_id: int) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ..._app.admin import RetryResult, retry_job
+from ..._app.repairs import RetryResult
 from ..._errors import JobNotFoundError
 from .config import get_app
 from .models import Job
@@ -91,7 +91,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         refused: list[RetryResult] = []
         for job_id in queryset.values_list("id", flat=True):
             try:
-                outcome = retry_job(app, job_id)
+                outcome = app.admin.retry_job(job_id)
             except JobNotFoundError:
                 continue
             (retried if outcome.retried else refused).append(outcome)
