@@ -262,12 +262,8 @@ def test_every_public_name_is_listed_where_it_lives() -> None:
 
 #: What a worker, from exec to its start banner, and a plain CLI command never import:
 #: the dashboard, the Celery front and its namesake, the framework integrations, the
-#: optional libraries, croniter and tenacity (an app without cron schedules or backoff),
-#: the process pool and multiprocessing (a worker of threads).
+#: optional libraries, croniter and tenacity (an app without cron schedules or backoff).
 NOT_AT_START = (
-    "pgtasks._execution.process_pool",
-    "pgtasks._execution.child",
-    "multiprocessing",
     "pgtasks.web",
     "pgtasks.celery",
     "pgtasks.contrib",

@@ -36,6 +36,7 @@ from .._instrumentation import start_attempt_trace
 from .._jobs import ExecutorName, JobContext
 from .._leases import ClaimedJob
 from .._retry import Outcome
+from .child import JobMessage
 from .joblogs import JobLogs, attach
 from .loop_thread import LoopThread
 from .outcomes import (
@@ -49,6 +50,7 @@ from .outcomes import (
     policy_of,
     unknown_task_outcome,
 )
+from .process_pool import Ending, PoolJob, ProcessPool, start_pool
 from .running import Running, describe_async_jobs
 from .settings import ExecutorSettings
 from .steps import attempt_arguments, attempt_context, ending_of_error
@@ -58,7 +60,6 @@ from .watchdogs import SoftLimit, ThreadSoftLimits
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.tasks import Task
-    from .process_pool import Ending, ProcessPool
 
 logger = logging.getLogger("pgtasks.worker")
 
@@ -172,9 +173,6 @@ class Executor:
             if task.executor == "process"
             or (task.executor is None and not task.is_async and by_default)
         }
-        # Imported with the first pool: a worker without one never loads multiprocessing.
-        from .process_pool import start_pool
-
         self._pool = start_pool(self.app, self.settings, names, on_ended=self._pool_ended)
 
     # -- submitting --
@@ -350,9 +348,6 @@ class Executor:
         job = running.job
         if self._logs is not None:
             self._logs.register_child(running)
-        from .child import JobMessage
-        from .process_pool import PoolJob
-
         message = JobMessage(
             token=running.token,
             job_id=job.id,
