@@ -159,7 +159,7 @@ def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
     }
     aged = claim.aging is not None or bool(claim.queue_aging)
     if aged or claim.limited:
-        # Priority aging (claim_jobs_aged, migration 0026): the intervals, app-wide and per queue.
+        # Priority aging (claim_jobs_aged): the intervals, app-wide and per queue.
         params["aging"] = claim.aging
         params["aged_queues"] = [queue for queue, _ in claim.queue_aging] or None
         params["aged_seconds"] = [seconds for _, seconds in claim.queue_aging] or None
@@ -178,7 +178,7 @@ def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
 
 
 def split_report(rows: list[ClaimedJob]) -> tuple[list[ClaimedJob], LimitedClaimReport]:
-    """The jobs claim_limited took, in claim order (migration 0028), and its report: its
+    """The jobs claim_limited took, in claim order, and its report: its
     last row (id NULL) is no job, its meta holds what held jobs back (or the error that
     ended the claim)."""
     if rows and rows[-1].id is None:

@@ -1,5 +1,5 @@
-"""KeyedQueries: fair keys and sequences (``sql/keyed.sql``, migration 0023), one method
-per named query."""
+"""KeyedQueries: fair keys and sequences (``sql/keyed.sql``), one method per named
+query."""
 
 from __future__ import annotations
 
