@@ -33,7 +33,7 @@ from benchmarks.__main__ import print_setting, resolve_dsn
 from pgtasks import App
 from pgtasks._leases import ClaimPosition, ClaimRequest, Finish
 from pgtasks._retry import Outcome
-from pgtasks._store.base import _TEXT_PLACEHOLDER
+from pgtasks._store.base import _TEXT_PLACEHOLDER, ANNOUNCED_CLAIMS
 from pgtasks._store.queries import Queries
 from pgtasks._worker.connection import WORKER_CONNECTION_OPTIONS
 from pgtasks.sql import parse_queries
@@ -54,7 +54,7 @@ def baseline_store(checkout: Path) -> Queries:
         text = store._render(queries[name].text)
         store._statements[name] = text
         store._binary_statements[name] = _TEXT_PLACEHOLDER.sub(rb"%(\1)b", text)
-        if f"{name}_announced" in store._statements:
+        if name in ANNOUNCED_CLAIMS:
             # The baseline announces no claim: its claim alone is its plain claim.
             store._statements[f"{name}_announced"] = text
     return store

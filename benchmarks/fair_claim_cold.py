@@ -5,10 +5,11 @@
 Each run makes a fresh schema, turns autovacuum off on its jobs table (so no analyze runs
 while it measures), enqueues N fair jobs over 1,000 keys in batches and times claims of
 10 (one worker's claim at c10), alternating between the function as shipped (migration
-0028: enable_sort and jit off) and a copy of it without those settings (the plans the
-planner chooses from the statistics it has: none yet), on one connection (plans cached
-as a worker's are). Either side takes the next 10 jobs in claim order. Prints the median
-claim in ms of each side per run and the median over runs.
+0028: enable_sort and jit off; 0033: plan_cache_mode force_generic_plan too) and a copy
+of it without those settings (the plans the planner chooses from the statistics it has:
+none yet), on one connection (plans cached as a worker's are). Either side takes the next
+10 jobs in claim order. Prints the median claim in ms of each side per run and the median
+over runs.
 
 Not a test: nothing here fails a build.
 """
@@ -62,7 +63,7 @@ def one_run(dsn: str, jobs: int, claims: int) -> tuple[float, float]:
                 [f"{SCHEMA}.claim_limited{SIGNATURE}"],
             ).fetchone()
             assert definition is not None
-            copy = re.sub(r"\n *SET (enable_sort|jit) TO '?off'?", "", definition[0])
+            copy = re.sub(r"\n *SET \w+ TO [^\n]*", "", definition[0])
             copy = copy.replace(".claim_limited(", ".claim_limited_unset(", 1)
             if copy == definition[0] or " SET " in copy.split("AS $function$")[0]:
                 raise SystemExit("the function's settings were not found")

@@ -30,7 +30,6 @@ its side, each side in schemas of its own), and both sides are printed.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import shutil
@@ -84,14 +83,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main_claim_store(store: Queries) -> Queries:
     """A Queries whose plain claims are the statements before limits (no limit filter)."""
-    main = copy.copy(store)
-    main._statements = dict(store._statements)
+    before: dict[str, bytes] = {}
     for name in ("claim_jobs", "claim_jobs_after"):
-        text = main._statements[name]
-        stripped = text.replace(b"AND limit_groups IS NULL", b"")
-        assert stripped != text, name
-        main._statements[name] = stripped
-    return main
+        text = store._statements[name]
+        before[name] = text.replace(b"AND limit_groups IS NULL", b"")
+        assert before[name] != text, name
+    return store.overriding(before)
 
 
 def build_app(dsn: str) -> tuple[App, dict[str, Any]]:

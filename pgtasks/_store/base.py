@@ -7,6 +7,7 @@ no other module runs SQL.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -21,6 +22,7 @@ from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import JsonbLoader
+from typing_extensions import Self
 
 from .._errors import SchemaNotMigratedError
 from .._payload import Unreadable, decode_stored
@@ -334,6 +336,19 @@ class QueriesBase:
         self._binary_statements: dict[str, bytes] = _Rendered(
             lambda name: _TEXT_PLACEHOLDER.sub(rb"%(\1)b", self._statements[name])
         )
+
+    def overriding(self, statements: Mapping[str, bytes]) -> Self:
+        """A copy of these queries with ``statements`` in place of the named ones (tests and
+        benchmarks: a claim made to fail, a statement as it was before a change). The others
+        are rendered on first use, as here; the variants of a replaced claim (announced,
+        handing) from its replacement, unless ``statements`` names them too."""
+        copied = copy.copy(self)
+        copied._statements = _Rendered(copied._statement)
+        copied._statements.update(statements)
+        copied._binary_statements = _Rendered(
+            lambda name: _TEXT_PLACEHOLDER.sub(rb"%(\1)b", copied._statements[name])
+        )
+        return copied
 
     def _statement(self, name: str) -> bytes:
         """The named query ``name`` rendered for this schema (KeyError: no such query)."""

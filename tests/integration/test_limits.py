@@ -3,7 +3,6 @@ the limited claim against the database, with several claimers (worker ids) in tu
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import psycopg
@@ -431,10 +430,9 @@ def test_a_plain_claim_that_fails_after_a_limited_one_keeps_what_the_limited_one
     limited.delay_many([{"n": n} for n in range(3)])
     plain.delay_many([{"n": n} for n in range(3)])
     (worker,) = _register(app, 1)
-    store = copy.copy(app.queries)
     # The plain claim fails (alone on the connection, it runs announced).
     failing = {name: b"SELECT 1 / 0" for name in ("claim_jobs", "claim_jobs_announced")}
-    store._statements = {**app.queries._statements, **failing}
+    store = app.queries.overriding(failing)
     with app.connection() as conn:
         trip = store.finish_and_claim_jobs(conn, (), ClaimRequest(worker, 5, limited=True))
     # The limited claim's jobs stand (committed in its own round trip) and are returned.
