@@ -268,14 +268,7 @@ NOT_AT_START = (
     "pgtasks.celery",
     "pgtasks.contrib",
     "celery",
-    "jinja2",
-    "starlette",
-    "uvicorn",
-    "opentelemetry",
-    "prometheus_client",
-    "django",
-    "croniter",
-    "tenacity",
+    *(name for name in HEAVY if not name.startswith("psycopg")),
     "http.server",
 )
 

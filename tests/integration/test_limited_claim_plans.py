@@ -8,6 +8,7 @@ two stores in one database take each their own limits' locks."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -108,14 +109,21 @@ def _scenario(app: App, admin: psycopg.Connection[Any]) -> list[Any]:
     return outcome
 
 
-def test_the_limited_claim_gives_the_same_results_under_every_planner_setting(
-    make_app: Any, admin: psycopg.Connection[Any], dsn: str
-) -> None:
-    outcomes: dict[str, list[Any]] = {}
+def _apps_under_every_planner_setting(make_app: Any, dsn: str) -> Iterator[tuple[str, App]]:
+    """An App of its own for each of PLANNER_SETTINGS (as its connections' startup options,
+    JIT off); the test is skipped on a transaction pooler, which takes no startup options."""
     for settings in PLANNER_SETTINGS:
         app = make_app(dsn=make_conninfo(dsn, options=f"-c jit=off {settings}".strip()))
         if app.database.pooled:
             pytest.skip("the test server is a transaction pooler: it takes no startup options")
+        yield settings, app
+
+
+def test_the_limited_claim_gives_the_same_results_under_every_planner_setting(
+    make_app: Any, admin: psycopg.Connection[Any], dsn: str
+) -> None:
+    outcomes: dict[str, list[Any]] = {}
+    for settings, app in _apps_under_every_planner_setting(make_app, dsn):
         with app.connection() as conn:
             shown = conn.execute("SELECT current_setting('enable_nestloop')").fetchone()
         assert shown == ("off" if "nestloop" in settings else "on",)
@@ -186,12 +194,10 @@ def _fast_scenario(app: App, admin: psycopg.Connection[Any]) -> list[Any]:
 def test_fair_jobs_without_limits_are_claimed_in_order_without_limit_locks(
     make_app: Any, admin: psycopg.Connection[Any], dsn: str
 ) -> None:
-    outcomes: dict[str, list[Any]] = {}
-    for settings in PLANNER_SETTINGS:
-        app = make_app(dsn=make_conninfo(dsn, options=f"-c jit=off {settings}".strip()))
-        if app.database.pooled:
-            pytest.skip("the test server is a transaction pooler: it takes no startup options")
-        outcomes[settings] = _fast_scenario(app, admin)
+    outcomes = {
+        settings: _fast_scenario(app, admin)
+        for settings, app in _apps_under_every_planner_setting(make_app, dsn)
+    }
     reference = outcomes[""]
     # Rank 0 of every key, then rank 1 (ties by enqueue): no limit lock taken.
     assert reference[0] == (
