@@ -67,10 +67,11 @@ class Registration:
             concurrency=self.concurrency,
             task_names=self.task_names(),
         )
+        if self.pool is not None:
+            # Before the id is published: whoever sees the id may resize within the bounds.
+            self.pool.registered(self.queries, conn, worker_id)
         with self._id_lock:
             self.worker_id = worker_id
-        if self.pool is not None:
-            self.pool.registered(self.queries, conn, worker_id)
         return worker_id
 
     def heartbeat(self, conn: psycopg.Connection[Any]) -> None:

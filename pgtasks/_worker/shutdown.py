@@ -3,8 +3,9 @@
 On stop: jobs claimed but not started are released at once; running ones get the
 shutdown timeout; then children still busy are terminated, what is left is released
 without using up its attempt, the last outcomes are written and the registration is
-removed. Every database step is bounded (SHUTDOWN_WRITE_BOUND), so an unresponsive
-database cannot keep the process from exiting. Its ``step`` says what it is doing (the
+removed. Every database step is bounded (SHUTDOWN_WRITE_BOUND), and the steps after the
+deadline together (AFTER_DEADLINE_BOUND), so an unresponsive database cannot keep the
+process from exiting. Its ``step`` says what it is doing (the
 watchdog of a signalled worker names it when the stop is stuck: signals.py).
 """
 
@@ -35,8 +36,22 @@ logger = logging.getLogger("pgtasks.worker")
 #: unresponsive database cannot keep it from exiting.
 SHUTDOWN_WRITE_BOUND = 3.0
 SHUTDOWN_SERVICES_BOUND = 2.0
+#: Longest the steps after the stop deadline take together (the release and last
+#: outcomes, the services, the deregistration): each step gets its own bound or what is
+#: left of this, so a database that answers nothing costs 6.5 s past the deadline, not
+#: the sum of the bounds (the watchdog, signals.STOP_MARGIN, comes after).
+AFTER_DEADLINE_BOUND = 6.5
+#: What the services leave of AFTER_DEADLINE_BOUND to the deregistration.
+_DEREGISTRATION_SHARE = 1.5
+#: A step is never given less than this (a database that answers takes milliseconds).
+_LEAST_STEP = 0.25
 #: Tries of each final database step.
 _WRITE_TRIES = 3
+
+
+def _within(bound: float, end: float) -> float:
+    """A step's bound: its own, or what is left before ``end`` (never under _LEAST_STEP)."""
+    return max(_LEAST_STEP, min(bound, end - time.monotonic()))
 
 
 class GracefulStop:
@@ -111,17 +126,25 @@ class GracefulStop:
 
         # A database that stopped answering (a partition, a hung server) must not hold the
         # process past its deadline: unfinished writes are left to the rescuer.
+        # The steps below share one bound, counted from the deadline (or from now, for a
+        # stop already late).
+        end = max(self.deadline() or 0.0, time.monotonic()) + AFTER_DEADLINE_BOUND
         note("stop step: the release of jobs and the last outcomes")
-        self._bounded("release and final writes", release_and_write, SHUTDOWN_WRITE_BOUND)
+        self._bounded(
+            "release and final writes", release_and_write, _within(SHUTDOWN_WRITE_BOUND, end)
+        )
         note("stop step: the services to stop")
         self.executor.cancel_async()
         for service in self.services:
             service.stopping.set()
-        services_deadline = time.monotonic() + SHUTDOWN_SERVICES_BOUND
+        services_deadline = time.monotonic() + min(
+            SHUTDOWN_SERVICES_BOUND,
+            max(0.0, end - _DEREGISTRATION_SHARE - time.monotonic()),
+        )
         for service in self.services:
             service.stop(timeout=max(0.0, services_deadline - time.monotonic()))
         note("stop step: the deregistration")
-        self._bounded("deregistration", self._deregister, SHUTDOWN_WRITE_BOUND)
+        self._bounded("deregistration", self._deregister, _within(SHUTDOWN_WRITE_BOUND, end))
         note("stop step: the executors to stop")
         self.executor.shutdown()
         note("stop step: the round-trip lanes to close")
@@ -143,7 +166,7 @@ class GracefulStop:
         thread.join(seconds)
         if thread.is_alive():
             logger.warning(
-                "worker %s: %s did not complete within %g s (database unresponsive); giving"
+                "worker %s: %s did not complete within %.1f s (database unresponsive); giving"
                 " up: jobs still held will be rescued after the lease expires",
                 self.name,
                 what,

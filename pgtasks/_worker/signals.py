@@ -39,16 +39,19 @@ from typing import Any, Protocol
 
 logger = logging.getLogger("pgtasks.worker")
 
+#: The promise (guarantee 14): a stopping process has exited within this many seconds of
+#: its stop deadline, whatever the database does.
+EXIT_BOUND = 10.0
 #: Seconds past the stop's deadline after which a process still stopping is ended: more
-#: than the bounded steps after the deadline take (the release and last writes, the
-#: services, the deregistration, each bounded by a few seconds).
-STOP_MARGIN = 8.0
+#: than the steps after the deadline take together (shutdown.AFTER_DEADLINE_BOUND, 6.5 s),
+#: with room left for the watchdog's own release within EXIT_BOUND.
+STOP_MARGIN = 7.5
 #: Exit status of a process ended by the watchdog.
 STUCK_EXIT_STATUS = 1
 #: Longest the watchdog waits for the log to take a message before writing it to stderr.
-LOG_BOUND = 1.0
-#: Longest the watchdog waits for the release of the jobs and the deregistration.
-RELEASE_BOUND = 5.0
+LOG_BOUND = 0.5
+#: What the watchdog keeps in hand before EXIT_BOUND (its last message, the exit itself).
+EXIT_SPARE = 0.5
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -218,7 +221,7 @@ class StopSignals:
         """The stop did not end by its deadline plus the margin: say what it waits for,
         release what the worker holds, end the process."""
         with self._lock:
-            target = self._target
+            target, deadline = self._target, self._deadline
         kind = self.kind
         waiting = target.stop_status() if target is not None else f"the {kind} to be made"
         self._say(
@@ -229,7 +232,10 @@ class StopSignals:
             f" status {STUCK_EXIT_STATUS}",
         )
         if target is not None:
-            self._say(logging.WARNING, f"{kind} {self.name}: {target.release_held(RELEASE_BOUND)}")
+            # Whatever is left before the promised exit, less the last message's bound.
+            end = (deadline or time.monotonic()) + EXIT_BOUND - EXIT_SPARE - LOG_BOUND
+            seconds = max(0.2, end - time.monotonic())
+            self._say(logging.WARNING, f"{kind} {self.name}: {target.release_held(seconds)}")
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         self._exit_process(STUCK_EXIT_STATUS)
