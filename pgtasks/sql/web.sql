@@ -306,8 +306,8 @@ WHERE jobs.id = %(id)s::bigint;
 
 -- name: get_limit_instances :many
 -- What the limits page counts per limit instance (a limit's name, or a per-key limit's
--- name, chr(31) and a key): the jobs running under it (every running limited job,
--- through jobs_limited_running_idx) and the pending and due ones among the first
+-- name, chr(31) and a key): the jobs running under it (every running job that names an
+-- instance, through jobs_limited_running_idx) and the pending and due ones among the first
 -- %(cap)s pending limited jobs in claim order (jobs_limited_claim_idx: a page costs the
 -- same however long the backlog), a pending job under more than 8 instances (no claim
 -- takes it) counted apart. Each row also says how many pending jobs were read and how
@@ -326,7 +326,7 @@ WITH pending AS MATERIALIZED (
     UNION ALL
     SELECT inst, 1, 0, 0
     FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
-    WHERE jobs.status = 'running' AND jobs.limit_groups IS NOT NULL
+    WHERE jobs.status = 'running' AND cardinality(jobs.limit_groups) > 0
 ), counted AS (
     SELECT inst, sum(running)::bigint AS running, sum(pending)::bigint AS pending,
            sum(due)::bigint AS due
