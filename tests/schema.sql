@@ -422,7 +422,7 @@ index CREATE INDEX jobs_history_worker_idx ON ONLY {schema}.jobs_history USING b
 index CREATE INDEX jobs_history_workflow_idx ON ONLY {schema}.jobs_history USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL)
 index CREATE UNIQUE INDEX jobs_idempotency_key_key ON {schema}.jobs USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)
 index CREATE INDEX jobs_limited_claim_idx ON {schema}.jobs USING btree (priority DESC, run_at, id) WHERE ((status = 'pending'::text) AND (limit_groups IS NOT NULL))
-index CREATE INDEX jobs_limited_running_idx ON {schema}.jobs USING btree (id) WHERE ((status = 'running'::text) AND (cardinality(limit_groups) > 0))
+index CREATE INDEX jobs_limited_running_idx ON {schema}.jobs USING btree (id) WHERE ((status = 'running'::text) AND (limit_groups <> ARRAY[]::text[]))
 index CREATE INDEX jobs_parked_idx ON {schema}.jobs USING btree (queue, (((meta -> 'pgtasks.parked'::text) ->> 'kind'::text))) WHERE ((status = 'pending'::text) AND (meta ? 'pgtasks.parked'::text))
 index CREATE UNIQUE INDEX jobs_pkey ON {schema}.jobs USING btree (id)
 index CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (locked_by) WHERE (status = 'running'::text)
@@ -483,7 +483,7 @@ trigger CREATE TRIGGER jobs_history_workflow_job_ended BEFORE INSERT ON {schema}
 trigger CREATE TRIGGER workers_record_removed AFTER DELETE ON {schema}.workers REFERENCING OLD TABLE AS removed_workers FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_workers()
 statistics jobs.jobs_queue_status_stats (m) ON queue, status
 statistics jobs_history.jobs_history_queue_status_stats (m) ON queue, status
-function claim_limited() 1624cb011ae9a57257d235d3ec74d265
+function claim_limited() 1269fd19b70d0238ed4c5b4787389a55
 function count_deduplicated_enqueue() 1a4e88b289767491b74cc7eff842bf34
 function fair_rank() 12c0b71dac3a0a2d54ee497fd173084e
 function forget_job_key() 594fe7c6dba47f6124c9c2a6ce68a7c5

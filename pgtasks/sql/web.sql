@@ -326,7 +326,7 @@ WITH pending AS MATERIALIZED (
     UNION ALL
     SELECT inst, 1, 0, 0
     FROM {schema}.jobs AS jobs, unnest(jobs.limit_groups) AS inst
-    WHERE jobs.status = 'running' AND cardinality(jobs.limit_groups) > 0
+    WHERE jobs.status = 'running' AND jobs.limit_groups <> ARRAY[]::text[]
 ), counted AS (
     SELECT inst, sum(running)::bigint AS running, sum(pending)::bigint AS pending,
            sum(due)::bigint AS due

@@ -296,3 +296,70 @@ def test_a_claim_before_any_analyze_reads_the_fair_claim_index_in_order(
     for plan in candidates:
         assert "Index Scan using jobs_fair_claim_idx" in plan, plan
         assert "Bitmap Heap Scan" not in plan and "Seq Scan" not in plan, plan
+
+
+def test_only_running_jobs_that_name_a_limit_enter_the_limited_running_index(
+    make_app: Any, admin: psycopg.Connection[Any]
+) -> None:
+    """A fair job without a cap or a rate (an empty limit_groups) is left out of
+    jobs_limited_running_idx when claimed (migration 0036); a capped job enters it, and a
+    claim of its key counts it through the index (auto_explain of the claim's statements)
+    and holds the key's next job back."""
+    app = make_app()
+
+    @app.task(name="free", fair_key=lambda tenant, n: tenant)
+    def free(tenant: str, n: int) -> None: ...
+
+    @app.task(
+        name="capped",
+        fair_key=lambda tenant, n: tenant,
+        concurrency_key=lambda tenant, n: tenant,
+        concurrency=1,
+    )
+    def capped(tenant: str, n: int) -> None: ...
+
+    with app.connection() as conn:
+        app.queries.upsert_limits(conn, app.limit_definitions())
+        worker = app.queries.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=8)
+    free.delay_many([{"tenant": f"t{n % 20}", "n": n} for n in range(400)])
+    with app.connection() as conn:
+        taken, _ = app.queries.claim_limited(conn, ClaimRequest(worker, 400, limited=True))
+    assert len(taken) == 400
+    capped.delay_many([{"tenant": "x", "n": n} for n in range(2)])
+    with app.connection() as conn:
+        first, _ = app.queries.claim_limited(conn, ClaimRequest(worker, 1, limited=True))
+    assert [job.kwargs for job in first] == [{"tenant": "x", "n": 0}]
+    admin.execute(f"ANALYZE {app.schema}.jobs")
+    definition = admin.execute(
+        "SELECT pg_get_indexdef(%s::regclass)", [f"{app.schema}.jobs_limited_running_idx"]
+    ).fetchone()
+    assert definition is not None and "limit_groups <> ARRAY[]::text[]" in definition[0]
+    # What the index holds: its predicate's rows, read by an index-only scan of it alone.
+    with admin.transaction():
+        for setting in ("enable_seqscan", "enable_bitmapscan"):
+            admin.execute("SELECT set_config(%s, 'off', true)", [setting])
+        query = (
+            f"SELECT id FROM {app.schema}.jobs"
+            " WHERE status = 'running' AND limit_groups <> ARRAY[]::text[]"
+        )
+        plan = "\n".join(row[0] for row in admin.execute(f"EXPLAIN {query}").fetchall())
+        assert "jobs_limited_running_idx" in plan, plan
+        assert admin.execute(query).fetchall() == [(first[0].id,)]
+    try:
+        admin.execute("LOAD 'auto_explain'")
+    except psycopg.Error as error:
+        pytest.skip(f"auto_explain cannot be loaded on this server: {error}")
+    plans: list[str] = []
+    admin.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    for setting, value in (
+        ("auto_explain.log_min_duration", "0"),
+        ("auto_explain.log_nested_statements", "on"),
+        ("auto_explain.log_level", "notice"),
+    ):
+        admin.execute("SELECT set_config(%s, %s, false)", (setting, value))
+    second, report = app.queries.claim_limited(admin, ClaimRequest(worker, 1, limited=True))
+    admin.execute("SELECT set_config('auto_explain.log_min_duration', '-1', false)")
+    assert second == [] and report.blocked == ("key:capped",)
+    counts = [plan for plan in plans if "running AS (" in plan]
+    assert counts, plans
+    assert all("jobs_limited_running_idx" in plan for plan in counts), counts

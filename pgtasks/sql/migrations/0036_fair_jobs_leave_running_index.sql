@@ -9,8 +9,11 @@
 -- it holds (a job without instances adds no row), the dashboard’s limits page likewise.
 -- The index is built again on the running jobs that name an instance, under its old name;
 -- claim_limited (migration 0033) is redefined with the same arguments, results and claim
--- order, its count of running jobs per instance reading the new index (its predicate,
--- cardinality(limit_groups) > 0, is what the planner matches).
+-- order, its count of running jobs per instance reading the new index: its predicate,
+-- limit_groups <> ARRAY[]::text[], is what the planner matches, and estimates from the
+-- column’s statistics (an empty array is a common value where fair jobs are; a predicate
+-- on cardinality() has none, and its default estimate made the planner read
+-- jobs_running_idx, every running job, instead).
 --
 -- Online: the new index is built concurrently before the function changes (one
 -- transaction, no lock on jobs), the old one dropped concurrently after, then the rename
@@ -18,7 +21,7 @@
 
 -- pgtasks:step concurrently
 CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_capped_running_idx ON {schema}.jobs (id)
-    WHERE status = 'running' AND cardinality(limit_groups) > 0;
+    WHERE status = 'running' AND limit_groups <> ARRAY[]::text[];
 
 -- pgtasks:step transaction
 CREATE OR REPLACE FUNCTION {schema}.claim_limited(
@@ -299,7 +302,7 @@ BEGIN
                     JOIN locked AS l ON l.inst = g.inst
                     -- Through jobs_limited_running_idx, which holds only the running jobs
                     -- that name an instance (migration 0036): a job with none adds no row.
-                    WHERE j.status = 'running' AND cardinality(j.limit_groups) > 0
+                    WHERE j.status = 'running' AND j.limit_groups <> ARRAY[]::text[]
                     GROUP BY l.inst
                 ), definitions AS MATERIALIZED (
                     SELECT d.name, d.concurrency, d.rate_count, d.rate_period, d.burst,
