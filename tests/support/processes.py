@@ -163,6 +163,24 @@ class Processes:
             child.wait_for_log(" started: ", timeout=started_timeout)
         return child
 
+    def workers(
+        self,
+        dsn: str,
+        schema: str,
+        *argument_lists: Sequence[str],
+        started_timeout: float = STARTED_BOUND,
+        timing: Sequence[str] = TIMING_FLAGS,
+    ) -> list[ChildProcess]:
+        """One worker per argument list, all spawned before any is waited for (they start
+        side by side, not one after another), returned once each has started."""
+        children = [
+            self.worker(dsn, schema, *arguments, wait_started=False, timing=timing)
+            for arguments in argument_lists
+        ]
+        for child in children:
+            child.wait_for_log(" started: ", timeout=started_timeout)
+        return children
+
     def beat(self, dsn: str, schema: str, *arguments: str, **env: str) -> ChildProcess:
         """``pgtasks beat -A <app> ARGUMENTS``."""
         command = pgtasks_command("beat", "-A", self.app_path, *arguments)
