@@ -2,15 +2,13 @@
 open transaction pins the xmin horizon.
 
     python -m benchmarks.bloat [--dsn DSN] [--through 1000000] [--pin-seconds 180]
-                               [--window 20] [--concurrency 50] [--prefetch 150]
-                               [--backlog 50000] [--quick]
+                               [--window 20] [--concurrency 50] [--prefetch 150] [--quick]
 
 Jobs flow the whole time: one ``pgtasks worker`` process drains while a feeder in this
-process keeps 50,000 to 60,000 jobs pending (``delay_many`` in batches of 10,000; with
-``--backlog N``, N to 1.2 N in batches of N / 5), as a steady production load would.
-Throughput is read from the database: jobs whose ``finished_at`` falls in each one-second
-slice (the slices trail the clock by one second so that every finish in them has
-committed). Phases, on one table, in one run:
+process keeps 50,000 to 60,000 jobs pending (``delay_many`` in batches of 10,000), as a
+steady production load would. Throughput is read from the database: jobs whose
+``finished_at`` falls in each one-second slice (the slices trail the clock by one second
+so that every finish in them has committed). Phases, on one table, in one run:
 
 1. **fresh**: a new schema; the rate over ``--window`` seconds after a short warm-up.
 2. **after N through**: jobs keep flowing until ``--through`` jobs in all are done (the
@@ -68,9 +66,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--recovery-seconds", type=float, default=120.0, help="at most")
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--prefetch", type=int, default=150)
-    parser.add_argument(
-        "--backlog", type=int, default=BACKLOG_LOW, help="pending jobs kept ahead of the worker"
-    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
     parser.add_argument(
         "--json", default=str(ROOT / "benchmarks" / "results" / "bloat.json"), help="output"
@@ -86,7 +81,6 @@ class Flow:
     """Keeps jobs pending and counts finishes per one-second slice of the server clock."""
 
     conn: psycopg.Connection[Any]
-    backlog: int = BACKLOG_LOW
     enqueued: int = 0
     done: int = 0
     # (slice end as seconds since the epoch, jobs finished in the slice)
@@ -119,10 +113,9 @@ class Flow:
             self._counted_to = start + 1.0
         from benchmarks.app import noop
 
-        batch = max(1, min(BATCH, self.backlog // 5))
-        while self.enqueued - self.done < self.backlog:
-            noop.delay_many([{}] * batch)
-            self.enqueued += batch
+        while self.enqueued - self.done < BACKLOG_LOW:
+            noop.delay_many([{}] * BATCH)
+            self.enqueued += BATCH
 
     def run_for(self, seconds: float) -> list[tuple[float, int]]:
         """Flow for ``seconds``; return the slices that ended in that time."""
@@ -189,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     facts = print_setting(dsn)
     print(
         f"worker: 1 process, concurrency {args.concurrency}, prefetch {args.prefetch};"
-        f" backlog kept at {args.backlog:,}+ pending\n"
+        f" backlog kept at {BACKLOG_LOW:,}+ pending\n"
     )
     reset_schema(dsn)
     results: dict[str, Any] = {
@@ -199,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     worker_flags = ("--concurrency", str(args.concurrency), "--prefetch", str(args.prefetch))
     with psycopg.connect(dsn, autocommit=True) as conn, worker_processes(1, *worker_flags):
-        flow = Flow(conn, backlog=args.backlog)
+        flow = Flow(conn)
         flow.run_for(min(5.0, args.window))  # warm-up: worker start, first claims
         fresh = flow.rate(args.window)
         results["fresh"] = {"rate": fresh, "table": table_facts(conn)}
