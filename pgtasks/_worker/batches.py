@@ -5,9 +5,10 @@ its ``max_wait`` for more to fill a batch, calls the handler once per batch
 
 It runs on a thread and connection of its own, beside the claim loop (whose claims leave
 batch tasks out, exchange.py): a batch takes no slot of the worker's concurrency. A
-batch's outcomes are written by a writer thread on a second connection while the service
-claims (and runs) the next batch: one batch's write at a time, the next batch's write
-waits for it, and a stopping service waits for the last one. The
+batch's outcomes are written by a writer thread (one, started with the first batch and
+fed through a queue) on a second connection while the service claims (and runs) the
+next batch: one batch's write at a time, the next batch's write waits for it, and a
+stopping service waits for the last one. The
 jobs it holds run under the worker's registration, so the heartbeat keeps them and, if
 the worker dies, the rescuers return every one of them to pending; the ledger counts
 them as held, so a lost claim reply never releases them.
@@ -16,6 +17,7 @@ them as held, so a lost claim reply never releases them.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +49,9 @@ FILL_POLL = 0.05
 #: Failed writes of a batch's outcomes a stopping worker tries before it leaves them
 #: (its jobs are then rescued, as those of any worker that stopped).
 STOPPING_WRITE_TRIES = 3
+
+#: A batch handed to the writer: its task, jobs, outcomes, finishes and start time.
+_Written = tuple["Task[Any, Any]", list[ClaimedJob], list[Outcome], list[Finish], float]
 
 ClaimFilter = Callable[[], "tuple[tuple[str, ...] | None, tuple[str, ...] | None] | None"]
 
@@ -86,10 +91,15 @@ class BatchService(Service):
         self._claim_failed = False
         self._held: set[int] = set()
         self._held_lock = threading.Lock()
-        #: The writer of the batches' outcomes: its connection, and the thread writing the
-        #: last batch's (None: none is being written).
+        #: The writer of the batches' outcomes: its connection, its thread (started with
+        #: the first batch; a thread per batch cost each batch the wait for the new
+        #: thread to start), the batches it is handed, and the one it has not written yet
+        #: (None: every batch handed to it is written, or given up).
         self._writer_connection = OwnConnection(connect)
-        self._writing: threading.Thread | None = None
+        self._writer: threading.Thread | None = None
+        self._writes: queue.SimpleQueue[_Written | None] = queue.SimpleQueue()
+        self._written = threading.Condition()
+        self._unwritten: _Written | None = None
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop claiming; a batch running lets its handler end and its outcomes be written,
@@ -98,15 +108,46 @@ class BatchService(Service):
         ends = time.monotonic() + timeout
         super().stop(timeout)
         self._wait_for_write(max(0.0, ends - time.monotonic()))
+        if self._writer is not None:
+            self._writes.put(None)  # the writer ends after the batch it writes, if any
+            self._writer.join(max(0.0, ends - time.monotonic()))
         self._writer_connection.drop()
         if self._logs is not None:
             self._logs.stop()
 
     def _wait_for_write(self, timeout: float | None = None) -> None:
         """Wait for the outcomes of the last batch to be written (or given up)."""
-        writing = self._writing
-        if writing is not None and threading.current_thread() is not writing:
-            writing.join(timeout)
+        if threading.current_thread() is self._writer:
+            return
+        with self._written:
+            self._written.wait_for(lambda: self._unwritten is None, timeout)
+
+    def _hand_to_writer(self, batch: _Written) -> None:
+        """Queue ``batch``'s write (the previous one is written: _wait_for_write)."""
+        with self._written:
+            self._unwritten = batch
+        if self._writer is None:
+            self._writer = threading.Thread(
+                target=self._write_batches, name="pgtasks-batch-writer", daemon=True
+            )
+            self._writer.start()
+        self._writes.put(batch)
+
+    def _write_batches(self) -> None:
+        """The writer thread: write each batch handed to it, in order, until told to end."""
+        while True:
+            batch = self._writes.get()
+            if batch is None:
+                return
+            try:
+                self._finish_batch(*batch)
+            except Exception:  # a bug in reporting: the next batches are written all the same
+                logger.exception("batch writer: a batch of task %s failed", batch[0].name)
+            finally:
+                with self._written:
+                    if self._unwritten is batch:
+                        self._unwritten = None
+                    self._written.notify_all()
 
     def _next_wait(self) -> float:
         # Straight on after a batch: more jobs are likely due.
@@ -142,7 +183,7 @@ class BatchService(Service):
             task_names=(task.name, *task.aliases),
         )
         try:
-            jobs = self.store.claim_jobs(conn, request)
+            jobs = self.store.claim_jobs_batched(conn, request)
         except psycopg.Error:
             self._claim_failed = True  # it may have committed: see _release_orphans
             raise
@@ -211,13 +252,7 @@ class BatchService(Service):
         # The previous batch's write ends first (one write at a time, in batch order);
         # this one's overlaps the claim of the next batch.
         self._wait_for_write()
-        self._writing = threading.Thread(
-            target=self._finish_batch,
-            args=(task, jobs, outcomes, finishes, started),
-            name="pgtasks-batch-writer",
-            daemon=True,
-        )
-        self._writing.start()
+        self._hand_to_writer((task, jobs, outcomes, finishes, started))
 
     def _finish_batch(
         self,
