@@ -265,9 +265,10 @@ HANDING_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_jobs_aged")
 #: Claims whose ``<name>_batched`` form returns its jobs as one row of arrays, a column
 #: each (QueriesBase._batched): the batch service's claims of up to max_size jobs.
 BATCHED_CLAIMS = ("claim_jobs",)
-#: The columns of a claim, as _batched aggregates them: the payloads (jsonb) as their
-#: texts, each decoded per job afterwards (claims.batched_jobs), as a claim's rows are.
-_BATCHED_COLUMNS = (
+#: The columns of a claim, as _batched aggregates them, in this order (claims.batched_jobs
+#: reads them so): the payloads (jsonb) as their texts, each decoded per job afterwards, as
+#: a claim's rows are.
+BATCHED_COLUMNS = (
     ("id", "id"),
     ("task_name", "task_name"),
     ("queue", "queue"),
@@ -437,9 +438,7 @@ class QueriesBase:
         times faster so than as 500 rows of a dozen values each, the jsonb ones through a
         loader written in Python (claims.batched_jobs makes the ClaimedJobs)."""
         comments, body = _header_and_body(claim)
-        columns = ", ".join(
-            f"array_agg({value}) AS {name}" for name, value in _BATCHED_COLUMNS
-        )
+        columns = ", ".join(f"array_agg({value}) AS {name}" for name, value in BATCHED_COLUMNS)
         return f"{comments}\nWITH claimed AS (\n{body}\n)\nSELECT {columns} FROM claimed".encode()
 
     def _lock_params(self, lock_class: int) -> Params:

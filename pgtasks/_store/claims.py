@@ -62,35 +62,54 @@ def claimed_or_handed(worker_id: int) -> RowFactory[tuple[ClaimedJob, bool]]:
     return factory
 
 
-def batched_jobs(
-    columns: tuple[bytes | None, ...], row: Sequence[Any] | None, worker_id: int
-) -> list[ClaimedJob]:
-    """The ClaimedJobs of a ``_batched`` claim's row (an array per column; NULLs: no job),
-    each job's payloads decoded as a claim's rows are (``_decode_payloads``): a payload
-    that cannot be decoded fails its own job, never the batch."""
+def batched_jobs(row: Sequence[Any] | None, worker_id: int) -> list[ClaimedJob]:
+    """The ClaimedJobs of a ``_batched`` claim's row (an array per column, in the order
+    of base.BATCHED_COLUMNS; NULLs: no job), each job's payloads decoded as a claim's
+    rows are (``_decode_payload``): one that cannot be decoded fails its own job, never
+    the batch."""
     if row is None or row[0] is None:
         return []
-    names = _claim_names(columns)[0]
-    payloads = [index for index, name in enumerate(names) if name in _PAYLOAD_NAMES]
     new = object.__new__
-    constant = {"worker_id": worker_id, "limited": False, "undecodable": None}
     jobs: list[ClaimedJob] = []
     append = jobs.append
-    for values in zip(*row, strict=True):
+    for (
+        job_id,
+        task_name,
+        queue,
+        priority,
+        args,
+        kwargs,
+        attempt,
+        max_attempts,
+        meta,
+        run_at,
+        created_at,
+        claimed_at,
+    ) in zip(*row, strict=True):
         job: ClaimedJob = new(ClaimedJob)
         fields = job.__dict__
-        fields.update(zip(names, values, strict=True))
-        fields.update(constant)
-        for index in payloads:
-            name = names[index]
-            text = fields[name]
-            # [] and {} (most kwargs and metas) need no decoding: a new one per job.
-            if text == "{}":
-                fields[name] = {}
-            elif text == "[]":
-                fields[name] = []
-            elif type(text) is str:
-                _decode_payload(fields, name)
+        fields.update(
+            {
+                "id": job_id,
+                "task_name": task_name,
+                "queue": queue,
+                "priority": priority,
+                # [] and {} (most args, kwargs and metas) need no decoding.
+                "args": [] if args == "[]" else args,
+                "kwargs": {} if kwargs == "{}" else kwargs,
+                "attempt": attempt,
+                "max_attempts": max_attempts,
+                "meta": {} if meta == "{}" else meta,
+                "run_at": run_at,
+                "created_at": created_at,
+                "claimed_at": claimed_at,
+                "worker_id": worker_id,
+                "limited": False,
+                "undecodable": None,
+            }
+        )
+        if str in (type(fields["args"]), type(fields["kwargs"]), type(fields["meta"])):
+            _decode_payloads(fields)
         append(job)
     return jobs
 
@@ -130,10 +149,6 @@ def _job_maker(
 #: The claim's payload columns, what each must hold, and what a job that cannot
 #: decode one says.
 _PAYLOADS = (("args", list, "arguments"), ("kwargs", dict, "arguments"), ("meta", dict, "meta"))
-_PAYLOAD_NAMES = frozenset(name for name, _, _ in _PAYLOADS)
-_PAYLOAD_KINDS: dict[str, tuple[type[Any], str]] = {
-    name: (kind, what) for name, kind, what in _PAYLOADS
-}
 
 
 def _decode_payloads(fields: dict[str, Any]) -> None:
@@ -141,25 +156,20 @@ def _decode_payloads(fields: dict[str, Any]) -> None:
     be decoded (nested past MAX_DECODE_DEPTH, not JSON) raises nothing: the job gets
     empty payloads and ``undecodable`` says why, and its worker fails it without running
     it. (A limited claim's report row has NULL args and kwargs.)"""
-    for name, _, _ in _PAYLOADS:
-        if type(fields[name]) is str:  # else decoded already ([] or {}), or NULL
-            _decode_payload(fields, name)
-
-
-def _decode_payload(fields: dict[str, Any], name: str) -> None:
-    """``_decode_payloads`` of one payload, ``name``, a text."""
-    text = fields[name]
-    try:
-        # Fewer brackets than the bound: it cannot nest deeper (most payloads).
-        if text.count("[") + text.count("{") <= MAX_DECODE_DEPTH:
-            fields[name] = _decode(text)
-        else:
-            fields[name] = decode_stored(text)
-    except Exception:  # any error: this job's, never the reply's
-        kind, what = _PAYLOAD_KINDS[name]
-        fields[name] = kind()
-        if fields["undecodable"] is None:
-            fields["undecodable"] = f"cannot decode its {what}: {name} is {_why(text)}"
+    for name, kind, what in _PAYLOADS:
+        text = fields[name]
+        if type(text) is not str:  # decoded already ([] or {}), or NULL
+            continue
+        try:
+            # Fewer brackets than the bound: it cannot nest deeper (most payloads).
+            if text.count("[") + text.count("{") <= MAX_DECODE_DEPTH:
+                fields[name] = _decode(text)
+            else:
+                fields[name] = decode_stored(text)
+        except Exception:  # any error: this job's, never the reply's
+            fields[name] = kind()
+            if fields["undecodable"] is None:
+                fields["undecodable"] = f"cannot decode its {what}: {name} is {_why(text)}"
 
 
 def _why(text: str) -> str:
@@ -382,8 +392,7 @@ class ClaimQueries(QueriesBase):
         _, params = claim_statement(claim)
         with translate_errors(self.schema), conn.cursor(row_factory=tuple_row) as cursor:
             cursor.execute(self._statements["claim_jobs_batched"], params)
-            row = cursor.fetchone()
-            claimed = batched_jobs(_columns(cursor), row, claim.worker_id)
+            claimed = batched_jobs(cursor.fetchone(), claim.worker_id)
         claimed.sort(key=claim_order)
         return claimed
 
