@@ -50,8 +50,8 @@ FILL_POLL = 0.05
 #: (its jobs are then rescued, as those of any worker that stopped).
 STOPPING_WRITE_TRIES = 3
 
-#: A batch handed to the writer: its task, jobs, outcomes, finishes and start time.
-_Written = tuple["Task[Any, Any]", list[ClaimedJob], list[Outcome], list[Finish], float]
+#: A batch handed to the writer: its task, jobs, outcomes and start time.
+_Written = tuple["Task[Any, Any]", list[ClaimedJob], list[Outcome], float]
 
 ClaimFilter = Callable[[], "tuple[tuple[str, ...] | None, tuple[str, ...] | None] | None"]
 
@@ -245,26 +245,30 @@ class BatchService(Service):
         except BaseException as error:  # the jobs' ends are never lost
             logger.exception("batch of task %s could not run", task.name)
             outcomes = [Outcome.failed(f"pgtasks could not run the batch: {error!r}")] * len(jobs)
-        finishes = [
-            Finish.of(job, self._storable(outcome))
-            for job, outcome in zip(jobs, outcomes, strict=True)
-        ]
         # The previous batch's write ends first (one write at a time, in batch order);
-        # this one's overlaps the claim of the next batch.
+        # this one's (its finishes made on the writer's thread) overlaps the claim of the
+        # next batch.
         self._wait_for_write()
-        self._hand_to_writer((task, jobs, outcomes, finishes, started))
+        self._hand_to_writer((task, jobs, outcomes, started))
+
+    def _finishes(self, jobs: list[ClaimedJob], outcomes: list[Outcome]) -> list[Finish]:
+        """The finish of each job's attempt; each distinct outcome made storable once
+        (most jobs of a batch share one: done, result None)."""
+        storable: dict[int, Outcome] = {}
+        finishes = []
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            clean = storable.get(id(outcome))
+            if clean is None:
+                clean = storable[id(outcome)] = self._storable(outcome)
+            finishes.append(Finish.of(job, clean))
+        return finishes
 
     def _finish_batch(
-        self,
-        task: Task[Any, Any],
-        jobs: list[ClaimedJob],
-        outcomes: list[Outcome],
-        finishes: list[Finish],
-        started: float,
+        self, task: Task[Any, Any], jobs: list[ClaimedJob], outcomes: list[Outcome], started: float
     ) -> None:
         """Write a batch's outcomes (the writer thread), then release and report its jobs."""
         try:
-            written = self._write(finishes)
+            written = self._write(self._finishes(jobs, outcomes))
         except BaseException:  # never lost silently: the jobs are rescued as a dead lease
             logger.exception("outcomes of a batch of task %s not written", task.name)
             written = None
@@ -274,7 +278,7 @@ class BatchService(Service):
         kinds: dict[str, int] = {}
         for outcome in outcomes:
             kinds[outcome.kind] = kinds.get(outcome.kind, 0) + 1
-        refused = len(finishes) - len(written) if written is not None else 0
+        refused = len(jobs) - len(written) if written is not None else 0
         duration = time.monotonic() - started
         for job, outcome in zip(jobs, outcomes, strict=True):
             self.reporter.notify("job_finished", job, outcome.kind, duration)
