@@ -389,9 +389,17 @@ class ClaimQueries(QueriesBase):
         """``claim_jobs`` for the batch service: the same claim, its jobs sent back as one
         row of arrays (far cheaper to receive than one row per job for a batch of
         hundreds), in claim order."""
+        return self._batch_claimed(conn, "claim_jobs", claim)
+
+    def _batch_claimed(
+        self, conn: psycopg.Connection[Any], name: str, claim: ClaimRequest
+    ) -> list[ClaimedJob]:
+        """Run the claim statement ``name`` in its batched form (base.BATCHED_CLAIMS): the
+        claimed jobs, in claim order."""
         _, params = claim_statement(claim)
+        statement = self._statements[f"{name}_batched"]
         with translate_errors(self.schema), conn.cursor(row_factory=tuple_row) as cursor:
-            cursor.execute(self._statements["claim_jobs_batched"], params)
+            cursor.execute(statement, params)
             claimed = batched_jobs(cursor.fetchone(), claim.worker_id)
         claimed.sort(key=claim_order)
         return claimed
