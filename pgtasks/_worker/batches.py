@@ -100,6 +100,7 @@ class BatchService(Service):
         self._writes: queue.SimpleQueue[_Written | None] = queue.SimpleQueue()
         self._written = threading.Condition()
         self._unwritten: _Written | None = None
+        self._writer_ended = False
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop claiming; a batch running lets its handler end and its outcomes be written,
@@ -123,22 +124,30 @@ class BatchService(Service):
             self._written.wait_for(lambda: self._unwritten is None, timeout)
 
     def _hand_to_writer(self, batch: _Written) -> None:
-        """Queue ``batch``'s write (the previous one is written: _wait_for_write)."""
+        """Queue ``batch``'s write (the previous one is written: _wait_for_write); start
+        the writer first if there is none (the first batch, or one handed after a stop
+        that timed out ended it)."""
         with self._written:
             self._unwritten = batch
-        if self._writer is None:
-            self._writer = threading.Thread(
-                target=self._write_batches, name="pgtasks-batch-writer", daemon=True
-            )
-            self._writer.start()
-        self._writes.put(batch)
+            if self._writer is None or self._writer_ended:
+                self._writer_ended = False
+                self._writer = threading.Thread(
+                    target=self._write_batches, name="pgtasks-batch-writer", daemon=True
+                )
+                self._writer.start()
+            self._writes.put(batch)
 
     def _write_batches(self) -> None:
-        """The writer thread: write each batch handed to it, in order, until told to end."""
+        """The writer thread: write each batch handed to it, in order, until told to end
+        (stop()) with none left."""
         while True:
             batch = self._writes.get()
             if batch is None:
-                return
+                with self._written:
+                    if self._writes.empty():
+                        self._writer_ended = True
+                        return
+                continue
             try:
                 self._finish_batch(*batch)
             except Exception:  # a bug in reporting: the next batches are written all the same
