@@ -262,26 +262,6 @@ ANNOUNCED_CLAIMS = (
 #: their taker, return the jobs the finish handed over too (QueriesBase._handing):
 #: ``<name>_handing``, one statement where a round trip would send two.
 HANDING_CLAIMS = ("claim_jobs", "claim_jobs_after", "claim_jobs_aged")
-#: Claims whose ``<name>_batched`` form returns its jobs as one row of arrays, a column
-#: each (QueriesBase._batched): the batch service's claims of up to max_size jobs.
-BATCHED_CLAIMS = ("claim_jobs",)
-#: The columns of a claim, as _batched aggregates them, in this order (claims.batched_jobs
-#: reads them so): the payloads (jsonb) as their texts, each decoded per job afterwards, as
-#: a claim's rows are.
-BATCHED_COLUMNS = (
-    ("id", "id"),
-    ("task_name", "task_name"),
-    ("queue", "queue"),
-    ("priority", "priority"),
-    ("args", "args::text"),
-    ("kwargs", "kwargs::text"),
-    ("attempts", "attempts"),
-    ("max_attempts", "max_attempts"),
-    ("meta", "meta::text"),
-    ("run_at", "run_at"),
-    ("created_at", "created_at"),
-    ("claimed_at", "claimed_at"),
-)
 
 
 def _header_and_body(statement: bytes) -> tuple[str, str]:
@@ -378,9 +358,6 @@ class QueriesBase:
         claim = name.removesuffix("_handing")
         if claim != name and claim in HANDING_CLAIMS:
             return self._handing(self._statements[claim])
-        claim = name.removesuffix("_batched")
-        if claim != name and claim in BATCHED_CLAIMS:
-            return self._batched(self._statements[claim])
         return self._render(without_inner_comments(load_queries()[name].text))
 
     def _render(self, text: str) -> bytes:
@@ -431,15 +408,6 @@ class QueriesBase:
             "SELECT handed.*, clock_timestamp() AS claimed_at, true AS handed"
             f" FROM {function}(%(worker_id)s) AS handed"
         ).encode()
-
-    def _batched(self, claim: bytes) -> bytes:
-        """``claim`` returning one row: an array per column of its jobs (NULLs when it
-        took none), the payloads as texts. A batch of 500 jobs reaches the worker several
-        times faster so than as 500 rows of a dozen values each, the jsonb ones through a
-        loader written in Python (claims.batched_jobs makes the ClaimedJobs)."""
-        comments, body = _header_and_body(claim)
-        columns = ", ".join(f"array_agg({value}) AS {name}" for name, value in BATCHED_COLUMNS)
-        return f"{comments}\nWITH claimed AS (\n{body}\n)\nSELECT {columns} FROM claimed".encode()
 
     def _lock_params(self, lock_class: int) -> Params:
         """The parameters of a statement on this schema's advisory lock of ``lock_class``

@@ -3,22 +3,24 @@ both at once.
 
 The worker hands over records (``pgtasks._leases``): a ClaimRequest becomes the claim
 statement's parameters, Finishes the finish statement's, and claimed rows come back as
-ClaimedJobs made straight from their values (``claimed.py``).
+ClaimedJobs made straight from their values.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.rows import tuple_row
+from psycopg.rows import RowFactory, tuple_row
 
 from .._leases import (
+    CLAIMED_JOB_FIELDS,
     ClaimedJob,
     ClaimRequest,
     Finish,
@@ -26,8 +28,123 @@ from .._leases import (
     RoundTrip,
     claim_order,
 )
+from .._payload import MAX_DECODE_DEPTH, decode_stored
 from .base import JsonbUndecodedLoader, QueriesBase, own_transaction, translate_errors
-from .claimed import batched_jobs, claimed_jobs, claimed_or_handed
+
+#: ClaimedJob's fields by the claim's column names (``attempts`` is the attempt).
+_CLAIM_FIELDS = {"attempts": "attempt"}
+
+
+def claimed_jobs(worker_id: int) -> RowFactory[ClaimedJob]:
+    """A psycopg row factory that makes claimed rows ClaimedJobs of lease owner
+    ``worker_id`` straight from their values (no dict per row, nor the frozen
+    dataclass's ``__init__``, which sets each field through ``object.__setattr__``)."""
+
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
+        return _job_maker(_columns(cursor), worker_id)
+
+    return factory
+
+
+def claimed_or_handed(worker_id: int) -> RowFactory[tuple[ClaimedJob, bool]]:
+    """``claimed_jobs`` for a claim that also returns the jobs its round trip's finish
+    handed over (the ``_handing`` claims): each row's job, and its last column (true: a
+    handed job, false: a claimed one)."""
+
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], tuple[ClaimedJob, bool]]:
+        make = _job_maker(_columns(cursor)[:-1], worker_id)
+
+        def row(values: Sequence[Any]) -> tuple[ClaimedJob, bool]:
+            return make(values[:-1]), bool(values[-1])
+
+        return row
+
+    return factory
+
+
+def _columns(cursor: Any) -> tuple[bytes | None, ...]:
+    result = cursor.pgresult
+    if result is None:
+        return ()
+    return tuple(result.fname(index) for index in range(result.nfields))
+
+
+def _job_maker(
+    columns: tuple[bytes | None, ...], worker_id: int
+) -> Callable[[Sequence[Any]], ClaimedJob]:
+    names, has_limited = _claim_names(columns)
+    # The plain claims return no ``limited`` column: their jobs are not limited.
+    constant = (
+        {"worker_id": worker_id, "undecodable": None}
+        if has_limited
+        else {"worker_id": worker_id, "limited": False, "undecodable": None}
+    )
+    new = object.__new__
+
+    def make(values: Sequence[Any]) -> ClaimedJob:
+        job: ClaimedJob = new(ClaimedJob)
+        fields = job.__dict__
+        fields.update(zip(names, values, strict=True))
+        fields.update(constant)
+        # Payloads other than [] and {} came as text: decoded here, one job at a time.
+        if str in (type(fields["args"]), type(fields["kwargs"]), type(fields["meta"])):
+            _decode_payloads(fields)
+        return job
+
+    return make
+
+
+#: The claim's payload columns, what each must hold, and what a job that cannot
+#: decode one says.
+_PAYLOADS = (("args", list, "arguments"), ("kwargs", dict, "arguments"), ("meta", dict, "meta"))
+
+
+def _decode_payloads(fields: dict[str, Any]) -> None:
+    """Decode a claimed job's args, kwargs and meta (JSON texts) in place. One that cannot
+    be decoded (nested past MAX_DECODE_DEPTH, not JSON) raises nothing: the job gets
+    empty payloads and ``undecodable`` says why, and its worker fails it without running
+    it. (A limited claim's report row has NULL args and kwargs.)"""
+    for name, kind, what in _PAYLOADS:
+        text = fields[name]
+        if type(text) is not str:  # decoded already ([] or {}), or NULL
+            continue
+        try:
+            # Fewer brackets than the bound: it cannot nest deeper (most payloads).
+            if text.count("[") + text.count("{") <= MAX_DECODE_DEPTH:
+                fields[name] = _decode(text)
+            else:
+                fields[name] = decode_stored(text)
+        except Exception:  # any error: this job's, never the reply's
+            fields[name] = kind()
+            if fields["undecodable"] is None:
+                fields["undecodable"] = f"cannot decode its {what}: {name} is {_why(text)}"
+
+
+def _why(text: str) -> str:
+    """Why ``text`` cannot be decoded, in decode_stored's words."""
+    try:
+        decode_stored(text)
+    except Exception as error:
+        return str(error)
+    return "not decodable here"
+
+
+_decode = json.JSONDecoder().decode
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_names(columns: tuple[bytes | None, ...]) -> tuple[tuple[str, ...], bool]:
+    """ClaimedJob's field of each column a claim returned (checked once per shape of
+    result, not per round trip: reading ``cursor.description`` makes a Column per
+    column), and whether a ``limited`` column is among them."""
+    names = tuple(
+        _CLAIM_FIELDS.get(name, name)
+        for name in (column.decode() if column is not None else "" for column in columns)
+    )
+    missing = CLAIMED_JOB_FIELDS.difference(names, ("worker_id", "limited", "undecodable"))
+    if missing:
+        raise RuntimeError(f"the claim returned no {', '.join(sorted(missing))} column")
+    return names, "limited" in names
 
 
 def claim_statement(claim: ClaimRequest) -> tuple[str, dict[str, Any]]:
@@ -213,26 +330,6 @@ class ClaimQueries(QueriesBase):
         """Claim up to ``claim.limit`` due plain jobs from the start of claim order, in
         ``conn``'s transaction; ``announced``: notify the dashboard when it took any."""
         return self._claimed(conn, "claim_jobs", claim, announced=announced)
-
-    def claim_jobs_batched(
-        self, conn: psycopg.Connection[Any], claim: ClaimRequest
-    ) -> list[ClaimedJob]:
-        """``claim_jobs`` for the batch service, its jobs sent back as one row of arrays
-        (cheaper to receive than a row per job), in claim order."""
-        return self._batch_claimed(conn, "claim_jobs", claim)
-
-    def _batch_claimed(
-        self, conn: psycopg.Connection[Any], name: str, claim: ClaimRequest
-    ) -> list[ClaimedJob]:
-        """Run the claim statement ``name`` in its batched form (base.BATCHED_CLAIMS): the
-        claimed jobs, in claim order."""
-        _, params = claim_statement(claim)
-        statement = self._statements[f"{name}_batched"]
-        with translate_errors(self.schema), conn.cursor(row_factory=tuple_row) as cursor:
-            cursor.execute(statement, params)
-            claimed = batched_jobs(cursor.fetchone(), claim.worker_id)
-        claimed.sort(key=claim_order)
-        return claimed
 
     def claim_jobs_after(
         self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False

@@ -48,10 +48,6 @@ class WorkerPort(Protocol):
         self, conn: psycopg.Connection[Any], claim: ClaimRequest, *, announced: bool = False
     ) -> list[ClaimedJob]: ...
 
-    def claim_jobs_batched(
-        self, conn: psycopg.Connection[Any], claim: ClaimRequest
-    ) -> list[ClaimedJob]: ...
-
     def finish_jobs(
         self, conn: psycopg.Connection[Any], finishes: Sequence[Finish]
     ) -> dict[int, str]: ...

@@ -192,7 +192,7 @@ class BatchService(Service):
             task_names=(task.name, *task.aliases),
         )
         try:
-            jobs = self.store.claim_jobs_batched(conn, request)
+            jobs = self.store.claim_jobs(conn, request)
         except psycopg.Error:
             self._claim_failed = True  # it may have committed: see _release_orphans
             raise

@@ -141,8 +141,7 @@ def test_a_hostile_row_fails_alone(app: App, admin: Connection) -> None:
         " RETURNING id",
         (bad.id,),
     )
-    # Nested past what a worker decodes (written by SQL): the claim of the batch carries
-    # it as text, and only its job fails.
+    # Nested past what a worker decodes (written by SQL): only its job fails.
     depth = MAX_DECODE_DEPTH + 5
     select(
         admin,
@@ -275,38 +274,3 @@ def test_a_job_cancelled_while_its_batch_runs_ends_cancelled(app: App) -> None:
             handles[0].get(timeout=20)
         assert [handle.get(timeout=20) for handle in handles[1:]] == [None, None]
 
-
-def test_the_batched_claim_returns_its_jobs_as_the_claim_returns_its_rows(app: App) -> None:
-    @app.task(name="shapes")
-    def shapes(*args: Any, **kwargs: Any) -> None: ...
-
-    specs = [
-        ([], {"n": 1}, 0),
-        ([1, "two", [3]], {}, 0),
-        ([], {}, 5),  # a higher priority: first in claim order
-        (["é\u2028"], {"nested": {"a": [None, True, 1.5]}}, 0),
-    ]
-
-    # The same jobs twice: claimed row by row, then as arrays.
-    def enqueue() -> list[int]:
-        return [
-            shapes.apply_async(args, kwargs, priority=priority).id
-            for args, kwargs, priority in specs
-        ]
-
-    with app.connection() as conn:
-        worker = app.queries.register_worker(conn, hostname="h", pid=1, queues=None, concurrency=1)
-        request = ClaimRequest(worker, 4, task_names=("shapes",))
-        ids = [enqueue()]
-        rows = app.queries.claim_jobs(conn, request)
-        ids.append(enqueue())
-        batched = app.queries.claim_jobs_batched(conn, request)
-        nothing = app.queries.claim_jobs_batched(conn, request)
-    assert [job.id for job in rows] == [ids[0][2], ids[0][0], ids[0][1], ids[0][3]]
-    assert [job.id for job in batched] == [ids[1][2], ids[1][0], ids[1][1], ids[1][3]]
-    assert nothing == []
-    ignored = {"id", "run_at", "created_at", "claimed_at"}
-    for row, job in zip(rows, batched, strict=True):
-        expected = {k: v for k, v in vars(row).items() if k not in ignored}
-        assert {k: v for k, v in vars(job).items() if k not in ignored} == expected
-        assert job.claimed_at >= job.run_at and job.worker_id == worker and job.attempt == 1

@@ -12,7 +12,6 @@ import pytest
 
 from pgtasks._store.base import (
     ANNOUNCED_CLAIMS,
-    BATCHED_CLAIMS,
     HANDING_CLAIMS,
     HEADER_LINES,
     PARSE_CACHED_LENGTH,
@@ -177,13 +176,12 @@ def test_every_fragment_is_composed_into_a_statement_and_holds_no_comment() -> N
 
 
 def every_statement_name() -> list[str]:
-    """The named queries and the claims' announced, handing and batched forms
-    (base.ANNOUNCED_CLAIMS, base.HANDING_CLAIMS, base.BATCHED_CLAIMS)."""
+    """The named queries and the claims' announced and handing forms (base.ANNOUNCED_CLAIMS,
+    base.HANDING_CLAIMS)."""
     return [
         *load_queries(),
         *(f"{name}_announced" for name in ANNOUNCED_CLAIMS),
         *(f"{name}_handing" for name in HANDING_CLAIMS),
-        *(f"{name}_batched" for name in BATCHED_CLAIMS),
     ]
 
 
@@ -202,7 +200,6 @@ def test_statements_are_rendered_on_first_use_each_once_and_unknown_names_refuse
     assert store._statements["claim_jobs"] is claim  # kept
     assert store._statements["claim_jobs_announced"] == store._announced(claim) != claim
     assert store._statements["claim_jobs_handing"] == store._handing(claim) != claim
-    assert store._statements["claim_jobs_batched"] == store._batched(claim) != claim
     assert b"%(queues)b" in store._binary_statements["claim_jobs"]
     assert b"%(queues)s" in claim
     for name in every_statement_name():
