@@ -273,4 +273,3 @@ def test_a_job_cancelled_while_its_batch_runs_ends_cancelled(app: App) -> None:
         with pytest.raises(JobCancelled):
             handles[0].get(timeout=20)
         assert [handle.get(timeout=20) for handle in handles[1:]] == [None, None]
-
