@@ -273,3 +273,18 @@ def test_a_job_cancelled_while_its_batch_runs_ends_cancelled(app: App) -> None:
         with pytest.raises(JobCancelled):
             handles[0].get(timeout=20)
         assert [handle.get(timeout=20) for handle in handles[1:]] == [None, None]
+
+
+def test_one_writer_thread_writes_every_batch_and_ends_with_the_worker(app: App) -> None:
+    @app.task(name="written", batch=Batch(max_size=2, max_wait=timedelta(0)))
+    def written(jobs: list[BatchJob]) -> None: ...
+
+    def writers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "pgtasks-batch-writer"]
+
+    handles = written.delay_many([{"n": n} for n in range(6)])
+    with running_worker(app):
+        for handle in handles:
+            assert handle.get(timeout=20) is None
+        assert len(writers()) == 1  # the three batches' (or more), one thread: still there
+    wait_until(lambda: not writers(), message="the writer thread to end with the worker")
