@@ -2,14 +2,18 @@
 
     python -m benchmarks.producers [--dsn DSN] [--producers 1,8,32,64] [--seconds S]
                                    [--rounds R] [--workers W] [--kinds K,...]
+                                   [--mode processes|threads|both]
 
-Each producer is a process of its own that enqueues no-op jobs one by one, each in its own
-transaction, for S seconds (all producers start together); W worker processes drain the
-queue at the same time (concurrency 10 each). For each number of producers it reports
-enqueues per second, the p50/p99 latency of one enqueue call, the jobs drained per
-second over the same window and (pgtasks kinds) the notifications of the queue per
-second: each one a commit that took PostgreSQL's notification lock. Kinds, alternating in
-order from round to round:
+Each producer enqueues no-op jobs one by one, each in its own transaction, for S seconds
+(all producers start together). ``--mode processes`` (the default) makes each producer a
+process of its own; ``--mode threads`` makes them threads of one process, as a web server's
+threads share one App (pgtasks kinds: one App whose pool holds a connection per thread;
+the others: a connection per thread); ``--mode both`` runs each count both ways. W worker
+processes drain the queue at the same time (concurrency 10 each). For each number of
+producers it reports enqueues per second, the p50/p99 latency of one enqueue call, the
+jobs drained per second over the same window and (pgtasks kinds) the notifications of the
+queue per second: each one a commit that took PostgreSQL's notification lock. Kinds,
+alternating in order from round to round:
 
 - ``insert``: the physical reference, a bare psycopg ``INSERT ... RETURNING id`` into a
   table with only a primary key (no worker);
@@ -42,6 +46,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import psycopg
@@ -124,6 +129,36 @@ def produce(kind: str, dsn: str, start_at: float, seconds: float) -> Sample:
 
 def _produce(arguments: tuple[str, str, float, float]) -> Sample:
     return produce(*arguments)
+
+
+def produce_in_threads(
+    kind: str, dsn: str, start_at: float, seconds: float, producers: int
+) -> list[Sample]:
+    """``producers`` threads of this process enqueueing together: pgtasks kinds share one
+    App (a pool connection per thread), the others take a connection per thread."""
+    if not kind.startswith("pgtasks"):
+        with ThreadPoolExecutor(producers) as threads:
+            return list(threads.map(_produce, [(kind, dsn, start_at, seconds)] * producers))
+    from benchmarks.app import noop
+    from pgtasks import App
+
+    app = App(
+        dsn,
+        schema=SCHEMA,
+        pool_min_size=producers,
+        pool_max_size=producers,
+        notify=NOTIFY[kind],
+    )
+    task = app.task(name=noop.name)(lambda: None)
+    try:
+        with ThreadPoolExecutor(producers) as threads:
+            # Connect and check the schema before the clock starts, on every connection.
+            list(threads.map(lambda _: task.delay(), range(producers)))
+            return list(
+                threads.map(lambda _: _timed(task.delay, start_at, seconds), range(producers))
+            )
+    finally:
+        app.close()
 
 
 # -- the runner -----------------------------------------------------------------------------------
@@ -230,14 +265,19 @@ def listening(kind: str, dsn: str) -> Iterator[Callable[[], int]]:
         yield count
 
 
-def measure(kind: str, dsn: str, producers: int, seconds: float, workers: int) -> dict[str, float]:
+def measure(
+    kind: str, dsn: str, producers: int, seconds: float, workers: int, mode: str = "processes"
+) -> dict[str, float]:
     target = prepare(kind, dsn)
     with draining(kind, target, workers), listening(kind, target) as notified:
         before = done_count(kind, target) if kind not in ("insert", "insert+notify") else 0
         start_at = time.time() + 1.0 + producers * 0.03
-        context = multiprocessing.get_context("fork")
-        with context.Pool(producers) as pool:
-            samples = pool.map(_produce, [(kind, target, start_at, seconds)] * producers)
+        if mode == "threads":
+            samples = produce_in_threads(kind, target, start_at, seconds, producers)
+        else:
+            context = multiprocessing.get_context("fork")
+            with context.Pool(producers) as pool:
+                samples = pool.map(_produce, [(kind, target, start_at, seconds)] * producers)
         after = done_count(kind, target) if kind not in ("insert", "insert+notify") else 0
         notifications = notified()
     latencies = sorted(value for _, values in samples for value in values)
@@ -263,7 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds (median)")
     parser.add_argument("--workers", type=int, default=4, help="worker processes draining")
     parser.add_argument("--kinds", default=",".join(KINDS), help="which kinds to run")
+    parser.add_argument(
+        "--mode",
+        choices=("processes", "threads", "both"),
+        default="processes",
+        help="producers as processes, as threads of one process, or both",
+    )
     args = parser.parse_args(argv)
+    modes = ["processes", "threads"] if args.mode == "both" else [args.mode]
     dsn = resolve_dsn(args.dsn)
     os.environ["PGTASKS_SCHEMA"] = SCHEMA  # before benchmarks.app is imported
     os.environ["PGTASKS_DSN"] = dsn
@@ -285,32 +332,36 @@ def main(argv: list[str] | None = None) -> int:
         f" windows; {args.rounds} rounds; load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    results: dict[tuple[str, int], list[dict[str, float]]] = {}
+    results: dict[tuple[str, str, int], list[dict[str, float]]] = {}
     for round_number in range(args.rounds):
         order = kinds[round_number % len(kinds) :] + kinds[: round_number % len(kinds)]
-        for producers in counts:
-            for kind in order:
-                figures = measure(kind, dsn, producers, args.seconds, args.workers)
-                results.setdefault((kind, producers), []).append(figures)
-                print(
-                    f"  round {round_number + 1} {kind:14} x{producers:<3}"
-                    f" {figures['enqueue']:8.0f}/s p99 {figures['p99']:7.2f} ms"
-                    f" drained {figures['drain']:7.0f}/s notified {figures['notify']:6.0f}/s",
-                    flush=True,
-                )
+        for mode in modes:
+            for producers in counts:
+                for kind in order:
+                    figures = measure(kind, dsn, producers, args.seconds, args.workers, mode)
+                    results.setdefault((mode, kind, producers), []).append(figures)
+                    print(
+                        f"  round {round_number + 1} {mode:9} {kind:14} x{producers:<3}"
+                        f" {figures['enqueue']:8.0f}/s p99 {figures['p99']:7.2f} ms"
+                        f" drained {figures['drain']:7.0f}/s"
+                        f" notified {figures['notify']:6.0f}/s",
+                        flush=True,
+                    )
     print(f"\nmedians of {args.rounds} rounds (load average now {os.getloadavg()[0]:.1f})")
-    print(
-        f"{'producers':>9} {'kind':14} {'enqueue/s':>10} {'p50 ms':>8} {'p99 ms':>8}"
-        f" {'drained/s':>10} {'notify/s':>9}"
-    )
-    for producers in counts:
-        for kind in kinds:
-            rows = results[(kind, producers)]
-            median = {name: statistics.median(row[name] for row in rows) for name in rows[0]}
-            print(
-                f"{producers:>9} {kind:14} {median['enqueue']:10.0f} {median['p50']:8.2f}"
-                f" {median['p99']:8.2f} {median['drain']:10.0f} {median['notify']:9.0f}"
-            )
+    for mode in modes:
+        print(f"producers as {mode}")
+        print(
+            f"{'producers':>9} {'kind':14} {'enqueue/s':>10} {'p50 ms':>8} {'p99 ms':>8}"
+            f" {'drained/s':>10} {'notify/s':>9}"
+        )
+        for producers in counts:
+            for kind in kinds:
+                rows = results[(mode, kind, producers)]
+                median = {name: statistics.median(row[name] for row in rows) for name in rows[0]}
+                print(
+                    f"{producers:>9} {kind:14} {median['enqueue']:10.0f} {median['p50']:8.2f}"
+                    f" {median['p99']:8.2f} {median['drain']:10.0f} {median['notify']:9.0f}"
+                )
     return 0
 
 

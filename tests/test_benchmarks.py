@@ -476,6 +476,28 @@ def test_producers_benchmark_reports_each_kind_with_the_bare_insert(own_database
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_producers_benchmark_runs_producers_as_threads_of_one_process(own_database: str) -> None:
+    stdout = run_benchmark(
+        "benchmarks.producers --producers 3 --seconds 0.5 --rounds 1 --workers 1",
+        "--mode",
+        "threads",
+        "--kinds",
+        "insert,pgtasks",
+        dsn=own_database,
+        timeout=230,
+    )
+    assert "producers as processes" not in stdout, stdout
+    table = stdout.split("producers as threads", 1)[1].splitlines()
+    for kind in ("insert", "pgtasks"):
+        row = [line.split() for line in table if line.split()[:2] == ["3", kind]]
+        assert len(row) == 1, stdout
+        assert float(row[0][2]) > 0, stdout
+    pgtasks_row = next(line.split() for line in table if line.split()[:2] == ["3", "pgtasks"])
+    assert float(pgtasks_row[5]) > 0, stdout  # the worker drained what the threads enqueued
+
+
+@pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.timeout(240)
 def test_job_logs_benchmark_runs_end_to_end(own_database: str) -> None:
