@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,15 +84,26 @@ class Cluster:
 
 
 def start_clusters(directory: Path, hosts: list[str], first_port: int) -> list[Cluster]:
-    """One cluster per address (127.0.0.2, 127.0.0.3 …), ports from ``first_port`` on."""
+    """One cluster per address (127.0.0.2, 127.0.0.3 …), ports from ``first_port`` on: the
+    first alone (it may create the servers' OS user), the others side by side."""
     directory.mkdir(parents=True, exist_ok=True)
-    clusters: list[Cluster] = []
+    clusters = [
+        Cluster(directory / f"cluster-{index}.state", host, first_port + 10 * index)
+        for index, host in enumerate(hosts)
+    ]
     try:
-        for index, host in enumerate(hosts):
-            state = directory / f"cluster-{index}.state"
-            clusters.append(Cluster(state, host, first_port + 10 * index).start())
+        clusters[0].start()
+        with ThreadPoolExecutor(max(1, len(clusters) - 1)) as pool:
+            for started in [pool.submit(cluster.start) for cluster in clusters[1:]]:
+                started.result()
     except BaseException:
-        for cluster in clusters:
-            cluster.stop()
+        stop_clusters(clusters)
         raise
     return clusters
+
+
+def stop_clusters(clusters: list[Cluster]) -> None:
+    """Stop every cluster that was started, side by side."""
+    with ThreadPoolExecutor(max(1, len(clusters))) as pool:
+        for stopped in [pool.submit(cluster.stop) for cluster in clusters]:
+            stopped.result()

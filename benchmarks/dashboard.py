@@ -86,7 +86,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dashboard", description=__doc__)
     parser.add_argument("--dsn", help="PostgreSQL to use (default: the embedded server)")
     parser.add_argument("--jobs", type=int, default=1_000_000, help="jobs in the table")
-    parser.add_argument("--requests", type=int, default=50, help="requests per page")
+    parser.add_argument(
+        "--requests", type=int, default=None, help="requests per page (default 50; quick: 5)"
+    )
     parser.add_argument("--reuse", action="store_true", help="keep an existing populated schema")
     parser.add_argument("--throughput", action="store_true", help="worker throughput mode")
     parser.add_argument(
@@ -117,7 +119,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.jobs, args.requests, args.tp_jobs, args.runs = 5_000, 5, 500, 1
+        args.jobs, args.tp_jobs, args.runs = 5_000, 500, 1
+    if args.requests is None:
+        args.requests = 5 if args.quick else 50
     return args
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from benchmarks.clusters import Cluster, pg15_available, start_clusters
+from benchmarks.clusters import Cluster, pg15_available, start_clusters, stop_clusters
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
@@ -437,8 +437,7 @@ def main(argv: list[str]) -> int:
     finally:
         for group in groups:
             group.remove()
-        for cluster in clusters:
-            cluster.stop()
+        stop_clusters(clusters)
         shutil.rmtree(directory, ignore_errors=True)  # the clusters' state files
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=2))

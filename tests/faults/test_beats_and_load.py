@@ -15,8 +15,13 @@ from tests.support.waiting import sleep_past, wait_until
 
 #: Scenario 17 asks for 60 s; 20 s keeps the suite within its CI budget.
 BEAT_SECONDS = 20.0
-#: Scenario 1 asks for 4 x 20,000 jobs; 4 x 5,000 keeps the suite within its CI budget.
-JOBS = 20_000 // 4
+#: Scenario 1 asks for 4 x 20,000 jobs; 4 x 2,000 keeps the suite within its CI budget.
+#: The promise (no job runs twice, none is lost) is one of claims racing: the four workers
+#: start together and race on every claim until the last job (8,000 jobs at up to 8 a
+#: claim are hundreds of contended round trips a worker), so a claim that hands one job
+#: to two workers shows within the first few hundred; more jobs buy no further race, only
+#: CPU.
+JOBS = 2_000
 
 
 def ticks(env: FaultEnv) -> list[object]:

@@ -14,7 +14,7 @@ from tests.support.waiting import wait_until
 
 
 def test_job_of_a_sigkilled_worker_runs_again_once_within_the_rescue_bound(env: FaultEnv) -> None:
-    workers = [env.worker("--concurrency=2") for _ in range(2)]
+    workers = env.workers(2, "--concurrency=2")
     job = env.tasks.sleep.delay(3.0, retry_seconds=0.2)
     first = wait_started(env.probe, job.id)
     victim = by_pid(workers, first["pid"])
@@ -123,7 +123,7 @@ def test_poison_job_runs_exactly_max_attempts_times_and_jobs_behind_it_finish(
 
 
 def test_a_long_job_of_a_heartbeating_worker_is_never_rescued(env: FaultEnv) -> None:
-    workers = [env.worker("--concurrency=2") for _ in range(2)]
+    workers = env.workers(2, "--concurrency=2")
     job = env.tasks.sleep.delay(3 * LEASE_TIMEOUT)
     wait_started(env.probe, job.id)
     row = wait_status(env.probe, job.id, "done", timeout=3 * LEASE_TIMEOUT + 5)

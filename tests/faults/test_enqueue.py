@@ -96,7 +96,7 @@ def test_ids_past_two_to_the_31_work_for_enqueue_claim_finish_rescue_and_beat(
                         sql.Identifier(env.schema, table), sql.Identifier(column), start
                     )
                 )
-    workers = [env.worker("--concurrency=2") for _ in range(2)]
+    workers = env.workers(2, "--concurrency=2")
     assert min(worker.worker_id() for worker in workers) > 2**31
     quick = env.tasks.noop.delay()
     assert quick.id > 2**31

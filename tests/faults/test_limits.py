@@ -4,7 +4,7 @@ Concurrency: jobs of a task limited to 3, of a task limited to 1 per key, and of
 limited to 2 run on ten workers while three of them are SIGKILLed mid-run. A sampler reads
 the running counts in the database all along, and the task bodies record their
 executions: neither ever shows more than the limit, and every job ends done (the slots of
-the killed workers' jobs come free once those are rescued). Rate: 80 jobs of a task
+the killed workers' jobs come free once those are rescued). Rate: 40 jobs of a task
 limited to 240/m on ten workers; in every window of 5 s, claims (the database's clock) stay
 within the rate plus the bucket's burst."""
 
@@ -144,7 +144,12 @@ def test_concurrency_limits_hold_across_ten_workers_with_three_killed(env: Env) 
 @pytest.mark.slow
 def test_a_rate_limit_holds_across_ten_workers(env: Env) -> None:
     tasks, probe = env.tasks, env.probe
-    count = 80
+    # 40 jobs: claims span (40 - burst) / 4 per second = 9.5 s, so windows of 5 s fill
+    # completely (4 x 5 + 2 = 22 allowed) while the rest still waits; twenty slots on ten
+    # workers keep every token taken at once. A bucket per worker (40 at once) or a rate
+    # even a fifth too fast (26 in one window) exceeds the 22; 80 jobs proved no more
+    # and took twice as long.
+    count = 40
     jobs = tasks.rated.delay_many([{} for _ in range(count)])
     for _ in range(WORKERS):
         env.processes.worker(env.dsn, env.app.schema, "--concurrency=2", wait_started=False)
@@ -237,10 +242,14 @@ def test_a_freed_slot_is_taken_at_once_on_default_workers(env: Env) -> None:
     queue, task and per-key limits on two workers at default settings (poll interval 1 s)
     hand each freed slot over at once (keys 1,1,1,2,2,3 take three job lengths, not six)."""
     tasks, probe = env.tasks, env.probe
-    for _ in range(2):
-        env.processes.worker(
-            env.dsn, env.app.schema, "--concurrency=4", timing=(), started_timeout=STARTED_TIMEOUT
-        )
+    env.processes.workers(
+        env.dsn,
+        env.app.schema,
+        ["--concurrency=4"],
+        ["--concurrency=4"],
+        timing=(),
+        started_timeout=STARTED_TIMEOUT,
+    )
     seconds = 0.3
     jobs = tasks.per_task.delay_many([{"seconds": seconds} for _ in range(3 * TASK_CONCURRENCY)])
     jobs += tasks.in_queue.delay_many([{"seconds": seconds} for _ in range(3 * QUEUE_CONCURRENCY)])
@@ -276,12 +285,13 @@ def test_a_freed_slot_wakes_the_worker_waiting_for_it(env: Env) -> None:
     served by its own worker at default settings, and each is enqueued once the one
     before it runs, so every freed slot goes to the other worker, which waits for it."""
     tasks, probe = env.tasks, env.probe
-    workers = [
-        env.processes.worker(
-            env.dsn, env.app.schema, f"--queues={queue}", timing=(), started_timeout=STARTED_TIMEOUT
-        )
-        for queue in ("a", "b")
-    ]
+    workers = env.processes.workers(
+        env.dsn,
+        env.app.schema,
+        *[[f"--queues={queue}"] for queue in ("a", "b")],
+        timing=(),
+        started_timeout=STARTED_TIMEOUT,
+    )
     jobs = []
     for queue in ["a", "b"] * 4:
         jobs.append(tasks.solo.apply_async(kwargs={"seconds": 0.3}, queue=queue))
@@ -318,12 +328,13 @@ def test_no_limits_row_or_error_halts_the_claim_of_any_worker(env: Env) -> None:
     any more (a DBA dropped them): the claim clamps them and the limits still hold."""
     tasks, probe, app = env.tasks, env.probe, env.app
     cli = cli_runner(app, APP_PATH)
-    workers = [
-        env.processes.worker(
-            env.dsn, app.schema, "--concurrency=3", started_timeout=STARTED_TIMEOUT
-        )
-        for _ in range(2)
-    ]
+    workers = env.processes.workers(
+        env.dsn,
+        app.schema,
+        ["--concurrency=3"],
+        ["--concurrency=3"],
+        started_timeout=STARTED_TIMEOUT,
+    )
     app_schema = app.schema
     alter(env, "ALTER TABLE {schema}.limits RENAME COLUMN tokens TO tokens_by_hand")
     limited = tasks.per_task.delay_many([{"seconds": 0.05} for _ in range(6)])

@@ -23,7 +23,7 @@ def test_every_loop_resumes_within_10_s_of_a_server_restart_under_load(
     private_env: StartPrivate,
 ) -> None:
     env, server = private_env()
-    workers = [env.worker("--concurrency=2", PGTASKS_TEST_PRUNE_INTERVAL="0.5") for _ in range(4)]
+    workers = env.workers(4, "--concurrency=2", PGTASKS_TEST_PRUNE_INTERVAL="0.5")
     beat = env.beat()
     handles = env.tasks.sleep.delay_many([{"seconds": 0.05}] * 400)
     wait_until(lambda: safe_counts(env.probe).get("done", 0) >= 40, timeout=20)

@@ -13,7 +13,7 @@ from tests.support.processes import RESCUE_BOUND, by_pid
 def test_the_key_of_a_sigkilled_workers_job_stays_held_until_the_rescued_job_finishes(
     env: FaultEnv,
 ) -> None:
-    workers = [env.worker("--concurrency=2") for _ in range(2)]
+    workers = env.workers(2, "--concurrency=2")
     key = {"idempotency_key": "nightly-import", "unique_while": "active"}
     job = env.tasks.sleep.apply_async([3.0], {"retry_seconds": 1.0}, **key)
     first = wait_started(env.probe, job.id)

@@ -45,7 +45,7 @@ def test_sigkill_mid_chain_runs_each_step_to_completion_once(env: FaultEnv) -> N
         sleep.si(0.05), sleep.si(DOOMED, retry_seconds=0.2), sleep.si(0.05), noop.si()
     ).delay()
     ids = workflow_job_ids(env, workflow.id)
-    workers = [env.worker("--concurrency=2") for _ in range(2)]
+    workers = env.workers(2, "--concurrency=2")
     kill_the_worker_running(env, workers, ids[1])
     wait_status(env.probe, ids[-1], "done", timeout=RESCUE_BOUND + 20)
     assert workflow.status == "done"
@@ -61,7 +61,7 @@ def test_sigkill_mid_chord_starts_the_callback_once_with_every_result(env: Fault
         chord(group([sleep.si(first, retry_seconds=0.2), *others]), collect.s()).delay()
         for first in (DOOMED, 3.0, 3.0, 3.0)
     ]
-    workers = [env.worker("--concurrency=4") for _ in range(2)]
+    workers = env.workers(2, "--concurrency=4")
     first_member = workflow_job_ids(env, workflows[0].id)[0]
     kill_the_worker_running(env, workers, first_member)
     expected = [0.05 * n for n in range(1, 6)]
@@ -107,7 +107,7 @@ def test_sigkill_mid_nested_chord_starts_each_callback_once(env: FaultEnv) -> No
         ).delay()
         for first in (DOOMED, 3.0, 3.0)
     ]
-    workers = [env.worker("--concurrency=4") for _ in range(2)]
+    workers = env.workers(2, "--concurrency=4")
     b1 = workflow_job_ids(env, workflows[0].id)[1]
     kill_the_worker_running(env, workers, b1)
     all_ids: list[int] = []

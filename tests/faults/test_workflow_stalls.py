@@ -111,7 +111,7 @@ def test_workflows_complete_once_under_a_repeatable_read_default(settings_env: A
     chains = [
         chain(sleep.si(0.001), sleep.s(), sleep.s(), collect.si([7])).delay() for _ in range(8)
     ]
-    workers = [env.worker("--concurrency=4") for _ in range(2)]
+    workers = env.workers(2, "--concurrency=4")
     for workflow in chords:
         assert workflow.get(timeout=60) == values
     for workflow in nested:
@@ -157,7 +157,7 @@ def test_a_lost_start_is_healed_once_with_every_result_in_order(env: FaultEnv) -
     workflow = chord([sleep.si(0.01 * n) for n in range(1, 7)], collect.s()).delay()
     ids = workflow_job_ids(env, workflow.id)
     members, callback = ids[:-1], ids[-1]
-    workers = [env.worker("--concurrency=3", PGTASKS_TEST_HEAL_INTERVAL="0.5") for _ in range(2)]
+    workers = env.workers(2, "--concurrency=3", PGTASKS_TEST_HEAL_INTERVAL="0.5")
     tolerated = wait_until(
         lambda: [row for row in incidents(env) if row["kind"] == "tolerated"],
         timeout=30,

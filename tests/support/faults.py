@@ -41,6 +41,10 @@ class FaultEnv:
     def worker(self, *arguments: str, dsn: str | None = None, **options: Any) -> ChildProcess:
         return self.processes.worker(dsn or self.dsn, self.schema, *arguments, **options)
 
+    def workers(self, count: int, *arguments: str, **env: str) -> list[ChildProcess]:
+        """``count`` workers of the same ``arguments``, started side by side."""
+        return self.processes.workers(self.dsn, self.schema, *[arguments] * count, env=env)
+
     def beat(self, *arguments: str, dsn: str | None = None, **env: str) -> ChildProcess:
         return self.processes.beat(dsn or self.dsn, self.schema, *arguments, **env)
 

@@ -14,7 +14,7 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.support.environment import ROOT, pgtasks_command, pgtasks_env
@@ -162,6 +162,30 @@ class Processes:
         if wait_started:
             child.wait_for_log(" started: ", timeout=started_timeout)
         return child
+
+    def workers(
+        self,
+        dsn: str,
+        schema: str,
+        *argument_lists: Sequence[str],
+        started_timeout: float = STARTED_BOUND,
+        timing: Sequence[str] = TIMING_FLAGS,
+        env: Mapping[str, str] | None = None,
+    ) -> list[ChildProcess]:
+        """One worker per argument list (``env``: variables of each), all spawned before any
+        is waited for (they start side by side, not one after another), returned once each
+        has started."""
+        children = [
+            self.spawn(
+                "worker",
+                pgtasks_command("worker", "-A", self.app_path, *timing, *arguments),
+                pgtasks_env(dsn, schema, **(env or {})),
+            )
+            for arguments in argument_lists
+        ]
+        for child in children:
+            child.wait_for_log(" started: ", timeout=started_timeout)
+        return children
 
     def beat(self, dsn: str, schema: str, *arguments: str, **env: str) -> ChildProcess:
         """``pgtasks beat -A <app> ARGUMENTS``."""
