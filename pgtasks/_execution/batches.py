@@ -83,9 +83,14 @@ def run_batch(
     else:
         finished, raised = _call_within(task, items, task.timeout, log)
     policy = policy_of(task)
+    # Undecided jobs of a handler that returned: done, result None (one outcome for all).
+    returned = outcome_of_return(task, None) if finished and raised is None else None
     for index, job, item in items:
         if finished:
-            outcome = _outcome(task, job, item, raised)
+            if returned is not None and item.decision is None:
+                outcome = returned
+            else:
+                outcome = _outcome(task, job, item, raised)
         else:
             # Past its timeout: every job of the batch ends with TimeoutError, retried per
             # the task's policy (retry_timeouts=), whatever the handler decided so far.
@@ -95,7 +100,7 @@ def run_batch(
                 max_attempts=job.max_attempts,
                 policy=policy,
             )
-        outcomes[index] = attach(log, outcome)
+        outcomes[index] = outcome if log is None else attach(log, outcome)
     return [outcome for outcome in outcomes if outcome is not None]
 
 

@@ -5,9 +5,10 @@ its ``max_wait`` for more to fill a batch, calls the handler once per batch
 
 It runs on a thread and connection of its own, beside the claim loop (whose claims leave
 batch tasks out, exchange.py): a batch takes no slot of the worker's concurrency. A
-batch's outcomes are written by a writer thread on a second connection while the service
-claims (and runs) the next batch: one batch's write at a time, the next batch's write
-waits for it, and a stopping service waits for the last one. The
+batch's outcomes are written by a writer thread (one, started with the first batch and
+fed through a queue) on a second connection while the service claims (and runs) the
+next batch: one batch's write at a time, the next batch's write waits for it, and a
+stopping service waits for the last one. The
 jobs it holds run under the worker's registration, so the heartbeat keeps them and, if
 the worker dies, the rescuers return every one of them to pending; the ledger counts
 them as held, so a lost claim reply never releases them.
@@ -16,6 +17,7 @@ them as held, so a lost claim reply never releases them.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +49,9 @@ FILL_POLL = 0.05
 #: Failed writes of a batch's outcomes a stopping worker tries before it leaves them
 #: (its jobs are then rescued, as those of any worker that stopped).
 STOPPING_WRITE_TRIES = 3
+
+#: A batch handed to the writer: its task, jobs, outcomes and start time.
+_Written = tuple["Task[Any, Any]", list[ClaimedJob], list[Outcome], float]
 
 ClaimFilter = Callable[[], "tuple[tuple[str, ...] | None, tuple[str, ...] | None] | None"]
 
@@ -86,10 +91,16 @@ class BatchService(Service):
         self._claim_failed = False
         self._held: set[int] = set()
         self._held_lock = threading.Lock()
-        #: The writer of the batches' outcomes: its connection, and the thread writing the
-        #: last batch's (None: none is being written).
+        #: The writer of the batches' outcomes: its connection, its thread (started with
+        #: the first batch; a thread per batch cost each batch the wait for the new
+        #: thread to start), the batches it is handed, and the one it has not written yet
+        #: (None: every batch handed to it is written, or given up).
         self._writer_connection = OwnConnection(connect)
-        self._writing: threading.Thread | None = None
+        self._writer: threading.Thread | None = None
+        self._writes: queue.SimpleQueue[_Written | None] = queue.SimpleQueue()
+        self._written = threading.Condition()
+        self._unwritten: _Written | None = None
+        self._writer_ended = False
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop claiming; a batch running lets its handler end and its outcomes be written,
@@ -98,15 +109,54 @@ class BatchService(Service):
         ends = time.monotonic() + timeout
         super().stop(timeout)
         self._wait_for_write(max(0.0, ends - time.monotonic()))
+        if self._writer is not None:
+            self._writes.put(None)  # the writer ends after the batch it writes, if any
+            self._writer.join(max(0.0, ends - time.monotonic()))
         self._writer_connection.drop()
         if self._logs is not None:
             self._logs.stop()
 
     def _wait_for_write(self, timeout: float | None = None) -> None:
         """Wait for the outcomes of the last batch to be written (or given up)."""
-        writing = self._writing
-        if writing is not None and threading.current_thread() is not writing:
-            writing.join(timeout)
+        if threading.current_thread() is self._writer:
+            return
+        with self._written:
+            self._written.wait_for(lambda: self._unwritten is None, timeout)
+
+    def _hand_to_writer(self, batch: _Written) -> None:
+        """Queue ``batch``'s write (the previous one is written: _wait_for_write); start
+        the writer first if there is none (the first batch, or one handed after a stop
+        that timed out ended it)."""
+        with self._written:
+            self._unwritten = batch
+            if self._writer is None or self._writer_ended:
+                self._writer_ended = False
+                self._writer = threading.Thread(
+                    target=self._write_batches, name="pgtasks-batch-writer", daemon=True
+                )
+                self._writer.start()
+            self._writes.put(batch)
+
+    def _write_batches(self) -> None:
+        """The writer thread: write each batch handed to it, in order, until told to end
+        (stop()) with none left."""
+        while True:
+            batch = self._writes.get()
+            if batch is None:
+                with self._written:
+                    if self._writes.empty():
+                        self._writer_ended = True
+                        return
+                continue
+            try:
+                self._finish_batch(*batch)
+            except Exception:  # a bug in reporting: the next batches are written all the same
+                logger.exception("batch writer: a batch of task %s failed", batch[0].name)
+            finally:
+                with self._written:
+                    if self._unwritten is batch:
+                        self._unwritten = None
+                    self._written.notify_all()
 
     def _next_wait(self) -> float:
         # Straight on after a batch: more jobs are likely due.
@@ -204,32 +254,30 @@ class BatchService(Service):
         except BaseException as error:  # the jobs' ends are never lost
             logger.exception("batch of task %s could not run", task.name)
             outcomes = [Outcome.failed(f"pgtasks could not run the batch: {error!r}")] * len(jobs)
-        finishes = [
-            Finish.of(job, self._storable(outcome))
-            for job, outcome in zip(jobs, outcomes, strict=True)
-        ]
         # The previous batch's write ends first (one write at a time, in batch order);
-        # this one's overlaps the claim of the next batch.
+        # this one's (its finishes made on the writer's thread) overlaps the claim of the
+        # next batch.
         self._wait_for_write()
-        self._writing = threading.Thread(
-            target=self._finish_batch,
-            args=(task, jobs, outcomes, finishes, started),
-            name="pgtasks-batch-writer",
-            daemon=True,
-        )
-        self._writing.start()
+        self._hand_to_writer((task, jobs, outcomes, started))
+
+    def _finishes(self, jobs: list[ClaimedJob], outcomes: list[Outcome]) -> list[Finish]:
+        """The finish of each job's attempt; each distinct outcome made storable once
+        (most jobs of a batch share one: done, result None)."""
+        storable: dict[int, Outcome] = {}
+        finishes = []
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            clean = storable.get(id(outcome))
+            if clean is None:
+                clean = storable[id(outcome)] = self._storable(outcome)
+            finishes.append(Finish.of(job, clean))
+        return finishes
 
     def _finish_batch(
-        self,
-        task: Task[Any, Any],
-        jobs: list[ClaimedJob],
-        outcomes: list[Outcome],
-        finishes: list[Finish],
-        started: float,
+        self, task: Task[Any, Any], jobs: list[ClaimedJob], outcomes: list[Outcome], started: float
     ) -> None:
         """Write a batch's outcomes (the writer thread), then release and report its jobs."""
         try:
-            written = self._write(finishes)
+            written = self._write(self._finishes(jobs, outcomes))
         except BaseException:  # never lost silently: the jobs are rescued as a dead lease
             logger.exception("outcomes of a batch of task %s not written", task.name)
             written = None
@@ -239,7 +287,7 @@ class BatchService(Service):
         kinds: dict[str, int] = {}
         for outcome in outcomes:
             kinds[outcome.kind] = kinds.get(outcome.kind, 0) + 1
-        refused = len(finishes) - len(written) if written is not None else 0
+        refused = len(jobs) - len(written) if written is not None else 0
         duration = time.monotonic() - started
         for job, outcome in zip(jobs, outcomes, strict=True):
             self.reporter.notify("job_finished", job, outcome.kind, duration)

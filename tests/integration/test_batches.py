@@ -13,6 +13,7 @@ import pytest
 
 from pgtasks import App, Batch, BatchJob, JobCancelled, TaskFailed, TaskRegistrationError
 from pgtasks._leases import ClaimRequest
+from pgtasks._payload import MAX_DECODE_DEPTH
 from tests.support.inprocess import running_worker, select
 from tests.support.waiting import wait_until
 
@@ -132,6 +133,7 @@ def test_a_hostile_row_fails_alone(app: App, admin: Connection) -> None:
 
     good = eat.delay(1)
     bad = eat.delay(2)
+    deep = eat.apply_async(kwargs={"n": 3})
     select(
         admin,
         app,
@@ -139,10 +141,20 @@ def test_a_hostile_row_fails_alone(app: App, admin: Connection) -> None:
         " RETURNING id",
         (bad.id,),
     )
+    # Nested past what a worker decodes (written by SQL): only its job fails.
+    depth = MAX_DECODE_DEPTH + 5
+    select(
+        admin,
+        app,
+        "UPDATE {schema}.jobs SET kwargs = %s::jsonb WHERE id = %s RETURNING id",
+        ('{"n": ' + "[" * depth + "]" * depth + "}", deep.id),
+    )
     with running_worker(app):
         assert good.get(timeout=20) is None
         with pytest.raises(TaskFailed, match="MalformedJobError"):
             bad.get(timeout=20)
+        with pytest.raises(TaskFailed, match=r"UndecodableJobError.*kwargs is nested"):
+            deep.get(timeout=20)
     assert seen == [good.id]
 
 
@@ -261,3 +273,18 @@ def test_a_job_cancelled_while_its_batch_runs_ends_cancelled(app: App) -> None:
         with pytest.raises(JobCancelled):
             handles[0].get(timeout=20)
         assert [handle.get(timeout=20) for handle in handles[1:]] == [None, None]
+
+
+def test_one_writer_thread_writes_every_batch_and_ends_with_the_worker(app: App) -> None:
+    @app.task(name="written", batch=Batch(max_size=2, max_wait=timedelta(0)))
+    def written(jobs: list[BatchJob]) -> None: ...
+
+    def writers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "pgtasks-batch-writer"]
+
+    handles = written.delay_many([{"n": n} for n in range(6)])
+    with running_worker(app):
+        for handle in handles:
+            assert handle.get(timeout=20) is None
+        assert len(writers()) == 1  # the three batches' (or more), one thread: still there
+    wait_until(lambda: not writers(), message="the writer thread to end with the worker")
