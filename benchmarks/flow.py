@@ -88,7 +88,9 @@ def drain(app: App, variant: str, jobs: int, concurrency: int) -> float:
             while conn.execute(left).fetchone()[0]:  # type: ignore[index]
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{variant}: the drain did not end in 600 s")
-                time.sleep(0.02)
+                # The rate comes from the jobs' timestamps: polling more often only loads
+                # the server (every 20 ms cost 5 to 8 us of its time per job drained).
+                time.sleep(0.25)
             span = conn.execute(
                 sql.SQL(
                     "SELECT extract(epoch FROM max(finished_at) - min(started_at)), count(*),"
