@@ -59,17 +59,19 @@ class Registration:
         self._reregister_lock = threading.Lock()
 
     def register(self, conn: psycopg.Connection[Any]) -> int:
-        worker_id = self.queries.register_worker(
-            conn,
-            hostname=self.hostname,
-            pid=self.pid,
-            queues=self.queues,
-            concurrency=self.concurrency,
-            task_names=self.task_names(),
-        )
-        if self.pool is not None:
-            # Before the id is published: whoever sees the id may resize within the bounds.
-            self.pool.registered(self.queries, conn, worker_id)
+        # The row and its pool bounds commit together, before the id is published: whoever
+        # sees the worker (this process, `pgtasks workers`) may resize it within its bounds.
+        with conn.transaction():
+            worker_id = self.queries.register_worker(
+                conn,
+                hostname=self.hostname,
+                pid=self.pid,
+                queues=self.queues,
+                concurrency=self.concurrency,
+                task_names=self.task_names(),
+            )
+            if self.pool is not None:
+                self.pool.registered(self.queries, conn, worker_id)
         with self._id_lock:
             self.worker_id = worker_id
         return worker_id
