@@ -5,10 +5,13 @@
 
 Drain: a real ``pgtasks worker`` process (concurrency C) drains N pre-enqueued no-op jobs,
 jobs/s from the database's timestamps (first claim to last finish), as ``python -m
-benchmarks``' processing figure: plain jobs; the same with a fair key over T tenants
-(``fair_key=``); the same as sequences over T keys (``sequence_key=``: N/T jobs a key,
-each key's one at a time). R rounds, the order rotating each round; medians, and each
-feature's median as a share of plain. Each drain starts on an analyzed table.
+benchmarks``' processing figure: plain jobs; plain jobs that carry a tenant argument as
+the keyed ones do, without a key (``tenant``: what the arguments cost, apart from the
+features); the same with a fair key over T tenants (``fair_key=``); the same as sequences
+over T keys (``sequence_key=``: N/T jobs a key, each key's one at a time). R rounds, the
+order rotating each round; medians, each kind's median as a share of plain's, and the
+median of each round's ratio to that round's plain and tenant drains (steadier: a single
+drain moves by up to 20 %). Each drain starts on an analyzed table.
 
 Starvation: tenant A enqueues A jobs, a worker (concurrency 10) starts on them, then tenant
 B enqueues B jobs: how many of A's jobs start after B's enqueue returned and before the
@@ -29,7 +32,7 @@ from psycopg import sql
 
 from benchmarks.__main__ import SCHEMA, job_counts, reset_schema, resolve_dsn, worker_processes
 
-KINDS = ("plain", "fair", "sequence")
+KINDS = ("plain", "tenant", "fair", "sequence")
 
 
 def _enqueue(kind: str, jobs: int, tenants: int) -> None:
@@ -39,6 +42,8 @@ def _enqueue(kind: str, jobs: int, tenants: int) -> None:
         numbers = range(start, min(jobs, start + 5000))
         if kind == "plain":
             bench.noop.delay_many([{}] * len(numbers))
+        elif kind == "tenant":
+            bench.tenant_noop.delay_many([{"tenant": n % tenants} for n in numbers])
         elif kind == "fair":
             bench.fair_noop.delay_many([{"tenant": n % tenants} for n in numbers])
         else:
@@ -159,7 +164,19 @@ def main(argv: list[str] | None = None) -> int:
         share = medians[kind] / medians["plain"]
         spread = f"{min(rates[kind]):,.0f} to {max(rates[kind]):,.0f}"
         print(f"  {kind:<9} {medians[kind]:>8,.0f} jobs/s  ({share:.0%} of plain; {spread})")
-    figures: dict[str, object] = {"rates": rates, "medians": medians}
+    references = [kind for kind in ("plain", "tenant") if kind in kinds]
+    ratios: dict[str, dict[str, float]] = {}
+    for reference in references:
+        print(f"median of the rounds' ratios to the same round's {reference} drain:")
+        for kind in kinds:
+            pairs = zip(rates[kind], rates[reference], strict=True)
+            per_round = [rate / base for rate, base in pairs]
+            ratios.setdefault(reference, {})[kind] = statistics.median(per_round)
+            print(
+                f"  {kind:<9} {statistics.median(per_round):.0%}"
+                f" ({min(per_round):.2f} to {max(per_round):.2f})"
+            )
+    figures: dict[str, object] = {"rates": rates, "medians": medians, "ratios": ratios}
     if not args.no_starvation:
         before = starvation(dsn, args.backlog, args.small, fair=False)
         after = starvation(dsn, args.backlog, args.small, fair=True)

@@ -536,8 +536,13 @@ def test_fairness_benchmark_runs_end_to_end(own_database: str, tmp_path: Path) -
         timeout=280,
     )
     report: dict[str, Any] = json.loads(output.read_text())
-    assert set(report["medians"]) == {"plain", "fair", "sequence"}
+    assert set(report["medians"]) == {"plain", "tenant", "fair", "sequence"}
     assert all(rate > 0 for rate in report["medians"].values())
+    # Each kind against the same round's plain drain and its tenant-argument drain.
+    assert set(report["ratios"]) == {"plain", "tenant"}
+    assert report["ratios"]["plain"]["plain"] == 1.0
+    assert report["ratios"]["tenant"]["tenant"] == 1.0
+    assert all(ratio > 0 for ratio in report["ratios"]["tenant"].values())
     before, after = report["starvation"]
     assert after <= before
 
